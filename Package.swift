@@ -1,0 +1,33 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "ResponsePolicy",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "ResponsePolicy", targets: ["ResponsePolicy"]),
+        .library(name: "ResponsePolicyURLSession", targets: ["ResponsePolicyURLSession"]),
+        .executable(name: "policy", targets: ["policy"]),
+        .executable(name: "policy-bench", targets: ["policy-bench"]),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CYAML",
+            pkgConfig: "yaml-0.1",
+            providers: [.apt(["libyaml-dev"])]
+        ),
+        .target(name: "ResponsePolicy", dependencies: ["CYAML"]),
+        .target(name: "ResponsePolicyURLSession", dependencies: ["ResponsePolicy"]),
+        .target(name: "PolicyCLI", dependencies: ["ResponsePolicy", "ResponsePolicyURLSession"]),
+        .executableTarget(name: "policy", dependencies: ["PolicyCLI"]),
+        .executableTarget(name: "policy-bench", dependencies: ["ResponsePolicy"]),
+        .testTarget(name: "ResponsePolicyTests", dependencies: ["ResponsePolicy"]),
+        .testTarget(name: "PolicyCLITests", dependencies: ["PolicyCLI", "ResponsePolicy"]),
+        .testTarget(
+            name: "ResponsePolicyURLSessionTests",
+            dependencies: ["ResponsePolicyURLSession", "ResponsePolicy"],
+            resources: [.copy("Fixtures")]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

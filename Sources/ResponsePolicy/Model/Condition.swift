@@ -1,0 +1,69 @@
+/// The `when:` of a rule.
+///
+/// `status`, `code` and `header` describe a response; `error` describes an attempt that got no
+/// response; `method` and `path` describe the request. All given keys must hold, except that
+/// the response keys and `error` are alternatives: `{ status: [503], error: [timeout] }` matches
+/// a 503 *or* a timeout. A rule with neither response keys nor `error` matches every response
+/// (never a failed attempt: name the error classes, or `any`, for that).
+public struct Condition: Sendable, Hashable {
+    public struct HeaderMatch: Sendable, Hashable {
+        public var name: String
+        public var value: Glob
+        public init(name: String, value: Glob) {
+            self.name = name
+            self.value = value
+        }
+    }
+
+    /// The `error:` classes; `any` matches every class.
+    public enum ErrorMatch: String, Sendable, Hashable, CaseIterable {
+        case timeout, connection, dns, tls, any
+
+        func matches(_ errorClass: TransportErrorClass) -> Bool {
+            self == .any || rawValue == errorClass.rawValue
+        }
+    }
+
+    public var statuses: [StatusRange]?
+    public var codes: [String]?
+    public var headers: [HeaderMatch]?
+    public var errors: [ErrorMatch]?
+    public var methods: [String]?
+    public var path: Glob?
+
+    public init(
+        statuses: [StatusRange]? = nil, codes: [String]? = nil, headers: [HeaderMatch]? = nil,
+        errors: [ErrorMatch]? = nil, methods: [String]? = nil, path: Glob? = nil
+    ) {
+        self.statuses = statuses
+        self.codes = codes
+        self.headers = headers
+        self.errors = errors
+        self.methods = methods
+        self.path = path
+    }
+
+    /// True when the condition says something about responses (or says nothing about errors).
+    public var matchesResponses: Bool { statuses != nil || codes != nil || headers != nil || errors == nil }
+
+    public var matchesErrors: Bool { errors != nil }
+
+    func requestMatches(method: String, path requestPath: String) -> Bool {
+        if let methods, !methods.contains(method) { return false }
+        if let path, !path.matches(requestPath) { return false }
+        return true
+    }
+
+    func errorMatches(_ errorClass: TransportErrorClass) -> Bool {
+        errors?.contains { $0.matches(errorClass) } ?? false
+    }
+
+    /// Header conditions only; status and code are checked by the classifier's tables.
+    func headersMatch(_ responseHeaders: HTTPHeaders) -> Bool {
+        guard let headers else { return true }
+        for header in headers {
+            guard let value = responseHeaders[header.name], header.value.matches(value) else { return false }
+        }
+        return true
+    }
+}

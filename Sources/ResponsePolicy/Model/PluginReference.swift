@@ -1,0 +1,56 @@
+/// The kinds of plugin a policy can name with `use:`.
+public enum PluginKind: String, Sendable, Hashable, CaseIterable, Codable {
+    case refresh, authorize, logout, extract, observe, store
+}
+
+/// A `use:` with its `with:` options, as written in the policy.
+public struct PluginReference: Sendable, Hashable {
+    public var kind: PluginKind
+    public var name: String
+    public var options: [String: PluginOption]
+    /// Where `use:` was written; `nil` for defaults.
+    public var range: SourceRange?
+
+    public init(kind: PluginKind, name: String, options: [String: PluginOption] = [:], range: SourceRange? = nil) {
+        self.kind = kind
+        self.name = name
+        self.options = options
+        self.range = range
+    }
+
+    public static func == (a: Self, b: Self) -> Bool {
+        a.kind == b.kind && a.name == b.name && a.options == b.options
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(kind)
+        hasher.combine(name)
+    }
+}
+
+/// One `with:` option value, kept close to the YAML so any plugin can read it.
+public enum PluginOption: Sendable, Hashable, CustomStringConvertible {
+    case string(String)
+    case number(Double)
+    case bool(Bool)
+    case list([PluginOption])
+    case map([String: PluginOption])
+
+    public var string: String? {
+        switch self {
+        case .string(let text): return text
+        case .number(let number): return number == number.rounded() ? String(Int(number)) : String(number)
+        case .bool(let flag): return String(flag)
+        default: return nil
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .string(let text): return "'\(text)'"
+        case .number, .bool: return string ?? ""
+        case .list(let items): return "[" + items.map(\.description).joined(separator: ", ") + "]"
+        case .map(let map): return "{" + map.keys.sorted().joined(separator: ", ") + "}"
+        }
+    }
+}

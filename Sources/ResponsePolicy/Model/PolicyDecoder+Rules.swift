@@ -1,0 +1,331 @@
+/// The sections a rule's `then:` overrides are applied over.
+struct SectionScope {
+    var retry: RetrySettings
+    var refresh: RefreshSettings
+    var logout: LogoutSettings
+}
+
+extension PolicyDecoder {
+    static let topLevelKeys = [
+        "policy", "name", "classify", "rules", "refresh", "logout", "retry", "authorize", "store", "observe", "routes",
+    ]
+    static let ruleKeys = ["name", "when", "then"]
+    static let whenKeys = ["status", "code", "header", "error", "method", "path"]
+    static let routeKeys = ["match", "rules", "classify", "refresh", "logout", "retry", "authorize"]
+
+    // MARK: - rules
+
+    mutating func rules(_ node: YAMLNode, scope: SectionScope, namePrefix: String = "rule") -> [Rule] {
+        guard let items = node.items else {
+            if !node.isNull {
+                report(.error("invalid-type", "'rules' must be a list of rules, not \(node.kindDescription)", at: node.range))
+            }
+            return []
+        }
+        var result: [Rule] = []
+        result.reserveCapacity(items.count)
+        for (index, item) in items.enumerated() {
+            if let rule = rule(item, index: index, scope: scope, namePrefix: namePrefix) { result.append(rule) }
+        }
+        return result
+    }
+
+    mutating func rule(_ node: YAMLNode, index: Int, scope: SectionScope, namePrefix: String) -> Rule? {
+        guard let fields = mappingFields(node, "a rule", allowed: Self.ruleKeys) else { return nil }
+        var name = "\(namePrefix)-\(index + 1)"
+        var condition: Condition?
+        var thenNode: YAMLNode?
+        for (key, _, value) in fields {
+            switch key {
+            case "name":
+                if let text = string(value, key) {
+                    if Self.isPolicyName(text) {
+                        name = text
+                    } else {
+                        report(.error("invalid-name", "rule name '\(text.truncatedForMessage)' must be lower-case letters, digits and '-'", at: value.range))
+                    }
+                }
+            case "when": condition = self.condition(value)
+            case "then": thenNode = value
+            default: break
+            }
+        }
+        if !fields.contains(where: { $0.key == "when" }) {
+            report(.error("missing-key", "rule '\(name)' needs 'when:' to say what it matches", at: node.range))
+        }
+        guard let thenNode else {
+            report(.error("missing-key", "rule '\(name)' needs 'then:' (deliver, fail, retry, refresh or logout)", at: node.range))
+            return nil
+        }
+        guard let condition, var rule = then(thenNode, rule: Rule(name: name, when: condition, action: .deliver, range: node.range), scope: scope)
+        else { return nil }
+        rule.range = node.range
+        return rule
+    }
+
+    /// Reads `then:` and resolves its overrides over `scope`.
+    mutating func then(_ node: YAMLNode, rule: Rule, scope: SectionScope) -> Rule? {
+        var rule = rule
+        if node.scalar != nil {
+            guard let action = choice(node, "then", ActionKind.self) else { return nil }
+            rule.action = action
+            return rule
+        }
+        guard let pairs = node.pairs else {
+            report(.error("invalid-type", "'then' must be an action or a mapping with 'do:', not \(node.kindDescription)", at: node.range))
+            return nil
+        }
+        guard let doPair = pairs.first(where: { $0.key.scalar == "do" }) else {
+            report(.error("missing-key", "a 'then:' mapping needs 'do:' to name the action", at: node.range))
+            return nil
+        }
+        guard let action = choice(doPair.value, "do", ActionKind.self) else { return nil }
+        rule.action = action
+        rule.overrides = node
+        apply(overrides: node, to: &rule, scope: scope)
+        return rule
+    }
+
+    /// Applies a `then:` mapping's keys over the section its action uses.
+    mutating func apply(overrides node: YAMLNode, to rule: inout Rule, scope: SectionScope) {
+        let what = "'then' of a \(rule.action.rawValue) rule"
+        switch rule.action {
+        case .retry: rule.retry = retry(node, over: scope.retry, what: what, extraKeys: ["do"])
+        case .refresh: rule.refresh = refresh(node, over: scope.refresh, what: what, tuningOnly: true, extraKeys: ["do"])
+        case .logout: rule.logout = logout(node, over: scope.logout, what: what, tuningOnly: true, extraKeys: ["do"])
+        case .deliver, .fail: _ = mappingFields(node, what, allowed: ["do"])
+        }
+    }
+
+    mutating func condition(_ node: YAMLNode) -> Condition? {
+        guard let fields = mappingFields(node, "'when'", allowed: Self.whenKeys) else { return nil }
+        var condition = Condition()
+        for (key, _, value) in fields {
+            switch key {
+            case "status": condition.statuses = statuses(value)
+            case "code": condition.codes = codes(value)
+            case "header":
+                guard let pairs = value.pairs else {
+                    report(.error("invalid-type", "'header' must map header names to values, like { X-Reason: expired }", at: value.range))
+                    continue
+                }
+                var headers: [Condition.HeaderMatch] = []
+                for pair in pairs {
+                    guard let name = pair.key.scalar, Self.isHeaderName(name) else {
+                        report(.error("invalid-value", "'\(pair.key.scalar?.truncatedForMessage ?? "")' is not a header name", at: pair.key.range))
+                        continue
+                    }
+                    if let glob = string(pair.value, name) { headers.append(.init(name: name, value: Glob(glob))) }
+                }
+                condition.headers = headers
+            case "error":
+                var errors: [Condition.ErrorMatch] = []
+                for item in list(value, key) ?? [] {
+                    if let match = choice(item, key, Condition.ErrorMatch.self) { errors.append(match) }
+                }
+                condition.errors = errors
+            case "method": condition.methods = methods(value, key)
+            case "path": if let text = string(value, key) { condition.path = Glob(text) }
+            default: break
+            }
+        }
+        return condition
+    }
+
+    mutating func statuses(_ node: YAMLNode) -> [StatusRange]? {
+        guard let items = list(node, "status") else { return nil }
+        var result: [StatusRange] = []
+        for item in items {
+            guard let text = item.scalar, !item.isNull else {
+                report(.error("invalid-type", "a status must be a code like 503 or a range like \"500-599\", not \(item.kindDescription)", at: item.range))
+                continue
+            }
+            let parts = text.split(separator: "-", omittingEmptySubsequences: false).map { $0.trimmingSpaces }
+            let bounds = parts.map { Int($0) }
+            if parts.count == 1, let code = bounds[0], item.isPlainScalar || item.scalar != nil {
+                if (100...599).contains(code) {
+                    result.append(StatusRange(code))
+                } else {
+                    report(.error("invalid-status", "status \(text.truncatedForMessage) is not an HTTP status; use 100 to 599", at: item.range))
+                }
+            } else if parts.count == 2, let low = bounds[0], let high = bounds[1] {
+                if !(100...599).contains(low) || !(100...599).contains(high) {
+                    report(.error("invalid-status", "status range '\(text.truncatedForMessage)' must stay within 100-599", at: item.range))
+                } else if low > high {
+                    report(.error("invalid-status", "status range '\(text.truncatedForMessage)' is backwards; write \"\(high)-\(low)\"", at: item.range))
+                } else {
+                    result.append(StatusRange(low, high))
+                }
+            } else {
+                report(.error("invalid-status", "'\(text.truncatedForMessage)' is not a status; write a code like 503 or a range like \"500-599\"", at: item.range))
+            }
+        }
+        return result
+    }
+
+    mutating func codes(_ node: YAMLNode) -> [String]? {
+        guard let items = list(node, "code") else { return nil }
+        var result: [String] = []
+        for item in items {
+            guard let text = item.scalar, !item.isNull, !text.isEmpty else {
+                report(.error("invalid-type", "a business code must be a number or a text, not \(item.kindDescription)", at: item.range))
+                continue
+            }
+            result.append(text)
+        }
+        return result
+    }
+
+    static func isPolicyName(_ text: String) -> Bool {
+        !text.isEmpty && text.utf8.count <= 128
+            && text.utf8.allSatisfy { (0x61...0x7A).contains($0) || (0x30...0x39).contains($0) || $0 == 0x2D }
+    }
+
+    // MARK: - classify
+
+    mutating func classify(_ node: YAMLNode) -> CodeSource? {
+        guard let fields = mappingFields(node, "'classify'", allowed: ["code", "use", "with"]) else { return nil }
+        if let plugin = pluginReference(.extract, fields) {
+            if let code = fields.first(where: { $0.key == "code" }) {
+                report(.error("conflicting-keys", "'classify' takes either 'code:' or a plugin with 'use:', not both", at: code.keyNode.range))
+            }
+            return .plugin(plugin)
+        }
+        guard let code = fields.first(where: { $0.key == "code" }) else {
+            report(.error("missing-key", "'classify' needs 'code:', like code: body.status", at: node.range))
+            return nil
+        }
+        guard let text = string(code.value, "code") else { return nil }
+        switch ValuePath(text) {
+        case .body: return .body(String(text.dropFirst(5)))
+        case .header(let name): return .header(name)
+        case nil:
+            report(
+                .error(
+                    "invalid-value",
+                    "'code' must be body.<path> (a JSON field, like body.status or body.errors.0.code) or header.<Name>, not '\(text.truncatedForMessage)'",
+                    at: code.value.range))
+            return nil
+        }
+    }
+
+    // MARK: - routes
+
+    mutating func routes(_ node: YAMLNode, top: PolicyParts) -> [Route] {
+        guard let items = node.items else {
+            if !node.isNull {
+                report(.error("invalid-type", "'routes' must be a list, not \(node.kindDescription)", at: node.range))
+            }
+            return []
+        }
+        var routes: [Route] = []
+        for (index, item) in items.enumerated() {
+            guard let fields = mappingFields(item, "a route", allowed: Self.routeKeys) else { continue }
+            var route = Route(
+                path: nil, methods: nil, rules: nil, classify: nil, refresh: top.refresh, logout: top.logout,
+                retry: top.retry, authorize: top.authorize, range: item.range)
+            guard let match = fields.first(where: { $0.key == "match" }) else {
+                report(.error("missing-key", "a route needs 'match:' with a path and/or method", at: item.range))
+                continue
+            }
+            if let matchFields = mappingFields(match.value, "'match'", allowed: ["path", "method"]) {
+                for (key, _, value) in matchFields {
+                    if key == "path", let text = string(value, key) { route.path = Glob(text) }
+                    if key == "method" { route.methods = methods(value, key) }
+                }
+            }
+            for (key, _, value) in fields {
+                switch key {
+                case "classify": route.classify = .some(value.isNull ? nil : classify(value))
+                case "refresh": route.refresh = refresh(value, over: top.refresh)
+                case "logout": route.logout = logout(value, over: top.logout)
+                case "retry": route.retry = retry(value, over: top.retry)
+                case "authorize": route.authorize = pluginSection(.authorize, value, what: "'authorize'") ?? route.authorize
+                default: break
+                }
+            }
+            if let rulesField = fields.first(where: { $0.key == "rules" }) {
+                let scope = SectionScope(retry: route.retry, refresh: route.refresh, logout: route.logout)
+                route.rules = rules(rulesField.value, scope: scope, namePrefix: "route-\(index + 1)-rule")
+            }
+            routes.append(route)
+        }
+        return routes
+    }
+}
+
+/// The top-level sections as decoded, before the policy is assembled.
+struct PolicyParts {
+    var name = ""
+    var classify: CodeSource?
+    var rules: [Rule] = []
+    var refresh = RefreshSettings()
+    var logout = LogoutSettings()
+    var retry = RetrySettings()
+    var authorize = PluginReference(kind: .authorize, name: "bearer")
+    var store = PluginReference(kind: .store, name: "memory")
+    var observe: [PluginReference] = []
+    var routes: [Route] = []
+    /// Which top-level sections were written, with the range of their key (for lint).
+    var sections: [String: SourceRange] = [:]
+    var rootRange = SourceRange.fileStart
+}
+
+extension PolicyDecoder {
+    /// Decodes a whole policy document.
+    mutating func policy(_ root: YAMLNode) -> PolicyParts? {
+        guard root.pairs != nil else {
+            report(.error("invalid-root", "a policy file must be a mapping with 'policy: 1' and 'name:', not \(root.kindDescription)", at: root.range))
+            return nil
+        }
+        var parts = PolicyParts()
+        parts.rootRange = root.range
+        guard let fields = mappingFields(root, "a policy", allowed: Self.topLevelKeys, ignorePrefix: "x-") else { return nil }
+        func field(_ key: String) -> YAMLNode? { fields.first { $0.key == key }?.value }
+        for (key, keyNode, _) in fields { parts.sections[key] = keyNode.range }
+
+        if let version = field("policy") {
+            if let number = integer(version, "policy", in: Int.min...Int.max), number != 1 {
+                report(.error("unsupported-version", "this tool reads policy schema 1, not \(number); write policy: 1", at: version.range))
+            }
+        } else {
+            report(.error("missing-key", "missing 'policy: 1' (the schema version) at the top of the file", at: SourceRange(start: root.range.start, end: root.range.start)))
+        }
+        if let name = field("name") {
+            if let text = string(name, "name") {
+                if Self.isPolicyName(text) {
+                    parts.name = text
+                } else {
+                    report(.error("invalid-name", "policy name '\(text.truncatedForMessage)' must use only lower-case letters, digits and '-'", at: name.range))
+                }
+            }
+        } else {
+            report(.error("missing-key", "missing 'name:' (lower-case letters, digits and '-')", at: SourceRange(start: root.range.start, end: root.range.start)))
+        }
+        if let node = field("classify") { parts.classify = classify(node) }
+        if let node = field("retry") { parts.retry = retry(node, over: parts.retry) }
+        if let node = field("refresh") { parts.refresh = refresh(node, over: parts.refresh) }
+        if let node = field("logout") { parts.logout = logout(node, over: parts.logout) }
+        if let node = field("authorize") { parts.authorize = pluginSection(.authorize, node, what: "'authorize'") ?? parts.authorize }
+        if let node = field("store") { parts.store = pluginSection(.store, node, what: "'store'") ?? parts.store }
+        if let node = field("observe") {
+            for item in list(node, "observe") ?? [] {
+                if let plugin = pluginSection(.observe, item, what: "an 'observe' entry") { parts.observe.append(plugin) }
+            }
+        }
+        if let node = field("rules") {
+            parts.rules = rules(node, scope: SectionScope(retry: parts.retry, refresh: parts.refresh, logout: parts.logout))
+        }
+        if let node = field("routes") { parts.routes = routes(node, top: parts) }
+        return parts
+    }
+}
+
+extension Substring {
+    var trimmingSpaces: Substring {
+        var text = self
+        while text.first == " " { text.removeFirst() }
+        while text.last == " " { text.removeLast() }
+        return text
+    }
+}

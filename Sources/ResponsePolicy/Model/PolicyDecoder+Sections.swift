@@ -1,0 +1,320 @@
+extension PolicyDecoder {
+    static let retryKeys = [
+        "max-retries", "backoff", "initial", "multiplier", "max-delay", "jitter", "retry-after", "attempt-timeout",
+        "methods", "idempotency-key", "on-exhausted", "deadline", "budget",
+    ]
+    static let refreshTuningKeys = [
+        "timeout", "share-window", "max-per-request", "on-exhausted", "on-failure", "limit", "ahead",
+    ]
+    static let logoutTuningKeys = ["cancel-in-flight", "cooldown"]
+
+    // MARK: - retry
+
+    /// Applies the keys of a `retry:` mapping (or a rule's `then:` overrides) over `base`.
+    mutating func retry(_ node: YAMLNode, over base: RetrySettings, what: String = "'retry'", extraKeys: [String] = [])
+        -> RetrySettings
+    {
+        var settings = base
+        guard let fields = mappingFields(node, what, allowed: Self.retryKeys + extraKeys) else { return settings }
+        for (key, _, value) in fields {
+            switch key {
+            case "max-retries": settings.maxRetries = integer(value, key, in: 0...100) ?? settings.maxRetries
+            case "backoff": settings.backoff = choice(value, key, RetrySettings.Backoff.self) ?? settings.backoff
+            case "initial": settings.initial = duration(value, key).flatMap { $0 } ?? settings.initial
+            case "multiplier": settings.multiplier = number(value, key, in: 1...100) ?? settings.multiplier
+            case "max-delay": if let d = duration(value, key, allowNone: true) { settings.maxDelay = d }
+            case "jitter": settings.jitter = jitter(value) ?? settings.jitter
+            case "retry-after":
+                if let text = value.scalar, value.isPlainScalar, text == "honor" || text == "ignore" {
+                    settings.honorRetryAfter = text == "honor"
+                } else if value.scalar == "honour" {
+                    report(.error("invalid-value", "'retry-after' cannot be 'honour'; did you mean 'honor'?", at: value.range))
+                } else {
+                    report(
+                        .error(
+                            "invalid-value", "'retry-after' must be honor or ignore, not \(value.kindDescription)",
+                            at: value.range))
+                }
+            case "attempt-timeout": if let d = duration(value, key, allowNone: true) { settings.attemptTimeout = d }
+            case "methods": settings.methods = methods(value, key) ?? settings.methods
+            case "idempotency-key":
+                if let text = string(value, key) {
+                    settings.idempotencyKey = text == "none" ? nil : text
+                    if text != "none", !Self.isHeaderName(text) {
+                        report(.error("invalid-value", "'idempotency-key' must be a header name, not '\(text.truncatedForMessage)'", at: value.range))
+                    }
+                }
+            case "on-exhausted": settings.onExhausted = action(value, key) ?? settings.onExhausted
+            case "deadline": if let d = duration(value, key, allowNone: true) { settings.deadline = d }
+            case "budget": settings.budget = budget(value) ?? settings.budget
+            default: break
+            }
+        }
+        return settings
+    }
+
+    mutating func jitter(_ node: YAMLNode) -> RetrySettings.Jitter? {
+        guard let text = node.scalar, !node.isNull else {
+            report(.error("invalid-type", "'jitter' must be none, full, equal or a percentage like \"20%\"", at: node.range))
+            return nil
+        }
+        switch text {
+        case "none": return RetrySettings.Jitter.none
+        case "full": return .full
+        case "equal": return .equal
+        default:
+            if text.hasSuffix("%"), let percent = Double(text.dropLast()), percent >= 0, percent <= 100 {
+                return .proportional(percent / 100)
+            }
+            report(
+                .error(
+                    "invalid-value",
+                    "'jitter' cannot be '\(text.truncatedForMessage)'; use none, full, equal or a percentage from \"0%\" to \"100%\"",
+                    at: node.range))
+            return nil
+        }
+    }
+
+    mutating func budget(_ node: YAMLNode) -> RetrySettings.Budget?? {
+        if node.scalar == "none" { return .some(nil) }
+        guard let fields = mappingFields(node, "'budget'", allowed: ["ratio", "min"]) else { return nil }
+        var budget = RetrySettings.Budget(ratio: 0.1, min: 10)
+        for (key, _, value) in fields {
+            if key == "ratio" { budget.ratio = number(value, key, in: 0...1000) ?? budget.ratio }
+            if key == "min" { budget.min = integer(value, key, in: 0...1_000_000) ?? budget.min }
+        }
+        return .some(budget)
+    }
+
+    mutating func methods(_ node: YAMLNode, _ key: String) -> [String]? {
+        guard let items = list(node, key) else { return nil }
+        var result: [String] = []
+        for item in items {
+            guard let text = string(item, key) else { continue }
+            let upper = text.uppercased()
+            guard Self.isHeaderName(upper) else {
+                report(.error("invalid-value", "'\(text.truncatedForMessage)' is not an HTTP method", at: item.range))
+                continue
+            }
+            result.append(upper)
+        }
+        return result
+    }
+
+    static func isHeaderName(_ text: String) -> Bool {
+        !text.isEmpty
+            && text.utf8.allSatisfy { byte in
+                (0x30...0x39).contains(byte) || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte)
+                    || "!#$%&'*+-.^_`|~".utf8.contains(byte)
+            }
+    }
+
+    // MARK: - refresh
+
+    mutating func refresh(_ node: YAMLNode, over base: RefreshSettings, what: String = "'refresh'", tuningOnly: Bool = false, extraKeys: [String] = [])
+        -> RefreshSettings
+    {
+        var settings = base
+        let allowed = (tuningOnly ? [] : ["use", "with"]) + Self.refreshTuningKeys + extraKeys
+        guard let fields = mappingFields(node, what, allowed: allowed) else { return settings }
+        if !tuningOnly, let plugin = pluginReference(.refresh, fields) { settings.plugin = plugin }
+        for (key, _, value) in fields {
+            switch key {
+            case "timeout": settings.timeout = duration(value, key).flatMap { $0 } ?? settings.timeout
+            case "share-window": settings.shareWindow = duration(value, key).flatMap { $0 } ?? settings.shareWindow
+            case "max-per-request": settings.maxPerRequest = integer(value, key, in: 0...100) ?? settings.maxPerRequest
+            case "on-exhausted": settings.onExhausted = action(value, key) ?? settings.onExhausted
+            case "on-failure": settings.onFailure = action(value, key) ?? settings.onFailure
+            case "limit":
+                if value.scalar == "none" {
+                    settings.limit = nil
+                } else if let limitFields = mappingFields(value, "'limit'", allowed: ["count", "per"]) {
+                    var limit = settings.limit ?? RefreshSettings.Limit(count: 5, per: .seconds(30))
+                    for (limitKey, _, limitValue) in limitFields {
+                        if limitKey == "count" { limit.count = integer(limitValue, limitKey, in: 1...1_000_000) ?? limit.count }
+                        if limitKey == "per" { limit.per = duration(limitValue, limitKey).flatMap { $0 } ?? limit.per }
+                    }
+                    settings.limit = limit
+                }
+            case "ahead": if let d = duration(value, key, allowNone: true) { settings.ahead = d }
+            default: break
+            }
+        }
+        return settings
+    }
+
+    // MARK: - logout
+
+    mutating func logout(_ node: YAMLNode, over base: LogoutSettings, what: String = "'logout'", tuningOnly: Bool = false, extraKeys: [String] = [])
+        -> LogoutSettings
+    {
+        var settings = base
+        let allowed = (tuningOnly ? [] : ["use", "with"]) + Self.logoutTuningKeys + extraKeys
+        guard let fields = mappingFields(node, what, allowed: allowed) else { return settings }
+        if !tuningOnly, let plugin = pluginReference(.logout, fields) { settings.plugin = plugin }
+        for (key, _, value) in fields {
+            switch key {
+            case "cancel-in-flight": settings.cancelInFlight = boolean(value, key) ?? settings.cancelInFlight
+            case "cooldown": settings.cooldown = duration(value, key).flatMap { $0 } ?? settings.cooldown
+            default: break
+            }
+        }
+        return settings
+    }
+
+    // MARK: - plugins
+
+    /// A plugin-only section (`authorize:`, `store:`, one `observe:` entry).
+    mutating func pluginSection(_ kind: PluginKind, _ node: YAMLNode, what: String) -> PluginReference? {
+        guard let fields = mappingFields(node, what, allowed: ["use", "with"]) else { return nil }
+        guard let plugin = pluginReference(kind, fields) else {
+            report(.error("missing-key", "\(what) needs 'use:' to name a \(kind.rawValue) plugin", at: node.range))
+            return nil
+        }
+        return plugin
+    }
+
+    /// Reads `use:` and `with:` from a section's fields and checks them against the catalog.
+    mutating func pluginReference(
+        _ kind: PluginKind, _ fields: [(key: String, keyNode: YAMLNode, value: YAMLNode)]
+    ) -> PluginReference? {
+        let useField = fields.first { $0.key == "use" }
+        let withField = fields.first { $0.key == "with" }
+        guard let useField else {
+            if let withField {
+                report(.error("missing-key", "'with' gives options, but no plugin is named with 'use'", at: withField.keyNode.range))
+            }
+            return nil
+        }
+        guard let name = string(useField.value, "use") else { return nil }
+        var options: [String: PluginOption] = [:]
+        var optionNodes: [(String, YAMLNode, YAMLNode)] = []
+        if let withField {
+            if isOptionMapping(withField.value), let pairs = withField.value.pairs {
+                for pair in pairs {
+                    guard let key = pair.key.scalar else { continue }
+                    optionNodes.append((key, pair.key, pair.value))
+                    options[key] = pluginOption(pair.value)
+                }
+            }
+        }
+        let reference = PluginReference(kind: kind, name: name, options: options, range: useField.value.range)
+        guard let schema = catalog.schema(kind, name) else {
+            let names = catalog.names(kind)
+            let known = names.isEmpty ? "none are built in" : "known: \(names.joined(separator: ", "))"
+            report(
+                .error(
+                    "unknown-plugin",
+                    "unknown \(kind.rawValue) plugin '\(name.truncatedForMessage)'\(Suggestion.hint(for: name, in: names))"
+                        + " (\(known); declare a host plugin with --plugin \(kind.rawValue):\(name.truncatedForMessage))",
+                    at: useField.value.range))
+            return reference
+        }
+        if let schema { checkOptions(optionNodes, schema: schema, plugin: name, kind: kind, at: withField?.keyNode.range ?? useField.value.range) }
+        return reference
+    }
+
+    /// Whether `with:` is a mapping; reports anything else but null.
+    private mutating func isOptionMapping(_ node: YAMLNode) -> Bool {
+        if node.pairs != nil { return true }
+        if !node.isNull {
+            report(.error("invalid-type", "'with' must be a mapping of options, not \(node.kindDescription)", at: node.range))
+        }
+        return false
+    }
+
+    mutating func checkOptions(
+        _ options: [(String, YAMLNode, YAMLNode)], schema: PluginSchema, plugin: String, kind: PluginKind,
+        at range: SourceRange
+    ) {
+        let names = schema.options.map(\.name)
+        for (key, keyNode, value) in options {
+            if let instead = schema.forbiddenSecrets[key] {
+                report(
+                    .error(
+                        "secret-in-policy",
+                        "'\(key)' would put a secret in the policy file; store it in an environment variable and name that with '\(instead)'",
+                        at: keyNode.range))
+                continue
+            }
+            guard let option = schema.options.first(where: { $0.name == key }) else {
+                let hint = Suggestion.hint(for: key, in: names)
+                let known = names.isEmpty ? "it takes no options" : "it takes \(names.map { "'\($0)'" }.joined(separator: ", "))"
+                report(
+                    .error(
+                        "unknown-plugin-option",
+                        "\(kind.rawValue) plugin '\(plugin)' has no option '\(key.truncatedForMessage)'\(hint.isEmpty ? "; \(known)" : hint)",
+                        at: keyNode.range))
+                continue
+            }
+            checkOptionType(value, option)
+        }
+        for option in schema.options where option.required && !options.contains(where: { $0.0 == option.name }) {
+            report(
+                .error(
+                    "missing-plugin-option",
+                    "\(kind.rawValue) plugin '\(plugin)' needs the option '\(option.name)' (\(option.summary))", at: range))
+        }
+    }
+
+    mutating func checkOptionType(_ node: YAMLNode, _ option: PluginSchema.Option) {
+        let key = option.name
+        switch option.type {
+        case .string: _ = string(node, key)
+        case .url:
+            if let text = string(node, key), !(text.hasPrefix("https://") || text.hasPrefix("http://")) || text.count < 10 {
+                report(.error("invalid-value", "'\(key)' must be an http:// or https:// URL, not '\(text.truncatedForMessage)'", at: node.range))
+            }
+        case .duration: _ = duration(node, key)
+        case .integer: _ = integer(node, key, in: Int.min...Int.max)
+        case .boolean: _ = boolean(node, key)
+        case .stringMap:
+            guard let pairs = node.pairs else {
+                report(.error("invalid-type", "'\(key)' must be a mapping, not \(node.kindDescription)", at: node.range))
+                return
+            }
+            for pair in pairs where pair.value.scalar == nil {
+                report(.error("invalid-type", "'\(key)' values must be texts, not \(pair.value.kindDescription)", at: pair.value.range))
+            }
+        case .stringList:
+            for item in list(node, key) ?? [] { _ = string(item, key) }
+        case .valuePath:
+            if let text = string(node, key), ValuePath(text) == nil {
+                report(.error("invalid-value", "'\(key)' must be body.<path> or header.<Name>, not '\(text.truncatedForMessage)'", at: node.range))
+            }
+        }
+    }
+
+    func pluginOption(_ node: YAMLNode) -> PluginOption {
+        switch node.value {
+        case .scalar(let text, let style):
+            if style == .plain, node.tag == nil {
+                if text == "true" { return .bool(true) }
+                if text == "false" { return .bool(false) }
+                if Self.isInteger(text) || Double(text) != nil, let number = Double(text) { return .number(number) }
+            }
+            return .string(text)
+        case .sequence(let items): return .list(items.map(pluginOption))
+        case .mapping(let pairs):
+            var map: [String: PluginOption] = [:]
+            for pair in pairs { if let key = pair.key.scalar { map[key] = pluginOption(pair.value) } }
+            return .map(map)
+        }
+    }
+}
+
+/// `body.<dot.path>` or `header.<Name>`: where a value is read from a response.
+package enum ValuePath: Sendable, Hashable {
+    case body(JSONPath)
+    case header(String)
+
+    package init?(_ text: String) {
+        if text.hasPrefix("body."), let path = JSONPath(String(text.dropFirst(5))) {
+            self = .body(path)
+        } else if text.hasPrefix("header."), PolicyDecoder.isHeaderName(String(text.dropFirst(7))) {
+            self = .header(String(text.dropFirst(7)))
+        } else {
+            return nil
+        }
+    }
+}

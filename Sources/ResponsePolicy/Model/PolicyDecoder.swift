@@ -1,0 +1,188 @@
+/// Reads a YAML node tree as a schema-1 policy, collecting every problem as a diagnostic.
+///
+/// Why a hand-written decoder and not `Decodable`: the contract is positioned, friendly errors
+/// for every problem in the file (not the first), "did you mean" hints, and scalar typing that
+/// YAML 1.1 gets wrong for configuration (`no` is not `false`, `1401` and `"1401"` are the same
+/// business code). Each `read…` helper reports what it could not read and returns `nil`, and the
+/// caller keeps its default, so one mistake does not hide the next.
+package struct PolicyDecoder {
+    package var diagnostics: [Diagnostic] = []
+    let catalog: PluginCatalog
+    /// Set while re-applying a rule's `then:` over a route's sections, so problems are reported
+    /// once, at the top level.
+    var quiet = false
+
+    package init(catalog: PluginCatalog) {
+        self.catalog = catalog
+    }
+
+    mutating func report(_ diagnostic: Diagnostic) {
+        if !quiet { diagnostics.append(diagnostic) }
+    }
+
+    // MARK: - Structure
+
+    /// The pairs of a mapping whose keys are all in `allowed`; reports other keys with a hint.
+    /// `what` names the mapping in messages (`'retry'`, `a rule`).
+    mutating func mappingFields(
+        _ node: YAMLNode, _ what: String, allowed: [String], ignorePrefix: String? = nil
+    ) -> [(key: String, keyNode: YAMLNode, value: YAMLNode)]? {
+        guard let pairs = node.pairs else {
+            if node.isNull { return [] }
+            report(.error("invalid-type", "\(what) must be a mapping, not \(node.kindDescription)", at: node.range))
+            return nil
+        }
+        var result: [(String, YAMLNode, YAMLNode)] = []
+        for pair in pairs {
+            guard let key = pair.key.scalar else {
+                report(.error("invalid-key", "keys must be plain names, not \(pair.key.kindDescription)", at: pair.key.range))
+                continue
+            }
+            if let ignorePrefix, key.hasPrefix(ignorePrefix) { continue }
+            if allowed.contains(key) {
+                result.append((key, pair.key, pair.value))
+            } else {
+                report(Self.unknownKey(key, in: what, allowed: allowed, at: pair.key.range))
+            }
+        }
+        return result
+    }
+
+    static func unknownKey(_ key: String, in what: String, allowed: [String], at range: SourceRange) -> Diagnostic {
+        if let suggestion = Suggestion.closest(to: key, in: allowed) {
+            return .error("unknown-key", "unknown key '\(key.truncatedForMessage)'; did you mean '\(suggestion)'?", at: range)
+        }
+        return .error(
+            "unknown-key",
+            "unknown key '\(key.truncatedForMessage)' in \(what); expected one of \(allowed.map { "'\($0)'" }.joined(separator: ", "))",
+            at: range)
+    }
+
+    /// A list, or a single scalar read as a one-item list (`status: 401` means `status: [401]`).
+    mutating func list(_ node: YAMLNode, _ key: String) -> [YAMLNode]? {
+        switch node.value {
+        case .sequence(let items): return items
+        case .scalar where !node.isNull: return [node]
+        default:
+            report(.error("invalid-type", "'\(key)' must be a list, not \(node.kindDescription)", at: node.range))
+            return nil
+        }
+    }
+
+    // MARK: - Scalars
+
+    mutating func string(_ node: YAMLNode, _ key: String) -> String? {
+        guard case .scalar(let text, _) = node.value, !node.isNull else {
+            report(.error("invalid-type", "'\(key)' must be a text, not \(node.kindDescription)", at: node.range))
+            return nil
+        }
+        return text
+    }
+
+    /// A whole number in `range`. Quoted numbers are texts and refused.
+    mutating func integer(_ node: YAMLNode, _ key: String, in range: ClosedRange<Int>) -> Int? {
+        guard node.isPlainScalar, let text = node.scalar, Self.isInteger(text) else {
+            report(.error("invalid-type", "'\(key)' must be a whole number, not \(node.kindDescription)", at: node.range))
+            return nil
+        }
+        guard let value = Int(text) else {
+            report(.error("invalid-value", "'\(key)' is too large: \(text.truncatedForMessage)", at: node.range))
+            return nil
+        }
+        guard range.contains(value) else {
+            report(
+                .error(
+                    "invalid-value", "'\(key)' must be between \(range.lowerBound) and \(range.upperBound), not \(value)",
+                    at: node.range))
+            return nil
+        }
+        return value
+    }
+
+    static func isInteger(_ text: String) -> Bool {
+        let digits = text.hasPrefix("-") || text.hasPrefix("+") ? text.dropFirst() : Substring(text)
+        return !digits.isEmpty && digits.allSatisfy { $0.isASCII && $0.isNumber }
+    }
+
+    mutating func number(_ node: YAMLNode, _ key: String, in range: ClosedRange<Double>) -> Double? {
+        guard node.isPlainScalar, let text = node.scalar, let value = Double(text), value.isFinite else {
+            report(.error("invalid-type", "'\(key)' must be a number, not \(node.kindDescription)", at: node.range))
+            return nil
+        }
+        guard range.contains(value) else {
+            report(
+                .error(
+                    "invalid-value",
+                    "'\(key)' must be between \(formatNumber(range.lowerBound)) and \(formatNumber(range.upperBound)), not \(text)",
+                    at: node.range))
+            return nil
+        }
+        return value
+    }
+
+    /// `true` or `false` only: YAML 1.1's `yes`/`no`/`on`/`off` are refused with a hint.
+    mutating func boolean(_ node: YAMLNode, _ key: String) -> Bool? {
+        if node.isPlainScalar, let text = node.scalar {
+            switch text {
+            case "true", "True", "TRUE": return true
+            case "false", "False", "FALSE": return false
+            case "yes", "Yes", "YES", "on", "On", "ON", "y", "Y":
+                report(.error("invalid-type", "'\(key)' must be true or false; write true instead of '\(text)'", at: node.range))
+                return nil
+            case "no", "No", "NO", "off", "Off", "OFF", "n", "N":
+                report(.error("invalid-type", "'\(key)' must be true or false; write false instead of '\(text)'", at: node.range))
+                return nil
+            default: break
+            }
+        }
+        report(.error("invalid-type", "'\(key)' must be true or false, not \(node.kindDescription)", at: node.range))
+        return nil
+    }
+
+    /// A duration with a unit. `allowNone` accepts `none` (returned as `.some(nil)`).
+    mutating func duration(_ node: YAMLNode, _ key: String, allowNone: Bool = false) -> Duration?? {
+        guard case .scalar(let text, _) = node.value, !node.isNull else {
+            report(.error("invalid-type", "'\(key)' must be a duration like 20s, not \(node.kindDescription)", at: node.range))
+            return nil
+        }
+        if allowNone, text == "none" { return .some(nil) }
+        if let duration = Duration.parsePolicy(text) { return .some(duration) }
+        if Double(text) != nil {
+            let hint = text.hasPrefix("-") ? "a duration cannot be negative" : "a bare number has no unit: write \(text)s"
+            report(.error("invalid-duration", "'\(key)' needs a unit; \(hint) (ms, s, m or h)", at: node.range))
+        } else {
+            report(
+                .error(
+                    "invalid-duration",
+                    "'\(key)' is not a duration: '\(text.truncatedForMessage)'; write a number and a unit, like 250ms, 20s, 2m or 1h"
+                        + (allowNone ? ", or none" : ""),
+                    at: node.range))
+        }
+        return nil
+    }
+
+    /// One of an enum's raw values, with a hint for a near miss.
+    mutating func choice<T: RawRepresentable & CaseIterable>(_ node: YAMLNode, _ key: String, _: T.Type) -> T?
+    where T.RawValue == String {
+        let names = T.allCases.map(\.rawValue)
+        guard case .scalar(let text, _) = node.value, !node.isNull else {
+            report(
+                .error(
+                    "invalid-type", "'\(key)' must be one of \(names.joined(separator: ", ")), not \(node.kindDescription)",
+                    at: node.range))
+            return nil
+        }
+        if let value = T(rawValue: text) { return value }
+        report(
+            .error(
+                "invalid-value",
+                "'\(key)' cannot be '\(text.truncatedForMessage)'\(Suggestion.hint(for: text, in: names).isEmpty ? "; use one of \(names.joined(separator: ", "))" : Suggestion.hint(for: text, in: names))",
+                at: node.range))
+        return nil
+    }
+
+    /// An action name for `on-exhausted`/`on-failure`; lint decides which values loop.
+    mutating func action(_ node: YAMLNode, _ key: String) -> ActionKind? {
+        choice(node, key, ActionKind.self)
+    }
+}

@@ -1,0 +1,31 @@
+/// The `refresh:` section: how a fresh token is obtained and how often that may happen.
+public struct RefreshSettings: Sendable, Hashable {
+    public struct Limit: Sendable, Hashable {
+        public var count: Int
+        public var per: Duration
+        public init(count: Int, per: Duration) {
+            self.count = count
+            self.per = per
+        }
+    }
+
+    /// The plugin that performs the refresh; `nil` when `use:` is missing (lint reports any
+    /// `refresh` action then).
+    public var plugin: PluginReference?
+    /// `10s` by default; a slower refresh has failed.
+    public var timeout: Duration = .seconds(10)
+    /// `20s` by default: triggers this soon after a refresh retry without refreshing again.
+    public var shareWindow: Duration = .seconds(20)
+    /// `1` by default: how often one request may be re-sent for refresh triggers.
+    public var maxPerRequest: Int = 1
+    /// `logout` by default.
+    public var onExhausted: ActionKind = .logout
+    /// `logout` by default.
+    public var onFailure: ActionKind = .logout
+    /// `{count: 5, per: 30s}` by default: more refreshes than this in the window fail.
+    public var limit: Limit? = Limit(count: 5, per: .seconds(30))
+    /// `30s` by default: refresh before sending when the token expires this soon.
+    public var ahead: Duration? = .seconds(30)
+
+    public init() {}
+}

@@ -1,0 +1,104 @@
+/// The `retry:` section: how often, after how long, and which requests may be sent again.
+public struct RetrySettings: Sendable, Hashable {
+    public enum Backoff: String, Sendable, Hashable, CaseIterable {
+        /// Every wait is `initial`.
+        case constant
+        /// Wait n is `initial × n`.
+        case linear
+        /// Wait n is `initial × multiplier^(n−1)` ("progressive").
+        case exponential
+    }
+
+    public enum Jitter: Sendable, Hashable, CustomStringConvertible {
+        case none
+        /// A uniform draw from [0, d].
+        case full
+        /// A uniform draw from [d/2, d].
+        case equal
+        /// A uniform draw from [d(1−p), d(1+p)], `p` a fraction (`"20%"` is 0.2).
+        case proportional(Double)
+
+        public var description: String {
+            switch self {
+            case .none: return "none"
+            case .full: return "full"
+            case .equal: return "equal"
+            case .proportional(let p): return "\(formatNumber(p * 100))%"
+            }
+        }
+    }
+
+    public struct Budget: Sendable, Hashable {
+        public var ratio: Double
+        public var min: Int
+        public init(ratio: Double, min: Int) {
+            self.ratio = ratio
+            self.min = min
+        }
+    }
+
+    /// `3` by default.
+    public var maxRetries: Int = 3
+    public var backoff: Backoff = .exponential
+    /// `1s` by default.
+    public var initial: Duration = .seconds(1)
+    /// `2` by default.
+    public var multiplier: Double = 2
+    /// `30s` by default; `nil` (`max-delay: none`) leaves the delay uncapped.
+    public var maxDelay: Duration? = .seconds(30)
+    public var jitter: Jitter = .none
+    /// `honor` by default: a `Retry-After` header (seconds or HTTP-date) sets the wait, up to `max-delay`.
+    public var honorRetryAfter: Bool = true
+    /// `10s` by default; a slower attempt counts as `error: timeout`.
+    public var attemptTimeout: Duration? = .seconds(10)
+    /// The methods that may be retried. GET, HEAD, PUT, DELETE and OPTIONS are idempotent by
+    /// RFC 9110 §9.2.2, so sending them twice is safe; POST and PATCH are not, so they are left
+    /// out unless listed or the request carries an idempotency key.
+    public var methods: [String] = ["GET", "HEAD", "PUT", "DELETE", "OPTIONS"]
+    /// `Idempotency-Key` by default; `nil` (`idempotency-key: none`) turns the feature off.
+    public var idempotencyKey: String? = "Idempotency-Key"
+    /// `deliver` by default. Also accepts any action so lint can report a looping value.
+    public var onExhausted: ActionKind = .deliver
+    /// `60s` by default; `nil` (`deadline: none`) for no deadline.
+    public var deadline: Duration? = .seconds(60)
+    /// `{ratio: 0.1, min: 10}` by default.
+    public var budget: Budget? = Budget(ratio: 0.1, min: 10)
+
+    public init() {}
+
+    /// The wait before retry `n` (1-based) before jitter and `Retry-After`.
+    public func delay(forRetry n: Int) -> Duration {
+        let base: Double
+        let initialSeconds = initial.seconds
+        switch backoff {
+        case .constant: base = initialSeconds
+        case .linear: base = initialSeconds * Double(n)
+        case .exponential: base = initialSeconds * pow(multiplier, Double(n - 1))
+        }
+        var seconds = base.isFinite ? base : Double.greatestFiniteMagnitude
+        if let maxDelay { seconds = Swift.min(seconds, maxDelay.seconds) }
+        return .seconds(clampSeconds(seconds))
+    }
+
+    /// The longest wait jitter can turn `delay` into.
+    public func worstCaseJittered(_ delay: Duration) -> Duration {
+        if case .proportional(let p) = jitter { return delay * (1 + p) }
+        return delay
+    }
+}
+
+/// Seconds clamped to what a `Duration` can hold comfortably (100 years).
+func clampSeconds(_ seconds: Double) -> Double {
+    Swift.max(0, Swift.min(seconds, 3_153_600_000))
+}
+
+private func pow(_ base: Double, _ exponent: Double) -> Double {
+    var result = 1.0
+    var count = Int(exponent)
+    while count > 0 {
+        result *= base
+        if !result.isFinite { return result }
+        count -= 1
+    }
+    return result
+}

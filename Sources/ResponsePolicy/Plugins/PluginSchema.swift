@@ -1,0 +1,119 @@
+/// The options a plugin takes in `with:`, so lint can check them before the plugin ever runs.
+public struct PluginSchema: Sendable, Hashable {
+    public enum OptionType: String, Sendable, Hashable {
+        case string, url, duration, integer, boolean
+        /// A mapping of names to texts (`body:` of the `http` refresh plugin, extra headers).
+        case stringMap = "mapping of texts"
+        case stringList = "list of texts"
+        /// `body.<path>` or `header.<Name>`.
+        case valuePath = "value path"
+    }
+
+    public struct Option: Sendable, Hashable {
+        public var name: String
+        public var type: OptionType
+        public var required: Bool
+        public var summary: String
+        public init(_ name: String, _ type: OptionType, required: Bool = false, _ summary: String = "") {
+            self.name = name
+            self.type = type
+            self.required = required
+            self.summary = summary
+        }
+    }
+
+    public var options: [Option]
+    /// Option names that must never hold a secret in the YAML, with the option to use instead.
+    public var forbiddenSecrets: [String: String]
+
+    public init(_ options: [Option], forbiddenSecrets: [String: String] = [:]) {
+        self.options = options
+        self.forbiddenSecrets = forbiddenSecrets
+    }
+
+    /// A schema that takes no options.
+    public static let none = PluginSchema([])
+}
+
+/// Which plugin names exist for each kind, with their option schemas; what lint and
+/// `Policy.load` check `use:` and `with:` against.
+///
+/// Built-ins are always present. A host adds its own names (``declare(_:_:schema:)``); a host
+/// plugin declared without a schema accepts any options. `policy lint --plugin refresh:my-sso`
+/// declares one from the command line.
+public struct PluginCatalog: Sendable, Hashable {
+    private var entries: [PluginKind: [String: PluginSchema?]]
+
+    public init() {
+        entries = Self.builtins
+    }
+
+    public mutating func declare(_ kind: PluginKind, _ name: String, schema: PluginSchema? = nil) {
+        entries[kind, default: [:]][name] = .some(schema)
+    }
+
+    /// Whether `name` is a known plugin of `kind`.
+    public func contains(_ kind: PluginKind, _ name: String) -> Bool {
+        entries[kind]?[name] != nil
+    }
+
+    /// The schema of a known plugin; `.some(nil)` for a host plugin that takes any options.
+    public func schema(_ kind: PluginKind, _ name: String) -> PluginSchema?? {
+        entries[kind]?[name]
+    }
+
+    public func names(_ kind: PluginKind) -> [String] {
+        (entries[kind] ?? [:]).keys.sorted()
+    }
+
+    public func isBuiltin(_ kind: PluginKind, _ name: String) -> Bool {
+        Self.builtins[kind]?[name] != nil
+    }
+
+    static let builtins: [PluginKind: [String: PluginSchema?]] = [
+        .refresh: [
+            "oauth2": PluginSchema(
+                [
+                    .init("token-url", .url, required: true, "the token endpoint (RFC 6749 §3.2)"),
+                    .init("client-id", .string, required: true, "sent as client_id"),
+                    .init("client-secret-env", .string, "the environment variable holding the client secret"),
+                    .init("scope", .string, "sent as scope"),
+                ],
+                forbiddenSecrets: ["client-secret": "client-secret-env"]),
+            "http": PluginSchema(
+                [
+                    .init("url", .url, required: true, "where the refresh request is POSTed"),
+                    .init("body", .stringMap, "JSON body fields; `{refresh_token}` is replaced by the refresh token"),
+                    .init("headers", .stringMap, "extra request headers"),
+                    .init("token", .valuePath, required: true, "where the new access token is, e.g. body.data.token"),
+                    .init("refresh-token", .valuePath, "where a rotated refresh token is"),
+                    .init("expires-in", .valuePath, "where the token's lifetime in seconds is"),
+                ]),
+        ],
+        .authorize: [
+            "bearer": PluginSchema.none,
+            "header": PluginSchema(
+                [
+                    .init("name", .string, required: true, "the header that carries the token"),
+                    .init("prefix", .string, "text before the token, e.g. 'Token '"),
+                ]),
+            "query": PluginSchema([.init("name", .string, required: true, "the query parameter that carries the token")]),
+        ],
+        .logout: [
+            "none": PluginSchema.none,
+            "http": PluginSchema(
+                [
+                    .init("url", .url, required: true, "where the logout request is POSTed"),
+                    .init("timeout", .duration, "how long to wait for it, 5s by default"),
+                ]),
+        ],
+        .extract: [:],
+        .observe: [
+            "log": PluginSchema([.init("level", .string, "info (default) or debug")])
+        ],
+        .store: [
+            "memory": PluginSchema.none,
+            "file": PluginSchema([.init("path", .string, required: true, "the credentials JSON file")]),
+        ],
+    ]
+}

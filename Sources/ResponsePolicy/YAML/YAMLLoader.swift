@@ -1,0 +1,346 @@
+internal import CYAML
+
+/// Parses YAML text with libyaml into a ``YAMLNode`` tree that keeps 1-based positions.
+///
+/// Why events and not libyaml's document API: building the tree from events lets the loader
+/// enforce ``YAMLLimits`` as it goes (depth, nodes after alias expansion) and stop at the first
+/// node past a bound, instead of letting libyaml materialise a hostile document first.
+///
+/// What it accepts: one document (explicit `---`/`...` allowed), block and flow styles, quoted
+/// keys, comments, anchors, aliases and merge keys (`<<: *base` or `<<: [*a, *b]`, explicit keys
+/// win over merged ones, earlier merged mappings over later ones). What it refuses, each with a
+/// positioned diagnostic: a second document, an undefined alias, a duplicate key in one mapping,
+/// input over the limits, and whatever libyaml refuses (bad indentation, tabs, control
+/// characters such as NUL, invalid UTF-8).
+///
+/// Concurrency contract: a value type with no shared state; any number may run at once. The
+/// libyaml parser, every event and the input buffer live only inside ``load(_:)``, and are freed
+/// on every path.
+package struct YAMLLoader {
+    package var limits: YAMLLimits
+
+    package init(limits: YAMLLimits = .default) {
+        self.limits = limits
+    }
+
+    package enum Failure: Error, Equatable {
+        case syntax(Diagnostic)
+    }
+
+    /// Returns the document's root node, or `nil` for an empty stream (no document at all).
+    /// Non-fatal findings (duplicate keys) are appended to `diagnostics`.
+    package func load(_ bytes: [UInt8], diagnostics: inout [Diagnostic]) throws(Failure) -> YAMLNode? {
+        if bytes.count > limits.maxFileBytes {
+            throw .syntax(
+                .error(
+                    "file-too-large",
+                    "the file is \(bytes.count) bytes; policy files are limited to \(limits.maxFileBytes) bytes",
+                    at: .fileStart))
+        }
+        var builder = TreeBuilder(limits: limits)
+        let result: Result<YAMLNode?, Failure> = bytes.withUnsafeBufferPointer { buffer in
+            Self.parse(buffer, bytes: bytes, builder: &builder)
+        }
+        diagnostics += builder.diagnostics
+        return try result.get()
+    }
+
+    private static func parse(
+        _ buffer: UnsafeBufferPointer<UInt8>, bytes: [UInt8], builder: inout TreeBuilder
+    ) -> Result<YAMLNode?, Failure> {
+        var parser = yaml_parser_t()
+        guard yaml_parser_initialize(&parser) != 0 else {
+            return .failure(.syntax(.error("yaml-syntax", "the YAML parser could not start (out of memory)", at: .fileStart)))
+        }
+        defer { yaml_parser_delete(&parser) }
+        // An empty buffer has no base address; libyaml wants a valid pointer either way.
+        let empty: [UInt8] = [0]
+        return empty.withUnsafeBufferPointer { fallback in
+            let base = buffer.baseAddress ?? fallback.baseAddress
+            yaml_parser_set_input_string(&parser, base, buffer.count)
+            var event = yaml_event_t()
+            while true {
+                guard yaml_parser_parse(&parser, &event) != 0 else {
+                    return .failure(.syntax(syntaxDiagnostic(parser, bytes: bytes)))
+                }
+                defer { yaml_event_delete(&event) }
+                if event.type == YAML_STREAM_END_EVENT {
+                    return .success(builder.root)
+                }
+                if let failure = builder.handle(&event) {
+                    return .failure(.syntax(failure))
+                }
+            }
+        }
+    }
+
+    /// Turns libyaml's `problem`/`context` and their marks into one diagnostic.
+    private static func syntaxDiagnostic(_ parser: yaml_parser_t, bytes: [UInt8]) -> Diagnostic {
+        let problem = parser.problem.map { String(cString: $0) } ?? "invalid YAML"
+        if parser.error == YAML_READER_ERROR {
+            let position = positionOfByte(parser.problem_offset, in: bytes)
+            var message = problem
+            if problem.contains("control characters") {
+                let value = parser.problem_value
+                message = value == 0
+                    ? "the file contains a NUL byte; policy files are text"
+                    : "control character \(hex(value)) is not allowed in YAML"
+            } else if problem.contains("UTF-8") {
+                message = "the file is not valid UTF-8 (\(problem))"
+            }
+            return .error("yaml-syntax", message, at: SourceRange(start: position, end: position))
+        }
+        let mark = parser.problem_mark
+        let position = SourcePosition(line: Int(mark.line) + 1, column: Int(mark.column) + 1)
+        var message = problem
+        if Int(mark.index) < bytes.count, bytes[Int(mark.index)] == 0x09 {
+            message = "a tab character is not allowed here; YAML indents with spaces"
+        }
+        var notes: [Diagnostic.Note] = []
+        if let context = parser.context.map({ String(cString: $0) }) {
+            let cm = parser.context_mark
+            let contextPosition = SourcePosition(line: Int(cm.line) + 1, column: Int(cm.column) + 1)
+            if contextPosition != position {
+                notes.append(.init(range: SourceRange(start: contextPosition, end: contextPosition), message: context))
+            } else {
+                message += " \(context)"
+            }
+        }
+        return .error("yaml-syntax", message, at: SourceRange(start: position, end: position), notes: notes)
+    }
+
+    private static func hex(_ value: Int32) -> String {
+        let digits = String(value, radix: 16, uppercase: true)
+        return "U+" + String(repeating: "0", count: max(0, 4 - digits.count)) + digits
+    }
+
+    /// The 1-based line and column (in Unicode scalars) of a byte offset.
+    static func positionOfByte(_ offset: Int, in bytes: [UInt8]) -> SourcePosition {
+        var line = 1
+        var column = 1
+        var index = 0
+        let end = min(offset, bytes.count)
+        while index < end {
+            let byte = bytes[index]
+            if byte == 0x0A {
+                line += 1
+                column = 1
+            } else if byte & 0xC0 != 0x80 {
+                column += 1
+            }
+            index += 1
+        }
+        return SourcePosition(line: line, column: column)
+    }
+}
+
+/// Builds the node tree from libyaml events with an explicit stack (no recursion, so depth is
+/// bounded by ``YAMLLimits/maxDepth`` and not by the thread's stack).
+private struct TreeBuilder {
+    struct Anchored {
+        var node: YAMLNode
+        var size: Int
+    }
+
+    enum Container {
+        case mapping(pairs: [YAMLNode.Pair], pendingKey: (node: YAMLNode, size: Int)?)
+        case sequence(items: [YAMLNode])
+    }
+
+    struct Frame {
+        var container: Container
+        var start: SourcePosition
+        var anchor: String?
+        var tag: String?
+        var size: Int
+    }
+
+    let limits: YAMLLimits
+    var stack: [Frame] = []
+    var anchors: [String: Anchored] = [:]
+    var root: YAMLNode?
+    var documents = 0
+    var nodes = 0
+    var diagnostics: [Diagnostic] = []
+
+    init(limits: YAMLLimits) {
+        self.limits = limits
+    }
+
+    static func position(_ mark: yaml_mark_t) -> SourcePosition {
+        SourcePosition(line: Int(mark.line) + 1, column: Int(mark.column) + 1)
+    }
+
+    static func string(_ pointer: UnsafeMutablePointer<yaml_char_t>?) -> String? {
+        guard let pointer else { return nil }
+        return String(cString: pointer)
+    }
+
+    mutating func handle(_ event: inout yaml_event_t) -> Diagnostic? {
+        let start = Self.position(event.start_mark)
+        let end = Self.position(event.end_mark)
+        let range = SourceRange(start: start, end: end)
+        switch event.type {
+        case YAML_DOCUMENT_START_EVENT:
+            documents += 1
+            if documents > 1 {
+                return .error(
+                    "multiple-documents",
+                    "a policy file holds one YAML document; remove the second document or move it to its own file",
+                    at: range)
+            }
+        case YAML_SCALAR_EVENT:
+            let scalar = event.data.scalar
+            let text = String(decoding: UnsafeBufferPointer(start: scalar.value, count: scalar.length), as: UTF8.self)
+            let style: YAMLNode.Style
+            switch scalar.style {
+            case YAML_SINGLE_QUOTED_SCALAR_STYLE: style = .singleQuoted
+            case YAML_DOUBLE_QUOTED_SCALAR_STYLE: style = .doubleQuoted
+            case YAML_LITERAL_SCALAR_STYLE: style = .literal
+            case YAML_FOLDED_SCALAR_STYLE: style = .folded
+            default: style = .plain
+            }
+            let node = YAMLNode(.scalar(text, style), range: range, tag: Self.string(scalar.tag))
+            return add(node, size: 1, anchor: Self.string(scalar.anchor), at: range)
+        case YAML_ALIAS_EVENT:
+            let name = Self.string(event.data.alias.anchor) ?? ""
+            guard let anchored = anchors[name] else {
+                return .error(
+                    "undefined-alias", "alias '*\(name.truncatedForMessage)' refers to no anchor defined before it",
+                    at: range)
+            }
+            var node = anchored.node
+            node.range = range
+            return add(node, size: anchored.size, anchor: nil, at: range)
+        case YAML_MAPPING_START_EVENT:
+            if let failure = push(at: range) { return failure }
+            let data = event.data.mapping_start
+            stack.append(
+                Frame(
+                    container: .mapping(pairs: [], pendingKey: nil), start: start, anchor: Self.string(data.anchor),
+                    tag: Self.string(data.tag), size: 1))
+        case YAML_SEQUENCE_START_EVENT:
+            if let failure = push(at: range) { return failure }
+            let data = event.data.sequence_start
+            stack.append(
+                Frame(
+                    container: .sequence(items: []), start: start, anchor: Self.string(data.anchor),
+                    tag: Self.string(data.tag), size: 1))
+        case YAML_MAPPING_END_EVENT, YAML_SEQUENCE_END_EVENT:
+            guard let frame = stack.popLast() else { return nil }
+            let fullRange = SourceRange(start: frame.start, end: end)
+            let node: YAMLNode
+            switch frame.container {
+            case .mapping(let pairs, _):
+                node = YAMLNode(.mapping(resolveMerges(pairs)), range: fullRange, tag: frame.tag)
+            case .sequence(let items):
+                node = YAMLNode(.sequence(items), range: fullRange, tag: frame.tag)
+            }
+            return add(node, size: frame.size, anchor: frame.anchor, at: fullRange, counted: true)
+        default:
+            break
+        }
+        return nil
+    }
+
+    mutating func push(at range: SourceRange) -> Diagnostic? {
+        if stack.count >= limits.maxDepth {
+            return .error(
+                "nesting-too-deep", "nesting deeper than \(limits.maxDepth) levels; policy files are shallow",
+                at: range)
+        }
+        nodes += 1
+        if nodes > limits.maxNodes { return tooManyNodes(range) }
+        return nil
+    }
+
+    func tooManyNodes(_ range: SourceRange) -> Diagnostic {
+        .error(
+            "too-many-nodes",
+            "the document expands to more than \(limits.maxNodes) nodes (aliases count what they repeat)",
+            at: range)
+    }
+
+    /// Adds a finished node to the enclosing container, or makes it the root.
+    /// `counted` is true for containers, whose own node was counted when they started.
+    mutating func add(
+        _ node: YAMLNode, size: Int, anchor: String?, at range: SourceRange, counted: Bool = false
+    ) -> Diagnostic? {
+        if !counted {
+            nodes += size
+            if nodes > limits.maxNodes { return tooManyNodes(range) }
+        }
+        if let anchor { anchors[anchor] = Anchored(node: node, size: size) }
+        guard var frame = stack.popLast() else {
+            root = node
+            return nil
+        }
+        frame.size += size
+        switch frame.container {
+        case .sequence(var items):
+            items.append(node)
+            frame.container = .sequence(items: items)
+        case .mapping(var pairs, let pendingKey):
+            if let key = pendingKey {
+                if let duplicate = duplicateKey(key.node, in: pairs) {
+                    diagnostics.append(
+                        .error(
+                            "duplicate-key",
+                            "duplicate key '\(key.node.scalar?.truncatedForMessage ?? "")'; each key may appear once in a mapping",
+                            at: key.node.range,
+                            notes: [.init(range: duplicate.range, message: "first written here")]))
+                } else {
+                    pairs.append(YAMLNode.Pair(key: key.node, value: node))
+                }
+                frame.container = .mapping(pairs: pairs, pendingKey: nil)
+            } else {
+                frame.container = .mapping(pairs: pairs, pendingKey: (node, size))
+            }
+        }
+        stack.append(frame)
+        return nil
+    }
+
+    func duplicateKey(_ key: YAMLNode, in pairs: [YAMLNode.Pair]) -> YAMLNode? {
+        guard let text = key.scalar, !isMergeKey(key) else { return nil }
+        return pairs.first { $0.key.scalar == text && !isMergeKey($0.key) }?.key
+    }
+
+    func isMergeKey(_ key: YAMLNode) -> Bool {
+        key.isPlainScalar && key.scalar == "<<"
+    }
+
+    /// Applies `<<` merge keys: the merged mappings' pairs are added where the mapping does not
+    /// already have the key. A merge value that is not a mapping (or list of mappings) is reported.
+    mutating func resolveMerges(_ pairs: [YAMLNode.Pair]) -> [YAMLNode.Pair] {
+        guard pairs.contains(where: { isMergeKey($0.key) }) else { return pairs }
+        var result = pairs.filter { !isMergeKey($0.key) }
+        var present = Set(result.compactMap { $0.key.scalar })
+        for pair in pairs where isMergeKey(pair.key) {
+            let sources: [YAMLNode]
+            switch pair.value.value {
+            case .mapping: sources = [pair.value]
+            case .sequence(let items): sources = items
+            case .scalar:
+                diagnostics.append(
+                    .error(
+                        "invalid-merge", "a merge key '<<' takes an alias of a mapping, like '<<: *defaults'",
+                        at: pair.value.range))
+                continue
+            }
+            for source in sources {
+                guard let merged = source.pairs else {
+                    diagnostics.append(
+                        .error("invalid-merge", "a merge key '<<' can only merge mappings", at: source.range))
+                    continue
+                }
+                for mergedPair in merged {
+                    guard let key = mergedPair.key.scalar, !present.contains(key) else { continue }
+                    present.insert(key)
+                    result.append(mergedPair)
+                }
+            }
+        }
+        return result
+    }
+}
