@@ -1,1 +1,4 @@
+import Foundation
 import PolicyCLI
+
+exit(await PolicyCommand.run(Array(CommandLine.arguments.dropFirst())))

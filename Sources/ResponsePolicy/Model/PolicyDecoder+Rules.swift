@@ -35,6 +35,7 @@ extension PolicyDecoder {
         var name = "\(namePrefix)-\(index + 1)"
         var condition: Condition?
         var thenNode: YAMLNode?
+        var source = RuleSource()
         for (key, _, value) in fields {
             switch key {
             case "name":
@@ -45,8 +46,18 @@ extension PolicyDecoder {
                         report(.error("invalid-name", "rule name '\(text.truncatedForMessage)' must be lower-case letters, digits and '-'", at: value.range))
                     }
                 }
-            case "when": condition = self.condition(value)
-            case "then": thenNode = value
+            case "when":
+                condition = self.condition(value)
+                source.when = value.range
+                for item in value.pairs?.first(where: { $0.key.scalar == "code" })?.value.items ?? [] {
+                    if let code = item.scalar, source.codes[code] == nil { source.codes[code] = item.range }
+                }
+                if let single = value.pairs?.first(where: { $0.key.scalar == "code" })?.value, let code = single.scalar {
+                    source.codes[code] = single.range
+                }
+            case "then":
+                thenNode = value
+                source.then = value.range
             default: break
             }
         }
@@ -60,6 +71,9 @@ extension PolicyDecoder {
         guard let condition, var rule = then(thenNode, rule: Rule(name: name, when: condition, action: .deliver, range: node.range), scope: scope)
         else { return nil }
         rule.range = node.range
+        let keys = rule.source.keys
+        rule.source = source
+        rule.source.keys = keys
         return rule
     }
 
@@ -89,12 +103,20 @@ extension PolicyDecoder {
     /// Applies a `then:` mapping's keys over the section its action uses.
     mutating func apply(overrides node: YAMLNode, to rule: inout Rule, scope: SectionScope) {
         let what = "'then' of a \(rule.action.rawValue) rule"
+        let saved = locations
+        let path = "then"
         switch rule.action {
-        case .retry: rule.retry = retry(node, over: scope.retry, what: what, extraKeys: ["do"])
-        case .refresh: rule.refresh = refresh(node, over: scope.refresh, what: what, tuningOnly: true, extraKeys: ["do"])
-        case .logout: rule.logout = logout(node, over: scope.logout, what: what, tuningOnly: true, extraKeys: ["do"])
+        case .retry: rule.retry = retry(node, over: scope.retry, what: what, extraKeys: ["do"], path: path)
+        case .refresh:
+            rule.refresh = refresh(node, over: scope.refresh, what: what, tuningOnly: true, extraKeys: ["do"], path: path)
+        case .logout:
+            rule.logout = logout(node, over: scope.logout, what: what, tuningOnly: true, extraKeys: ["do"], path: path)
         case .deliver, .fail: _ = mappingFields(node, what, allowed: ["do"])
         }
+        for (key, range) in locations where key.hasPrefix("then.") {
+            rule.source.keys[String(key.dropFirst(5))] = range
+        }
+        locations = saved
     }
 
     mutating func condition(_ node: YAMLNode) -> Condition? {
@@ -237,9 +259,9 @@ extension PolicyDecoder {
             for (key, _, value) in fields {
                 switch key {
                 case "classify": route.classify = .some(value.isNull ? nil : classify(value))
-                case "refresh": route.refresh = refresh(value, over: top.refresh)
-                case "logout": route.logout = logout(value, over: top.logout)
-                case "retry": route.retry = retry(value, over: top.retry)
+                case "refresh": route.refresh = refresh(value, over: top.refresh, path: "routes.\(index + 1).refresh")
+                case "logout": route.logout = logout(value, over: top.logout, path: "routes.\(index + 1).logout")
+                case "retry": route.retry = retry(value, over: top.retry, path: "routes.\(index + 1).retry")
                 case "authorize": route.authorize = pluginSection(.authorize, value, what: "'authorize'") ?? route.authorize
                 default: break
                 }
@@ -268,6 +290,8 @@ struct PolicyParts {
     var routes: [Route] = []
     /// Which top-level sections were written, with the range of their key (for lint).
     var sections: [String: SourceRange] = [:]
+    /// Where section keys were written (see ``PolicyDecoder/locations``).
+    var locations: [String: SourceRange] = [:]
     var rootRange = SourceRange.fileStart
 }
 
@@ -317,6 +341,7 @@ extension PolicyDecoder {
             parts.rules = rules(node, scope: SectionScope(retry: parts.retry, refresh: parts.refresh, logout: parts.logout))
         }
         if let node = field("routes") { parts.routes = routes(node, top: parts) }
+        parts.locations = locations
         return parts
     }
 }

@@ -11,12 +11,13 @@ extension PolicyDecoder {
     // MARK: - retry
 
     /// Applies the keys of a `retry:` mapping (or a rule's `then:` overrides) over `base`.
-    mutating func retry(_ node: YAMLNode, over base: RetrySettings, what: String = "'retry'", extraKeys: [String] = [])
+    mutating func retry(_ node: YAMLNode, over base: RetrySettings, what: String = "'retry'", extraKeys: [String] = [], path: String = "retry")
         -> RetrySettings
     {
         var settings = base
         guard let fields = mappingFields(node, what, allowed: Self.retryKeys + extraKeys) else { return settings }
         for (key, _, value) in fields {
+            locations["\(path).\(key)"] = value.range
             switch key {
             case "max-retries": settings.maxRetries = integer(value, key, in: 0...100) ?? settings.maxRetries
             case "backoff": settings.backoff = choice(value, key, RetrySettings.Backoff.self) ?? settings.backoff
@@ -111,7 +112,7 @@ extension PolicyDecoder {
 
     // MARK: - refresh
 
-    mutating func refresh(_ node: YAMLNode, over base: RefreshSettings, what: String = "'refresh'", tuningOnly: Bool = false, extraKeys: [String] = [])
+    mutating func refresh(_ node: YAMLNode, over base: RefreshSettings, what: String = "'refresh'", tuningOnly: Bool = false, extraKeys: [String] = [], path: String = "refresh")
         -> RefreshSettings
     {
         var settings = base
@@ -119,6 +120,7 @@ extension PolicyDecoder {
         guard let fields = mappingFields(node, what, allowed: allowed) else { return settings }
         if !tuningOnly, let plugin = pluginReference(.refresh, fields) { settings.plugin = plugin }
         for (key, _, value) in fields {
+            locations["\(path).\(key)"] = value.range
             switch key {
             case "timeout": settings.timeout = duration(value, key).flatMap { $0 } ?? settings.timeout
             case "share-window": settings.shareWindow = duration(value, key).flatMap { $0 } ?? settings.shareWindow
@@ -145,7 +147,7 @@ extension PolicyDecoder {
 
     // MARK: - logout
 
-    mutating func logout(_ node: YAMLNode, over base: LogoutSettings, what: String = "'logout'", tuningOnly: Bool = false, extraKeys: [String] = [])
+    mutating func logout(_ node: YAMLNode, over base: LogoutSettings, what: String = "'logout'", tuningOnly: Bool = false, extraKeys: [String] = [], path: String = "logout")
         -> LogoutSettings
     {
         var settings = base
@@ -153,6 +155,7 @@ extension PolicyDecoder {
         guard let fields = mappingFields(node, what, allowed: allowed) else { return settings }
         if !tuningOnly, let plugin = pluginReference(.logout, fields) { settings.plugin = plugin }
         for (key, _, value) in fields {
+            locations["\(path).\(key)"] = value.range
             switch key {
             case "cancel-in-flight": settings.cancelInFlight = boolean(value, key) ?? settings.cancelInFlight
             case "cooldown": settings.cooldown = duration(value, key).flatMap { $0 } ?? settings.cooldown

@@ -11,6 +11,9 @@ package struct PolicyDecoder {
     /// Set while re-applying a rule's `then:` over a route's sections, so problems are reported
     /// once, at the top level.
     var quiet = false
+    /// Where keys of the sections were written, by dotted path (`retry.on-exhausted`,
+    /// `routes.2.retry.methods`), for lint findings that point at a setting.
+    package var locations: [String: SourceRange] = [:]
 
     package init(catalog: PluginCatalog) {
         self.catalog = catalog

@@ -11,6 +11,8 @@ public struct Rule: Sendable, Hashable {
     public var range: SourceRange
     /// The `then:` mapping as written, re-applied over each route's sections.
     package var overrides: YAMLNode?
+    /// Where the parts of the rule were written, for findings that point at them.
+    package var source = RuleSource()
 
     public init(name: String, when: Condition, action: ActionKind, range: SourceRange = .fileStart) {
         self.name = name
@@ -18,4 +20,14 @@ public struct Rule: Sendable, Hashable {
         self.action = action
         self.range = range
     }
+}
+
+/// Positions of a rule's parts.
+package struct RuleSource: Sendable, Hashable {
+    package var when: SourceRange?
+    package var then: SourceRange?
+    /// Each business code's position, by code text.
+    package var codes: [String: SourceRange] = [:]
+    /// Positions of `then:` override keys (`on-exhausted`, `methods`, …), by key.
+    package var keys: [String: SourceRange] = [:]
 }

@@ -1,0 +1,179 @@
+import ResponsePolicy
+
+/// `policy explain FILE`: the policy in plain sentences, with the worst case.
+enum ExplainCommand {
+    static let spec = CommandSpec(
+        name: "explain",
+        overview: "Describe what a policy does in plain sentences, with the worst-case attempts and total wait.",
+        usage: "policy explain FILE",
+        arguments: [("FILE", "The policy file.")],
+        options: [.init(names: ["--plugin"], valueName: "kind:name", help: "Declare a host plugin. Repeatable.", repeatable: true)])
+
+    static func run(_ arguments: ParsedArguments, output: CommandOutput) throws(UsageError) -> Int32 {
+        let path = try singleFile(arguments)
+        let (loaded, code) = loadPolicy(path, catalog: try catalog(from: arguments.all("--plugin")), output: output)
+        guard let policy = loaded else { return code }
+        output.stdout(PolicyExplainer.explain(policy))
+        return ExitCode.success
+    }
+}
+
+/// Writes a policy as sentences an ops engineer can check against what they meant.
+package enum PolicyExplainer {
+    package static func explain(_ policy: Policy) -> String {
+        var out = "Policy '\(policy.name)'" + (policy.file.map { " (\($0))" } ?? "") + "\n"
+        for scope in policy.graph.scopes {
+            out += "\n"
+            if let route = scope.route {
+                out += "\(scope.summary.prefix(1).uppercased() + scope.summary.dropFirst()) (route at line \(route.range.start.line)):\n"
+                if route.rules == nil { out += "  They use the top-level rules with this route's settings.\n" }
+            } else {
+                out += policy.graph.scopes.count > 1 ? "All other requests:\n" : "All requests:\n"
+            }
+            out += describe(scope).map { "  " + $0 + "\n" }.joined()
+        }
+        for warning in policy.warnings {
+            out += "\nWarning (line \(warning.range.start.line)): \(warning.message)."
+        }
+        if !policy.warnings.isEmpty { out += "\n" }
+        return out
+    }
+
+    static func describe(_ scope: RuleGraph.Scope) -> [String] {
+        var lines: [String] = []
+        switch scope.classify {
+        case .body(let path)?: lines.append("The business code is read from the JSON body at '\(path)'.")
+        case .header(let name)?: lines.append("The business code is read from the '\(name)' header.")
+        case .plugin(let plugin)?: lines.append("The business code is extracted by the plugin '\(plugin.name)'.")
+        case nil: lines.append("Responses have no business code; rules look at status, headers and errors.")
+        }
+        lines.append("Requests are signed by '\(scope.authorize.name)'\(authorizeDetail(scope.authorize)).")
+        if scope.rules.isEmpty {
+            lines.append("There are no rules: every response is delivered as it is and nothing is retried or refreshed.")
+        } else {
+            lines.append("Rules, first match wins:")
+            for (index, rule) in scope.rules.enumerated() {
+                lines.append("  \(index + 1). \(rule.name): when \(condition(rule.when)), \(action(rule, scope)).")
+            }
+            lines.append("Any other response is delivered; any other failed attempt fails the request.")
+        }
+        let reachable = scope.reachableActions
+        if reachable.contains(.refresh) {
+            let r = scope.refresh
+            var text = "Refresh: one refresh at a time (single flight) by '\(r.plugin?.name ?? "no plugin")'; "
+            text += "requests that hit a trigger wait for it and are re-sent with the new token. "
+            text += "Triggers within \(r.shareWindow.policyText) of a refresh are re-sent without refreshing. "
+            if let limit = r.limit { text += "More than \(limit.count) refreshes in \(limit.per.policyText) count as a failed refresh. " }
+            text += "A refresh taking longer than \(r.timeout.policyText) has failed; when a refresh fails, \(outcome(r.onFailure))."
+            if let ahead = r.ahead { text += " Tokens expiring within \(ahead.policyText) are refreshed before sending." }
+            lines.append(text)
+        }
+        if reachable.contains(.logout) {
+            let l = scope.logout
+            lines.append(
+                "Logout: \(l.cancelInFlight ? "every request in flight or waiting is cancelled" : "requests in flight finish"), "
+                    + "the logout plugin '\(l.plugin.name)' is called once, and for \(l.cooldown.policyText) new requests fail at once "
+                    + "without touching the network; refreshes and retries are suppressed.")
+        }
+        if reachable.contains(.retry) {
+            let r = scope.retry
+            var text = "Retries apply to \(r.methods.joined(separator: ", ")) requests"
+            if let key = r.idempotencyKey { text += " and to any request carrying an '\(key)' header (kept the same on every attempt)" }
+            text += "."
+            if let timeout = r.attemptTimeout { text += " Each attempt times out after \(timeout.policyText)." }
+            if let budget = r.budget {
+                text += " Retries may add at most \(budget.min) + \(formatNumber(budget.ratio * 100))% of requests in a sliding 10s window."
+            }
+            lines.append(text)
+        }
+        let worst = WorstCase(scope: scope)
+        var text = "Worst case: \(worst.attempts) attempt\(worst.attempts == 1 ? "" : "s")"
+        var parts: [String] = []
+        if worst.retries > 0 { parts.append("\(worst.retries) retr\(worst.retries == 1 ? "y" : "ies")") }
+        if worst.refreshResends > 0 { parts.append("\(worst.refreshResends) re-send\(worst.refreshResends == 1 ? "" : "s") after a refresh") }
+        if !parts.isEmpty { text += " (1 + " + parts.joined(separator: " + ") + ")" }
+        if worst.retries > 0 {
+            text += ", waiting " + (worst.totalWait.map { "at most \($0.policyText) in total" } ?? "without limit (Retry-After is honoured and max-delay is none)")
+        }
+        if let total = worst.total {
+            text += "; with every attempt and refresh timing out, \(total.policyText)"
+        }
+        if let deadline = scope.retry.deadline {
+            if let total = worst.total, total > deadline {
+                text += "; the deadline of \(deadline.policyText) ends the request before that"
+            } else {
+                text += "; the deadline is \(deadline.policyText)"
+            }
+        }
+        lines.append(text + ".")
+        return lines
+    }
+
+    static func authorizeDetail(_ plugin: PluginReference) -> String {
+        switch plugin.name {
+        case "bearer": return " (Authorization: Bearer <token>)"
+        case "header":
+            return " (\(plugin.options["name"]?.string ?? "a header"): \(plugin.options["prefix"]?.string ?? "")<token>)"
+        case "query": return " (query parameter \(plugin.options["name"]?.string ?? "?")=<token>)"
+        default: return ""
+        }
+    }
+
+    static func condition(_ when: Condition) -> String {
+        var response: [String] = []
+        if let codes = when.codes { response.append("the business code is " + list(codes)) }
+        if let statuses = when.statuses { response.append("the status is " + list(statuses.map(\.description))) }
+        if let headers = when.headers {
+            response += headers.map { "the '\($0.name)' header matches '\($0.value.pattern)'" }
+        }
+        var alternatives: [String] = []
+        if !response.isEmpty { alternatives.append(response.joined(separator: " and ")) }
+        if let errors = when.errors {
+            alternatives.append(
+                errors.contains(.any) ? "the attempt fails without a response"
+                    : "the attempt fails with a " + list(errors.map(\.rawValue)) + " error")
+        }
+        var text = alternatives.isEmpty ? "any response arrives" : alternatives.joined(separator: ", or ")
+        if let methods = when.methods { text += " for " + list(methods) + " requests" }
+        if let path = when.path { text += " to '\(path.pattern)'" }
+        return text
+    }
+
+    static func action(_ rule: Rule, _ scope: RuleGraph.Scope) -> String {
+        switch rule.action {
+        case .deliver: return "deliver the response"
+        case .fail: return "fail the request"
+        case .logout:
+            return "log out (cooldown \(scope.logout(for: rule).cooldown.policyText))"
+        case .refresh:
+            let r = scope.refresh(for: rule)
+            return "refresh the token and send the request again, at most \(r.maxPerRequest) time\(r.maxPerRequest == 1 ? "" : "s") per request; after that \(outcome(r.onExhausted))"
+        case .retry:
+            let r = scope.retry(for: rule)
+            guard r.maxRetries > 0 else { return "do not retry (max-retries is 0); \(outcome(r.onExhausted))" }
+            let waits = (1...min(r.maxRetries, 6)).map { r.delay(forRetry: $0).policyText }.joined(separator: ", ")
+            var text = "retry up to \(r.maxRetries) time\(r.maxRetries == 1 ? "" : "s"), waiting \(waits)\(r.maxRetries > 6 ? ", …" : "")"
+            text += " (\(r.backoff.rawValue)"
+            if let cap = r.maxDelay { text += ", capped at \(cap.policyText)" }
+            text += r.jitter == .none ? ", no jitter" : ", jitter \(r.jitter)"
+            text += r.honorRetryAfter ? ", Retry-After honoured" : ", Retry-After ignored"
+            text += "); when retries run out, \(outcome(r.onExhausted))"
+            return text
+        }
+    }
+
+    static func outcome(_ action: ActionKind) -> String {
+        switch action {
+        case .deliver: return "the last response is delivered"
+        case .fail: return "the request fails"
+        case .logout: return "the session is logged out"
+        case .retry: return "it retries (this loops; see lint)"
+        case .refresh: return "it refreshes (this loops; see lint)"
+        }
+    }
+
+    static func list(_ items: [String]) -> String {
+        guard items.count > 1, let last = items.last else { return items.first ?? "" }
+        return items.dropLast().joined(separator: ", ") + " or " + last
+    }
+}

@@ -1,0 +1,126 @@
+import Foundation
+import ResponsePolicy
+
+/// `policy lint [--format text|json] [--strict] [--plugin KIND:NAME]... PATH...`
+enum LintCommand {
+    static let spec = CommandSpec(
+        name: "lint",
+        overview: "Check policy files for errors and risky settings.",
+        usage: "policy lint [--format text|json] [--strict] [--plugin KIND:NAME]... PATH...",
+        arguments: [("PATH", "A policy file, or a folder searched for *.yaml and *.yml files.")],
+        options: [
+            .init(names: ["--format"], valueName: "format", help: "Output format: text (default) or json."),
+            .init(names: ["--strict"], valueName: nil, help: "Treat warnings as errors (exit 1 when there are any)."),
+            .init(
+                names: ["--plugin"], valueName: "kind:name",
+                help: "Declare a host plugin, like refresh:my-sso, so 'use:' may name it. Repeatable.",
+                repeatable: true),
+        ])
+
+    struct FileResult {
+        var path: String
+        var diagnostics: [Diagnostic]
+        var source: String?
+    }
+
+    static func run(_ arguments: ParsedArguments, output: CommandOutput) throws(UsageError) -> Int32 {
+        let format = arguments.value("--format") ?? "text"
+        guard format == "text" || format == "json" else {
+            throw UsageError(message: "Unknown format '\(format)'; use text or json")
+        }
+        guard !arguments.positional.isEmpty else { throw UsageError(message: "Missing expected argument 'PATH'") }
+        let catalog = try catalog(from: arguments.all("--plugin"))
+        let strict = arguments.flags.contains("--strict")
+
+        var results: [FileResult] = []
+        var unreadable: [(String, String)] = []
+        for path in arguments.positional {
+            switch expand(path) {
+            case .failure(let error): unreadable.append((path, error.reason))
+            case .success(let files):
+                for file in files {
+                    do {
+                        let bytes = try Policy.readFile(file, limits: .default)
+                        let analysis = Policy.analyze(bytes: bytes, file: file, catalog: catalog, limits: .default)
+                        results.append(FileResult(path: file, diagnostics: analysis.diagnostics, source: analysis.source))
+                    } catch {
+                        if case .unreadable(_, let reason) = error { unreadable.append((file, reason)) }
+                    }
+                }
+            }
+        }
+
+        let all = results.flatMap(\.diagnostics)
+        let errors = all.filter { $0.severity == .error }.count
+        let warnings = all.count - errors
+        if format == "json" {
+            let unreadableDiagnostics = unreadable.map { path, reason in
+                JSONText.object([
+                    ("file", JSONText.string(path)), ("line", "0"), ("column", "0"), ("severity", JSONText.string("error")),
+                    ("rule", JSONText.string("unreadable-file")), ("message", JSONText.string("cannot read the file: \(reason)")),
+                ])
+            }
+            let items = all.map { d in
+                JSONText.object([
+                    ("file", JSONText.string(d.file ?? "")), ("line", String(d.range.start.line)),
+                    ("column", String(d.range.start.column)), ("severity", JSONText.string(d.severity.rawValue)),
+                    ("rule", JSONText.string(d.rule)), ("message", JSONText.string(d.message)),
+                ])
+            }
+            output.stdout(
+                JSONText.object([
+                    ("files", String(results.count)), ("errors", String(errors + unreadable.count)),
+                    ("warnings", String(warnings)), ("diagnostics", "[" + (unreadableDiagnostics + items).joined(separator: ",") + "]"),
+                ]) + "\n")
+        } else {
+            let renderer = DiagnosticRenderer(colour: output.isTerminal, showSource: output.isTerminal)
+            for (path, reason) in unreadable {
+                output.stderr("error: cannot read '\(path)': \(reason)\n")
+            }
+            for result in results {
+                for diagnostic in result.diagnostics {
+                    output.stdout(renderer.render(diagnostic, source: result.source) + "\n")
+                }
+            }
+            output.stdout(summary(files: results.count, errors: errors, warnings: warnings) + "\n")
+        }
+        if !unreadable.isEmpty { return ExitCode.noInput }
+        if errors > 0 || (strict && warnings > 0) { return ExitCode.failure }
+        return ExitCode.success
+    }
+
+    static func summary(files: Int, errors: Int, warnings: Int) -> String {
+        func plural(_ n: Int, _ word: String) -> String { "\(n) \(word)\(n == 1 ? "" : "s")" }
+        return "\(plural(files, "file")) checked: \(plural(errors, "error")), \(plural(warnings, "warning"))"
+    }
+
+    /// A file as itself; a folder as its *.yaml and *.yml files, recursively, sorted.
+    static func expand(_ path: String) -> Result<[String], LintPathError> {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
+            return .failure(LintPathError("no such file or directory"))
+        }
+        guard isDirectory.boolValue else { return .success([path]) }
+        guard let enumerator = FileManager.default.enumerator(atPath: path) else {
+            return .failure(LintPathError("the folder cannot be read"))
+        }
+        var files: [String] = []
+        while let entry = enumerator.nextObject() as? String {
+            guard entry.hasSuffix(".yaml") || entry.hasSuffix(".yml") else { continue }
+            let full = path.hasSuffix("/") ? path + entry : path + "/" + entry
+            var entryIsDirectory: ObjCBool = false
+            if FileManager.default.fileExists(atPath: full, isDirectory: &entryIsDirectory), !entryIsDirectory.boolValue {
+                files.append(full)
+            }
+        }
+        guard !files.isEmpty else { return .failure(LintPathError("no *.yaml or *.yml files in the folder")) }
+        return .success(files.sorted())
+    }
+}
+
+struct LintPathError: Error, CustomStringConvertible {
+    var reason: String
+    init(_ reason: String) { self.reason = reason }
+    var description: String { reason }
+}
+

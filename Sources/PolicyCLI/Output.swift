@@ -1,0 +1,66 @@
+import Foundation
+import ResponsePolicy
+
+/// Where a command writes. The binary uses the process's stdout and stderr; tests capture both.
+public struct CommandOutput: Sendable {
+    public var stdout: @Sendable (String) -> Void
+    public var stderr: @Sendable (String) -> Void
+    /// Whether stdout is a terminal: colour and source snippets only then.
+    public var isTerminal: Bool
+
+    public init(stdout: @escaping @Sendable (String) -> Void, stderr: @escaping @Sendable (String) -> Void, isTerminal: Bool = false) {
+        self.stdout = stdout
+        self.stderr = stderr
+        self.isTerminal = isTerminal
+    }
+
+    /// The process's own streams, unbuffered line by line.
+    public static var standard: CommandOutput {
+        CommandOutput(
+            stdout: { text in FileHandle.standardOutput.write(Data(text.utf8)) },
+            stderr: { text in FileHandle.standardError.write(Data(text.utf8)) },
+            isTerminal: isatty(STDOUT_FILENO) == 1)
+    }
+}
+
+/// Exit codes, from sysexits(3) where one fits.
+enum ExitCode {
+    static let success: Int32 = 0
+    static let failure: Int32 = 1
+    static let usage: Int32 = 64
+    static let dataError: Int32 = 65
+    static let noInput: Int32 = 66
+}
+
+/// A tiny JSON writer with a stable key order, for machine-readable output.
+enum JSONText {
+    static func string(_ text: String) -> String {
+        var out = "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            default:
+                if scalar.value < 0x20 {
+                    let hex = String(scalar.value, radix: 16)
+                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+                } else {
+                    out.unicodeScalars.append(scalar)
+                }
+            }
+        }
+        return out + "\""
+    }
+
+    /// An object from ordered pairs whose values are already JSON text.
+    static func object(_ pairs: [(String, String)]) -> String {
+        "{" + pairs.map { string($0.0) + ":" + $0.1 }.joined(separator: ",") + "}"
+    }
+
+    static func number(_ value: Double) -> String {
+        formatNumber(value)
+    }
+}

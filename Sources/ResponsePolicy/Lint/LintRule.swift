@@ -1,0 +1,68 @@
+/// What a lint rule is for, with examples that the test suite runs and the docs reference shows.
+package struct LintRuleDescription: Sendable {
+    package var id: String
+    package var summary: String
+    package var rationale: String
+    package var severity: Severity
+    /// Policies (YAML) on which the rule must report at least once.
+    package var triggering: [String]
+    /// Policies on which the rule must stay silent.
+    package var nonTriggering: [String]
+}
+
+/// What a semantic rule sees: the decoded sections, the compiled graph, the plugin catalog.
+package struct LintContext {
+    let parts: PolicyParts
+    package let graph: RuleGraph
+    let catalog: PluginCatalog
+}
+
+/// One semantic check run after the schema decode. One rule per file under `Lint/Rules/`.
+package protocol LintRule: Sendable {
+    static var description: LintRuleDescription { get }
+    func check(_ context: LintContext) -> [Diagnostic]
+}
+
+/// Runs every semantic lint rule.
+package enum Linter {
+    package static let rules: [any LintRule] = [
+        ConflictingCodesRule(), MissingRefreshPluginRule(), CodeWithoutClassifyRule(), LoopingEdgeRule(),
+        ShadowedRule(), UnboundedBackoffRule(), RetriedPostRule(), DeadlineRule(), UnusedSectionRule(),
+    ]
+
+    /// Every rule's description: the semantic rules, then the schema checks of the decoder.
+    package static var descriptions: [LintRuleDescription] {
+        rules.map { type(of: $0).description } + SchemaChecks.descriptions
+    }
+
+    static func check(_ context: LintContext) -> [Diagnostic] {
+        rules.flatMap { $0.check(context) }
+    }
+}
+
+/// A minimal valid policy header for rule examples.
+package let exampleHeader = "policy: 1\nname: example\n"
+
+extension LintContext {
+    /// Each list of rules as written, once: the top level, and every route with its own `rules:`,
+    /// with the scope that runs them. Routes that inherit the top-level rules are not repeated.
+    var ruleSets: [(rules: [Rule], scope: RuleGraph.Scope)] {
+        graph.scopes.compactMap { scope in
+            if let route = scope.route { return route.rules == nil ? nil : (scope.rules, scope) }
+            return (scope.rules, scope)
+        }
+    }
+
+    /// Where a setting was written (`retry.on-exhausted`), or where its section was, or 1:1.
+    func location(_ path: String) -> SourceRange {
+        if let range = parts.locations[path] { return range }
+        let section = path.split(separator: ".").first.map(String.init) ?? path
+        return parts.sections[section] ?? parts.rootRange
+    }
+
+    /// The dotted prefix of a scope's sections: `retry` or `routes.2.retry`.
+    func prefix(_ scope: RuleGraph.Scope, _ section: String) -> String {
+        guard scope.route != nil, let number = scope.id.split(separator: "-").last else { return section }
+        return "routes.\(number).\(section)"
+    }
+}

@@ -1,0 +1,41 @@
+/// A worst case (every attempt timing out, every wait at its longest) above the deadline.
+struct DeadlineRule: LintRule {
+    static let description = LintRuleDescription(
+        id: "worst-case-over-deadline",
+        summary: "all retries, waits and refreshes can take longer than 'deadline'",
+        rationale: """
+            The deadline ends the request first, so the last retries can never happen. Either the \
+            deadline is too short for the retry settings or the retries are more than intended.
+            """,
+        severity: .warning,
+        triggering: [
+            exampleHeader + """
+            retry: { max-retries: 5, backoff: constant, initial: 10s, attempt-timeout: 10s, deadline: 30s, retry-after: ignore }
+            rules:
+              - { name: busy, when: { status: [503] }, then: retry }
+            """
+        ],
+        nonTriggering: [
+            exampleHeader + """
+            retry: { max-retries: 2, backoff: constant, initial: 1s, attempt-timeout: 5s, deadline: 30s, retry-after: ignore }
+            rules:
+              - { name: busy, when: { status: [503] }, then: retry }
+            """
+        ])
+
+    func check(_ context: LintContext) -> [Diagnostic] {
+        var findings: [Diagnostic] = []
+        for (_, scope) in context.ruleSets {
+            guard let deadline = scope.retry.deadline else { continue }
+            let worst = WorstCase(scope: scope)
+            guard let total = worst.total, total > deadline else { continue }
+            let path = context.prefix(scope, "retry") + ".deadline"
+            findings.append(
+                .warning(
+                    Self.description.id,
+                    "in the worst case \(worst.attempts) attempts, their waits and refreshes take \(total.policyText), longer than the deadline of \(deadline.policyText); raise 'deadline' or lower 'max-retries'",
+                    at: context.location(path)))
+        }
+        return findings
+    }
+}

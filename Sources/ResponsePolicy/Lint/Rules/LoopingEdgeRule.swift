@@ -1,0 +1,67 @@
+/// An `on-exhausted` or `on-failure` that leads back into retrying or refreshing.
+struct LoopingEdgeRule: LintRule {
+    static let description = LintRuleDescription(
+        id: "looping-edge",
+        summary: "'on-exhausted' or 'on-failure' leads back to retry or refresh",
+        rationale: """
+            These edges are where a request goes when retrying or refreshing has run out or broken. \
+            Sending it back to retry or refresh would start the loop again; a request must end: \
+            deliver, fail or logout.
+            """,
+        severity: .error,
+        triggering: [
+            exampleHeader + """
+            retry: { on-exhausted: retry }
+            rules:
+              - { name: busy, when: { status: [503] }, then: retry }
+            """,
+            exampleHeader + """
+            refresh: { use: oauth2, with: { token-url: "https://auth.example.com/token", client-id: app }, on-failure: refresh }
+            rules:
+              - { name: unauthorized, when: { status: [401] }, then: refresh }
+            """,
+        ],
+        nonTriggering: [
+            exampleHeader + """
+            retry: { on-exhausted: fail }
+            rules:
+              - { name: busy, when: { status: [503] }, then: retry }
+            """
+        ])
+
+    func check(_ context: LintContext) -> [Diagnostic] {
+        var findings: [Diagnostic] = []
+        var reported = Set<String>()
+        func check(_ value: ActionKind, _ path: String, _ allowed: String) {
+            guard value == .retry || value == .refresh, reported.insert(path).inserted else { return }
+            let key = String(path.split(separator: ".").last ?? "")
+            findings.append(
+                .error(
+                    Self.description.id,
+                    "'\(key): \(value.rawValue)' would loop back into \(value == .retry ? "retrying" : "refreshing"); a request must end here: use \(allowed)",
+                    at: context.location(path)))
+        }
+        for scope in context.graph.scopes {
+            check(scope.retry.onExhausted, context.prefix(scope, "retry") + ".on-exhausted", "deliver, fail or logout")
+            check(scope.refresh.onExhausted, context.prefix(scope, "refresh") + ".on-exhausted", "deliver, fail or logout")
+            check(scope.refresh.onFailure, context.prefix(scope, "refresh") + ".on-failure", "fail, deliver or logout")
+        }
+        for (rules, scope) in context.ruleSets {
+            for rule in rules {
+                let sections: [(ActionKind?, String)] = [
+                    (rule.retry.map(\.onExhausted).flatMap { $0 == scope.retry.onExhausted ? nil : $0 }, "on-exhausted"),
+                    (rule.refresh.map(\.onExhausted).flatMap { $0 == scope.refresh.onExhausted ? nil : $0 }, "on-exhausted"),
+                    (rule.refresh.map(\.onFailure).flatMap { $0 == scope.refresh.onFailure ? nil : $0 }, "on-failure"),
+                ]
+                for case (let value?, let key) in sections where value == .retry || value == .refresh {
+                    findings.append(
+                        .error(
+                            Self.description.id,
+                            "'\(key): \(value.rawValue)' in rule '\(rule.name)' would loop back into \(value == .retry ? "retrying" : "refreshing"); use deliver, fail or logout",
+                            at: rule.source.keys[key] ?? rule.range))
+                }
+            }
+        }
+        return findings
+    }
+}

@@ -1,0 +1,43 @@
+/// A settings section that no rule can reach.
+struct UnusedSectionRule: LintRule {
+    static let description = LintRuleDescription(
+        id: "unused-section",
+        summary: "a section is set, but no rule uses it",
+        rationale: "Settings nothing reaches are dead configuration; often a rule that should use them is missing.",
+        severity: .warning,
+        triggering: [
+            exampleHeader + """
+            retry: { max-retries: 5 }
+            rules:
+              - { name: unauthorized, when: { status: [401] }, then: fail }
+            """
+        ],
+        nonTriggering: [
+            exampleHeader + """
+            retry: { max-retries: 5 }
+            rules:
+              - { name: busy, when: { status: [503] }, then: retry }
+            """
+        ])
+
+    func check(_ context: LintContext) -> [Diagnostic] {
+        var reached: Set<ActionKind> = []
+        var usesCodes = false
+        for scope in context.graph.scopes {
+            reached.formUnion(scope.reachableActions)
+            usesCodes = usesCodes || scope.rules.contains { $0.when.codes != nil }
+        }
+        var findings: [Diagnostic] = []
+        let sections: [(String, Bool)] = [
+            ("retry", reached.contains(.retry)), ("refresh", reached.contains(.refresh)),
+            ("logout", reached.contains(.logout)), ("classify", usesCodes),
+        ]
+        for (section, used) in sections where !used {
+            guard let range = context.parts.sections[section] else { continue }
+            let what = section == "classify" ? "no rule matches a business code" : "no rule leads to \(section)"
+            findings.append(
+                .warning(Self.description.id, "'\(section)' is set, but \(what); remove it or add a rule that uses it", at: range))
+        }
+        return findings
+    }
+}

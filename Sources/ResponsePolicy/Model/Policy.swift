@@ -1,0 +1,174 @@
+import Foundation
+
+/// A loaded, checked and compiled policy.
+///
+/// Loading parses the YAML, checks it against schema 1 and every lint rule, and compiles the
+/// rule graph the engine runs. A policy with any error is refused (``PolicyError/invalid(file:diagnostics:)``
+/// carries every finding); warnings are kept in ``warnings``.
+///
+/// ```swift
+/// let policy = try Policy.load(contentsOf: URL(fileURLWithPath: "policies/default.yaml"))
+/// print(policy.name, policy.warnings.count)
+/// ```
+public struct Policy: Sendable {
+    public let name: String
+    public let classify: CodeSource?
+    public let rules: [Rule]
+    public let refresh: RefreshSettings
+    public let logout: LogoutSettings
+    public let retry: RetrySettings
+    public let authorize: PluginReference
+    public let store: PluginReference
+    public let observe: [PluginReference]
+    public let routes: [Route]
+    /// The compiled graph the engine runs.
+    public let graph: RuleGraph
+    /// Lint warnings (errors make loading fail).
+    public let warnings: [Diagnostic]
+    /// The file it was loaded from, as named by the caller.
+    public let file: String?
+
+    init(parts: PolicyParts, graph: RuleGraph, warnings: [Diagnostic], file: String?) {
+        name = parts.name
+        classify = parts.classify
+        rules = parts.rules
+        refresh = parts.refresh
+        logout = parts.logout
+        retry = parts.retry
+        authorize = parts.authorize
+        store = parts.store
+        observe = parts.observe
+        routes = parts.routes
+        self.graph = graph
+        self.warnings = warnings
+        self.file = file
+    }
+
+    /// Loads a policy file.
+    ///
+    /// - Parameters:
+    ///   - url: the YAML file.
+    ///   - plugins: the plugin names `use:` may name; the built-ins by default. Pass the catalog
+    ///     of the registry your engine uses so host plugins are accepted.
+    ///   - limits: input bounds, ``YAMLLimits/default`` by default.
+    /// - Throws: ``PolicyError/unreadable(path:reason:)`` when the file cannot be read,
+    ///   ``PolicyError/invalid(file:diagnostics:)`` when it has errors.
+    public static func load(
+        contentsOf url: URL, plugins: PluginCatalog = PluginCatalog(), limits: YAMLLimits = .default
+    ) throws(PolicyError) -> Policy {
+        let bytes = try readFile(url.path, limits: limits)
+        return try load(bytes: bytes, file: url.path, plugins: plugins, limits: limits)
+    }
+
+    /// Loads a policy file, naming it in diagnostics exactly as `path` is written.
+    public static func load(
+        path: String, plugins: PluginCatalog = PluginCatalog(), limits: YAMLLimits = .default
+    ) throws(PolicyError) -> Policy {
+        try load(bytes: try readFile(path, limits: limits), file: path, plugins: plugins, limits: limits)
+    }
+
+    /// Loads a policy from YAML text. `file` names it in diagnostics.
+    public static func load(
+        yaml: String, file: String? = nil, plugins: PluginCatalog = PluginCatalog(), limits: YAMLLimits = .default
+    ) throws(PolicyError) -> Policy {
+        try load(bytes: Array(yaml.utf8), file: file, plugins: plugins, limits: limits)
+    }
+
+    static func load(bytes: [UInt8], file: String?, plugins: PluginCatalog, limits: YAMLLimits) throws(PolicyError)
+        -> Policy
+    {
+        let analysis = analyze(bytes: bytes, file: file, catalog: plugins, limits: limits)
+        guard let policy = analysis.policy, !analysis.diagnostics.hasErrors else {
+            throw .invalid(file: file, diagnostics: analysis.diagnostics)
+        }
+        return policy
+    }
+
+    /// Reads a file with the size limit applied before reading it whole.
+    package static func readFile(_ path: String, limits: YAMLLimits) throws(PolicyError) -> [UInt8] {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
+            throw .unreadable(path: path, reason: "no such file")
+        }
+        guard !isDirectory.boolValue else { throw .unreadable(path: path, reason: "it is a directory") }
+        guard let handle = FileHandle(forReadingAtPath: path) else {
+            throw .unreadable(path: path, reason: "permission denied")
+        }
+        defer { try? handle.close() }
+        do {
+            let data = try handle.read(upToCount: limits.maxFileBytes + 1) ?? Data()
+            return [UInt8](data)
+        } catch {
+            throw .unreadable(path: path, reason: "read failed")
+        }
+    }
+
+    /// The result of checking one file: the policy when it compiled, and every finding.
+    package struct Analysis: Sendable {
+        package var policy: Policy?
+        package var diagnostics: [Diagnostic]
+        package var source: String
+    }
+
+    /// Parses, decodes, compiles and lints; never throws. What `policy lint` runs per file.
+    package static func analyze(bytes: [UInt8], file: String?, catalog: PluginCatalog, limits: YAMLLimits) -> Analysis {
+        let source = String(decoding: bytes, as: UTF8.self)
+        var diagnostics: [Diagnostic] = []
+        let root: YAMLNode?
+        do {
+            root = try YAMLLoader(limits: limits).load(bytes, diagnostics: &diagnostics)
+        } catch {
+            guard case .syntax(let diagnostic) = error else { return Analysis(policy: nil, diagnostics: diagnostics, source: source) }
+            diagnostics.append(diagnostic)
+            return Analysis(policy: nil, diagnostics: finish(diagnostics, file), source: source)
+        }
+        guard let root else {
+            diagnostics.append(.error("empty-file", "the file is empty; a policy needs at least 'policy: 1' and 'name:'", at: .fileStart))
+            return Analysis(policy: nil, diagnostics: finish(diagnostics, file), source: source)
+        }
+        var decoder = PolicyDecoder(catalog: catalog)
+        guard let parts = decoder.policy(root) else {
+            return Analysis(policy: nil, diagnostics: finish(diagnostics + decoder.diagnostics, file), source: source)
+        }
+        diagnostics += decoder.diagnostics
+        let graph = RuleGraph(parts: parts, catalog: catalog)
+        diagnostics += Linter.check(LintContext(parts: parts, graph: graph, catalog: catalog))
+        let sorted = finish(diagnostics, file)
+        let policy = Policy(parts: parts, graph: graph, warnings: sorted.filter { $0.severity == .warning }, file: file)
+        return Analysis(policy: policy, diagnostics: sorted, source: source)
+    }
+
+    private static func finish(_ diagnostics: [Diagnostic], _ file: String?) -> [Diagnostic] {
+        diagnostics.sortedByPosition().map { diagnostic in
+            var copy = diagnostic
+            copy.file = file
+            return copy
+        }
+    }
+}
+
+/// Why a policy could not be loaded.
+public enum PolicyError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The file could not be read.
+    case unreadable(path: String, reason: String)
+    /// The file has errors; every finding, warnings included, in file order.
+    case invalid(file: String?, diagnostics: [Diagnostic])
+
+    public var diagnostics: [Diagnostic] {
+        if case .invalid(_, let diagnostics) = self { return diagnostics }
+        return []
+    }
+
+    public var description: String {
+        switch self {
+        case .unreadable(let path, let reason):
+            return "cannot read policy '\(path)': \(reason)"
+        case .invalid(let file, let diagnostics):
+            let errors = diagnostics.filter { $0.severity == .error }
+            let lines = errors.prefix(20).map(\.description)
+            let more = errors.count > 20 ? ["… and \(errors.count - 20) more errors"] : []
+            return "policy '\(file ?? "<input>")' has \(errors.count) error\(errors.count == 1 ? "" : "s"):\n"
+                + (lines + more).joined(separator: "\n")
+        }
+    }
+}

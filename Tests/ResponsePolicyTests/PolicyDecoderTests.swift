@@ -1,0 +1,172 @@
+import Testing
+
+@testable import ResponsePolicy
+
+struct PolicyDecoderTests {
+    let header = "policy: 1\nname: demo\n"
+
+    @Test func defaultsMatchTheSpecification() throws {
+        let policy = try validPolicy(header)
+        #expect(policy.retry.maxRetries == 3)
+        #expect(policy.retry.backoff == .exponential)
+        #expect(policy.retry.initial == .seconds(1))
+        #expect(policy.retry.multiplier == 2)
+        #expect(policy.retry.maxDelay == .seconds(30))
+        #expect(policy.retry.jitter == .none)
+        #expect(policy.retry.honorRetryAfter)
+        #expect(policy.retry.attemptTimeout == .seconds(10))
+        #expect(policy.retry.methods == ["GET", "HEAD", "PUT", "DELETE", "OPTIONS"])
+        #expect(policy.retry.idempotencyKey == "Idempotency-Key")
+        #expect(policy.retry.onExhausted == .deliver)
+        #expect(policy.retry.deadline == .seconds(60))
+        #expect(policy.retry.budget == .init(ratio: 0.1, min: 10))
+        #expect(policy.refresh.plugin == nil)
+        #expect(policy.refresh.timeout == .seconds(10))
+        #expect(policy.refresh.shareWindow == .seconds(20))
+        #expect(policy.refresh.maxPerRequest == 1)
+        #expect(policy.refresh.onExhausted == .logout)
+        #expect(policy.refresh.onFailure == .logout)
+        #expect(policy.refresh.limit == .init(count: 5, per: .seconds(30)))
+        #expect(policy.refresh.ahead == .seconds(30))
+        #expect(policy.logout.plugin.name == "none")
+        #expect(policy.logout.cancelInFlight)
+        #expect(policy.logout.cooldown == .seconds(20))
+        #expect(policy.authorize.name == "bearer")
+        #expect(policy.store.name == "memory")
+        #expect(policy.classify == nil)
+        #expect(policy.rules.isEmpty && policy.routes.isEmpty && policy.observe.isEmpty)
+    }
+
+    @Test(arguments: [
+        ("250ms", Duration.milliseconds(250)), ("1s", .seconds(1)), ("1.5s", .milliseconds(1500)),
+        ("2m", .seconds(120)), ("1h", .seconds(3600)), ("0s", .zero),
+    ])
+    func durationsWithUnits(_ text: String, _ expected: Duration) throws {
+        let policy = try validPolicy(header + "logout: { cooldown: \(text) }\nrules: [{ when: { status: [403] }, then: logout }]\n")
+        #expect(policy.logout.cooldown == expected)
+        #expect(expected.policyText == (text == "1.5s" ? "1.5s" : text))
+    }
+
+    @Test func bareNumberDurationSaysWhatToWrite() {
+        #expect(
+            renderedErrors(header + "logout:\n  cooldown: 20\n")
+                == "test.yaml:4:13: error: 'cooldown' needs a unit; a bare number has no unit: write 20s (ms, s, m or h) [invalid-duration]")
+    }
+
+    @Test func unknownKeysGetADidYouMeanHint() {
+        #expect(
+            rendered(header + "retyr: {}\n") == "test.yaml:3:1: error: unknown key 'retyr'; did you mean 'retry'? [unknown-key]")
+        #expect(
+            renderedErrors(header + "retry: { max-retires: 2 }\n")
+                == "test.yaml:3:10: error: unknown key 'max-retires'; did you mean 'max-retries'? [unknown-key]")
+    }
+
+    @Test func xPrefixedTopLevelKeysAreIgnoredSoTheyCanHoldAnchors() throws {
+        let policy = try validPolicy(
+            header + "x-shared: &fast { max-retries: 1, backoff: constant }\nretry: *fast\nrules: [{ when: { status: [503] }, then: retry }]\n")
+        #expect(policy.retry.maxRetries == 1)
+        #expect(policy.retry.backoff == .constant)
+    }
+
+    @Test func statusesCodesAndRanges() throws {
+        let policy = try validPolicy(
+            header + """
+                classify: { code: body.status }
+                rules:
+                  - { name: a, when: { status: [502, "520-599"], code: [1401, "E42"] }, then: retry }
+                """)
+        #expect(policy.rules[0].when.statuses == [StatusRange(502), StatusRange(520, 599)])
+        #expect(policy.rules[0].when.codes == ["1401", "E42"])
+    }
+
+    @Test func quotedAndPlainCodesAreTheSameCode() {
+        let found = findings(
+            header + """
+                classify: { code: body.status }
+                rules:
+                  - { name: a, when: { code: [1401] }, then: fail }
+                  - { name: b, when: { code: ["1401"] }, then: deliver }
+                """)
+        // Rule b is also wholly shadowed by rule a.
+        #expect(found.map(\.rule) == ["shadowed-rule", "conflicting-codes"])
+    }
+
+    @Test func yaml11BooleansAreNotBooleans() {
+        #expect(
+            rendered(header + "logout: { cancel-in-flight: no }\nrules: [{ when: { status: [403] }, then: logout }]\n")
+                == "test.yaml:3:29: error: 'cancel-in-flight' must be true or false; write false instead of 'no' [invalid-type]")
+    }
+
+    @Test func ruleThenMappingOverridesItsSection() throws {
+        let policy = try validPolicy(
+            header + """
+                retry: { max-retries: 3, initial: 1s }
+                rules:
+                  - { name: slow, when: { status: [503] }, then: { do: retry, max-retries: 5, backoff: constant, initial: 500ms } }
+                  - { name: other, when: { status: [502] }, then: retry }
+                """)
+        let scope = policy.graph.scope(method: "GET", path: "/")
+        #expect(scope.retry(for: policy.rules[0]).maxRetries == 5)
+        #expect(scope.retry(for: policy.rules[0]).initial == .milliseconds(500))
+        #expect(scope.retry(for: policy.rules[1]).maxRetries == 3)
+    }
+
+    @Test func routesMergeOverTheTopLevel() throws {
+        let policy = try validPolicy(
+            header + """
+                retry: { max-retries: 3, initial: 2s }
+                rules:
+                  - { name: busy, when: { status: [503] }, then: { do: retry, backoff: constant } }
+                routes:
+                  - match: { path: "/oauth/*" }
+                    rules: []
+                  - match: { path: "/upload/*", method: [POST] }
+                    retry: { max-retries: 0 }
+                """)
+        let oauth = policy.graph.scope(method: "GET", path: "/oauth/token")
+        #expect(oauth.rules.isEmpty)
+        let upload = policy.graph.scope(method: "POST", path: "/upload/a")
+        #expect(upload.retry.maxRetries == 0)
+        #expect(upload.retry.initial == .seconds(2))
+        // The top-level rule's override is re-applied over the route's retry section.
+        #expect(upload.retry(for: upload.rules[0]).maxRetries == 0)
+        #expect(upload.retry(for: upload.rules[0]).backoff == .constant)
+        #expect(policy.graph.scope(method: "GET", path: "/upload/a").id == "default")
+    }
+
+    @Test func pluginOptionsAreCheckedAgainstTheirSchema() {
+        let text = header + """
+            refresh:
+              use: oauth2
+              with: { token-url: "https://auth.example.com/token", client-idd: app }
+            rules: [{ when: { status: [401] }, then: refresh }]
+            """
+        #expect(
+            rendered(text) == """
+                test.yaml:5:3: error: refresh plugin 'oauth2' needs the option 'client-id' (sent as client_id) [missing-plugin-option]
+                test.yaml:5:56: error: refresh plugin 'oauth2' has no option 'client-idd'; did you mean 'client-id'? [unknown-plugin-option]
+                """)
+    }
+
+    @Test func hostPluginsAreAcceptedOnceDeclared() {
+        let text = header + "refresh: { use: my-sso, with: { realm: x } }\nrules: [{ when: { status: [401] }, then: refresh }]\n"
+        #expect(findings(text).map(\.rule) == ["unknown-plugin"])
+        var catalog = PluginCatalog()
+        catalog.declare(.refresh, "my-sso")
+        #expect(findings(text, catalog: catalog).isEmpty)
+    }
+
+    @Test func integerOverflowIsAPositionedError() {
+        #expect(
+            renderedErrors(header + "retry: { max-retries: 99999999999999999999999 }\n")
+                == "test.yaml:3:23: error: 'max-retries' is too large: 99999999999999999999999 [invalid-value]")
+    }
+
+    @Test func everyProblemIsReportedNotJustTheFirst() {
+        let found = findings(
+            "policy: 1\nname: Bad Name\nretry: { max-retries: -1, backoff: progressive, jitter: lots }\nlogout: { cooldown: 5 }\n")
+        #expect(
+            found.filter { $0.severity == .error }.map(\.rule)
+                == ["invalid-name", "invalid-value", "invalid-value", "invalid-value", "invalid-duration"])
+    }
+}

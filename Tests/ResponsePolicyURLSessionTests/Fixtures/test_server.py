@@ -1,0 +1,332 @@
+#!/usr/bin/env python3
+"""A small HTTP server that plays an API plus an OAuth 2.0 token endpoint for integration tests.
+
+Standard library only. Start it with `python3 test_server.py`; it binds 127.0.0.1 on an ephemeral
+port, prints `PORT <n>` as its first line of stdout, and serves until its stdin closes (so it never
+outlives the test process that started it), it gets SIGTERM, or HARD_TIMEOUT seconds pass.
+
+Routes
+  GET  /api/*         200 {"status":0,"data":"ok"} for `Authorization: Bearer <access_token>`;
+                      any other token (old, unknown or missing) is "expired": 200 {"status":1401}
+                      or 401 with WWW-Authenticate, per `expired_mode`; `api_mode` "logout" answers
+                      200 {"status":202} to everything.
+  POST /oauth/token   RFC 6749 §6 refresh_token grant (form-encoded). A valid refresh token gets a
+                      new access token and a rotated refresh token (the old one stops working);
+                      anything else, or `token_mode` "invalid_grant", gets 400 {"error":"invalid_grant"}.
+                      Sleeps `token_delay` seconds first so concurrent refreshes pile up.
+  GET  /flaky/503     503 with `Retry-After: <retry_after>` for the next `flaky_count` requests, then 200.
+  GET  /drop          For the next `drop_count` requests: headers promising more body than is sent,
+                      then the connection is closed. Then 200.
+  GET  /stall         Sleeps `stall_seconds` (or `?seconds=` if given) and then answers 200.
+  POST /logout        Counts a logout and answers 200 {"status":0}.
+  *    /echo          Answers 200 with the request as JSON: method, path, query, headers (ordered
+                      [name, value] pairs), body (UTF-8 text) and body_base64.
+  POST /_control      JSON object; sets any keys of DEFAULT_CONFIG (unknown keys are a 400), or with
+                      "reset": true first restores defaults and zeroes counters. Answers like /_stats.
+  GET  /_stats        {"counters": {COUNTERS...}, "config": {DEFAULT_CONFIG keys...}, "access_token": ...,
+                      "refresh_token": ..., "flaky_remaining": n, "drop_remaining": n}.
+"""
+
+import base64
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+HARD_TIMEOUT = 300.0
+
+DEFAULT_CONFIG = {
+    "access_token": "access-0",  # the one access token /api/* accepts; null: none is valid
+    "refresh_token": "refresh-0",  # the one refresh token /oauth/token accepts; null: none is valid
+    "client_id": None,  # when set, /oauth/token answers 401 invalid_client to any other client_id
+    "api_mode": "normal",  # "normal" | "logout"
+    "expired_mode": "status1401",  # "status1401" (200 {"status":1401}) | "http401"
+    "token_mode": "normal",  # "normal" | "invalid_grant"
+    "token_delay": 0.0,  # seconds /oauth/token waits before answering
+    "expires_in": 3600,  # seconds, as reported in token responses
+    "flaky_count": 1,  # how many of the next /flaky/503 requests get a 503
+    "retry_after": 1,  # the Retry-After value (seconds) on those 503s
+    "drop_count": 1,  # how many of the next /drop requests get a truncated response
+    "stall_seconds": 2.0,  # how long /stall waits
+}
+
+COUNTERS = (
+    "api_calls", "api_ok", "api_expired", "api_logout",
+    "token_calls", "token_ok", "token_rejected", "token_in_flight_max",
+    "flaky_calls", "drop_calls", "stall_calls", "logout_calls", "echo_calls", "control_calls",
+)
+
+
+class State:
+    """Scenario state shared by all handler threads; every access holds `lock`."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.reset()
+
+    def reset(self):
+        self.config = dict(DEFAULT_CONFIG)
+        self.counters = {name: 0 for name in COUNTERS}
+        self.flaky_remaining = self.config["flaky_count"]
+        self.drop_remaining = self.config["drop_count"]
+        self.generation = 0  # tokens issued so far; new tokens are access-<n>, refresh-<n>
+        self.token_in_flight = 0
+
+    def apply(self, update):
+        """Applies a /_control body; returns an error message, or None. Nothing changes on error."""
+        unknown = sorted(set(update) - set(DEFAULT_CONFIG) - {"reset"})
+        if unknown:
+            return "unknown keys: " + ", ".join(unknown)
+        try:
+            for key in ("flaky_count", "drop_count", "expires_in", "retry_after"):
+                int(update.get(key, 0))
+            for key in ("token_delay", "stall_seconds"):
+                float(update.get(key, 0))
+        except (TypeError, ValueError) as error:
+            return "bad value: %s" % error
+        if update.get("reset"):
+            self.reset()
+        for key, value in update.items():
+            if key != "reset":
+                self.config[key] = value
+        if "flaky_count" in update:
+            self.flaky_remaining = int(update["flaky_count"])
+        if "drop_count" in update:
+            self.drop_remaining = int(update["drop_count"])
+        return None
+
+    def snapshot(self):
+        return {
+            "counters": dict(self.counters),
+            "config": dict(self.config),
+            "access_token": self.config["access_token"],
+            "refresh_token": self.config["refresh_token"],
+            "flaky_remaining": self.flaky_remaining,
+            "drop_remaining": self.drop_remaining,
+        }
+
+
+STATE = State()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "PolicyTestServer/1"
+
+    def log_message(self, format, *args):  # keep test output quiet
+        pass
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    def read_body(self):
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            body = b""
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return body
+                body += self.rfile.read(size)
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def send(self, status, payload, headers=()):
+        body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in headers:
+            self.send_header(name, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def bump(self, counter):
+        with STATE.lock:
+            STATE.counters[counter] += 1
+
+    def dispatch(self):
+        url = urllib.parse.urlsplit(self.path)
+        self.route_path, self.query = url.path, urllib.parse.parse_qs(url.query)
+        self.body = self.read_body()
+        routes = {
+            ("POST", "/_control"): self.control,
+            ("GET", "/_stats"): self.stats,
+            ("POST", "/oauth/token"): self.token,
+            ("GET", "/flaky/503"): self.flaky,
+            ("GET", "/drop"): self.drop,
+            ("GET", "/stall"): self.stall,
+            ("POST", "/logout"): self.logout,
+        }
+        try:
+            if self.route_path == "/echo":
+                self.echo()
+            elif self.route_path.startswith("/api/") and self.command == "GET":
+                self.api()
+            elif (self.command, self.route_path) in routes:
+                routes[(self.command, self.route_path)]()
+            else:
+                self.send(404, {"error": "not_found", "path": self.route_path})
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client gave up (timeout, cancellation): fine
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = dispatch
+
+    # -- routes -----------------------------------------------------------------------------------
+
+    def control(self):
+        try:
+            update = json.loads(self.body or b"{}")
+            if not isinstance(update, dict):
+                raise ValueError("body must be a JSON object")
+        except ValueError as error:
+            self.send(400, {"error": str(error)})
+            return
+        with STATE.lock:
+            STATE.counters["control_calls"] += 1
+            error = STATE.apply(update)
+            snapshot = STATE.snapshot()
+        self.send(400 if error else 200, {"error": error} if error else snapshot)
+
+    def stats(self):
+        with STATE.lock:
+            snapshot = STATE.snapshot()
+        self.send(200, snapshot)
+
+    def api(self):
+        authorization = self.headers.get("Authorization", "")
+        with STATE.lock:
+            STATE.counters["api_calls"] += 1
+            config = dict(STATE.config)
+            current = config["access_token"]
+            if config["api_mode"] == "logout":
+                outcome = "logout"
+            elif current is not None and authorization == "Bearer " + current:
+                outcome = "ok"
+            else:
+                outcome = "expired"
+            STATE.counters["api_" + outcome] += 1
+        if outcome == "logout":
+            self.send(200, {"status": 202})
+        elif outcome == "ok":
+            self.send(200, {"status": 0, "data": "ok"})
+        elif config["expired_mode"] == "http401":
+            challenge = 'Bearer error="invalid_token", error_description="The access token expired"'
+            self.send(401, {"error": "invalid_token"}, [("WWW-Authenticate", challenge)])
+        else:
+            self.send(200, {"status": 1401})
+
+    def token(self):
+        with STATE.lock:
+            STATE.counters["token_calls"] += 1
+            STATE.token_in_flight += 1
+            STATE.counters["token_in_flight_max"] = max(
+                STATE.counters["token_in_flight_max"], STATE.token_in_flight)
+            delay = float(STATE.config["token_delay"])
+        try:
+            if delay > 0:
+                time.sleep(delay)
+            form = urllib.parse.parse_qs(self.body.decode("utf-8", "replace"))
+            field = lambda name: (form.get(name) or [None])[0]  # noqa: E731
+            with STATE.lock:
+                config = STATE.config
+                if field("grant_type") != "refresh_token":
+                    status, payload = 400, {"error": "unsupported_grant_type"}
+                elif config["client_id"] is not None and field("client_id") != config["client_id"]:
+                    status, payload = 401, {"error": "invalid_client"}
+                elif (config["token_mode"] == "invalid_grant" or config["refresh_token"] is None
+                      or field("refresh_token") != config["refresh_token"]):
+                    status, payload = 400, {"error": "invalid_grant"}
+                else:
+                    STATE.generation += 1
+                    config["access_token"] = "access-%d" % STATE.generation
+                    config["refresh_token"] = "refresh-%d" % STATE.generation
+                    status, payload = 200, {
+                        "access_token": config["access_token"],
+                        "token_type": "Bearer",
+                        "expires_in": config["expires_in"],
+                        "refresh_token": config["refresh_token"],
+                    }
+                STATE.counters["token_ok" if status == 200 else "token_rejected"] += 1
+            # RFC 6749 §5.1: token responses must not be cached.
+            self.send(status, payload, [("Cache-Control", "no-store"), ("Pragma", "no-cache")])
+        finally:
+            with STATE.lock:
+                STATE.token_in_flight -= 1
+
+    def flaky(self):
+        with STATE.lock:
+            STATE.counters["flaky_calls"] += 1
+            fail = STATE.flaky_remaining > 0
+            STATE.flaky_remaining -= 1 if fail else 0
+            retry_after = str(STATE.config["retry_after"])
+        if fail:
+            self.send(503, {"error": "unavailable"}, [("Retry-After", retry_after)])
+        else:
+            self.send(200, {"status": 0, "data": "ok"})
+
+    def drop(self):
+        with STATE.lock:
+            STATE.counters["drop_calls"] += 1
+            fail = STATE.drop_remaining > 0
+            STATE.drop_remaining -= 1 if fail else 0
+        if not fail:
+            self.send(200, {"status": 0, "data": "ok"})
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "1000")
+        self.end_headers()
+        self.wfile.write(b'{"status":0,"da')
+        self.wfile.flush()
+        self.close_connection = True
+        self.connection.shutdown(socket.SHUT_RDWR)
+
+    def stall(self):
+        self.bump("stall_calls")
+        with STATE.lock:
+            seconds = float(STATE.config["stall_seconds"])
+        if "seconds" in self.query:
+            seconds = float(self.query["seconds"][0])
+        time.sleep(seconds)
+        self.send(200, {"status": 0, "data": "stalled", "seconds": seconds})
+
+    def logout(self):
+        self.bump("logout_calls")
+        self.send(200, {"status": 0})
+
+    def echo(self):
+        self.bump("echo_calls")
+        self.send(200, {
+            "method": self.command,
+            "path": self.route_path,
+            "query": {name: values for name, values in self.query.items()},
+            "headers": [[name, value] for name, value in self.headers.items()],
+            "body": self.body.decode("utf-8", "replace"),
+            "body_base64": base64.b64encode(self.body).decode("ascii"),
+        })
+
+
+def main():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # Never outlive the test run, even if nobody closes stdin.
+    watchdog = threading.Timer(HARD_TIMEOUT, lambda: os._exit(2))
+    watchdog.daemon = True
+    watchdog.start()
+    sys.stdout.write("PORT %d\n" % server.server_address[1])
+    sys.stdout.flush()
+    while sys.stdin.buffer.read(4096):  # returns b"" once the parent closes stdin or dies
+        pass
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
