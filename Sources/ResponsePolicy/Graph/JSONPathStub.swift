@@ -11,3 +11,27 @@ package struct JSONPath: Sendable, Hashable {
         }
     }
 }
+
+import Foundation
+
+// Temporary until JSONCodeScanner.swift lands.
+package enum JSONCodeScanner {
+    package static func code(in body: UnsafeRawBufferPointer, at path: JSONPath, maxBytes: Int = 65_536) -> String? {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(body.prefix(maxBytes)), options: [.fragmentsAllowed]) else { return nil }
+        var current: Any = object
+        for segment in path.segments {
+            switch segment {
+            case .key(let bytes):
+                guard let dict = current as? [String: Any], let next = dict[String(decoding: bytes, as: UTF8.self)] else { return nil }
+                current = next
+            case .index(let i):
+                if let array = current as? [Any], i < array.count { current = array[i] }
+                else if let dict = current as? [String: Any], let next = dict[String(i)] { current = next }
+                else { return nil }
+            }
+        }
+        if let s = current as? String { return s }
+        if let n = current as? NSNumber { return n.stringValue }
+        return nil
+    }
+}

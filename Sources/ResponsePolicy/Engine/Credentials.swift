@@ -1,0 +1,26 @@
+import Foundation
+
+/// The tokens the engine signs requests with.
+///
+/// The description never shows a token: it says which parts are present and when the access
+/// token expires, so a `print(credentials)` in a host's log cannot leak them.
+public struct Credentials: Sendable, Hashable, CustomStringConvertible, CustomDebugStringConvertible {
+    public var accessToken: String
+    public var refreshToken: String?
+    public var expiresAt: Date?
+
+    public init(accessToken: String, refreshToken: String? = nil, expiresAt: Date? = nil) {
+        self.accessToken = accessToken
+        self.refreshToken = refreshToken
+        self.expiresAt = expiresAt
+    }
+
+    public var description: String {
+        var parts = ["access token <redacted>"]
+        if refreshToken != nil { parts.append("refresh token <redacted>") }
+        if let expiresAt { parts.append("expires \(ISO8601DateFormatter().string(from: expiresAt))") }
+        return "Credentials(" + parts.joined(separator: ", ") + ")"
+    }
+
+    public var debugDescription: String { description }
+}

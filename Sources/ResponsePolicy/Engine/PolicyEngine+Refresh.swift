@@ -1,0 +1,170 @@
+extension PolicyEngine {
+    private enum RefreshDecision {
+        case retryNow
+        case wait
+        case start(epoch: UInt64, credentials: Credentials?)
+        case fail(RefreshFailure)
+        case loggedOut
+    }
+
+    /// Waits until a token newer than `failedGeneration` exists, starting the one refresh that
+    /// makes it when none is running (single flight).
+    ///
+    /// A request whose token is already older than the current one retries at once; within
+    /// `share-window` after a refresh it retries without refreshing; beyond `limit` the refresh
+    /// fails without a call. Cancelling the waiting request removes it from the waiters; the
+    /// refresh goes on for the others.
+    func awaitFreshToken(
+        failedGeneration: UInt64, settings: RefreshSettings, plugins: PolicyRuntime.ScopePlugins,
+        _ context: RequestContext, proactive: Bool
+    ) async -> EngineState.FlightResult {
+        while true {
+            let now = clock.now
+            let decision: RefreshDecision = state.withLock { state in
+                if state.isLoggedOut(at: now) { return .loggedOut }
+                if state.generation > failedGeneration { return .retryNow }
+                if state.flight != nil { return .wait }
+                if !proactive, let last = state.lastRefresh, now - last < settings.shareWindow { return .retryNow }
+                if let limit = settings.limit {
+                    state.refreshCalls.removeAll { now - $0 >= limit.per }
+                    if state.refreshCalls.count >= limit.count {
+                        return .fail(
+                            RefreshFailure("more than \(limit.count) refreshes in \(limit.per.policyText) (refresh.limit)"))
+                    }
+                }
+                state.refreshCalls.append(now)
+                state.flight = EngineState.Flight(sessionEpoch: state.sessionEpoch)
+                return .start(epoch: state.sessionEpoch, credentials: state.credentials)
+            }
+            switch decision {
+            case .retryNow: return .ok
+            case .loggedOut: return .loggedOut
+            case .fail(let failure):
+                var start = PolicyEvent(.refreshStart, time: now, request: context.id)
+                start.reason = "limit"
+                var end = PolicyEvent(.refreshEnd, time: now, request: context.id)
+                end.ok = false
+                end.reason = failure.reason
+                emit(start, context.runtime)
+                emit(end, context.runtime)
+                return .failed(failure)
+            case .start(let epoch, let credentials):
+                startRefresh(epoch: epoch, credentials: credentials, settings: settings, plugins: plugins, context)
+                if let result = await waitForFlight(context.number) { return result }
+            case .wait:
+                if let result = await waitForFlight(context.number) { return result }
+            }
+        }
+    }
+
+    /// Suspends until the refresh in flight ends; `nil` when it ended before the wait began
+    /// (decide again).
+    private func waitForFlight(_ number: UInt64) async -> EngineState.FlightResult? {
+        enum Registration { case waiting, ended, cancelled }
+        let result: EngineState.FlightResult? = await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<EngineState.FlightResult?, Never>) in
+                let registration: Registration = state.withLock { state in
+                    guard state.flight != nil else { return .ended }
+                    // Checked under the lock the cancellation handler takes: either the handler
+                    // finds this waiter, or this sees the cancellation.
+                    if Task.isCancelled { return .cancelled }
+                    state.flight?.waiters[number] = continuation
+                    return .waiting
+                }
+                switch registration {
+                case .waiting: break
+                case .ended: continuation.resume(returning: nil)
+                case .cancelled: continuation.resume(returning: .cancelled)
+                }
+            }
+        } onCancel: {
+            let waiter = state.withLock { $0.flight?.waiters.removeValue(forKey: number) }
+            waiter?.resume(returning: .cancelled)
+        }
+        return result
+    }
+
+    /// Starts the refresh task. It outlives the request that started it.
+    private func startRefresh(
+        epoch: UInt64, credentials: Credentials?, settings: RefreshSettings, plugins: PolicyRuntime.ScopePlugins,
+        _ context: RequestContext
+    ) {
+        emit(PolicyEvent(.refreshStart, time: clock.now, request: context.id), context.runtime)
+        let refreshContext = RefreshContext(credentials: credentials, transport: transport, clock: clock)
+        Task(executorPreference: options.taskExecutor) {
+            let outcome = await self.callRefresh(plugins.refresh, refreshContext, timeout: settings.timeout)
+            let now = self.clock.now
+            var saved: Credentials?
+            let waiters = self.state.withLock { state -> [EngineState.Waiter] in
+                // In request order, so a simulation's output is the same every run.
+                let waiters = (state.flight?.waiters ?? [:]).sorted { $0.key < $1.key }.map(\.value)
+                state.flight = nil
+                if case .success(let fresh) = outcome, state.sessionEpoch == epoch {
+                    state.credentials = fresh
+                    state.generation += 1
+                    state.lastRefresh = now
+                    saved = fresh
+                }
+                return waiters
+            }
+            if let saved { try? self.store?.save(saved) }
+            var end = PolicyEvent(.refreshEnd, time: now, request: context.id)
+            switch outcome {
+            case .success: end.ok = true
+            case .failure(let failure):
+                end.ok = false
+                end.reason = failure.reason
+                end.status = failure.response?.status
+            }
+            self.emit(end, context.runtime)
+            let result: EngineState.FlightResult
+            switch outcome {
+            case .success: result = .ok
+            case .failure(let failure): result = .failed(failure)
+            }
+            for waiter in waiters { waiter.resume(returning: result) }
+        }
+    }
+
+    /// Calls the plugin with the refresh timeout.
+    private func callRefresh(
+        _ choice: Result<any RefreshPlugin, PluginError>?, _ context: RefreshContext, timeout: Duration
+    ) async -> Result<Credentials, RefreshFailure> {
+        let plugin: any RefreshPlugin
+        switch choice {
+        case nil: return .failure(RefreshFailure("no refresh plugin is configured (refresh.use)"))
+        case .failure(let error)?: return .failure(RefreshFailure(error.description))
+        case .success(let made)?: plugin = made
+        }
+        let deadline = clock.now + timeout
+        let clock = self.clock
+        return await withTaskGroup(of: Result<Credentials, RefreshFailure>?.self) { group in
+            group.addTask {
+                do {
+                    return .success(try await plugin.refresh(context))
+                } catch let failure as RefreshFailure {
+                    return .failure(failure)
+                } catch is CancellationError {
+                    return nil
+                } catch {
+                    return .failure(RefreshFailure("the refresh plugin failed (\(type(of: error)))"))
+                }
+            }
+            group.addTask {
+                do {
+                    try await clock.sleep(until: deadline)
+                    return .failure(RefreshFailure("the refresh took longer than \(timeout.policyText)"))
+                } catch {
+                    return nil
+                }
+            }
+            var result: Result<Credentials, RefreshFailure>?
+            while result == nil, let next = await group.next() {
+                result = next
+                group.cancelAll()
+            }
+            return result ?? .failure(RefreshFailure("the refresh was cancelled"))
+        }
+    }
+}
+

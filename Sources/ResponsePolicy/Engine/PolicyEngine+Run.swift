@@ -1,0 +1,324 @@
+import Foundation
+
+extension PolicyEngine {
+    /// What one attempt produced.
+    enum AttemptResult: Sendable {
+        case response(HTTPResponse)
+        case error(TransportError)
+        case timedOut
+        case cancelled
+    }
+
+    /// The request loop: sign, send, classify, act; until an outcome.
+    func run(_ original: HTTPRequest, _ context: RequestContext) async -> Result<HTTPResponse, PolicyEngineError> {
+        let runtime = context.runtime
+        let graph = runtime.policy.graph
+        let scopeIndex = graph.scopes.firstIndex { scope in
+            scope.route.map { $0.matches(method: original.method, path: original.path) } ?? true
+        } ?? graph.scopes.count - 1
+        let scope = graph.scopes[scopeIndex]
+        let plugins = runtime.scopes[scopeIndex]
+        var request = original
+        let retryable = prepareIdempotency(&request, scope.retry)
+        let deadline = scope.retry.deadline.map { context.start + $0 }
+
+        var attempt = 0
+        var retries = 0
+        var refreshResends = 0
+        var lastResponse: HTTPResponse?
+        var lastCode: String?
+
+        func finish(_ result: Result<HTTPResponse, PolicyEngineError>) -> Result<HTTPResponse, PolicyEngineError> {
+            var event = PolicyEvent(.outcome, time: clock.now, request: context.id)
+            switch result {
+            case .success(let response):
+                event.result = .delivered
+                event.status = response.status
+                event.code = lastCode
+            case .failure(let error):
+                switch error {
+                case .loggedOut: event.result = .loggedOut
+                case .cancelled: event.result = .cancelled
+                default: event.result = .failed
+                }
+                if let lastResponse, error != .cancelled {
+                    event.status = lastResponse.status
+                    event.code = lastCode
+                }
+                if case .loggedOut = error {} else if case .cancelled = error {} else { event.reason = error.reasonText }
+            }
+            emit(event, runtime)
+            return result
+        }
+
+        func ended() -> Result<HTTPResponse, PolicyEngineError> {
+            let loggedOut = state.withLock { $0.requests[context.number]?.endReason == .loggedOut }
+            if loggedOut { return finish(.failure(.loggedOut(until: cooldownEnd()))) }
+            var event = PolicyEvent(.cancel, time: clock.now, request: context.id)
+            event.reason = "the caller cancelled the request"
+            emit(event, runtime)
+            return finish(.failure(.cancelled))
+        }
+
+        while true {
+            if Task.isCancelled { return ended() }
+            if isLoggedOut { return finish(.failure(.loggedOut(until: cooldownEnd()))) }
+
+            // Refresh ahead of expiry, before sending (single flight as usual).
+            if let ahead = scope.refresh.ahead, plugins.refresh != nil, let generation = expiringGeneration(within: ahead) {
+                switch await awaitFreshToken(
+                    failedGeneration: generation, settings: scope.refresh, plugins: plugins, context, proactive: true)
+                {
+                case .ok, .failed: break  // a failed proactive refresh leaves the old token to try
+                case .loggedOut: return finish(.failure(.loggedOut(until: cooldownEnd())))
+                case .cancelled: return ended()
+                }
+            }
+
+            let (credentials, generation) = state.withLock { ($0.credentials, $0.generation) }
+            var signed = request
+            if let credentials, let authorize = plugins.authorize { authorize.authorize(&signed, with: credentials) }
+            attempt += 1
+            var sendEvent = PolicyEvent(.send, time: clock.now, request: context.id)
+            sendEvent.attempt = attempt
+            emit(sendEvent, runtime)
+
+            var timeout = scope.retry.attemptTimeout
+            if let deadline { timeout = min(timeout ?? .seconds(1 << 40), max(.zero, deadline - clock.now)) }
+            let result = await attemptOnce(signed, timeout: timeout)
+
+            var event = PolicyEvent(.response, time: clock.now, request: context.id)
+            event.attempt = attempt
+            let ruleIndex: Int?
+            var failure: TransportError?
+            switch result {
+            case .cancelled:
+                return ended()
+            case .response(let response):
+                lastResponse = response
+                lastCode = runtime.code(of: response, scopeIndex: scopeIndex, scanLimit: options.bodyScanLimit)
+                event.status = response.status
+                event.code = lastCode
+                ruleIndex = scope.classifier.match(
+                    status: response.status, code: lastCode, headers: response.headers, method: request.method,
+                    path: request.path)
+            case .timedOut, .error:
+                let error: TransportError
+                if case .error(let transportError) = result {
+                    error = transportError
+                } else {
+                    if let deadline, clock.now >= deadline {
+                        event.error = .timeout
+                        event.reason = "deadline"
+                        emit(event, runtime)
+                        return finish(.failure(.deadlineExceeded))
+                    }
+                    error = TransportError(.timeout, "no response within \(timeout?.policyText ?? "the attempt timeout")")
+                }
+                failure = error
+                lastResponse = nil
+                lastCode = nil
+                event.error = error.errorClass
+                ruleIndex = scope.classifier.match(error: error.errorClass, method: request.method, path: request.path)
+            }
+
+            guard let ruleIndex else {
+                emit(event, runtime)
+                if let failure { return finish(.failure(.transport(failure))) }
+                if let lastResponse { return finish(.success(lastResponse)) }
+                return finish(.failure(.cancelled))
+            }
+            let rule = scope.rules[ruleIndex]
+            event.rule = rule.name
+            event.action = rule.action
+            emit(event, runtime)
+
+            /// Delivers the response, or fails with the transport error when there is none.
+            func deliverOrFail() -> Result<HTTPResponse, PolicyEngineError> {
+                if let lastResponse { return finish(.success(lastResponse)) }
+                return finish(.failure(.transport(failure ?? TransportError(.connection))))
+            }
+
+            switch rule.action {
+            case .deliver:
+                return deliverOrFail()
+            case .fail:
+                guard let lastResponse else { return finish(.failure(.transport(failure ?? TransportError(.connection)))) }
+                return finish(.failure(.failed(response: lastResponse, rule: rule.name)))
+            case .logout:
+                await logout(settings: scope.logout(for: rule), plugins: plugins, trigger: context, reason: rule.name)
+                return finish(.failure(.loggedOut(until: cooldownEnd())))
+            case .refresh:
+                let settings = scope.refresh(for: rule)
+                guard refreshResends < settings.maxPerRequest else {
+                    switch settings.onExhausted {
+                    case .logout:
+                        await logout(settings: scope.logout, plugins: plugins, trigger: context, reason: rule.name)
+                        return finish(.failure(.loggedOut(until: cooldownEnd())))
+                    case .deliver: return deliverOrFail()
+                    default:
+                        return finish(
+                            .failure(.refreshFailed(reason: "the request was re-sent \(refreshResends) time(s) for refresh triggers")))
+                    }
+                }
+                refreshResends += 1
+                switch await awaitFreshToken(
+                    failedGeneration: generation, settings: settings, plugins: plugins, context, proactive: false)
+                {
+                case .ok: continue
+                case .loggedOut: return finish(.failure(.loggedOut(until: cooldownEnd())))
+                case .cancelled: return ended()
+                case .failed(let refreshFailure):
+                    if let response = refreshFailure.response, endsSession(response, scope: scope, scopeIndex: scopeIndex, runtime) {
+                        await logout(settings: scope.logout, plugins: plugins, trigger: context, reason: "refresh")
+                        return finish(.failure(.loggedOut(until: cooldownEnd())))
+                    }
+                    switch settings.onFailure {
+                    case .logout:
+                        await logout(settings: scope.logout, plugins: plugins, trigger: context, reason: "refresh")
+                        return finish(.failure(.loggedOut(until: cooldownEnd())))
+                    case .deliver: return deliverOrFail()
+                    default: return finish(.failure(.refreshFailed(reason: refreshFailure.reason)))
+                    }
+                }
+            case .retry:
+                let settings = scope.retry(for: rule)
+                let now = clock.now
+                var allowed = retryable && retries < settings.maxRetries
+                if allowed, let budget = settings.budget {
+                    allowed = state.withLock { $0.budget.takeRetry(at: now, budget: budget) }
+                }
+                guard allowed else {
+                    switch settings.onExhausted {
+                    case .fail: return finish(.failure(.retriesExhausted(lastResponse: lastResponse, lastError: failure)))
+                    case .logout:
+                        await logout(settings: scope.logout, plugins: plugins, trigger: context, reason: rule.name)
+                        return finish(.failure(.loggedOut(until: cooldownEnd())))
+                    default:
+                        if lastResponse == nil {
+                            return finish(.failure(.retriesExhausted(lastResponse: nil, lastError: failure)))
+                        }
+                        return deliverOrFail()
+                    }
+                }
+                let delay = RetryTiming.delay(
+                    forRetry: retries + 1, settings: settings, response: lastResponse, now: clock.date, random: options.random)
+                if let deadline, now + delay > deadline {
+                    // A wait that would end past the deadline is not started.
+                    return finish(.failure(.deadlineExceeded))
+                }
+                retries += 1
+                var wait = PolicyEvent(.wait, time: now, request: context.id)
+                wait.delay = delay
+                wait.attempt = attempt
+                emit(wait, runtime)
+                setPhase(context.number, .waiting)
+                do {
+                    try await clock.sleep(until: now + delay)
+                } catch {
+                    return ended()
+                }
+                setPhase(context.number, .onWire)
+            }
+        }
+    }
+
+    /// Sends once, racing `timeout` when there is one.
+    func attemptOnce(_ request: HTTPRequest, timeout: Duration?) async -> AttemptResult {
+        let transport = self.transport
+        guard let timeout else { return await Self.call(transport, request) }
+        let deadline = clock.now + timeout
+        let clock = self.clock
+        return await withTaskGroup(of: AttemptResult.self) { group in
+            group.addTask { await Self.call(transport, request) }
+            group.addTask {
+                do {
+                    try await clock.sleep(until: deadline)
+                    return .timedOut
+                } catch {
+                    return .cancelled
+                }
+            }
+            let first = await group.next() ?? .cancelled
+            group.cancelAll()
+            // When the caller was cancelled both children report `.cancelled`; otherwise the
+            // loser's `.cancelled` is ignored.
+            return first
+        }
+    }
+
+    static func call(_ transport: any Transport, _ request: HTTPRequest) async -> AttemptResult {
+        do {
+            return .response(try await transport.send(request))
+        } catch is CancellationError {
+            return .cancelled
+        } catch let error as TransportError {
+            return .error(error)
+        } catch {
+            if Task.isCancelled { return .cancelled }
+            return .error(TransportError(.connection, String(describing: type(of: error))))
+        }
+    }
+
+    /// Adds the idempotency key where needed; returns whether the request may be retried.
+    ///
+    /// A request the caller gave an idempotency key is retryable whatever its method, and keeps
+    /// that key. A listed method that is not idempotent by nature (POST, PATCH) gets one
+    /// generated value, sent on every attempt, so the server can recognise a repeat.
+    func prepareIdempotency(_ request: inout HTTPRequest, _ retry: RetrySettings) -> Bool {
+        if let header = retry.idempotencyKey, request.headers[header] != nil { return true }
+        guard retry.methods.contains(request.method) else { return false }
+        if let header = retry.idempotencyKey, request.method == "POST" || request.method == "PATCH" {
+            request.headers.set(header, Self.idempotencyValue(options.random))
+        }
+        return true
+    }
+
+    static func idempotencyValue(_ random: any RandomSource) -> String {
+        let a = random.nextBits()
+        let b = random.nextBits()
+        let hex = String(a, radix: 16) + String(b, radix: 16)
+        return String(repeating: "0", count: max(0, 32 - hex.count)) + hex
+    }
+
+    func setPhase(_ number: UInt64, _ phase: EngineState.Phase) {
+        state.withLock { $0.requests[number, default: EngineState.RequestEntry()].phase = phase }
+    }
+
+    /// The generation of the current token when it expires within `ahead`.
+    func expiringGeneration(within ahead: Duration) -> UInt64? {
+        let now = clock.date
+        return state.withLock { state in
+            guard let expiry = state.credentials?.expiresAt, expiry.timeIntervalSince(now) < ahead.seconds else { return nil }
+            return state.generation
+        }
+    }
+
+    func cooldownEnd() -> Date {
+        let until = state.withLock { $0.loggedOutUntil } ?? clock.now
+        return wallDate(of: until)
+    }
+
+    /// Whether a refresh endpoint's answer matches a `logout` rule of the scope.
+    func endsSession(_ response: HTTPResponse, scope: RuleGraph.Scope, scopeIndex: Int, _ runtime: PolicyRuntime) -> Bool {
+        let code = runtime.code(of: response, scopeIndex: scopeIndex, scanLimit: options.bodyScanLimit)
+        guard let index = scope.classifier.match(status: response.status, code: code, headers: response.headers, method: "POST", path: "/")
+        else { return false }
+        return scope.rules[index].action == .logout
+    }
+}
+
+extension PolicyEngineError {
+    /// A short reason for the outcome event.
+    var reasonText: String {
+        switch self {
+        case .retriesExhausted: return "retries exhausted"
+        case .failed(_, let rule): return "rule '\(rule)'"
+        case .refreshFailed(let reason): return "refresh failed: \(reason)"
+        case .deadlineExceeded: return "deadline"
+        case .transport(let error): return "\(error.errorClass.rawValue) error"
+        case .loggedOut: return "logged out"
+        case .cancelled: return "cancelled"
+        }
+    }
+}

@@ -1,0 +1,201 @@
+import Foundation
+import Synchronization
+
+/// Applies a policy to every request: signs it, sends it, classifies the response with the
+/// compiled rule graph, and refreshes, logs out, retries or delivers as the matching rule says.
+///
+/// ```swift
+/// let policy = try Policy.load(contentsOf: url, plugins: registry.catalog)
+/// let engine = PolicyEngine(policy: policy, transport: URLSessionTransport(), plugins: registry,
+///                           credentials: MemoryCredentialStore(Credentials(accessToken: token)))
+/// let response = try await engine.send(HTTPRequest(url: profileURL))
+/// ```
+///
+/// Concurrency contract: `send` may be called from any number of tasks at once; every call ends
+/// with exactly one outcome (a response or one ``PolicyEngineError``). All mutable state —
+/// credentials and their generation, the refresh in flight and its waiters, the logout
+/// cooldown, the requests in flight, the retry budget — lives in one `Mutex`-protected struct,
+/// never held across an `await`. A refresh runs in its own task so that cancelling the request
+/// that started it does not cancel it for the others waiting. Cancelling a caller's task
+/// cancels its request, on the wire or in any wait, and `send` throws ``PolicyEngineError/cancelled``.
+public final class PolicyEngine: Sendable {
+    /// What the engine runs on besides the policy. Defaults are for production.
+    public struct Options: Sendable {
+        /// `SystemPolicyClock()` by default; a ``VirtualClock`` in tests and simulations.
+        public var clock: any PolicyClock = SystemPolicyClock()
+        /// The system generator by default; seed it for deterministic jitter.
+        public var random: any RandomSource = SystemRandomSource()
+        /// Observers besides the policy's `observe:` plugins.
+        public var observers: [any PolicyObserver] = []
+        /// Where plugins read secrets named in the policy; the process environment by default.
+        public var environment: [String: String] = ProcessInfo.processInfo.environment
+        /// The executor for tasks the engine starts itself (refreshes, logout calls, requests);
+        /// `nil` (the global pool) by default. Simulations pass their scheduler.
+        public var taskExecutor: (any TaskExecutor)?
+        /// Replaces the policy's refresh plugin (the simulator's scripted refresh).
+        public var refreshPlugin: (any RefreshPlugin)?
+        /// Replaces the policy's logout plugin.
+        public var logoutPlugin: (any LogoutPlugin)?
+        /// How much of a body the code scan reads: `64 KiB` by default, so a huge body costs
+        /// no more than a small one.
+        public var bodyScanLimit = 65_536
+
+        public init() {}
+    }
+
+    struct Overrides: Sendable {
+        var refresh: (any RefreshPlugin)?
+        var logout: (any LogoutPlugin)?
+        var observers: [any PolicyObserver]
+    }
+
+    let transport: any Transport
+    let registry: PluginRegistry
+    let store: (any CredentialStore)?
+    let options: Options
+    let clock: any PolicyClock
+    let state: Mutex<EngineState>
+
+    /// - Parameters:
+    ///   - policy: a loaded policy.
+    ///   - transport: what sends requests.
+    ///   - plugins: the registry the policy's `use:` names are made from; built-ins by default.
+    ///   - credentials: where credentials are loaded from at start and saved after a refresh;
+    ///     `nil` for none (requests go out unsigned until ``signIn(_:)``).
+    ///   - options: clock, randomness, observers, executor.
+    public init(
+        policy: Policy, transport: any Transport, plugins: PluginRegistry = PluginRegistry(),
+        credentials: (any CredentialStore)? = nil, options: Options = Options()
+    ) {
+        self.transport = transport
+        registry = plugins
+        store = credentials
+        self.options = options
+        clock = options.clock
+        let runtime = PolicyRuntime(
+            policy: policy, registry: plugins, transport: transport, environment: options.environment,
+            overrides: Overrides(refresh: options.refreshPlugin, logout: options.logoutPlugin, observers: options.observers))
+        var initial = EngineState(runtime: runtime)
+        initial.credentials = (try? credentials?.load()) ?? nil
+        state = Mutex(initial)
+    }
+
+    /// The policy new requests run under.
+    public var policy: Policy { state.withLock { $0.runtime.policy } }
+
+    /// Whether the session is in its logout cooldown.
+    public var isLoggedOut: Bool {
+        let now = clock.now
+        return state.withLock { $0.isLoggedOut(at: now) }
+    }
+
+    /// Signs in with new credentials: ends a logout cooldown early and makes every request that
+    /// hits a trigger afterwards use these.
+    public func signIn(_ credentials: Credentials) {
+        state.withLock { state in
+            state.credentials = credentials
+            state.generation += 1
+            state.loggedOutUntil = nil
+        }
+        try? store?.save(credentials)
+    }
+
+    /// Runs new requests under `policy`; requests in flight finish under the one they started with.
+    public func reload(_ policy: Policy) {
+        let runtime = makeRuntime(policy)
+        state.withLock { $0.runtime = runtime }
+        var event = PolicyEvent(.reload, time: clock.now)
+        event.ok = true
+        emit(event, runtime)
+    }
+
+    /// Loads and lints a policy file and runs new requests under it. A file with errors is
+    /// refused, the running policy stays, and a `reload` event with `ok: false` is emitted.
+    ///
+    /// - Throws: ``PolicyError`` with the file's diagnostics when it is refused.
+    @discardableResult
+    public func reload(contentsOf url: URL) throws(PolicyError) -> Policy {
+        let catalog = registry.catalog
+        return try reload(loading: { () throws(PolicyError) -> Policy in try Policy.load(contentsOf: url, plugins: catalog) })
+    }
+
+    /// Reloads from whatever `load` produces; refused (with a `reload` event) when it throws.
+    package func reload(loading load: () throws(PolicyError) -> Policy) throws(PolicyError) -> Policy {
+        do {
+            let policy = try load()
+            reload(policy)
+            return policy
+        } catch {
+            var event = PolicyEvent(.reload, time: clock.now)
+            event.ok = false
+            let errors = error.diagnostics.filter { $0.severity == .error }
+            event.reason = errors.first.map { "\($0.range.start.line):\($0.range.start.column): \($0.message)" } ?? "\(error)"
+            emit(event, state.withLock { $0.runtime })
+            throw error
+        }
+    }
+
+    func makeRuntime(_ policy: Policy) -> PolicyRuntime {
+        PolicyRuntime(
+            policy: policy, registry: registry, transport: transport, environment: options.environment,
+            overrides: Overrides(refresh: options.refreshPlugin, logout: options.logoutPlugin, observers: options.observers))
+    }
+
+    func emit(_ event: PolicyEvent, _ runtime: PolicyRuntime) {
+        for observer in runtime.observers { observer.observe(event) }
+    }
+
+    /// Sends `request` under the policy and returns the delivered response.
+    ///
+    /// - Throws: ``PolicyEngineError``; exactly one outcome per call.
+    public func send(_ request: HTTPRequest) async throws(PolicyEngineError) -> HTTPResponse {
+        let now = clock.now
+        let (number, runtime, loggedOutUntil) = state.withLock { state in
+            state.nextRequest += 1
+            state.budget.recordRequest(at: now)
+            return (state.nextRequest, state.runtime, state.isLoggedOut(at: now) ? state.loggedOutUntil : nil)
+        }
+        let id = request.id ?? "r\(number)"
+        if let until = loggedOutUntil {
+            // The cooldown: fail fast, without touching the network.
+            var event = PolicyEvent(.outcome, time: now, request: id)
+            event.result = .loggedOut
+            emit(event, runtime)
+            throw .loggedOut(until: wallDate(of: until))
+        }
+        if Task.isCancelled {
+            var event = PolicyEvent(.outcome, time: now, request: id)
+            event.result = .cancelled
+            emit(event, runtime)
+            throw .cancelled
+        }
+        let context = RequestContext(number: number, id: id, runtime: runtime, start: now)
+        let task = Task(executorPreference: options.taskExecutor) {
+            await self.run(request, context)
+        }
+        state.withLock { state in
+            state.requests[number, default: EngineState.RequestEntry()].cancel = { task.cancel() }
+            if state.requests[number]?.endReason != nil { task.cancel() }
+        }
+        let result = await withTaskCancellationHandler {
+            await task.value
+        } onCancel: {
+            task.cancel()
+        }
+        state.withLock { _ = $0.requests.removeValue(forKey: number) }
+        return try result.get()
+    }
+
+    /// The wall-clock date of an engine instant.
+    func wallDate(of instant: Duration) -> Date {
+        clock.date.addingTimeInterval((instant - clock.now).seconds)
+    }
+}
+
+/// One request's identity and the runtime it started under.
+struct RequestContext: Sendable {
+    let number: UInt64
+    let id: String
+    let runtime: PolicyRuntime
+    let start: Duration
+}

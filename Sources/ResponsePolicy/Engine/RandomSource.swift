@@ -1,0 +1,38 @@
+import Synchronization
+
+/// Uniform random numbers for jitter and idempotency keys; injected so tests and simulations
+/// are deterministic.
+public protocol RandomSource: Sendable {
+    /// A uniform draw from [0, 1).
+    func nextUnit() -> Double
+    /// 64 random bits.
+    func nextBits() -> UInt64
+}
+
+extension RandomSource {
+    public func nextUnit() -> Double { Double(nextBits() >> 11) * 0x1.0p-53 }
+}
+
+/// The system's random number generator.
+public struct SystemRandomSource: RandomSource {
+    public init() {}
+    public func nextBits() -> UInt64 {
+        var generator = SystemRandomNumberGenerator()
+        return generator.next()
+    }
+}
+
+/// A seeded SplitMix64 generator: the same seed gives the same draws.
+public final class SeededRandomSource: RandomSource {
+    private let state: Mutex<UInt64>
+    public init(seed: UInt64) { state = Mutex(seed) }
+    public func nextBits() -> UInt64 {
+        state.withLock { state in
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return z ^ (z >> 31)
+        }
+    }
+}

@@ -1,0 +1,94 @@
+import Foundation
+
+// MARK: - Refresh
+
+/// What a refresh plugin gets to work with.
+public struct RefreshContext: Sendable {
+    /// The credentials being replaced (their refresh token, for OAuth2).
+    public let credentials: Credentials?
+    /// The engine's transport, for plugins that call a token endpoint. Calls through it bypass
+    /// the policy's rules, so a refresh is never refreshed or retried by them.
+    public let transport: any Transport
+    /// The engine's clock (`date` for computing `expires_at`).
+    public let clock: any PolicyClock
+
+    public init(credentials: Credentials?, transport: any Transport, clock: any PolicyClock) {
+        self.credentials = credentials
+        self.transport = transport
+        self.clock = clock
+    }
+}
+
+/// Why a refresh failed. When the token endpoint answered, `response` carries its answer so the
+/// engine can classify it: a refresh answered with a logout code ends the session.
+public struct RefreshFailure: Error, Sendable, Equatable, CustomStringConvertible {
+    public var reason: String
+    public var response: HTTPResponse?
+
+    public init(_ reason: String, response: HTTPResponse? = nil) {
+        self.reason = reason
+        self.response = response
+    }
+
+    public var description: String { reason }
+}
+
+/// Gets fresh credentials. The engine calls it at most once at a time (single flight) and
+/// enforces `refresh.timeout` by cancelling the call.
+///
+/// Concurrency contract: called from an engine task; must honour cancellation. Throw
+/// ``RefreshFailure`` (any other error is treated as a failure with its description, which must
+/// not contain secrets).
+public protocol RefreshPlugin: Sendable {
+    func refresh(_ context: RefreshContext) async throws -> Credentials
+}
+
+// MARK: - Authorize
+
+/// Signs a request with the current credentials. Must replace, never add to, an earlier
+/// signature, since the engine re-signs the same request after every refresh.
+public protocol AuthorizePlugin: Sendable {
+    func authorize(_ request: inout HTTPRequest, with credentials: Credentials)
+}
+
+// MARK: - Logout
+
+/// Why the session ended.
+public struct LogoutContext: Sendable {
+    /// The request whose response triggered the logout, when one did.
+    public let requestID: String?
+    /// The rule that matched, or `refresh` when a failed refresh logged out.
+    public let reason: String
+    public let transport: any Transport
+}
+
+/// Tells the outside world the session ended (revoke a token, clear a keychain). Called once
+/// per logout, in the background: the engine does not wait for it before failing requests.
+public protocol LogoutPlugin: Sendable {
+    func logout(_ context: LogoutContext) async
+}
+
+// MARK: - Observe
+
+/// Receives every engine event. Called synchronously on the engine's path: keep it fast and
+/// never block. Events carry no tokens, headers or bodies.
+public protocol PolicyObserver: Sendable {
+    func observe(_ event: PolicyEvent)
+}
+
+// MARK: - Store
+
+/// Where credentials live between runs. Synchronous because credentials are small and the
+/// engine touches the store only at start and after a refresh.
+public protocol CredentialStore: Sendable {
+    func load() throws -> Credentials?
+    func save(_ credentials: Credentials) throws
+}
+
+// MARK: - Extract
+
+/// Finds a response's business code when `classify.code` cannot express where it is.
+/// Called on every response: keep it allocation-free where possible.
+public protocol CodeExtractor: Sendable {
+    func code(in response: HTTPResponse) -> String?
+}

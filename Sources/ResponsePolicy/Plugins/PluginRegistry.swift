@@ -1,0 +1,131 @@
+import Foundation
+
+/// What a plugin factory is given: the policy's `with:` options and the engine's environment.
+public struct PluginConfiguration: Sendable {
+    public let name: String
+    public let options: [String: PluginOption]
+    /// The engine's transport (for plugins that call HTTP endpoints; rules do not apply to it).
+    public let transport: any Transport
+    /// Environment variables, for secrets named in the policy (`client-secret-env`).
+    public let environment: [String: String]
+
+    public init(name: String, options: [String: PluginOption], transport: any Transport, environment: [String: String]) {
+        self.name = name
+        self.options = options
+        self.transport = transport
+        self.environment = environment
+    }
+
+    /// A text option, `nil` when absent.
+    public func string(_ key: String) -> String? { options[key]?.string }
+}
+
+/// Why a plugin named in a policy could not be made.
+public struct PluginError: Error, Sendable, Equatable, CustomStringConvertible {
+    public var kind: PluginKind
+    public var name: String
+    public var reason: String
+
+    public init(kind: PluginKind, name: String, reason: String) {
+        self.kind = kind
+        self.name = name
+        self.reason = reason
+    }
+
+    public var description: String { "\(kind.rawValue) plugin '\(name)': \(reason)" }
+}
+
+/// The plugins an engine can run, by kind and name: the built-ins plus what the host registers.
+///
+/// Register before loading the policy and pass ``catalog`` to `Policy.load` so lint accepts the
+/// names:
+///
+/// ```swift
+/// var registry = PluginRegistry()
+/// registry.register(refresh: "my-sso") { config in MySSORefresh(realm: config.string("realm")) }
+/// let policy = try Policy.load(contentsOf: url, plugins: registry.catalog)
+/// let engine = PolicyEngine(policy: policy, transport: transport, plugins: registry)
+/// ```
+///
+/// Concurrency contract: a value type; register everything, then hand copies to engines.
+public struct PluginRegistry: Sendable {
+    public typealias Factory<P> = @Sendable (PluginConfiguration) throws -> P
+
+    public private(set) var catalog = PluginCatalog()
+    var refresh: [String: Factory<any RefreshPlugin>] = [:]
+    var authorize: [String: Factory<any AuthorizePlugin>] = [:]
+    var logout: [String: Factory<any LogoutPlugin>] = [:]
+    var observe: [String: Factory<any PolicyObserver>] = [:]
+    var store: [String: Factory<any CredentialStore>] = [:]
+    var extract: [String: Factory<any CodeExtractor>] = [:]
+
+    /// A registry with the built-in plugins.
+    public init() {
+        BuiltinPlugins.register(in: &self)
+    }
+
+    public mutating func register(
+        refresh name: String, schema: PluginSchema? = nil, _ make: @escaping Factory<any RefreshPlugin>
+    ) {
+        refresh[name] = make
+        declare(.refresh, name, schema)
+    }
+
+    public mutating func register(
+        authorize name: String, schema: PluginSchema? = nil, _ make: @escaping Factory<any AuthorizePlugin>
+    ) {
+        authorize[name] = make
+        declare(.authorize, name, schema)
+    }
+
+    public mutating func register(
+        logout name: String, schema: PluginSchema? = nil, _ make: @escaping Factory<any LogoutPlugin>
+    ) {
+        logout[name] = make
+        declare(.logout, name, schema)
+    }
+
+    public mutating func register(
+        observe name: String, schema: PluginSchema? = nil, _ make: @escaping Factory<any PolicyObserver>
+    ) {
+        observe[name] = make
+        declare(.observe, name, schema)
+    }
+
+    public mutating func register(
+        store name: String, schema: PluginSchema? = nil, _ make: @escaping Factory<any CredentialStore>
+    ) {
+        store[name] = make
+        declare(.store, name, schema)
+    }
+
+    public mutating func register(
+        extract name: String, schema: PluginSchema? = nil, _ make: @escaping Factory<any CodeExtractor>
+    ) {
+        extract[name] = make
+        declare(.extract, name, schema)
+    }
+
+    private mutating func declare(_ kind: PluginKind, _ name: String, _ schema: PluginSchema?) {
+        // Built-ins keep the schema the catalog ships for them.
+        if !catalog.isBuiltin(kind, name) || !catalog.contains(kind, name) { catalog.declare(kind, name, schema: schema) }
+    }
+
+    func make<P>(
+        _ factories: [String: Factory<P>], _ reference: PluginReference, transport: any Transport,
+        environment: [String: String]
+    ) throws(PluginError) -> P {
+        guard let factory = factories[reference.name] else {
+            throw PluginError(kind: reference.kind, name: reference.name, reason: "no such plugin is registered in this program")
+        }
+        let configuration = PluginConfiguration(
+            name: reference.name, options: reference.options, transport: transport, environment: environment)
+        do {
+            return try factory(configuration)
+        } catch let error as PluginError {
+            throw error
+        } catch {
+            throw PluginError(kind: reference.kind, name: reference.name, reason: "\(error)")
+        }
+    }
+}

@@ -1,0 +1,218 @@
+import Foundation
+
+/// A `policy simulate` script (SPEC §5): who sends what when, what the server answers to each
+/// attempt, what each refresh call does, and when the policy is swapped.
+package struct SimulationScript: Sendable {
+    package struct Response: Sendable {
+        package var status = 200
+        package var body = ""
+        package var headers: [(String, String)] = []
+        /// Overrides the script's `latency` for this answer.
+        package var latency: Duration?
+        /// The attempt fails with this class instead of answering.
+        package var error: TransportErrorClass?
+    }
+
+    package struct Request: Sendable {
+        package var id: String
+        package var at: Duration = .zero
+        package var method = "GET"
+        package var path = "/"
+        package var headers: [(String, String)] = []
+        package var body: String?
+        package var responses: [Response] = []
+    }
+
+    package struct RefreshStep: Sendable {
+        package enum Result: String, Sendable, CaseIterable { case ok, fail }
+        package var after: Duration = .milliseconds(100)
+        package var result: Result = .ok
+        /// A failed refresh's HTTP answer, classified by the policy's rules.
+        package var status: Int?
+        package var body: String?
+        /// The new token's lifetime.
+        package var expiresIn: Duration?
+    }
+
+    package struct Reload: Sendable {
+        package var at: Duration
+        package var policy: String
+        package var range: SourceRange
+    }
+
+    package var latency: Duration = .milliseconds(50)
+    package var requests: [Request] = []
+    package var refresh: [RefreshStep] = [RefreshStep()]
+    package var reload: [Reload] = []
+    /// Seeds jitter; `1` by default, so runs repeat.
+    package var seed: UInt64 = 1
+
+    /// Parses and checks a script; every problem is a positioned diagnostic.
+    package static func parse(_ bytes: [UInt8], file: String?) -> (SimulationScript?, [Diagnostic]) {
+        var diagnostics: [Diagnostic] = []
+        func finish(_ script: SimulationScript?) -> (SimulationScript?, [Diagnostic]) {
+            let sorted = diagnostics.sortedByPosition().map { d -> Diagnostic in
+                var copy = d
+                copy.file = file
+                return copy
+            }
+            return (sorted.hasErrors ? nil : script, sorted)
+        }
+        let root: YAMLNode?
+        do {
+            root = try YAMLLoader().load(bytes, diagnostics: &diagnostics)
+        } catch {
+            if case .syntax(let diagnostic) = error { diagnostics.append(diagnostic) }
+            return finish(nil)
+        }
+        guard let root else {
+            diagnostics.append(.error("empty-file", "the script is empty; it needs 'requests:'", at: .fileStart))
+            return finish(nil)
+        }
+        var decoder = PolicyDecoder(catalog: PluginCatalog())
+        let script = decoder.script(root)
+        diagnostics += decoder.diagnostics
+        return finish(script)
+    }
+
+    /// Whether a YAML document looks like a script rather than a policy (lint tells them apart).
+    package static func looksLikeScript(_ bytes: [UInt8]) -> Bool {
+        var ignored: [Diagnostic] = []
+        guard let root = try? YAMLLoader().load(bytes, diagnostics: &ignored), let pairs = root.pairs else { return false }
+        let keys = Set(pairs.compactMap { $0.key.scalar })
+        return keys.contains("requests") && !keys.contains("policy")
+    }
+}
+
+extension PolicyDecoder {
+    mutating func script(_ root: YAMLNode) -> SimulationScript? {
+        guard let fields = mappingFields(root, "a simulation script", allowed: ["latency", "requests", "refresh", "reload", "seed"])
+        else { return nil }
+        var script = SimulationScript()
+        if let latency = fields.first(where: { $0.key == "latency" }) {
+            script.latency = duration(latency.value, "latency").flatMap { $0 } ?? script.latency
+        }
+        if let seed = fields.first(where: { $0.key == "seed" }), let value = integer(seed.value, "seed", in: 0...Int.max) {
+            script.seed = UInt64(value)
+        }
+        guard let requestsField = fields.first(where: { $0.key == "requests" }) else {
+            report(.error("missing-key", "a script needs 'requests:', the list of requests to send", at: root.range))
+            return nil
+        }
+        var ids = Set<String>()
+        for item in requestsField.value.items ?? [] {
+            guard let expanded = scriptRequest(item) else { continue }
+            for request in expanded {
+                if !ids.insert(request.id).inserted {
+                    report(.error("duplicate-id", "request id '\(request.id.truncatedForMessage)' is used twice", at: item.range))
+                }
+                script.requests.append(request)
+            }
+        }
+        if requestsField.value.items == nil {
+            report(.error("invalid-type", "'requests' must be a list, not \(requestsField.value.kindDescription)", at: requestsField.value.range))
+        }
+        if let refresh = fields.first(where: { $0.key == "refresh" }) {
+            let steps = (list(refresh.value, "refresh") ?? []).compactMap { refreshStep($0) }
+            if !steps.isEmpty { script.refresh = steps }
+        }
+        if let reload = fields.first(where: { $0.key == "reload" }) {
+            for item in list(reload.value, "reload") ?? [] {
+                guard let stepFields = mappingFields(item, "a reload step", allowed: ["at", "policy"]) else { continue }
+                var at: Duration?
+                var policy: String?
+                for (key, _, value) in stepFields {
+                    if key == "at" { at = duration(value, key).flatMap { $0 } }
+                    if key == "policy" { policy = string(value, key) }
+                }
+                guard let at, let policy else {
+                    report(.error("missing-key", "a reload step needs 'at:' and 'policy:'", at: item.range))
+                    continue
+                }
+                script.reload.append(.init(at: at, policy: policy, range: item.range))
+            }
+        }
+        return script
+    }
+
+    mutating func scriptRequest(_ node: YAMLNode) -> [SimulationScript.Request]? {
+        let keys = ["id", "at", "method", "path", "headers", "body", "repeat", "responses"]
+        guard let fields = mappingFields(node, "a request", allowed: keys) else { return nil }
+        var request = SimulationScript.Request(id: "")
+        var count = 1
+        var hasRepeat = false
+        for (key, _, value) in fields {
+            switch key {
+            case "id": request.id = string(value, key) ?? ""
+            case "at": request.at = duration(value, key).flatMap { $0 } ?? .zero
+            case "method": request.method = (string(value, key) ?? "GET").uppercased()
+            case "path": request.path = string(value, key) ?? "/"
+            case "headers": request.headers = stringPairs(value, key)
+            case "body": request.body = string(value, key)
+            case "repeat":
+                count = integer(value, key, in: 1...100_000) ?? 1
+                hasRepeat = true
+            case "responses":
+                request.responses = (list(value, key) ?? []).compactMap { scriptResponse($0) }
+            default: break
+            }
+        }
+        if request.id.isEmpty {
+            report(.error("missing-key", "a request needs an 'id:' to name it in events", at: node.range))
+            return nil
+        }
+        if request.responses.isEmpty {
+            report(.error("missing-key", "request '\(request.id)' needs 'responses:', what the server answers to each attempt", at: node.range))
+            return nil
+        }
+        guard hasRepeat else { return [request] }
+        return (1...count).map { index in
+            var copy = request
+            copy.id = "\(request.id)-\(index)"
+            return copy
+        }
+    }
+
+    mutating func scriptResponse(_ node: YAMLNode) -> SimulationScript.Response? {
+        guard let fields = mappingFields(node, "a response", allowed: ["status", "body", "headers", "latency", "error"]) else { return nil }
+        var response = SimulationScript.Response()
+        for (key, _, value) in fields {
+            switch key {
+            case "status": response.status = integer(value, key, in: 100...599) ?? 200
+            case "body": response.body = string(value, key) ?? ""
+            case "headers": response.headers = stringPairs(value, key)
+            case "latency": response.latency = duration(value, key).flatMap { $0 }
+            case "error": response.error = choice(value, key, TransportErrorClass.self)
+            default: break
+            }
+        }
+        return response
+    }
+
+    mutating func refreshStep(_ node: YAMLNode) -> SimulationScript.RefreshStep? {
+        guard let fields = mappingFields(node, "a refresh step", allowed: ["after", "result", "status", "body", "expires-in"]) else { return nil }
+        var step = SimulationScript.RefreshStep()
+        for (key, _, value) in fields {
+            switch key {
+            case "after": step.after = duration(value, key).flatMap { $0 } ?? step.after
+            case "result": step.result = choice(value, key, SimulationScript.RefreshStep.Result.self) ?? step.result
+            case "status": step.status = integer(value, key, in: 100...599)
+            case "body": step.body = string(value, key)
+            case "expires-in": step.expiresIn = duration(value, key).flatMap { $0 }
+            default: break
+            }
+        }
+        return step
+    }
+
+    mutating func stringPairs(_ node: YAMLNode, _ key: String) -> [(String, String)] {
+        guard let pairs = node.pairs else {
+            report(.error("invalid-type", "'\(key)' must map names to values", at: node.range))
+            return []
+        }
+        return pairs.compactMap { pair in
+            guard let name = pair.key.scalar, let value = string(pair.value, name) else { return nil }
+            return (name, value)
+        }
+    }
+}

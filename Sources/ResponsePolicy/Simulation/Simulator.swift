@@ -1,0 +1,185 @@
+import Foundation
+import Synchronization
+
+/// Runs the real engine against a scripted server on a virtual clock: no sleeping, no network,
+/// the same events for the same script every time.
+///
+/// The refresh plugin is replaced by the script's `refresh` steps and the logout plugin does
+/// nothing; everything else — classification, single flight, cooldown, backoff with seeded
+/// jitter, deadlines, reloads — is the engine as it runs in production. Determinism comes from
+/// ``SimulationScheduler``: every task the engine starts runs on one thread in FIFO order, and
+/// virtual time moves only when nothing else can run.
+package enum Simulator {
+    package struct Summary: Sendable, Equatable {
+        package var requests = 0
+        package var delivered = 0
+        package var failed = 0
+        package var loggedOut = 0
+        package var cancelled = 0
+        package var refreshes = 0
+        package var logouts = 0
+        package var attempts = 0
+
+        package var jsonLine: String {
+            "{\"event\":\"summary\",\"requests\":\(requests),\"delivered\":\(delivered),\"failed\":\(failed),"
+                + "\"logged-out\":\(loggedOut),\"refreshes\":\(refreshes),\"logouts\":\(logouts),\"attempts\":\(attempts)}"
+        }
+    }
+
+    package struct Result: Sendable {
+        package var events: [PolicyEvent]
+        package var summary: Summary
+    }
+
+    package enum Failure: Error, Equatable, CustomStringConvertible {
+        case stalled(at: Duration)
+        case tooLong(at: Duration)
+
+        package var description: String {
+            switch self {
+            case .stalled(let t): return "the simulation stalled at t=\(PolicyEvent.seconds(t))s: requests wait for something that never happens"
+            case .tooLong(let t): return "the simulation passed its virtual time limit at t=\(PolicyEvent.seconds(t))s"
+            }
+        }
+    }
+
+    /// Runs `script` under `policy`. `loadPolicy` loads a reload step's file (relative paths are
+    /// the caller's business) and throws its diagnostics when it fails lint.
+    package static func run(
+        policy: Policy, script: SimulationScript,
+        loadPolicy: @escaping @Sendable (String) throws(PolicyError) -> Policy = { path throws(PolicyError) in
+            try Policy.load(path: path)
+        }
+    ) throws(Failure) -> Result {
+        let clock = VirtualClock()
+        let scheduler = SimulationScheduler(clock: clock, externalWorkGracePeriod: .zero)
+        let collector = EventCollector()
+        let refresh = ScriptedRefresh(steps: script.refresh, clock: clock)
+        var options = PolicyEngine.Options()
+        options.clock = clock
+        options.taskExecutor = scheduler.executor
+        options.random = SeededRandomSource(seed: script.seed)
+        options.observers = [collector]
+        options.refreshPlugin = refresh
+        options.logoutPlugin = NoLogout()
+        options.environment = [:]
+        let engine = PolicyEngine(
+            policy: policy, transport: ScriptedTransport(script: script, clock: clock),
+            credentials: MemoryCredentialStore(Credentials(accessToken: "sim-token-0")), options: options)
+
+        do {
+            try scheduler.run {
+                await withTaskGroup(of: Void.self) { group in
+                    for request in script.requests {
+                        group.addTask {
+                            try? await clock.sleep(until: request.at)
+                            var headers = HTTPHeaders(request.headers)
+                            if request.body != nil, headers["Content-Type"] == nil { headers.set("Content-Type", "application/json") }
+                            let url = URL(string: "https://simulated.invalid" + (request.path.hasPrefix("/") ? "" : "/") + request.path)
+                                ?? URL(fileURLWithPath: "/")
+                            _ = try? await engine.send(
+                                HTTPRequest(method: request.method, url: url, headers: headers, body: request.body.map { Data($0.utf8) }, id: request.id))
+                        }
+                    }
+                    for step in script.reload {
+                        group.addTask {
+                            try? await clock.sleep(until: step.at)
+                            _ = try? engine.reload(loading: { () throws(PolicyError) -> Policy in try loadPolicy(step.policy) })
+                        }
+                    }
+                }
+            }
+        } catch {
+            throw .stalled(at: clock.now)
+        }
+        let events = collector.events
+        var summary = Summary()
+        summary.requests = script.requests.count
+        summary.refreshes = refresh.calls
+        for event in events {
+            switch event.kind {
+            case .send: summary.attempts += 1
+            case .logout: summary.logouts += 1
+            case .outcome:
+                switch event.result {
+                case .delivered?: summary.delivered += 1
+                case .failed?: summary.failed += 1
+                case .loggedOut?: summary.loggedOut += 1
+                case .cancelled?: summary.cancelled += 1
+                case nil: break
+                }
+            default: break
+            }
+        }
+        return Result(events: events, summary: summary)
+    }
+}
+
+/// Collects events in order.
+final class EventCollector: PolicyObserver {
+    private let stored = Mutex<[PolicyEvent]>([])
+    func observe(_ event: PolicyEvent) { stored.withLock { $0.append(event) } }
+    var events: [PolicyEvent] { stored.withLock { $0 } }
+}
+
+/// The scripted server: attempt n of a request gets its n-th response (the last repeats),
+/// after the response's latency on the virtual clock.
+final class ScriptedTransport: Transport {
+    let responses: [String: [SimulationScript.Response]]
+    let latency: Duration
+    let clock: VirtualClock
+    let attempts = Mutex<[String: Int]>([:])
+
+    init(script: SimulationScript, clock: VirtualClock) {
+        var responses: [String: [SimulationScript.Response]] = [:]
+        for request in script.requests { responses[request.id] = request.responses }
+        self.responses = responses
+        latency = script.latency
+        self.clock = clock
+    }
+
+    func send(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let id = request.id ?? ""
+        let attempt = attempts.withLock { counts in
+            counts[id, default: 0] += 1
+            return counts[id, default: 1]
+        }
+        guard let list = responses[id], let last = list.last else { throw TransportError(.connection, "no scripted response") }
+        let scripted = attempt <= list.count ? list[attempt - 1] : last
+        try await clock.sleep(until: clock.now + (scripted.latency ?? latency))
+        if let error = scripted.error { throw TransportError(error, "scripted") }
+        return HTTPResponse(status: scripted.status, headers: HTTPHeaders(scripted.headers), body: Data(scripted.body.utf8))
+    }
+}
+
+/// The script's `refresh` steps as a refresh plugin: call n takes step n (the last repeats).
+final class ScriptedRefresh: RefreshPlugin {
+    let steps: [SimulationScript.RefreshStep]
+    let clock: VirtualClock
+    private let count = Mutex(0)
+
+    init(steps: [SimulationScript.RefreshStep], clock: VirtualClock) {
+        self.steps = steps
+        self.clock = clock
+    }
+
+    var calls: Int { count.withLock { $0 } }
+
+    func refresh(_ context: RefreshContext) async throws -> Credentials {
+        let call = count.withLock { count in
+            count += 1
+            return count
+        }
+        let step = steps.isEmpty ? SimulationScript.RefreshStep() : steps[min(call, steps.count) - 1]
+        try await clock.sleep(until: clock.now + step.after)
+        switch step.result {
+        case .ok:
+            return Credentials(
+                accessToken: "sim-token-\(call)", refreshToken: "sim-refresh-\(call)",
+                expiresAt: step.expiresIn.map { clock.date.addingTimeInterval($0.seconds) })
+        case .fail:
+            let response = step.status.map { HTTPResponse(status: $0, body: Data((step.body ?? "").utf8)) }
+            throw RefreshFailure("scripted refresh failure", response: response)
+        }
+    }
+}
