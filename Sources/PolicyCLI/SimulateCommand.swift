@@ -41,11 +41,9 @@ enum SimulateCommand {
         let directory = URL(fileURLWithPath: scriptPath).deletingLastPathComponent().path
         let result: Simulator.Result
         do {
-            result = try await Task.detached {
-                try Simulator.run(policy: policy, script: script) { file throws(PolicyError) -> Policy in
-                    try Policy.load(path: file.hasPrefix("/") ? file : directory + "/" + file, plugins: catalog)
-                }
-            }.value
+            result = try await Simulator.run(policy: policy, script: script) { file throws(PolicyError) -> Policy in
+                try Policy.load(path: file.hasPrefix("/") ? file : directory + "/" + file, plugins: catalog)
+            }
         } catch {
             output.stderr("error: \(error)\n")
             return ExitCode.failure

@@ -29,6 +29,9 @@ package enum Simulator {
     package struct Result: Sendable {
         package var events: [PolicyEvent]
         package var summary: Summary
+        /// Requests still registered and refresh waiters still parked after the run: both must
+        /// be 0, or the engine leaked a continuation.
+        package var leftovers: Int
     }
 
     package enum Failure: Error, Equatable, CustomStringConvertible {
@@ -111,7 +114,30 @@ package enum Simulator {
             default: break
             }
         }
-        return Result(events: events, summary: summary)
+        let leftovers = engine.state.withLock { $0.requests.count + ($0.flight?.waiters.count ?? 0) }
+        return Result(events: events, summary: summary, leftovers: leftovers)
+    }
+
+    /// ``run(policy:script:loadPolicy:)`` on its own thread, for async callers: the simulation
+    /// blocks the thread it runs on, which must not be one of the concurrency pool's few.
+    package static func run(
+        policy: Policy, script: SimulationScript,
+        loadPolicy: @escaping @Sendable (String) throws(PolicyError) -> Policy = { path throws(PolicyError) in
+            try Policy.load(path: path)
+        }
+    ) async throws(Failure) -> Result {
+        let outcome: Swift.Result<Result, Failure> = await withCheckedContinuation { continuation in
+            let thread = Thread {
+                do throws(Failure) {
+                    continuation.resume(returning: .success(try run(policy: policy, script: script, loadPolicy: loadPolicy)))
+                } catch {
+                    continuation.resume(returning: .failure(error))
+                }
+            }
+            thread.stackSize = 8 << 20
+            thread.start()
+        }
+        return try outcome.get()
     }
 }
 

@@ -1,0 +1,51 @@
+import Foundation
+import Testing
+
+@testable import ResponsePolicy
+
+/// The policy most engine tests start from: the business-code scheme plus transient retries.
+let basePolicy = """
+    policy: 1
+    name: test
+    classify: { code: body.status }
+    rules:
+      - { name: token-expired, when: { code: [1401] }, then: refresh }
+      - { name: forced-logout, when: { code: [202] }, then: logout }
+      - { name: transient, when: { status: [503], error: [timeout, connection] }, then: retry }
+    refresh:
+      use: oauth2
+      with: { token-url: "https://auth.example.com/token", client-id: app }
+    """
+
+/// Runs a script against a policy on the virtual clock and checks nothing leaked.
+func simulate(
+    _ policyText: String, _ scriptText: String, sourceLocation: SourceLocation = #_sourceLocation
+) async throws -> Simulator.Result {
+    let policy = try Policy.load(yaml: policyText, file: "policy.yaml")
+    let (script, diagnostics) = SimulationScript.parse(Array(scriptText.utf8), file: "script.yaml")
+    guard let script else {
+        Issue.record("script did not parse: \(diagnostics.map(\.description))", sourceLocation: sourceLocation)
+        throw SimulationScriptError()
+    }
+    let result = try await Simulator.run(policy: policy, script: script)
+    #expect(result.leftovers == 0, "the engine leaked requests or waiters", sourceLocation: sourceLocation)
+    return result
+}
+
+struct SimulationScriptError: Error {}
+
+extension Simulator.Result {
+    func events(_ request: String) -> [PolicyEvent] { events.filter { $0.request == request } }
+
+    func outcome(_ request: String) -> PolicyEvent? { events(request).last { $0.kind == .outcome } }
+
+    /// `kind@t` for one request, like `send@0 response@0.05 refresh-start@0.05`.
+    func timeline(_ request: String) -> String {
+        events(request).map { "\($0.kind.rawValue)@\(PolicyEvent.seconds($0.time))" }.joined(separator: " ")
+    }
+
+    /// Every wait's delay in seconds, for one request.
+    func waits(_ request: String) -> [Double] {
+        events(request).filter { $0.kind == .wait }.compactMap { $0.delay.map { ($0.seconds * 1000).rounded() / 1000 } }
+    }
+}
