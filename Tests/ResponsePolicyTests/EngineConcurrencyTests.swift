@@ -1,0 +1,102 @@
+import Foundation
+import Synchronization
+import Testing
+
+@testable import ResponsePolicy
+
+/// The engine on the real concurrency pool and the real clock, as production runs it. No test
+/// here waits on time: they assert on counts, which must hold under any interleaving. These are
+/// the tests `.ci/run` repeats under the thread sanitizer.
+struct EngineConcurrencyTests {
+    /// Answers 1401 to every token but `token-1`, the first refreshed one.
+    struct TokenTransport: Transport {
+        func send(_ request: HTTPRequest) async throws -> HTTPResponse {
+            await Task.yield()
+            let fresh = request.headers["Authorization"] == "Bearer token-1"
+            return HTTPResponse(status: 200, body: Data((fresh ? "{\"status\":0}" : "{\"status\":1401}").utf8))
+        }
+    }
+
+    func engine(refresh: CountingRefresh, policy: String = basePolicy) throws -> PolicyEngine {
+        var options = PolicyEngine.Options()
+        options.refreshPlugin = refresh
+        return PolicyEngine(
+            policy: try Policy.load(yaml: policy), transport: TokenTransport(),
+            credentials: MemoryCredentialStore(Credentials(accessToken: "token-0")), options: options)
+    }
+
+    @Test func tenThousandConcurrentTriggersMakeOneRefreshOnTheRealPool() async throws {
+        let refresh = CountingRefresh { for _ in 0..<10 { await Task.yield() } }
+        let engine = try engine(refresh: refresh)
+        let delivered = await withTaskGroup(of: Int.self) { group in
+            for index in 0..<10_000 {
+                group.addTask {
+                    let result = try? await engine.send(HTTPRequest(url: testURL, id: "s\(index)"))
+                    return result?.body == Data("{\"status\":0}".utf8) ? 1 : 0
+                }
+            }
+            return await group.reduce(0, +)
+        }
+        #expect(delivered == 10_000)
+        #expect(refresh.calls == 1)
+        #expect(engine.state.withLock { $0.requests.isEmpty && $0.flight == nil })
+    }
+
+    @Test func cancellingHalfTheCallersStillEndsEverySendOnce() async throws {
+        let refresh = CountingRefresh { for _ in 0..<50 { await Task.yield() } }
+        let engine = try engine(refresh: refresh)
+        let ended = Counter()
+        await withTaskGroup(of: Void.self) { group in
+            for index in 0..<2_000 {
+                let task = Task {
+                    _ = try? await engine.send(HTTPRequest(url: testURL, id: "c\(index)"))
+                    ended.increment()
+                }
+                if index % 2 == 0 { task.cancel() }
+                group.addTask { await task.value }
+            }
+        }
+        #expect(ended.value == 2_000)
+        #expect(refresh.calls <= 1)
+        #expect(engine.state.withLock { $0.requests.isEmpty && $0.flight == nil })
+    }
+
+    @Test func logoutDuringAStormEndsEveryRequest() async throws {
+        struct LogoutTransport: Transport {
+            func send(_ request: HTTPRequest) async throws -> HTTPResponse {
+                await Task.yield()
+                let body = request.id == "l500" ? "{\"status\":202}" : "{\"status\":1401}"
+                return HTTPResponse(status: 200, body: Data(body.utf8))
+            }
+        }
+        let refresh = CountingRefresh { for _ in 0..<200 { await Task.yield() } }
+        var options = PolicyEngine.Options()
+        options.refreshPlugin = refresh
+        let engine = PolicyEngine(
+            policy: try Policy.load(yaml: basePolicy + "\n  on-failure: fail\n  max-per-request: 3\n"),
+            transport: LogoutTransport(), credentials: MemoryCredentialStore(Credentials(accessToken: "token-0")),
+            options: options)
+        let count = await withTaskGroup(of: Int.self) { group in
+            for index in 0..<1_000 {
+                group.addTask {
+                    do {
+                        _ = try await engine.send(HTTPRequest(url: testURL, id: "l\(index)"))
+                        return 1
+                    } catch {
+                        return 1
+                    }
+                }
+            }
+            return await group.reduce(0, +)
+        }
+        #expect(count == 1_000)
+        #expect(engine.isLoggedOut)
+        #expect(engine.state.withLock { $0.requests.isEmpty && ($0.flight?.waiters.isEmpty ?? true) })
+    }
+}
+
+final class Counter: Sendable {
+    private let count = Mutex(0)
+    func increment() { count.withLock { $0 += 1 } }
+    var value: Int { count.withLock { $0 } }
+}

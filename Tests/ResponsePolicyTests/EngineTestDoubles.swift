@@ -1,0 +1,93 @@
+import Foundation
+import Synchronization
+import Testing
+
+@testable import ResponsePolicy
+
+/// A transport that records every request and answers through a handler.
+final class RecordingTransport: Transport {
+    let handler: @Sendable (HTTPRequest, Int) async throws -> HTTPResponse
+    private let log = Mutex<[HTTPRequest]>([])
+
+    init(_ handler: @escaping @Sendable (HTTPRequest, Int) async throws -> HTTPResponse) {
+        self.handler = handler
+    }
+
+    var requests: [HTTPRequest] { log.withLock { $0 } }
+
+    func send(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let count = log.withLock { log in
+            log.append(request)
+            return log.count
+        }
+        return try await handler(request, count)
+    }
+}
+
+/// A refresh plugin that counts calls and hands out `token-1`, `token-2`, …
+final class CountingRefresh: RefreshPlugin {
+    private let count = Mutex(0)
+    let work: @Sendable () async throws -> Void
+
+    init(work: @escaping @Sendable () async throws -> Void = {}) {
+        self.work = work
+    }
+
+    var calls: Int { count.withLock { $0 } }
+
+    func refresh(_ context: RefreshContext) async throws -> Credentials {
+        let call = count.withLock { count in
+            count += 1
+            return count
+        }
+        try await work()
+        return Credentials(accessToken: "token-\(call)", refreshToken: "refresh-\(call)")
+    }
+}
+
+/// Collects events from any thread.
+final class EventLog: PolicyObserver {
+    private let stored = Mutex<[PolicyEvent]>([])
+    func observe(_ event: PolicyEvent) { stored.withLock { $0.append(event) } }
+    var events: [PolicyEvent] { stored.withLock { $0 } }
+}
+
+func response(_ body: String, status: Int = 200, headers: HTTPHeaders = [:]) -> HTTPResponse {
+    HTTPResponse(status: status, headers: headers, body: Data(body.utf8))
+}
+
+let testURL = URL(fileURLWithPath: "/").appendingPathComponent("profile")
+
+/// An engine on a virtual clock and a deterministic scheduler.
+struct SimulatedEngine {
+    let clock: VirtualClock
+    let scheduler: SimulationScheduler
+    let engine: PolicyEngine
+    let events = EventLog()
+
+    init(
+        _ policyText: String, transport: any Transport, refresh: (any RefreshPlugin)? = nil,
+        credentials: Credentials? = Credentials(accessToken: "token-0"), clock: VirtualClock = VirtualClock()
+    ) throws {
+        self.clock = clock
+        scheduler = SimulationScheduler(clock: clock, externalWorkGracePeriod: .zero)
+        var options = PolicyEngine.Options()
+        options.clock = clock
+        options.taskExecutor = scheduler.executor
+        options.random = SeededRandomSource(seed: 7)
+        options.observers = [events]
+        options.refreshPlugin = refresh
+        engine = PolicyEngine(
+            policy: try Policy.load(yaml: policyText), transport: transport,
+            credentials: MemoryCredentialStore(credentials), options: options)
+    }
+
+    /// Runs `body` on the scheduler; afterwards no request or waiter may be left registered.
+    func run<T: Sendable>(_ body: @escaping @Sendable (PolicyEngine) async throws -> T) async throws -> T {
+        let engine = self.engine
+        let result = try await scheduler.runDetached { try await body(engine) }
+        let leftovers = engine.state.withLock { $0.requests.count + ($0.flight?.waiters.count ?? 0) }
+        #expect(leftovers == 0, "requests or refresh waiters leaked")
+        return result
+    }
+}
