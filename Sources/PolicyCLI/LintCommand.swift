@@ -41,6 +41,10 @@ enum LintCommand {
                 for file in files {
                     do {
                         let bytes = try Policy.readFile(file, limits: .default)
+                        if SimulationScript.looksLikeScript(bytes) {
+                            results.append(FileResult(path: file, diagnostics: checkScript(bytes, file: file), source: String(decoding: bytes, as: UTF8.self)))
+                            continue
+                        }
                         let analysis = Policy.analyze(bytes: bytes, file: file, catalog: catalog, limits: .default)
                         results.append(FileResult(path: file, diagnostics: analysis.diagnostics, source: analysis.source))
                     } catch {
@@ -87,6 +91,23 @@ enum LintCommand {
         if !unreadable.isEmpty { return ExitCode.noInput }
         if errors > 0 || (strict && warnings > 0) { return ExitCode.failure }
         return ExitCode.success
+    }
+
+    /// A simulation script (a top-level `requests:` and no `policy:`) is checked as a script:
+    /// its schema, and that every policy its `reload:` names exists.
+    static func checkScript(_ bytes: [UInt8], file: String) -> [Diagnostic] {
+        let (script, diagnostics) = SimulationScript.parse(bytes, file: file)
+        var all = diagnostics
+        let directory = URL(fileURLWithPath: file).deletingLastPathComponent().path
+        for step in script?.reload ?? [] {
+            let path = step.policy.hasPrefix("/") ? step.policy : directory + "/" + step.policy
+            if !FileManager.default.fileExists(atPath: path) {
+                var missing = Diagnostic.error("missing-file", "reload names '\(step.policy)', which does not exist", at: step.range)
+                missing.file = file
+                all.append(missing)
+            }
+        }
+        return all
     }
 
     static func summary(files: Int, errors: Int, warnings: Int) -> String {

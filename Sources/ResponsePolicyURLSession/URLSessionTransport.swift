@@ -1,6 +1,6 @@
 import Foundation
 import ResponsePolicy
-import Synchronization
+
 
 #if canImport(FoundationNetworking)
     import FoundationNetworking
@@ -238,7 +238,7 @@ private final class DataTaskCall: Sendable {
         case finished
     }
 
-    private let state = Mutex<State>(.idle)
+    private let state = Locked<State>(.idle)
     /// `METHOD url` with the URL redacted, for messages.
     private let label: String
     private let url: URL

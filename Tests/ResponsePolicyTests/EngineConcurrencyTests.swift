@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+
 import Testing
 
 @testable import ResponsePolicy
@@ -96,7 +96,7 @@ struct EngineConcurrencyTests {
 }
 
 final class Counter: Sendable {
-    private let count = Mutex(0)
+    private let count = Locked(0)
     func increment() { count.withLock { $0 += 1 } }
     var value: Int { count.withLock { $0 } }
 }

@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+
 import Testing
 
 @testable import ResponsePolicy
@@ -7,7 +7,7 @@ import Testing
 /// A transport that records every request and answers through a handler.
 final class RecordingTransport: Transport {
     let handler: @Sendable (HTTPRequest, Int) async throws -> HTTPResponse
-    private let log = Mutex<[HTTPRequest]>([])
+    private let log = Locked<[HTTPRequest]>([])
 
     init(_ handler: @escaping @Sendable (HTTPRequest, Int) async throws -> HTTPResponse) {
         self.handler = handler
@@ -26,7 +26,7 @@ final class RecordingTransport: Transport {
 
 /// A refresh plugin that counts calls and hands out `token-1`, `token-2`, …
 final class CountingRefresh: RefreshPlugin {
-    private let count = Mutex(0)
+    private let count = Locked(0)
     let work: @Sendable () async throws -> Void
 
     init(work: @escaping @Sendable () async throws -> Void = {}) {
@@ -47,7 +47,7 @@ final class CountingRefresh: RefreshPlugin {
 
 /// Collects events from any thread.
 final class EventLog: PolicyObserver {
-    private let stored = Mutex<[PolicyEvent]>([])
+    private let stored = Locked<[PolicyEvent]>([])
     func observe(_ event: PolicyEvent) { stored.withLock { $0.append(event) } }
     var events: [PolicyEvent] { stored.withLock { $0 } }
 }

@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+
 import Testing
 
 @testable import ResponsePolicy
@@ -402,7 +402,7 @@ extension SimulationSchedulerTests {
 
     /// An append-only, thread-safe list of events.
     fileprivate final class EventLog: Sendable {
-        private let storage = Mutex<[String]>([])
+        private let storage = Locked<[String]>([])
 
         var entries: [String] { storage.withLock { $0 } }
 
@@ -420,7 +420,7 @@ extension SimulationSchedulerTests {
             case done
         }
 
-        private let state = Mutex(State.empty)
+        private let state = Locked(State.empty)
 
         func store(_ continuation: CheckedContinuation<Value, any Error>) {
             let early: Result<Value, any Error>? = state.withLock { state in
@@ -475,7 +475,7 @@ extension SimulationSchedulerTests {
     /// Records whether each labelled point ran on the simulation's driver thread.
     fileprivate final class Facts: Sendable {
         private let scheduler: SimulationScheduler
-        private let storage = Mutex<[String: Bool]>([:])
+        private let storage = Locked<[String: Bool]>([:])
 
         init(_ scheduler: SimulationScheduler) { self.scheduler = scheduler }
 

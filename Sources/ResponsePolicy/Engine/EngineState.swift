@@ -1,4 +1,4 @@
-/// The engine's mutable state, all of it, behind one `Mutex` (see `PolicyEngine`).
+/// The engine's mutable state, all of it, behind one `Locked` pthread mutex (see `PolicyEngine`).
 struct EngineState {
     /// Why another party ended a request; read when its task sees `CancellationError`.
     enum EndReason { case loggedOut }

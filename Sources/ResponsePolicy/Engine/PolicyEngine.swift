@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+
 
 /// Applies a policy to every request: signs it, sends it, classifies the response with the
 /// compiled rule graph, and refreshes, logs out, retries or delivers as the matching rule says.
@@ -14,7 +14,7 @@ import Synchronization
 /// Concurrency contract: `send` may be called from any number of tasks at once; every call ends
 /// with exactly one outcome (a response or one ``PolicyEngineError``). All mutable state —
 /// credentials and their generation, the refresh in flight and its waiters, the logout
-/// cooldown, the requests in flight, the retry budget — lives in one `Mutex`-protected struct,
+/// cooldown, the requests in flight, the retry budget — lives in one `Locked` (pthread-mutex) struct,
 /// never held across an `await`. A refresh runs in its own task so that cancelling the request
 /// that started it does not cancel it for the others waiting. Cancelling a caller's task
 /// cancels its request, on the wire or in any wait, and `send` throws ``PolicyEngineError/cancelled``.
@@ -54,7 +54,7 @@ public final class PolicyEngine: Sendable {
     let store: (any CredentialStore)?
     let options: Options
     let clock: any PolicyClock
-    let state: Mutex<EngineState>
+    let state: Locked<EngineState>
 
     /// - Parameters:
     ///   - policy: a loaded policy.
@@ -77,7 +77,7 @@ public final class PolicyEngine: Sendable {
             overrides: Overrides(refresh: options.refreshPlugin, logout: options.logoutPlugin, observers: options.observers))
         var initial = EngineState(runtime: runtime)
         initial.credentials = (try? credentials?.load()) ?? nil
-        state = Mutex(initial)
+        state = Locked(initial)
     }
 
     /// The policy new requests run under.

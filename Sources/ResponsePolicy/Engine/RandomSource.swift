@@ -1,4 +1,4 @@
-import Synchronization
+
 
 /// Uniform random numbers for jitter and idempotency keys; injected so tests and simulations
 /// are deterministic.
@@ -24,8 +24,8 @@ public struct SystemRandomSource: RandomSource {
 
 /// A seeded SplitMix64 generator: the same seed gives the same draws.
 public final class SeededRandomSource: RandomSource {
-    private let state: Mutex<UInt64>
-    public init(seed: UInt64) { state = Mutex(seed) }
+    private let state: Locked<UInt64>
+    public init(seed: UInt64) { state = Locked(seed) }
     public func nextBits() -> UInt64 {
         state.withLock { state in
             state &+= 0x9E37_79B9_7F4A_7C15

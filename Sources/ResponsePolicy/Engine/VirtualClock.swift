@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+
 
 /// A ``PolicyClock`` whose time only moves when a driver calls ``advance(to:)``.
 ///
@@ -11,7 +11,7 @@ import Synchronization
 /// `2026-01-01T00:00:00Z` (`Date(timeIntervalSince1970: 1_767_225_600)`) plus ``now``.
 ///
 /// ## Concurrency contract
-/// - All members may be called from any thread or task; the state is protected by a `Mutex`, and no lock is
+/// - All members may be called from any thread or task; the state is protected by a `Locked` (pthread) lock, and no lock is
 ///   held while a continuation is resumed.
 /// - ``sleep(until:)`` returns at once if `deadline <= now` (after a cancellation check, like `Task.sleep`);
 ///   otherwise it registers a timer and suspends until a driver's ``advance(to:)`` reaches the deadline.
@@ -50,7 +50,7 @@ public final class VirtualClock: PolicyClock {
         }
     }
 
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     /// Creates a clock at virtual time `.zero` with no timers.
     public init() {}

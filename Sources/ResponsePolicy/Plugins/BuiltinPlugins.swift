@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+
 
 /// The plugins every registry starts with. The network ones (`oauth2`, `http`) and the `file`
 /// store live in their own files.
@@ -59,8 +59,8 @@ public struct NoLogout: LogoutPlugin {
 
 /// Credentials held in memory for the life of the process.
 public final class MemoryCredentialStore: CredentialStore {
-    private let stored: Mutex<Credentials?>
-    public init(_ credentials: Credentials? = nil) { stored = Mutex(credentials) }
+    private let stored: Locked<Credentials?>
+    public init(_ credentials: Credentials? = nil) { stored = Locked(credentials) }
     public func load() throws -> Credentials? { stored.withLock { $0 } }
     public func save(_ credentials: Credentials) throws { stored.withLock { $0 = credentials } }
 }

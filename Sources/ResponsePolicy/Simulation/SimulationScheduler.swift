@@ -1,6 +1,6 @@
 import Dispatch
 import Foundation
-import Synchronization
+
 
 /// Why a simulation stopped without a result.
 package enum SimulationError: Error, Equatable {
@@ -60,7 +60,7 @@ package enum SimulationError: Error, Equatable {
 ///   (there are only 2 on a 2-core machine). From async code use ``runDetached(_:)``.
 /// - ``run(_:)`` is not reentrant: calling it from inside a simulated job, or while another `run` of the same
 ///   scheduler is in progress on another thread, is a precondition failure. Sequential runs are fine.
-/// - ``enqueue(_:)`` may be called from any thread (the queue is behind a `Mutex`); a job enqueued from a foreign
+/// - ``enqueue(_:)`` may be called from any thread (the queue is behind a `Locked` (pthread) lock); a job enqueued from a foreign
 ///   thread is run by the driver like any other. Determinism is only guaranteed while all work runs on this
 ///   executor: a job that arrives from outside races with the driver's decision to advance the clock.
 /// - Quiescence: when the queue is empty, no timer is pending and the body has not finished, the driver blocks
@@ -89,7 +89,7 @@ package final class SimulationScheduler: TaskExecutor {
     package let clock: VirtualClock
     /// How long the driver waits, at quiescence, for a job enqueued from another thread before reporting a deadlock.
     package let externalWorkGracePeriod: Duration
-    private let state = Mutex(State())
+    private let state = Locked(State())
     private let wakeUp = DispatchSemaphore(value: 0)
 
     /// Creates a scheduler driving `clock`.
@@ -246,7 +246,7 @@ package final class SimulationScheduler: TaskExecutor {
 
     /// The body's result, written by the root task (on the executor) and read by the driver.
     private final class Outcome<T: Sendable>: Sendable {
-        private let value = Mutex<Result<T, any Error>?>(nil)
+        private let value = Locked<Result<T, any Error>?>(nil)
 
         func set(_ result: Result<T, any Error>) {
             value.withLock { $0 = result }
@@ -265,7 +265,7 @@ package final class SimulationScheduler: TaskExecutor {
             var task: Task<Void, Never>?
         }
 
-        private let state = Mutex(State())
+        private let state = Locked(State())
 
         func attach(_ task: Task<Void, Never>) {
             let cancelled = state.withLock { state in

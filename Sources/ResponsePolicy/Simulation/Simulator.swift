@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+
 
 /// Runs the real engine against a scripted server on a virtual clock: no sleeping, no network,
 /// the same events for the same script every time.
@@ -143,7 +143,7 @@ package enum Simulator {
 
 /// Collects events in order.
 final class EventCollector: PolicyObserver {
-    private let stored = Mutex<[PolicyEvent]>([])
+    private let stored = Locked<[PolicyEvent]>([])
     func observe(_ event: PolicyEvent) { stored.withLock { $0.append(event) } }
     var events: [PolicyEvent] { stored.withLock { $0 } }
 }
@@ -154,7 +154,7 @@ final class ScriptedTransport: Transport {
     let responses: [String: [SimulationScript.Response]]
     let latency: Duration
     let clock: VirtualClock
-    let attempts = Mutex<[String: Int]>([:])
+    let attempts = Locked<[String: Int]>([:])
 
     init(script: SimulationScript, clock: VirtualClock) {
         var responses: [String: [SimulationScript.Response]] = [:]
@@ -182,7 +182,7 @@ final class ScriptedTransport: Transport {
 final class ScriptedRefresh: RefreshPlugin {
     let steps: [SimulationScript.RefreshStep]
     let clock: VirtualClock
-    private let count = Mutex(0)
+    private let count = Locked(0)
 
     init(steps: [SimulationScript.RefreshStep], clock: VirtualClock) {
         self.steps = steps

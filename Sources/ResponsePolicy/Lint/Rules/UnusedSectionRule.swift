@@ -17,7 +17,12 @@ struct UnusedSectionRule: LintRule {
             retry: { max-retries: 5 }
             rules:
               - { name: busy, when: { status: [503] }, then: retry }
-            """
+            """,
+            exampleHeader + """
+            retry: { attempt-timeout: 5s, deadline: 20s }
+            rules:
+              - { name: unauthorized, when: { status: [401] }, then: fail }
+            """,
         ])
 
     func check(_ context: LintContext) -> [Diagnostic] {
@@ -28,8 +33,11 @@ struct UnusedSectionRule: LintRule {
             usesCodes = usesCodes || scope.rules.contains { $0.when.codes != nil }
         }
         var findings: [Diagnostic] = []
+        // attempt-timeout, deadline and idempotency-key apply to every request, retried or not.
+        let everyRequest = ["attempt-timeout", "deadline", "idempotency-key"]
+        let retrySettingsUsed = everyRequest.contains { context.parts.locations["retry.\($0)"] != nil }
         let sections: [(String, Bool)] = [
-            ("retry", reached.contains(.retry)), ("refresh", reached.contains(.refresh)),
+            ("retry", reached.contains(.retry) || retrySettingsUsed), ("refresh", reached.contains(.refresh)),
             ("logout", reached.contains(.logout)), ("classify", usesCodes),
         ]
         for (section, used) in sections where !used {
