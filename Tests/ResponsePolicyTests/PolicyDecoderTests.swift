@@ -170,3 +170,13 @@ struct PolicyDecoderTests {
                 == ["invalid-name", "invalid-value", "invalid-value", "invalid-value", "invalid-duration"])
     }
 }
+
+struct EmbeddedDefaultPolicyTests {
+    @Test func theEmbeddedDefaultIsTheShippedFile() throws {
+        let file = try String(contentsOf: repositoryRoot.appendingPathComponent("policies/default.yaml"), encoding: .utf8)
+        #expect(Policy.defaultPolicyText + "\n" == file || Policy.defaultPolicyText == file)
+        let policy = try Policy.loadDefault()
+        #expect(policy.name == "mobile-api")
+        #expect(policy.warnings.isEmpty)
+    }
+}

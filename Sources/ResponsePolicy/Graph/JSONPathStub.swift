@@ -35,3 +35,13 @@ package enum JSONCodeScanner {
         return nil
     }
 }
+
+extension JSONCodeScanner {
+    package static func withCode<R>(
+        in body: UnsafeRawBufferPointer, at path: JSONPath, maxBytes: Int = 65_536, _ use: (UnsafeRawBufferPointer?) -> R
+    ) -> R {
+        guard let code = code(in: body, at: path, maxBytes: maxBytes) else { return use(nil) }
+        var copy = code
+        return copy.withUTF8 { use(UnsafeRawBufferPointer($0)) }
+    }
+}

@@ -1,0 +1,132 @@
+import Foundation
+import ResponsePolicy
+
+/// Opens once a count is reached; a waiter before that suspends, one after returns at once.
+final class Gate: @unchecked Sendable {
+    // @unchecked: all state is read and written under `lock`.
+    private let lock = NSLock()
+    private var remaining: Int
+    private var waiters: [CheckedContinuation<Void, Never>] = []
+
+    init(count: Int) { remaining = count }
+
+    func arrive() {
+        lock.lock()
+        remaining -= 1
+        let ready = remaining == 0 ? waiters : []
+        if remaining == 0 { waiters = [] }
+        lock.unlock()
+        for waiter in ready { waiter.resume() }
+    }
+
+    func wait() async {
+        await withCheckedContinuation { continuation in
+            lock.lock()
+            if remaining <= 0 {
+                lock.unlock()
+                continuation.resume()
+            } else {
+                waiters.append(continuation)
+                lock.unlock()
+            }
+        }
+    }
+}
+
+/// 1401 for the old token (and counts it at the gate), `{"status":0}` for the refreshed one.
+struct StormTransport: Transport {
+    let gate: Gate
+    let expired = HTTPResponse(status: 200, body: Data("{\"status\":1401}".utf8))
+    let fine = HTTPResponse(status: 200, body: Data("{\"status\":0}".utf8))
+
+    func send(_ request: HTTPRequest) async throws -> HTTPResponse {
+        if request.headers["Authorization"] == "Bearer token-1" { return fine }
+        gate.arrive()
+        return expired
+    }
+}
+
+/// Refreshes once every request has hit its trigger, sampling memory at that moment: then all
+/// requests are in flight, parked waiting for this refresh.
+final class StormRefresh: RefreshPlugin {
+    private let counters = Locked((calls: 0, inFlightRSS: 0.0))
+    let gate: Gate
+
+    var calls: Int { counters.withLock { $0.calls } }
+    var inFlightRSS: Double { counters.withLock { $0.inFlightRSS } }
+
+    init(gate: Gate) { self.gate = gate }
+
+    func refresh(_ context: RefreshContext) async throws -> Credentials {
+        counters.withLock { $0.calls += 1 }
+        await gate.wait()
+        // Let the last responses reach their waits.
+        for _ in 0..<20 { await Task.yield() }
+        let rss = residentMemory().current
+        counters.withLock { $0.inFlightRSS = rss }
+        return Credentials(accessToken: "token-1")
+    }
+}
+
+/// 200 at once, never suspending: measures the engine, not the transport.
+struct InstantTransport: Transport {
+    let response = HTTPResponse(status: 200, body: Data("{\"status\":0}".utf8))
+    func send(_ request: HTTPRequest) async throws -> HTTPResponse { response }
+}
+
+extension Benchmarks {
+    static func storm(quick: Bool) async -> BenchResult {
+        let count = quick ? 200 : 10_000
+        let gate = Gate(count: count)
+        let refresh = StormRefresh(gate: gate)
+        var options = PolicyEngine.Options()
+        options.refreshPlugin = refresh
+        guard let policy = try? Policy.load(yaml: Policy.defaultPolicyText) else { fatalError("default policy") }
+        let engine = PolicyEngine(
+            policy: policy, transport: StormTransport(gate: gate),
+            credentials: MemoryCredentialStore(Credentials(accessToken: "token-0")), options: options)
+        let request = HTTPRequest(url: URL(string: "https://api.example.com/profile")!)
+        let before = residentMemory().current
+        let start = ContinuousClock.now
+        let delivered = await withTaskGroup(of: Int.self) { group in
+            for _ in 0..<count {
+                group.addTask { (try? await engine.send(request)) == nil ? 0 : 1 }
+            }
+            return await group.reduce(0, +)
+        }
+        let wall = (ContinuousClock.now - start).nanoseconds / 1e6
+        let memory = residentMemory()
+        let perRequest = max(0, refresh.inFlightRSS - before) / Double(count)
+        return BenchResult(
+            name: "storm-10k", value: wall, unit: "ms", baseline: nil, baselineName: nil, ratio: nil,
+            ratioMeaning: "none",
+            extra: [
+                ("requests", Double(count)), ("delivered", Double(delivered)), ("refreshes", Double(refresh.calls)),
+                ("peak_rss_mib", memory.peak / 1_048_576), ("bytes_per_in_flight_request", perRequest),
+            ],
+            goal: "< 1000 ms, refreshes == 1, < 2 KiB per in-flight request")
+    }
+
+    static func engineOverhead(quick: Bool) async -> BenchResult {
+        guard let policy = try? Policy.load(yaml: Policy.defaultPolicyText) else { fatalError("default policy") }
+        let transport = InstantTransport()
+        let engine = PolicyEngine(
+            policy: policy, transport: transport, credentials: MemoryCredentialStore(Credentials(accessToken: "t")))
+        let request = HTTPRequest(url: URL(string: "https://api.example.com/profile")!)
+        let iterations = quick ? 200 : 100_000
+        var direct = Double.infinity
+        var ours = Double.infinity
+        for _ in 0..<(quick ? 1 : 5) {
+            var start = ContinuousClock.now
+            for _ in 0..<iterations { blackHole(try? await transport.send(request)) }
+            direct = min(direct, (ContinuousClock.now - start).nanoseconds / Double(iterations))
+            start = ContinuousClock.now
+            for _ in 0..<iterations { blackHole(try? await engine.send(request)) }
+            ours = min(ours, (ContinuousClock.now - start).nanoseconds / Double(iterations))
+        }
+        return BenchResult(
+            name: "engine-overhead", value: ours, unit: "ns", baseline: direct, baselineName: "transport directly",
+            ratio: ours / direct, ratioMeaning: "ours ns / direct ns, lower is better",
+            extra: [("added_ns", ours - direct)], goal: "< 2000 ns added")
+    }
+}
