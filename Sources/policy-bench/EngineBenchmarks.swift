@@ -108,7 +108,9 @@ extension Benchmarks {
     }
 
     static func engineOverhead(quick: Bool) async -> BenchResult {
-        guard let policy = try? Policy.load(yaml: Policy.defaultPolicyText) else { fatalError("default policy") }
+        let variant = ProcessInfo.processInfo.environment["BENCH_VARIANT"] ?? ""
+        let text = variant == "notimeout" ? Policy.defaultPolicyText.replacingOccurrences(of: "attempt-timeout: 10s", with: "attempt-timeout: none") : Policy.defaultPolicyText
+        guard let policy = try? Policy.load(yaml: text) else { fatalError("default policy") }
         let transport = InstantTransport()
         let engine = PolicyEngine(
             policy: policy, transport: transport, credentials: MemoryCredentialStore(Credentials(accessToken: "t")))
