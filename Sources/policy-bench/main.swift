@@ -5,7 +5,11 @@ import ResponsePolicy
 // ratio, because these machines are noisy. `--json` for machines, a table otherwise; `--quick`
 // runs tiny counts (the test suite uses it to keep the benchmark working).
 
-let arguments = Set(CommandLine.arguments.dropFirst())
+let argv = Array(CommandLine.arguments.dropFirst())
+let arguments = Set(argv)
+/// `--only NAME`: run one benchmark (for profiling it).
+let only: String? = argv.firstIndex(of: "--only").flatMap { $0 + 1 < argv.count ? argv[$0 + 1] : nil }
+func wanted(_ name: String) -> Bool { only.map { name.hasPrefix($0) } ?? true }
 let quick = arguments.contains("--quick")
 let json = arguments.contains("--json")
 if arguments.contains("--help") || arguments.contains("-h") {
@@ -18,17 +22,18 @@ if arguments.contains("--help") || arguments.contains("-h") {
         OPTIONS:
           --json                  Print {"results":[...]} instead of a table.
           --quick                 Tiny counts: checks the benchmark runs, measures nothing.
+          --only <name>           Run only the benchmarks whose name starts with <name>.
           -h, --help              Show help information.
         """)
     exit(0)
 }
 
 var results: [BenchResult] = []
-results += Benchmarks.classify(quick: quick)
-results.append(Benchmarks.decide(quick: quick))
-results.append(await Benchmarks.storm(quick: quick))
-results.append(await Benchmarks.engineOverhead(quick: quick))
-results.append(Benchmarks.loadDefault(quick: quick))
+if wanted("classify") { results += Benchmarks.classify(quick: quick) }
+if wanted("decide") { results.append(Benchmarks.decide(quick: quick)) }
+if wanted("storm") { results.append(await Benchmarks.storm(quick: quick)) }
+if wanted("engine") { results.append(await Benchmarks.engineOverhead(quick: quick)) }
+if wanted("load") { results.append(Benchmarks.loadDefault(quick: quick)) }
 
 if json {
     print("{\"results\":[" + results.map(\.json).joined(separator: ",") + "]}")

@@ -1,12 +1,19 @@
 /// The engine's mutable state, all of it, behind one `Locked` pthread mutex (see `PolicyEngine`).
 struct EngineState {
-    /// Why another party ended a request; read when its task sees `CancellationError`.
-    enum EndReason { case loggedOut }
+    /// Why a request was ended from outside its own loop.
+    enum EndReason { case loggedOut, cancelled }
 
     enum Phase { case onWire, waiting }
 
+    /// One request in flight: what can be interrupted, and why it was.
     struct RequestEntry {
-        var cancel: (@Sendable () -> Void)?
+        /// The attempt on the wire, cancelled by a logout, a timeout or the caller.
+        var attempt: Task<PolicyEngine.AttemptResult, Never>?
+        /// Counts attempts, so a late timeout cannot hit a later attempt.
+        var attemptNumber = 0
+        var timedOut = false
+        /// A backoff wait: resumed `true` by its timer, `false` when the request is ended.
+        var waiter: CheckedContinuation<Bool, Never>?
         var phase: Phase = .onWire
         var endReason: EndReason?
     }

@@ -8,28 +8,32 @@ extension PolicyEngine {
         settings: LogoutSettings, plugins: PolicyRuntime.ScopePlugins, trigger: RequestContext, reason: String
     ) async {
         let now = clock.now
-        let taken: (cancels: [@Sendable () -> Void], waiters: [EngineState.Waiter])? = state.withLock { state in
+        let taken: (attempts: [Task<AttemptResult, Never>], sleepers: [CheckedContinuation<Bool, Never>], waiters: [EngineState.Waiter])? = state.withLock { state in
             if state.isLoggedOut(at: now) { return nil }
             state.loggedOutUntil = now + settings.cooldown
             state.sessionEpoch += 1
-            var cancels: [@Sendable () -> Void] = []
+            var attempts: [Task<AttemptResult, Never>] = []
+            var sleepers: [CheckedContinuation<Bool, Never>] = []
             // In request order, so a simulation's output is the same every run.
-            for (number, entry) in state.requests.sorted(by: { $0.key < $1.key }) where number != trigger.number {
+            for (number, var entry) in state.requests.sorted(by: { $0.key < $1.key }) where number != trigger.number {
                 guard settings.cancelInFlight || entry.phase == .waiting else { continue }
-                state.requests[number]?.endReason = .loggedOut
-                if let cancel = entry.cancel { cancels.append(cancel) }
+                if entry.endReason == nil { entry.endReason = .loggedOut }
+                if let attempt = entry.attempt { attempts.append(attempt) }
+                if let waiter = entry.waiter { sleepers.append(waiter) }
+                entry.waiter = nil
+                state.requests[number] = entry
             }
             var waiters: [EngineState.Waiter] = []
             if var flight = state.flight {
                 // The refresh itself runs on; its result is discarded (a new epoch began).
                 for (number, waiter) in flight.waiters.sorted(by: { $0.key < $1.key }) where number != trigger.number {
-                    state.requests[number, default: EngineState.RequestEntry()].endReason = .loggedOut
+                    if state.requests[number]?.endReason == nil { state.requests[number]?.endReason = .loggedOut }
                     waiters.append(waiter)
                     flight.waiters.removeValue(forKey: number)
                 }
                 state.flight = flight
             }
-            return (cancels, waiters)
+            return (attempts, sleepers, waiters)
         }
         guard let taken else { return }
         var event = PolicyEvent(.logout, time: now, request: trigger.id)
@@ -37,7 +41,8 @@ extension PolicyEngine {
         event.reason = reason
         emit(event, trigger.runtime)
         for waiter in taken.waiters { waiter.resume(returning: .loggedOut) }
-        for cancel in taken.cancels { cancel() }
+        for sleeper in taken.sleepers { sleeper.resume(returning: false) }
+        for attempt in taken.attempts { attempt.cancel() }
         let context = LogoutContext(requestID: trigger.id, reason: reason, transport: transport)
         let plugin = plugins.logout
         Task(executorPreference: options.taskExecutor) { await plugin.logout(context) }

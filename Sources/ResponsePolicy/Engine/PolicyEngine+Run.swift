@@ -52,8 +52,8 @@ extension PolicyEngine {
         }
 
         func ended() -> Result<HTTPResponse, PolicyEngineError> {
-            let loggedOut = state.withLock { $0.requests[context.number]?.endReason == .loggedOut }
-            if loggedOut { return finish(.failure(.loggedOut(until: cooldownEnd()))) }
+            let reason = state.withLock { $0.requests[context.number]?.endReason }
+            if reason == .loggedOut { return finish(.failure(.loggedOut(until: cooldownEnd()))) }
             var event = PolicyEvent(.cancel, time: clock.now, request: context.id)
             event.reason = "the caller cancelled the request"
             emit(event, runtime)
@@ -61,7 +61,7 @@ extension PolicyEngine {
         }
 
         while true {
-            if Task.isCancelled { return ended() }
+            if Task.isCancelled || state.withLock({ $0.requests[context.number]?.endReason != nil }) { return ended() }
             if isLoggedOut { return finish(.failure(.loggedOut(until: cooldownEnd()))) }
 
             // Refresh ahead of expiry, before sending (single flight as usual).
@@ -85,7 +85,7 @@ extension PolicyEngine {
 
             var timeout = scope.retry.attemptTimeout
             if let deadline { timeout = min(timeout ?? .seconds(1 << 40), max(.zero, deadline - clock.now)) }
-            let result = await attemptOnce(signed, timeout: timeout)
+            let result = await attemptOnce(signed, timeout: timeout, number: context.number)
 
             var event = PolicyEvent(.response, time: clock.now, request: context.id)
             event.attempt = attempt
@@ -208,43 +208,90 @@ extension PolicyEngine {
                     return finish(.failure(.deadlineExceeded))
                 }
                 retries += 1
-                var wait = PolicyEvent(.wait, time: now, request: context.id)
-                wait.delay = delay
-                wait.attempt = attempt
-                emit(wait, runtime)
-                setPhase(context.number, .waiting)
-                do {
-                    try await clock.sleep(until: now + delay)
-                } catch {
-                    return ended()
-                }
-                setPhase(context.number, .onWire)
+                var waitEvent = PolicyEvent(.wait, time: now, request: context.id)
+                waitEvent.delay = delay
+                waitEvent.attempt = attempt
+                emit(waitEvent, runtime)
+                guard await wait(context.number, until: now + delay) else { return ended() }
             }
         }
     }
 
-    /// Sends once, racing `timeout` when there is one.
-    func attemptOnce(_ request: HTTPRequest, timeout: Duration?) async -> AttemptResult {
+    /// Sends once in a task of its own: the unit a logout, the attempt timeout or the caller's
+    /// cancellation can cancel without ending the request's loop.
+    func attemptOnce(_ request: HTTPRequest, timeout: Duration?, number: UInt64) async -> AttemptResult {
         let transport = self.transport
-        guard let timeout else { return await Self.call(transport, request) }
-        let deadline = clock.now + timeout
-        let clock = self.clock
-        return await withTaskGroup(of: AttemptResult.self) { group in
-            group.addTask { await Self.call(transport, request) }
-            group.addTask {
-                do {
-                    try await clock.sleep(until: deadline)
-                    return .timedOut
-                } catch {
-                    return .cancelled
-                }
-            }
-            let first = await group.next() ?? .cancelled
-            group.cancelAll()
-            // When the caller was cancelled both children report `.cancelled`; otherwise the
-            // loser's `.cancelled` is ignored.
-            return first
+        let task = Task(executorPreference: options.taskExecutor) { await Self.call(transport, request) }
+        let attemptNumber: Int? = state.withLock { state in
+            guard var entry = state.requests[number], entry.endReason == nil else { return nil }
+            entry.attempt = task
+            entry.attemptNumber += 1
+            entry.timedOut = false
+            entry.phase = .onWire
+            state.requests[number] = entry
+            return entry.attemptNumber
         }
+        guard let attemptNumber else {
+            task.cancel()
+            _ = await task.value
+            return .cancelled
+        }
+        var timer: UInt64?
+        if let timeout {
+            timer = timers.schedule(at: clock.now + timeout) { [weak self] in
+                self?.timeOut(number, attempt: attemptNumber)
+            }
+        }
+        let result = await task.value
+        if let timer { timers.cancel(timer) }
+        let timedOut = state.withLock { state -> Bool in
+            state.requests[number]?.attempt = nil
+            return state.requests[number]?.timedOut ?? false
+        }
+        if case .cancelled = result, timedOut { return .timedOut }
+        return result
+    }
+
+    /// The attempt timeout fired: cancel that attempt, if it is still the one on the wire.
+    func timeOut(_ number: UInt64, attempt: Int) {
+        let task = state.withLock { state -> Task<AttemptResult, Never>? in
+            guard var entry = state.requests[number], entry.attemptNumber == attempt, let task = entry.attempt else {
+                return nil
+            }
+            entry.timedOut = true
+            state.requests[number] = entry
+            return task
+        }
+        task?.cancel()
+    }
+
+    /// Waits until `deadline` on the engine's timers; `false` when the request was ended
+    /// (logout, caller cancellation) first.
+    func wait(_ number: UInt64, until deadline: Duration) async -> Bool {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
+            let waiting = state.withLock { state -> Bool in
+                guard var entry = state.requests[number], entry.endReason == nil else { return false }
+                entry.waiter = continuation
+                entry.phase = .waiting
+                state.requests[number] = entry
+                return true
+            }
+            guard waiting else {
+                continuation.resume(returning: false)
+                return
+            }
+            timers.schedule(at: deadline) { [weak self] in self?.wake(number) }
+        }
+    }
+
+    func wake(_ number: UInt64) {
+        let waiter = state.withLock { state -> CheckedContinuation<Bool, Never>? in
+            let waiter = state.requests[number]?.waiter
+            state.requests[number]?.waiter = nil
+            state.requests[number]?.phase = .onWire
+            return waiter
+        }
+        waiter?.resume(returning: true)
     }
 
     static func call(_ transport: any Transport, _ request: HTTPRequest) async -> AttemptResult {
@@ -279,10 +326,6 @@ extension PolicyEngine {
         let b = random.nextBits()
         let hex = String(a, radix: 16) + String(b, radix: 16)
         return String(repeating: "0", count: max(0, 32 - hex.count)) + hex
-    }
-
-    func setPhase(_ number: UInt64, _ phase: EngineState.Phase) {
-        state.withLock { $0.requests[number, default: EngineState.RequestEntry()].phase = phase }
     }
 
     /// The generation of the current token when it expires within `ahead`.

@@ -55,6 +55,7 @@ public final class PolicyEngine: Sendable {
     let options: Options
     let clock: any PolicyClock
     let state: Locked<EngineState>
+    let timers: TimerService
 
     /// - Parameters:
     ///   - policy: a loaded policy.
@@ -75,6 +76,7 @@ public final class PolicyEngine: Sendable {
         let runtime = PolicyRuntime(
             policy: policy, registry: plugins, transport: transport, environment: options.environment,
             overrides: Overrides(refresh: options.refreshPlugin, logout: options.logoutPlugin, observers: options.observers))
+        timers = TimerService(clock: options.clock, executor: options.taskExecutor)
         var initial = EngineState(runtime: runtime)
         initial.credentials = (try? credentials?.load()) ?? nil
         state = Locked(initial)
@@ -170,20 +172,30 @@ public final class PolicyEngine: Sendable {
             throw .cancelled
         }
         let context = RequestContext(number: number, id: id, runtime: runtime, start: now)
-        let task = Task(executorPreference: options.taskExecutor) {
-            await self.run(request, context)
-        }
-        state.withLock { state in
-            state.requests[number, default: EngineState.RequestEntry()].cancel = { task.cancel() }
-            if state.requests[number]?.endReason != nil { task.cancel() }
-        }
+        state.withLock { $0.requests[number] = EngineState.RequestEntry() }
+        // The loop runs in the caller's task; what must be interruptible from outside (the
+        // attempt on the wire, a backoff wait, a refresh wait) registers itself in the entry.
         let result = await withTaskCancellationHandler {
-            await task.value
+            await run(request, context)
         } onCancel: {
-            task.cancel()
+            end(number, .cancelled)
         }
         state.withLock { _ = $0.requests.removeValue(forKey: number) }
         return try result.get()
+    }
+
+    /// Ends a request from outside its loop: marks why, cancels its attempt, ends its wait.
+    func end(_ number: UInt64, _ reason: EngineState.EndReason) {
+        let (attempt, waiter) = state.withLock { state -> (Task<AttemptResult, Never>?, CheckedContinuation<Bool, Never>?) in
+            guard var entry = state.requests[number] else { return (nil, nil) }
+            if entry.endReason == nil { entry.endReason = reason }
+            let taken = (entry.attempt, entry.waiter)
+            entry.waiter = nil
+            state.requests[number] = entry
+            return taken
+        }
+        attempt?.cancel()
+        waiter?.resume(returning: false)
     }
 
     /// The wall-clock date of an engine instant.

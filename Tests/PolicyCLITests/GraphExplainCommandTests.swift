@@ -1,0 +1,217 @@
+import Foundation
+import ResponsePolicy
+import Testing
+
+@testable import PolicyCLI
+
+/// `policy graph` and `policy explain` end to end, checked against the library's own graph.
+struct GraphExplainCommandTests {
+    static let defaultPolicy = "policies/default.yaml"
+
+    static let invalid = "policy: 1\nname: x\nretyr: {}\n"
+    static let invalidReport =
+        "bad.yaml:3:1: error: unknown key 'retyr'; did you mean 'retry'? [unknown-key]\n"
+        + "error: 'bad.yaml' has 1 error; run 'policy lint bad.yaml' for details\n"
+
+    static func loadDefault() throws -> Policy {
+        try Policy.load(path: repositoryRoot.appendingPathComponent(defaultPolicy).path)
+    }
+
+    // MARK: - graph
+
+    @Test func dotHasEveryNodeAndEdgeOfTheCompiledGraph() throws {
+        let policy = try Self.loadDefault()
+        let result = try runPolicy(["graph", Self.defaultPolicy])
+        #expect(result.status == 0)
+        #expect(result.stderr == "")
+        #expect(result.stdout.hasPrefix("digraph \"\(policy.name)\" {\n"))
+        #expect(result.stdout.hasSuffix("}\n"))
+        for node in policy.graph.nodes {
+            #expect(result.stdout.contains("\"\(node.id)\" ["), "no node '\(node.id)'")
+        }
+        for edge in policy.graph.edges {
+            #expect(result.stdout.contains("\"\(edge.from)\" -> \"\(edge.to)\""), "no edge \(edge.from) -> \(edge.to)")
+        }
+        // One box per rule, labelled with its name, in each scope that runs it.
+        let lines = result.stdoutLines
+        for rule in policy.rules {
+            let boxes = lines.filter { $0.contains("[shape=box, label=\"\(rule.name): ") }
+            #expect(boxes.count == 1, "rule '\(rule.name)'")
+        }
+    }
+
+    @Test func dotOfTheDefaultPolicyHasTheEscalationEdges() throws {
+        let result = try runPolicy(["graph", "--format", "dot", Self.defaultPolicy])
+        #expect(result.status == 0)
+        let lines = Set(result.stdoutLines)
+        for expected in [
+            #"    "default.rule.1" [shape=box, label="token-expired: code 1401"];"#,
+            #"    "default.rule.2" [shape=box, label="forced-logout: code 202"];"#,
+            #"    "default.rule.3" [shape=box, label="unauthorized: status 401"];"#,
+            #"  "default.rule.1" -> "default.refresh";"#,
+            #"  "default.rule.2" -> "default.logout";"#,
+            #"  "default.rule.4" -> "default.retry";"#,
+            #"  "default.refresh" -> "default.logout" [label="on-exhausted"];"#,
+            #"  "default.refresh" -> "default.logout" [label="on-failure"];"#,
+            #"  "default.retry" -> "default.deliver" [label="on-exhausted"];"#,
+            #"  "default.logout" -> "logged-out" [label="cooldown 20s"];"#,
+        ] {
+            #expect(lines.contains(expected), "missing line: \(expected)")
+        }
+    }
+
+    @Test func mermaidHasEveryRuleAndTheEscalationEdges() throws {
+        let policy = try Self.loadDefault()
+        let result = try runPolicy(["graph", "--format", "mermaid", Self.defaultPolicy])
+        #expect(result.status == 0)
+        #expect(result.stderr == "")
+        #expect(result.stdout.hasPrefix("flowchart LR\n"))
+        for rule in policy.rules {
+            #expect(result.stdout.contains("[\"\(rule.name): "), "rule '\(rule.name)'")
+        }
+        let lines = Set(result.stdoutLines)
+        for expected in [
+            #"    default_rule_1["token-expired: code 1401"]"#,
+            #"  default_refresh -->|"on-exhausted"| default_logout"#,
+            #"  default_refresh -->|"on-failure"| default_logout"#,
+            #"  default_retry -->|"on-exhausted"| default_deliver"#,
+        ] {
+            #expect(lines.contains(expected), "missing line: \(expected)")
+        }
+    }
+
+    @Test func graphOfAnInvalidPolicyExitsOneWithDiagnosticsOnStderr() throws {
+        let directory = try TemporaryDirectory()
+        try directory.write("bad.yaml", Self.invalid)
+        for format in ["dot", "mermaid"] {
+            let result = try runPolicy(["graph", "--format", format, "bad.yaml"], in: directory.url)
+            expectResult(result, stdout: "", stderr: Self.invalidReport, status: 1)
+        }
+    }
+
+    @Test func graphOfAMissingFileExits66() throws {
+        let directory = try TemporaryDirectory()
+        let result = try runPolicy(["graph", "missing.yaml"], in: directory.url)
+        expectResult(result, stdout: "", stderr: "error: cannot read 'missing.yaml': no such file\n", status: 66)
+    }
+
+    @Test func graphOfAFolderExits66() throws {
+        let directory = try TemporaryDirectory()
+        try directory.makeFolder("folder")
+        let result = try runPolicy(["graph", "folder"], in: directory.url)
+        expectResult(result, stdout: "", stderr: "error: cannot read 'folder': it is a directory\n", status: 66)
+    }
+
+    @Test func graphWithAnUnknownFormatExits64() throws {
+        let result = try runPolicy(["graph", "--format", "svg", Self.defaultPolicy])
+        expectResult(
+            result, stdout: "",
+            stderr: usageError(
+                "Unknown format 'svg'; use dot or mermaid", usage: "policy graph [--format dot|mermaid] FILE",
+                help: "policy graph --help"),
+            status: 64)
+    }
+
+    @Test func graphTakesExactlyOneFile() throws {
+        let result = try runPolicy(["graph", Self.defaultPolicy, "policies/transient.yaml"])
+        expectResult(
+            result, stdout: "",
+            stderr: usageError(
+                "Unexpected argument 'policies/transient.yaml'", usage: "policy graph [--format dot|mermaid] FILE",
+                help: "policy graph --help"),
+            status: 64)
+    }
+
+    // MARK: - explain
+
+    @Test func explainOfTheDefaultPolicyStatesEveryRuleAndTheWorstCase() throws {
+        let result = try runPolicy(["explain", Self.defaultPolicy])
+        #expect(result.status == 0)
+        #expect(result.stderr == "")
+        let lines = result.stdoutLines
+        #expect(lines.first == "Policy 'mobile-api' (policies/default.yaml)")
+        for expected in [
+            "Requests to /oauth/* (route at line 53):",
+            "  There are no rules: every response is delivered as it is and nothing is retried or refreshed.",
+            "All other requests:",
+            "  The business code is read from the JSON body at 'status'.",
+            "  Rules, first match wins:",
+            "    1. token-expired: when the business code is 1401, refresh the token and send the request again, "
+                + "at most 1 time per request; after that the session is logged out.",
+            "    2. forced-logout: when the business code is 202, log out (cooldown 20s).",
+            "    3. unauthorized: when the status is 401, refresh the token and send the request again, "
+                + "at most 1 time per request; after that the session is logged out.",
+            "    4. transient: when the status is 502, 503 or 504, or the attempt fails with a timeout or connection "
+                + "error, retry up to 3 times, waiting 1s, 2s, 4s (exponential, capped at 8s, no jitter, "
+                + "Retry-After honoured); when retries run out, the last response is delivered.",
+            "  Any other response is delivered; any other failed attempt fails the request.",
+            "  Worst case: 5 attempts (1 + 3 retries + 1 re-send after a refresh), waiting at most 24s in total; "
+                + "with every attempt and refresh timing out, 84s; the deadline is 90s.",
+        ] {
+            #expect(lines.contains(expected), "missing line: \(expected)")
+        }
+    }
+
+    @Test func explainOfTheTransientPolicyMatchesItsComment() throws {
+        let result = try runPolicy(["explain", "policies/transient.yaml"])
+        #expect(result.status == 0)
+        #expect(result.stderr == "")
+        #expect(
+            result.stdoutLines.contains(
+                "  Worst case: 5 attempts (1 + 4 retries), waiting at most 40s in total; "
+                    + "with every attempt and refresh timing out, 65s; the deadline is 70s."))
+    }
+
+    @Test func explainListsWarningsAtTheEnd() throws {
+        let directory = try TemporaryDirectory()
+        try directory.write("warn.yaml", LintCommandTests.warningsOnly)
+        let result = try runPolicy(["explain", "warn.yaml"], in: directory.url)
+        #expect(result.status == 0)
+        #expect(result.stderr == "")
+        #expect(
+            result.stdout.hasSuffix(
+                "\n\nWarning (line 10): 'POST' in 'methods' retries requests that may already have been applied; "
+                    + "rely on an idempotency key instead.\n"
+                    + "Warning (line 16): rule 'busy-again' never matches: rule 'busy' comes first and matches "
+                    + "everything it does.\n"))
+    }
+
+    @Test func explainOfAnInvalidPolicyExitsOne() throws {
+        let directory = try TemporaryDirectory()
+        try directory.write("bad.yaml", Self.invalid)
+        let result = try runPolicy(["explain", "bad.yaml"], in: directory.url)
+        expectResult(result, stdout: "", stderr: Self.invalidReport, status: 1)
+    }
+
+    @Test func explainOfAMissingFileExits66() throws {
+        let directory = try TemporaryDirectory()
+        let result = try runPolicy(["explain", "missing.yaml"], in: directory.url)
+        expectResult(result, stdout: "", stderr: "error: cannot read 'missing.yaml': no such file\n", status: 66)
+    }
+
+    @Test func explainWithoutAFileExits64() throws {
+        let result = try runPolicy(["explain"])
+        expectResult(
+            result, stdout: "",
+            stderr: usageError(
+                "Missing expected argument 'FILE'", usage: "policy explain FILE", help: "policy explain --help"),
+            status: 64)
+    }
+
+    // MARK: - The binary and the library agree
+
+    @Test(arguments: [
+        ["explain", "policies/default.yaml"], ["graph", "policies/default.yaml"],
+        ["graph", "--format", "mermaid", "policies/default.yaml"], ["lint", "--format", "json", "policies"],
+    ])
+    func binaryPrintsWhatTheCommandReturnsInProcess(_ arguments: [String]) async throws {
+        let binary = try runPolicy(arguments)
+        // The in-process run resolves relative paths against the test's working directory; use
+        // absolute ones there and compare after mapping them back.
+        let root = repositoryRoot.path + "/"
+        let absolute = arguments.map { $0.hasPrefix("policies") ? root + $0 : $0 }
+        var inProcess = await runInProcess(absolute)
+        inProcess.stdout = inProcess.stdout.replacingOccurrences(of: root, with: "")
+        #expect(inProcess == binary)
+    }
+}

@@ -1,0 +1,130 @@
+import Foundation
+import Testing
+
+@testable import PolicyCLI
+
+/// Help on stdout with exit 0 however it is asked for; usage errors on stderr with exit 64.
+struct HelpAndUsageTests {
+    static let subcommandNames = ["lint", "graph", "explain", "simulate", "fetch"]
+
+    @Test(arguments: [["--help"], ["-h"], ["help"], []])
+    func topLevelHelp(_ arguments: [String]) throws {
+        let result = try runPolicy(arguments)
+        expectResult(result, stdout: PolicyCommand.top.helpText, status: 0)
+        let lines = result.stdoutLines
+        for section in ["OVERVIEW:", "USAGE:", "OPTIONS:", "SUBCOMMANDS:"] {
+            #expect(lines.contains { $0.hasPrefix(section) }, "no \(section) section")
+        }
+        #expect(lines.contains("USAGE: \(topUsage)"))
+        for name in Self.subcommandNames + ["help"] {
+            #expect(lines.contains { $0.hasPrefix("  \(name) ") }, "subcommand '\(name)' is not listed")
+        }
+        #expect(lines.contains("  -h, --help              Show help information."))
+    }
+
+    @Test(arguments: subcommandNames)
+    func subcommandHelpIsTheSameHoweverItIsAskedFor(_ name: String) throws {
+        let spec = try #require(PolicyCommand.subcommands[name])
+        let viaHelp = try runPolicy(["help", name])
+        expectResult(viaHelp, stdout: spec.helpText, status: 0)
+        for flag in ["--help", "-h"] {
+            let viaFlag = try runPolicy([name, flag])
+            expectResult(viaFlag, stdout: spec.helpText, status: 0)
+        }
+        let lines = viaHelp.stdoutLines
+        #expect(lines.first?.hasPrefix("OVERVIEW: ") == true)
+        #expect(lines.contains("USAGE: \(spec.usage)"))
+        #expect(lines.contains("OPTIONS:"))
+        #expect(!lines.contains("SUBCOMMANDS:"))
+    }
+
+    @Test func lintHelpDocumentsEveryOption() throws {
+        let result = try runPolicy(["lint", "--help"])
+        #expect(result.status == 0)
+        #expect(result.stderr == "")
+        let lines = result.stdoutLines
+        #expect(lines.first == "OVERVIEW: Check policy files for errors and risky settings.")
+        #expect(lines.contains("USAGE: \(lintUsage)"))
+        #expect(lines.contains("ARGUMENTS:"))
+        #expect(
+            lines.contains("  PATH                    A policy file, or a folder searched for *.yaml and *.yml files."))
+        for option in ["--format <format>", "--strict", "--plugin <kind:name>", "-h, --help"] {
+            #expect(lines.contains { $0.hasPrefix("  \(option) ") }, "'\(option)' is not documented")
+        }
+        for option in LintCommand.spec.options {
+            let names = option.names.joined(separator: ", ")
+            #expect(lines.contains { $0.hasPrefix("  \(names)") && $0.hasSuffix(option.help) }, "'\(names)'")
+        }
+    }
+
+    @Test func helpWinsOverOtherArguments() throws {
+        let result = try runPolicy(["lint", "missing.yaml", "--strict", "--help"])
+        expectResult(result, stdout: LintCommand.spec.helpText, status: 0)
+    }
+
+    @Test func version() throws {
+        let result = try runPolicy(["--version"])
+        expectResult(result, stdout: "policy 1.0.0 (schema 1)\n", status: 0)
+    }
+
+    struct Misspelling: Sendable, CustomTestStringConvertible {
+        var typed: String
+        var meant: String
+        var testDescription: String { "\(typed) → \(meant)" }
+    }
+
+    @Test(arguments: [
+        Misspelling(typed: "lnt", meant: "lint"), Misspelling(typed: "explian", meant: "explain"),
+        Misspelling(typed: "grpah", meant: "graph"), Misspelling(typed: "simulat", meant: "simulate"),
+    ])
+    func unknownSubcommandSuggestsTheClosest(_ misspelling: Misspelling) throws {
+        let result = try runPolicy([misspelling.typed, "policies"])
+        expectResult(
+            result, stdout: "",
+            stderr: usageError(
+                "Unknown subcommand '\(misspelling.typed)'; did you mean '\(misspelling.meant)'?", usage: topUsage,
+                help: "policy --help"),
+            status: 64)
+    }
+
+    @Test func unknownSubcommandFarFromAnyNameHasNoHint() throws {
+        let result = try runPolicy(["zzzzzzzzzz"])
+        expectResult(
+            result, stdout: "",
+            stderr: usageError("Unknown subcommand 'zzzzzzzzzz'", usage: topUsage, help: "policy --help"),
+            status: 64)
+    }
+
+    @Test func helpForAnUnknownSubcommandExits64() throws {
+        let result = try runPolicy(["help", "bogus"])
+        expectResult(
+            result, stdout: "",
+            stderr: usageError("Unknown subcommand 'bogus'", usage: topUsage, help: "policy --help"),
+            status: 64)
+    }
+
+    @Test func unknownTopLevelOptionExits64() throws {
+        let result = try runPolicy(["--foo"])
+        expectResult(
+            result, stdout: "",
+            stderr: usageError("Unknown option '--foo'", usage: topUsage, help: "policy --help"),
+            status: 64)
+    }
+
+    @Test(arguments: ["lint", "graph", "explain"])
+    func unknownSubcommandOptionNamesTheSubcommandsHelp(_ name: String) throws {
+        let spec = try #require(PolicyCommand.subcommands[name])
+        let result = try runPolicy([name, "--foo", "policies/default.yaml"])
+        expectResult(
+            result, stdout: "",
+            stderr: usageError("Unknown option '--foo'", usage: spec.usage, help: "policy \(name) --help"),
+            status: 64)
+    }
+
+    @Test func doubleDashEndsOptions() throws {
+        let directory = try TemporaryDirectory()
+        try directory.write("--strict", "policy: 1\nname: dashes\n")
+        let result = try runPolicy(["lint", "--", "--strict"], in: directory.url)
+        expectResult(result, stdout: "1 file checked: 0 errors, 0 warnings\n", status: 0)
+    }
+}
