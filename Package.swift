@@ -21,6 +21,12 @@ let package = Package(
         .target(name: "PolicyCLI", dependencies: ["ResponsePolicy", "ResponsePolicyURLSession"]),
         .executableTarget(name: "policy", dependencies: ["PolicyCLI"]),
         .executableTarget(name: "policy-bench", dependencies: ["ResponsePolicy"]),
+        .executableTarget(
+            name: "embedding-example",
+            dependencies: ["ResponsePolicy", "ResponsePolicyURLSession"],
+            path: "examples/embedding",
+            exclude: ["policy.yaml"]
+        ),
         .testTarget(name: "ResponsePolicyTests", dependencies: ["ResponsePolicy"]),
         .testTarget(name: "PolicyCLITests", dependencies: ["PolicyCLI", "ResponsePolicy"]),
         .testTarget(

@@ -92,11 +92,16 @@ package enum PolicyExplainer {
         if worst.retries > 0 { parts.append("\(worst.retries) retr\(worst.retries == 1 ? "y" : "ies")") }
         if worst.refreshResends > 0 { parts.append("\(worst.refreshResends) re-send\(worst.refreshResends == 1 ? "" : "s") after a refresh") }
         if !parts.isEmpty { text += " (1 + " + parts.joined(separator: " + ") + ")" }
-        if worst.retries > 0 {
-            text += ", waiting " + (worst.totalWait.map { "at most \($0.policyText) in total" } ?? "without limit (Retry-After is honoured and max-delay is none)")
-        }
+        if worst.retries > 0 { text += ", waiting at most \(worst.totalWait.policyText) in total" }
         if let total = worst.total {
             text += "; with every attempt and refresh timing out, \(total.policyText)"
+        }
+        if worst.honorsRetryAfter {
+            if let stretched = worst.totalWithRetryAfter {
+                text += " (\(stretched.policyText) if the server's Retry-After asks for the longest waits)"
+            } else {
+                text += " (without limit if the server's Retry-After asks for it: max-delay is none)"
+            }
         }
         if let deadline = scope.retry.deadline {
             if let total = worst.total, total > deadline {

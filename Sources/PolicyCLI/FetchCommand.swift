@@ -1,13 +1,403 @@
+import Foundation
 import ResponsePolicy
+import ResponsePolicyURLSession
 
+/// `policy fetch --policy FILE [--credentials FILE] [--concurrency N] [--count M] [-X METHOD]
+/// [-H 'K: V']... [-d BODY] URL`
+///
+/// Real HTTP through the engine and the URLSession transport: the URL is sent `M` times, `N` at
+/// once. One line per request as it ends, then a summary:
+///
+/// ```
+/// r1 200 code=0 attempts=2 41ms delivered
+/// r2 200 code=202 attempts=1 12ms logged-out: logged out by rule 'forced-logout'; new requests fail until …
+/// summary: 2 requests: 1 delivered, 0 failed, 1 logged out; 1 refresh, 1 logout, 3 attempts; 60ms
+/// ```
+///
+/// Exit 0 only when every request was delivered, 1 otherwise; 64 for usage errors; 66 when the
+/// policy or the credentials file cannot be read; 65 when the credentials file is malformed.
+/// Tokens are never printed: lines carry statuses, business codes and the engine's reasons.
 enum FetchCommand {
     static let spec = CommandSpec(
-        name: "fetch", overview: "Send real HTTP requests through the engine and the URLSession transport.",
-        usage: "policy fetch --policy FILE [--credentials FILE] [--concurrency N] [--count M] [-X METHOD] [-H 'K: V']... [-d BODY] URL",
-        arguments: [("URL", "The URL to request.")],
-        options: [])
+        name: "fetch",
+        overview: "Send real HTTP requests through the engine and the URLSession transport.",
+        usage: "policy fetch --policy FILE [--credentials FILE] [--concurrency N] [--count M] [-X METHOD] "
+            + "[-H 'K: V']... [-d BODY] URL",
+        arguments: [("URL", "The http:// or https:// URL to request.")],
+        options: [
+            .init(names: ["--policy"], valueName: "file", help: "The policy file (required)."),
+            .init(
+                names: ["--credentials"], valueName: "file",
+                help: "Credentials JSON; rotated tokens are written back (mode 0600). Default: store: file."),
+            .init(names: ["--concurrency"], valueName: "n", help: "Requests in flight at once; 1 by default."),
+            .init(names: ["--count"], valueName: "m", help: "How many times to send the URL; 1 by default."),
+            .init(names: ["-X", "--request"], valueName: "method", help: "The method; GET by default, POST with -d."),
+            .init(
+                names: ["-H", "--header"], valueName: "header", help: "A request header, 'Name: value'. Repeatable.",
+                repeatable: true),
+            .init(names: ["-d", "--data"], valueName: "body", help: "The request body, sent as given."),
+            .init(
+                names: ["--verbose"], valueName: nil,
+                help: "Also print every engine event as a JSON line on stderr."),
+        ])
+
+    /// What the command line asked for.
+    struct Invocation {
+        var policyPath: String
+        var credentialsPath: String?
+        var concurrency: Int
+        var count: Int
+        var request: HTTPRequest
+        var verbose: Bool
+    }
 
     static func run(_ arguments: ParsedArguments, output: CommandOutput) async throws(UsageError) -> Int32 {
-        throw UsageError(message: "fetch is not available yet")
+        let invocation = try parse(arguments)
+        let (loaded, code) = loadPolicy(invocation.policyPath, catalog: PluginCatalog(), output: output)
+        guard let policy = loaded else { return code }
+
+        var store: ReportingStore?
+        if let path = invocation.credentialsPath ?? policyStorePath(policy) {
+            switch openStore(path) {
+            case .success(let opened): store = opened
+            case .failure(let failure):
+                output.stderr("error: \(failure.error)\n")
+                return failure.code
+            }
+        }
+
+        let recorder = FetchRecorder()
+        var options = PolicyEngine.Options()
+        options.observers = [recorder]
+        if invocation.verbose {
+            let stderr = output.stderr
+            options.observers.append(EventPrinter(write: stderr))
+        }
+        let logoutCalls = LogoutCalls()
+        var registry = PluginRegistry()
+        registry.wrapLogoutPlugins { plugin in CountedLogout(base: plugin, calls: logoutCalls) }
+        let engine = PolicyEngine(
+            policy: policy, transport: URLSessionTransport(), plugins: registry, credentials: store, options: options)
+        let started = ContinuousClock.now
+        let results = await sendAll(invocation, engine: engine, recorder: recorder, output: output)
+        let elapsed = ContinuousClock.now - started
+        // The engine calls the logout plugin in the background; let an `http` logout POST go out
+        // before the process ends (the plugin bounds it by its own timeout, 5s by default).
+        await logoutCalls.wait(forFinished: recorder.summary().logouts, atMost: .seconds(10))
+
+        let summary = recorder.summary()
+        let delivered = results.filter(\.delivered).count
+        let loggedOut = results.filter(\.loggedOut).count
+        let failed = results.count - delivered - loggedOut
+        output.stdout(
+            "summary: \(plural(results.count, "request")): \(delivered) delivered, \(failed) failed, "
+                + "\(loggedOut) logged out; \(plural(summary.refreshes, "refresh", "refreshes")), "
+                + "\(plural(summary.logouts, "logout")), \(plural(summary.attempts, "attempt")); "
+                + "\(milliseconds(elapsed))ms\n")
+        if let note = recorder.logoutNote(until: results.compactMap(\.loggedOutUntil).max()) {
+            output.stderr("policy: \(note)\n")
+        }
+        for failure in store?.failures ?? [] { output.stderr("warning: \(failure)\n") }
+        return delivered == results.count ? ExitCode.success : ExitCode.failure
     }
+
+    // MARK: - Arguments
+
+    static func parse(_ arguments: ParsedArguments) throws(UsageError) -> Invocation {
+        guard let policyPath = arguments.value("--policy") else {
+            throw UsageError(message: "Missing expected option '--policy <file>'")
+        }
+        guard let urlText = arguments.positional.first else {
+            throw UsageError(message: "Missing expected argument 'URL'")
+        }
+        guard arguments.positional.count == 1 else {
+            throw UsageError(message: "Unexpected argument '\(arguments.positional[1])'")
+        }
+        guard let url = URL(string: urlText), let scheme = url.scheme?.lowercased(),
+            scheme == "http" || scheme == "https", let host = url.host, !host.isEmpty
+        else {
+            throw UsageError(message: "Invalid URL '\(urlText)'; expected an http:// or https:// URL")
+        }
+        let concurrency = try positive(arguments.value("--concurrency"), "--concurrency <n>") ?? 1
+        let count = try positive(arguments.value("--count"), "--count <m>") ?? 1
+
+        var headers = HTTPHeaders()
+        for field in arguments.all("--header") {
+            guard let colon = field.firstIndex(of: ":") else {
+                throw UsageError(message: "Invalid header '\(field)'; write -H 'Name: value'")
+            }
+            let name = field[..<colon].trimmingCharacters(in: .whitespaces)
+            guard isToken(name) else {
+                throw UsageError(message: "Invalid header name in '\(field)'; write -H 'Name: value'")
+            }
+            headers.add(name, field[field.index(after: colon)...].trimmingCharacters(in: .whitespaces))
+        }
+        let body = arguments.value("--data").map { Data($0.utf8) }
+        let method = (arguments.value("--request") ?? (body == nil ? "GET" : "POST")).uppercased()
+        guard isToken(method) else { throw UsageError(message: "Invalid method '\(method)'") }
+        if method == "GET", body != nil {
+            throw UsageError(message: "A GET request cannot have a body (-d); add -X POST or another method")
+        }
+        return Invocation(
+            policyPath: policyPath, credentialsPath: arguments.value("--credentials"), concurrency: concurrency,
+            count: count, request: HTTPRequest(method: method, url: url, headers: headers, body: body),
+            verbose: arguments.flags.contains("--verbose"))
+    }
+
+    /// A positive whole number option; `nil` when absent.
+    private static func positive(_ text: String?, _ option: String) throws(UsageError) -> Int? {
+        guard let text else { return nil }
+        guard let value = Int(text), value > 0 else {
+            throw UsageError(message: "Invalid value '\(text)' for '\(option)'; expected a positive whole number")
+        }
+        return value
+    }
+
+    /// An RFC 9110 token: what a method or a header name must be.
+    private static func isToken(_ text: String) -> Bool {
+        !text.isEmpty
+            && text.unicodeScalars.allSatisfy { scalar in
+                scalar.isASCII && scalar.value > 0x20 && scalar.value < 0x7F
+                    && !"\"(),/:;<=>?@[\\]{}".unicodeScalars.contains(scalar)
+            }
+    }
+
+    // MARK: - Credentials
+
+    /// The policy's `store: { use: file, with: { path } }`, when it names one.
+    private static func policyStorePath(_ policy: Policy) -> String? {
+        guard policy.store.name == "file" else { return nil }
+        return policy.store.options["path"]?.string
+    }
+
+    private struct StoreFailure: Error {
+        var error: String
+        var code: Int32
+    }
+
+    /// The store for `path`, after checking its file can be read: a file that is missing or
+    /// malformed would otherwise make every request go out unsigned.
+    private static func openStore(_ path: String) -> Result<ReportingStore, StoreFailure> {
+        let store = FileCredentialStore(path: path)
+        do {
+            guard try store.load() != nil else {
+                return .failure(StoreFailure(error: "cannot read '\(path)': no such file", code: ExitCode.noInput))
+            }
+        } catch let error as CredentialStoreError {
+            if case .malformed = error { return .failure(StoreFailure(error: "\(error)", code: ExitCode.dataError)) }
+            return .failure(StoreFailure(error: "\(error)", code: ExitCode.noInput))
+        } catch {
+            return .failure(StoreFailure(error: "cannot read '\(path)'", code: ExitCode.noInput))
+        }
+        return .success(ReportingStore(store))
+    }
+
+    // MARK: - Sending
+
+    struct RequestResult: Sendable {
+        var delivered: Bool
+        /// The cooldown's end, when the request ended logged out.
+        var loggedOutUntil: Date?
+
+        var loggedOut: Bool { loggedOutUntil != nil }
+    }
+
+    /// Sends the request `count` times, `concurrency` at once, printing a line as each ends.
+    private static func sendAll(
+        _ invocation: Invocation, engine: PolicyEngine, recorder: FetchRecorder, output: CommandOutput
+    ) async -> [RequestResult] {
+        let request = invocation.request
+        let count = invocation.count
+        return await withTaskGroup(of: RequestResult.self) { group in
+            var next = 1
+            func start() {
+                var copy = request
+                copy.id = "r\(next)"
+                next += 1
+                group.addTask { await sendOne(copy, engine: engine, recorder: recorder, output: output) }
+            }
+            while next <= min(invocation.concurrency, count) { start() }
+            var results: [RequestResult] = []
+            while let result = await group.next() {
+                results.append(result)
+                if next <= count { start() }
+            }
+            return results
+        }
+    }
+
+    private static func sendOne(
+        _ request: HTTPRequest, engine: PolicyEngine, recorder: FetchRecorder, output: CommandOutput
+    ) async -> RequestResult {
+        let id = request.id ?? "?"
+        let started = ContinuousClock.now
+        let outcome: Result<HTTPResponse, PolicyEngineError>
+        do {
+            outcome = .success(try await engine.send(request))
+        } catch {
+            outcome = .failure(error)
+        }
+        let ms = milliseconds(ContinuousClock.now - started)
+        let record = recorder.record(for: id)
+        var line = id
+        switch outcome {
+        case .success(let response):
+            line += " \(response.status) code=\(record.code ?? "-") attempts=\(record.attempts) \(ms)ms delivered"
+        case .failure(let error):
+            let status = record.status.map(String.init) ?? "-"
+            line += " \(status) code=\(record.code ?? "-") attempts=\(record.attempts) \(ms)ms "
+            if case .loggedOut(let until) = error {
+                line += "logged-out: " + (recorder.logoutNote(until: until) ?? error.description)
+            } else if error == .cancelled {
+                line += "cancelled"
+            } else {
+                line += "failed: \(error)"
+            }
+        }
+        output.stdout(line + "\n")
+        switch outcome {
+        case .success: return RequestResult(delivered: true)
+        case .failure(.loggedOut(let until)): return RequestResult(delivered: false, loggedOutUntil: until)
+        case .failure: return RequestResult(delivered: false)
+        }
+    }
+}
+
+private func plural(_ count: Int, _ one: String, _ many: String? = nil) -> String {
+    "\(count) " + (count == 1 ? one : many ?? one + "s")
+}
+
+private func milliseconds(_ duration: Duration) -> Int64 {
+    Int64((duration.seconds * 1000).rounded())
+}
+
+/// A file store that remembers why saves failed, so `fetch` can say the rotated tokens were not
+/// written back (the engine itself goes on with them in memory).
+final class ReportingStore: CredentialStore {
+    private let base: FileCredentialStore
+    private let failed = Locked<[String]>([])
+
+    init(_ base: FileCredentialStore) { self.base = base }
+
+    var failures: [String] { failed.withLock { $0 } }
+
+    func load() throws -> Credentials? { try base.load() }
+
+    func save(_ credentials: Credentials) throws {
+        do {
+            try base.save(credentials)
+        } catch {
+            failed.withLock { $0.append("\(error); the new tokens were not saved") }
+            throw error
+        }
+    }
+}
+
+/// Collects what `fetch` prints from the engine's events: attempts (`send` events) and the
+/// outcome's status and code per request, refresh calls, logouts.
+final class FetchRecorder: PolicyObserver {
+    struct Record {
+        var attempts = 0
+        var status: Int?
+        var code: String?
+    }
+
+    struct Summary {
+        var refreshes = 0
+        var logouts = 0
+        var attempts = 0
+    }
+
+    private struct State {
+        var records: [String: Record] = [:]
+        var summary = Summary()
+        /// The last logout's rule (`refresh` when a failed refresh logged out).
+        var logoutRule: String?
+        /// Why the last refresh failed.
+        var refreshFailure: String?
+    }
+
+    private let state = Locked(State())
+
+    func observe(_ event: PolicyEvent) {
+        state.withLock { state in
+            switch event.kind {
+            case .send:
+                state.summary.attempts += 1
+                if let id = event.request { state.records[id, default: Record()].attempts += 1 }
+            case .outcome:
+                if let id = event.request {
+                    state.records[id, default: Record()].status = event.status
+                    state.records[id, default: Record()].code = event.code
+                }
+            case .refreshStart:
+                // A refresh stopped by `limit` makes no call; its start event says so.
+                if event.reason == nil { state.summary.refreshes += 1 }
+            case .refreshEnd:
+                if event.ok == false { state.refreshFailure = event.reason }
+            case .logout:
+                state.summary.logouts += 1
+                state.logoutRule = event.rule ?? event.reason
+            default:
+                break
+            }
+        }
+    }
+
+    func record(for id: String) -> Record {
+        state.withLock { $0.records[id] ?? Record() }
+    }
+
+    func summary() -> Summary {
+        state.withLock { $0.summary }
+    }
+
+    /// `logged out by rule 'forced-logout'; new requests fail until 2025-01-31T12:00:20Z`, or
+    /// `nil` when no logout happened in this run.
+    func logoutNote(until: Date?) -> String? {
+        let (rule, refreshFailure) = state.withLock { ($0.logoutRule, $0.refreshFailure) }
+        guard let rule else { return nil }
+        var note: String
+        if rule == "refresh" {
+            note = "logged out because the token refresh failed"
+            if let refreshFailure { note += " (\(refreshFailure))" }
+        } else {
+            note = "logged out by rule '\(rule)'"
+        }
+        if let until { note += "; new requests fail until \(ISO8601DateFormatter().string(from: until))" }
+        return note
+    }
+}
+
+/// Counts finished logout plugin calls.
+final class LogoutCalls: Sendable {
+    private let finished = Locked(0)
+
+    func finish() { finished.withLock { $0 += 1 } }
+
+    /// Returns once `count` calls finished, or after `limit`.
+    func wait(forFinished count: Int, atMost limit: Duration) async {
+        let deadline = ContinuousClock.now + limit
+        while finished.withLock({ $0 }) < count, ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+    }
+}
+
+/// A logout plugin that reports when its call ends.
+struct CountedLogout: LogoutPlugin {
+    let base: any LogoutPlugin
+    let calls: LogoutCalls
+
+    func logout(_ context: LogoutContext) async {
+        await base.logout(context)
+        calls.finish()
+    }
+}
+
+/// `--verbose`: every event as a JSON line.
+struct EventPrinter: PolicyObserver {
+    let write: @Sendable (String) -> Void
+
+    func observe(_ event: PolicyEvent) { write(event.jsonLine + "\n") }
 }

@@ -46,11 +46,12 @@ enum LintCommand {
                 for file in files {
                     do {
                         let bytes = try Policy.readFile(file, limits: .default)
-                        if SimulationScript.looksLikeScript(bytes) {
-                            results.append(FileResult(path: file, diagnostics: checkScript(bytes, file: file), source: String(decoding: bytes, as: UTF8.self)))
+                        let parsed = Policy.parse(bytes: bytes, limits: .default)
+                        if SimulationScript.isScript(parsed.root) {
+                            results.append(FileResult(path: file, diagnostics: checkScript(parsed, file: file), source: parsed.source))
                             continue
                         }
-                        let analysis = Policy.analyze(bytes: bytes, file: file, catalog: catalog, limits: .default)
+                        let analysis = Policy.analyze(parsed, file: file, catalog: catalog)
                         results.append(FileResult(path: file, diagnostics: analysis.diagnostics, source: analysis.source))
                     } catch {
                         if case .unreadable(_, let reason) = error { unreadable.append((file, reason)) }
@@ -100,8 +101,8 @@ enum LintCommand {
 
     /// A simulation script (a top-level `requests:` and no `policy:`) is checked as a script:
     /// its schema, and that every policy its `reload:` names exists.
-    static func checkScript(_ bytes: [UInt8], file: String) -> [Diagnostic] {
-        let (script, diagnostics) = SimulationScript.parse(bytes, file: file)
+    static func checkScript(_ parsed: Policy.Parsed, file: String) -> [Diagnostic] {
+        let (script, diagnostics) = SimulationScript.parse(parsed, file: file)
         var all = diagnostics
         let directory = URL(fileURLWithPath: file).deletingLastPathComponent().path
         for step in script?.reload ?? [] {

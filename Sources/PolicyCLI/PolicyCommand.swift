@@ -44,15 +44,14 @@ public enum PolicyCommand {
                 return ExitCode.success
             }
             guard let spec = subcommands[name] else {
-                return usageError("Unknown subcommand '\(name)'", spec: top, output: output)
+                return usageError("Unknown subcommand '\(name)'\(subcommandHint(name))", spec: top, output: output)
             }
             output.stdout(spec.helpText)
             return ExitCode.success
         default:
             guard let spec = subcommands[first] else {
                 if first.hasPrefix("-") { return usageError("Unknown option '\(first)'", spec: top, output: output) }
-                let hint = Suggestion.closest(to: first, in: subcommands.keys.sorted()).map { "; did you mean '\($0)'?" } ?? ""
-                return usageError("Unknown subcommand '\(first)'\(hint)", spec: top, output: output)
+                return usageError("Unknown subcommand '\(first)'\(subcommandHint(first))", spec: top, output: output)
             }
             let parsed: ParsedArguments
             do {
@@ -77,6 +76,10 @@ public enum PolicyCommand {
                 return usageError(error.message, spec: spec, output: output)
             }
         }
+    }
+
+    static func subcommandHint(_ name: String) -> String {
+        Suggestion.closest(to: name, in: subcommands.keys.sorted()).map { "; did you mean '\($0)'?" } ?? ""
     }
 
     static func usageError(_ message: String, spec: CommandSpec, output: CommandOutput) -> Int32 {

@@ -145,8 +145,9 @@ struct GraphExplainCommandTests {
                 + "error, retry up to 3 times, waiting 1s, 2s, 4s (exponential, capped at 8s, no jitter, "
                 + "Retry-After honoured); when retries run out, the last response is delivered.",
             "  Any other response is delivered; any other failed attempt fails the request.",
-            "  Worst case: 5 attempts (1 + 3 retries + 1 re-send after a refresh), waiting at most 24s in total; "
-                + "with every attempt and refresh timing out, 84s; the deadline is 90s.",
+            "  Worst case: 5 attempts (1 + 3 retries + 1 re-send after a refresh), waiting at most 7s in total; "
+                + "with every attempt and refresh timing out, 67s (84s if the server's Retry-After asks for the "
+                + "longest waits); the deadline is 90s.",
         ] {
             #expect(lines.contains(expected), "missing line: \(expected)")
         }
@@ -158,8 +159,9 @@ struct GraphExplainCommandTests {
         #expect(result.stderr == "")
         #expect(
             result.stdoutLines.contains(
-                "  Worst case: 5 attempts (1 + 4 retries), waiting at most 40s in total; "
-                    + "with every attempt and refresh timing out, 65s; the deadline is 70s."))
+                "  Worst case: 5 attempts (1 + 4 retries), waiting at most 9s in total; "
+                    + "with every attempt and refresh timing out, 34s (65s if the server's Retry-After asks for "
+                    + "the longest waits); the deadline is 70s."))
     }
 
     @Test func explainListsWarningsAtTheEnd() throws {

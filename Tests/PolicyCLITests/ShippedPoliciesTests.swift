@@ -30,18 +30,26 @@ struct ShippedPoliciesTests {
         }
     }
 
+    /// The host plugins the examples register (`examples/embedding/` registers `refresh:my-sso`).
+    static let exampleCatalog: PluginCatalog = {
+        var catalog = PluginCatalog()
+        catalog.declare(.refresh, "my-sso")
+        return catalog
+    }()
+
     @Test(arguments: shippedFiles)
     func lintsWithoutErrors(_ relativePath: String) throws {
         let path = repositoryRoot.appendingPathComponent(relativePath).path
         let bytes = try Policy.readFile(path, limits: .default)
-        let analysis = Policy.analyze(bytes: bytes, file: relativePath, catalog: PluginCatalog(), limits: .default)
+        let catalog = relativePath.hasPrefix("policies/") ? PluginCatalog() : Self.exampleCatalog
+        let analysis = Policy.analyze(bytes: bytes, file: relativePath, catalog: catalog, limits: .default)
         let errors = analysis.diagnostics.filter { $0.severity == .error }
         #expect(errors.isEmpty, "\(errors.map(\.description).joined(separator: "\n"))")
         if relativePath.hasPrefix("policies/") {
             let warnings = analysis.diagnostics.filter { $0.severity == .warning }
             #expect(warnings.isEmpty, "\(warnings.map(\.description).joined(separator: "\n"))")
         }
-        let policy = try Policy.load(path: path)
+        let policy = try Policy.load(path: path, plugins: catalog)
         #expect(!policy.rules.isEmpty || !policy.routes.isEmpty)
         #expect(!PolicyExplainer.explain(policy).isEmpty)
     }
@@ -56,7 +64,7 @@ struct ShippedPoliciesTests {
     @Test func examplesFolderLintsWithoutErrorsThroughTheBinary() throws {
         let count = yamlFiles(under: "examples").count
         try #require(count > 0, "examples/ has no YAML files")
-        let result = try runPolicy(["lint", "examples"])
+        let result = try runPolicy(["lint", "--plugin", "refresh:my-sso", "examples"])
         #expect(result.status == 0)
         #expect(result.stderr == "")
         #expect(result.stdoutLines.last?.hasPrefix("\(count) files checked: 0 errors, ") == true, "\(result.stdout)")

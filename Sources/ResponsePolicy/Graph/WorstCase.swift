@@ -3,17 +3,28 @@
 ///
 /// Used by `policy explain` and by the deadline lint. It is a bound, not a prediction: the
 /// engine's `deadline` cuts a request short whatever this says.
+///
+/// Waits are the policy's own backoff (at its longest jitter). A server's `Retry-After` can
+/// stretch each wait up to `max-delay`; that is reported apart (``totalWithRetryAfter``),
+/// since it is the server's doing and the deadline is what bounds it.
 public struct WorstCase: Sendable, Hashable {
     /// Attempts put on the wire: the first, every retry, every re-send after a refresh trigger.
     public var attempts: Int
     public var retries: Int
     public var refreshResends: Int
-    /// The longest each retry's wait can be, in order.
-    public var waits: [Duration?]
-    /// The sum of the waits; `nil` when a wait is unbounded (`max-delay: none` with Retry-After).
-    public var totalWait: Duration?
-    /// Attempts × attempt-timeout + waits + refresh timeouts; `nil` when unbounded.
+    /// The longest each retry's backoff wait can be, in order.
+    public var waits: [Duration]
+    /// The sum of the backoff waits.
+    public var totalWait: Duration
+    /// Attempts × attempt-timeout + waits + refresh timeouts; `nil` without an attempt timeout.
     public var total: Duration?
+    /// Whether Retry-After can set the waits (`retry-after: honor` and retries reachable).
+    public var honorsRetryAfter: Bool
+    /// The waits when the server asks for the longest it may (each up to `max-delay`); `nil`
+    /// when unbounded (`max-delay: none`).
+    public var totalWaitWithRetryAfter: Duration?
+    /// ``total`` with those waits; `nil` when unbounded.
+    public var totalWithRetryAfter: Duration?
 
     public init(scope: RuleGraph.Scope) {
         let reachable = scope.reachableActions
@@ -30,21 +41,17 @@ public struct WorstCase: Sendable, Hashable {
             } ?? scope.refresh
         refreshResends = reachable.contains(.refresh) ? refresh.maxPerRequest : 0
         attempts = 1 + retries + refreshResends
-        waits = (0..<retries).map { index -> Duration? in
-            let jittered = retry.worstCaseJittered(retry.delay(forRetry: index + 1))
-            guard retry.honorRetryAfter else { return jittered }
-            guard let cap = retry.maxDelay else { return nil }
-            return max(jittered, cap)
-        }
-        totalWait = waits.reduce(Duration.zero as Duration?) { sum, wait in
-            guard let sum, let wait else { return nil }
-            return sum + wait
-        }
-        if let totalWait, let attemptTimeout = retry.attemptTimeout {
-            total = attemptTimeout * attempts + totalWait + refresh.timeout * refreshResends
+        waits = (0..<retries).map { retry.worstCaseJittered(retry.delay(forRetry: $0 + 1)) }
+        totalWait = waits.reduce(.zero, +)
+        honorsRetryAfter = retries > 0 && retry.honorRetryAfter
+        if honorsRetryAfter {
+            totalWaitWithRetryAfter = retry.maxDelay.map { cap in waits.reduce(.zero) { $0 + max($1, cap) } }
         } else {
-            total = nil
+            totalWaitWithRetryAfter = totalWait
         }
+        let fixed = retry.attemptTimeout.map { $0 * attempts + refresh.timeout * refreshResends }
+        total = fixed.map { $0 + totalWait }
+        totalWithRetryAfter = fixed.flatMap { fixed in totalWaitWithRetryAfter.map { fixed + $0 } }
     }
 }
 

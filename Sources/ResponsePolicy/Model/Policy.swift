@@ -110,20 +110,41 @@ public struct Policy: Sendable {
         package var source: String
     }
 
-    /// Parses, decodes, compiles and lints; never throws. What `policy lint` runs per file.
-    package static func analyze(bytes: [UInt8], file: String?, catalog: PluginCatalog, limits: YAMLLimits) -> Analysis {
+    /// A file parsed into its YAML tree; `root` is `nil` when parsing failed (the diagnostics
+    /// say why) or the file is empty.
+    package struct Parsed: Sendable {
+        package var root: YAMLNode?
+        package var diagnostics: [Diagnostic]
+        package var source: String
+    }
+
+    /// Parses YAML once, for callers that decide what the document is before analysing it.
+    package static func parse(bytes: [UInt8], limits: YAMLLimits) -> Parsed {
         let source = String(decoding: bytes, as: UTF8.self)
         var diagnostics: [Diagnostic] = []
-        let root: YAMLNode?
         do {
-            root = try YAMLLoader(limits: limits).load(bytes, diagnostics: &diagnostics)
+            let root = try YAMLLoader(limits: limits).load(bytes, diagnostics: &diagnostics)
+            return Parsed(root: root, diagnostics: diagnostics, source: source)
         } catch {
-            guard case .syntax(let diagnostic) = error else { return Analysis(policy: nil, diagnostics: diagnostics, source: source) }
-            diagnostics.append(diagnostic)
-            return Analysis(policy: nil, diagnostics: finish(diagnostics, file), source: source)
+            if case .syntax(let diagnostic) = error { diagnostics.append(diagnostic) }
+            return Parsed(root: nil, diagnostics: diagnostics, source: source)
         }
-        guard let root else {
-            diagnostics.append(.error("empty-file", "the file is empty; a policy needs at least 'policy: 1' and 'name:'", at: .fileStart))
+    }
+
+    /// Parses, decodes, compiles and lints; never throws. What `policy lint` runs per file.
+    package static func analyze(bytes: [UInt8], file: String?, catalog: PluginCatalog, limits: YAMLLimits) -> Analysis {
+        analyze(parse(bytes: bytes, limits: limits), file: file, catalog: catalog)
+    }
+
+    /// Decodes, compiles and lints an already parsed file.
+    package static func analyze(_ parsed: Parsed, file: String?, catalog: PluginCatalog) -> Analysis {
+        var diagnostics = parsed.diagnostics
+        let source = parsed.source
+        guard let root = parsed.root else {
+            if !diagnostics.hasErrors {
+                diagnostics.append(
+                    .error("empty-file", "the file is empty; a policy needs at least 'policy: 1' and 'name:'", at: .fileStart))
+            }
             return Analysis(policy: nil, diagnostics: finish(diagnostics, file), source: source)
         }
         var decoder = PolicyDecoder(catalog: catalog)

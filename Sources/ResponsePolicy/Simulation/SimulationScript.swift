@@ -49,38 +49,39 @@ package struct SimulationScript: Sendable {
 
     /// Parses and checks a script; every problem is a positioned diagnostic.
     package static func parse(_ bytes: [UInt8], file: String?) -> (SimulationScript?, [Diagnostic]) {
-        var diagnostics: [Diagnostic] = []
-        func finish(_ script: SimulationScript?) -> (SimulationScript?, [Diagnostic]) {
-            let sorted = diagnostics.sortedByPosition().map { d -> Diagnostic in
-                var copy = d
-                copy.file = file
-                return copy
-            }
-            return (sorted.hasErrors ? nil : script, sorted)
-        }
-        let root: YAMLNode?
-        do {
-            root = try YAMLLoader().load(bytes, diagnostics: &diagnostics)
-        } catch {
-            if case .syntax(let diagnostic) = error { diagnostics.append(diagnostic) }
-            return finish(nil)
-        }
-        guard let root else {
-            diagnostics.append(.error("empty-file", "the script is empty; it needs 'requests:'", at: .fileStart))
-            return finish(nil)
-        }
-        var decoder = PolicyDecoder(catalog: PluginCatalog())
-        let script = decoder.script(root)
-        diagnostics += decoder.diagnostics
-        return finish(script)
+        parse(Policy.parse(bytes: bytes, limits: .default), file: file)
     }
 
-    /// Whether a YAML document looks like a script rather than a policy (lint tells them apart).
-    package static func looksLikeScript(_ bytes: [UInt8]) -> Bool {
-        var ignored: [Diagnostic] = []
-        guard let root = try? YAMLLoader().load(bytes, diagnostics: &ignored), let pairs = root.pairs else { return false }
+    /// Checks an already parsed script.
+    package static func parse(_ parsed: Policy.Parsed, file: String?) -> (SimulationScript?, [Diagnostic]) {
+        var diagnostics = parsed.diagnostics
+        var script: SimulationScript?
+        if let root = parsed.root {
+            var decoder = PolicyDecoder(catalog: PluginCatalog())
+            script = decoder.script(root)
+            diagnostics += decoder.diagnostics
+        } else if !diagnostics.hasErrors {
+            diagnostics.append(.error("empty-file", "the script is empty; it needs 'requests:'", at: .fileStart))
+        }
+        let sorted = diagnostics.sortedByPosition().map { d -> Diagnostic in
+            var copy = d
+            copy.file = file
+            return copy
+        }
+        return (sorted.hasErrors ? nil : script, sorted)
+    }
+
+    /// Whether a parsed document is a script rather than a policy: a top-level `requests:` and
+    /// no `policy:`. Lint tells them apart this way.
+    package static func isScript(_ root: YAMLNode?) -> Bool {
+        guard let pairs = root?.pairs else { return false }
         let keys = Set(pairs.compactMap { $0.key.scalar })
         return keys.contains("requests") && !keys.contains("policy")
+    }
+
+    /// ``isScript(_:)`` on raw bytes (parses them).
+    package static func looksLikeScript(_ bytes: [UInt8]) -> Bool {
+        isScript(Policy.parse(bytes: bytes, limits: .default).root)
     }
 }
 

@@ -142,13 +142,15 @@ private struct TreeBuilder {
         var size: Int
     }
 
-    enum Container {
-        case mapping(pairs: [YAMLNode.Pair], pendingKey: (node: YAMLNode, size: Int)?)
-        case sequence(items: [YAMLNode])
-    }
-
+    /// An open mapping or sequence. Children are appended in place (`stack[last].items.append`),
+    /// never through a copied enum payload, so building a list of n items is O(n), not O(n²).
     struct Frame {
-        var container: Container
+        var isMapping: Bool
+        var items: [YAMLNode] = []
+        var pairs: [YAMLNode.Pair] = []
+        var pendingKey: YAMLNode?
+        /// The mapping's scalar keys so far, for duplicate detection in O(1).
+        var keys: [String: SourceRange] = [:]
         var start: SourcePosition
         var anchor: String?
         var tag: String?
@@ -216,26 +218,19 @@ private struct TreeBuilder {
             if let failure = push(at: range) { return failure }
             let data = event.data.mapping_start
             stack.append(
-                Frame(
-                    container: .mapping(pairs: [], pendingKey: nil), start: start, anchor: Self.string(data.anchor),
-                    tag: Self.string(data.tag), size: 1))
+                Frame(isMapping: true, start: start, anchor: Self.string(data.anchor), tag: Self.string(data.tag), size: 1))
         case YAML_SEQUENCE_START_EVENT:
             if let failure = push(at: range) { return failure }
             let data = event.data.sequence_start
             stack.append(
-                Frame(
-                    container: .sequence(items: []), start: start, anchor: Self.string(data.anchor),
-                    tag: Self.string(data.tag), size: 1))
+                Frame(isMapping: false, start: start, anchor: Self.string(data.anchor), tag: Self.string(data.tag), size: 1))
         case YAML_MAPPING_END_EVENT, YAML_SEQUENCE_END_EVENT:
             guard let frame = stack.popLast() else { return nil }
             let fullRange = SourceRange(start: frame.start, end: end)
-            let node: YAMLNode
-            switch frame.container {
-            case .mapping(let pairs, _):
-                node = YAMLNode(.mapping(resolveMerges(pairs)), range: fullRange, tag: frame.tag)
-            case .sequence(let items):
-                node = YAMLNode(.sequence(items), range: fullRange, tag: frame.tag)
-            }
+            let node =
+                frame.isMapping
+                ? YAMLNode(.mapping(resolveMerges(frame.pairs)), range: fullRange, tag: frame.tag)
+                : YAMLNode(.sequence(frame.items), range: fullRange, tag: frame.tag)
             return add(node, size: frame.size, anchor: frame.anchor, at: fullRange, counted: true)
         default:
             break
@@ -271,39 +266,34 @@ private struct TreeBuilder {
             if nodes > limits.maxNodes { return tooManyNodes(range) }
         }
         if let anchor { anchors[anchor] = Anchored(node: node, size: size) }
-        guard var frame = stack.popLast() else {
+        let last = stack.count - 1
+        guard last >= 0 else {
             root = node
             return nil
         }
-        frame.size += size
-        switch frame.container {
-        case .sequence(var items):
-            items.append(node)
-            frame.container = .sequence(items: items)
-        case .mapping(var pairs, let pendingKey):
-            if let key = pendingKey {
-                if let duplicate = duplicateKey(key.node, in: pairs) {
-                    diagnostics.append(
-                        .error(
-                            "duplicate-key",
-                            "duplicate key '\(key.node.scalar?.truncatedForMessage ?? "")'; each key may appear once in a mapping",
-                            at: key.node.range,
-                            notes: [.init(range: duplicate.range, message: "first written here")]))
-                } else {
-                    pairs.append(YAMLNode.Pair(key: key.node, value: node))
-                }
-                frame.container = .mapping(pairs: pairs, pendingKey: nil)
-            } else {
-                frame.container = .mapping(pairs: pairs, pendingKey: (node, size))
-            }
+        stack[last].size += size
+        guard stack[last].isMapping else {
+            stack[last].items.append(node)
+            return nil
         }
-        stack.append(frame)
+        guard let key = stack[last].pendingKey else {
+            stack[last].pendingKey = node
+            return nil
+        }
+        stack[last].pendingKey = nil
+        if let text = key.scalar, !isMergeKey(key) {
+            if let first = stack[last].keys[text] {
+                diagnostics.append(
+                    .error(
+                        "duplicate-key",
+                        "duplicate key '\(text.truncatedForMessage)'; each key may appear once in a mapping",
+                        at: key.range, notes: [.init(range: first, message: "first written here")]))
+                return nil
+            }
+            stack[last].keys[text] = key.range
+        }
+        stack[last].pairs.append(YAMLNode.Pair(key: key, value: node))
         return nil
-    }
-
-    func duplicateKey(_ key: YAMLNode, in pairs: [YAMLNode.Pair]) -> YAMLNode? {
-        guard let text = key.scalar, !isMergeKey(key) else { return nil }
-        return pairs.first { $0.key.scalar == text && !isMergeKey($0.key) }?.key
     }
 
     func isMergeKey(_ key: YAMLNode) -> Bool {

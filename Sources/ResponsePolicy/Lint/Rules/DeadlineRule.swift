@@ -2,10 +2,11 @@
 struct DeadlineRule: LintRule {
     static let description = LintRuleDescription(
         id: "worst-case-over-deadline",
-        summary: "all retries, waits and refreshes can take longer than 'deadline'",
+        summary: "all retries, backoff waits and refreshes can take longer than 'deadline'",
         rationale: """
             The deadline ends the request first, so the last retries can never happen. Either the \
-            deadline is too short for the retry settings or the retries are more than intended.
+            deadline is too short for the retry settings or the retries are more than intended. \
+            Waits a server asks for with Retry-After are not counted: the deadline is what bounds them.
             """,
         severity: .warning,
         triggering: [
@@ -33,7 +34,7 @@ struct DeadlineRule: LintRule {
             findings.append(
                 .warning(
                     Self.description.id,
-                    "in the worst case \(worst.attempts) attempts, their waits and refreshes take \(total.policyText), longer than the deadline of \(deadline.policyText); raise 'deadline' or lower 'max-retries'",
+                    "in the worst case \(worst.attempts) attempts, their backoff waits and refreshes take \(total.policyText), longer than the deadline of \(deadline.policyText); raise 'deadline' or lower 'max-retries'",
                     at: context.location(path)))
         }
         return findings

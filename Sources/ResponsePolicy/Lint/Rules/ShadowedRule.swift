@@ -25,8 +25,10 @@ struct ShadowedRule: LintRule {
         for (rules, _) in context.ruleSets {
             // Quadratic in the worst case; bounded so a 20,000-rule file stays fast.
             let window = 200
-            for (index, rule) in rules.enumerated() {
-                for earlier in rules[max(0, index - window)..<index] where Self.covers(earlier.when, rule.when) {
+            for index in rules.indices {
+                let rule = rules[index]
+                for earlierIndex in max(0, index - window)..<index where Self.covers(rules[earlierIndex].when, rule.when) {
+                    let earlier = rules[earlierIndex]
                     findings.append(
                         .warning(
                             Self.description.id,
@@ -43,7 +45,7 @@ struct ShadowedRule: LintRule {
     /// Whether every response or error `b` matches, `a` matches too.
     static func covers(_ a: Condition, _ b: Condition) -> Bool {
         if let methods = a.methods {
-            guard let other = b.methods, Set(other).isSubset(of: methods) else { return false }
+            guard let other = b.methods, other.allSatisfy(methods.contains) else { return false }
         }
         if let path = a.path {
             guard let other = b.path, other.isCovered(by: path) else { return false }
@@ -58,10 +60,13 @@ struct ShadowedRule: LintRule {
                 else { return false }
             }
             if let codes = a.codes {
-                guard let other = b.codes, Set(other).isSubset(of: codes) else { return false }
+                // Quick reject before the subset test: most rule pairs share no code at all.
+                guard let other = b.codes, let first = other.first, codes.contains(first),
+                    other.allSatisfy(codes.contains)
+                else { return false }
             }
             if let headers = a.headers {
-                guard let other = b.headers, Set(headers).isSubset(of: other) else { return false }
+                guard let other = b.headers, headers.allSatisfy(other.contains) else { return false }
             }
         }
         if let errors = b.errors, !errors.isEmpty {

@@ -1,0 +1,271 @@
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// Why a ``FileCredentialStore`` could not load or save. Descriptions name the file and the
+/// problem, never the file's contents, so a malformed file cannot leak a token into a log.
+public enum CredentialStoreError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The file exists but could not be read (permissions, a directory, an I/O error).
+    case unreadable(path: String, reason: String)
+    /// The file was read but is not the credentials JSON.
+    case malformed(path: String, reason: String)
+    /// The new file could not be written or put in place; the old file, if any, is unchanged.
+    case unwritable(path: String, reason: String)
+
+    public var description: String {
+        switch self {
+        case .unreadable(let path, let reason): return "cannot read the credentials file '\(path)': \(reason)"
+        case .malformed(let path, let reason): return "the credentials file '\(path)' is malformed: \(reason)"
+        case .unwritable(let path, let reason): return "cannot write the credentials file '\(path)': \(reason)"
+        }
+    }
+}
+
+/// The `file` store: credentials in a JSON file, replaced atomically with mode 0600.
+///
+/// Why: a command-line tool or a service that restarts must not lose a rotated refresh token (with
+/// rotation the old one is dead), and must not leave a torn or world-readable token file behind.
+///
+/// The file is the one `policy fetch --credentials` reads (SPEC §5):
+///
+/// ```json
+/// {
+///   "access_token": "…",
+///   "refresh_token": "…",
+///   "expires_at": "2025-01-31T12:00:00Z"
+/// }
+/// ```
+///
+/// `refresh_token` and `expires_at` are optional (absent or `null`); `expires_at` is an RFC 3339
+/// date-time, with or without fractional seconds and with `Z` or an offset; other keys are
+/// ignored when loading and not written back.
+///
+/// Saving writes a new file next to the old one (`.<name>.tmp-<pid>-<random>`, created with
+/// `O_EXCL` and mode 0600), flushes it to disk and renames it over the old one. `rename(2)` is
+/// atomic, so a reader — in this process or another — sees the old file or the new one, never a
+/// mix, and two processes saving at once each rename a whole file of their own: the last rename
+/// wins and the file is always valid. A symbolic link at `path` is followed, so the file it points
+/// to is replaced and the link stays.
+///
+/// ```swift
+/// let store = FileCredentialStore(path: "~/.config/myapp/credentials.json")
+/// let engine = PolicyEngine(policy: policy, transport: URLSessionTransport(), credentials: store)
+/// ```
+///
+/// In a policy: `store: { use: file, with: { path: /var/lib/myapp/credentials.json } }`.
+///
+/// Concurrency contract: `load` and `save` may be called from any thread; saves from one store are
+/// serialized by a lock (so they land in call order), and saves from different stores or
+/// processes are safe as described above. Both block on file I/O; the engine calls them only at
+/// start and after a refresh.
+public final class FileCredentialStore: CredentialStore, CustomStringConvertible {
+    /// The credentials file, with `~` expanded.
+    public let path: String
+    /// Serializes this store's saves.
+    private let saving = Locked(())
+
+    /// The largest file `load` reads; credentials are far smaller.
+    static let maximumSize = 1 << 20
+
+    /// Creates a store for the file at `path`. Nothing is read or written until ``load()`` or
+    /// ``save(_:)``.
+    ///
+    /// - Parameter path: The credentials file; a leading `~` is the home directory. Relative paths
+    ///   are relative to the current directory.
+    public init(path: String) {
+        self.path = NSString(string: path).expandingTildeInPath
+    }
+
+    /// Makes the store from a policy's `with: { path: … }`.
+    convenience init(configuration: PluginConfiguration) throws(PluginError) {
+        guard let path = configuration.string("path"), !path.isEmpty else {
+            throw PluginError(kind: .store, name: configuration.name, reason: "the option 'path' is missing")
+        }
+        self.init(path: path)
+    }
+
+    public var description: String { "FileCredentialStore('\(path)')" }
+
+    /// Reads the credentials.
+    ///
+    /// - Returns: The credentials, or `nil` when the file does not exist.
+    /// - Throws: ``CredentialStoreError/unreadable(path:reason:)`` when it cannot be read,
+    ///   ``CredentialStoreError/malformed(path:reason:)`` when it is not the credentials JSON.
+    public func load() throws -> Credentials? {
+        guard let data = try readFile() else { return nil }
+        return try Self.decode(data, path: path)
+    }
+
+    /// Replaces the file with `credentials`, atomically, mode 0600.
+    ///
+    /// - Throws: ``CredentialStoreError/unwritable(path:reason:)``; the old file is then unchanged.
+    public func save(_ credentials: Credentials) throws {
+        let bytes = Array(Self.encode(credentials).utf8)
+        try saving.withLock { _ throws(CredentialStoreError) in try writeFile(bytes) }
+    }
+
+    // MARK: - Format
+
+    /// The file's text: keys in a fixed order, absent parts left out, a final newline.
+    static func encode(_ credentials: Credentials) -> String {
+        var lines = ["  \"access_token\": " + PolicyEvent.quote(credentials.accessToken)]
+        if let refreshToken = credentials.refreshToken {
+            lines.append("  \"refresh_token\": " + PolicyEvent.quote(refreshToken))
+        }
+        if let expiresAt = credentials.expiresAt {
+            lines.append("  \"expires_at\": " + PolicyEvent.quote(rfc3339(expiresAt)))
+        }
+        return "{\n" + lines.joined(separator: ",\n") + "\n}\n"
+    }
+
+    /// Parses the file's bytes. Reasons name keys and expectations, never values.
+    static func decode(_ data: Data, path: String) throws(CredentialStoreError) -> Credentials {
+        func malformed(_ reason: String) -> CredentialStoreError { .malformed(path: path, reason: reason) }
+        guard let parsed = try? JSONSerialization.jsonObject(with: data) else {
+            throw malformed("it is not valid JSON")
+        }
+        guard let object = parsed as? [String: Any] else { throw malformed("it is not a JSON object") }
+        guard let accessToken = object["access_token"] as? String, !accessToken.isEmpty else {
+            throw malformed(
+                object["access_token"] == nil
+                    ? "'access_token' is missing" : "'access_token' is not a non-empty text")
+        }
+        var refreshToken: String?
+        if let value = object["refresh_token"], !(value is NSNull) {
+            guard let text = value as? String else { throw malformed("'refresh_token' is not a text") }
+            refreshToken = text.isEmpty ? nil : text
+        }
+        var expiresAt: Date?
+        if let value = object["expires_at"], !(value is NSNull) {
+            guard let text = value as? String, let date = parseRFC3339(text) else {
+                throw malformed("'expires_at' is not an RFC 3339 date-time like 2025-01-31T12:00:00Z")
+            }
+            expiresAt = date
+        }
+        return Credentials(accessToken: accessToken, refreshToken: refreshToken, expiresAt: expiresAt)
+    }
+
+    /// `2025-01-31T12:00:00Z` (whole seconds, UTC).
+    static func rfc3339(_ date: Date) -> String {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime]
+        return formatter.string(from: date)
+    }
+
+    /// An RFC 3339 date-time, with or without fractional seconds; `t`, `z` and a space for `T`
+    /// are accepted as §5.6 allows.
+    static func parseRFC3339(_ text: String) -> Date? {
+        var normalized = text.trimmingCharacters(in: .whitespaces).uppercased()
+        if normalized.count > 10 {
+            let separator = normalized.index(normalized.startIndex, offsetBy: 10)
+            if normalized[separator] == " " { normalized.replaceSubrange(separator...separator, with: "T") }
+        }
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime]
+        if let date = formatter.date(from: normalized) { return date }
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return formatter.date(from: normalized)
+    }
+
+    // MARK: - Files
+
+    /// The file's bytes; `nil` when it does not exist.
+    private func readFile() throws(CredentialStoreError) -> Data? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        if fd < 0 {
+            let code = errno
+            if code == ENOENT { return nil }
+            throw .unreadable(path: path, reason: Self.errorText(code))
+        }
+        defer { close(fd) }
+        var data = Data()
+        var buffer = [UInt8](repeating: 0, count: 16_384)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0 {
+                let code = errno
+                if code == EINTR { continue }
+                throw .unreadable(path: path, reason: Self.errorText(code))
+            }
+            if count == 0 { return data }
+            data.append(contentsOf: buffer[0..<count])
+            if data.count > Self.maximumSize {
+                throw .malformed(path: path, reason: "it is larger than \(Self.maximumSize >> 20) MiB")
+            }
+        }
+    }
+
+    /// Writes `bytes` to a fresh temporary file in the target's directory and renames it over
+    /// the target.
+    private func writeFile(_ bytes: [UInt8]) throws(CredentialStoreError) {
+        let target = URL(fileURLWithPath: Self.followingLinks(path))
+        let directory = target.deletingLastPathComponent().path
+        func failure(_ what: String, _ code: Int32) -> CredentialStoreError {
+            .unwritable(path: path, reason: "\(what): \(Self.errorText(code))")
+        }
+        var fd: Int32 = -1
+        var temporary = ""
+        for _ in 0..<8 {
+            let suffix = String(UInt64.random(in: 0...UInt64.max), radix: 16)
+            temporary = directory + "/." + target.lastPathComponent + ".tmp-\(getpid())-" + suffix
+            fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+            if fd >= 0 || errno != EEXIST { break }
+        }
+        guard fd >= 0 else { throw failure("cannot create a temporary file in '\(directory)'", errno) }
+        var written = false
+        defer {
+            if fd >= 0 { close(fd) }
+            if !written { unlink(temporary) }
+        }
+        // The umask can only clear bits, but make the mode exact whatever it is.
+        guard fchmod(fd, 0o600) == 0 else { throw failure("cannot set mode 0600", errno) }
+        var offset = 0
+        while offset < bytes.count {
+            let count = bytes.withUnsafeBytes { buffer in
+                write(fd, buffer.baseAddress.map { $0 + offset }, buffer.count - offset)
+            }
+            if count < 0 {
+                if errno == EINTR { continue }
+                throw failure("cannot write", errno)
+            }
+            offset += count
+        }
+        guard fsync(fd) == 0 else { throw failure("cannot flush", errno) }
+        let closed = close(fd)
+        fd = -1
+        guard closed == 0 else { throw failure("cannot close", errno) }
+        guard rename(temporary, target.path) == 0 else { throw failure("cannot replace the file", errno) }
+        written = true
+        // Make the rename itself durable; a failure here leaves a correct file, so it is ignored.
+        let directoryFD = open(directory, O_RDONLY | O_CLOEXEC)
+        if directoryFD >= 0 {
+            _ = fsync(directoryFD)
+            close(directoryFD)
+        }
+    }
+
+    /// `path` with symbolic links at its end followed (to a file that may not exist yet, which
+    /// `resolvingSymlinksInPath` does not do); at most 16 links, against loops.
+    static func followingLinks(_ path: String) -> String {
+        var current = URL(fileURLWithPath: path).standardizedFileURL.path
+        for _ in 0..<16 {
+            guard let destination = try? FileManager.default.destinationOfSymbolicLink(atPath: current) else { break }
+            let next =
+                destination.hasPrefix("/")
+                ? destination
+                : URL(fileURLWithPath: current).deletingLastPathComponent().appendingPathComponent(destination).path
+            current = URL(fileURLWithPath: next).standardizedFileURL.path
+        }
+        return current
+    }
+
+    private static func errorText(_ code: Int32) -> String {
+        String(cString: strerror(code))
+    }
+}

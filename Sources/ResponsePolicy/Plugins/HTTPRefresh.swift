@@ -1,0 +1,243 @@
+import Foundation
+
+/// The `http` refresh plugin: POSTs a JSON body to a URL and reads the new token from the answer.
+///
+/// Why: many in-house APIs refresh with their own JSON endpoint rather than OAuth 2.0 (`POST
+/// /auth/refresh {"refreshToken": "…"}` answered by `{"data": {"token": "…"}}`). This plugin
+/// describes such an endpoint in the policy, so no host code is needed. Like every refresh it goes
+/// through the engine's transport, bypassing the policy's rules.
+///
+/// The request is `POST <url>` with `Content-Type: application/json`, `Accept: application/json`,
+/// the `headers:` given, and a JSON object built from `body:` (keys sorted, so the bytes are the
+/// same every time). In the texts of `body:` and `headers:`, `{refresh_token}` is replaced by the
+/// current refresh token and `{access_token}` by the access token being replaced. A `body:` value
+/// written as a plain YAML number or `true`/`false` is sent as a JSON number or boolean; quote it
+/// to send a text. Without `body:` the body is `{"refresh_token":"{refresh_token}"}`.
+///
+/// The answer must be 2xx. The new access token is read at `token:` (`body.<dot.path>`, arrays by
+/// index, or `header.<Name>`); a rotated refresh token at `refresh-token:` (the old one is kept
+/// when the option or the value is absent); the token's lifetime in seconds at `expires-in:`.
+///
+/// ```yaml
+/// refresh:
+///   use: http
+///   with:
+///     url: https://api.example.com/auth/refresh
+///     body: { refreshToken: "{refresh_token}", device: ios }
+///     headers: { X-Client: mobile }
+///     token: body.data.token
+///     refresh-token: body.data.refreshToken
+///     expires-in: body.data.expiresIn
+/// ```
+///
+/// Failures throw ``RefreshFailure``: a non-2xx answer, or a 2xx answer without a token at
+/// `token:`, carries the response (the engine classifies it with the policy's rules, so an
+/// endpoint answering a logout code ends the session); an unreachable endpoint carries none.
+/// Reasons name statuses and the policy's paths, never a token.
+///
+/// Concurrency contract: immutable and `Sendable`; safe to call from any task. Cancelling the
+/// calling task cancels the request and ``refresh(_:)`` throws `CancellationError`.
+public struct HTTPRefresh: RefreshPlugin {
+    /// Where the refresh request is POSTed.
+    public let url: URL
+    /// The JSON body's fields, before placeholders are replaced.
+    public let body: [String: PluginOption]
+    /// Extra request headers, before placeholders are replaced.
+    public let headers: [String: String]
+    let token: ValuePath
+    let tokenText: String
+    var refreshTokenPath: (path: ValuePath, text: String)?
+    var expiresInPath: (path: ValuePath, text: String)?
+
+    /// Creates the plugin.
+    ///
+    /// ```swift
+    /// let plugin = try HTTPRefresh(
+    ///     url: refreshURL, body: ["refreshToken": .string("{refresh_token}")],
+    ///     token: "body.data.token", refreshToken: "body.data.refreshToken")
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - url: Where the refresh request is POSTed.
+    ///   - body: The JSON body's fields; `{"refresh_token": "{refresh_token}"}` by default.
+    ///   - headers: Extra request headers; none by default.
+    ///   - token: Where the new access token is: `body.<dot.path>` or `header.<Name>`.
+    ///   - refreshToken: Where a rotated refresh token is; `nil` (keep the old one) by default.
+    ///   - expiresIn: Where the token's lifetime in seconds is; `nil` (no known expiry) by default.
+    /// - Throws: ``PluginError`` when a path is not `body.<path>` or `header.<Name>`.
+    public init(
+        url: URL, body: [String: PluginOption] = ["refresh_token": .string("{refresh_token}")],
+        headers: [String: String] = [:], token: String, refreshToken: String? = nil, expiresIn: String? = nil
+    ) throws(PluginError) {
+        func path(_ text: String, _ key: String) throws(PluginError) -> (ValuePath, String) {
+            guard let path = ValuePath(text) else {
+                throw PluginError(
+                    kind: .refresh, name: "http", reason: "the option '\(key)' must be body.<path> or header.<Name>")
+            }
+            return (path, text)
+        }
+        self.url = url
+        self.body = body
+        self.headers = headers
+        (self.token, tokenText) = try path(token, "token")
+        if let refreshToken { refreshTokenPath = try path(refreshToken, "refresh-token") }
+        if let expiresIn { expiresInPath = try path(expiresIn, "expires-in") }
+    }
+
+    /// Makes the plugin from a policy's `with:` options.
+    ///
+    /// - Throws: ``PluginError`` when `url` is not an http(s) URL, `token` is missing, or a path
+    ///   is not `body.<path>` / `header.<Name>`.
+    init(configuration: PluginConfiguration) throws(PluginError) {
+        func failure(_ reason: String) -> PluginError {
+            PluginError(kind: .refresh, name: configuration.name, reason: reason)
+        }
+        let url = try TokenEndpoint.url(configuration, "url", kind: .refresh)
+        guard let token = configuration.string("token") else { throw failure("the option 'token' is missing") }
+        var body: [String: PluginOption] = ["refresh_token": .string("{refresh_token}")]
+        switch configuration.options["body"] {
+        case nil: break
+        case .map(let fields)?: body = fields
+        case .some: throw failure("the option 'body' must be a mapping")
+        }
+        var headers: [String: String] = [:]
+        switch configuration.options["headers"] {
+        case nil: break
+        case .map(let fields)?:
+            for (name, value) in fields {
+                guard let text = value.string else { throw failure("the header '\(name)' must be a text") }
+                headers[name] = text
+            }
+        case .some: throw failure("the option 'headers' must be a mapping")
+        }
+        do {
+            try self.init(
+                url: url, body: body, headers: headers, token: token,
+                refreshToken: configuration.string("refresh-token"), expiresIn: configuration.string("expires-in"))
+        } catch {
+            throw failure(error.reason)
+        }
+    }
+
+    /// Posts the refresh request and reads the new credentials from the answer.
+    ///
+    /// - Parameter context: The credentials being replaced, the transport and the clock.
+    /// - Returns: The new access token, the rotated refresh token or else the old one, and the
+    ///   expiry when `expires-in:` found one.
+    /// - Throws: ``RefreshFailure`` as described on the type; `CancellationError` when cancelled.
+    public func refresh(_ context: RefreshContext) async throws -> Credentials {
+        let request = try request(for: context.credentials)
+        let response = try await TokenEndpoint.post(request, via: context.transport)
+        guard (200..<300).contains(response.status) else {
+            throw RefreshFailure("the refresh endpoint answered \(response.status)", response: response)
+        }
+        guard let accessToken = Self.value(at: token, in: response), !accessToken.isEmpty else {
+            throw RefreshFailure("the refresh endpoint's answer has no token at '\(tokenText)'", response: response)
+        }
+        var refreshToken = context.credentials?.refreshToken
+        if let (path, _) = refreshTokenPath, let rotated = Self.value(at: path, in: response), !rotated.isEmpty {
+            refreshToken = rotated
+        }
+        var expiresAt: Date?
+        if let (path, text) = expiresInPath, let value = Self.value(at: path, in: response) {
+            guard let seconds = TokenEndpoint.seconds(value) else {
+                throw RefreshFailure("the value at '\(text)' is not a number of seconds", response: response)
+            }
+            expiresAt = context.clock.date.addingTimeInterval(seconds)
+        }
+        return Credentials(accessToken: accessToken, refreshToken: refreshToken, expiresAt: expiresAt)
+    }
+
+    /// The refresh request for `credentials`.
+    ///
+    /// - Throws: ``RefreshFailure`` when a placeholder names a token the credentials do not have.
+    func request(for credentials: Credentials?) throws(RefreshFailure) -> HTTPRequest {
+        var requestHeaders: HTTPHeaders = ["Content-Type": "application/json", "Accept": "application/json"]
+        for name in headers.keys.sorted() {
+            try requestHeaders.set(name, Self.substitute(headers[name] ?? "", credentials))
+        }
+        var json = "{"
+        for (index, key) in body.keys.sorted().enumerated() {
+            if index > 0 { json += "," }
+            json += PolicyEvent.quote(key) + ":"
+            try Self.appendJSON(body[key] ?? .string(""), credentials, to: &json)
+        }
+        json += "}"
+        return HTTPRequest(method: "POST", url: url, headers: requestHeaders, body: Data(json.utf8), id: "http-refresh")
+    }
+
+    /// `option` as JSON, placeholders in its texts replaced.
+    private static func appendJSON(
+        _ option: PluginOption, _ credentials: Credentials?, to json: inout String
+    ) throws(RefreshFailure) {
+        switch option {
+        case .string(let text): json += PolicyEvent.quote(try substitute(text, credentials))
+        case .bool(let flag): json += flag ? "true" : "false"
+        case .number(let number):
+            if !number.isFinite {
+                json += "null"
+            } else if number == number.rounded(), abs(number) < 1e15 {
+                json += String(Int64(number))
+            } else {
+                json += String(number)
+            }
+        case .list(let items):
+            json += "["
+            for (index, item) in items.enumerated() {
+                if index > 0 { json += "," }
+                try appendJSON(item, credentials, to: &json)
+            }
+            json += "]"
+        case .map(let fields):
+            json += "{"
+            for (index, key) in fields.keys.sorted().enumerated() {
+                if index > 0 { json += "," }
+                json += PolicyEvent.quote(key) + ":"
+                try appendJSON(fields[key] ?? .string(""), credentials, to: &json)
+            }
+            json += "}"
+        }
+    }
+
+    /// `text` with `{refresh_token}` and `{access_token}` replaced, in one pass (a token that
+    /// happens to contain a placeholder is not expanded again).
+    private static func substitute(_ text: String, _ credentials: Credentials?) throws(RefreshFailure) -> String {
+        var out = ""
+        var rest = Substring(text)
+        while let open = rest.firstIndex(of: "{") {
+            out += rest[..<open]
+            let tail = rest[open...]
+            if tail.hasPrefix("{refresh_token}") {
+                guard let token = credentials?.refreshToken, !token.isEmpty else {
+                    throw RefreshFailure("there is no refresh token to send")
+                }
+                out += token
+                rest = tail.dropFirst("{refresh_token}".count)
+            } else if tail.hasPrefix("{access_token}") {
+                guard let token = credentials?.accessToken, !token.isEmpty else {
+                    throw RefreshFailure("there is no access token to send")
+                }
+                out += token
+                rest = tail.dropFirst("{access_token}".count)
+            } else {
+                out += "{"
+                rest = tail.dropFirst()
+            }
+        }
+        return out + rest
+    }
+
+    /// The text at `path` in the answer (a number as its text), `nil` when there is none.
+    static func value(at path: ValuePath, in response: HTTPResponse) -> String? {
+        switch path {
+        case .header(let name):
+            return response.headers[name]
+        case .body(let jsonPath):
+            // The whole body: unlike a business code on every response, a token answer is read once,
+            // and a token past the scanner's default 64 KiB window must still be found.
+            return response.body.withUnsafeBytes { bytes in
+                JSONCodeScanner.code(in: bytes, at: jsonPath, maxBytes: max(bytes.count, 1))
+            }
+        }
+    }
+}

@@ -1,0 +1,296 @@
+import Foundation
+
+/// The `oauth2` refresh plugin: the refresh_token grant of RFC 6749 §6.
+///
+/// Why built in: most token endpoints speak exactly this grant, so a policy can refresh tokens
+/// without any host code. It POSTs a form-encoded body to the token endpoint through the engine's
+/// transport, which bypasses the policy's rules, so the refresh call is never refreshed or retried
+/// by them (the engine's `refresh.timeout` bounds it instead).
+///
+/// The request:
+///
+/// ```
+/// POST <token-url>
+/// Content-Type: application/x-www-form-urlencoded
+/// Accept: application/json
+/// Authorization: Basic base64(form(client-id) ":" form(secret))     (only with a client secret)
+///
+/// grant_type=refresh_token&refresh_token=<token>&client_id=<client-id>[&scope=<scope>]
+/// ```
+///
+/// The client secret, when there is one, is sent with HTTP Basic as RFC 6749 §2.3.1 asks ("the
+/// authorization server MUST support" it; a secret in the body is "NOT RECOMMENDED"), with the
+/// client id and secret form-encoded before base64 as that section requires. `client_id` is always
+/// in the body too, so public clients (no secret, §2.3 / §3.2.1) work with the same plugin.
+///
+/// The answer (§5.1): `access_token` (required), `token_type`, `expires_in` (seconds, becomes
+/// ``Credentials/expiresAt`` on the engine clock's wall date) and `refresh_token`. A rotated refresh
+/// token replaces the old one; when the answer has none, the old one is kept (§6: the server "MAY
+/// issue a new refresh token").
+///
+/// Failures throw ``RefreshFailure``: any non-2xx answer (400 `invalid_grant` is the usual "the
+/// refresh token is dead") and a 2xx answer without a usable `access_token` carry the endpoint's
+/// response, so the engine can classify it with the policy's rules; an unreachable endpoint carries
+/// none. Reasons name statuses and OAuth error codes, never a token or the secret.
+///
+/// In a policy:
+///
+/// ```yaml
+/// refresh:
+///   use: oauth2
+///   with:
+///     token-url: https://auth.example.com/oauth/token
+///     client-id: mobile
+///     client-secret-env: MOBILE_CLIENT_SECRET   # optional; the secret itself never goes in YAML
+///     scope: "profile orders"                  # optional
+/// ```
+///
+/// In Swift:
+///
+/// ```swift
+/// let plugin = OAuth2Refresh(tokenURL: tokenURL, clientID: "mobile")
+/// ```
+///
+/// Concurrency contract: immutable and `Sendable`; the engine calls ``refresh(_:)`` at most once at
+/// a time, but concurrent calls are safe. Cancelling the calling task cancels the token request
+/// and ``refresh(_:)`` throws `CancellationError`.
+public struct OAuth2Refresh: RefreshPlugin, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
+    /// The token endpoint (RFC 6749 §3.2).
+    public let tokenURL: URL
+    /// Sent as `client_id`.
+    public let clientID: String
+    /// Sent with HTTP Basic when present; `nil` for a public client.
+    let clientSecret: String?
+    /// Sent as `scope` when present; `nil` (the scope granted before) by default.
+    public let scope: String?
+
+    /// Creates the plugin.
+    ///
+    /// ```swift
+    /// let plugin = OAuth2Refresh(
+    ///     tokenURL: tokenURL, clientID: "mobile",
+    ///     clientSecret: ProcessInfo.processInfo.environment["MOBILE_CLIENT_SECRET"])
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - tokenURL: The token endpoint.
+    ///   - clientID: The client identifier, sent as `client_id` in the body.
+    ///   - clientSecret: The client secret, sent with HTTP Basic; `nil` (a public client) by default.
+    ///   - scope: The scope to ask for; `nil` by default, which keeps the scope granted before.
+    public init(tokenURL: URL, clientID: String, clientSecret: String? = nil, scope: String? = nil) {
+        self.tokenURL = tokenURL
+        self.clientID = clientID
+        self.clientSecret = clientSecret
+        self.scope = scope
+    }
+
+    /// Makes the plugin from a policy's `with:` options (`token-url`, `client-id`,
+    /// `client-secret-env`, `scope`).
+    ///
+    /// - Throws: ``PluginError`` when `token-url` is not an http(s) URL, `client-id` is missing,
+    ///   or `client-secret-env` names a variable that is not set (the name is shown, never a value).
+    init(configuration: PluginConfiguration) throws(PluginError) {
+        func failure(_ reason: String) -> PluginError {
+            PluginError(kind: .refresh, name: configuration.name, reason: reason)
+        }
+        let tokenURL = try TokenEndpoint.url(configuration, "token-url", kind: .refresh)
+        guard let clientID = configuration.string("client-id"), !clientID.isEmpty else {
+            throw failure("the option 'client-id' is missing")
+        }
+        var secret: String?
+        if let variable = configuration.string("client-secret-env") {
+            guard let value = configuration.environment[variable], !value.isEmpty else {
+                throw failure("the environment variable '\(variable)' named by 'client-secret-env' is not set")
+            }
+            secret = value
+        }
+        self.init(tokenURL: tokenURL, clientID: clientID, clientSecret: secret, scope: configuration.string("scope"))
+    }
+
+    /// Names the endpoint and client; says whether a secret is set without showing it.
+    public var description: String {
+        "OAuth2Refresh(\(TokenEndpoint.redacted(tokenURL)), client '\(clientID)'"
+            + (clientSecret == nil ? ")" : ", client secret <redacted>)")
+    }
+
+    public var debugDescription: String { description }
+
+    /// The public parts only, so `dump(plugin)` cannot show the secret.
+    public var customMirror: Mirror {
+        Mirror(self, children: ["tokenURL": tokenURL, "clientID": clientID, "scope": scope as Any])
+    }
+
+    /// Performs the refresh_token grant with the refresh token of `context.credentials`.
+    ///
+    /// - Parameter context: The credentials being replaced, the transport and the clock.
+    /// - Returns: The new credentials: the new access token, its expiry when the server gave
+    ///   `expires_in`, and the rotated refresh token or else the old one.
+    /// - Throws: ``RefreshFailure`` as described on the type; `CancellationError` when cancelled.
+    public func refresh(_ context: RefreshContext) async throws -> Credentials {
+        guard let refreshToken = context.credentials?.refreshToken, !refreshToken.isEmpty else {
+            throw RefreshFailure("there is no refresh token to use")
+        }
+        let response = try await TokenEndpoint.post(request(refreshToken: refreshToken), via: context.transport)
+        guard (200..<300).contains(response.status) else {
+            throw RefreshFailure(
+                "the token endpoint answered \(response.status)\(TokenEndpoint.oauthError(in: response))",
+                response: response)
+        }
+        guard let object = TokenEndpoint.jsonObject(response.body) else {
+            throw RefreshFailure("the token endpoint's answer is not a JSON object", response: response)
+        }
+        guard let accessToken = object["access_token"] as? String, !accessToken.isEmpty else {
+            throw RefreshFailure("the token endpoint's answer has no 'access_token'", response: response)
+        }
+        if let tokenType = object["token_type"], !(tokenType is String) {
+            throw RefreshFailure("the token endpoint's 'token_type' is not a text", response: response)
+        }
+        var expiresAt: Date?
+        if let lifetime = object["expires_in"], !(lifetime is NSNull) {
+            guard let seconds = TokenEndpoint.seconds(lifetime) else {
+                throw RefreshFailure("the token endpoint's 'expires_in' is not a number of seconds", response: response)
+            }
+            expiresAt = context.clock.date.addingTimeInterval(seconds)
+        }
+        var rotated: String?
+        if let value = object["refresh_token"], !(value is NSNull) {
+            guard let text = value as? String else {
+                throw RefreshFailure("the token endpoint's 'refresh_token' is not a text", response: response)
+            }
+            rotated = text.isEmpty ? nil : text
+        }
+        return Credentials(accessToken: accessToken, refreshToken: rotated ?? refreshToken, expiresAt: expiresAt)
+    }
+
+    /// The token request for `refreshToken`.
+    func request(refreshToken: String) -> HTTPRequest {
+        var fields = [("grant_type", "refresh_token"), ("refresh_token", refreshToken), ("client_id", clientID)]
+        if let scope { fields.append(("scope", scope)) }
+        var headers: HTTPHeaders = [
+            "Content-Type": "application/x-www-form-urlencoded",
+            "Accept": "application/json",
+        ]
+        if let clientSecret {
+            let pair = FormEncoding.encode(clientID) + ":" + FormEncoding.encode(clientSecret)
+            headers.set("Authorization", "Basic " + Data(pair.utf8).base64EncodedString())
+        }
+        return HTTPRequest(
+            method: "POST", url: tokenURL, headers: headers, body: Data(FormEncoding.encode(fields).utf8),
+            id: "oauth2-refresh")
+    }
+}
+
+// MARK: - Form encoding
+
+/// `application/x-www-form-urlencoded` as the WHATWG URL standard serializes it (RFC 6749
+/// Appendix B): ASCII letters, digits and `*-._` stay, a space becomes `+`, every other byte of
+/// the UTF-8 encoding becomes `%XX` (upper-case hex).
+///
+/// `URLComponents.percentEncodedQuery` is not used because it leaves `+`, `&`-free sub-delims and
+/// `/` alone, and a `+` left in a token would arrive as a space.
+enum FormEncoding {
+    /// `name=value&…` in the given order.
+    static func encode(_ fields: [(String, String)]) -> String {
+        fields.map { encode($0.0) + "=" + encode($0.1) }.joined(separator: "&")
+    }
+
+    /// One name or value.
+    static func encode(_ text: String) -> String {
+        let hex = Array("0123456789ABCDEF".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(text.utf8.count)
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+                UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "*"), UInt8(ascii: "-"), UInt8(ascii: "."),
+                UInt8(ascii: "_"):
+                out.append(byte)
+            case UInt8(ascii: " "):
+                out.append(UInt8(ascii: "+"))
+            default:
+                out.append(UInt8(ascii: "%"))
+                out.append(hex[Int(byte >> 4)])
+                out.append(hex[Int(byte & 0x0F)])
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}
+
+// MARK: - Shared with the http plugins
+
+/// What the network plugins share: option parsing, calling an endpoint, reading its answer.
+enum TokenEndpoint {
+    /// An `http://` or `https://` URL option.
+    static func url(_ configuration: PluginConfiguration, _ key: String, kind: PluginKind) throws(PluginError) -> URL {
+        guard let text = configuration.string(key) else {
+            throw PluginError(kind: kind, name: configuration.name, reason: "the option '\(key)' is missing")
+        }
+        guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
+            url.host != nil
+        else {
+            throw PluginError(kind: kind, name: configuration.name, reason: "the option '\(key)' is not an http(s) URL")
+        }
+        return url
+    }
+
+    /// Sends `request` and returns whatever the endpoint answered.
+    ///
+    /// - Throws: `CancellationError` when the task is cancelled; ``RefreshFailure`` without a
+    ///   response when the transport got none (the transport's message names the URL without
+    ///   its query and never a header or body).
+    static func post(_ request: HTTPRequest, via transport: any Transport) async throws -> HTTPResponse {
+        do {
+            return try await transport.send(request)
+        } catch is CancellationError {
+            throw CancellationError()
+        } catch let error as TransportError {
+            throw RefreshFailure("the token endpoint could not be reached (\(error))")
+        } catch {
+            if Task.isCancelled { throw CancellationError() }
+            throw RefreshFailure("the token endpoint could not be reached (\(type(of: error)))")
+        }
+    }
+
+    /// The body as a JSON object, `nil` when it is not one.
+    static func jsonObject(_ body: Data) -> [String: Any]? {
+        (try? JSONSerialization.jsonObject(with: body)) as? [String: Any]
+    }
+
+    /// ` (invalid_grant)` when the body is an RFC 6749 §5.2 error answer with a plausible error
+    /// code; empty otherwise. `error_description` is left out: it is free text from the server.
+    static func oauthError(in response: HTTPResponse) -> String {
+        guard let code = jsonObject(response.body)?["error"] as? String, !code.isEmpty, code.utf8.count <= 64,
+            code.utf8.allSatisfy({ byte in
+                (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
+                    || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-") || byte == UInt8(ascii: ".")
+            })
+        else { return "" }
+        return " (\(code))"
+    }
+
+    /// Seconds from a JSON number or a numeric text (some servers quote `expires_in`); `nil` for
+    /// anything else, negative values and values beyond a century.
+    static func seconds(_ value: Any) -> TimeInterval? {
+        let seconds: Double?
+        if let text = value as? String {
+            seconds = Double(text.trimmingCharacters(in: .whitespaces))
+        } else if let number = value as? NSNumber {
+            seconds = number.doubleValue
+        } else {
+            seconds = nil
+        }
+        guard let seconds, seconds.isFinite, seconds >= 0, seconds <= 3_153_600_000 else { return nil }
+        return seconds
+    }
+
+    /// `url` without query, fragment, user or password, for descriptions.
+    static func redacted(_ url: URL) -> String {
+        guard var components = URLComponents(url: url, resolvingAgainstBaseURL: false) else { return "<url>" }
+        components.query = nil
+        components.fragment = nil
+        components.user = nil
+        components.password = nil
+        return components.string ?? "<url>"
+    }
+}
