@@ -31,7 +31,7 @@ import ResponsePolicy
 /// `Content-Type: application/x-www-form-urlencoded` to a body without one), and picks the order of header
 /// fields on the wire. It joins repeated fields of one name with commas (equivalent by RFC 9110 §5.3), and hands
 /// response headers back as a dictionary, so ``send(_:)`` returns them sorted by lowercased name, for determinism.
-public final class URLSessionTransport: Transport {
+public final class URLSessionTransport: CancellableTransport {
     /// The longest one ``send(_:)`` may take, from the call until the last byte of the body.
     public let timeout: Duration
 
@@ -99,6 +99,16 @@ public final class URLSessionTransport: Transport {
     ///   ``classify(_:)`` gives the `URLError`, or `.connection` for errors it leaves unclassified and for a `GET`
     ///   request with a body.
     public func send(_ request: HTTPRequest) async throws -> HTTPResponse {
+        try await perform(request, cancellation: nil)
+    }
+
+    /// ``send(_:)``, also ended by `cancellation`: the engine calls this inline in the caller's
+    /// task and cancels the attempt through it (logout, attempt timeout).
+    public func send(_ request: HTTPRequest, cancellation: AttemptCancellation) async throws -> HTTPResponse {
+        try await perform(request, cancellation: cancellation)
+    }
+
+    private func perform(_ request: HTTPRequest, cancellation: AttemptCancellation?) async throws -> HTTPResponse {
         try Task.checkCancellation()
         let label = "\(request.method) \(Self.redacted(request.url))"
         if request.method == "GET", let body = request.body, !body.isEmpty {
@@ -107,6 +117,7 @@ public final class URLSessionTransport: Transport {
             throw TransportError(.connection, "\(label): URLSession cannot send a GET request with a body")
         }
         let call = DataTaskCall(label: label, url: request.url)
+        cancellation?.onCancel { call.stop(throwing: CancellationError()) }
         let timeout = timeout
         let timer = Task {
             do {

@@ -1,3 +1,5 @@
+import Foundation
+
 /// The engine's mutable state, all of it, behind one `Locked` pthread mutex (see `PolicyEngine`).
 struct EngineState {
     /// Why a request was ended from outside its own loop.
@@ -8,7 +10,7 @@ struct EngineState {
     /// One request in flight: what can be interrupted, and why it was.
     struct RequestEntry {
         /// The attempt on the wire, cancelled by a logout, a timeout or the caller.
-        var attempt: Task<PolicyEngine.AttemptResult, Never>?
+        var attempt: AttemptCancellation?
         /// Counts attempts, so a late timeout cannot hit a later attempt.
         var attemptNumber = 0
         var timedOut = false
@@ -47,6 +49,8 @@ struct EngineState {
     /// When refresh calls started (for `limit`), oldest first.
     var refreshCalls: [Duration] = []
     var loggedOutUntil: Duration?
+    /// The cooldown's end on the wall clock, fixed at logout so every refusal reports the same.
+    var loggedOutUntilDate: Date?
     /// Bumped by every logout: a refresh that started before a logout does not sign back in.
     var sessionEpoch: UInt64 = 0
     var requests: [UInt64: RequestEntry] = [:]

@@ -1,3 +1,5 @@
+import Foundation
+
 extension PolicyEngine {
     /// Ends the session: starts the cooldown, ends every other request in flight or waiting as
     /// logged out, and calls the logout plugin once.
@@ -8,11 +10,13 @@ extension PolicyEngine {
         settings: LogoutSettings, plugins: PolicyRuntime.ScopePlugins, trigger: RequestContext, reason: String
     ) async {
         let now = clock.now
-        let taken: (attempts: [Task<AttemptResult, Never>], sleepers: [CheckedContinuation<Bool, Never>], waiters: [EngineState.Waiter])? = state.withLock { state in
+        let untilDate = clock.date.addingTimeInterval(settings.cooldown.seconds)
+        let taken: (attempts: [AttemptCancellation], sleepers: [CheckedContinuation<Bool, Never>], waiters: [EngineState.Waiter])? = state.withLock { state in
             if state.isLoggedOut(at: now) { return nil }
             state.loggedOutUntil = now + settings.cooldown
+            state.loggedOutUntilDate = untilDate
             state.sessionEpoch += 1
-            var attempts: [Task<AttemptResult, Never>] = []
+            var attempts: [AttemptCancellation] = []
             var sleepers: [CheckedContinuation<Bool, Never>] = []
             // In request order, so a simulation's output is the same every run.
             for (number, var entry) in state.requests.sorted(by: { $0.key < $1.key }) where number != trigger.number {

@@ -13,8 +13,11 @@ extension PolicyEngine {
     func run(_ original: HTTPRequest, _ context: RequestContext) async -> Result<HTTPResponse, PolicyEngineError> {
         let runtime = context.runtime
         let graph = runtime.policy.graph
+        // Computed once: `URL.path` builds a new string on every call.
+        let method = original.method
+        let path = original.path
         let scopeIndex = graph.scopes.firstIndex { scope in
-            scope.route.map { $0.matches(method: original.method, path: original.path) } ?? true
+            scope.route.map { $0.matches(method: method, path: path) } ?? true
         } ?? graph.scopes.count - 1
         let scope = graph.scopes[scopeIndex]
         let plugins = runtime.scopes[scopeIndex]
@@ -29,6 +32,11 @@ extension PolicyEngine {
         var lastCode: String?
 
         func finish(_ result: Result<HTTPResponse, PolicyEngineError>) -> Result<HTTPResponse, PolicyEngineError> {
+            emit(runtime) { outcomeEvent(result) }
+            return result
+        }
+
+        func outcomeEvent(_ result: Result<HTTPResponse, PolicyEngineError>) -> PolicyEvent {
             var event = PolicyEvent(.outcome, time: clock.now, request: context.id)
             switch result {
             case .success(let response):
@@ -47,22 +55,43 @@ extension PolicyEngine {
                 }
                 if case .loggedOut = error {} else if case .cancelled = error {} else { event.reason = error.reasonText }
             }
-            emit(event, runtime)
-            return result
+            return event
+        }
+
+        func emitResponse(
+            status: Int?, code: String?, error: TransportErrorClass?, rule: Rule?, reason: String? = nil
+        ) {
+            emit(runtime) {
+                var event = PolicyEvent(.response, time: clock.now, request: context.id)
+                event.attempt = attempt
+                event.status = status
+                event.code = code
+                event.error = error
+                event.rule = rule?.name
+                event.action = rule?.action
+                event.reason = reason
+                return event
+            }
         }
 
         func ended() -> Result<HTTPResponse, PolicyEngineError> {
             let reason = state.withLock { $0.requests[context.number]?.endReason }
             if reason == .loggedOut { return finish(.failure(.loggedOut(until: cooldownEnd()))) }
-            var event = PolicyEvent(.cancel, time: clock.now, request: context.id)
-            event.reason = "the caller cancelled the request"
-            emit(event, runtime)
+            emit(runtime) {
+                var event = PolicyEvent(.cancel, time: clock.now, request: context.id)
+                event.reason = "the caller cancelled the request"
+                return event
+            }
             return finish(.failure(.cancelled))
         }
 
         while true {
-            if Task.isCancelled || state.withLock({ $0.requests[context.number]?.endReason != nil }) { return ended() }
-            if isLoggedOut { return finish(.failure(.loggedOut(until: cooldownEnd()))) }
+            let now = clock.now
+            let (endedOutside, loggedOut) = state.withLock { state in
+                (state.requests[context.number]?.endReason != nil, state.isLoggedOut(at: now))
+            }
+            if Task.isCancelled || endedOutside { return ended() }
+            if loggedOut { return finish(.failure(.loggedOut(until: cooldownEnd()))) }
 
             // Refresh ahead of expiry, before sending (single flight as usual).
             if let ahead = scope.refresh.ahead, plugins.refresh != nil, let generation = expiringGeneration(within: ahead) {
@@ -79,16 +108,16 @@ extension PolicyEngine {
             var signed = request
             if let credentials, let authorize = plugins.authorize { authorize.authorize(&signed, with: credentials) }
             attempt += 1
-            var sendEvent = PolicyEvent(.send, time: clock.now, request: context.id)
-            sendEvent.attempt = attempt
-            emit(sendEvent, runtime)
+            emit(runtime) {
+                var event = PolicyEvent(.send, time: clock.now, request: context.id)
+                event.attempt = attempt
+                return event
+            }
 
             var timeout = scope.retry.attemptTimeout
             if let deadline { timeout = min(timeout ?? .seconds(1 << 40), max(.zero, deadline - clock.now)) }
             let result = await attemptOnce(signed, timeout: timeout, number: context.number)
 
-            var event = PolicyEvent(.response, time: clock.now, request: context.id)
-            event.attempt = attempt
             let ruleIndex: Int?
             var failure: TransportError?
             switch result {
@@ -97,20 +126,15 @@ extension PolicyEngine {
             case .response(let response):
                 lastResponse = response
                 lastCode = runtime.code(of: response, scopeIndex: scopeIndex, scanLimit: options.bodyScanLimit)
-                event.status = response.status
-                event.code = lastCode
                 ruleIndex = scope.classifier.match(
-                    status: response.status, code: lastCode, headers: response.headers, method: request.method,
-                    path: request.path)
+                    status: response.status, code: lastCode, headers: response.headers, method: method, path: path)
             case .timedOut, .error:
                 let error: TransportError
                 if case .error(let transportError) = result {
                     error = transportError
                 } else {
                     if let deadline, clock.now >= deadline {
-                        event.error = .timeout
-                        event.reason = "deadline"
-                        emit(event, runtime)
+                        emitResponse(status: nil, code: nil, error: .timeout, rule: nil, reason: "deadline")
                         return finish(.failure(.deadlineExceeded))
                     }
                     error = TransportError(.timeout, "no response within \(timeout?.policyText ?? "the attempt timeout")")
@@ -118,20 +142,17 @@ extension PolicyEngine {
                 failure = error
                 lastResponse = nil
                 lastCode = nil
-                event.error = error.errorClass
-                ruleIndex = scope.classifier.match(error: error.errorClass, method: request.method, path: request.path)
+                ruleIndex = scope.classifier.match(error: error.errorClass, method: method, path: path)
             }
 
             guard let ruleIndex else {
-                emit(event, runtime)
+                emitResponse(status: lastResponse?.status, code: lastCode, error: failure?.errorClass, rule: nil)
                 if let failure { return finish(.failure(.transport(failure))) }
                 if let lastResponse { return finish(.success(lastResponse)) }
                 return finish(.failure(.cancelled))
             }
             let rule = scope.rules[ruleIndex]
-            event.rule = rule.name
-            event.action = rule.action
-            emit(event, runtime)
+            emitResponse(status: lastResponse?.status, code: lastCode, error: failure?.errorClass, rule: rule)
 
             /// Delivers the response, or fails with the transport error when there is none.
             func deliverOrFail() -> Result<HTTPResponse, PolicyEngineError> {
@@ -208,41 +229,48 @@ extension PolicyEngine {
                     return finish(.failure(.deadlineExceeded))
                 }
                 retries += 1
-                var waitEvent = PolicyEvent(.wait, time: now, request: context.id)
-                waitEvent.delay = delay
-                waitEvent.attempt = attempt
-                emit(waitEvent, runtime)
+                emit(runtime) {
+                    var event = PolicyEvent(.wait, time: now, request: context.id)
+                    event.delay = delay
+                    event.attempt = attempt
+                    return event
+                }
                 guard await wait(context.number, until: now + delay) else { return ended() }
             }
         }
     }
 
-    /// Sends once in a task of its own: the unit a logout, the attempt timeout or the caller's
-    /// cancellation can cancel without ending the request's loop.
+    /// Sends once. A ``CancellableTransport`` is called inline in the caller's task; any other
+    /// transport runs in a task of its own, the unit a logout, the attempt timeout or the caller's
+    /// cancellation can cancel without ending the request's loop. Either way the attempt is
+    /// cancelled through one ``AttemptCancellation`` registered in the request's entry.
     func attemptOnce(_ request: HTTPRequest, timeout: Duration?, number: UInt64) async -> AttemptResult {
-        let transport = self.transport
-        let task = Task(executorPreference: options.taskExecutor) { await Self.call(transport, request) }
+        let cancellation = AttemptCancellation()
         let attemptNumber: Int? = state.withLock { state in
             guard var entry = state.requests[number], entry.endReason == nil else { return nil }
-            entry.attempt = task
+            entry.attempt = cancellation
             entry.attemptNumber += 1
             entry.timedOut = false
             entry.phase = .onWire
             state.requests[number] = entry
             return entry.attemptNumber
         }
-        guard let attemptNumber else {
-            task.cancel()
-            _ = await task.value
-            return .cancelled
-        }
+        guard let attemptNumber else { return .cancelled }
         var timer: UInt64?
         if let timeout {
             timer = timers.schedule(at: clock.now + timeout) { [weak self] in
                 self?.timeOut(number, attempt: attemptNumber)
             }
         }
-        let result = await task.value
+        let result: AttemptResult
+        if let inline = inlineTransport {
+            result = await Self.call(inline, request, cancellation)
+        } else {
+            let transport = self.transport
+            let task = Task(executorPreference: options.taskExecutor) { await Self.call(transport, request) }
+            cancellation.onCancel { task.cancel() }
+            result = await task.value
+        }
         if let timer { timers.cancel(timer) }
         let timedOut = state.withLock { state -> Bool in
             state.requests[number]?.attempt = nil
@@ -254,15 +282,15 @@ extension PolicyEngine {
 
     /// The attempt timeout fired: cancel that attempt, if it is still the one on the wire.
     func timeOut(_ number: UInt64, attempt: Int) {
-        let task = state.withLock { state -> Task<AttemptResult, Never>? in
-            guard var entry = state.requests[number], entry.attemptNumber == attempt, let task = entry.attempt else {
+        let cancellation = state.withLock { state -> AttemptCancellation? in
+            guard var entry = state.requests[number], entry.attemptNumber == attempt, let current = entry.attempt else {
                 return nil
             }
             entry.timedOut = true
             state.requests[number] = entry
-            return task
+            return current
         }
-        task?.cancel()
+        cancellation?.cancel()
     }
 
     /// Waits until `deadline` on the engine's timers; `false` when the request was ended
@@ -297,14 +325,27 @@ extension PolicyEngine {
     static func call(_ transport: any Transport, _ request: HTTPRequest) async -> AttemptResult {
         do {
             return .response(try await transport.send(request))
-        } catch is CancellationError {
-            return .cancelled
-        } catch let error as TransportError {
-            return .error(error)
         } catch {
-            if Task.isCancelled { return .cancelled }
-            return .error(TransportError(.connection, String(describing: type(of: error))))
+            return classify(error, cancelled: Task.isCancelled)
         }
+    }
+
+    static func call(
+        _ transport: any CancellableTransport, _ request: HTTPRequest, _ cancellation: AttemptCancellation
+    ) async -> AttemptResult {
+        do {
+            return .response(try await transport.send(request, cancellation: cancellation))
+        } catch {
+            return classify(error, cancelled: cancellation.isCancelled || Task.isCancelled)
+        }
+    }
+
+    /// A transport's error as an attempt result; anything unexpected counts as `connection`.
+    static func classify(_ error: any Error, cancelled: Bool) -> AttemptResult {
+        if error is CancellationError { return .cancelled }
+        if let error = error as? TransportError { return .error(error) }
+        if cancelled { return .cancelled }
+        return .error(TransportError(.connection, String(describing: type(of: error))))
     }
 
     /// Adds the idempotency key where needed; returns whether the request may be retried.
@@ -338,8 +379,7 @@ extension PolicyEngine {
     }
 
     func cooldownEnd() -> Date {
-        let until = state.withLock { $0.loggedOutUntil } ?? clock.now
-        return wallDate(of: until)
+        state.withLock { $0.loggedOutUntilDate } ?? clock.date
     }
 
     /// Whether a refresh endpoint's answer matches a `logout` rule of the scope.

@@ -50,6 +50,8 @@ public final class PolicyEngine: Sendable {
     }
 
     let transport: any Transport
+    /// The transport as a ``CancellableTransport`` when it is one: attempts then run inline.
+    let inlineTransport: (any CancellableTransport)?
     let registry: PluginRegistry
     let store: (any CredentialStore)?
     let options: Options
@@ -69,6 +71,7 @@ public final class PolicyEngine: Sendable {
         credentials: (any CredentialStore)? = nil, options: Options = Options()
     ) {
         self.transport = transport
+        inlineTransport = transport as? any CancellableTransport
         registry = plugins
         store = credentials
         self.options = options
@@ -98,6 +101,7 @@ public final class PolicyEngine: Sendable {
             state.credentials = credentials
             state.generation += 1
             state.loggedOutUntil = nil
+            state.loggedOutUntilDate = nil
         }
         try? store?.save(credentials)
     }
@@ -147,6 +151,14 @@ public final class PolicyEngine: Sendable {
         for observer in runtime.observers { observer.observe(event) }
     }
 
+    /// Builds and emits an event only when someone observes: with no observers the request path
+    /// creates no event at all.
+    @inline(__always)
+    func emit(_ runtime: PolicyRuntime, _ build: () -> PolicyEvent) {
+        guard !runtime.observers.isEmpty else { return }
+        emit(build(), runtime)
+    }
+
     /// Sends `request` under the policy and returns the delivered response.
     ///
     /// - Throws: ``PolicyEngineError``; exactly one outcome per call.
@@ -155,23 +167,26 @@ public final class PolicyEngine: Sendable {
         let (number, runtime, loggedOutUntil) = state.withLock { state in
             state.nextRequest += 1
             state.budget.recordRequest(at: now)
-            return (state.nextRequest, state.runtime, state.isLoggedOut(at: now) ? state.loggedOutUntil : nil)
+            return (state.nextRequest, state.runtime, state.isLoggedOut(at: now) ? state.loggedOutUntilDate : nil)
         }
-        let id = request.id ?? "r\(number)"
+        let context = RequestContext(number: number, explicitID: request.id, runtime: runtime, start: now)
         if let until = loggedOutUntil {
             // The cooldown: fail fast, without touching the network.
-            var event = PolicyEvent(.outcome, time: now, request: id)
-            event.result = .loggedOut
-            emit(event, runtime)
-            throw .loggedOut(until: wallDate(of: until))
+            emit(runtime) {
+                var event = PolicyEvent(.outcome, time: now, request: context.id)
+                event.result = .loggedOut
+                return event
+            }
+            throw .loggedOut(until: until)
         }
         if Task.isCancelled {
-            var event = PolicyEvent(.outcome, time: now, request: id)
-            event.result = .cancelled
-            emit(event, runtime)
+            emit(runtime) {
+                var event = PolicyEvent(.outcome, time: now, request: context.id)
+                event.result = .cancelled
+                return event
+            }
             throw .cancelled
         }
-        let context = RequestContext(number: number, id: id, runtime: runtime, start: now)
         state.withLock { $0.requests[number] = EngineState.RequestEntry() }
         // The loop runs in the caller's task; what must be interruptible from outside (the
         // attempt on the wire, a backoff wait, a refresh wait) registers itself in the entry.
@@ -186,7 +201,7 @@ public final class PolicyEngine: Sendable {
 
     /// Ends a request from outside its loop: marks why, cancels its attempt, ends its wait.
     func end(_ number: UInt64, _ reason: EngineState.EndReason) {
-        let (attempt, waiter) = state.withLock { state -> (Task<AttemptResult, Never>?, CheckedContinuation<Bool, Never>?) in
+        let (attempt, waiter) = state.withLock { state -> (AttemptCancellation?, CheckedContinuation<Bool, Never>?) in
             guard var entry = state.requests[number] else { return (nil, nil) }
             if entry.endReason == nil { entry.endReason = reason }
             let taken = (entry.attempt, entry.waiter)
@@ -207,7 +222,11 @@ public final class PolicyEngine: Sendable {
 /// One request's identity and the runtime it started under.
 struct RequestContext: Sendable {
     let number: UInt64
-    let id: String
+    /// The caller's id for the request, when it gave one.
+    let explicitID: String?
     let runtime: PolicyRuntime
     let start: Duration
+
+    /// The id events use: the caller's, or `r<number>` (made only when an event needs it).
+    var id: String { explicitID ?? "r\(number)" }
 }

@@ -40,3 +40,57 @@ public struct TransportError: Error, Sendable, Hashable, CustomStringConvertible
 public protocol Transport: Sendable {
     func send(_ request: HTTPRequest) async throws -> HTTPResponse
 }
+
+/// A one-shot cancellation signal for one attempt, which the engine raises on a forced logout,
+/// an attempt timeout or the caller's cancellation.
+///
+/// Concurrency contract: any thread may call ``onCancel(_:)``; the engine calls `cancel()` at
+/// most once that matters (later calls do nothing). A handler registered after cancellation
+/// runs at once, on the registering thread. Handlers must be quick and must not block.
+public final class AttemptCancellation: Sendable {
+    private struct State {
+        var cancelled = false
+        var handlers: [@Sendable () -> Void] = []
+    }
+
+    private let state = Locked(State())
+
+    package init() {}
+
+    /// Whether the attempt has been cancelled.
+    public var isCancelled: Bool { state.withLock { $0.cancelled } }
+
+    /// Runs `handler` when the attempt is cancelled (at once if it already is).
+    public func onCancel(_ handler: @escaping @Sendable () -> Void) {
+        let runNow = state.withLock { state -> Bool in
+            if state.cancelled { return true }
+            state.handlers.append(handler)
+            return false
+        }
+        if runNow { handler() }
+    }
+
+    package func cancel() {
+        let handlers = state.withLock { state -> [@Sendable () -> Void] in
+            guard !state.cancelled else { return [] }
+            state.cancelled = true
+            defer { state.handlers = [] }
+            return state.handlers
+        }
+        for handler in handlers { handler() }
+    }
+}
+
+/// A transport that can be cancelled through an ``AttemptCancellation`` as well as through
+/// task cancellation.
+///
+/// Why: the engine must be able to end an attempt from outside (a logout cancels requests on the
+/// wire; an attempt timeout ends one attempt but not the request). With a plain ``Transport``
+/// that takes a task per attempt, whose hand-off between threads is most of the engine's cost.
+/// A transport adopting this protocol is called inline in the caller's task, and the engine
+/// cancels the attempt through `cancellation`.
+///
+/// Contract: when `cancellation` is cancelled, stop promptly and throw `CancellationError`.
+public protocol CancellableTransport: Transport {
+    func send(_ request: HTTPRequest, cancellation: AttemptCancellation) async throws -> HTTPResponse
+}

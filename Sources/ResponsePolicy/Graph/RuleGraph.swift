@@ -7,7 +7,10 @@
 /// Concurrency contract: an immutable value; share it freely.
 public struct RuleGraph: Sendable {
     /// Where rules and settings apply: a route, or the top level.
-    public struct Scope: Sendable {
+    ///
+    /// A class (immutable, so `Sendable`): the engine picks a scope per request, and passing a
+    /// reference costs one retain where copying this many settings would cost dozens.
+    public final class Scope: Sendable {
         /// `default` for the top level, `route-N` for the N-th route.
         public let id: String
         public let route: Route?
@@ -20,6 +23,23 @@ public struct RuleGraph: Sendable {
         public let authorize: PluginReference
         package let classifier: Classifier
         package let codePath: JSONPath?
+
+        init(
+            id: String, route: Route?, rules: [Rule], classify: CodeSource?, retry: RetrySettings,
+            refresh: RefreshSettings, logout: LogoutSettings, authorize: PluginReference, classifier: Classifier,
+            codePath: JSONPath?
+        ) {
+            self.id = id
+            self.route = route
+            self.rules = rules
+            self.classify = classify
+            self.retry = retry
+            self.refresh = refresh
+            self.logout = logout
+            self.authorize = authorize
+            self.classifier = classifier
+            self.codePath = codePath
+        }
 
         /// What the scope covers, for people: `all requests` or `POST /upload/*`.
         public var summary: String {
