@@ -1,0 +1,160 @@
+import Dispatch
+import Foundation
+
+/// Reloads an engine's policy when its file changes, and on SIGHUP.
+///
+/// Why polling: it works the same on every platform and filesystem (network mounts, editors that
+/// write a new file and rename it over the old one, config-map symlink swaps in containers), and
+/// a policy file changes rarely. Every `interval` the watcher compares the file's modification
+/// time, size and inode; when they change, it reads the file and, if the bytes differ from what
+/// is running, hands it to ``PolicyEngine/reload(contentsOf:)``. A file that fails lint is refused
+/// (the engine emits `reload` with `ok: false` and keeps the running policy); a later good edit
+/// is picked up as usual. SIGHUP reloads at once, changed or not.
+///
+/// ```swift
+/// let watcher = PolicyWatcher(engine: engine, url: policyURL)
+/// watcher.start()          // polls every 2 s and listens for SIGHUP
+/// ...
+/// watcher.stop()
+/// ```
+///
+/// Concurrency contract: `start`, `stop` and `check` may be called from any task; checks never
+/// overlap (a check that finds another running returns `.unchanged`). `stop` ends polling and
+/// the signal handler; a check already running finishes.
+public final class PolicyWatcher: Sendable {
+    /// What one check did.
+    public enum Outcome: Sendable, Equatable {
+        case unchanged
+        case reloaded(name: String)
+        case refused(diagnostics: [Diagnostic])
+        case unreadable(reason: String)
+    }
+
+    private struct FileStamp: Equatable {
+        var modified: Date?
+        var size: Int?
+        var inode: Int?
+    }
+
+    private struct State {
+        var stamp: FileStamp?
+        var bytes: [UInt8]?
+        var checking = false
+        var poller: Task<Void, Never>?
+        var signalSource: (any DispatchSourceSignal)?
+    }
+
+    public let engine: PolicyEngine
+    public let url: URL
+    public let interval: Duration
+    private let clock: any PolicyClock
+    private let state = Locked(State())
+
+    /// - Parameters:
+    ///   - engine: the engine to reload.
+    ///   - url: the policy file.
+    ///   - interval: how often to look at the file; `2s` by default.
+    ///   - clock: what the polling sleeps on; the system clock by default.
+    public init(engine: PolicyEngine, url: URL, interval: Duration = .seconds(2), clock: any PolicyClock = SystemPolicyClock()) {
+        self.engine = engine
+        self.url = url
+        self.interval = interval
+        self.clock = clock
+        // What the engine runs now counts as loaded, so the first check reloads only on change.
+        let stamp = Self.stamp(url)
+        let bytes = try? Policy.readFile(url.path, limits: .default)
+        state.withLock { state in
+            state.stamp = stamp
+            state.bytes = bytes
+        }
+    }
+
+    deinit {
+        stop()
+    }
+
+    /// Starts polling every `interval`, and reloading on SIGHUP when `onSIGHUP` is true (the
+    /// default). SIGHUP's default action (terminate) is replaced for the whole process.
+    public func start(onSIGHUP: Bool = true) {
+        let weakSelf = WeakReference(self)
+        let interval = interval
+        let clock = clock
+        let poller = Task {
+            var next = clock.now + interval
+            while !Task.isCancelled {
+                do { try await clock.sleep(until: next) } catch { return }
+                next = clock.now + interval
+                guard let watcher = weakSelf.value else { return }
+                _ = watcher.check()
+            }
+        }
+        var source: (any DispatchSourceSignal)?
+        if onSIGHUP {
+            signal(SIGHUP, SIG_IGN)
+            let signalSource = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
+            signalSource.setEventHandler { _ = weakSelf.value?.check(force: true) }
+            signalSource.resume()
+            source = signalSource
+        }
+        let previous = state.withLock { state in
+            let previous = (state.poller, state.signalSource)
+            state.poller = poller
+            state.signalSource = source
+            return previous
+        }
+        previous.0?.cancel()
+        previous.1?.cancel()
+    }
+
+    /// Stops polling and listening for SIGHUP.
+    public func stop() {
+        let (poller, source) = state.withLock { state in
+            let taken = (state.poller, state.signalSource)
+            state.poller = nil
+            state.signalSource = nil
+            return taken
+        }
+        poller?.cancel()
+        source?.cancel()
+    }
+
+    /// Looks at the file now; reloads when it changed (or always, with `force`).
+    @discardableResult
+    public func check(force: Bool = false) -> Outcome {
+        let stamp = Self.stamp(url)
+        let proceed = state.withLock { state -> Bool in
+            guard !state.checking, force || stamp != state.stamp else { return false }
+            state.checking = true
+            return true
+        }
+        guard proceed else { return .unchanged }
+        defer { state.withLock { $0.checking = false } }
+        let bytes: [UInt8]
+        do {
+            bytes = try Policy.readFile(url.path, limits: .default)
+        } catch {
+            return .unreadable(reason: error.description)
+        }
+        let same = state.withLock { state -> Bool in
+            state.stamp = stamp
+            return state.bytes == bytes
+        }
+        if same && !force { return .unchanged }
+        do {
+            let policy = try engine.reload(contentsOf: url)
+            state.withLock { $0.bytes = bytes }
+            return .reloaded(name: policy.name)
+        } catch {
+            // Remember the refused bytes too: the same broken file is not retried every poll.
+            state.withLock { $0.bytes = bytes }
+            return .refused(diagnostics: error.diagnostics)
+        }
+    }
+
+    private static func stamp(_ url: URL) -> FileStamp {
+        let attributes = try? FileManager.default.attributesOfItem(atPath: url.path)
+        return FileStamp(
+            modified: attributes?[.modificationDate] as? Date, size: (attributes?[.size] as? NSNumber)?.intValue,
+            inode: (attributes?[.systemFileNumber] as? NSNumber)?.intValue)
+    }
+}
