@@ -73,9 +73,7 @@ enum FetchCommand {
             let stderr = output.stderr
             options.observers.append(EventPrinter(write: stderr))
         }
-        let logoutCalls = LogoutCalls()
-        var registry = PluginRegistry()
-        registry.wrapLogoutPlugins { plugin in CountedLogout(base: plugin, calls: logoutCalls) }
+        let registry = PluginRegistry()
         let engine = PolicyEngine(
             policy: policy, transport: URLSessionTransport(), plugins: registry, credentials: store, options: options)
         let started = ContinuousClock.now
@@ -83,7 +81,7 @@ enum FetchCommand {
         let elapsed = ContinuousClock.now - started
         // The engine calls the logout plugin in the background; let an `http` logout POST go out
         // before the process ends (the plugin bounds it by its own timeout, 5s by default).
-        await logoutCalls.wait(forFinished: recorder.summary().logouts, atMost: .seconds(10))
+        await engine.waitForBackgroundWork()
 
         let summary = recorder.summary()
         let delivered = results.filter(\.delivered).count
@@ -366,32 +364,6 @@ final class FetchRecorder: PolicyObserver {
         }
         if let until { note += "; new requests fail until \(ISO8601DateFormatter().string(from: until))" }
         return note
-    }
-}
-
-/// Counts finished logout plugin calls.
-final class LogoutCalls: Sendable {
-    private let finished = Locked(0)
-
-    func finish() { finished.withLock { $0 += 1 } }
-
-    /// Returns once `count` calls finished, or after `limit`.
-    func wait(forFinished count: Int, atMost limit: Duration) async {
-        let deadline = ContinuousClock.now + limit
-        while finished.withLock({ $0 }) < count, ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(10))
-        }
-    }
-}
-
-/// A logout plugin that reports when its call ends.
-struct CountedLogout: LogoutPlugin {
-    let base: any LogoutPlugin
-    let calls: LogoutCalls
-
-    func logout(_ context: LogoutContext) async {
-        await base.logout(context)
-        calls.finish()
     }
 }
 

@@ -81,6 +81,7 @@ enum SimulateCommand {
         case .logout: what = "logout (\(event.rule ?? "?"))"
         case .cancel: what = "cancelled"
         case .reload: what = "reload " + (event.ok == true ? "ok" : "refused") + (event.reason.map { " (\($0))" } ?? "")
+        case .problem: what = "problem: \(event.reason ?? "?")"
         case .outcome:
             what = "=> \(event.result?.rawValue ?? "?")"
             if let status = event.status { what += " \(status)" }

@@ -255,7 +255,7 @@ struct NetworkPluginTests {
                     "url": .string(Self.refreshURL.absoluteString),
                     "body": .map([
                         "refreshToken": .string("{refresh_token}"), "device": .string("ios \"x\""),
-                        "remember": .bool(true), "version": .number(2), "ratio": .number(1.5),
+                        "remember": .bool(true), "version": .number("2"), "ratio": .number("1.5"),
                         "old": .string("prefix-{access_token}-{unknown}"),
                     ]),
                     "headers": .map(["X-Client": .string("mobile"), "X-Old-Token": .string("{access_token}")]),
@@ -345,7 +345,7 @@ struct NetworkPluginTests {
         let plugin = try HTTPLogout(
             configuration: configuration("http", ["url": .string(url.absoluteString), "timeout": .string("2s")]))
         #expect(plugin.timeout == .seconds(2))
-        await plugin.logout(LogoutContext(requestID: "r1", reason: "forced-logout", transport: transport))
+        await plugin.logout(LogoutContext(requestID: "r1", reason: "forced-logout", credentials: nil, transport: transport))
         let sent = try #require(transport.requests.first)
         #expect(sent.method == "POST")
         #expect(sent.url == url)
@@ -360,7 +360,7 @@ struct NetworkPluginTests {
         let transport = HangingTransport()
         let url = try #require(URL(string: "https://api.example.com/logout"))
         let plugin = HTTPLogout(url: url, timeout: .milliseconds(50))
-        await plugin.logout(LogoutContext(requestID: nil, reason: "refresh", transport: transport))
+        await plugin.logout(LogoutContext(requestID: nil, reason: "refresh", credentials: nil, transport: transport))
         #expect(transport.cancelled.withLock { $0 } == 1, "the hanging call was cancelled, not left running")
     }
 

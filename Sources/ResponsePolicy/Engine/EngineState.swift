@@ -56,6 +56,10 @@ struct EngineState {
     var requests: [UInt64: RequestEntry] = [:]
     var nextRequest: UInt64 = 0
     var budget = RetryBudgetWindow()
+    /// Logout calls running in the background, for `waitForBackgroundWork`.
+    var background: [UInt64: Task<Void, Never>] = [:]
+    var nextBackground: UInt64 = 0
+    var finishedBackground: Set<UInt64> = []
 
     func isLoggedOut(at now: Duration) -> Bool {
         guard let until = loggedOutUntil else { return false }

@@ -40,15 +40,47 @@ extension PolicyEngine {
             return (attempts, sleepers, waiters)
         }
         guard let taken else { return }
-        var event = PolicyEvent(.logout, time: now, request: trigger.id)
-        event.rule = reason
-        event.reason = reason
-        emit(event, trigger.runtime)
+        emit(trigger.runtime) {
+            var event = PolicyEvent(.logout, time: now, request: trigger.id)
+            if reason != Self.refreshFailedReason { event.rule = reason }
+            event.reason = reason
+            return event
+        }
         for waiter in taken.waiters { waiter.resume(returning: .loggedOut) }
         for sleeper in taken.sleepers { sleeper.resume(returning: false) }
         for attempt in taken.attempts { attempt.cancel() }
-        let context = LogoutContext(requestID: trigger.id, reason: reason, transport: transport)
+        let credentials = state.withLock { $0.credentials }
+        let context = LogoutContext(requestID: trigger.id, reason: reason, credentials: credentials, transport: transport)
         let plugin = plugins.logout
-        Task(executorPreference: options.taskExecutor) { await plugin.logout(context) }
+        let id = state.withLock { state -> UInt64 in
+            state.nextBackground += 1
+            return state.nextBackground
+        }
+        let task = Task(executorPreference: options.taskExecutor) { [weak self] in
+            await plugin.logout(context)
+            self?.state.withLock { state in
+                if state.background.removeValue(forKey: id) == nil { state.finishedBackground.insert(id) }
+            }
+        }
+        state.withLock { state in
+            // The task may have finished before this line; then it left its id behind.
+            if state.finishedBackground.remove(id) == nil { state.background[id] = task }
+        }
+    }
+
+    /// The reason of a logout caused by a failed refresh (a rule name cannot contain a space).
+    static let refreshFailedReason = "refresh failed"
+
+    /// Waits until the logout calls the engine started in the background have finished, e.g.
+    /// before a command-line tool exits right after its last request.
+    public func waitForBackgroundWork() async {
+        while true {
+            let pending = state.withLock { Array($0.background.values) }
+            guard !pending.isEmpty else { return }
+            for task in pending { await task.value }
+            state.withLock { state in
+                for (id, task) in state.background where pending.contains(task) { state.background.removeValue(forKey: id) }
+            }
+        }
     }
 }

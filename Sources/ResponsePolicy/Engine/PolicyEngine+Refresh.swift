@@ -107,7 +107,7 @@ extension PolicyEngine {
                 }
                 return waiters
             }
-            if let saved { try? self.store?.save(saved) }
+            if let saved { self.save(saved, context.runtime) }
             var end = PolicyEvent(.refreshEnd, time: now, request: context.id)
             switch outcome {
             case .success: end.ok = true

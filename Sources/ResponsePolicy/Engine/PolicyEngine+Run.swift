@@ -190,13 +190,15 @@ extension PolicyEngine {
                 case .loggedOut: return finish(.failure(.loggedOut(until: cooldownEnd())))
                 case .cancelled: return ended()
                 case .failed(let refreshFailure):
-                    if let response = refreshFailure.response, endsSession(response, scope: scope, scopeIndex: scopeIndex, runtime) {
-                        await logout(settings: scope.logout, plugins: plugins, trigger: context, reason: "refresh")
+                    if let response = refreshFailure.response,
+                        endsSession(response, scope: scope, scopeIndex: scopeIndex, runtime, method: method, path: path)
+                    {
+                        await logout(settings: scope.logout, plugins: plugins, trigger: context, reason: Self.refreshFailedReason)
                         return finish(.failure(.loggedOut(until: cooldownEnd())))
                     }
                     switch settings.onFailure {
                     case .logout:
-                        await logout(settings: scope.logout, plugins: plugins, trigger: context, reason: "refresh")
+                        await logout(settings: scope.logout, plugins: plugins, trigger: context, reason: Self.refreshFailedReason)
                         return finish(.failure(.loggedOut(until: cooldownEnd())))
                     case .deliver: return deliverOrFail()
                     default: return finish(.failure(.refreshFailed(reason: refreshFailure.reason)))
@@ -383,9 +385,16 @@ extension PolicyEngine {
     }
 
     /// Whether a refresh endpoint's answer matches a `logout` rule of the scope.
-    func endsSession(_ response: HTTPResponse, scope: RuleGraph.Scope, scopeIndex: Int, _ runtime: PolicyRuntime) -> Bool {
+    /// (Classified as if it answered the request that triggered the refresh: its scope's rules,
+    /// its method and path.)
+    func endsSession(
+        _ response: HTTPResponse, scope: RuleGraph.Scope, scopeIndex: Int, _ runtime: PolicyRuntime, method: String,
+        path: String
+    ) -> Bool {
         let code = runtime.code(of: response, scopeIndex: scopeIndex, scanLimit: options.bodyScanLimit)
-        guard let index = scope.classifier.match(status: response.status, code: code, headers: response.headers, method: "POST", path: "/")
+        guard
+            let index = scope.classifier.match(
+                status: response.status, code: code, headers: response.headers, method: method, path: path)
         else { return false }
         return scope.rules[index].action == .logout
     }

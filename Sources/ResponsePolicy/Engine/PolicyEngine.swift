@@ -81,8 +81,51 @@ public final class PolicyEngine: Sendable {
             overrides: Overrides(refresh: options.refreshPlugin, logout: options.logoutPlugin, observers: options.observers))
         timers = TimerService(clock: options.clock, executor: options.taskExecutor)
         var initial = EngineState(runtime: runtime)
-        initial.credentials = (try? credentials?.load()) ?? nil
+        var loadProblem: String?
+        do {
+            initial.credentials = try credentials?.load()
+        } catch {
+            loadProblem = "the credential store could not be read (\(Self.describe(error))); requests go out unsigned"
+        }
         state = Locked(initial)
+        reportProblems(runtime)
+        if let loadProblem { problem(loadProblem, runtime) }
+    }
+
+    /// Emits a `problem` event.
+    func problem(_ reason: String, _ runtime: PolicyRuntime) {
+        emit(runtime) {
+            var event = PolicyEvent(.problem, time: clock.now)
+            event.reason = reason
+            return event
+        }
+    }
+
+    /// Reports the plugins a runtime could not make, as soon as it is installed: a deployment
+    /// error (a missing environment variable) should show at start, not at the first refresh.
+    func reportProblems(_ runtime: PolicyRuntime) {
+        for error in runtime.problems { problem(error.description, runtime) }
+    }
+
+    /// Saves credentials, reporting a failure as a `problem` event (a rotated refresh token that
+    /// is not saved is lost at the next start).
+    func save(_ credentials: Credentials, _ runtime: PolicyRuntime) {
+        do {
+            try store?.save(credentials)
+        } catch {
+            problem("the credential store could not be written (\(Self.describe(error)))", runtime)
+        }
+    }
+
+    /// An error's description for events: its own text when it is one of ours (they carry no
+    /// secrets), else only its type.
+    static func describe(_ error: any Error) -> String {
+        switch error {
+        case let error as PluginError: return error.description
+        case let error as TransportError: return error.description
+        case let error as RefreshFailure: return error.description
+        default: return String(describing: type(of: error))
+        }
     }
 
     /// The policy new requests run under.
@@ -97,13 +140,14 @@ public final class PolicyEngine: Sendable {
     /// Signs in with new credentials: ends a logout cooldown early and makes every request that
     /// hits a trigger afterwards use these.
     public func signIn(_ credentials: Credentials) {
-        state.withLock { state in
+        let runtime = state.withLock { state in
             state.credentials = credentials
             state.generation += 1
             state.loggedOutUntil = nil
             state.loggedOutUntilDate = nil
+            return state.runtime
         }
-        try? store?.save(credentials)
+        save(credentials, runtime)
     }
 
     /// Runs new requests under `policy`; requests in flight finish under the one they started with.
@@ -113,6 +157,7 @@ public final class PolicyEngine: Sendable {
         var event = PolicyEvent(.reload, time: clock.now)
         event.ok = true
         emit(event, runtime)
+        reportProblems(runtime)
     }
 
     /// Loads and lints a policy file and runs new requests under it. A file with errors is

@@ -5,6 +5,9 @@
 public struct PolicyEvent: Sendable, Hashable {
     public enum Kind: String, Sendable, Hashable {
         case send, response, wait, cancel, outcome, logout, reload
+        /// Something the engine could not do that does not end a request: a plugin that could
+        /// not be made, a credential store that could not be read or written.
+        case problem
         case refreshStart = "refresh-start"
         case refreshEnd = "refresh-end"
     }

@@ -31,7 +31,8 @@ public struct PluginReference: Sendable, Hashable {
 /// One `with:` option value, kept close to the YAML so any plugin can read it.
 public enum PluginOption: Sendable, Hashable, CustomStringConvertible {
     case string(String)
-    case number(Double)
+    /// A plain YAML number, as written (`007` stays `007`, `1e20` stays `1e20`).
+    case number(String)
     case bool(Bool)
     case list([PluginOption])
     case map([String: PluginOption])
@@ -39,8 +40,16 @@ public enum PluginOption: Sendable, Hashable, CustomStringConvertible {
     public var string: String? {
         switch self {
         case .string(let text): return text
-        case .number(let number): return number == number.rounded() ? String(Int(number)) : String(number)
+        case .number(let text): return text
         case .bool(let flag): return String(flag)
+        default: return nil
+        }
+    }
+
+    /// The value as a number, when it is one.
+    public var double: Double? {
+        switch self {
+        case .number(let text), .string(let text): return Double(text)
         default: return nil
         }
     }

@@ -294,7 +294,7 @@ extension PolicyDecoder {
             if style == .plain, node.tag == nil {
                 if text == "true" { return .bool(true) }
                 if text == "false" { return .bool(false) }
-                if Self.isInteger(text) || Double(text) != nil, let number = Double(text) { return .number(number) }
+                if Self.isInteger(text) || Double(text) != nil { return .number(text) }
             }
             return .string(text)
         case .sequence(let items): return .list(items.map(pluginOption))

@@ -173,14 +173,9 @@ public struct HTTPRefresh: RefreshPlugin {
         switch option {
         case .string(let text): json += PolicyEvent.quote(try substitute(text, credentials))
         case .bool(let flag): json += flag ? "true" : "false"
-        case .number(let number):
-            if !number.isFinite {
-                json += "null"
-            } else if number == number.rounded(), abs(number) < 1e15 {
-                json += String(Int64(number))
-            } else {
-                json += String(number)
-            }
+        case .number(let text):
+            // As written when it is a JSON number; YAML spellings JSON lacks (007, 0x1F, .5) as text.
+            json += isJSONNumber(text) ? text : PolicyEvent.quote(text)
         case .list(let items):
             json += "["
             for (index, item) in items.enumerated() {
@@ -240,4 +235,33 @@ public struct HTTPRefresh: RefreshPlugin {
             }
         }
     }
+}
+
+/// Whether `text` is a number in JSON's grammar (RFC 8259 §6).
+func isJSONNumber(_ text: String) -> Bool {
+    var bytes = Array(text.utf8)[...]
+    if bytes.first == UInt8(ascii: "-") { bytes = bytes.dropFirst() }
+    func digits() -> Int {
+        var count = 0
+        while let byte = bytes.first, byte >= 0x30, byte <= 0x39 {
+            bytes = bytes.dropFirst()
+            count += 1
+        }
+        return count
+    }
+    if bytes.first == UInt8(ascii: "0") {
+        bytes = bytes.dropFirst()
+    } else if digits() == 0 {
+        return false
+    }
+    if bytes.first == UInt8(ascii: ".") {
+        bytes = bytes.dropFirst()
+        if digits() == 0 { return false }
+    }
+    if bytes.first == UInt8(ascii: "e") || bytes.first == UInt8(ascii: "E") {
+        bytes = bytes.dropFirst()
+        if bytes.first == UInt8(ascii: "+") || bytes.first == UInt8(ascii: "-") { bytes = bytes.dropFirst() }
+        if digits() == 0 { return false }
+    }
+    return bytes.isEmpty
 }

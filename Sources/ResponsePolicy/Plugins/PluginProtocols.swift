@@ -57,9 +57,18 @@ public protocol AuthorizePlugin: Sendable {
 public struct LogoutContext: Sendable {
     /// The request whose response triggered the logout, when one did.
     public let requestID: String?
-    /// The rule that matched, or `refresh` when a failed refresh logged out.
+    /// The rule that matched, or `refresh failed` when a failed refresh logged out.
     public let reason: String
+    /// The session's credentials as they were at logout (to say which session to end).
+    public let credentials: Credentials?
     public let transport: any Transport
+
+    public init(requestID: String?, reason: String, credentials: Credentials?, transport: any Transport) {
+        self.requestID = requestID
+        self.reason = reason
+        self.credentials = credentials
+        self.transport = transport
+    }
 }
 
 /// Tells the outside world the session ended (revoke a token, clear a keychain). Called once
