@@ -88,6 +88,28 @@ struct InstantCancellableTransport: CancellableTransport {
 }
 
 extension Benchmarks {
+    /// Bytes per task for `count` tasks parked on a continuation: what any caller's own waiting
+    /// task costs, the floor under the engine's per-request figure.
+    static func bareTaskBytes(count: Int) async -> Double {
+        let gate = Gate(count: 1)
+        let parked = Locked(0)
+        let before = residentMemory().current
+        var perTask = 0.0
+        await withTaskGroup(of: Void.self) { group in
+            for _ in 0..<count {
+                group.addTask {
+                    parked.withLock { $0 += 1 }
+                    await gate.wait()
+                }
+            }
+            while parked.withLock({ $0 }) < count { await Task.yield() }
+            for _ in 0..<20 { await Task.yield() }
+            perTask = max(0, residentMemory().current - before) / Double(count)
+            gate.arrive()
+        }
+        return perTask
+    }
+
     static func storm(quick: Bool) async -> BenchResult {
         let count = quick ? 200 : 10_000
         let gate = Gate(count: count)
@@ -99,6 +121,7 @@ extension Benchmarks {
             policy: policy, transport: StormTransport(gate: gate),
             credentials: MemoryCredentialStore(Credentials(accessToken: "token-0")), options: options)
         let request = HTTPRequest(url: URL(string: "https://api.example.com/profile")!)
+        let bare = await bareTaskBytes(count: count)
         let before = residentMemory().current
         let start = ContinuousClock.now
         let delivered = await withTaskGroup(of: Int.self) { group in
@@ -116,6 +139,7 @@ extension Benchmarks {
             extra: [
                 ("requests", Double(count)), ("delivered", Double(delivered)), ("refreshes", Double(refresh.calls)),
                 ("peak_rss_mib", memory.peak / 1_048_576), ("bytes_per_in_flight_request", perRequest),
+                ("bytes_per_bare_waiting_task", bare), ("engine_bytes_per_in_flight_request", max(0, perRequest - bare)),
             ],
             goal: "< 1000 ms, refreshes == 1, < 2 KiB per in-flight request")
     }

@@ -6,6 +6,7 @@ extension PolicyEngine {
     ///
     /// Many logout triggers arriving together make one logout: the first starts the cooldown,
     /// the others find it running and only end their own request.
+    @inline(never)  // a frame of its own, held only while this is awaited
     func logout(
         settings: LogoutSettings, plugins: PolicyRuntime.ScopePlugins, trigger: RequestContext, reason: String
     ) async {

@@ -1,64 +1,82 @@
 extension PolicyEngine {
-    private enum RefreshDecision {
-        case retryNow
-        case wait
-        case start(epoch: UInt64, credentials: Credentials?)
-        case fail(RefreshFailure)
-        case loggedOut
-    }
-
     /// Waits until a token newer than `failedGeneration` exists, starting the one refresh that
     /// makes it when none is running (single flight).
     ///
     /// A request whose token is already older than the current one retries at once; within
     /// `share-window` after a refresh it retries without refreshing; beyond `limit` the refresh
     /// fails without a call. Cancelling the waiting request removes it from the waiters; the
-    /// refresh goes on for the others.
+    /// refresh goes on for the others. (The deciding is synchronous, in ``decideRefresh``: this
+    /// async part only waits, so the frame a waiting request keeps stays small.)
+    @inline(never)  // a frame of its own, held only while this is awaited
     func awaitFreshToken(
         failedGeneration: UInt64, settings: RefreshSettings, plugins: PolicyRuntime.ScopePlugins,
         _ context: RequestContext, proactive: Bool
     ) async -> EngineState.FlightResult {
         while true {
-            let now = clock.now
-            let decision: RefreshDecision = state.withLock { state in
-                if state.isLoggedOut(at: now) { return .loggedOut }
-                if state.generation > failedGeneration { return .retryNow }
-                if state.flight != nil { return .wait }
-                if !proactive, let last = state.lastRefresh, now - last < settings.shareWindow { return .retryNow }
-                if let limit = settings.limit {
-                    state.refreshCalls.removeAll { now - $0 >= limit.per }
-                    if state.refreshCalls.count >= limit.count {
-                        return .fail(
-                            RefreshFailure("more than \(limit.count) refreshes in \(limit.per.policyText) (refresh.limit)"))
-                    }
-                }
-                state.refreshCalls.append(now)
-                state.flight = EngineState.Flight(sessionEpoch: state.sessionEpoch)
-                return .start(epoch: state.sessionEpoch, credentials: state.credentials)
+            if let decided = decideRefresh(
+                failedGeneration: failedGeneration, settings: settings, plugins: plugins, context, proactive: proactive)
+            {
+                return decided
             }
-            switch decision {
-            case .retryNow: return .ok
-            case .loggedOut: return .loggedOut
-            case .fail(let failure):
+            if let result = await waitForFlight(context.number) { return result }
+        }
+    }
+
+    /// Decides what a refresh trigger does now: an outcome, or `nil` to wait for the refresh in
+    /// flight (which this may just have started).
+    @inline(never)  // its temporaries stay out of the waiting request's async frame
+    private func decideRefresh(
+        failedGeneration: UInt64, settings: RefreshSettings, plugins: PolicyRuntime.ScopePlugins,
+        _ context: RequestContext, proactive: Bool
+    ) -> EngineState.FlightResult? {
+        enum Decision {
+            case retryNow, wait, loggedOut
+            case start(epoch: UInt64, credentials: Credentials?)
+            case fail(RefreshFailure)
+        }
+        let now = clock.now
+        let decision: Decision = state.withLock { state in
+            if state.isLoggedOut(at: now) { return .loggedOut }
+            if state.generation > failedGeneration { return .retryNow }
+            if state.flight != nil { return .wait }
+            if !proactive, let last = state.lastRefresh, now - last < settings.shareWindow { return .retryNow }
+            if let limit = settings.limit {
+                state.refreshCalls.removeAll { now - $0 >= limit.per }
+                if state.refreshCalls.count >= limit.count {
+                    return .fail(
+                        RefreshFailure("more than \(limit.count) refreshes in \(limit.per.policyText) (refresh.limit)"))
+                }
+            }
+            state.refreshCalls.append(now)
+            state.flight = EngineState.Flight(sessionEpoch: state.sessionEpoch)
+            return .start(epoch: state.sessionEpoch, credentials: state.credentials)
+        }
+        switch decision {
+        case .retryNow: return .ok
+        case .loggedOut: return .loggedOut
+        case .wait: return nil
+        case .fail(let failure):
+            emit(context.runtime) {
                 var start = PolicyEvent(.refreshStart, time: now, request: context.id)
                 start.reason = "limit"
+                return start
+            }
+            emit(context.runtime) {
                 var end = PolicyEvent(.refreshEnd, time: now, request: context.id)
                 end.ok = false
                 end.reason = failure.reason
-                emit(start, context.runtime)
-                emit(end, context.runtime)
-                return .failed(failure)
-            case .start(let epoch, let credentials):
-                startRefresh(epoch: epoch, credentials: credentials, settings: settings, plugins: plugins, context)
-                if let result = await waitForFlight(context.number) { return result }
-            case .wait:
-                if let result = await waitForFlight(context.number) { return result }
+                return end
             }
+            return .failed(failure)
+        case .start(let epoch, let credentials):
+            startRefresh(epoch: epoch, credentials: credentials, settings: settings, plugins: plugins, context)
+            return nil
         }
     }
 
     /// Suspends until the refresh in flight ends; `nil` when it ended before the wait began
     /// (decide again).
+    @inline(never)  // a frame of its own, held only while this is awaited
     private func waitForFlight(_ number: UInt64) async -> EngineState.FlightResult? {
         enum Registration { case waiting, ended, cancelled }
         let result: EngineState.FlightResult? = await withTaskCancellationHandler {

@@ -9,235 +9,37 @@ extension PolicyEngine {
         case cancelled
     }
 
-    /// The request loop: sign, send, classify, act; until an outcome.
+    /// The request loop: sign, send, classify, act; until an outcome. Every decision is made by
+    /// ``RequestMachine`` synchronously; this driver only awaits what it asks for, so the frame
+    /// kept while a request waits stays small.
     func run(_ original: HTTPRequest, _ context: RequestContext) async -> Result<HTTPResponse, PolicyEngineError> {
-        let runtime = context.runtime
-        let graph = runtime.policy.graph
-        // Computed once: `URL.path` builds a new string on every call.
-        let method = original.method
-        let path = original.path
-        let scopeIndex = graph.scopes.firstIndex { scope in
-            scope.route.map { $0.matches(method: method, path: path) } ?? true
-        } ?? graph.scopes.count - 1
-        let scope = graph.scopes[scopeIndex]
-        let plugins = runtime.scopes[scopeIndex]
-        var request = original
-        let retryable = prepareIdempotency(&request, scope.retry)
-        let deadline = scope.retry.deadline.map { context.start + $0 }
-
-        var attempt = 0
-        var retries = 0
-        var refreshResends = 0
-        var lastResponse: HTTPResponse?
-        var lastCode: String?
-
-        func finish(_ result: Result<HTTPResponse, PolicyEngineError>) -> Result<HTTPResponse, PolicyEngineError> {
-            emit(runtime) { outcomeEvent(result) }
-            return result
-        }
-
-        func outcomeEvent(_ result: Result<HTTPResponse, PolicyEngineError>) -> PolicyEvent {
-            var event = PolicyEvent(.outcome, time: clock.now, request: context.id)
-            switch result {
-            case .success(let response):
-                event.result = .delivered
-                event.status = response.status
-                event.code = lastCode
-            case .failure(let error):
-                switch error {
-                case .loggedOut: event.result = .loggedOut
-                case .cancelled: event.result = .cancelled
-                default: event.result = .failed
-                }
-                if let lastResponse, error != .cancelled {
-                    event.status = lastResponse.status
-                    event.code = lastCode
-                }
-                if case .loggedOut = error {} else if case .cancelled = error {} else { event.reason = error.reasonText }
-            }
-            return event
-        }
-
-        func emitResponse(
-            status: Int?, code: String?, error: TransportErrorClass?, rule: Rule?, reason: String? = nil
-        ) {
-            emit(runtime) {
-                var event = PolicyEvent(.response, time: clock.now, request: context.id)
-                event.attempt = attempt
-                event.status = status
-                event.code = code
-                event.error = error
-                event.rule = rule?.name
-                event.action = rule?.action
-                event.reason = reason
-                return event
-            }
-        }
-
-        func ended() -> Result<HTTPResponse, PolicyEngineError> {
-            let reason = state.withLock { $0.requests[context.number]?.endReason }
-            if reason == .loggedOut { return finish(.failure(.loggedOut(until: cooldownEnd()))) }
-            emit(runtime) {
-                var event = PolicyEvent(.cancel, time: clock.now, request: context.id)
-                event.reason = "the caller cancelled the request"
-                return event
-            }
-            return finish(.failure(.cancelled))
-        }
-
+        let machine = RequestMachine(engine: self, original: original, context: context)
+        var step = machine.top()
         while true {
-            let now = clock.now
-            let (endedOutside, loggedOut) = state.withLock { state in
-                (state.requests[context.number]?.endReason != nil, state.isLoggedOut(at: now))
-            }
-            if Task.isCancelled || endedOutside { return ended() }
-            if loggedOut { return finish(.failure(.loggedOut(until: cooldownEnd()))) }
-
-            // Refresh ahead of expiry, before sending (single flight as usual).
-            if let ahead = scope.refresh.ahead, plugins.refresh != nil, let generation = expiringGeneration(within: ahead) {
-                switch await awaitFreshToken(
-                    failedGeneration: generation, settings: scope.refresh, plugins: plugins, context, proactive: true)
-                {
-                case .ok, .failed: break  // a failed proactive refresh leaves the old token to try
-                case .loggedOut: return finish(.failure(.loggedOut(until: cooldownEnd())))
-                case .cancelled: return ended()
-                }
-            }
-
-            let (credentials, generation) = state.withLock { ($0.credentials, $0.generation) }
-            var signed = request
-            if let credentials, let authorize = plugins.authorize { authorize.authorize(&signed, with: credentials) }
-            attempt += 1
-            emit(runtime) {
-                var event = PolicyEvent(.send, time: clock.now, request: context.id)
-                event.attempt = attempt
-                return event
-            }
-
-            var timeout = scope.retry.attemptTimeout
-            if let deadline { timeout = min(timeout ?? .seconds(1 << 40), max(.zero, deadline - clock.now)) }
-            let result = await attemptOnce(signed, timeout: timeout, number: context.number)
-
-            let ruleIndex: Int?
-            var failure: TransportError?
-            switch result {
-            case .cancelled:
-                return ended()
-            case .response(let response):
-                lastResponse = response
-                lastCode = runtime.code(of: response, scopeIndex: scopeIndex, scanLimit: options.bodyScanLimit)
-                ruleIndex = scope.classifier.match(
-                    status: response.status, code: lastCode, headers: response.headers, method: method, path: path)
-            case .timedOut, .error:
-                let error: TransportError
-                if case .error(let transportError) = result {
-                    error = transportError
-                } else {
-                    if let deadline, clock.now >= deadline {
-                        emitResponse(status: nil, code: nil, error: .timeout, rule: nil, reason: "deadline")
-                        return finish(.failure(.deadlineExceeded))
-                    }
-                    error = TransportError(.timeout, "no response within \(timeout?.policyText ?? "the attempt timeout")")
-                }
-                failure = error
-                lastResponse = nil
-                lastCode = nil
-                ruleIndex = scope.classifier.match(error: error.errorClass, method: method, path: path)
-            }
-
-            guard let ruleIndex else {
-                emitResponse(status: lastResponse?.status, code: lastCode, error: failure?.errorClass, rule: nil)
-                if let failure { return finish(.failure(.transport(failure))) }
-                if let lastResponse { return finish(.success(lastResponse)) }
-                return finish(.failure(.cancelled))
-            }
-            let rule = scope.rules[ruleIndex]
-            emitResponse(status: lastResponse?.status, code: lastCode, error: failure?.errorClass, rule: rule)
-
-            /// Delivers the response, or fails with the transport error when there is none.
-            func deliverOrFail() -> Result<HTTPResponse, PolicyEngineError> {
-                if let lastResponse { return finish(.success(lastResponse)) }
-                return finish(.failure(.transport(failure ?? TransportError(.connection))))
-            }
-
-            switch rule.action {
-            case .deliver:
-                return deliverOrFail()
-            case .fail:
-                guard let lastResponse else { return finish(.failure(.transport(failure ?? TransportError(.connection)))) }
-                return finish(.failure(.failed(response: lastResponse, rule: rule.name)))
-            case .logout:
-                await logout(settings: scope.logout(for: rule), plugins: plugins, trigger: context, reason: rule.name)
-                return finish(.failure(.loggedOut(until: cooldownEnd())))
+            switch step {
+            case .finish:
+                return machine.result
+            case .proactiveRefresh:
+                step = machine.afterProactiveRefresh(
+                    await awaitFreshToken(
+                        failedGeneration: machine.pendingGeneration, settings: machine.scope.refresh,
+                        plugins: machine.plugins, context, proactive: true))
+            case .send:
+                guard let request = machine.pendingRequest else { return machine.result }
+                step = machine.afterAttempt(
+                    await attemptOnce(request, timeout: machine.pendingTimeout, number: context.number))
             case .refresh:
-                let settings = scope.refresh(for: rule)
-                guard refreshResends < settings.maxPerRequest else {
-                    switch settings.onExhausted {
-                    case .logout:
-                        await logout(settings: scope.logout, plugins: plugins, trigger: context, reason: rule.name)
-                        return finish(.failure(.loggedOut(until: cooldownEnd())))
-                    case .deliver: return deliverOrFail()
-                    default:
-                        return finish(
-                            .failure(.refreshFailed(reason: "the request was re-sent \(refreshResends) time(s) for refresh triggers")))
-                    }
+                step = machine.afterRefresh(
+                    await awaitFreshToken(
+                        failedGeneration: machine.pendingGeneration, settings: machine.pendingRefresh ?? machine.scope.refresh,
+                        plugins: machine.plugins, context, proactive: false))
+            case .logout:
+                if let (settings, reason) = machine.pendingLogout {
+                    await logout(settings: settings, plugins: machine.plugins, trigger: context, reason: reason)
                 }
-                refreshResends += 1
-                switch await awaitFreshToken(
-                    failedGeneration: generation, settings: settings, plugins: plugins, context, proactive: false)
-                {
-                case .ok: continue
-                case .loggedOut: return finish(.failure(.loggedOut(until: cooldownEnd())))
-                case .cancelled: return ended()
-                case .failed(let refreshFailure):
-                    if let response = refreshFailure.response,
-                        endsSession(response, scope: scope, scopeIndex: scopeIndex, runtime, method: method, path: path)
-                    {
-                        await logout(settings: scope.logout, plugins: plugins, trigger: context, reason: Self.refreshFailedReason)
-                        return finish(.failure(.loggedOut(until: cooldownEnd())))
-                    }
-                    switch settings.onFailure {
-                    case .logout:
-                        await logout(settings: scope.logout, plugins: plugins, trigger: context, reason: Self.refreshFailedReason)
-                        return finish(.failure(.loggedOut(until: cooldownEnd())))
-                    case .deliver: return deliverOrFail()
-                    default: return finish(.failure(.refreshFailed(reason: refreshFailure.reason)))
-                    }
-                }
-            case .retry:
-                let settings = scope.retry(for: rule)
-                let now = clock.now
-                var allowed = retryable && retries < settings.maxRetries
-                if allowed, let budget = settings.budget {
-                    allowed = state.withLock { $0.budget.takeRetry(at: now, budget: budget) }
-                }
-                guard allowed else {
-                    switch settings.onExhausted {
-                    case .fail: return finish(.failure(.retriesExhausted(lastResponse: lastResponse, lastError: failure)))
-                    case .logout:
-                        await logout(settings: scope.logout, plugins: plugins, trigger: context, reason: rule.name)
-                        return finish(.failure(.loggedOut(until: cooldownEnd())))
-                    default:
-                        if lastResponse == nil {
-                            return finish(.failure(.retriesExhausted(lastResponse: nil, lastError: failure)))
-                        }
-                        return deliverOrFail()
-                    }
-                }
-                let delay = RetryTiming.delay(
-                    forRetry: retries + 1, settings: settings, response: lastResponse, now: clock.date, random: options.random)
-                if let deadline, now + delay > deadline {
-                    // A wait that would end past the deadline is not started.
-                    return finish(.failure(.deadlineExceeded))
-                }
-                retries += 1
-                emit(runtime) {
-                    var event = PolicyEvent(.wait, time: now, request: context.id)
-                    event.delay = delay
-                    event.attempt = attempt
-                    return event
-                }
-                guard await wait(context.number, until: now + delay) else { return ended() }
+                step = machine.loggedOut()
+            case .wait:
+                step = machine.afterWait(await wait(context.number, until: machine.pendingUntil))
             }
         }
     }
@@ -246,6 +48,7 @@ extension PolicyEngine {
     /// transport runs in a task of its own, the unit a logout, the attempt timeout or the caller's
     /// cancellation can cancel without ending the request's loop. Either way the attempt is
     /// cancelled through one ``AttemptCancellation`` registered in the request's entry.
+    @inline(never)  // a frame of its own, held only while this is awaited
     func attemptOnce(_ request: HTTPRequest, timeout: Duration?, number: UInt64) async -> AttemptResult {
         let cancellation = AttemptCancellation()
         let attemptNumber: Int? = state.withLock { state in
@@ -297,6 +100,7 @@ extension PolicyEngine {
 
     /// Waits until `deadline` on the engine's timers; `false` when the request was ended
     /// (logout, caller cancellation) first.
+    @inline(never)  // a frame of its own, held only while this is awaited
     func wait(_ number: UInt64, until deadline: Duration) async -> Bool {
         await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
             let waiting = state.withLock { state -> Bool in

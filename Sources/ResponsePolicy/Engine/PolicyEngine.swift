@@ -208,31 +208,8 @@ public final class PolicyEngine: Sendable {
     ///
     /// - Throws: ``PolicyEngineError``; exactly one outcome per call.
     public func send(_ request: HTTPRequest) async throws(PolicyEngineError) -> HTTPResponse {
-        let now = clock.now
-        let (number, runtime, loggedOutUntil) = state.withLock { state in
-            state.nextRequest += 1
-            state.budget.recordRequest(at: now)
-            return (state.nextRequest, state.runtime, state.isLoggedOut(at: now) ? state.loggedOutUntilDate : nil)
-        }
-        let context = RequestContext(number: number, explicitID: request.id, runtime: runtime, start: now)
-        if let until = loggedOutUntil {
-            // The cooldown: fail fast, without touching the network.
-            emit(runtime) {
-                var event = PolicyEvent(.outcome, time: now, request: context.id)
-                event.result = .loggedOut
-                return event
-            }
-            throw .loggedOut(until: until)
-        }
-        if Task.isCancelled {
-            emit(runtime) {
-                var event = PolicyEvent(.outcome, time: now, request: context.id)
-                event.result = .cancelled
-                return event
-            }
-            throw .cancelled
-        }
-        state.withLock { $0.requests[number] = EngineState.RequestEntry() }
+        let context = try admit(request)
+        let number = context.number
         // The loop runs in the caller's task; what must be interruptible from outside (the
         // attempt on the wire, a backoff wait, a refresh wait) registers itself in the entry.
         let result = await withTaskCancellationHandler {
@@ -242,6 +219,39 @@ public final class PolicyEngine: Sendable {
         }
         state.withLock { _ = $0.requests.removeValue(forKey: number) }
         return try result.get()
+    }
+
+    /// Numbers and registers a request, or refuses it at once: during the logout cooldown
+    /// (without touching the network) or when the caller is already cancelled.
+    @inline(never)  // its temporaries stay out of the waiting request's async frame
+    private func admit(_ request: HTTPRequest) throws(PolicyEngineError) -> RequestContext {
+        let now = clock.now
+        let cancelled = Task.isCancelled
+        let (number, runtime, loggedOutUntil) = state.withLock { state in
+            state.nextRequest += 1
+            state.budget.recordRequest(at: now)
+            let refused = state.isLoggedOut(at: now) ? state.loggedOutUntilDate : nil
+            if refused == nil, !cancelled { state.requests[state.nextRequest] = EngineState.RequestEntry() }
+            return (state.nextRequest, state.runtime, refused)
+        }
+        let context = RequestContext(number: number, explicitID: request.id, runtime: runtime, start: now)
+        if let until = loggedOutUntil {
+            emit(runtime) {
+                var event = PolicyEvent(.outcome, time: now, request: context.id)
+                event.result = .loggedOut
+                return event
+            }
+            throw .loggedOut(until: until)
+        }
+        if cancelled {
+            emit(runtime) {
+                var event = PolicyEvent(.outcome, time: now, request: context.id)
+                event.result = .cancelled
+                return event
+            }
+            throw .cancelled
+        }
+        return context
     }
 
     /// Ends a request from outside its loop: marks why, cancels its attempt, ends its wait.
