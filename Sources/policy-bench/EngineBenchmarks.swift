@@ -110,6 +110,25 @@ extension Benchmarks {
         return perTask
     }
 
+    static func bareTaskBytesInChildProcess(count: Int) -> Double {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: CommandLine.arguments[0]).standardizedFileURL
+        if !FileManager.default.isExecutableFile(atPath: process.executableURL?.path ?? "") {
+            process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        }
+        process.arguments = ["--bare-task-bytes", String(count)]
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        do {
+            try process.run()
+        } catch {
+            return .nan
+        }
+        let output = pipe.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return Double(String(decoding: output, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) ?? .nan
+    }
+
     static func storm(quick: Bool) async -> BenchResult {
         let count = quick ? 200 : 10_000
         let gate = Gate(count: count)
@@ -130,9 +149,9 @@ extension Benchmarks {
             return await group.reduce(0, +)
         }
         let wall = (ContinuousClock.now - start).nanoseconds / 1e6
-        // Measured after the storm, so the storm's figure does not benefit from memory the bare
-        // tasks freed (the bare figure is then, if anything, the low one).
-        let bare = await bareTaskBytes(count: count)
+        // In a fresh process of its own: measured in this one, the two would reuse each other's
+        // freed memory and one of the figures would be meaningless.
+        let bare = bareTaskBytesInChildProcess(count: count)
         let memory = residentMemory()
         let perRequest = max(0, refresh.inFlightRSS - before) / Double(count)
         return BenchResult(

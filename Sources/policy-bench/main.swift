@@ -28,6 +28,12 @@ if arguments.contains("--help") || arguments.contains("-h") {
     exit(0)
 }
 
+if let index = argv.firstIndex(of: "--bare-task-bytes"), index + 1 < argv.count, let count = Int(argv[index + 1]) {
+    // The child process of storm-10k's memory baseline.
+    print(await Benchmarks.bareTaskBytes(count: count))
+    exit(0)
+}
+
 var results: [BenchResult] = []
 if wanted("classify") { results += Benchmarks.classify(quick: quick) }
 if wanted("decide") { results.append(Benchmarks.decide(quick: quick)) }
