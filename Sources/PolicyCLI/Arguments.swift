@@ -35,7 +35,9 @@ struct CommandSpec {
     }
 
     static func column(_ left: String, _ right: String) -> String {
-        let padded = left.count < 24 ? left + String(repeating: " ", count: 24 - left.count) : left + "\n" + String(repeating: " ", count: 26)
+        let padded =
+            left.count < 24
+            ? left + String(repeating: " ", count: 24 - left.count) : left + "\n" + String(repeating: " ", count: 26)
         return "  " + padded + right + "\n"
     }
 }
@@ -95,7 +97,9 @@ extension CommandSpec {
             if let inline {
                 value = inline
             } else {
-                guard index < arguments.count else { throw UsageError(message: "Missing value for '\(name) <\(option.valueName ?? "value")>'") }
+                guard index < arguments.count else {
+                    throw UsageError(message: "Missing value for '\(name) <\(option.valueName ?? "value")>'")
+                }
                 value = arguments[index]
                 index += 1
             }

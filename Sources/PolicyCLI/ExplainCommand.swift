@@ -7,7 +7,11 @@ enum ExplainCommand {
         overview: "Describe what a policy does in plain sentences, with the worst-case attempts and total wait.",
         usage: "policy explain FILE",
         arguments: [("FILE", "The policy file.")],
-        options: [.init(names: ["--plugin"], valueName: "kind:name", help: "Declare a host plugin. Repeatable.", repeatable: true)])
+        options: [
+            .init(
+                names: ["--plugin"], valueName: "kind:name", help: "Declare a host plugin. Repeatable.",
+                repeatable: true)
+        ])
 
     static func run(_ arguments: ParsedArguments, output: CommandOutput) throws(UsageError) -> Int32 {
         let path = try singleFile(arguments)
@@ -25,7 +29,8 @@ package enum PolicyExplainer {
         for scope in policy.graph.scopes {
             out += "\n"
             if let route = scope.route {
-                out += "\(scope.summary.prefix(1).uppercased() + scope.summary.dropFirst()) (route at line \(route.range.start.line)):\n"
+                out +=
+                    "\(scope.summary.prefix(1).uppercased() + scope.summary.dropFirst()) (route at line \(route.range.start.line)):\n"
                 if route.rules == nil { out += "  They use the top-level rules with this route's settings.\n" }
             } else {
                 out += policy.graph.scopes.count > 1 ? "All other requests:\n" : "All requests:\n"
@@ -49,7 +54,8 @@ package enum PolicyExplainer {
         }
         lines.append("Requests are signed by '\(scope.authorize.name)'\(authorizeDetail(scope.authorize)).")
         if scope.rules.isEmpty {
-            lines.append("There are no rules: every response is delivered as it is and nothing is retried or refreshed.")
+            lines.append(
+                "There are no rules: every response is delivered as it is and nothing is retried or refreshed.")
         } else {
             lines.append("Rules, first match wins:")
             for (index, rule) in scope.rules.enumerated() {
@@ -63,9 +69,14 @@ package enum PolicyExplainer {
             var text = "Refresh: one refresh at a time (single flight) by '\(r.plugin?.name ?? "no plugin")'; "
             text += "requests that hit a trigger wait for it and are re-sent with the new token. "
             text += "Triggers within \(r.shareWindow.policyText) of a refresh are re-sent without refreshing. "
-            if let limit = r.limit { text += "More than \(limit.count) refreshes in \(limit.per.policyText) count as a failed refresh. " }
-            text += "A refresh taking longer than \(r.timeout.policyText) has failed; when a refresh fails, \(outcome(r.onFailure))."
-            if let ahead = r.ahead { text += " Tokens expiring within \(ahead.policyText) are refreshed before sending." }
+            if let limit = r.limit {
+                text += "More than \(limit.count) refreshes in \(limit.per.policyText) count as a failed refresh. "
+            }
+            text +=
+                "A refresh taking longer than \(r.timeout.policyText) has failed; when a refresh fails, \(outcome(r.onFailure))."
+            if let ahead = r.ahead {
+                text += " Tokens expiring within \(ahead.policyText) are refreshed before sending."
+            }
             lines.append(text)
         }
         if reachable.contains(.logout) {
@@ -78,11 +89,14 @@ package enum PolicyExplainer {
         if reachable.contains(.retry) {
             let r = scope.retry
             var text = "Retries apply to \(r.methods.joined(separator: ", ")) requests"
-            if let key = r.idempotencyKey { text += " and to any request carrying an '\(key)' header (kept the same on every attempt)" }
+            if let key = r.idempotencyKey {
+                text += " and to any request carrying an '\(key)' header (kept the same on every attempt)"
+            }
             text += "."
             if let timeout = r.attemptTimeout { text += " Each attempt times out after \(timeout.policyText)." }
             if let budget = r.budget {
-                text += " Retries may add at most \(budget.min) + \(formatNumber(budget.ratio * 100))% of requests in a sliding 10s window."
+                text +=
+                    " Retries may add at most \(budget.min) + \(formatNumber(budget.ratio * 100))% of requests in a sliding 10s window."
             }
             lines.append(text)
         }
@@ -90,7 +104,9 @@ package enum PolicyExplainer {
         var text = "Worst case: \(worst.attempts) attempt\(worst.attempts == 1 ? "" : "s")"
         var parts: [String] = []
         if worst.retries > 0 { parts.append("\(worst.retries) retr\(worst.retries == 1 ? "y" : "ies")") }
-        if worst.refreshResends > 0 { parts.append("\(worst.refreshResends) re-send\(worst.refreshResends == 1 ? "" : "s") after a refresh") }
+        if worst.refreshResends > 0 {
+            parts.append("\(worst.refreshResends) re-send\(worst.refreshResends == 1 ? "" : "s") after a refresh")
+        }
         if !parts.isEmpty { text += " (1 + " + parts.joined(separator: " + ") + ")" }
         if worst.retries > 0 { text += ", waiting at most \(worst.totalWait.policyText) in total" }
         if let total = worst.total {
@@ -118,7 +134,8 @@ package enum PolicyExplainer {
         switch plugin.name {
         case "bearer": return " (Authorization: Bearer <token>)"
         case "header":
-            return " (\(plugin.options["name"]?.string ?? "a header"): \(plugin.options["prefix"]?.string ?? "")<token>)"
+            return
+                " (\(plugin.options["name"]?.string ?? "a header"): \(plugin.options["prefix"]?.string ?? "")<token>)"
         case "query": return " (query parameter \(plugin.options["name"]?.string ?? "?")=<token>)"
         default: return ""
         }
@@ -135,7 +152,8 @@ package enum PolicyExplainer {
         if !response.isEmpty { alternatives.append(response.joined(separator: " and ")) }
         if let errors = when.errors {
             alternatives.append(
-                errors.contains(.any) ? "the attempt fails without a response"
+                errors.contains(.any)
+                    ? "the attempt fails without a response"
                     : "the attempt fails with a " + list(errors.map(\.rawValue)) + " error")
         }
         var text = alternatives.isEmpty ? "any response arrives" : alternatives.joined(separator: ", or ")
@@ -152,12 +170,14 @@ package enum PolicyExplainer {
             return "log out (cooldown \(scope.logout(for: rule).cooldown.policyText))"
         case .refresh:
             let r = scope.refresh(for: rule)
-            return "refresh the token and send the request again, at most \(r.maxPerRequest) time\(r.maxPerRequest == 1 ? "" : "s") per request; after that \(outcome(r.onExhausted))"
+            return
+                "refresh the token and send the request again, at most \(r.maxPerRequest) time\(r.maxPerRequest == 1 ? "" : "s") per request; after that \(outcome(r.onExhausted))"
         case .retry:
             let r = scope.retry(for: rule)
             guard r.maxRetries > 0 else { return "do not retry (max-retries is 0); \(outcome(r.onExhausted))" }
             let waits = (1...min(r.maxRetries, 6)).map { r.delay(forRetry: $0).policyText }.joined(separator: ", ")
-            var text = "retry up to \(r.maxRetries) time\(r.maxRetries == 1 ? "" : "s"), waiting \(waits)\(r.maxRetries > 6 ? ", …" : "")"
+            var text =
+                "retry up to \(r.maxRetries) time\(r.maxRetries == 1 ? "" : "s"), waiting \(waits)\(r.maxRetries > 6 ? ", …" : "")"
             text += " (\(r.backoff.rawValue)"
             if let cap = r.maxDelay { text += ", capped at \(cap.policyText)" }
             text += r.jitter == .none ? ", no jitter" : ", jitter \(r.jitter)"

@@ -10,7 +10,9 @@ enum GraphCommand {
         arguments: [("FILE", "The policy file.")],
         options: [
             .init(names: ["--format"], valueName: "format", help: "dot (default, for Graphviz) or mermaid."),
-            .init(names: ["--plugin"], valueName: "kind:name", help: "Declare a host plugin. Repeatable.", repeatable: true),
+            .init(
+                names: ["--plugin"], valueName: "kind:name", help: "Declare a host plugin. Repeatable.",
+                repeatable: true),
         ])
 
     static func run(_ arguments: ParsedArguments, output: CommandOutput) throws(UsageError) -> Int32 {

@@ -11,7 +11,9 @@ enum LintCommand {
         options: [
             .init(names: ["--format"], valueName: "format", help: "Output format: text (default) or json."),
             .init(names: ["--strict"], valueName: nil, help: "Treat warnings as errors (exit 1 when there are any)."),
-            .init(names: ["--list-rules"], valueName: nil, help: "Print the reference of every check (Markdown) and exit."),
+            .init(
+                names: ["--list-rules"], valueName: nil, help: "Print the reference of every check (Markdown) and exit."
+            ),
             .init(
                 names: ["--plugin"], valueName: "kind:name",
                 help: "Declare a host plugin, like refresh:my-sso, so 'use:' may name it. Repeatable.",
@@ -48,11 +50,14 @@ enum LintCommand {
                         let bytes = try Policy.readFile(file, limits: .default)
                         let parsed = Policy.parse(bytes: bytes, limits: .default)
                         if SimulationScript.isScript(parsed.root) {
-                            results.append(FileResult(path: file, diagnostics: checkScript(parsed, file: file), source: parsed.source))
+                            results.append(
+                                FileResult(
+                                    path: file, diagnostics: checkScript(parsed, file: file), source: parsed.source))
                             continue
                         }
                         let analysis = Policy.analyze(parsed, file: file, catalog: catalog)
-                        results.append(FileResult(path: file, diagnostics: analysis.diagnostics, source: analysis.source))
+                        results.append(
+                            FileResult(path: file, diagnostics: analysis.diagnostics, source: analysis.source))
                     } catch {
                         if case .unreadable(_, let reason) = error { unreadable.append((file, reason)) }
                     }
@@ -66,8 +71,10 @@ enum LintCommand {
         if format == "json" {
             let unreadableDiagnostics = unreadable.map { path, reason in
                 JSONText.object([
-                    ("file", JSONText.string(path)), ("line", "0"), ("column", "0"), ("severity", JSONText.string("error")),
-                    ("rule", JSONText.string("unreadable-file")), ("message", JSONText.string("cannot read the file: \(reason)")),
+                    ("file", JSONText.string(path)), ("line", "0"), ("column", "0"),
+                    ("severity", JSONText.string("error")),
+                    ("rule", JSONText.string("unreadable-file")),
+                    ("message", JSONText.string("cannot read the file: \(reason)")),
                 ])
             }
             let items = all.map { d in
@@ -80,7 +87,8 @@ enum LintCommand {
             output.stdout(
                 JSONText.object([
                     ("files", String(results.count)), ("errors", String(errors + unreadable.count)),
-                    ("warnings", String(warnings)), ("diagnostics", "[" + (unreadableDiagnostics + items).joined(separator: ",") + "]"),
+                    ("warnings", String(warnings)),
+                    ("diagnostics", "[" + (unreadableDiagnostics + items).joined(separator: ",") + "]"),
                 ]) + "\n")
         } else {
             let renderer = DiagnosticRenderer(colour: output.isTerminal, showSource: output.isTerminal)
@@ -108,7 +116,8 @@ enum LintCommand {
         for step in script?.reload ?? [] {
             let path = step.policy.hasPrefix("/") ? step.policy : directory + "/" + step.policy
             if !FileManager.default.fileExists(atPath: path) {
-                var missing = Diagnostic.error("missing-file", "reload names '\(step.policy)', which does not exist", at: step.range)
+                var missing = Diagnostic.error(
+                    "missing-file", "reload names '\(step.policy)', which does not exist", at: step.range)
                 missing.file = file
                 all.append(missing)
             }
@@ -154,7 +163,8 @@ enum LintCommand {
             guard entry.hasSuffix(".yaml") || entry.hasSuffix(".yml") else { continue }
             let full = path.hasSuffix("/") ? path + entry : path + "/" + entry
             var entryIsDirectory: ObjCBool = false
-            if FileManager.default.fileExists(atPath: full, isDirectory: &entryIsDirectory), !entryIsDirectory.boolValue {
+            if FileManager.default.fileExists(atPath: full, isDirectory: &entryIsDirectory), !entryIsDirectory.boolValue
+            {
                 files.append(full)
             }
         }
@@ -168,4 +178,3 @@ struct LintPathError: Error, CustomStringConvertible {
     init(_ reason: String) { self.reason = reason }
     var description: String { reason }
 }
-

@@ -8,7 +8,10 @@ public struct CommandOutput: Sendable {
     /// Whether stdout is a terminal: colour and source snippets only then.
     public var isTerminal: Bool
 
-    public init(stdout: @escaping @Sendable (String) -> Void, stderr: @escaping @Sendable (String) -> Void, isTerminal: Bool = false) {
+    public init(
+        stdout: @escaping @Sendable (String) -> Void, stderr: @escaping @Sendable (String) -> Void,
+        isTerminal: Bool = false
+    ) {
         self.stdout = stdout
         self.stderr = stderr
         self.isTerminal = isTerminal

@@ -106,7 +106,9 @@ func loadPolicy(_ path: String, catalog: PluginCatalog, output: CommandOutput) -
                 output.stderr(shown.description + "\n")
             }
             let errors = diagnostics.filter { $0.severity == .error }.count
-            output.stderr("error: '\(path)' has \(errors) error\(errors == 1 ? "" : "s"); run 'policy lint \(path)' for details\n")
+            output.stderr(
+                "error: '\(path)' has \(errors) error\(errors == 1 ? "" : "s"); run 'policy lint \(path)' for details\n"
+            )
             return (nil, ExitCode.failure)
         }
     }

@@ -10,8 +10,12 @@ enum SimulateCommand {
         arguments: [("FILE", "The policy file.")],
         options: [
             .init(names: ["--script"], valueName: "script", help: "The simulation script (YAML, see README)."),
-            .init(names: ["--format"], valueName: "format", help: "text (default) or json: one event per line, then a summary."),
-            .init(names: ["--plugin"], valueName: "kind:name", help: "Declare a host plugin. Repeatable.", repeatable: true),
+            .init(
+                names: ["--format"], valueName: "format",
+                help: "text (default) or json: one event per line, then a summary."),
+            .init(
+                names: ["--plugin"], valueName: "kind:name", help: "Declare a host plugin. Repeatable.",
+                repeatable: true),
         ])
 
     static func run(_ arguments: ParsedArguments, output: CommandOutput) async throws(UsageError) -> Int32 {
@@ -65,7 +69,8 @@ enum SimulateCommand {
     /// One event as a readable line: `  0.050s  a  response #1: 200 code 1401 -> token-expired: refresh`.
     static func text(_ event: PolicyEvent) -> String {
         let time = String(format: "%9.3fs", event.time.seconds)
-        let who = (event.request ?? "-").padding(toLength: max(8, (event.request ?? "-").count), withPad: " ", startingAt: 0)
+        let who = (event.request ?? "-").padding(
+            toLength: max(8, (event.request ?? "-").count), withPad: " ", startingAt: 0)
         var what: String
         switch event.kind {
         case .send: what = "send #\(event.attempt ?? 0)"
@@ -77,7 +82,8 @@ enum SimulateCommand {
             if let rule = event.rule, let action = event.action { what += " -> \(rule): \(action.rawValue)" }
         case .wait: what = "wait \(event.delay.map { PolicyEvent.secondsText($0) } ?? "?")s"
         case .refreshStart: what = "refresh started"
-        case .refreshEnd: what = "refresh " + (event.ok == true ? "ok" : "failed") + (event.reason.map { " (\($0))" } ?? "")
+        case .refreshEnd:
+            what = "refresh " + (event.ok == true ? "ok" : "failed") + (event.reason.map { " (\($0))" } ?? "")
         case .logout: what = "logout (\(event.rule ?? "?"))"
         case .cancel: what = "cancelled"
         case .reload: what = "reload " + (event.ok == true ? "ok" : "refused") + (event.reason.map { " (\($0))" } ?? "")

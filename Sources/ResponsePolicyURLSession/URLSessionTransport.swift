@@ -1,7 +1,6 @@
 import Foundation
 import ResponsePolicy
 
-
 #if canImport(FoundationNetworking)
     import FoundationNetworking
 #endif

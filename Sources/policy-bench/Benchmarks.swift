@@ -11,11 +11,17 @@ enum Benchmarks {
     static func body(codeFirst: Bool) -> Data {
         var fields: [String] = []
         fields.append(#""message":"token \"expired\" for user \\ caf\u00e9 \ud83d\ude00 please refresh""#)
-        fields.append(#""data":{"user":{"id":12345,"name":"A \"quoted\" name","roles":["admin","ops",{"nested":[1,2,3,{"deep":"x"}]}]},"flags":[true,false,null]}"#)
-        fields.append(#""trace":{"span":"0af7651916cd43dd8448eb211c80319c","parent":"b7ad6b7169203331","sampled":true,"tags":{"a":"1","b":"2","c":"\u0041\n\t"}}"#)
+        fields.append(
+            #""data":{"user":{"id":12345,"name":"A \"quoted\" name","roles":["admin","ops",{"nested":[1,2,3,{"deep":"x"}]}]},"flags":[true,false,null]}"#
+        )
+        fields.append(
+            #""trace":{"span":"0af7651916cd43dd8448eb211c80319c","parent":"b7ad6b7169203331","sampled":true,"tags":{"a":"1","b":"2","c":"\u0041\n\t"}}"#
+        )
         var padding = 0
         while (fields.joined(separator: ",").utf8.count + 40) < 1000 {
-            fields.append("\"pad\(padding)\":{\"k\":\"v\(padding)\",\"n\":[\(padding),\(padding + 1)],\"s\":\"\\\"\(padding)\\\"\"}")
+            fields.append(
+                "\"pad\(padding)\":{\"k\":\"v\(padding)\",\"n\":[\(padding),\(padding + 1)],\"s\":\"\\\"\(padding)\\\"\"}"
+            )
             padding += 1
         }
         let code = "\"status\":1401"
@@ -65,7 +71,8 @@ enum Benchmarks {
                     baseline: viaDecoder, baselineName: "JSONDecoder", ratio: viaDecoder / ours,
                     ratioMeaning: "JSONDecoder ns / ours ns, higher is better",
                     extra: [
-                        ("jsonserialization_ns", viaSerialization), ("ratio_vs_jsonserialization", viaSerialization / ours),
+                        ("jsonserialization_ns", viaSerialization),
+                        ("ratio_vs_jsonserialization", viaSerialization / ours),
                         ("bytes_per_second", bytesPerSecond), ("body_bytes", Double(body.count)),
                     ],
                     goal: first ? ">= 50x JSONDecoder" : ">= 10x JSONDecoder, >= 1 GB/s"))
@@ -79,8 +86,11 @@ enum Benchmarks {
             switch index % 4 {
             case 0: text += "  - { name: c\(index), when: { code: [\(10_000 + index)] }, then: fail }\n"
             case 1: text += "  - { name: h\(index), when: { code: [\"E\(index)\"], status: [200] }, then: deliver }\n"
-            case 2: text += "  - { name: p\(index), when: { code: [\(10_000 + index)], path: \"/p\(index)/*\" }, then: fail }\n"
-            default: text += "  - { name: s\(index), when: { code: [\(10_000 + index)], method: [POST] }, then: deliver }\n"
+            case 2:
+                text +=
+                    "  - { name: p\(index), when: { code: [\(10_000 + index)], path: \"/p\(index)/*\" }, then: fail }\n"
+            default:
+                text += "  - { name: s\(index), when: { code: [\(10_000 + index)], method: [POST] }, then: deliver }\n"
             }
         }
         return text
@@ -89,7 +99,9 @@ enum Benchmarks {
     static func decide(quick: Bool) -> BenchResult {
         let large = quick ? 200 : 20_000
         func timing(_ count: Int, code: String) -> Double {
-            guard let policy = try? Policy.load(yaml: rulesPolicy(count)) else { fatalError("generated policy invalid") }
+            guard let policy = try? Policy.load(yaml: rulesPolicy(count)) else {
+                fatalError("generated policy invalid")
+            }
             let classifier = policy.graph.scopes[policy.graph.scopes.count - 1].classifier
             let headers = HTTPHeaders()
             return measure(iterations: quick ? 1000 : 2_000_000, rounds: quick ? 1 : 5) {

@@ -139,7 +139,7 @@ extension Benchmarks {
         let engine = PolicyEngine(
             policy: policy, transport: StormTransport(gate: gate),
             credentials: MemoryCredentialStore(Credentials(accessToken: "token-0")), options: options)
-        let request = HTTPRequest(url: URL(string: "https://api.example.com/profile")!)
+        let request = HTTPRequest(url: URL(fileURLWithPath: "/profile"))
         let before = residentMemory().current
         let start = ContinuousClock.now
         let delivered = await withTaskGroup(of: Int.self) { group in
@@ -160,14 +160,15 @@ extension Benchmarks {
             extra: [
                 ("requests", Double(count)), ("delivered", Double(delivered)), ("refreshes", Double(refresh.calls)),
                 ("peak_rss_mib", memory.peak / 1_048_576), ("bytes_per_in_flight_request", perRequest),
-                ("bytes_per_bare_waiting_task", bare), ("engine_bytes_per_in_flight_request", max(0, perRequest - bare)),
+                ("bytes_per_bare_waiting_task", bare),
+                ("engine_bytes_per_in_flight_request", max(0, perRequest - bare)),
             ],
             goal: "< 1000 ms, refreshes == 1, < 2 KiB per in-flight request")
     }
 
     static func engineOverhead(quick: Bool) async -> BenchResult {
         guard let policy = try? Policy.load(yaml: Policy.defaultPolicyText) else { fatalError("default policy") }
-        let request = HTTPRequest(url: URL(string: "https://api.example.com/profile")!)
+        let request = HTTPRequest(url: URL(fileURLWithPath: "/profile"))
         let iterations = quick ? 200 : 100_000
         let rounds = quick ? 1 : 5
         func engine(_ transport: any Transport) -> PolicyEngine {
@@ -195,7 +196,10 @@ extension Benchmarks {
         return BenchResult(
             name: "engine-overhead", value: ours, unit: "ns", baseline: direct, baselineName: "transport directly",
             ratio: ours / direct, ratioMeaning: "ours ns / direct ns, lower is better",
-            extra: [("added_ns", ours - direct), ("plain_transport_ns", oursPlain), ("plain_transport_added_ns", oursPlain - direct)],
+            extra: [
+                ("added_ns", ours - direct), ("plain_transport_ns", oursPlain),
+                ("plain_transport_added_ns", oursPlain - direct),
+            ],
             goal: "< 2000 ns added")
     }
 }

@@ -16,7 +16,8 @@ struct EngineProblemTests {
         var options = PolicyEngine.Options()
         options.observers = [events]
         _ = PolicyEngine(
-            policy: try Policy.load(yaml: "policy: 1\nname: t\n"), transport: RecordingTransport { _, _ in response("") },
+            policy: try Policy.load(yaml: "policy: 1\nname: t\n"),
+            transport: RecordingTransport { _, _ in response("") },
             credentials: BrokenStore(), options: options)
         let problems = events.events.filter { $0.kind == .problem }.compactMap(\.reason)
         #expect(problems == ["the credential store could not be read (Unreadable); requests go out unsigned"])
@@ -81,7 +82,8 @@ struct EngineProblemTests {
         var options = PolicyEngine.Options()
         options.logoutPlugin = plugin
         let engine = PolicyEngine(
-            policy: try Policy.load(yaml: basePolicy), transport: RecordingTransport { _, _ in response("{\"status\":202}") },
+            policy: try Policy.load(yaml: basePolicy),
+            transport: RecordingTransport { _, _ in response("{\"status\":202}") },
             options: options)
         _ = try? await engine.send(HTTPRequest(url: testURL))
         await engine.waitForBackgroundWork()
@@ -91,7 +93,8 @@ struct EngineProblemTests {
 
     @Test func everyRefusalInOneCooldownReportsTheSameEnd() async throws {
         let engine = PolicyEngine(
-            policy: try Policy.load(yaml: basePolicy), transport: RecordingTransport { _, _ in response("{\"status\":202}") })
+            policy: try Policy.load(yaml: basePolicy),
+            transport: RecordingTransport { _, _ in response("{\"status\":202}") })
         var ends: [Date] = []
         for _ in 0..<3 {
             do throws(PolicyEngineError) {

@@ -20,13 +20,17 @@ struct EngineTests {
         let refresh = CountingRefresh()
         let sim = try SimulatedEngine(unauthorizedPolicy, transport: transport, refresh: refresh)
         let delivered = try await sim.run { engine in
-            try await engine.send(HTTPRequest(url: testURL, headers: ["Authorization": "Bearer stale", "Accept": "*/*"]))
+            try await engine.send(
+                HTTPRequest(url: testURL, headers: ["Authorization": "Bearer stale", "Accept": "*/*"]))
         }
         #expect(delivered.status == 200)
         #expect(refresh.calls == 1)
         let sent = transport.requests
         #expect(sent.count == 2)
-        #expect(sent.map { $0.headers.fields.filter { $0.name == "Authorization" }.map(\.value) } == [["Bearer token-0"], ["Bearer token-1"]])
+        #expect(
+            sent.map { $0.headers.fields.filter { $0.name == "Authorization" }.map(\.value) } == [
+                ["Bearer token-0"], ["Bearer token-1"],
+            ])
         #expect(sent[1].headers["Accept"] == "*/*")
     }
 
@@ -93,12 +97,15 @@ struct EngineTests {
 
     @Test func signingInEndsTheCooldownEarly() async throws {
         let transport = RecordingTransport { request, _ in
-            request.headers["Authorization"] == "Bearer fresh" ? response("{\"status\":0}") : response("{\"status\":202}")
+            request.headers["Authorization"] == "Bearer fresh"
+                ? response("{\"status\":0}") : response("{\"status\":202}")
         }
         let sim = try SimulatedEngine(basePolicy, transport: transport)
         let results = try await sim.run { engine -> [String] in
             var out: [String] = []
-            do { _ = try await engine.send(HTTPRequest(url: testURL)) } catch { out.append("\(error)".prefix(10).description) }
+            do { _ = try await engine.send(HTTPRequest(url: testURL)) } catch {
+                out.append("\(error)".prefix(10).description)
+            }
             do { _ = try await engine.send(HTTPRequest(url: testURL)) } catch { out.append("refused") }
             engine.signIn(Credentials(accessToken: "fresh"))
             let delivered = try await engine.send(HTTPRequest(url: testURL))
@@ -157,4 +164,3 @@ struct EngineTests {
         #expect(refresh.calls >= 1)
     }
 }
-

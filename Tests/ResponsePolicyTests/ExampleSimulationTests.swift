@@ -15,7 +15,9 @@ struct ExampleSimulationTests {
     static let examples: [Example] = {
         let folder = repositoryRoot.appendingPathComponent("examples/simulations")
         let names = (try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? []
-        return names.filter { $0.hasSuffix(".yaml") }.sorted().map { Example(script: folder.appendingPathComponent($0)) }
+        return names.filter { $0.hasSuffix(".yaml") }.sorted().map {
+            Example(script: folder.appendingPathComponent($0))
+        }
     }()
 
     @Test func thereIsAnExampleForEveryEngineBehaviour() {
@@ -26,7 +28,9 @@ struct ExampleSimulationTests {
     func exampleEndsWithItsExpectedSummary(_ example: Example) async throws {
         let text = try String(contentsOf: example.script, encoding: .utf8)
         func header(_ name: String) -> String? {
-            text.split(separator: "\n").first { $0.hasPrefix("# \(name): ") }.map { String($0.dropFirst(name.count + 4)) }
+            text.split(separator: "\n").first { $0.hasPrefix("# \(name): ") }.map {
+                String($0.dropFirst(name.count + 4))
+            }
         }
         let policyPath = try #require(header("policy"), "the script names no '# policy:'")
         let expected = try #require(header("expect"), "the script states no '# expect:'")

@@ -7,12 +7,13 @@ import Testing
 struct LogoutSimulationTests {
     @Test func manyLogoutTriggersAtOnceMakeOneLogout() async throws {
         let result = try await simulate(
-            basePolicy, """
-                requests:
-                  - id: g
-                    repeat: 20
-                    responses: [{ body: '{"status":202}' }]
-                """)
+            basePolicy,
+            """
+            requests:
+              - id: g
+                repeat: 20
+                responses: [{ body: '{"status":202}' }]
+            """)
         #expect(result.summary.logouts == 1)
         #expect(result.summary.loggedOut == 20)
         #expect(result.summary.attempts == 20)
@@ -20,19 +21,20 @@ struct LogoutSimulationTests {
 
     @Test func inFlightAndWaitingRequestsEndAsLoggedOut() async throws {
         let result = try await simulate(
-            basePolicy, """
-                requests:
-                  - id: slow
-                    responses: [{ body: '{"status":0}', latency: 5s }]
-                  - id: waiting
-                    responses: [{ status: 503 }, { body: '{"status":0}' }]
-                  - id: refreshing
-                    responses: [{ body: '{"status":1401}' }, { body: '{"status":0}' }]
-                  - id: trigger
-                    at: 100ms
-                    responses: [{ body: '{"status":202}' }]
-                refresh: [{ after: 1s }]
-                """)
+            basePolicy,
+            """
+            requests:
+              - id: slow
+                responses: [{ body: '{"status":0}', latency: 5s }]
+              - id: waiting
+                responses: [{ status: 503 }, { body: '{"status":0}' }]
+              - id: refreshing
+                responses: [{ body: '{"status":1401}' }, { body: '{"status":0}' }]
+              - id: trigger
+                at: 100ms
+                responses: [{ body: '{"status":202}' }]
+            refresh: [{ after: 1s }]
+            """)
         #expect(result.summary.logouts == 1)
         // Cancelled on the wire at the logout (t=0.15), not left to finish at t=5.
         #expect(result.timeline("slow") == "send@0 outcome@0.15")
@@ -47,30 +49,32 @@ struct LogoutSimulationTests {
 
     @Test func withoutCancelInFlightRequestsOnTheWireFinish() async throws {
         let result = try await simulate(
-            basePolicy + "\nlogout: { cancel-in-flight: false }\n", """
-                requests:
-                  - id: slow
-                    responses: [{ body: '{"status":0}', latency: 1s }]
-                  - id: trigger
-                    responses: [{ body: '{"status":202}' }]
-                """)
+            basePolicy + "\nlogout: { cancel-in-flight: false }\n",
+            """
+            requests:
+              - id: slow
+                responses: [{ body: '{"status":0}', latency: 1s }]
+              - id: trigger
+                responses: [{ body: '{"status":202}' }]
+            """)
         #expect(result.outcome("slow")?.result == .delivered)
         #expect(result.outcome("trigger")?.result == .loggedOut)
     }
 
     @Test func theCooldownFailsNewRequestsWithoutTheNetworkUntilItEnds() async throws {
         let result = try await simulate(
-            basePolicy + "\nlogout: { cooldown: 20s }\n", """
-                requests:
-                  - id: trigger
-                    responses: [{ body: '{"status":202}' }]
-                  - id: during
-                    at: 10s
-                    responses: [{ body: '{"status":0}' }]
-                  - id: after
-                    at: 21s
-                    responses: [{ body: '{"status":0}' }]
-                """)
+            basePolicy + "\nlogout: { cooldown: 20s }\n",
+            """
+            requests:
+              - id: trigger
+                responses: [{ body: '{"status":202}' }]
+              - id: during
+                at: 10s
+                responses: [{ body: '{"status":0}' }]
+              - id: after
+                at: 21s
+                responses: [{ body: '{"status":0}' }]
+            """)
         #expect(result.timeline("during") == "outcome@10")
         #expect(result.outcome("during")?.result == .loggedOut)
         #expect(result.timeline("after") == "send@21 response@21.05 outcome@21.05")
@@ -79,29 +83,31 @@ struct LogoutSimulationTests {
 
     @Test func theCooldownSuppressesRefreshesAndRetries() async throws {
         let result = try await simulate(
-            basePolicy, """
-                requests:
-                  - id: trigger
-                    at: 10ms
-                    responses: [{ body: '{"status":202}' }]
-                  - id: late-expiry
-                    at: 20ms
-                    responses: [{ body: '{"status":1401}', latency: 100ms }, { body: '{"status":0}' }]
-                refresh: [{ after: 100ms }]
-                """)
+            basePolicy,
+            """
+            requests:
+              - id: trigger
+                at: 10ms
+                responses: [{ body: '{"status":202}' }]
+              - id: late-expiry
+                at: 20ms
+                responses: [{ body: '{"status":1401}', latency: 100ms }, { body: '{"status":0}' }]
+            refresh: [{ after: 100ms }]
+            """)
         #expect(result.summary.refreshes == 0)
         #expect(result.outcome("late-expiry")?.result == .loggedOut)
     }
 
     @Test func aFailedRefreshWithOnFailureLogoutCallsLogoutOnce() async throws {
         let result = try await simulate(
-            basePolicy, """
-                requests:
-                  - id: w
-                    repeat: 10
-                    responses: [{ body: '{"status":1401}' }]
-                refresh: [{ after: 100ms, result: fail }]
-                """)
+            basePolicy,
+            """
+            requests:
+              - id: w
+                repeat: 10
+                responses: [{ body: '{"status":1401}' }]
+            refresh: [{ after: 100ms, result: fail }]
+            """)
         #expect(result.summary.logouts == 1)
         #expect(result.summary.loggedOut == 10)
     }

@@ -345,7 +345,8 @@ struct NetworkPluginTests {
         let plugin = try HTTPLogout(
             configuration: configuration("http", ["url": .string(url.absoluteString), "timeout": .string("2s")]))
         #expect(plugin.timeout == .seconds(2))
-        await plugin.logout(LogoutContext(requestID: "r1", reason: "forced-logout", credentials: nil, transport: transport))
+        await plugin.logout(
+            LogoutContext(requestID: "r1", reason: "forced-logout", credentials: nil, transport: transport))
         let sent = try #require(transport.requests.first)
         #expect(sent.method == "POST")
         #expect(sent.url == url)

@@ -42,7 +42,8 @@ struct PolicyDecoderTests {
         ("2m", .seconds(120)), ("1h", .seconds(3600)), ("0s", .zero),
     ])
     func durationsWithUnits(_ text: String, _ expected: Duration) throws {
-        let policy = try validPolicy(header + "logout: { cooldown: \(text) }\nrules: [{ when: { status: [403] }, then: logout }]\n")
+        let policy = try validPolicy(
+            header + "logout: { cooldown: \(text) }\nrules: [{ when: { status: [403] }, then: logout }]\n")
         #expect(policy.logout.cooldown == expected)
         #expect(expected.policyText == (text == "1.5s" ? "1.5s" : text))
     }
@@ -50,12 +51,14 @@ struct PolicyDecoderTests {
     @Test func bareNumberDurationSaysWhatToWrite() {
         #expect(
             renderedErrors(header + "logout:\n  cooldown: 20\n")
-                == "test.yaml:4:13: error: 'cooldown' needs a unit; a bare number has no unit: write 20s (ms, s, m or h) [invalid-duration]")
+                == "test.yaml:4:13: error: 'cooldown' needs a unit; a bare number has no unit: write 20s (ms, s, m or h) [invalid-duration]"
+        )
     }
 
     @Test func unknownKeysGetADidYouMeanHint() {
         #expect(
-            rendered(header + "retyr: {}\n") == "test.yaml:3:1: error: unknown key 'retyr'; did you mean 'retry'? [unknown-key]")
+            rendered(header + "retyr: {}\n")
+                == "test.yaml:3:1: error: unknown key 'retyr'; did you mean 'retry'? [unknown-key]")
         #expect(
             renderedErrors(header + "retry: { max-retires: 2 }\n")
                 == "test.yaml:3:10: error: unknown key 'max-retires'; did you mean 'max-retries'? [unknown-key]")
@@ -63,7 +66,9 @@ struct PolicyDecoderTests {
 
     @Test func xPrefixedTopLevelKeysAreIgnoredSoTheyCanHoldAnchors() throws {
         let policy = try validPolicy(
-            header + "x-shared: &fast { max-retries: 1, backoff: constant }\nretry: *fast\nrules: [{ when: { status: [503] }, then: retry }]\n")
+            header
+                + "x-shared: &fast { max-retries: 1, backoff: constant }\nretry: *fast\nrules: [{ when: { status: [503] }, then: retry }]\n"
+        )
         #expect(policy.retry.maxRetries == 1)
         #expect(policy.retry.backoff == .constant)
     }
@@ -94,7 +99,8 @@ struct PolicyDecoderTests {
     @Test func yaml11BooleansAreNotBooleans() {
         #expect(
             rendered(header + "logout: { cancel-in-flight: no }\nrules: [{ when: { status: [403] }, then: logout }]\n")
-                == "test.yaml:3:29: error: 'cancel-in-flight' must be true or false; write false instead of 'no' [invalid-type]")
+                == "test.yaml:3:29: error: 'cancel-in-flight' must be true or false; write false instead of 'no' [invalid-type]"
+        )
     }
 
     @Test func ruleThenMappingOverridesItsSection() throws {
@@ -135,12 +141,13 @@ struct PolicyDecoderTests {
     }
 
     @Test func pluginOptionsAreCheckedAgainstTheirSchema() {
-        let text = header + """
-            refresh:
-              use: oauth2
-              with: { token-url: "https://auth.example.com/token", client-idd: app }
-            rules: [{ when: { status: [401] }, then: refresh }]
-            """
+        let text =
+            header + """
+                refresh:
+                  use: oauth2
+                  with: { token-url: "https://auth.example.com/token", client-idd: app }
+                rules: [{ when: { status: [401] }, then: refresh }]
+                """
         #expect(
             rendered(text) == """
                 test.yaml:5:3: error: refresh plugin 'oauth2' needs the option 'client-id' (sent as client_id) [missing-plugin-option]
@@ -149,7 +156,9 @@ struct PolicyDecoderTests {
     }
 
     @Test func hostPluginsAreAcceptedOnceDeclared() {
-        let text = header + "refresh: { use: my-sso, with: { realm: x } }\nrules: [{ when: { status: [401] }, then: refresh }]\n"
+        let text =
+            header
+            + "refresh: { use: my-sso, with: { realm: x } }\nrules: [{ when: { status: [401] }, then: refresh }]\n"
         #expect(findings(text).map(\.rule) == ["unknown-plugin"])
         var catalog = PluginCatalog()
         catalog.declare(.refresh, "my-sso")
@@ -164,7 +173,8 @@ struct PolicyDecoderTests {
 
     @Test func everyProblemIsReportedNotJustTheFirst() {
         let found = findings(
-            "policy: 1\nname: Bad Name\nretry: { max-retries: -1, backoff: progressive, jitter: lots }\nlogout: { cooldown: 5 }\n")
+            "policy: 1\nname: Bad Name\nretry: { max-retries: -1, backoff: progressive, jitter: lots }\nlogout: { cooldown: 5 }\n"
+        )
         #expect(
             found.filter { $0.severity == .error }.map(\.rule)
                 == ["invalid-name", "invalid-value", "invalid-value", "invalid-value", "invalid-duration"])
@@ -173,7 +183,8 @@ struct PolicyDecoderTests {
 
 struct EmbeddedDefaultPolicyTests {
     @Test func theEmbeddedDefaultIsTheShippedFile() throws {
-        let file = try String(contentsOf: repositoryRoot.appendingPathComponent("policies/default.yaml"), encoding: .utf8)
+        let file = try String(
+            contentsOf: repositoryRoot.appendingPathComponent("policies/default.yaml"), encoding: .utf8)
         #expect(Policy.defaultPolicyText + "\n" == file || Policy.defaultPolicyText == file)
         let policy = try Policy.loadDefault()
         #expect(policy.name == "mobile-api")

@@ -13,7 +13,9 @@ struct PolicyWatcherTests {
     func makeEngine(_ file: URL, events: EventLog) throws -> PolicyEngine {
         var options = PolicyEngine.Options()
         options.observers = [events]
-        return PolicyEngine(policy: try Policy.load(contentsOf: file), transport: RecordingTransport { _, _ in response("") }, options: options)
+        return PolicyEngine(
+            policy: try Policy.load(contentsOf: file), transport: RecordingTransport { _, _ in response("") },
+            options: options)
     }
 
     @Test func reloadsOnChangeRefusesABrokenFileAndRecovers() throws {
@@ -97,16 +99,17 @@ struct PolicyWatcherTests {
         // after the 20 s cooldown that started-before's logout begins at 5 s.)
         try "policy: 1\nname: next\n".write(to: next, atomically: true, encoding: .utf8)
         let result = try await simulate(
-            basePolicy, """
-                requests:
-                  - id: started-before
-                    responses: [{ body: '{"status":202}', latency: 5s }]
-                  - id: started-after
-                    at: 30s
-                    responses: [{ body: '{"status":202}' }]
-                reload:
-                  - { at: 1s, policy: \(next.path) }
-                """)
+            basePolicy,
+            """
+            requests:
+              - id: started-before
+                responses: [{ body: '{"status":202}', latency: 5s }]
+              - id: started-after
+                at: 30s
+                responses: [{ body: '{"status":202}' }]
+            reload:
+              - { at: 1s, policy: \(next.path) }
+            """)
         #expect(result.outcome("started-before")?.result == .loggedOut)
         #expect(result.outcome("started-after")?.result == .delivered)
         #expect(result.events.contains { $0.kind == .reload && $0.ok == true })

@@ -7,21 +7,22 @@ import Testing
 struct RefreshSimulationTests {
     @Test func concurrentTriggersMakeOneRefreshAndNeverReachTheCaller() async throws {
         let result = try await simulate(
-            basePolicy, """
-                requests:
-                  - id: a
-                    responses:
-                      - { status: 200, body: '{"status":1401}' }
-                      - { status: 200, body: '{"status":0}' }
-                  - id: b
-                    at: 10ms
-                    repeat: 50
-                    responses:
-                      - { status: 200, body: '{"status":1401}' }
-                      - { status: 200, body: '{"status":0}' }
-                refresh:
-                  - { after: 100ms, result: ok }
-                """)
+            basePolicy,
+            """
+            requests:
+              - id: a
+                responses:
+                  - { status: 200, body: '{"status":1401}' }
+                  - { status: 200, body: '{"status":0}' }
+              - id: b
+                at: 10ms
+                repeat: 50
+                responses:
+                  - { status: 200, body: '{"status":1401}' }
+                  - { status: 200, body: '{"status":0}' }
+            refresh:
+              - { after: 100ms, result: ok }
+            """)
         #expect(result.summary == Simulator.Summary(requests: 51, delivered: 51, refreshes: 1, attempts: 102))
         for event in result.events where event.kind == .outcome {
             #expect(event.code == "0" && event.status == 200)
@@ -35,15 +36,16 @@ struct RefreshSimulationTests {
     @Test func aRequestWithAnOlderTokenRetriesAtOnceWithoutRefreshing() async throws {
         // share-window 0s isolates the generation check.
         let result = try await simulate(
-            basePolicy + "\n  share-window: 0s\n", """
-                requests:
-                  - id: a
-                    responses: [{ body: '{"status":1401}' }, { body: '{"status":0}' }]
-                  - id: c
-                    at: 120ms
-                    responses: [{ body: '{"status":1401}' }, { body: '{"status":0}' }]
-                refresh: [{ after: 100ms }]
-                """)
+            basePolicy + "\n  share-window: 0s\n",
+            """
+            requests:
+              - id: a
+                responses: [{ body: '{"status":1401}' }, { body: '{"status":0}' }]
+              - id: c
+                at: 120ms
+                responses: [{ body: '{"status":1401}' }, { body: '{"status":0}' }]
+            refresh: [{ after: 100ms }]
+            """)
         #expect(result.summary.refreshes == 1)
         // c was signed before the refresh ended (t=0.15) and answered after it: it is re-sent at once.
         #expect(result.timeline("c") == "send@0.12 response@0.17 send@0.17 response@0.22 outcome@0.22")
@@ -52,15 +54,16 @@ struct RefreshSimulationTests {
     @Test(arguments: [("20s", 1), ("0s", 2)])
     func triggersWithinTheShareWindowRetryWithoutRefreshing(_ window: String, _ refreshes: Int) async throws {
         let result = try await simulate(
-            basePolicy + "\n  share-window: \(window)\n", """
-                requests:
-                  - id: a
-                    responses: [{ body: '{"status":1401}' }, { body: '{"status":0}' }]
-                  - id: d
-                    at: 200ms
-                    responses: [{ body: '{"status":1401}' }, { body: '{"status":0}' }]
-                refresh: [{ after: 100ms }]
-                """)
+            basePolicy + "\n  share-window: \(window)\n",
+            """
+            requests:
+              - id: a
+                responses: [{ body: '{"status":1401}' }, { body: '{"status":0}' }]
+              - id: d
+                at: 200ms
+                responses: [{ body: '{"status":1401}' }, { body: '{"status":0}' }]
+            refresh: [{ after: 100ms }]
+            """)
         #expect(result.summary.refreshes == refreshes)
         #expect(result.outcome("d")?.result == .delivered)
     }
@@ -68,14 +71,17 @@ struct RefreshSimulationTests {
     @Test(arguments: [
         ("logout", PolicyEvent.Result.loggedOut, 1), ("fail", .failed, 0), ("deliver", .delivered, 0),
     ])
-    func maxPerRequestThenOnExhausted(_ onExhausted: String, _ expected: PolicyEvent.Result, _ logouts: Int) async throws {
+    func maxPerRequestThenOnExhausted(_ onExhausted: String, _ expected: PolicyEvent.Result, _ logouts: Int)
+        async throws
+    {
         let result = try await simulate(
-            basePolicy + "\n  max-per-request: 1\n  on-exhausted: \(onExhausted)\n", """
-                requests:
-                  - id: a
-                    responses: [{ body: '{"status":1401}' }]
-                refresh: [{ after: 100ms }]
-                """)
+            basePolicy + "\n  max-per-request: 1\n  on-exhausted: \(onExhausted)\n",
+            """
+            requests:
+              - id: a
+                responses: [{ body: '{"status":1401}' }]
+            refresh: [{ after: 100ms }]
+            """)
         #expect(result.summary.refreshes == 1)
         #expect(result.summary.attempts == 2)
         #expect(result.summary.logouts == logouts)
@@ -88,13 +94,14 @@ struct RefreshSimulationTests {
         async throws
     {
         let result = try await simulate(
-            basePolicy + "\n  on-failure: \(onFailure)\n", """
-                requests:
-                  - id: w
-                    repeat: 5
-                    responses: [{ body: '{"status":1401}' }, { body: '{"status":0}' }]
-                refresh: [{ after: 100ms, result: fail }]
-                """)
+            basePolicy + "\n  on-failure: \(onFailure)\n",
+            """
+            requests:
+              - id: w
+                repeat: 5
+                responses: [{ body: '{"status":1401}' }, { body: '{"status":0}' }]
+            refresh: [{ after: 100ms, result: fail }]
+            """)
         #expect(result.summary.refreshes == 1)
         #expect(result.summary.logouts == logouts)
         for index in 1...5 { #expect(result.outcome("w-\(index)")?.result == expected) }
@@ -103,12 +110,13 @@ struct RefreshSimulationTests {
 
     @Test func aRefreshSlowerThanItsTimeoutFails() async throws {
         let result = try await simulate(
-            basePolicy + "\n  timeout: 2s\n  on-failure: fail\n", """
-                requests:
-                  - id: a
-                    responses: [{ body: '{"status":1401}' }, { body: '{"status":0}' }]
-                refresh: [{ after: 30s }]
-                """)
+            basePolicy + "\n  timeout: 2s\n  on-failure: fail\n",
+            """
+            requests:
+              - id: a
+                responses: [{ body: '{"status":1401}' }, { body: '{"status":0}' }]
+            refresh: [{ after: 30s }]
+            """)
         let end = try #require(result.events.first { $0.kind == .refreshEnd })
         #expect(end.ok == false)
         #expect(end.reason == "the refresh took longer than 2s")
@@ -118,24 +126,27 @@ struct RefreshSimulationTests {
 
     @Test func aRefreshAnsweredWithALogoutCodeLogsOutWhateverOnFailureSays() async throws {
         let result = try await simulate(
-            basePolicy + "\n  on-failure: fail\n", """
-                requests:
-                  - id: a
-                    responses: [{ body: '{"status":1401}' }, { body: '{"status":0}' }]
-                refresh: [{ after: 100ms, result: fail, status: 200, body: '{"status":202}' }]
-                """)
+            basePolicy + "\n  on-failure: fail\n",
+            """
+            requests:
+              - id: a
+                responses: [{ body: '{"status":1401}' }, { body: '{"status":0}' }]
+            refresh: [{ after: 100ms, result: fail, status: 200, body: '{"status":202}' }]
+            """)
         #expect(result.outcome("a")?.result == .loggedOut)
         #expect(result.summary.logouts == 1)
     }
 
     @Test func theRefreshLimitStopsARefreshLoop() async throws {
         let result = try await simulate(
-            basePolicy + "\n  share-window: 0s\n  max-per-request: 10\n  on-failure: fail\n  limit: { count: 2, per: 30s }\n", """
-                requests:
-                  - id: a
-                    responses: [{ body: '{"status":1401}' }]
-                refresh: [{ after: 100ms }]
-                """)
+            basePolicy
+                + "\n  share-window: 0s\n  max-per-request: 10\n  on-failure: fail\n  limit: { count: 2, per: 30s }\n",
+            """
+            requests:
+              - id: a
+                responses: [{ body: '{"status":1401}' }]
+            refresh: [{ after: 100ms }]
+            """)
         #expect(result.summary.refreshes == 2)
         #expect(result.outcome("a")?.result == .failed)
         #expect(result.events.last { $0.kind == .refreshEnd }?.reason == "more than 2 refreshes in 30s (refresh.limit)")
@@ -145,29 +156,33 @@ struct RefreshSimulationTests {
         // The first refresh returns a token that expires at t=10.15; at t=6 that is within the
         // 5s 'ahead' window, so b refreshes before it goes out.
         let result = try await simulate(
-            basePolicy + "\n  ahead: 5s\n", """
-                requests:
-                  - id: a
-                    responses: [{ body: '{"status":1401}' }, { body: '{"status":0}' }]
-                  - id: b
-                    at: 6s
-                    responses: [{ body: '{"status":0}' }]
-                refresh: [{ after: 100ms, expires-in: 10s }, { after: 100ms, expires-in: 1h }]
-                """)
+            basePolicy + "\n  ahead: 5s\n",
+            """
+            requests:
+              - id: a
+                responses: [{ body: '{"status":1401}' }, { body: '{"status":0}' }]
+              - id: b
+                at: 6s
+                responses: [{ body: '{"status":0}' }]
+            refresh: [{ after: 100ms, expires-in: 10s }, { after: 100ms, expires-in: 1h }]
+            """)
         #expect(result.summary.refreshes == 2)
-        #expect(result.timeline("a") == "send@0 response@0.05 refresh-start@0.05 refresh-end@0.15 send@0.15 response@0.2 outcome@0.2")
+        #expect(
+            result.timeline("a")
+                == "send@0 response@0.05 refresh-start@0.05 refresh-end@0.15 send@0.15 response@0.2 outcome@0.2")
         #expect(result.timeline("b") == "refresh-start@6 refresh-end@6.1 send@6.1 response@6.15 outcome@6.15")
     }
 
     @Test func tenThousandConcurrentTriggersMakeOneRefresh() async throws {
         let result = try await simulate(
-            basePolicy, """
-                requests:
-                  - id: r
-                    repeat: 10000
-                    responses: [{ body: '{"status":1401}' }, { body: '{"status":0}' }]
-                refresh: [{ after: 100ms }]
-                """)
+            basePolicy,
+            """
+            requests:
+              - id: r
+                repeat: 10000
+                responses: [{ body: '{"status":1401}' }, { body: '{"status":0}' }]
+            refresh: [{ after: 100ms }]
+            """)
         #expect(result.summary == Simulator.Summary(requests: 10000, delivered: 10000, refreshes: 1, attempts: 20000))
     }
 

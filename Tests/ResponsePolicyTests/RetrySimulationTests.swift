@@ -125,12 +125,13 @@ struct RetrySimulationTests {
     }
 
     @Test func routesApplyTheirOwnRules() async throws {
-        let policy = basePolicy + """
+        let policy =
+            basePolicy + """
 
-            routes:
-              - match: { path: "/oauth/*" }
-                rules: []
-            """
+                routes:
+                  - match: { path: "/oauth/*" }
+                    rules: []
+                """
         let result = try await simulate(
             policy,
             """

@@ -49,7 +49,8 @@ struct YAMLLoaderTests {
             switch node.value {
             case .scalar(let text, _): return text
             case .sequence(let items): return "[" + items.map(strip).joined(separator: ",") + "]"
-            case .mapping(let pairs): return "{" + pairs.map { strip($0.key) + ":" + strip($0.value) }.joined(separator: ",") + "}"
+            case .mapping(let pairs):
+                return "{" + pairs.map { strip($0.key) + ":" + strip($0.value) }.joined(separator: ",") + "}"
             }
         }
         #expect(strip(block) == "{a:[1,two],b:{c:true}}")
@@ -109,7 +110,8 @@ struct YAMLLoaderTests {
         var text = "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
         var previous = "a"
         for level in 0..<9 {
-            text += "l\(level): &l\(level) [" + Array(repeating: "*\(previous)", count: 10).joined(separator: ", ") + "]\n"
+            text +=
+                "l\(level): &l\(level) [" + Array(repeating: "*\(previous)", count: 10).joined(separator: ", ") + "]\n"
             previous = "l\(level)"
         }
         let started = ContinuousClock.now
@@ -129,17 +131,26 @@ struct YAMLLoaderTests {
     }
 
     @Test func fileSizeLimit() {
-        let diagnostic = syntaxError(String(repeating: "# filler\n", count: 200), limits: YAMLLimits(maxFileBytes: 1000))
+        let diagnostic = syntaxError(
+            String(repeating: "# filler\n", count: 200), limits: YAMLLimits(maxFileBytes: 1000))
         #expect(diagnostic?.rule == "file-too-large")
     }
 
     @Test(arguments: [
-        ("nul", "policy: 1\nname: a\u{0}b\n", "yaml-syntax", 2, 8, "the file contains a NUL byte; policy files are text"),
-        ("tab", "policy: 1\nretry:\n\tmax-retries: 3\n", "yaml-syntax", 3, 1, "a tab character is not allowed here; YAML indents with spaces while scanning for the next token"),
+        (
+            "nul", "policy: 1\nname: a\u{0}b\n", "yaml-syntax", 2, 8,
+            "the file contains a NUL byte; policy files are text"
+        ),
+        (
+            "tab", "policy: 1\nretry:\n\tmax-retries: 3\n", "yaml-syntax", 3, 1,
+            "a tab character is not allowed here; YAML indents with spaces while scanning for the next token"
+        ),
         ("unclosed", "rules: [\n", "yaml-syntax", 2, 1, "did not find expected node content while parsing a flow node"),
         ("bad indent", "a:\n  b: 1\n c: 2\n", "yaml-syntax", 3, 2, "did not find expected key"),
     ])
-    func syntaxErrorsArePositioned(_ name: String, _ text: String, _ rule: String, _ line: Int, _ column: Int, _ message: String) {
+    func syntaxErrorsArePositioned(
+        _ name: String, _ text: String, _ rule: String, _ line: Int, _ column: Int, _ message: String
+    ) {
         let diagnostic = syntaxError(text)
         #expect(diagnostic?.rule == rule, "\(name)")
         #expect(diagnostic?.range.start == SourcePosition(line: line, column: column), "\(name)")

@@ -17,7 +17,8 @@ package struct DiagnosticRenderer: Sendable {
             out += "\n" + snippet
         }
         for note in diagnostic.notes {
-            out += "\n\(diagnostic.file ?? "<input>"):\(note.range.start.line):\(note.range.start.column): note: \(note.message)"
+            out +=
+                "\n\(diagnostic.file ?? "<input>"):\(note.range.start.line):\(note.range.start.column): note: \(note.message)"
         }
         return out
     }

@@ -12,34 +12,40 @@ extension PolicyEngine {
     ) async {
         let now = clock.now
         let untilDate = clock.date.addingTimeInterval(settings.cooldown.seconds)
-        let taken: (attempts: [AttemptCancellation], sleepers: [CheckedContinuation<Bool, Never>], waiters: [EngineState.Waiter])? = state.withLock { state in
-            if state.isLoggedOut(at: now) { return nil }
-            state.loggedOutUntil = now + settings.cooldown
-            state.loggedOutUntilDate = untilDate
-            state.sessionEpoch += 1
-            var attempts: [AttemptCancellation] = []
-            var sleepers: [CheckedContinuation<Bool, Never>] = []
-            // In request order, so a simulation's output is the same every run.
-            for (number, var entry) in state.requests.sorted(by: { $0.key < $1.key }) where number != trigger.number {
-                guard settings.cancelInFlight || entry.phase == .waiting else { continue }
-                if entry.endReason == nil { entry.endReason = .loggedOut }
-                if let attempt = entry.attempt { attempts.append(attempt) }
-                if let waiter = entry.waiter { sleepers.append(waiter) }
-                entry.waiter = nil
-                state.requests[number] = entry
-            }
-            var waiters: [EngineState.Waiter] = []
-            if var flight = state.flight {
-                // The refresh itself runs on; its result is discarded (a new epoch began).
-                for (number, waiter) in flight.waiters.sorted(by: { $0.key < $1.key }) where number != trigger.number {
-                    if state.requests[number]?.endReason == nil { state.requests[number]?.endReason = .loggedOut }
-                    waiters.append(waiter)
-                    flight.waiters.removeValue(forKey: number)
+        let taken:
+            (
+                attempts: [AttemptCancellation], sleepers: [CheckedContinuation<Bool, Never>],
+                waiters: [EngineState.Waiter]
+            )? = state.withLock { state in
+                if state.isLoggedOut(at: now) { return nil }
+                state.loggedOutUntil = now + settings.cooldown
+                state.loggedOutUntilDate = untilDate
+                state.sessionEpoch += 1
+                var attempts: [AttemptCancellation] = []
+                var sleepers: [CheckedContinuation<Bool, Never>] = []
+                // In request order, so a simulation's output is the same every run.
+                for (number, var entry) in state.requests.sorted(by: { $0.key < $1.key }) where number != trigger.number
+                {
+                    guard settings.cancelInFlight || entry.phase == .waiting else { continue }
+                    if entry.endReason == nil { entry.endReason = .loggedOut }
+                    if let attempt = entry.attempt { attempts.append(attempt) }
+                    if let waiter = entry.waiter { sleepers.append(waiter) }
+                    entry.waiter = nil
+                    state.requests[number] = entry
                 }
-                state.flight = flight
+                var waiters: [EngineState.Waiter] = []
+                if var flight = state.flight {
+                    // The refresh itself runs on; its result is discarded (a new epoch began).
+                    for (number, waiter) in flight.waiters.sorted(by: { $0.key < $1.key })
+                    where number != trigger.number {
+                        if state.requests[number]?.endReason == nil { state.requests[number]?.endReason = .loggedOut }
+                        waiters.append(waiter)
+                        flight.waiters.removeValue(forKey: number)
+                    }
+                    state.flight = flight
+                }
+                return (attempts, sleepers, waiters)
             }
-            return (attempts, sleepers, waiters)
-        }
         guard let taken else { return }
         emit(trigger.runtime) {
             var event = PolicyEvent(.logout, time: now, request: trigger.id)
@@ -51,7 +57,8 @@ extension PolicyEngine {
         for sleeper in taken.sleepers { sleeper.resume(returning: false) }
         for attempt in taken.attempts { attempt.cancel() }
         let credentials = state.withLock { $0.credentials }
-        let context = LogoutContext(requestID: trigger.id, reason: reason, credentials: credentials, transport: transport)
+        let context = LogoutContext(
+            requestID: trigger.id, reason: reason, credentials: credentials, transport: transport)
         let plugin = plugins.logout
         let id = state.withLock { state -> UInt64 in
             state.nextBackground += 1
@@ -80,7 +87,9 @@ extension PolicyEngine {
             guard !pending.isEmpty else { return }
             for task in pending { await task.value }
             state.withLock { state in
-                for (id, task) in state.background where pending.contains(task) { state.background.removeValue(forKey: id) }
+                for (id, task) in state.background where pending.contains(task) {
+                    state.background.removeValue(forKey: id)
+                }
             }
         }
     }

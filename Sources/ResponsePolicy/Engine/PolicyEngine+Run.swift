@@ -31,7 +31,8 @@ extension PolicyEngine {
             case .refresh:
                 step = machine.afterRefresh(
                     await awaitFreshToken(
-                        failedGeneration: machine.pendingGeneration, settings: machine.pendingRefresh ?? machine.scope.refresh,
+                        failedGeneration: machine.pendingGeneration,
+                        settings: machine.pendingRefresh ?? machine.scope.refresh,
                         plugins: machine.plugins, context, proactive: false))
             case .logout:
                 if let (settings, reason) = machine.pendingLogout {
@@ -179,7 +180,9 @@ extension PolicyEngine {
     func expiringGeneration(within ahead: Duration) -> UInt64? {
         let now = clock.date
         return state.withLock { state in
-            guard let expiry = state.credentials?.expiresAt, expiry.timeIntervalSince(now) < ahead.seconds else { return nil }
+            guard let expiry = state.credentials?.expiresAt, expiry.timeIntervalSince(now) < ahead.seconds else {
+                return nil
+            }
             return state.generation
         }
     }

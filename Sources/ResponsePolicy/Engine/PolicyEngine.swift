@@ -1,6 +1,5 @@
 import Foundation
 
-
 /// Applies a policy to every request: signs it, sends it, classifies the response with the
 /// compiled rule graph, and refreshes, logs out, retries or delivers as the matching rule says.
 ///
@@ -78,7 +77,8 @@ public final class PolicyEngine: Sendable {
         clock = options.clock
         let runtime = PolicyRuntime(
             policy: policy, registry: plugins, transport: transport, environment: options.environment,
-            overrides: Overrides(refresh: options.refreshPlugin, logout: options.logoutPlugin, observers: options.observers))
+            overrides: Overrides(
+                refresh: options.refreshPlugin, logout: options.logoutPlugin, observers: options.observers))
         timers = TimerService(clock: options.clock, executor: options.taskExecutor)
         var initial = EngineState(runtime: runtime)
         var loadProblem: String?
@@ -167,7 +167,9 @@ public final class PolicyEngine: Sendable {
     @discardableResult
     public func reload(contentsOf url: URL) throws(PolicyError) -> Policy {
         let catalog = registry.catalog
-        return try reload(loading: { () throws(PolicyError) -> Policy in try Policy.load(contentsOf: url, plugins: catalog) })
+        return try reload(loading: { () throws(PolicyError) -> Policy in
+            try Policy.load(contentsOf: url, plugins: catalog)
+        })
     }
 
     /// Reloads from whatever `load` produces; refused (with a `reload` event) when it throws.
@@ -180,7 +182,8 @@ public final class PolicyEngine: Sendable {
             var event = PolicyEvent(.reload, time: clock.now)
             event.ok = false
             let errors = error.diagnostics.filter { $0.severity == .error }
-            event.reason = errors.first.map { "\($0.range.start.line):\($0.range.start.column): \($0.message)" } ?? "\(error)"
+            event.reason =
+                errors.first.map { "\($0.range.start.line):\($0.range.start.column): \($0.message)" } ?? "\(error)"
             emit(event, state.withLock { $0.runtime })
             throw error
         }
@@ -189,7 +192,8 @@ public final class PolicyEngine: Sendable {
     func makeRuntime(_ policy: Policy) -> PolicyRuntime {
         PolicyRuntime(
             policy: policy, registry: registry, transport: transport, environment: options.environment,
-            overrides: Overrides(refresh: options.refreshPlugin, logout: options.logoutPlugin, observers: options.observers))
+            overrides: Overrides(
+                refresh: options.refreshPlugin, logout: options.logoutPlugin, observers: options.observers))
     }
 
     func emit(_ event: PolicyEvent, _ runtime: PolicyRuntime) {

@@ -55,7 +55,9 @@ public final class PolicyWatcher: Sendable {
     ///   - url: the policy file.
     ///   - interval: how often to look at the file; `2s` by default.
     ///   - clock: what the polling sleeps on; the system clock by default.
-    public init(engine: PolicyEngine, url: URL, interval: Duration = .seconds(2), clock: any PolicyClock = SystemPolicyClock()) {
+    public init(
+        engine: PolicyEngine, url: URL, interval: Duration = .seconds(2), clock: any PolicyClock = SystemPolicyClock()
+    ) {
         self.engine = engine
         self.url = url
         self.interval = interval

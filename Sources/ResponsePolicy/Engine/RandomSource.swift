@@ -1,5 +1,3 @@
-
-
 /// Uniform random numbers for jitter and idempotency keys; injected so tests and simulations
 /// are deterministic.
 public protocol RandomSource: Sendable {

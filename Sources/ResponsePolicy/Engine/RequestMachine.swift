@@ -214,7 +214,8 @@ final class RequestMachine {
                     emitResponse(rule: nil, reason: "deadline")
                     return finish(.failure(.deadlineExceeded))
                 }
-                error = TransportError(.timeout, "no response within \(scope.retry.attemptTimeout?.policyText ?? "the attempt timeout")")
+                error = TransportError(
+                    .timeout, "no response within \(scope.retry.attemptTimeout?.policyText ?? "the attempt timeout")")
             }
             failure = error
             lastResponse = nil
@@ -252,7 +253,9 @@ final class RequestMachine {
             case .deliver: return deliverOrFail()
             default:
                 return finish(
-                    .failure(.refreshFailed(reason: "the request was re-sent \(refreshResends) time(s) for refresh triggers")))
+                    .failure(
+                        .refreshFailed(reason: "the request was re-sent \(refreshResends) time(s) for refresh triggers")
+                    ))
             }
         }
         refreshResends += 1
@@ -295,7 +298,9 @@ final class RequestMachine {
             case .fail: return finish(.failure(.retriesExhausted(lastResponse: lastResponse, lastError: failure)))
             case .logout: return logout(scope.logout, reason: rule.name)
             default:
-                if lastResponse == nil { return finish(.failure(.retriesExhausted(lastResponse: nil, lastError: failure))) }
+                if lastResponse == nil {
+                    return finish(.failure(.retriesExhausted(lastResponse: nil, lastError: failure)))
+                }
                 return deliverOrFail()
             }
         }

@@ -59,7 +59,8 @@ final class TimerService: Sendable {
     /// Runs `action` at `deadline` unless cancelled first. Returns the timer's id.
     @discardableResult
     func schedule(at deadline: Duration, _ action: @escaping @Sendable () -> Void) -> UInt64 {
-        let (id, start, wake, interrupt) = state.withLock { state -> (UInt64, Bool, CheckedContinuation<Void, Never>?, Task<Void, Never>?) in
+        let (id, start, wake, interrupt) = state.withLock {
+            state -> (UInt64, Bool, CheckedContinuation<Void, Never>?, Task<Void, Never>?) in
             state.nextID += 1
             let id = state.nextID
             state.actions[id] = action

@@ -1,6 +1,5 @@
 import Foundation
 
-
 /// A ``PolicyClock`` whose time only moves when a driver calls ``advance(to:)``.
 ///
 /// Used by tests and `policy simulate` (through ``SimulationScheduler``) so that backoffs, cooldowns and token

@@ -132,7 +132,10 @@ public struct RuleGraph: Sendable {
         for scope in scopes {
             let prefix = scope.id
             let classifier = "\(prefix).classify"
-            nodes.append(Node(id: classifier, kind: .classifier, label: "classify \(scope.summary)" + (scope.classify.map { " by \($0)" } ?? "")))
+            nodes.append(
+                Node(
+                    id: classifier, kind: .classifier,
+                    label: "classify \(scope.summary)" + (scope.classify.map { " by \($0)" } ?? "")))
             var actions: Set<ActionKind> = [.deliver]
             func action(_ kind: ActionKind) -> String {
                 actions.insert(kind)
@@ -142,7 +145,8 @@ public struct RuleGraph: Sendable {
                 let id = "\(prefix).rule.\(index + 1)"
                 nodes.append(Node(id: id, kind: .rule, label: "\(rule.name): \(describe(rule.when))"))
                 edges.append(Edge(from: classifier, to: id, label: "match"))
-                edges.append(Edge(from: id, to: action(rule.action), label: rule.overrides == nil ? "" : "with overrides"))
+                edges.append(
+                    Edge(from: id, to: action(rule.action), label: rule.overrides == nil ? "" : "with overrides"))
             }
             edges.append(Edge(from: classifier, to: action(.deliver), label: "no rule matches"))
             // Escalations, added until no new action appears.
@@ -153,7 +157,9 @@ public struct RuleGraph: Sendable {
                 switch kind {
                 case .deliver: edges.append(Edge(from: id, to: "delivered", label: ""))
                 case .fail: edges.append(Edge(from: id, to: "failed", label: ""))
-                case .logout: edges.append(Edge(from: id, to: "logged-out", label: "cooldown \(scope.logout.cooldown.policyText)"))
+                case .logout:
+                    edges.append(
+                        Edge(from: id, to: "logged-out", label: "cooldown \(scope.logout.cooldown.policyText)"))
                 case .retry:
                     edges.append(Edge(from: id, to: classifier, label: "retry again (max \(scope.retry.maxRetries))"))
                     edges.append(Edge(from: id, to: action(scope.retry.onExhausted), label: "on-exhausted"))
@@ -174,8 +180,12 @@ public struct RuleGraph: Sendable {
     public static func describe(_ when: Condition) -> String {
         var response: [String] = []
         if let codes = when.codes { response.append("code " + codes.joined(separator: ", ")) }
-        if let statuses = when.statuses { response.append("status " + statuses.map(\.description).joined(separator: ", ")) }
-        if let headers = when.headers { response.append(headers.map { "header \($0.name) = \($0.value.pattern)" }.joined(separator: " and ")) }
+        if let statuses = when.statuses {
+            response.append("status " + statuses.map(\.description).joined(separator: ", "))
+        }
+        if let headers = when.headers {
+            response.append(headers.map { "header \($0.name) = \($0.value.pattern)" }.joined(separator: " and "))
+        }
         var parts: [String] = []
         if !response.isEmpty { parts.append(response.joined(separator: " and ")) }
         if let errors = when.errors { parts.append("error " + errors.map(\.rawValue).joined(separator: ", ")) }

@@ -24,18 +24,27 @@ enum SchemaChecks {
         describe(
             "undefined-alias", "an alias with no anchor before it", "The value it stands for does not exist.",
             triggering: [exampleHeader + "retry: *defaults\n"],
-            nonTriggering: [exampleHeader + "x-defaults: &defaults { max-retries: 2 }\nretry: *defaults\nrules: [{ when: { status: [503] }, then: retry }]\n"]),
+            nonTriggering: [
+                exampleHeader
+                    + "x-defaults: &defaults { max-retries: 2 }\nretry: *defaults\nrules: [{ when: { status: [503] }, then: retry }]\n"
+            ]),
         describe(
             "too-many-nodes", "aliases expand the document beyond the node limit",
             "A few lines of nested aliases can expand to billions of nodes (\"billion laughs\").",
             triggering: [
                 exampleHeader + "x-a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n"
-                    + (1...7).map { "x-\($0 + 1): &l\($0) [" + String(repeating: "*\($0 == 1 ? "a" : "l\($0 - 1)"), ", count: 9) + "*\($0 == 1 ? "a" : "l\($0 - 1)")]" }.joined(separator: "\n") + "\n"
+                    + (1...7).map {
+                        "x-\($0 + 1): &l\($0) [" + String(repeating: "*\($0 == 1 ? "a" : "l\($0 - 1)"), ", count: 9)
+                            + "*\($0 == 1 ? "a" : "l\($0 - 1)")]"
+                    }.joined(separator: "\n") + "\n"
             ]),
         describe(
             "nesting-too-deep", "mappings or lists nested beyond the depth limit",
             "Policies are shallow; deep nesting is hostile or generated input.",
-            triggering: [exampleHeader + "x-deep: " + String(repeating: "[", count: 80) + String(repeating: "]", count: 80) + "\n"]),
+            triggering: [
+                exampleHeader + "x-deep: " + String(repeating: "[", count: 80) + String(repeating: "]", count: 80)
+                    + "\n"
+            ]),
         describe(
             "empty-file", "the file has no content", "An empty policy is almost always a failed write.",
             triggering: ["", "# only a comment\n"]),
@@ -43,10 +52,12 @@ enum SchemaChecks {
             "invalid-root", "the document is not a mapping", "A policy is a mapping of sections.",
             triggering: ["- policy: 1\n"]),
         describe(
-            "missing-key", "a required key is missing", "The schema version, the name and each rule's 'then' are required.",
+            "missing-key", "a required key is missing",
+            "The schema version, the name and each rule's 'then' are required.",
             triggering: ["name: example\n", "policy: 1\n", exampleHeader + "rules: [{ when: { status: [401] } }]\n"]),
         describe(
-            "unsupported-version", "'policy' is not 1", "Only schema 1 exists; another number is a file for another tool.",
+            "unsupported-version", "'policy' is not 1",
+            "Only schema 1 exists; another number is a file for another tool.",
             triggering: ["policy: 2\nname: example\n"]),
         describe(
             "invalid-name", "a policy or rule name with characters other than a-z, 0-9 and '-'",
@@ -58,18 +69,28 @@ enum SchemaChecks {
             nonTriggering: [exampleHeader + "x-notes: anything goes here\n"]),
         describe(
             "invalid-type", "a value of the wrong type", "A list where a number belongs is never what was meant.",
-            triggering: [exampleHeader + "retry: { max-retries: three }\n", exampleHeader + "logout: { cancel-in-flight: yes }\n"]),
+            triggering: [
+                exampleHeader + "retry: { max-retries: three }\n",
+                exampleHeader + "logout: { cancel-in-flight: yes }\n",
+            ]),
         describe(
             "invalid-value", "a value outside what the key allows", "The engine could not run it.",
-            triggering: [exampleHeader + "retry: { backoff: progressive }\n", exampleHeader + "retry: { jitter: lots }\n"]),
+            triggering: [
+                exampleHeader + "retry: { backoff: progressive }\n", exampleHeader + "retry: { jitter: lots }\n",
+            ]),
         describe(
             "invalid-duration", "a duration without a unit or not a duration",
             "A bare 20 could mean seconds or milliseconds; the unit says which.",
             triggering: [exampleHeader + "logout: { cooldown: 20 }\n", exampleHeader + "retry: { initial: soon }\n"],
-            nonTriggering: [exampleHeader + "logout: { cooldown: 20s }\nrules: [{ when: { status: [403] }, then: logout }]\n"]),
+            nonTriggering: [
+                exampleHeader + "logout: { cooldown: 20s }\nrules: [{ when: { status: [403] }, then: logout }]\n"
+            ]),
         describe(
             "invalid-status", "a status outside 100-599 or a malformed range", "It could never match a response.",
-            triggering: [exampleHeader + "rules: [{ when: { status: [700] }, then: fail }]\n", exampleHeader + "rules: [{ when: { status: [\"599-500\"] }, then: fail }]\n"]),
+            triggering: [
+                exampleHeader + "rules: [{ when: { status: [700] }, then: fail }]\n",
+                exampleHeader + "rules: [{ when: { status: [\"599-500\"] }, then: fail }]\n",
+            ]),
         describe(
             "unknown-plugin", "'use:' names a plugin that is neither built in nor declared",
             "The engine would have nothing to run. Host plugins are declared with --plugin KIND:NAME.",
@@ -86,7 +107,8 @@ enum SchemaChecks {
             "secret-in-policy", "a secret written in the policy file",
             "Policies are shared and committed; secrets belong in the environment.",
             triggering: [
-                exampleHeader + "refresh: { use: oauth2, with: { token-url: \"https://a.example.com/t\", client-id: app, client-secret: hunter2 } }\n"
+                exampleHeader
+                    + "refresh: { use: oauth2, with: { token-url: \"https://a.example.com/t\", client-id: app, client-secret: hunter2 } }\n"
             ]),
         describe(
             "invalid-merge", "a merge key '<<' with something other than mappings", "Only mappings can be merged.",

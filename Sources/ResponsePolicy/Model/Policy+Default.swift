@@ -2,61 +2,61 @@ extension Policy {
     /// The shipped default policy (policies/default.yaml), embedded so a program can run
     /// without the file. A test keeps this text identical to the file.
     public static let defaultPolicyText = """
-# The business-code scheme of our mobile API, as shipped.
-#
-# 200 {"status":1401}  access token expired   -> refresh once, send again
-# 200 {"status":202}   signed in elsewhere    -> log out, 20 s cooldown
-# 502/503/504, timeouts, dropped connections  -> 3 retries, 1s 2s 4s
-policy: 1
-name: mobile-api
+        # The business-code scheme of our mobile API, as shipped.
+        #
+        # 200 {"status":1401}  access token expired   -> refresh once, send again
+        # 200 {"status":202}   signed in elsewhere    -> log out, 20 s cooldown
+        # 502/503/504, timeouts, dropped connections  -> 3 retries, 1s 2s 4s
+        policy: 1
+        name: mobile-api
 
-classify:
-  code: body.status
+        classify:
+          code: body.status
 
-rules:
-  - name: token-expired
-    when: { code: [1401] }
-    then: refresh
-  - name: forced-logout
-    when: { code: [202] }
-    then: logout
-  - name: unauthorized
-    when: { status: [401] }
-    then: refresh
-  - name: transient
-    when: { status: [502, 503, 504], error: [timeout, connection] }
-    then: retry
+        rules:
+          - name: token-expired
+            when: { code: [1401] }
+            then: refresh
+          - name: forced-logout
+            when: { code: [202] }
+            then: logout
+          - name: unauthorized
+            when: { status: [401] }
+            then: refresh
+          - name: transient
+            when: { status: [502, 503, 504], error: [timeout, connection] }
+            then: retry
 
-refresh:
-  use: oauth2
-  with:
-    token-url: https://auth.example.com/oauth/token
-    client-id: mobile
-  timeout: 10s
-  share-window: 20s
-  max-per-request: 1
-  on-exhausted: logout
-  on-failure: logout
+        refresh:
+          use: oauth2
+          with:
+            token-url: https://auth.example.com/oauth/token
+            client-id: mobile
+          timeout: 10s
+          share-window: 20s
+          max-per-request: 1
+          on-exhausted: logout
+          on-failure: logout
 
-logout:
-  use: none
-  cancel-in-flight: true
-  cooldown: 20s
+        logout:
+          use: none
+          cancel-in-flight: true
+          cooldown: 20s
 
-retry:
-  max-retries: 3
-  backoff: exponential
-  initial: 1s
-  multiplier: 2
-  max-delay: 8s
-  retry-after: honor
-  attempt-timeout: 10s
-  deadline: 90s
+        retry:
+          max-retries: 3
+          backoff: exponential
+          initial: 1s
+          multiplier: 2
+          max-delay: 8s
+          retry-after: honor
+          attempt-timeout: 10s
+          deadline: 90s
 
-routes:
-  - match: { path: "/oauth/*" }
-    rules: []
-"""
+        routes:
+          - match: { path: "/oauth/*" }
+            rules: []
+        """
 
     /// Loads the embedded default policy.
     ///

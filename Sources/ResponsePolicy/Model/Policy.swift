@@ -143,7 +143,9 @@ public struct Policy: Sendable {
         guard let root = parsed.root else {
             if !diagnostics.hasErrors {
                 diagnostics.append(
-                    .error("empty-file", "the file is empty; a policy needs at least 'policy: 1' and 'name:'", at: .fileStart))
+                    .error(
+                        "empty-file", "the file is empty; a policy needs at least 'policy: 1' and 'name:'",
+                        at: .fileStart))
             }
             return Analysis(policy: nil, diagnostics: finish(diagnostics, file), source: source)
         }

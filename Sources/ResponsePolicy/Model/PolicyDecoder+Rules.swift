@@ -18,7 +18,9 @@ extension PolicyDecoder {
     mutating func rules(_ node: YAMLNode, scope: SectionScope, namePrefix: String = "rule") -> [Rule] {
         guard let items = node.items else {
             if !node.isNull {
-                report(.error("invalid-type", "'rules' must be a list of rules, not \(node.kindDescription)", at: node.range))
+                report(
+                    .error(
+                        "invalid-type", "'rules' must be a list of rules, not \(node.kindDescription)", at: node.range))
             }
             return []
         }
@@ -43,7 +45,11 @@ extension PolicyDecoder {
                     if Self.isPolicyName(text) {
                         name = text
                     } else {
-                        report(.error("invalid-name", "rule name '\(text.truncatedForMessage)' must be lower-case letters, digits and '-'", at: value.range))
+                        report(
+                            .error(
+                                "invalid-name",
+                                "rule name '\(text.truncatedForMessage)' must be lower-case letters, digits and '-'",
+                                at: value.range))
                     }
                 }
             case "when":
@@ -52,7 +58,8 @@ extension PolicyDecoder {
                 for item in value.pairs?.first(where: { $0.key.scalar == "code" })?.value.items ?? [] {
                     if let code = item.scalar, source.codes[code] == nil { source.codes[code] = item.range }
                 }
-                if let single = value.pairs?.first(where: { $0.key.scalar == "code" })?.value, let code = single.scalar {
+                if let single = value.pairs?.first(where: { $0.key.scalar == "code" })?.value, let code = single.scalar
+                {
                     source.codes[code] = single.range
                 }
             case "then":
@@ -65,10 +72,15 @@ extension PolicyDecoder {
             report(.error("missing-key", "rule '\(name)' needs 'when:' to say what it matches", at: node.range))
         }
         guard let thenNode else {
-            report(.error("missing-key", "rule '\(name)' needs 'then:' (deliver, fail, retry, refresh or logout)", at: node.range))
+            report(
+                .error(
+                    "missing-key", "rule '\(name)' needs 'then:' (deliver, fail, retry, refresh or logout)",
+                    at: node.range))
             return nil
         }
-        guard let condition, var rule = then(thenNode, rule: Rule(name: name, when: condition, action: .deliver, range: node.range), scope: scope)
+        guard let condition,
+            var rule = then(
+                thenNode, rule: Rule(name: name, when: condition, action: .deliver, range: node.range), scope: scope)
         else { return nil }
         rule.range = node.range
         let keys = rule.source.keys
@@ -86,7 +98,10 @@ extension PolicyDecoder {
             return rule
         }
         guard let pairs = node.pairs else {
-            report(.error("invalid-type", "'then' must be an action or a mapping with 'do:', not \(node.kindDescription)", at: node.range))
+            report(
+                .error(
+                    "invalid-type", "'then' must be an action or a mapping with 'do:', not \(node.kindDescription)",
+                    at: node.range))
             return nil
         }
         guard let doPair = pairs.first(where: { $0.key.scalar == "do" }) else {
@@ -108,7 +123,8 @@ extension PolicyDecoder {
         switch rule.action {
         case .retry: rule.retry = retry(node, over: scope.retry, what: what, extraKeys: ["do"], path: path)
         case .refresh:
-            rule.refresh = refresh(node, over: scope.refresh, what: what, tuningOnly: true, extraKeys: ["do"], path: path)
+            rule.refresh = refresh(
+                node, over: scope.refresh, what: what, tuningOnly: true, extraKeys: ["do"], path: path)
         case .logout:
             rule.logout = logout(node, over: scope.logout, what: what, tuningOnly: true, extraKeys: ["do"], path: path)
         case .deliver, .fail: _ = mappingFields(node, what, allowed: ["do"])
@@ -128,13 +144,19 @@ extension PolicyDecoder {
             case "code": condition.codes = codes(value)
             case "header":
                 guard let pairs = value.pairs else {
-                    report(.error("invalid-type", "'header' must map header names to values, like { X-Reason: expired }", at: value.range))
+                    report(
+                        .error(
+                            "invalid-type", "'header' must map header names to values, like { X-Reason: expired }",
+                            at: value.range))
                     continue
                 }
                 var headers: [Condition.HeaderMatch] = []
                 for pair in pairs {
                     guard let name = pair.key.scalar, Self.isHeaderName(name) else {
-                        report(.error("invalid-value", "'\(pair.key.scalar?.truncatedForMessage ?? "")' is not a header name", at: pair.key.range))
+                        report(
+                            .error(
+                                "invalid-value", "'\(pair.key.scalar?.truncatedForMessage ?? "")' is not a header name",
+                                at: pair.key.range))
                         continue
                     }
                     if let glob = string(pair.value, name) { headers.append(.init(name: name, value: Glob(glob))) }
@@ -159,7 +181,11 @@ extension PolicyDecoder {
         var result: [StatusRange] = []
         for item in items {
             guard let text = item.scalar, !item.isNull else {
-                report(.error("invalid-type", "a status must be a code like 503 or a range like \"500-599\", not \(item.kindDescription)", at: item.range))
+                report(
+                    .error(
+                        "invalid-type",
+                        "a status must be a code like 503 or a range like \"500-599\", not \(item.kindDescription)",
+                        at: item.range))
                 continue
             }
             let parts = text.split(separator: "-", omittingEmptySubsequences: false).map { $0.trimmingSpaces }
@@ -168,18 +194,32 @@ extension PolicyDecoder {
                 if (100...599).contains(code) {
                     result.append(StatusRange(code))
                 } else {
-                    report(.error("invalid-status", "status \(text.truncatedForMessage) is not an HTTP status; use 100 to 599", at: item.range))
+                    report(
+                        .error(
+                            "invalid-status",
+                            "status \(text.truncatedForMessage) is not an HTTP status; use 100 to 599", at: item.range))
                 }
             } else if parts.count == 2, let low = bounds[0], let high = bounds[1] {
                 if !(100...599).contains(low) || !(100...599).contains(high) {
-                    report(.error("invalid-status", "status range '\(text.truncatedForMessage)' must stay within 100-599", at: item.range))
+                    report(
+                        .error(
+                            "invalid-status", "status range '\(text.truncatedForMessage)' must stay within 100-599",
+                            at: item.range))
                 } else if low > high {
-                    report(.error("invalid-status", "status range '\(text.truncatedForMessage)' is backwards; write \"\(high)-\(low)\"", at: item.range))
+                    report(
+                        .error(
+                            "invalid-status",
+                            "status range '\(text.truncatedForMessage)' is backwards; write \"\(high)-\(low)\"",
+                            at: item.range))
                 } else {
                     result.append(StatusRange(low, high))
                 }
             } else {
-                report(.error("invalid-status", "'\(text.truncatedForMessage)' is not a status; write a code like 503 or a range like \"500-599\"", at: item.range))
+                report(
+                    .error(
+                        "invalid-status",
+                        "'\(text.truncatedForMessage)' is not a status; write a code like 503 or a range like \"500-599\"",
+                        at: item.range))
             }
         }
         return result
@@ -190,7 +230,10 @@ extension PolicyDecoder {
         var result: [String] = []
         for item in items {
             guard let text = item.scalar, !item.isNull, !text.isEmpty else {
-                report(.error("invalid-type", "a business code must be a number or a text, not \(item.kindDescription)", at: item.range))
+                report(
+                    .error(
+                        "invalid-type", "a business code must be a number or a text, not \(item.kindDescription)",
+                        at: item.range))
                 continue
             }
             result.append(text)
@@ -209,7 +252,10 @@ extension PolicyDecoder {
         guard let fields = mappingFields(node, "'classify'", allowed: ["code", "use", "with"]) else { return nil }
         if let plugin = pluginReference(.extract, fields) {
             if let code = fields.first(where: { $0.key == "code" }) {
-                report(.error("conflicting-keys", "'classify' takes either 'code:' or a plugin with 'use:', not both", at: code.keyNode.range))
+                report(
+                    .error(
+                        "conflicting-keys", "'classify' takes either 'code:' or a plugin with 'use:', not both",
+                        at: code.keyNode.range))
             }
             return .plugin(plugin)
         }
@@ -262,7 +308,8 @@ extension PolicyDecoder {
                 case "refresh": route.refresh = refresh(value, over: top.refresh, path: "routes.\(index + 1).refresh")
                 case "logout": route.logout = logout(value, over: top.logout, path: "routes.\(index + 1).logout")
                 case "retry": route.retry = retry(value, over: top.retry, path: "routes.\(index + 1).retry")
-                case "authorize": route.authorize = pluginSection(.authorize, value, what: "'authorize'") ?? route.authorize
+                case "authorize":
+                    route.authorize = pluginSection(.authorize, value, what: "'authorize'") ?? route.authorize
                 default: break
                 }
             }
@@ -299,46 +346,70 @@ extension PolicyDecoder {
     /// Decodes a whole policy document.
     mutating func policy(_ root: YAMLNode) -> PolicyParts? {
         guard root.pairs != nil else {
-            report(.error("invalid-root", "a policy file must be a mapping with 'policy: 1' and 'name:', not \(root.kindDescription)", at: root.range))
+            report(
+                .error(
+                    "invalid-root",
+                    "a policy file must be a mapping with 'policy: 1' and 'name:', not \(root.kindDescription)",
+                    at: root.range))
             return nil
         }
         var parts = PolicyParts()
         parts.rootRange = root.range
-        guard let fields = mappingFields(root, "a policy", allowed: Self.topLevelKeys, ignorePrefix: "x-") else { return nil }
+        guard let fields = mappingFields(root, "a policy", allowed: Self.topLevelKeys, ignorePrefix: "x-") else {
+            return nil
+        }
         func field(_ key: String) -> YAMLNode? { fields.first { $0.key == key }?.value }
         for (key, keyNode, _) in fields { parts.sections[key] = keyNode.range }
 
         if let version = field("policy") {
             if let number = integer(version, "policy", in: Int.min...Int.max), number != 1 {
-                report(.error("unsupported-version", "this tool reads policy schema 1, not \(number); write policy: 1", at: version.range))
+                report(
+                    .error(
+                        "unsupported-version", "this tool reads policy schema 1, not \(number); write policy: 1",
+                        at: version.range))
             }
         } else {
-            report(.error("missing-key", "missing 'policy: 1' (the schema version) at the top of the file", at: SourceRange(start: root.range.start, end: root.range.start)))
+            report(
+                .error(
+                    "missing-key", "missing 'policy: 1' (the schema version) at the top of the file",
+                    at: SourceRange(start: root.range.start, end: root.range.start)))
         }
         if let name = field("name") {
             if let text = string(name, "name") {
                 if Self.isPolicyName(text) {
                     parts.name = text
                 } else {
-                    report(.error("invalid-name", "policy name '\(text.truncatedForMessage)' must use only lower-case letters, digits and '-'", at: name.range))
+                    report(
+                        .error(
+                            "invalid-name",
+                            "policy name '\(text.truncatedForMessage)' must use only lower-case letters, digits and '-'",
+                            at: name.range))
                 }
             }
         } else {
-            report(.error("missing-key", "missing 'name:' (lower-case letters, digits and '-')", at: SourceRange(start: root.range.start, end: root.range.start)))
+            report(
+                .error(
+                    "missing-key", "missing 'name:' (lower-case letters, digits and '-')",
+                    at: SourceRange(start: root.range.start, end: root.range.start)))
         }
         if let node = field("classify") { parts.classify = classify(node) }
         if let node = field("retry") { parts.retry = retry(node, over: parts.retry) }
         if let node = field("refresh") { parts.refresh = refresh(node, over: parts.refresh) }
         if let node = field("logout") { parts.logout = logout(node, over: parts.logout) }
-        if let node = field("authorize") { parts.authorize = pluginSection(.authorize, node, what: "'authorize'") ?? parts.authorize }
+        if let node = field("authorize") {
+            parts.authorize = pluginSection(.authorize, node, what: "'authorize'") ?? parts.authorize
+        }
         if let node = field("store") { parts.store = pluginSection(.store, node, what: "'store'") ?? parts.store }
         if let node = field("observe") {
             for item in list(node, "observe") ?? [] {
-                if let plugin = pluginSection(.observe, item, what: "an 'observe' entry") { parts.observe.append(plugin) }
+                if let plugin = pluginSection(.observe, item, what: "an 'observe' entry") {
+                    parts.observe.append(plugin)
+                }
             }
         }
         if let node = field("rules") {
-            parts.rules = rules(node, scope: SectionScope(retry: parts.retry, refresh: parts.refresh, logout: parts.logout))
+            parts.rules = rules(
+                node, scope: SectionScope(retry: parts.retry, refresh: parts.refresh, logout: parts.logout))
         }
         if let node = field("routes") { parts.routes = routes(node, top: parts) }
         parts.locations = locations

@@ -11,7 +11,10 @@ extension PolicyDecoder {
     // MARK: - retry
 
     /// Applies the keys of a `retry:` mapping (or a rule's `then:` overrides) over `base`.
-    mutating func retry(_ node: YAMLNode, over base: RetrySettings, what: String = "'retry'", extraKeys: [String] = [], path: String = "retry")
+    mutating func retry(
+        _ node: YAMLNode, over base: RetrySettings, what: String = "'retry'", extraKeys: [String] = [],
+        path: String = "retry"
+    )
         -> RetrySettings
     {
         var settings = base
@@ -29,7 +32,10 @@ extension PolicyDecoder {
                 if let text = value.scalar, value.isPlainScalar, text == "honor" || text == "ignore" {
                     settings.honorRetryAfter = text == "honor"
                 } else if value.scalar == "honour" {
-                    report(.error("invalid-value", "'retry-after' cannot be 'honour'; did you mean 'honor'?", at: value.range))
+                    report(
+                        .error(
+                            "invalid-value", "'retry-after' cannot be 'honour'; did you mean 'honor'?", at: value.range)
+                    )
                 } else {
                     report(
                         .error(
@@ -42,7 +48,11 @@ extension PolicyDecoder {
                 if let text = string(value, key) {
                     settings.idempotencyKey = text == "none" ? nil : text
                     if text != "none", !Self.isHeaderName(text) {
-                        report(.error("invalid-value", "'idempotency-key' must be a header name, not '\(text.truncatedForMessage)'", at: value.range))
+                        report(
+                            .error(
+                                "invalid-value",
+                                "'idempotency-key' must be a header name, not '\(text.truncatedForMessage)'",
+                                at: value.range))
                     }
                 }
             case "on-exhausted": settings.onExhausted = action(value, key) ?? settings.onExhausted
@@ -56,7 +66,9 @@ extension PolicyDecoder {
 
     mutating func jitter(_ node: YAMLNode) -> RetrySettings.Jitter? {
         guard let text = node.scalar, !node.isNull else {
-            report(.error("invalid-type", "'jitter' must be none, full, equal or a percentage like \"20%\"", at: node.range))
+            report(
+                .error(
+                    "invalid-type", "'jitter' must be none, full, equal or a percentage like \"20%\"", at: node.range))
             return nil
         }
         switch text {
@@ -112,7 +124,10 @@ extension PolicyDecoder {
 
     // MARK: - refresh
 
-    mutating func refresh(_ node: YAMLNode, over base: RefreshSettings, what: String = "'refresh'", tuningOnly: Bool = false, extraKeys: [String] = [], path: String = "refresh")
+    mutating func refresh(
+        _ node: YAMLNode, over base: RefreshSettings, what: String = "'refresh'", tuningOnly: Bool = false,
+        extraKeys: [String] = [], path: String = "refresh"
+    )
         -> RefreshSettings
     {
         var settings = base
@@ -133,7 +148,9 @@ extension PolicyDecoder {
                 } else if let limitFields = mappingFields(value, "'limit'", allowed: ["count", "per"]) {
                     var limit = settings.limit ?? RefreshSettings.Limit(count: 5, per: .seconds(30))
                     for (limitKey, _, limitValue) in limitFields {
-                        if limitKey == "count" { limit.count = integer(limitValue, limitKey, in: 1...1_000_000) ?? limit.count }
+                        if limitKey == "count" {
+                            limit.count = integer(limitValue, limitKey, in: 1...1_000_000) ?? limit.count
+                        }
                         if limitKey == "per" { limit.per = duration(limitValue, limitKey).flatMap { $0 } ?? limit.per }
                     }
                     settings.limit = limit
@@ -147,7 +164,10 @@ extension PolicyDecoder {
 
     // MARK: - logout
 
-    mutating func logout(_ node: YAMLNode, over base: LogoutSettings, what: String = "'logout'", tuningOnly: Bool = false, extraKeys: [String] = [], path: String = "logout")
+    mutating func logout(
+        _ node: YAMLNode, over base: LogoutSettings, what: String = "'logout'", tuningOnly: Bool = false,
+        extraKeys: [String] = [], path: String = "logout"
+    )
         -> LogoutSettings
     {
         var settings = base
@@ -185,7 +205,10 @@ extension PolicyDecoder {
         let withField = fields.first { $0.key == "with" }
         guard let useField else {
             if let withField {
-                report(.error("missing-key", "'with' gives options, but no plugin is named with 'use'", at: withField.keyNode.range))
+                report(
+                    .error(
+                        "missing-key", "'with' gives options, but no plugin is named with 'use'",
+                        at: withField.keyNode.range))
             }
             return nil
         }
@@ -213,7 +236,11 @@ extension PolicyDecoder {
                     at: useField.value.range))
             return reference
         }
-        if let schema { checkOptions(optionNodes, schema: schema, plugin: name, kind: kind, at: withField?.keyNode.range ?? useField.value.range) }
+        if let schema {
+            checkOptions(
+                optionNodes, schema: schema, plugin: name, kind: kind,
+                at: withField?.keyNode.range ?? useField.value.range)
+        }
         return reference
     }
 
@@ -221,7 +248,9 @@ extension PolicyDecoder {
     private mutating func isOptionMapping(_ node: YAMLNode) -> Bool {
         if node.pairs != nil { return true }
         if !node.isNull {
-            report(.error("invalid-type", "'with' must be a mapping of options, not \(node.kindDescription)", at: node.range))
+            report(
+                .error(
+                    "invalid-type", "'with' must be a mapping of options, not \(node.kindDescription)", at: node.range))
         }
         return false
     }
@@ -242,7 +271,9 @@ extension PolicyDecoder {
             }
             guard let option = schema.options.first(where: { $0.name == key }) else {
                 let hint = Suggestion.hint(for: key, in: names)
-                let known = names.isEmpty ? "it takes no options" : "it takes \(names.map { "'\($0)'" }.joined(separator: ", "))"
+                let known =
+                    names.isEmpty
+                    ? "it takes no options" : "it takes \(names.map { "'\($0)'" }.joined(separator: ", "))"
                 report(
                     .error(
                         "unknown-plugin-option",
@@ -256,7 +287,8 @@ extension PolicyDecoder {
             report(
                 .error(
                     "missing-plugin-option",
-                    "\(kind.rawValue) plugin '\(plugin)' needs the option '\(option.name)' (\(option.summary))", at: range))
+                    "\(kind.rawValue) plugin '\(plugin)' needs the option '\(option.name)' (\(option.summary))",
+                    at: range))
         }
     }
 
@@ -265,25 +297,39 @@ extension PolicyDecoder {
         switch option.type {
         case .string: _ = string(node, key)
         case .url:
-            if let text = string(node, key), !(text.hasPrefix("https://") || text.hasPrefix("http://")) || text.count < 10 {
-                report(.error("invalid-value", "'\(key)' must be an http:// or https:// URL, not '\(text.truncatedForMessage)'", at: node.range))
+            if let text = string(node, key),
+                !(text.hasPrefix("https://") || text.hasPrefix("http://")) || text.count < 10
+            {
+                report(
+                    .error(
+                        "invalid-value",
+                        "'\(key)' must be an http:// or https:// URL, not '\(text.truncatedForMessage)'", at: node.range
+                    ))
             }
         case .duration: _ = duration(node, key)
         case .integer: _ = integer(node, key, in: Int.min...Int.max)
         case .boolean: _ = boolean(node, key)
         case .stringMap:
             guard let pairs = node.pairs else {
-                report(.error("invalid-type", "'\(key)' must be a mapping, not \(node.kindDescription)", at: node.range))
+                report(
+                    .error("invalid-type", "'\(key)' must be a mapping, not \(node.kindDescription)", at: node.range))
                 return
             }
             for pair in pairs where pair.value.scalar == nil {
-                report(.error("invalid-type", "'\(key)' values must be texts, not \(pair.value.kindDescription)", at: pair.value.range))
+                report(
+                    .error(
+                        "invalid-type", "'\(key)' values must be texts, not \(pair.value.kindDescription)",
+                        at: pair.value.range))
             }
         case .stringList:
             for item in list(node, key) ?? [] { _ = string(item, key) }
         case .valuePath:
             if let text = string(node, key), ValuePath(text) == nil {
-                report(.error("invalid-value", "'\(key)' must be body.<path> or header.<Name>, not '\(text.truncatedForMessage)'", at: node.range))
+                report(
+                    .error(
+                        "invalid-value",
+                        "'\(key)' must be body.<path> or header.<Name>, not '\(text.truncatedForMessage)'",
+                        at: node.range))
             }
         }
     }

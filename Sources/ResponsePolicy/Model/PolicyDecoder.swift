@@ -38,7 +38,9 @@ package struct PolicyDecoder {
         var result: [(String, YAMLNode, YAMLNode)] = []
         for pair in pairs {
             guard let key = pair.key.scalar else {
-                report(.error("invalid-key", "keys must be plain names, not \(pair.key.kindDescription)", at: pair.key.range))
+                report(
+                    .error(
+                        "invalid-key", "keys must be plain names, not \(pair.key.kindDescription)", at: pair.key.range))
                 continue
             }
             if let ignorePrefix, key.hasPrefix(ignorePrefix) { continue }
@@ -53,7 +55,8 @@ package struct PolicyDecoder {
 
     static func unknownKey(_ key: String, in what: String, allowed: [String], at range: SourceRange) -> Diagnostic {
         if let suggestion = Suggestion.closest(to: key, in: allowed) {
-            return .error("unknown-key", "unknown key '\(key.truncatedForMessage)'; did you mean '\(suggestion)'?", at: range)
+            return .error(
+                "unknown-key", "unknown key '\(key.truncatedForMessage)'; did you mean '\(suggestion)'?", at: range)
         }
         return .error(
             "unknown-key",
@@ -85,7 +88,8 @@ package struct PolicyDecoder {
     /// A whole number in `range`. Quoted numbers are texts and refused.
     mutating func integer(_ node: YAMLNode, _ key: String, in range: ClosedRange<Int>) -> Int? {
         guard node.isPlainScalar, let text = node.scalar, Self.isInteger(text) else {
-            report(.error("invalid-type", "'\(key)' must be a whole number, not \(node.kindDescription)", at: node.range))
+            report(
+                .error("invalid-type", "'\(key)' must be a whole number, not \(node.kindDescription)", at: node.range))
             return nil
         }
         guard let value = Int(text) else {
@@ -95,7 +99,8 @@ package struct PolicyDecoder {
         guard range.contains(value) else {
             report(
                 .error(
-                    "invalid-value", "'\(key)' must be between \(range.lowerBound) and \(range.upperBound), not \(value)",
+                    "invalid-value",
+                    "'\(key)' must be between \(range.lowerBound) and \(range.upperBound), not \(value)",
                     at: node.range))
             return nil
         }
@@ -130,10 +135,16 @@ package struct PolicyDecoder {
             case "true", "True", "TRUE": return true
             case "false", "False", "FALSE": return false
             case "yes", "Yes", "YES", "on", "On", "ON", "y", "Y":
-                report(.error("invalid-type", "'\(key)' must be true or false; write true instead of '\(text)'", at: node.range))
+                report(
+                    .error(
+                        "invalid-type", "'\(key)' must be true or false; write true instead of '\(text)'",
+                        at: node.range))
                 return nil
             case "no", "No", "NO", "off", "Off", "OFF", "n", "N":
-                report(.error("invalid-type", "'\(key)' must be true or false; write false instead of '\(text)'", at: node.range))
+                report(
+                    .error(
+                        "invalid-type", "'\(key)' must be true or false; write false instead of '\(text)'",
+                        at: node.range))
                 return nil
             default: break
             }
@@ -145,13 +156,17 @@ package struct PolicyDecoder {
     /// A duration with a unit. `allowNone` accepts `none` (returned as `.some(nil)`).
     mutating func duration(_ node: YAMLNode, _ key: String, allowNone: Bool = false) -> Duration?? {
         guard case .scalar(let text, _) = node.value, !node.isNull else {
-            report(.error("invalid-type", "'\(key)' must be a duration like 20s, not \(node.kindDescription)", at: node.range))
+            report(
+                .error(
+                    "invalid-type", "'\(key)' must be a duration like 20s, not \(node.kindDescription)", at: node.range)
+            )
             return nil
         }
         if allowNone, text == "none" { return .some(nil) }
         if let duration = Duration.parsePolicy(text) { return .some(duration) }
         if Double(text) != nil {
-            let hint = text.hasPrefix("-") ? "a duration cannot be negative" : "a bare number has no unit: write \(text)s"
+            let hint =
+                text.hasPrefix("-") ? "a duration cannot be negative" : "a bare number has no unit: write \(text)s"
             report(.error("invalid-duration", "'\(key)' needs a unit; \(hint) (ms, s, m or h)", at: node.range))
         } else {
             report(
@@ -171,7 +186,8 @@ package struct PolicyDecoder {
         guard case .scalar(let text, _) = node.value, !node.isNull else {
             report(
                 .error(
-                    "invalid-type", "'\(key)' must be one of \(names.joined(separator: ", ")), not \(node.kindDescription)",
+                    "invalid-type",
+                    "'\(key)' must be one of \(names.joined(separator: ", ")), not \(node.kindDescription)",
                     at: node.range))
             return nil
         }

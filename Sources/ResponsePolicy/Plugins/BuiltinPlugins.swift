@@ -1,6 +1,5 @@
 import Foundation
 
-
 /// The plugins every registry starts with. The network ones (`oauth2`, `http`) and the `file`
 /// store live in their own files.
 enum BuiltinPlugins {
@@ -9,7 +8,8 @@ enum BuiltinPlugins {
         registry.register(authorize: "header") { config in
             HeaderAuthorizer(name: config.string("name") ?? "Authorization", prefix: config.string("prefix") ?? "")
         }
-        registry.register(authorize: "query") { config in QueryAuthorizer(name: config.string("name") ?? "access_token") }
+        registry.register(authorize: "query") { config in QueryAuthorizer(name: config.string("name") ?? "access_token")
+        }
         registry.register(logout: "none") { _ in NoLogout() }
         registry.register(store: "memory") { _ in MemoryCredentialStore() }
         registry.register(observe: "log") { config in LogObserver(debug: config.string("level") == "debug") }

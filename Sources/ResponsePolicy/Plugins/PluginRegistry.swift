@@ -9,7 +9,8 @@ public struct PluginConfiguration: Sendable {
     /// Environment variables, for secrets named in the policy (`client-secret-env`).
     public let environment: [String: String]
 
-    public init(name: String, options: [String: PluginOption], transport: any Transport, environment: [String: String]) {
+    public init(name: String, options: [String: PluginOption], transport: any Transport, environment: [String: String])
+    {
         self.name = name
         self.options = options
         self.transport = transport
@@ -108,7 +109,9 @@ public struct PluginRegistry: Sendable {
 
     private mutating func declare(_ kind: PluginKind, _ name: String, _ schema: PluginSchema?) {
         // Built-ins keep the schema the catalog ships for them.
-        if !catalog.isBuiltin(kind, name) || !catalog.contains(kind, name) { catalog.declare(kind, name, schema: schema) }
+        if !catalog.isBuiltin(kind, name) || !catalog.contains(kind, name) {
+            catalog.declare(kind, name, schema: schema)
+        }
     }
 
     func make<P>(
@@ -116,7 +119,8 @@ public struct PluginRegistry: Sendable {
         environment: [String: String]
     ) throws(PluginError) -> P {
         guard let factory = factories[reference.name] else {
-            throw PluginError(kind: reference.kind, name: reference.name, reason: "no such plugin is registered in this program")
+            throw PluginError(
+                kind: reference.kind, name: reference.name, reason: "no such plugin is registered in this program")
         }
         let configuration = PluginConfiguration(
             name: reference.name, options: reference.options, transport: transport, environment: environment)

@@ -97,7 +97,8 @@ public struct PluginCatalog: Sendable, Hashable {
                     .init("name", .string, required: true, "the header that carries the token"),
                     .init("prefix", .string, "text before the token, e.g. 'Token '"),
                 ]),
-            "query": PluginSchema([.init("name", .string, required: true, "the query parameter that carries the token")]),
+            "query": PluginSchema([.init("name", .string, required: true, "the query parameter that carries the token")]
+            ),
         ],
         .logout: [
             "none": PluginSchema.none,

@@ -1,7 +1,6 @@
 import Dispatch
 import Foundation
 
-
 /// Why a simulation stopped without a result.
 package enum SimulationError: Error, Equatable {
     /// Nothing could make progress: no job was queued, no timer was pending and the body had not finished

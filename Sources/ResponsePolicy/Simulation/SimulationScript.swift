@@ -87,13 +87,17 @@ package struct SimulationScript: Sendable {
 
 extension PolicyDecoder {
     mutating func script(_ root: YAMLNode) -> SimulationScript? {
-        guard let fields = mappingFields(root, "a simulation script", allowed: ["latency", "requests", "refresh", "reload", "seed"])
+        guard
+            let fields = mappingFields(
+                root, "a simulation script", allowed: ["latency", "requests", "refresh", "reload", "seed"])
         else { return nil }
         var script = SimulationScript()
         if let latency = fields.first(where: { $0.key == "latency" }) {
             script.latency = duration(latency.value, "latency").flatMap { $0 } ?? script.latency
         }
-        if let seed = fields.first(where: { $0.key == "seed" }), let value = integer(seed.value, "seed", in: 0...Int.max) {
+        if let seed = fields.first(where: { $0.key == "seed" }),
+            let value = integer(seed.value, "seed", in: 0...Int.max)
+        {
             script.seed = UInt64(value)
         }
         guard let requestsField = fields.first(where: { $0.key == "requests" }) else {
@@ -105,13 +109,19 @@ extension PolicyDecoder {
             guard let expanded = scriptRequest(item) else { continue }
             for request in expanded {
                 if !ids.insert(request.id).inserted {
-                    report(.error("duplicate-id", "request id '\(request.id.truncatedForMessage)' is used twice", at: item.range))
+                    report(
+                        .error(
+                            "duplicate-id", "request id '\(request.id.truncatedForMessage)' is used twice",
+                            at: item.range))
                 }
                 script.requests.append(request)
             }
         }
         if requestsField.value.items == nil {
-            report(.error("invalid-type", "'requests' must be a list, not \(requestsField.value.kindDescription)", at: requestsField.value.range))
+            report(
+                .error(
+                    "invalid-type", "'requests' must be a list, not \(requestsField.value.kindDescription)",
+                    at: requestsField.value.range))
         }
         if let refresh = fields.first(where: { $0.key == "refresh" }) {
             let steps = (list(refresh.value, "refresh") ?? []).compactMap { refreshStep($0) }
@@ -163,7 +173,11 @@ extension PolicyDecoder {
             return nil
         }
         if request.responses.isEmpty {
-            report(.error("missing-key", "request '\(request.id)' needs 'responses:', what the server answers to each attempt", at: node.range))
+            report(
+                .error(
+                    "missing-key",
+                    "request '\(request.id)' needs 'responses:', what the server answers to each attempt",
+                    at: node.range))
             return nil
         }
         guard hasRepeat else { return [request] }
@@ -175,7 +189,9 @@ extension PolicyDecoder {
     }
 
     mutating func scriptResponse(_ node: YAMLNode) -> SimulationScript.Response? {
-        guard let fields = mappingFields(node, "a response", allowed: ["status", "body", "headers", "latency", "error"]) else { return nil }
+        guard
+            let fields = mappingFields(node, "a response", allowed: ["status", "body", "headers", "latency", "error"])
+        else { return nil }
         var response = SimulationScript.Response()
         for (key, _, value) in fields {
             switch key {
@@ -191,7 +207,10 @@ extension PolicyDecoder {
     }
 
     mutating func refreshStep(_ node: YAMLNode) -> SimulationScript.RefreshStep? {
-        guard let fields = mappingFields(node, "a refresh step", allowed: ["after", "result", "status", "body", "expires-in"]) else { return nil }
+        guard
+            let fields = mappingFields(
+                node, "a refresh step", allowed: ["after", "result", "status", "body", "expires-in"])
+        else { return nil }
         var step = SimulationScript.RefreshStep()
         for (key, _, value) in fields {
             switch key {

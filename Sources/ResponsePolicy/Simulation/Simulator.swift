@@ -1,6 +1,5 @@
 import Foundation
 
-
 /// Runs the real engine against a scripted server on a virtual clock: no sleeping, no network,
 /// the same events for the same script every time.
 ///
@@ -40,7 +39,9 @@ package enum Simulator {
 
         package var description: String {
             switch self {
-            case .stalled(let t): return "the simulation stalled at t=\(PolicyEvent.seconds(t))s: requests wait for something that never happens"
+            case .stalled(let t):
+                return
+                    "the simulation stalled at t=\(PolicyEvent.seconds(t))s: requests wait for something that never happens"
             case .tooLong(let t): return "the simulation passed its virtual time limit at t=\(PolicyEvent.seconds(t))s"
             }
         }
@@ -77,17 +78,26 @@ package enum Simulator {
                         group.addTask {
                             try? await clock.sleep(until: request.at)
                             var headers = HTTPHeaders(request.headers)
-                            if request.body != nil, headers["Content-Type"] == nil { headers.set("Content-Type", "application/json") }
-                            let url = URL(string: "https://simulated.invalid" + (request.path.hasPrefix("/") ? "" : "/") + request.path)
+                            if request.body != nil, headers["Content-Type"] == nil {
+                                headers.set("Content-Type", "application/json")
+                            }
+                            let url =
+                                URL(
+                                    string: "https://simulated.invalid" + (request.path.hasPrefix("/") ? "" : "/")
+                                        + request.path)
                                 ?? URL(fileURLWithPath: "/")
                             _ = try? await engine.send(
-                                HTTPRequest(method: request.method, url: url, headers: headers, body: request.body.map { Data($0.utf8) }, id: request.id))
+                                HTTPRequest(
+                                    method: request.method, url: url, headers: headers,
+                                    body: request.body.map { Data($0.utf8) }, id: request.id))
                         }
                     }
                     for step in script.reload {
                         group.addTask {
                             try? await clock.sleep(until: step.at)
-                            _ = try? engine.reload(loading: { () throws(PolicyError) -> Policy in try loadPolicy(step.policy) })
+                            _ = try? engine.reload(loading: { () throws(PolicyError) -> Policy in
+                                try loadPolicy(step.policy)
+                            })
                         }
                     }
                 }
@@ -129,7 +139,8 @@ package enum Simulator {
         let outcome: Swift.Result<Result, Failure> = await withCheckedContinuation { continuation in
             let thread = Thread {
                 do throws(Failure) {
-                    continuation.resume(returning: .success(try run(policy: policy, script: script, loadPolicy: loadPolicy)))
+                    continuation.resume(
+                        returning: .success(try run(policy: policy, script: script, loadPolicy: loadPolicy)))
                 } catch {
                     continuation.resume(returning: .failure(error))
                 }
@@ -170,11 +181,14 @@ final class ScriptedTransport: Transport {
             counts[id, default: 0] += 1
             return counts[id, default: 1]
         }
-        guard let list = responses[id], let last = list.last else { throw TransportError(.connection, "no scripted response") }
+        guard let list = responses[id], let last = list.last else {
+            throw TransportError(.connection, "no scripted response")
+        }
         let scripted = attempt <= list.count ? list[attempt - 1] : last
         try await clock.sleep(until: clock.now + (scripted.latency ?? latency))
         if let error = scripted.error { throw TransportError(error, "scripted") }
-        return HTTPResponse(status: scripted.status, headers: HTTPHeaders(scripted.headers), body: Data(scripted.body.utf8))
+        return HTTPResponse(
+            status: scripted.status, headers: HTTPHeaders(scripted.headers), body: Data(scripted.body.utf8))
     }
 }
 

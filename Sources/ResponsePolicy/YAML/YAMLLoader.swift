@@ -50,7 +50,8 @@ package struct YAMLLoader {
     ) -> Result<YAMLNode?, Failure> {
         var parser = yaml_parser_t()
         guard yaml_parser_initialize(&parser) != 0 else {
-            return .failure(.syntax(.error("yaml-syntax", "the YAML parser could not start (out of memory)", at: .fileStart)))
+            return .failure(
+                .syntax(.error("yaml-syntax", "the YAML parser could not start (out of memory)", at: .fileStart)))
         }
         defer { yaml_parser_delete(&parser) }
         // An empty buffer has no base address; libyaml wants a valid pointer either way.
@@ -82,7 +83,8 @@ package struct YAMLLoader {
             var message = problem
             if problem.contains("control characters") {
                 let value = parser.problem_value
-                message = value == 0
+                message =
+                    value == 0
                     ? "the file contains a NUL byte; policy files are text"
                     : "control character \(hex(value)) is not allowed in YAML"
             } else if problem.contains("UTF-8") {
@@ -218,12 +220,16 @@ private struct TreeBuilder {
             if let failure = push(at: range) { return failure }
             let data = event.data.mapping_start
             stack.append(
-                Frame(isMapping: true, start: start, anchor: Self.string(data.anchor), tag: Self.string(data.tag), size: 1))
+                Frame(
+                    isMapping: true, start: start, anchor: Self.string(data.anchor), tag: Self.string(data.tag), size: 1
+                ))
         case YAML_SEQUENCE_START_EVENT:
             if let failure = push(at: range) { return failure }
             let data = event.data.sequence_start
             stack.append(
-                Frame(isMapping: false, start: start, anchor: Self.string(data.anchor), tag: Self.string(data.tag), size: 1))
+                Frame(
+                    isMapping: false, start: start, anchor: Self.string(data.anchor), tag: Self.string(data.tag),
+                    size: 1))
         case YAML_MAPPING_END_EVENT, YAML_SEQUENCE_END_EVENT:
             guard let frame = stack.popLast() else { return nil }
             let fullRange = SourceRange(start: frame.start, end: end)

@@ -7,16 +7,16 @@ struct CodeWithoutClassifyRule: LintRule {
         severity: .error,
         triggering: [
             exampleHeader + """
-            rules:
-              - { name: gone, when: { code: [202] }, then: logout }
-            """
+                rules:
+                  - { name: gone, when: { code: [202] }, then: logout }
+                """
         ],
         nonTriggering: [
             exampleHeader + """
-            classify: { code: body.status }
-            rules:
-              - { name: gone, when: { code: [202] }, then: logout }
-            """
+                classify: { code: body.status }
+                rules:
+                  - { name: gone, when: { code: [202] }, then: logout }
+                """
         ])
 
     func check(_ context: LintContext) -> [Diagnostic] {

@@ -10,21 +10,21 @@ struct ConflictingCodesRule: LintRule {
         severity: .error,
         triggering: [
             exampleHeader + """
-            classify: { code: body.status }
-            refresh: { use: oauth2, with: { token-url: "https://auth.example.com/token", client-id: app } }
-            rules:
-              - { name: a, when: { code: [1401] }, then: refresh }
-              - { name: b, when: { code: [1401, 202] }, then: logout }
-            """
+                classify: { code: body.status }
+                refresh: { use: oauth2, with: { token-url: "https://auth.example.com/token", client-id: app } }
+                rules:
+                  - { name: a, when: { code: [1401] }, then: refresh }
+                  - { name: b, when: { code: [1401, 202] }, then: logout }
+                """
         ],
         nonTriggering: [
             exampleHeader + """
-            classify: { code: body.status }
-            rules:
-              - { name: a, when: { code: [1401] }, then: logout }
-              - { name: b, when: { code: [202] }, then: logout }
-              - { name: c, when: { code: [202], path: "/admin/*" }, then: fail }
-            """
+                classify: { code: body.status }
+                rules:
+                  - { name: a, when: { code: [1401] }, then: logout }
+                  - { name: b, when: { code: [202] }, then: logout }
+                  - { name: c, when: { code: [202], path: "/admin/*" }, then: fail }
+                """
         ])
 
     func check(_ context: LintContext) -> [Diagnostic] {
@@ -44,7 +44,11 @@ struct ConflictingCodesRule: LintRule {
                             Self.description.id,
                             "code '\(code)' is in rule '\(earlier.name)' (\(earlier.action.rawValue)) and rule '\(rule.name)' (\(rule.action.rawValue)); the first match wins, so remove it from one of them",
                             at: rule.source.codes[code] ?? rule.range,
-                            notes: [.init(range: earlier.source.codes[code] ?? earlier.range, message: "'\(code)' first listed here")]))
+                            notes: [
+                                .init(
+                                    range: earlier.source.codes[code] ?? earlier.range,
+                                    message: "'\(code)' first listed here")
+                            ]))
                 }
             }
         }

@@ -11,17 +11,17 @@ struct DeadlineRule: LintRule {
         severity: .warning,
         triggering: [
             exampleHeader + """
-            retry: { max-retries: 5, backoff: constant, initial: 10s, attempt-timeout: 10s, deadline: 30s, retry-after: ignore }
-            rules:
-              - { name: busy, when: { status: [503] }, then: retry }
-            """
+                retry: { max-retries: 5, backoff: constant, initial: 10s, attempt-timeout: 10s, deadline: 30s, retry-after: ignore }
+                rules:
+                  - { name: busy, when: { status: [503] }, then: retry }
+                """
         ],
         nonTriggering: [
             exampleHeader + """
-            retry: { max-retries: 2, backoff: constant, initial: 1s, attempt-timeout: 5s, deadline: 30s, retry-after: ignore }
-            rules:
-              - { name: busy, when: { status: [503] }, then: retry }
-            """
+                retry: { max-retries: 2, backoff: constant, initial: 1s, attempt-timeout: 5s, deadline: 30s, retry-after: ignore }
+                rules:
+                  - { name: busy, when: { status: [503] }, then: retry }
+                """
         ])
 
     func check(_ context: LintContext) -> [Diagnostic] {

@@ -11,22 +11,22 @@ struct LoopingEdgeRule: LintRule {
         severity: .error,
         triggering: [
             exampleHeader + """
-            retry: { on-exhausted: retry }
-            rules:
-              - { name: busy, when: { status: [503] }, then: retry }
-            """,
+                retry: { on-exhausted: retry }
+                rules:
+                  - { name: busy, when: { status: [503] }, then: retry }
+                """,
             exampleHeader + """
-            refresh: { use: oauth2, with: { token-url: "https://auth.example.com/token", client-id: app }, on-failure: refresh }
-            rules:
-              - { name: unauthorized, when: { status: [401] }, then: refresh }
-            """,
+                refresh: { use: oauth2, with: { token-url: "https://auth.example.com/token", client-id: app }, on-failure: refresh }
+                rules:
+                  - { name: unauthorized, when: { status: [401] }, then: refresh }
+                """,
         ],
         nonTriggering: [
             exampleHeader + """
-            retry: { on-exhausted: fail }
-            rules:
-              - { name: busy, when: { status: [503] }, then: retry }
-            """
+                retry: { on-exhausted: fail }
+                rules:
+                  - { name: busy, when: { status: [503] }, then: retry }
+                """
         ])
 
     func check(_ context: LintContext) -> [Diagnostic] {
@@ -43,14 +43,22 @@ struct LoopingEdgeRule: LintRule {
         }
         for scope in context.graph.scopes {
             check(scope.retry.onExhausted, context.prefix(scope, "retry") + ".on-exhausted", "deliver, fail or logout")
-            check(scope.refresh.onExhausted, context.prefix(scope, "refresh") + ".on-exhausted", "deliver, fail or logout")
+            check(
+                scope.refresh.onExhausted, context.prefix(scope, "refresh") + ".on-exhausted", "deliver, fail or logout"
+            )
             check(scope.refresh.onFailure, context.prefix(scope, "refresh") + ".on-failure", "fail, deliver or logout")
         }
         for (rules, scope) in context.ruleSets {
             for rule in rules {
                 let sections: [(ActionKind?, String)] = [
-                    (rule.retry.map(\.onExhausted).flatMap { $0 == scope.retry.onExhausted ? nil : $0 }, "on-exhausted"),
-                    (rule.refresh.map(\.onExhausted).flatMap { $0 == scope.refresh.onExhausted ? nil : $0 }, "on-exhausted"),
+                    (
+                        rule.retry.map(\.onExhausted).flatMap { $0 == scope.retry.onExhausted ? nil : $0 },
+                        "on-exhausted"
+                    ),
+                    (
+                        rule.refresh.map(\.onExhausted).flatMap { $0 == scope.refresh.onExhausted ? nil : $0 },
+                        "on-exhausted"
+                    ),
                     (rule.refresh.map(\.onFailure).flatMap { $0 == scope.refresh.onFailure ? nil : $0 }, "on-failure"),
                 ]
                 for case (let value?, let key) in sections where value == .retry || value == .refresh {

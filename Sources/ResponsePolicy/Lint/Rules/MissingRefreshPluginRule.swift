@@ -7,16 +7,16 @@ struct MissingRefreshPluginRule: LintRule {
         severity: .error,
         triggering: [
             exampleHeader + """
-            rules:
-              - { name: unauthorized, when: { status: [401] }, then: refresh }
-            """
+                rules:
+                  - { name: unauthorized, when: { status: [401] }, then: refresh }
+                """
         ],
         nonTriggering: [
             exampleHeader + """
-            refresh: { use: oauth2, with: { token-url: "https://auth.example.com/token", client-id: app } }
-            rules:
-              - { name: unauthorized, when: { status: [401] }, then: refresh }
-            """
+                refresh: { use: oauth2, with: { token-url: "https://auth.example.com/token", client-id: app } }
+                rules:
+                  - { name: unauthorized, when: { status: [401] }, then: refresh }
+                """
         ])
 
     func check(_ context: LintContext) -> [Diagnostic] {

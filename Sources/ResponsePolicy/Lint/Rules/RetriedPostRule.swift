@@ -10,17 +10,17 @@ struct RetriedPostRule: LintRule {
         severity: .warning,
         triggering: [
             exampleHeader + """
-            retry: { methods: [GET, POST] }
-            rules:
-              - { name: busy, when: { status: [503] }, then: retry }
-            """
+                retry: { methods: [GET, POST] }
+                rules:
+                  - { name: busy, when: { status: [503] }, then: retry }
+                """
         ],
         nonTriggering: [
             exampleHeader + """
-            retry: { methods: [GET, PUT] }
-            rules:
-              - { name: busy, when: { status: [503] }, then: retry }
-            """
+                retry: { methods: [GET, PUT] }
+                rules:
+                  - { name: busy, when: { status: [503] }, then: retry }
+                """
         ])
 
     func check(_ context: LintContext) -> [Diagnostic] {

@@ -7,17 +7,17 @@ struct ShadowedRule: LintRule {
         severity: .warning,
         triggering: [
             exampleHeader + """
-            rules:
-              - { name: server-errors, when: { status: ["500-599"] }, then: retry }
-              - { name: busy, when: { status: [503] }, then: fail }
-            """
+                rules:
+                  - { name: server-errors, when: { status: ["500-599"] }, then: retry }
+                  - { name: busy, when: { status: [503] }, then: fail }
+                """
         ],
         nonTriggering: [
             exampleHeader + """
-            rules:
-              - { name: busy, when: { status: [503] }, then: fail }
-              - { name: server-errors, when: { status: ["500-599"] }, then: retry }
-            """
+                rules:
+                  - { name: busy, when: { status: [503] }, then: fail }
+                  - { name: server-errors, when: { status: ["500-599"] }, then: retry }
+                """
         ])
 
     func check(_ context: LintContext) -> [Diagnostic] {
@@ -27,7 +27,8 @@ struct ShadowedRule: LintRule {
             let window = 200
             for index in rules.indices {
                 let rule = rules[index]
-                for earlierIndex in max(0, index - window)..<index where Self.covers(rules[earlierIndex].when, rule.when) {
+                for earlierIndex in max(0, index - window)..<index
+                where Self.covers(rules[earlierIndex].when, rule.when) {
                     let earlier = rules[earlierIndex]
                     findings.append(
                         .warning(
@@ -40,6 +41,10 @@ struct ShadowedRule: LintRule {
             }
         }
         return findings
+    }
+
+    static func isCovered(_ range: StatusRange, by ranges: [StatusRange]) -> Bool {
+        ranges.contains { $0.lower <= range.lower && range.upper <= $0.upper }
     }
 
     /// Whether every response or error `b` matches, `a` matches too.
@@ -55,9 +60,9 @@ struct ShadowedRule: LintRule {
                 return false
             }
             if let statuses = a.statuses {
-                guard let other = b.statuses,
-                    other.allSatisfy({ range in statuses.contains { $0.lower <= range.lower && range.upper <= $0.upper } })
-                else { return false }
+                guard let other = b.statuses, other.allSatisfy({ Self.isCovered($0, by: statuses) }) else {
+                    return false
+                }
             }
             if let codes = a.codes {
                 // Quick reject before the subset test: most rule pairs share no code at all.

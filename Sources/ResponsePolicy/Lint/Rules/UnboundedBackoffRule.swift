@@ -7,17 +7,17 @@ struct UnboundedBackoffRule: LintRule {
         severity: .warning,
         triggering: [
             exampleHeader + """
-            retry: { backoff: exponential, max-delay: none }
-            rules:
-              - { name: busy, when: { status: [503] }, then: retry }
-            """
+                retry: { backoff: exponential, max-delay: none }
+                rules:
+                  - { name: busy, when: { status: [503] }, then: retry }
+                """
         ],
         nonTriggering: [
             exampleHeader + """
-            retry: { backoff: exponential, max-delay: 10s }
-            rules:
-              - { name: busy, when: { status: [503] }, then: retry }
-            """
+                retry: { backoff: exponential, max-delay: 10s }
+                rules:
+                  - { name: busy, when: { status: [503] }, then: retry }
+                """
         ])
 
     func check(_ context: LintContext) -> [Diagnostic] {

@@ -7,22 +7,22 @@ struct UnusedSectionRule: LintRule {
         severity: .warning,
         triggering: [
             exampleHeader + """
-            retry: { max-retries: 5 }
-            rules:
-              - { name: unauthorized, when: { status: [401] }, then: fail }
-            """
+                retry: { max-retries: 5 }
+                rules:
+                  - { name: unauthorized, when: { status: [401] }, then: fail }
+                """
         ],
         nonTriggering: [
             exampleHeader + """
-            retry: { max-retries: 5 }
-            rules:
-              - { name: busy, when: { status: [503] }, then: retry }
-            """,
+                retry: { max-retries: 5 }
+                rules:
+                  - { name: busy, when: { status: [503] }, then: retry }
+                """,
             exampleHeader + """
-            retry: { attempt-timeout: 5s, deadline: 20s }
-            rules:
-              - { name: unauthorized, when: { status: [401] }, then: fail }
-            """,
+                retry: { attempt-timeout: 5s, deadline: 20s }
+                rules:
+                  - { name: unauthorized, when: { status: [401] }, then: fail }
+                """,
         ])
 
     func check(_ context: LintContext) -> [Diagnostic] {
@@ -44,7 +44,9 @@ struct UnusedSectionRule: LintRule {
             guard let range = context.parts.sections[section] else { continue }
             let what = section == "classify" ? "no rule matches a business code" : "no rule leads to \(section)"
             findings.append(
-                .warning(Self.description.id, "'\(section)' is set, but \(what); remove it or add a rule that uses it", at: range))
+                .warning(
+                    Self.description.id, "'\(section)' is set, but \(what); remove it or add a rule that uses it",
+                    at: range))
         }
         return findings
     }
