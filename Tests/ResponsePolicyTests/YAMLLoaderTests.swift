@@ -172,7 +172,7 @@ struct YAMLLoaderTests {
     }
 
     @Test func binaryGarbageNeverCrashes() {
-        var generator = SplitMix(seed: 42)
+        var generator = SplitMix64(seed: 42)
         for _ in 0..<300 {
             let count = Int(generator.next() % 400)
             let bytes = (0..<count).map { _ in UInt8(truncatingIfNeeded: generator.next()) }
@@ -193,18 +193,5 @@ struct YAMLLoaderTests {
                   retry: { max-retries: 3, backof: constant }
                                            ^
                 """)
-    }
-}
-
-/// A small deterministic generator for tests (SplitMix64).
-struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

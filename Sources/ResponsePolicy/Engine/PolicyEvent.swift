@@ -61,7 +61,7 @@ public struct PolicyEvent: Sendable, Hashable {
     }
 
     /// Seconds with up to 6 decimals, no trailing zeros: `0.05`, `2`, `0.000001`.
-    static func seconds(_ duration: Duration) -> String {
+    package static func seconds(_ duration: Duration) -> String {
         let micros = Int64((duration.seconds * 1_000_000).rounded())
         let whole = micros / 1_000_000
         var fraction = String(abs(micros % 1_000_000))
@@ -71,7 +71,8 @@ public struct PolicyEvent: Sendable, Hashable {
         return (micros < 0 && whole == 0 ? "-" : "") + "\(whole).\(fraction)"
     }
 
-    static func quote(_ text: String) -> String {
+    /// `text` as a JSON string literal (RFC 8259 §7), for every JSON this package writes.
+    package static func quote(_ text: String) -> String {
         var out = "\""
         for scalar in text.unicodeScalars {
             switch scalar {
