@@ -115,8 +115,15 @@ private final class PipeDrain: Sendable {
 /// call throws ``CLITestError/timedOut(arguments:seconds:)``: a hang fails the test, it never
 /// stalls the suite.
 func runPolicy(_ arguments: [String], in directory: URL? = nil, timeout: Int = 20) throws -> CLIResult {
+    try runExecutable(try policyBinary.get(), arguments, in: directory, timeout: timeout)
+}
+
+/// ``runPolicy(_:in:timeout:)`` for any built executable of the package (`policy-bench`).
+func runExecutable(_ executable: URL, _ arguments: [String], in directory: URL? = nil, timeout: Int = 20) throws
+    -> CLIResult
+{
     let process = Process()
-    process.executableURL = try policyBinary.get()
+    process.executableURL = executable
     process.arguments = arguments
     process.currentDirectoryURL = directory ?? repositoryRoot
     let stdoutPipe = Pipe()

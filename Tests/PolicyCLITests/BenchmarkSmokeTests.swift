@@ -1,0 +1,28 @@
+import Foundation
+import Testing
+
+/// Keeps `policy-bench` working: it runs with tiny counts (`--quick`), which measure nothing,
+/// and its JSON must have every required result with sane fields. Timing is never asserted.
+struct BenchmarkSmokeTests {
+    @Test func quickRunReportsEveryResult() throws {
+        let bench = try policyBinary.get().deletingLastPathComponent().appendingPathComponent("policy-bench")
+        try #require(FileManager.default.isExecutableFile(atPath: bench.path), "build policy-bench first")
+        let result = try runExecutable(bench, ["--quick", "--json"], timeout: 120)
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        let json = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+        let results = try #require(json["results"] as? [[String: Any]])
+        let names = results.compactMap { $0["name"] as? String }
+        #expect(
+            names == [
+                "classify-1k-first", "classify-1k-last", "decide-20k-rules", "storm-10k", "engine-overhead", "load-default",
+            ])
+        for entry in results {
+            #expect(entry["value"] is NSNumber && entry["unit"] is String, "\(entry)")
+        }
+        let storm = try #require(results.first { $0["name"] as? String == "storm-10k" })
+        #expect(storm["refreshes"] as? Int == 1)
+        #expect(storm["delivered"] as? Int == storm["requests"] as? Int)
+        let classify = try #require(results.first { $0["name"] as? String == "classify-1k-last" })
+        #expect(classify["baseline"] is NSNumber && classify["ratio"] is NSNumber)
+    }
+}
