@@ -37,10 +37,13 @@ struct LogoutSimulationTests {
             """)
         #expect(result.summary.logouts == 1)
         // Cancelled on the wire at the logout (t=0.15), not left to finish at t=5.
-        #expect(result.timeline("slow") == "send@0 outcome@0.15")
+        #expect(result.timeline("slow") == "send@0 cancel@0.15 outcome@0.15")
         #expect(result.outcome("slow")?.result == .loggedOut)
         // Waiting in its 1s backoff.
-        #expect(result.timeline("waiting") == "send@0 response@0.05 wait@0.05 outcome@0.15")
+        #expect(result.timeline("waiting") == "send@0 response@0.05 wait@0.05 cancel@0.15 outcome@0.15")
+        // The trigger ends by its own logout: nothing of it was cancelled.
+        #expect(result.timeline("trigger") == "send@0.1 response@0.15 logout@0.15 outcome@0.15")
+        #expect(result.events("refreshing").filter { $0.kind == .cancel }.map(\.reason) == ["logout"])
         // Waiting for the refresh, which no longer signs the session back in.
         #expect(result.outcome("refreshing")?.result == .loggedOut)
         #expect(result.outcome("trigger")?.result == .loggedOut)

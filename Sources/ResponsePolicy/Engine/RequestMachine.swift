@@ -106,11 +106,24 @@ final class RequestMachine {
     @inline(never)  // keeps this step's temporaries out of the driver's async frame
     func loggedOut() -> Step { finish(.failure(.loggedOut(until: engine.cooldownEnd()))) }
 
+    /// Ended by another request's logout while on the wire or waiting: a `cancel` event, then
+    /// the logged-out outcome (the trigger itself and requests refused in the cooldown have no
+    /// `cancel`: nothing of theirs was interrupted).
+    @inline(never)  // keeps this step's temporaries out of the driver's async frame
+    func cancelledByLogout() -> Step {
+        engine.emit(runtime) {
+            var event = PolicyEvent(.cancel, time: engine.clock.now, request: context.id)
+            event.reason = "logout"
+            return event
+        }
+        return loggedOut()
+    }
+
     /// The request was ended from outside its loop: by a logout, or by its caller.
     @inline(never)  // keeps this step's temporaries out of the driver's async frame
     func ended() -> Step {
         let reason = engine.state.withLock { $0.requests[context.number]?.endReason }
-        if reason == .loggedOut { return loggedOut() }
+        if reason == .loggedOut { return cancelledByLogout() }
         engine.emit(runtime) {
             var event = PolicyEvent(.cancel, time: engine.clock.now, request: context.id)
             event.reason = "the caller cancelled the request"
@@ -149,7 +162,7 @@ final class RequestMachine {
             (state.requests[context.number]?.endReason != nil, state.isLoggedOut(at: now))
         }
         if Task.isCancelled || endedOutside { return ended() }
-        if isLoggedOut { return loggedOut() }
+        if isLoggedOut { return cancelledByLogout() }
         if !skipProactive, let ahead = scope.refresh.ahead, plugins.refresh != nil,
             let generation = engine.expiringGeneration(within: ahead)
         {
@@ -178,7 +191,7 @@ final class RequestMachine {
     @inline(never)  // keeps this step's temporaries out of the driver's async frame
     func afterProactiveRefresh(_ result: EngineState.FlightResult?) -> Step {
         switch result {
-        case .loggedOut?: return loggedOut()
+        case .loggedOut?: return cancelledByLogout()
         case .cancelled?: return ended()
         default:
             // A failed proactive refresh leaves the old token to try.
@@ -270,7 +283,7 @@ final class RequestMachine {
         pendingRefresh = nil
         switch result {
         case .ok: return top()
-        case .loggedOut: return loggedOut()
+        case .loggedOut: return cancelledByLogout()
         case .cancelled: return ended()
         case .failed(let refreshFailure):
             if let response = refreshFailure.response,
