@@ -14,7 +14,8 @@ struct BenchmarkSmokeTests {
         let names = results.compactMap { $0["name"] as? String }
         #expect(
             names == [
-                "classify-1k-first", "classify-1k-last", "decide-20k-rules", "storm-10k", "engine-overhead", "load-default",
+                "classify-1k-first", "classify-1k-last", "decide-20k-rules", "storm-10k", "engine-overhead",
+                "load-default",
             ])
         for entry in results {
             #expect(entry["value"] is NSNumber && entry["unit"] is String, "\(entry)")

@@ -489,7 +489,6 @@ struct JSONCodeScannerTests {
 
 extension JSONCodeScannerTests {
 
-
     /// A JSON document model with its own serializer (random whitespace, random escaping, every number form).
     fileprivate indirect enum Node {
         case null

@@ -191,3 +191,34 @@ struct EmbeddedDefaultPolicyTests {
         #expect(policy.warnings.isEmpty)
     }
 }
+
+struct RouteLintTests {
+    @Test func aTopLevelSettingIsReportedOnceNotOncePerRoute() {
+        let found = findings(
+            """
+            policy: 1
+            name: routes
+            retry: { methods: [GET, POST], backoff: exponential, max-delay: none, on-exhausted: retry }
+            rules: [{ when: { status: [503] }, then: retry }]
+            routes:
+              - match: { path: "/a/*" }
+              - match: { path: "/b/*" }
+            """)
+        #expect(found.filter { $0.rule == "post-retried" }.map(\.range.start) == [SourcePosition(line: 3, column: 19)])
+        #expect(found.filter { $0.rule == "unbounded-backoff" }.count == 1)
+        #expect(found.filter { $0.rule == "looping-edge" }.count == 1)
+    }
+
+    @Test func aRouteThatWritesTheSettingIsReportedAtTheRoute() {
+        let found = findings(
+            """
+            policy: 1
+            name: routes
+            rules: [{ when: { status: [503] }, then: retry }]
+            routes:
+              - match: { path: "/a/*" }
+                retry: { methods: [POST] }
+            """)
+        #expect(found.filter { $0.rule == "post-retried" }.map(\.range.start) == [SourcePosition(line: 6, column: 23)])
+    }
+}

@@ -69,7 +69,7 @@ struct PolicyWatcherTests {
         #expect(engine.policy.name == "only")
     }
 
-    @Test func sighupReloads() async throws {
+    @Test func sighupReloadsAlsoAfterARestart() async throws {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("watcher-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: folder) }
@@ -78,14 +78,18 @@ struct PolicyWatcherTests {
         let engine = try makeEngine(file, events: EventLog())
         // Polling every hour: only the signal can make this reload within the test.
         let watcher = PolicyWatcher(engine: engine, url: file, interval: .seconds(3600))
+        // Stopped and started again: the signal must still arrive.
+        watcher.start(onSIGHUP: true)
+        watcher.stop()
         watcher.start(onSIGHUP: true)
         defer { watcher.stop() }
         try policyText("after-signal").write(to: file, atomically: true, encoding: .utf8)
-        kill(getpid(), SIGHUP)
-        // Wait for the signal handler (a bounded wait for an event, not a timing assertion).
+        // The signal source becomes active asynchronously after `start`: signal until it is seen
+        // (a bounded wait for an event, not a timing assertion).
         let deadline = ContinuousClock.now + .seconds(20)
         while engine.policy.name != "after-signal", ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(10))
+            kill(getpid(), SIGHUP)
+            try await Task.sleep(for: .milliseconds(50))
         }
         #expect(engine.policy.name == "after-signal")
     }

@@ -384,7 +384,6 @@ struct SimulationSchedulerTests {
 extension SimulationSchedulerTests {
     // MARK: - Test doubles
 
-
     /// An append-only, thread-safe list of events.
     fileprivate final class EventLog: Sendable {
         private let storage = Locked<[String]>([])

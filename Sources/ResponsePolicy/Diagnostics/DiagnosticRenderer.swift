@@ -13,7 +13,10 @@ package struct DiagnosticRenderer: Sendable {
 
     package func render(_ diagnostic: Diagnostic, source: String?) -> String {
         var out = headline(diagnostic)
-        if showSource, let source, let snippet = Self.snippet(source, at: diagnostic.range.start) {
+        // The line of a secret-in-policy finding holds the secret: never echo it.
+        if showSource, diagnostic.rule != "secret-in-policy", let source,
+            let snippet = Self.snippet(source, at: diagnostic.range.start)
+        {
             out += "\n" + snippet
         }
         for note in diagnostic.notes {

@@ -24,3 +24,15 @@ public struct Credentials: Sendable, Hashable, CustomStringConvertible, CustomDe
 
     public var debugDescription: String { description }
 }
+
+extension Credentials: CustomReflectable {
+    /// `dump(credentials)` and debuggers show which parts exist, never the tokens.
+    public var customMirror: Mirror {
+        Mirror(
+            self,
+            children: [
+                "accessToken": "<redacted>", "refreshToken": refreshToken == nil ? "nil" : "<redacted>",
+                "expiresAt": expiresAt.map { "\($0)" } ?? "nil",
+            ], displayStyle: .struct)
+    }
+}

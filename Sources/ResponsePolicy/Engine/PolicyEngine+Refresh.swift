@@ -47,7 +47,7 @@ extension PolicyEngine {
                         RefreshFailure("more than \(limit.count) refreshes in \(limit.per.policyText) (refresh.limit)"))
                 }
             }
-            state.refreshCalls.append(now)
+            if settings.limit != nil { state.refreshCalls.append(now) }
             state.flight = EngineState.Flight(sessionEpoch: state.sessionEpoch)
             return .start(epoch: state.sessionEpoch, credentials: state.credentials)
         }
@@ -113,21 +113,29 @@ extension PolicyEngine {
             let outcome = await self.callRefresh(plugins.refresh, refreshContext, timeout: settings.timeout)
             let now = self.clock.now
             var saved: Credentials?
+            var discarded = false
             let waiters = self.state.withLock { state -> [EngineState.Waiter] in
                 // In request order, so a simulation's output is the same every run.
                 let waiters = (state.flight?.waiters ?? [:]).sorted { $0.key < $1.key }.map(\.value)
                 state.flight = nil
-                if case .success(let fresh) = outcome, state.sessionEpoch == epoch {
-                    state.credentials = fresh
-                    state.generation += 1
-                    state.lastRefresh = now
-                    saved = fresh
+                if case .success(let fresh) = outcome {
+                    if state.sessionEpoch == epoch {
+                        state.credentials = fresh
+                        state.generation += 1
+                        state.lastRefresh = now
+                        saved = fresh
+                    } else {
+                        discarded = true
+                    }
                 }
                 return waiters
             }
             if let saved { self.save(saved, context.runtime) }
             var end = PolicyEvent(.refreshEnd, time: now, request: context.id)
             switch outcome {
+            case .success where discarded:
+                end.ok = false
+                end.reason = "the session was logged out during the refresh; its token was discarded"
             case .success: end.ok = true
             case .failure(let failure):
                 end.ok = false
@@ -154,34 +162,28 @@ extension PolicyEngine {
         case .failure(let error)?: return .failure(RefreshFailure(error.description))
         case .success(let made)?: plugin = made
         }
-        let deadline = clock.now + timeout
-        let clock = self.clock
-        return await withTaskGroup(of: Result<Credentials, RefreshFailure>?.self) { group in
-            group.addTask {
+        // The plugin runs in a task of its own, raced against an engine timer: at the timeout the
+        // refresh has failed, whether or not the plugin honours its cancellation (a late answer is
+        // dropped).
+        let executor = options.taskExecutor
+        return await withCheckedContinuation {
+            (continuation: CheckedContinuation<Result<Credentials, RefreshFailure>, Never>) in
+            let once = ResumeOnce(continuation)
+            let task = Task(executorPreference: executor) {
                 do {
-                    return .success(try await plugin.refresh(context))
+                    once.resume(.success(try await plugin.refresh(context)))
                 } catch let failure as RefreshFailure {
-                    return .failure(failure)
+                    once.resume(.failure(failure))
                 } catch is CancellationError {
-                    return nil
+                    once.resume(.failure(RefreshFailure("the refresh was cancelled")))
                 } catch {
-                    return .failure(RefreshFailure("the refresh plugin failed (\(type(of: error)))"))
+                    once.resume(.failure(RefreshFailure("the refresh plugin failed (\(type(of: error)))")))
                 }
             }
-            group.addTask {
-                do {
-                    try await clock.sleep(until: deadline)
-                    return .failure(RefreshFailure("the refresh took longer than \(timeout.policyText)"))
-                } catch {
-                    return nil
-                }
+            timers.schedule(at: clock.now + timeout) {
+                task.cancel()
+                once.resume(.failure(RefreshFailure("the refresh took longer than \(timeout.policyText)")))
             }
-            var result: Result<Credentials, RefreshFailure>?
-            while result == nil, let next = await group.next() {
-                result = next
-                group.cancelAll()
-            }
-            return result ?? .failure(RefreshFailure("the refresh was cancelled"))
         }
     }
 }

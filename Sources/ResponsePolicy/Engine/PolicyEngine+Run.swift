@@ -70,26 +70,45 @@ extension PolicyEngine {
         }
         let result: AttemptResult
         if let inline = inlineTransport {
+            // Inline, the engine can only wait for the transport to honour the cancellation, as
+            // `CancellableTransport` requires.
             result = await Self.call(inline, request, cancellation)
         } else {
-            let transport = self.transport
-            let task = Task(executorPreference: options.taskExecutor) { await Self.call(transport, request) }
-            cancellation.onCancel { task.cancel() }
-            result = await task.value
+            result = await callInTask(request, cancellation)
         }
         if let timer { timers.cancel(timer) }
-        let timedOut = state.withLock { state -> Bool in
+        let (timedOut, endedOutside) = state.withLock { state -> (Bool, Bool) in
             state.requests[number]?.attempt = nil
-            return state.requests[number]?.timedOut ?? false
+            return (state.requests[number]?.timedOut ?? false, state.requests[number]?.endReason != nil)
         }
+        // Ended from outside (logout, the caller) wins over a timeout at the same instant.
+        if endedOutside { return .cancelled }
         if case .cancelled = result, timedOut { return .timedOut }
         return result
+    }
+
+    /// A plain transport's call in a task of its own. The attempt ends as soon as it is
+    /// cancelled, even when the transport ignores the cancellation: its late answer is dropped.
+    @inline(never)
+    func callInTask(_ request: HTTPRequest, _ cancellation: AttemptCancellation) async -> AttemptResult {
+        let transport = self.transport
+        let executor = options.taskExecutor
+        return await withCheckedContinuation { (continuation: CheckedContinuation<AttemptResult, Never>) in
+            let once = ResumeOnce(continuation)
+            let task = Task(executorPreference: executor) { once.resume(await Self.call(transport, request)) }
+            cancellation.onCancel {
+                task.cancel()
+                once.resume(.cancelled)
+            }
+        }
     }
 
     /// The attempt timeout fired: cancel that attempt, if it is still the one on the wire.
     func timeOut(_ number: UInt64, attempt: Int) {
         let cancellation = state.withLock { state -> AttemptCancellation? in
-            guard var entry = state.requests[number], entry.attemptNumber == attempt, let current = entry.attempt else {
+            guard var entry = state.requests[number], entry.attemptNumber == attempt, entry.endReason == nil,
+                let current = entry.attempt
+            else {
                 return nil
             }
             entry.timedOut = true

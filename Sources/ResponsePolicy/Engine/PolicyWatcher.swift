@@ -76,7 +76,9 @@ public final class PolicyWatcher: Sendable {
     }
 
     /// Starts polling every `interval`, and reloading on SIGHUP when `onSIGHUP` is true (the
-    /// default). SIGHUP's default action (terminate) is replaced for the whole process.
+    /// default). SIGHUP's default action (terminate) is replaced for the whole process. The
+    /// signal source becomes active asynchronously: a SIGHUP sent at the very moment of `start`
+    /// may be missed.
     public func start(onSIGHUP: Bool = true) {
         let weakSelf = WeakReference(self)
         let interval = interval
@@ -92,7 +94,7 @@ public final class PolicyWatcher: Sendable {
         }
         var source: (any DispatchSourceSignal)?
         if onSIGHUP {
-            signal(SIGHUP, SIG_IGN)
+            Self.ignoreSIGHUPOnce()
             let signalSource = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
             signalSource.setEventHandler { _ = weakSelf.value?.check(force: true) }
             signalSource.resume()
@@ -152,6 +154,16 @@ public final class PolicyWatcher: Sendable {
             return .refused(diagnostics: error.diagnostics)
         }
     }
+
+    /// SIGHUP's default action terminates the process, so it is ignored and left to dispatch
+    /// sources. Once per process: setting it again after a source exists would replace the
+    /// handler dispatch installed, and no SIGHUP would arrive.
+    private static let sighupIgnored: Bool = {
+        signal(SIGHUP, SIG_IGN)
+        return true
+    }()
+
+    private static func ignoreSIGHUPOnce() { _ = sighupIgnored }
 
     private static func stamp(_ url: URL) -> FileStamp {
         let attributes = try? FileManager.default.attributesOfItem(atPath: url.path)

@@ -60,6 +60,14 @@ extension LintContext {
         return parts.sections[section] ?? parts.rootRange
     }
 
+    /// Whether a scope's setting should be reported at this scope: always at the top level; at a
+    /// route only when the route writes that key (otherwise it inherits the top level's, which is
+    /// reported there, once).
+    func owns(_ scope: RuleGraph.Scope, _ section: String, _ key: String) -> Bool {
+        guard scope.route != nil else { return true }
+        return parts.locations[prefix(scope, section) + "." + key] != nil
+    }
+
     /// The dotted prefix of a scope's sections: `retry` or `routes.2.retry`.
     func prefix(_ scope: RuleGraph.Scope, _ section: String) -> String {
         guard scope.route != nil, let number = scope.id.split(separator: "-").last else { return section }

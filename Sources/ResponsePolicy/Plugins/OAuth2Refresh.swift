@@ -257,15 +257,19 @@ enum TokenEndpoint {
         (try? JSONSerialization.jsonObject(with: body)) as? [String: Any]
     }
 
-    /// ` (invalid_grant)` when the body is an RFC 6749 §5.2 error answer with a plausible error
-    /// code; empty otherwise. `error_description` is left out: it is free text from the server.
+    /// The error codes of RFC 6749 §5.2 (and RFC 6750 §3.1's `invalid_token`).
+    static let knownErrorCodes: Set<String> = [
+        "invalid_request", "invalid_client", "invalid_grant", "unauthorized_client", "unsupported_grant_type",
+        "invalid_scope", "invalid_token", "temporarily_unavailable", "server_error",
+    ]
+
+    /// ` (invalid_grant)` when the body is an RFC 6749 §5.2 error answer with one of the standard
+    /// codes; empty otherwise. Only known codes are repeated: any other text is the server's and
+    /// may hold anything, a token included. `error_description` is left out for the same reason.
     static func oauthError(in response: HTTPResponse) -> String {
-        guard let code = jsonObject(response.body)?["error"] as? String, !code.isEmpty, code.utf8.count <= 64,
-            code.utf8.allSatisfy({ byte in
-                (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
-                    || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-") || byte == UInt8(ascii: ".")
-            })
-        else { return "" }
+        guard let code = jsonObject(response.body)?["error"] as? String, knownErrorCodes.contains(code) else {
+            return ""
+        }
         return " (\(code))"
     }
 

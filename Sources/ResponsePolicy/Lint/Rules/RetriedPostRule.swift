@@ -26,7 +26,7 @@ struct RetriedPostRule: LintRule {
     func check(_ context: LintContext) -> [Diagnostic] {
         var findings: [Diagnostic] = []
         var seen = Set<String>()
-        for scope in context.graph.scopes {
+        for scope in context.graph.scopes where context.owns(scope, "retry", "methods") {
             let unsafe = scope.retry.methods.filter { $0 == "POST" || $0 == "PATCH" }
             let path = context.prefix(scope, "retry") + ".methods"
             guard let method = unsafe.first, seen.insert(path).inserted else { continue }

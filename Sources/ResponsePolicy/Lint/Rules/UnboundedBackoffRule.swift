@@ -23,7 +23,10 @@ struct UnboundedBackoffRule: LintRule {
     func check(_ context: LintContext) -> [Diagnostic] {
         var findings: [Diagnostic] = []
         var seen = Set<String>()
-        for scope in context.graph.scopes where scope.retry.backoff == .exponential && scope.retry.maxDelay == nil {
+        for scope in context.graph.scopes
+        where scope.retry.backoff == .exponential && scope.retry.maxDelay == nil
+            && (context.owns(scope, "retry", "max-delay") || context.owns(scope, "retry", "backoff"))
+        {
             let path = context.prefix(scope, "retry") + ".max-delay"
             guard seen.insert(path).inserted else { continue }
             findings.append(
