@@ -21,13 +21,16 @@ let package = Package(
         .target(name: "PolicyCLI", dependencies: ["ResponsePolicy", "ResponsePolicyURLSession"]),
         .executableTarget(name: "policy", dependencies: ["PolicyCLI"]),
         .executableTarget(name: "policy-bench", dependencies: ["ResponsePolicy"]),
+        // libFuzzer harness; scripts/fuzz.sh builds it with -sanitize=fuzzer,address. A plain build
+        // is a replayer: `swift run policy-fuzz FILE...`.
+        .executableTarget(name: "policy-fuzz", dependencies: ["ResponsePolicy"]),
         .executableTarget(
             name: "embedding-example",
             dependencies: ["ResponsePolicy", "ResponsePolicyURLSession"],
             path: "examples/embedding",
             exclude: ["policy.yaml"]
         ),
-        .testTarget(name: "ResponsePolicyTests", dependencies: ["ResponsePolicy"]),
+        .testTarget(name: "ResponsePolicyTests", dependencies: ["ResponsePolicy", "policy-fuzz"]),
         .testTarget(name: "PolicyCLITests", dependencies: ["PolicyCLI", "ResponsePolicy"]),
         .testTarget(
             name: "ResponsePolicyURLSessionTests",

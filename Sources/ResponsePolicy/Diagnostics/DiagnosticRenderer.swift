@@ -41,23 +41,21 @@ package struct DiagnosticRenderer: Sendable {
     /// exist. Tabs are kept so the caret lines up in a terminal. Control characters and invalid
     /// bytes are shown as `?` so a snippet of a binary file cannot corrupt the terminal.
     package static func snippet(_ source: String, at position: SourcePosition) -> String? {
-        guard position.line >= 1 else { return nil }
-        var lineNumber = 1
-        var current = Substring()
-        var found = false
-        for line in source.split(separator: "\n", omittingEmptySubsequences: false) {
-            if lineNumber == position.line {
-                current = line
-                found = true
-                break
-            }
-            lineNumber += 1
+        let lines = yamlLines(source)
+        guard position.line >= 1, !lines.isEmpty else { return nil }
+        let current: Substring.UnicodeScalarView
+        if position.line <= lines.count {
+            current = lines[position.line - 1]
+        } else if position.line == lines.count + 1 {
+            // libyaml puts "end of input" on the line after a last line without a newline.
+            current = lines[lines.count - 1]
+        } else {
+            return nil
         }
-        guard found else { return nil }
         var shown = ""
         var caret = ""
         var column = 1
-        for scalar in current.unicodeScalars.prefix(200) {
+        for scalar in current.prefix(200) {
             let visible: String
             if scalar == "\t" {
                 visible = "\t"
@@ -72,6 +70,43 @@ package struct DiagnosticRenderer: Sendable {
             if column < position.column { caret += scalar == "\t" ? "\t" : " " }
             column += 1
         }
+        if position.line > lines.count { caret = String(repeating: " ", count: min(current.count, 200)) }
         return "  " + shown + "\n  " + caret + "^"
+    }
+
+    /// The source's lines as libyaml counts them: LF, CR, CRLF, NEL, U+2028 and U+2029 each end
+    /// a line (YAML 1.1 §5.4), so a finding's line number finds its line.
+    package static func yamlLines(_ source: String) -> [Substring.UnicodeScalarView] {
+        let scalars = Substring(source).unicodeScalars
+        var lines: [Substring.UnicodeScalarView] = []
+        var start = scalars.startIndex
+        var index = start
+        while index < scalars.endIndex {
+            let scalar = scalars[index]
+            if scalar == "\r" || scalar == "\n" || scalar == "\u{85}" || scalar == "\u{2028}" || scalar == "\u{2029}" {
+                lines.append(scalars[start..<index])
+                var next = scalars.index(after: index)
+                if scalar == "\r", next < scalars.endIndex, scalars[next] == "\n" { next = scalars.index(after: next) }
+                start = next
+                index = next
+            } else {
+                index = scalars.index(after: index)
+            }
+        }
+        if start < scalars.endIndex || lines.isEmpty { lines.append(scalars[start..<scalars.endIndex]) }
+        return lines
+    }
+
+    /// The character at a 1-based line and column, counted as libyaml counts them (a leading
+    /// byte-order mark is not a column).
+    package static func character(in source: String, at position: SourcePosition) -> Unicode.Scalar? {
+        let lines = yamlLines(source)
+        guard position.line >= 1, position.line <= lines.count, position.column >= 1 else { return nil }
+        var line = lines[position.line - 1]
+        if position.line == 1, line.first == "\u{FEFF}" { line = line.dropFirst() }
+        guard let index = line.index(line.startIndex, offsetBy: position.column - 1, limitedBy: line.endIndex),
+            index < line.endIndex
+        else { return nil }
+        return line[index]
     }
 }

@@ -44,6 +44,9 @@ package struct SimulationScript: Sendable {
     package var requests: [Request] = []
     package var refresh: [RefreshStep] = [RefreshStep()]
     package var reload: [Reload] = []
+    /// The most requests a script may send, `repeat` and aliases included.
+    package static let maxRequests = 100_000
+
     /// Seeds jitter; `1` by default, so runs repeat.
     package var seed: UInt64 = 1
 
@@ -107,6 +110,15 @@ extension PolicyDecoder {
         var ids = Set<String>()
         for item in requestsField.value.items ?? [] {
             guard let expanded = scriptRequest(item) else { continue }
+            // `repeat` and aliases multiply; the whole script is bounded, not each request.
+            if script.requests.count + expanded.count > SimulationScript.maxRequests {
+                report(
+                    .error(
+                        "too-many-requests",
+                        "the script sends more than \(SimulationScript.maxRequests) requests; simulate fewer",
+                        at: item.range))
+                return nil
+            }
             for request in expanded {
                 if !ids.insert(request.id).inserted {
                     report(

@@ -95,7 +95,8 @@ package struct YAMLLoader {
         let mark = parser.problem_mark
         let position = SourcePosition(line: Int(mark.line) + 1, column: Int(mark.column) + 1)
         var message = problem
-        if Int(mark.index) < bytes.count, bytes[Int(mark.index)] == 0x09 {
+        // libyaml's `index` counts characters, not bytes: find the character by line and column.
+        if DiagnosticRenderer.character(in: String(decoding: bytes, as: UTF8.self), at: position) == "\t" {
             message = "a tab character is not allowed here; YAML indents with spaces"
         }
         var notes: [Diagnostic.Note] = []

@@ -43,14 +43,18 @@ struct LoopingEdgeRule: LintRule {
         }
         for scope in context.graph.scopes {
             if context.owns(scope, "retry", "on-exhausted") {
-                check(scope.retry.onExhausted, context.prefix(scope, "retry") + ".on-exhausted", "deliver, fail or logout")
+                check(
+                    scope.retry.onExhausted, context.prefix(scope, "retry") + ".on-exhausted", "deliver, fail or logout"
+                )
             }
             if context.owns(scope, "refresh", "on-exhausted") {
                 let path = context.prefix(scope, "refresh") + ".on-exhausted"
                 check(scope.refresh.onExhausted, path, "deliver, fail or logout")
             }
             if context.owns(scope, "refresh", "on-failure") {
-                check(scope.refresh.onFailure, context.prefix(scope, "refresh") + ".on-failure", "fail, deliver or logout")
+                check(
+                    scope.refresh.onFailure, context.prefix(scope, "refresh") + ".on-failure", "fail, deliver or logout"
+                )
             }
         }
         for (rules, scope) in context.ruleSets {
