@@ -500,7 +500,7 @@ private func matches(_ text: String, _ pattern: String) -> Bool {
 
 // MARK: - The policy binary
 
-private struct PolicyRun: Sendable {
+struct PolicyRun: Sendable {
     var status: Int32
     var stdout: String
     var stderr: String
@@ -508,7 +508,7 @@ private struct PolicyRun: Sendable {
 
 /// The built `policy` binary: next to this test bundle (same build configuration), else
 /// `.build/debug/policy` under the repository root found from this file.
-private func policyBinary() throws -> URL {
+func policyBinary() throws -> URL {
     let besideBundle = Bundle.module.bundleURL.deletingLastPathComponent().appendingPathComponent("policy")
     if FileManager.default.isExecutableFile(atPath: besideBundle.path) { return besideBundle }
     var directory = URL(fileURLWithPath: #filePath)
@@ -524,7 +524,7 @@ private func policyBinary() throws -> URL {
 }
 
 /// Runs `policy arguments`, reading both pipes before waiting for the exit, off the cooperative pool.
-private func runPolicy(_ arguments: [String], environment: [String: String] = [:]) async throws -> PolicyRun {
+func runPolicy(_ arguments: [String], environment: [String: String] = [:]) async throws -> PolicyRun {
     let binary = try policyBinary()
     return try await withCheckedThrowingContinuation { continuation in
         DispatchQueue.global().async {

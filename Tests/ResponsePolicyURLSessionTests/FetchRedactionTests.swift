@@ -97,58 +97,7 @@ private func withFetchFiles(
     try await body(policy.path, credentials.path)
 }
 
-private struct FetchRun: Sendable {
-    var status: Int32
-    var stdout: String
-    var stderr: String
-}
-
-/// Runs `policy fetch arguments` (the binary built next to this test bundle, else
-/// `.build/debug/policy`), reading both pipes before waiting for the exit, off the cooperative pool.
-private func runFetch(_ arguments: [String]) async throws -> FetchRun {
-    let besideBundle = Bundle.module.bundleURL.deletingLastPathComponent().appendingPathComponent("policy")
-    var binary = besideBundle
-    if !FileManager.default.isExecutableFile(atPath: besideBundle.path) {
-        var root = URL(fileURLWithPath: #filePath)
-        while root.path != "/",
-            !FileManager.default.fileExists(atPath: root.appendingPathComponent("Package.swift").path)
-        {
-            root.deleteLastPathComponent()
-        }
-        binary = root.appendingPathComponent(".build/debug/policy")
-    }
-    guard FileManager.default.isExecutableFile(atPath: binary.path) else {
-        throw TestServer.Failure(description: "the policy binary is not built; run 'swift build' first")
-    }
-    let executable = binary
-    return try await withCheckedThrowingContinuation { continuation in
-        DispatchQueue.global().async {
-            continuation.resume(
-                with: Result {
-                    let process = Process()
-                    process.executableURL = executable
-                    process.arguments = ["fetch"] + arguments
-                    let stdout = Pipe()
-                    let stderr = Pipe()
-                    process.standardOutput = stdout
-                    process.standardError = stderr
-                    process.standardInput = FileHandle.nullDevice
-                    try process.run()
-                    let errorData = Locked(Data())
-                    let group = DispatchGroup()
-                    group.enter()
-                    DispatchQueue.global().async {
-                        let data = stderr.fileHandleForReading.readDataToEndOfFile()
-                        errorData.withLock { $0 = data }
-                        group.leave()
-                    }
-                    let outputData = stdout.fileHandleForReading.readDataToEndOfFile()
-                    group.wait()
-                    process.waitUntilExit()
-                    return FetchRun(
-                        status: process.terminationStatus, stdout: String(decoding: outputData, as: UTF8.self),
-                        stderr: String(decoding: errorData.withLock { $0 }, as: UTF8.self))
-                })
-        }
-    }
+/// Runs `policy fetch arguments` through the integration tests' `runPolicy`.
+private func runFetch(_ arguments: [String]) async throws -> PolicyRun {
+    try await runPolicy(["fetch"] + arguments)
 }
