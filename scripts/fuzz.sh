@@ -7,7 +7,7 @@
 # What one input exercises is documented on `FuzzHarness` (Sources/policy-fuzz/FuzzHarness.swift).
 #
 # Usage: scripts/fuzz.sh [SECONDS]          (60 by default)
-#   FUZZ_CONFIG=debug scripts/fuzz.sh 60     build in debug: ~15 s to build instead of ~75 s, half the
+#   FUZZ_CONFIG=debug scripts/fuzz.sh 60     build in debug: ~20 s to build instead of ~45 s, half the
 #                                            executions per second, and `assert`s active (release by default)
 #   FUZZ_CORPUS=DIR scripts/fuzz.sh 600      keep the inputs libFuzzer finds in DIR and start from them
 #                                            next time (by default they go to a temporary folder, and
@@ -18,8 +18,9 @@
 # timeout (an input taking over 10 s) or out-of-memory (over 2 GB), with the input saved in
 # fuzz-artifacts/ (crash-*, timeout-*, oom-*). Replay one with a Swift backtrace:
 #   swift run policy-fuzz fuzz-artifacts/crash-<hash>
-# and shrink it first with:
-#   .build-fuzz/release/policy-fuzz -minimize_crash=1 -runs=20000 -exact_artifact_path=min fuzz-artifacts/crash-<hash>
+# and shrink it first with (SWIFT_BACKTRACE=enable=no so each crash exits at once):
+#   SWIFT_BACKTRACE=enable=no .build-fuzz/release/policy-fuzz -minimize_crash=1 -runs=20000 \
+#       -exact_artifact_path=min fuzz-artifacts/crash-<hash>
 set -euo pipefail
 
 DURATION="${1:-60}"
@@ -69,7 +70,7 @@ set +e
 # shellcheck disable=SC2086 # FUZZ_ARGS is a list of flags
 "$binary" -max_total_time="$DURATION" -max_len=16384 -timeout=10 -rss_limit_mb=2048 \
     -dict=Tests/Fuzz/policy.dict -artifact_prefix=fuzz-artifacts/ -print_final_stats=1 ${FUZZ_ARGS:-} \
-    "$corpus" Tests/Fuzz/corpus 2>&1 | tee "$work/log" | grep --line-buffered -v -E '^#[0-9]+[[:space:]]+(NEW|REDUCE)|^[[:space:]]+NEW_FUNC|" # Uses: [0-9]+$'
+    "$corpus" Tests/Fuzz/corpus 2>&1 | tee "$work/log" | grep --line-buffered -v -E '^#[0-9]+[[:space:]]+(NEW|REDUCE)|^[[:space:]]+NEW_FUNC|" # Uses: [0-9]+$|^###### (Recommended|End of recommended) dictionary'
 status=${PIPESTATUS[0]}
 set -e
 

@@ -96,8 +96,10 @@ enum LintCommand {
                 output.stderr("error: cannot read '\(path)': \(reason)\n")
             }
             for result in results {
+                // Split into lines once per file, and only when snippets are shown.
+                let lines = output.isTerminal ? result.source.map(DiagnosticRenderer.yamlLines) : nil
                 for diagnostic in result.diagnostics {
-                    output.stdout(renderer.render(diagnostic, source: result.source) + "\n")
+                    output.stdout(renderer.render(diagnostic, lines: lines) + "\n")
                 }
             }
             output.stdout(summary(files: results.count, errors: errors, warnings: warnings) + "\n")

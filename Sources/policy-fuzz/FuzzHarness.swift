@@ -1,11 +1,5 @@
 import ResponsePolicy
 
-#if canImport(Glibc)
-    import Glibc
-#elseif canImport(Darwin)
-    import Darwin
-#endif
-
 /// What one input did, for the replay mode and the regression tests.
 package struct FuzzReport: Sendable {
     /// Every finding about the policy part, as `policy lint` reports them.
@@ -25,8 +19,9 @@ package struct FuzzReport: Sendable {
 ///
 /// Per input (see ``FuzzInput`` for how it is cut):
 /// 1. The policy part is parsed once and analysed as `policy lint` does (YAML loader, decoder,
-///    graph compilation, every lint rule), and decoded as a simulation script; every diagnostic
-///    is rendered with its source snippet.
+///    graph compilation, every lint rule), and decoded as a simulation script. A refusal must come
+///    with an error, and every diagnostic must have a 1-based position on a line of the file (a
+///    snippet with a caret can be drawn) and a kebab-case rule id; each is rendered.
 /// 2. When it compiles, each scope classifies the input's response the way the engine does: the
 ///    business code from the body (``JSONCodeScanner``, 64 KiB bound) or a header, then
 ///    `classifier.match`, for the input's status and a few fixed ones, and for every transport
@@ -59,9 +54,6 @@ package enum FuzzHarness {
         catalog.declare(.observe, "host-metrics")
         return catalog
     }()
-    /// `POLICY_FUZZ_CHECK_SNIPPETS=1` also requires every diagnostic's line to exist in the source
-    /// (a caret can be drawn). Off by default: see the README's fuzzing notes for why.
-    static let checkSnippets = getenv("POLICY_FUZZ_CHECK_SNIPPETS").map { String(cString: $0) == "1" } ?? false
 
     @discardableResult
     package static func run(_ bytes: UnsafeRawBufferPointer) -> FuzzReport {
@@ -105,9 +97,7 @@ package enum FuzzHarness {
                 "rule id '\(diagnostic.rule)' is not kebab-case")
             check(!diagnostic.message.isEmpty, "empty message: \(diagnostic)")
             _ = renderer.render(diagnostic, source: source)
-            if checkSnippets {
-                check(DiagnosticRenderer.snippet(source, at: start) != nil, "no source line for \(diagnostic)")
-            }
+            check(DiagnosticRenderer.snippet(source, at: start) != nil, "no source line for \(diagnostic)")
         }
     }
 

@@ -8,8 +8,8 @@ import policy_fuzz
 /// through the harness libFuzzer runs (`FuzzHarness.run`: load, lint, script decoding, classification
 /// against a first-match oracle, the JSON code scanner's contracts), with the findings each must give.
 ///
-/// To keep a crash found by the fuzzer: shrink it
-/// (`.build-fuzz/release/policy-fuzz -minimize_crash=1 -runs=20000 -exact_artifact_path=min CRASH`),
+/// To keep a crash found by the fuzzer: shrink it (`SWIFT_BACKTRACE=enable=no
+/// .build-fuzz/release/policy-fuzz -minimize_crash=1 -runs=20000 -exact_artifact_path=min CRASH`),
 /// print it with `base64 -w0 min`, and add a ``Case`` with the diagnostics the input should give once
 /// fixed (`swift run policy-fuzz min` prints what it gives now).
 struct FuzzRegressionTests {
@@ -115,6 +115,16 @@ struct FuzzRegressionTests {
                 "fuzz.yaml:5:7: error: a merge key '<<' takes an alias of a mapping, like '<<: *defaults' [invalid-merge]",
                 "fuzz.yaml:7:8: error: alias '*undefined' refers to no anchor defined before it [undefined-alias]",
             ]),
+        // The harness's snippet check stopped on these (found by libFuzzer, minimized): libyaml
+        // puts the end of input on the line after a last line without a newline, and ends lines
+        // at a lone CR.
+        Case(
+            "a syntax error at the end of input without a final newline", base64: "Ww==", compiled: false,
+            ["fuzz.yaml:2:1: error: did not find expected node content while parsing a flow node [yaml-syntax]"]),
+        Case(
+            "a syntax error in a file with CR line ends",
+            base64: "cG9saWN5OiAxDW5hbWU6IGNyDXJ1bGVzOiBbIHsgbmFtZTogYQ0=", compiled: false,
+            ["fuzz.yaml:4:1: error: did not find expected ',' or '}' [yaml-syntax]"]),
         Case(
             "invalid UTF-8 is a positioned syntax error", base64: "eyJzdGF0dXMiOiL//sCvIiwiY29kZSI6Iu2ggCJ9",
             compiled: false,

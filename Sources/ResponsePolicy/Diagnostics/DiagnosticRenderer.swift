@@ -12,10 +12,16 @@ package struct DiagnosticRenderer: Sendable {
     }
 
     package func render(_ diagnostic: Diagnostic, source: String?) -> String {
+        render(diagnostic, lines: source.map(Self.yamlLines))
+    }
+
+    /// `render` with the file's lines split once (``yamlLines(_:)``): a file with many findings
+    /// is split once, not once per finding.
+    package func render(_ diagnostic: Diagnostic, lines: [Substring.UnicodeScalarView]?) -> String {
         var out = headline(diagnostic)
         // The line of a secret-in-policy finding holds the secret: never echo it.
-        if showSource, diagnostic.rule != "secret-in-policy", let source,
-            let snippet = Self.snippet(source, at: diagnostic.range.start)
+        if showSource, diagnostic.rule != "secret-in-policy", let lines,
+            let snippet = Self.snippet(lines: lines, at: diagnostic.range.start)
         {
             out += "\n" + snippet
         }
@@ -41,7 +47,10 @@ package struct DiagnosticRenderer: Sendable {
     /// exist. Tabs are kept so the caret lines up in a terminal. Control characters and invalid
     /// bytes are shown as `?` so a snippet of a binary file cannot corrupt the terminal.
     package static func snippet(_ source: String, at position: SourcePosition) -> String? {
-        let lines = yamlLines(source)
+        snippet(lines: yamlLines(source), at: position)
+    }
+
+    package static func snippet(lines: [Substring.UnicodeScalarView], at position: SourcePosition) -> String? {
         guard position.line >= 1, !lines.isEmpty else { return nil }
         let current: Substring.UnicodeScalarView
         if position.line <= lines.count {
