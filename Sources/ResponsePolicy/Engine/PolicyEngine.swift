@@ -271,11 +271,6 @@ public final class PolicyEngine: Sendable {
         attempt?.cancel()
         waiter?.resume(returning: false)
     }
-
-    /// The wall-clock date of an engine instant.
-    func wallDate(of instant: Duration) -> Date {
-        clock.date.addingTimeInterval((instant - clock.now).seconds)
-    }
 }
 
 /// One request's identity and the runtime it started under.

@@ -189,10 +189,10 @@ final class RequestMachine {
     }
 
     @inline(never)  // keeps this step's temporaries out of the driver's async frame
-    func afterProactiveRefresh(_ result: EngineState.FlightResult?) -> Step {
+    func afterProactiveRefresh(_ result: EngineState.FlightResult) -> Step {
         switch result {
-        case .loggedOut?: return cancelledByLogout()
-        case .cancelled?: return ended()
+        case .loggedOut: return cancelledByLogout()
+        case .cancelled: return ended()
         default:
             // A failed proactive refresh leaves the old token to try.
             skipProactive = true

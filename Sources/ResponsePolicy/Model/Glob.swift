@@ -16,22 +16,24 @@ public struct Glob: Sendable, Hashable, CustomStringConvertible {
 
     public func matches(_ text: String) -> Bool {
         if isLiteral { return text == pattern }
-        let input = Array(text.unicodeScalars)
+        // Walks the text's scalar view in place (no copy: this runs for every request that
+        // reaches a route), backtracking to the last `*` on a mismatch.
+        let input = text.unicodeScalars
         var p = 0
-        var t = 0
+        var t = input.startIndex
         var starP = -1
-        var starT = 0
-        while t < input.count {
+        var starT = input.startIndex
+        while t < input.endIndex {
             if p < scalars.count, scalars[p] == "?" || scalars[p] == input[t] {
                 p += 1
-                t += 1
+                t = input.index(after: t)
             } else if p < scalars.count, scalars[p] == "*" {
                 starP = p
                 starT = t
                 p += 1
             } else if starP >= 0 {
                 p = starP + 1
-                starT += 1
+                starT = input.index(after: starT)
                 t = starT
             } else {
                 return false
