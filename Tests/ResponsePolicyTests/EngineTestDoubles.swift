@@ -85,7 +85,7 @@ struct SimulatedEngine {
     func run<T: Sendable>(_ body: @escaping @Sendable (PolicyEngine) async throws -> T) async throws -> T {
         let engine = self.engine
         let result = try await scheduler.runDetached { try await body(engine) }
-        let leftovers = engine.state.withLock { $0.requests.count + ($0.flight?.waiters.count ?? 0) }
+        let leftovers = engine.leftovers
         #expect(leftovers == 0, "requests or refresh waiters leaked")
         return result
     }

@@ -557,7 +557,7 @@ extension SecretRedactionTests {
                 }
                 return outcomes
             }
-            #expect(engine.state.withLock { $0.requests.count + ($0.flight?.waiters.count ?? 0) } == 0)
+            #expect(engine.leftovers == 0)
             return outcomes
         }
 

@@ -1,26 +1,12 @@
 import Foundation
 
 /// The engine's mutable state, all of it, behind one `Locked` pthread mutex (see `PolicyEngine`).
+/// The fields of each ``RequestMachine`` marked "under the engine's lock" belong to it too.
 struct EngineState {
     /// Why a request was ended from outside its own loop.
     enum EndReason { case loggedOut, cancelled }
 
-    enum Phase { case onWire, waiting }
-
-    /// One request in flight: what can be interrupted, and why it was.
-    struct RequestEntry {
-        /// The attempt on the wire, cancelled by a logout, a timeout or the caller.
-        var attempt: AttemptCancellation?
-        /// Counts attempts, so a late timeout cannot hit a later attempt.
-        var attemptNumber = 0
-        var timedOut = false
-        /// A backoff wait: resumed `true` by its timer, `false` when the request is ended.
-        var waiter: CheckedContinuation<Bool, Never>?
-        var phase: Phase = .onWire
-        var endReason: EndReason?
-    }
-
-    /// What a refresh waiter is resumed with.
+    /// What a refresh waiter finds when it wakes.
     enum FlightResult: Sendable {
         case ok
         case failed(RefreshFailure)
@@ -28,14 +14,23 @@ struct EngineState {
         case cancelled
     }
 
-    /// A request waiting for the refresh in flight; resumed with `nil` when the refresh ended
-    /// before it could wait (it then decides again).
-    typealias Waiter = CheckedContinuation<FlightResult?, Never>
-
-    /// The refresh in progress: its waiters, by request number.
-    struct Flight {
-        var waiters: [UInt64: Waiter] = [:]
+    /// The refresh in progress and the requests waiting for it.
+    ///
+    /// A class so that a waiter holds a reference and reads the result once: the result (which
+    /// may carry the refresh endpoint's response) is stored once, not in every waiter.
+    ///
+    /// Concurrency contract: every field is read and written under the engine's lock.
+    final class Flight: @unchecked Sendable {
+        /// In the order they began waiting; a waiter that left (cancelled, logged out) stays
+        /// listed but no longer names this flight as the one it awaits.
+        var waiters: [RequestMachine] = []
         let sessionEpoch: UInt64
+        var result: FlightResult?
+
+        init(sessionEpoch: UInt64) { self.sessionEpoch = sessionEpoch }
+
+        /// The waiters still waiting.
+        var live: [RequestMachine] { waiters.filter { $0.awaitedFlight === self } }
     }
 
     var runtime: PolicyRuntime
@@ -53,7 +48,11 @@ struct EngineState {
     var loggedOutUntilDate: Date?
     /// Bumped by every logout: a refresh that started before a logout does not sign back in.
     var sessionEpoch: UInt64 = 0
-    var requests: [UInt64: RequestEntry] = [:]
+    /// The requests in flight, oldest first: an intrusive list through `RequestMachine.next` and
+    /// `previous`, so registering and removing one costs no allocation and no hashing.
+    var firstRequest: RequestMachine?
+    unowned(unsafe) var lastRequest: RequestMachine?
+    var requestCount = 0
     var nextRequest: UInt64 = 0
     var budget = RetryBudgetWindow()
     /// Logout calls running in the background, for `waitForBackgroundWork`.
@@ -65,4 +64,40 @@ struct EngineState {
         guard let until = loggedOutUntil else { return false }
         return now < until
     }
+
+    mutating func register(_ machine: RequestMachine) {
+        guard !machine.registered else { return }
+        machine.registered = true
+        machine.previous = lastRequest
+        machine.next = nil
+        if let last = lastRequest { last.next = machine } else { firstRequest = machine }
+        lastRequest = machine
+        requestCount += 1
+    }
+
+    mutating func unregister(_ machine: RequestMachine) {
+        guard machine.registered else { return }
+        machine.registered = false
+        let next = machine.next
+        if let previous = machine.previous { previous.next = next } else { firstRequest = next }
+        if let next { next.previous = machine.previous } else { lastRequest = machine.previous }
+        machine.next = nil
+        machine.previous = nil
+        requestCount -= 1
+    }
+
+    /// The requests in flight, oldest (lowest number) first.
+    var requests: [RequestMachine] {
+        var all: [RequestMachine] = []
+        all.reserveCapacity(requestCount)
+        var current = firstRequest
+        while let machine = current {
+            all.append(machine)
+            current = machine.next
+        }
+        return all
+    }
+
+    /// Requests still registered or waiting on a refresh: zero once every `send` has returned.
+    var leftovers: Int { requestCount + (flight?.live.count ?? 0) }
 }

@@ -24,8 +24,17 @@ public struct HTTPRequest: Sendable, Hashable {
         self.id = id
     }
 
-    /// The URL's path, `/` when it has none; what route and rule `path` globs match against.
+    /// The URL's path, percent-decoded and without a trailing slash (as `URL.path`), `/` when it
+    /// has none; what route and rule `path` globs match against.
     public var path: String {
+        // `URL.path` decodes and trims on every call (about 150-200 ns, a tenth of the engine's
+        // whole per-request cost). The still-encoded path is the same string when it has no `%`
+        // to decode and no trailing slash to drop, and costs a quarter of that.
+        let encoded = url.path(percentEncoded: true)
+        let bytes = encoded.utf8
+        if !bytes.contains(UInt8(ascii: "%")), bytes.count <= 1 || bytes.last != UInt8(ascii: "/") {
+            return encoded.isEmpty ? "/" : encoded
+        }
         let path = url.path
         return path.isEmpty ? "/" : path
     }

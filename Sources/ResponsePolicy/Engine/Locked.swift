@@ -14,32 +14,53 @@
 /// tests run under TSan in CI, and a sanitizer that cries wolf on every access would hide real
 /// races. A pthread mutex is intercepted by TSan and costs the same uncontended.
 ///
+/// A copy shares the value and the mutex with the original (it is a reference). The mutex is
+/// allocated in the same block as the value, so a `Locked` costs one allocation: the engine
+/// makes one per attempt (``AttemptCancellation``).
+///
 /// Concurrency contract: `withLock` may be called from any thread; it is not reentrant (calling
 /// it again from inside `body` deadlocks), and `body` must not suspend (it is synchronous).
-package final class Locked<Value>: @unchecked Sendable {
-    // @unchecked: `value` is only read or written inside `withLock`, between lock and unlock of
-    // `mutex`, which is allocated once and never moves, so every access is serialised.
-    private var value: Value
-    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+package struct Locked<Value>: @unchecked Sendable {
+    // @unchecked: the value is only read or written inside `withLock`, between lock and unlock of
+    // the storage's mutex, which lives in the storage's tail allocation and never moves.
+    private let storage: LockedStorage<Value>
 
     package init(_ value: Value) {
-        self.value = value
-        mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
-        mutex.initialize(to: pthread_mutex_t())
-        pthread_mutex_init(mutex, nil)
-    }
-
-    deinit {
-        pthread_mutex_destroy(mutex)
-        mutex.deinitialize(count: 1)
-        mutex.deallocate()
+        storage = LockedStorage.make(value)
     }
 
     /// Runs `body` with exclusive access to the value.
     @inline(__always)
     package func withLock<R, E: Error>(_ body: (inout Value) throws(E) -> R) throws(E) -> R {
-        pthread_mutex_lock(mutex)
-        defer { pthread_mutex_unlock(mutex) }
-        return try body(&value)
+        try storage.withLock(body)
+    }
+}
+
+/// The value as the header and the mutex as the single tail element of one heap block.
+final class LockedStorage<Value>: ManagedBuffer<Value, pthread_mutex_t> {
+    static func make(_ value: Value) -> LockedStorage<Value> {
+        let buffer = unsafeDowncast(create(minimumCapacity: 1) { _ in value }, to: LockedStorage<Value>.self)
+        buffer.withUnsafeMutablePointerToElements { mutex in
+            mutex.initialize(to: pthread_mutex_t())
+            pthread_mutex_init(mutex, nil)
+        }
+        return buffer
+    }
+
+    deinit {
+        // The header (the value) is destroyed by `ManagedBuffer`; the element is ours.
+        withUnsafeMutablePointerToElements { mutex in
+            pthread_mutex_destroy(mutex)
+            mutex.deinitialize(count: 1)
+        }
+    }
+
+    @inline(__always)
+    func withLock<R, E: Error>(_ body: (inout Value) throws(E) -> R) throws(E) -> R {
+        try withUnsafeMutablePointers { value, mutex throws(E) -> R in
+            pthread_mutex_lock(mutex)
+            defer { pthread_mutex_unlock(mutex) }
+            return try body(&value.pointee)
+        }
     }
 }

@@ -6,59 +6,62 @@ extension PolicyEngine {
     ///
     /// Many logout triggers arriving together make one logout: the first starts the cooldown,
     /// the others find it running and only end their own request.
-    @inline(never)  // a frame of its own, held only while this is awaited
     func logout(
-        settings: LogoutSettings, plugins: PolicyRuntime.ScopePlugins, trigger: RequestContext, reason: String
-    ) async {
+        settings: LogoutSettings, plugins: PolicyRuntime.ScopePlugins, trigger: RequestMachine, reason: String
+    ) {
         let now = clock.now
         let untilDate = clock.date.addingTimeInterval(settings.cooldown.seconds)
         let taken:
             (
-                attempts: [AttemptCancellation], sleepers: [CheckedContinuation<Bool, Never>],
-                waiters: [EngineState.Waiter]
+                attempts: [AttemptCancellation], sleepers: [UnsafeContinuation<Void, Never>],
+                waiters: [UnsafeContinuation<Void, Never>], timers: [RequestMachine]
             )? = state.withLock { state in
                 if state.isLoggedOut(at: now) { return nil }
                 state.loggedOutUntil = now + settings.cooldown
                 state.loggedOutUntilDate = untilDate
                 state.sessionEpoch += 1
                 var attempts: [AttemptCancellation] = []
-                var sleepers: [CheckedContinuation<Bool, Never>] = []
-                // In request order, so a simulation's output is the same every run.
-                for (number, var entry) in state.requests.sorted(by: { $0.key < $1.key }) where number != trigger.number
-                {
-                    guard settings.cancelInFlight || entry.phase == .waiting else { continue }
-                    if entry.endReason == nil { entry.endReason = .loggedOut }
-                    if let attempt = entry.attempt { attempts.append(attempt) }
-                    if let waiter = entry.waiter { sleepers.append(waiter) }
-                    entry.waiter = nil
-                    state.requests[number] = entry
-                }
-                var waiters: [EngineState.Waiter] = []
-                if var flight = state.flight {
-                    // The refresh itself runs on; its result is discarded (a new epoch began).
-                    for (number, waiter) in flight.waiters.sorted(by: { $0.key < $1.key })
-                    where number != trigger.number {
-                        if state.requests[number]?.endReason == nil { state.requests[number]?.endReason = .loggedOut }
-                        waiters.append(waiter)
-                        flight.waiters.removeValue(forKey: number)
+                var sleepers: [UnsafeContinuation<Void, Never>] = []
+                var waiters: [UnsafeContinuation<Void, Never>] = []
+                var timers: [RequestMachine] = []
+                // The refresh in flight runs on; its result is discarded (a new epoch began).
+                // Its waiters end first, then the other requests, each in request order, so a
+                // simulation's output is the same every run.
+                if let flight = state.flight {
+                    for machine in flight.live.sorted(by: { $0.context.number < $1.context.number })
+                    where machine !== trigger {
+                        if machine.endReason == nil { machine.endReason = .loggedOut }
+                        machine.awaitedFlight = nil
+                        if let parked = machine.parked { waiters.append(parked) }
+                        machine.parked = nil
                     }
-                    state.flight = flight
+                    flight.waiters.removeAll { $0 !== trigger }
                 }
-                return (attempts, sleepers, waiters)
+                for machine in state.requests where machine !== trigger {
+                    guard settings.cancelInFlight || machine.phase == .backoff else { continue }
+                    if machine.endReason == nil { machine.endReason = .loggedOut }
+                    if let attempt = machine.attemptCancellation { attempts.append(attempt) }
+                    if machine.phase == .backoff { timers.append(machine) }
+                    machine.armedTimer = 0
+                    if let parked = machine.parked { sleepers.append(parked) }
+                    machine.parked = nil
+                }
+                return (attempts, sleepers, waiters, timers)
             }
         guard let taken else { return }
         emit(trigger.runtime) {
-            var event = PolicyEvent(.logout, time: now, request: trigger.id)
+            var event = PolicyEvent(.logout, time: now, request: trigger.context.id)
             if reason != Self.refreshFailedReason { event.rule = reason }
             event.reason = reason
             return event
         }
-        for waiter in taken.waiters { waiter.resume(returning: .loggedOut) }
-        for sleeper in taken.sleepers { sleeper.resume(returning: false) }
+        for waiter in taken.waiters { waiter.resume() }
+        for machine in taken.timers { timers.cancel(machine) }
+        for sleeper in taken.sleepers { sleeper.resume() }
         for attempt in taken.attempts { attempt.cancel() }
         let credentials = state.withLock { $0.credentials }
         let context = LogoutContext(
-            requestID: trigger.id, reason: reason, credentials: credentials, transport: transport)
+            requestID: trigger.context.id, reason: reason, credentials: credentials, transport: transport)
         let plugin = plugins.logout
         let id = state.withLock { state -> UInt64 in
             state.nextBackground += 1

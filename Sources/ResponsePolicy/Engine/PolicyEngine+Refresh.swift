@@ -1,44 +1,32 @@
 extension PolicyEngine {
-    /// Waits until a token newer than `failedGeneration` exists, starting the one refresh that
-    /// makes it when none is running (single flight).
+    /// Decides what a refresh trigger does now: an outcome, or `nil` when the request must park
+    /// until the refresh in flight ends (which this may just have started). The request is then
+    /// already registered as a waiter, in the same critical section that saw the refresh
+    /// running, so no ending can slip between the decision and the wait.
     ///
     /// A request whose token is already older than the current one retries at once; within
     /// `share-window` after a refresh it retries without refreshing; beyond `limit` the refresh
-    /// fails without a call. Cancelling the waiting request removes it from the waiters; the
-    /// refresh goes on for the others. (The deciding is synchronous, in ``decideRefresh``: this
-    /// async part only waits, so the frame a waiting request keeps stays small.)
-    @inline(never)  // a frame of its own, held only while this is awaited
-    func awaitFreshToken(
-        failedGeneration: UInt64, settings: RefreshSettings, plugins: PolicyRuntime.ScopePlugins,
-        _ context: RequestContext, proactive: Bool
-    ) async -> EngineState.FlightResult {
-        while true {
-            if let decided = decideRefresh(
-                failedGeneration: failedGeneration, settings: settings, plugins: plugins, context, proactive: proactive)
-            {
-                return decided
-            }
-            if let result = await waitForFlight(context.number) { return result }
-        }
-    }
-
-    /// Decides what a refresh trigger does now: an outcome, or `nil` to wait for the refresh in
-    /// flight (which this may just have started).
-    @inline(never)  // its temporaries stay out of the waiting request's async frame
-    private func decideRefresh(
-        failedGeneration: UInt64, settings: RefreshSettings, plugins: PolicyRuntime.ScopePlugins,
-        _ context: RequestContext, proactive: Bool
+    /// fails without a call. Cancelling the waiting request ends its park; the refresh goes on
+    /// for the others.
+    @inline(never)
+    func decideRefresh(
+        _ machine: RequestMachine, failedGeneration: UInt64, settings: RefreshSettings, proactive: Bool
     ) -> EngineState.FlightResult? {
         enum Decision {
-            case retryNow, wait, loggedOut
-            case start(epoch: UInt64, credentials: Credentials?)
+            case retryNow, wait, loggedOut, cancelled
+            case start(EngineState.Flight, credentials: Credentials?)
             case fail(RefreshFailure)
         }
         let now = clock.now
+        let context = machine.context
         let decision: Decision = state.withLock { state in
+            if machine.endReason != nil { return .cancelled }
             if state.isLoggedOut(at: now) { return .loggedOut }
             if state.generation > failedGeneration { return .retryNow }
-            if state.flight != nil { return .wait }
+            if let flight = state.flight {
+                Self.join(flight, machine)
+                return .wait
+            }
             if !proactive, let last = state.lastRefresh, now - last < settings.shareWindow { return .retryNow }
             if let limit = settings.limit {
                 state.refreshCalls.removeAll { now - $0 >= limit.per }
@@ -48,12 +36,15 @@ extension PolicyEngine {
                 }
             }
             if settings.limit != nil { state.refreshCalls.append(now) }
-            state.flight = EngineState.Flight(sessionEpoch: state.sessionEpoch)
-            return .start(epoch: state.sessionEpoch, credentials: state.credentials)
+            let flight = EngineState.Flight(sessionEpoch: state.sessionEpoch)
+            state.flight = flight
+            Self.join(flight, machine)
+            return .start(flight, credentials: state.credentials)
         }
         switch decision {
         case .retryNow: return .ok
         case .loggedOut: return .loggedOut
+        case .cancelled: return .cancelled
         case .wait: return nil
         case .fail(let failure):
             emit(context.runtime) {
@@ -68,44 +59,23 @@ extension PolicyEngine {
                 return end
             }
             return .failed(failure)
-        case .start(let epoch, let credentials):
-            startRefresh(epoch: epoch, credentials: credentials, settings: settings, plugins: plugins, context)
+        case .start(let flight, let credentials):
+            startRefresh(flight, credentials: credentials, settings: settings, plugins: machine.plugins, context)
             return nil
         }
     }
 
-    /// Suspends until the refresh in flight ends; `nil` when it ended before the wait began
-    /// (decide again).
-    @inline(never)  // a frame of its own, held only while this is awaited
-    private func waitForFlight(_ number: UInt64) async -> EngineState.FlightResult? {
-        enum Registration { case waiting, ended, cancelled }
-        let result: EngineState.FlightResult? = await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<EngineState.FlightResult?, Never>) in
-                let registration: Registration = state.withLock { state in
-                    guard state.flight != nil else { return .ended }
-                    // Checked under the lock the cancellation handler takes: either the handler
-                    // finds this waiter, or this sees the cancellation.
-                    if Task.isCancelled { return .cancelled }
-                    state.flight?.waiters[number] = continuation
-                    return .waiting
-                }
-                switch registration {
-                case .waiting: break
-                case .ended: continuation.resume(returning: nil)
-                case .cancelled: continuation.resume(returning: .cancelled)
-                }
-            }
-        } onCancel: {
-            let waiter = state.withLock { $0.flight?.waiters.removeValue(forKey: number) }
-            waiter?.resume(returning: .cancelled)
-        }
-        return result
+    /// Registers `machine` as waiting for `flight` (under the engine's lock).
+    private static func join(_ flight: EngineState.Flight, _ machine: RequestMachine) {
+        flight.waiters.append(machine)
+        machine.awaitedFlight = flight
+        machine.phase = .awaitingRefresh
     }
 
     /// Starts the refresh task. It outlives the request that started it.
     private func startRefresh(
-        epoch: UInt64, credentials: Credentials?, settings: RefreshSettings, plugins: PolicyRuntime.ScopePlugins,
-        _ context: RequestContext
+        _ flight: EngineState.Flight, credentials: Credentials?, settings: RefreshSettings,
+        plugins: PolicyRuntime.ScopePlugins, _ context: RequestContext
     ) {
         emit(PolicyEvent(.refreshStart, time: clock.now, request: context.id), context.runtime)
         let refreshContext = RefreshContext(credentials: credentials, transport: transport, clock: clock)
@@ -114,12 +84,16 @@ extension PolicyEngine {
             let now = self.clock.now
             var saved: Credentials?
             var discarded = false
-            let waiters = self.state.withLock { state -> [EngineState.Waiter] in
-                // In request order, so a simulation's output is the same every run.
-                let waiters = (state.flight?.waiters ?? [:]).sorted { $0.key < $1.key }.map(\.value)
-                state.flight = nil
+            let result: EngineState.FlightResult
+            switch outcome {
+            case .success: result = .ok
+            case .failure(let failure): result = .failed(failure)
+            }
+            let waiters = self.state.withLock { state -> [UnsafeContinuation<Void, Never>] in
+                if state.flight === flight { state.flight = nil }
+                flight.result = result
                 if case .success(let fresh) = outcome {
-                    if state.sessionEpoch == epoch {
+                    if state.sessionEpoch == flight.sessionEpoch {
                         state.credentials = fresh
                         state.generation += 1
                         state.lastRefresh = now
@@ -128,7 +102,16 @@ extension PolicyEngine {
                         discarded = true
                     }
                 }
-                return waiters
+                // In request order, so a simulation's output is the same every run.
+                var woken: [UnsafeContinuation<Void, Never>] = []
+                for machine in flight.live.sorted(by: { $0.context.number < $1.context.number }) {
+                    machine.awaitedFlight = nil
+                    machine.wake = .flight(flight)
+                    if let parked = machine.parked { woken.append(parked) }
+                    machine.parked = nil
+                }
+                flight.waiters = []
+                return woken
             }
             if let saved { self.save(saved, context.runtime) }
             var end = PolicyEvent(.refreshEnd, time: now, request: context.id)
@@ -143,12 +126,7 @@ extension PolicyEngine {
                 end.status = failure.response?.status
             }
             self.emit(end, context.runtime)
-            let result: EngineState.FlightResult
-            switch outcome {
-            case .success: result = .ok
-            case .failure(let failure): result = .failed(failure)
-            }
-            for waiter in waiters { waiter.resume(returning: result) }
+            for waiter in waiters { waiter.resume() }
         }
     }
 

@@ -10,87 +10,147 @@ extension PolicyEngine {
     }
 
     /// The request loop: sign, send, classify, act; until an outcome. Every decision is made by
-    /// ``RequestMachine`` synchronously; this driver only awaits what it asks for, so the frame
-    /// kept while a request waits stays small.
-    func run(_ original: HTTPRequest, _ context: RequestContext) async -> Result<HTTPResponse, PolicyEngineError> {
-        let machine = RequestMachine(engine: self, original: original, context: context)
+    /// ``RequestMachine`` synchronously; this driver awaits only an attempt or a park, and its
+    /// frame holds nothing but the machine (see ``RequestMachine`` for why).
+    @inline(never)
+    func drive(_ machine: RequestMachine) async {
         var step = machine.top()
         while true {
             switch step {
             case .finish:
-                return machine.result
-            case .proactiveRefresh:
-                step = machine.afterProactiveRefresh(
-                    await awaitFreshToken(
-                        failedGeneration: machine.pendingGeneration, settings: machine.scope.refresh,
-                        plugins: machine.plugins, context, proactive: true))
+                return
             case .send:
-                guard let request = machine.pendingRequest else { return machine.result }
-                step = machine.afterAttempt(
-                    await attemptOnce(request, timeout: machine.pendingTimeout, number: context.number))
-            case .refresh:
-                step = machine.afterRefresh(
-                    await awaitFreshToken(
-                        failedGeneration: machine.pendingGeneration,
-                        settings: machine.pendingRefresh ?? machine.scope.refresh,
-                        plugins: machine.plugins, context, proactive: false))
-            case .logout:
-                if let (settings, reason) = machine.pendingLogout {
-                    await logout(settings: settings, plugins: machine.plugins, trigger: context, reason: reason)
-                }
-                step = machine.loggedOut()
-            case .wait:
-                step = machine.afterWait(await wait(context.number, until: machine.pendingUntil))
+                await attempt(machine)
+                step = machine.afterAttempt()
+            case .park:
+                await park(machine)
+                step = machine.afterPark()
             }
         }
     }
 
-    /// Sends once. A ``CancellableTransport`` is called inline in the caller's task; any other
-    /// transport runs in a task of its own, the unit a logout, the attempt timeout or the caller's
-    /// cancellation can cancel without ending the request's loop. Either way the attempt is
-    /// cancelled through one ``AttemptCancellation`` registered in the request's entry.
+    /// Sends the machine's pending request once and stores what came of it. A
+    /// ``CancellableTransport`` is called inline in the caller's task; any other transport runs
+    /// in a task of its own, the unit a logout, the attempt timeout or the caller's cancellation
+    /// can cancel without ending the request's loop. Either way the attempt is cancelled through
+    /// one ``AttemptCancellation`` the machine holds while it is on the wire.
     @inline(never)  // a frame of its own, held only while this is awaited
-    func attemptOnce(_ request: HTTPRequest, timeout: Duration?, number: UInt64) async -> AttemptResult {
+    func attempt(_ machine: RequestMachine) async {
+        // The frame holds only the machine and the cancellation: the request, the timer and the
+        // result stay in the machine, and the synchronous parts run in their own calls.
+        guard let cancellation = beginAttempt(machine) else {
+            machine.attemptResult = .cancelled
+            return
+        }
+        guard let inline = inlineTransport else {
+            endAttempt(machine, await callInTask(machine, cancellation))
+            return
+        }
+        // Inline, the engine can only wait for the transport to honour the cancellation, as
+        // `CancellableTransport` requires.
+        do {
+            let response = try await inline.send(machine.pendingRequest.unsafelyUnwrapped, cancellation: cancellation)
+            endAttempt(machine, .response(response))
+        } catch {
+            endAttempt(machine, Self.classify(error, cancelled: cancellation.isCancelled || Task.isCancelled))
+        }
+    }
+
+    /// Registers the attempt and arms its timeout; `nil` when the request was already ended.
+    @inline(never)
+    func beginAttempt(_ machine: RequestMachine) -> AttemptCancellation? {
+        guard machine.pendingRequest != nil else { return nil }
         let cancellation = AttemptCancellation()
-        let attemptNumber: Int? = state.withLock { state in
-            guard var entry = state.requests[number], entry.endReason == nil else { return nil }
-            entry.attempt = cancellation
-            entry.attemptNumber += 1
-            entry.timedOut = false
-            entry.phase = .onWire
-            state.requests[number] = entry
-            return entry.attemptNumber
+        let timeoutAt = machine.pendingTimeoutAt
+        let token = timeoutAt == nil ? 0 : machine.nextTimerToken()
+        let started = state.withLock { _ -> Bool in
+            guard machine.endReason == nil else { return false }
+            machine.attemptCancellation = cancellation
+            machine.timedOut = false
+            machine.phase = .onWire
+            machine.armedTimer = token
+            return true
         }
-        guard let attemptNumber else { return .cancelled }
-        var timer: UInt64?
-        if let timeout {
-            timer = timers.schedule(at: clock.now + timeout) { [weak self] in
-                self?.timeOut(number, attempt: attemptNumber)
-            }
-        }
-        let result: AttemptResult
-        if let inline = inlineTransport {
-            // Inline, the engine can only wait for the transport to honour the cancellation, as
-            // `CancellableTransport` requires.
-            result = await Self.call(inline, request, cancellation)
-        } else {
-            result = await callInTask(request, cancellation)
-        }
-        if let timer { timers.cancel(timer) }
-        let (timedOut, endedOutside) = state.withLock { state -> (Bool, Bool) in
-            state.requests[number]?.attempt = nil
-            return (state.requests[number]?.timedOut ?? false, state.requests[number]?.endReason != nil)
+        guard started else { return nil }
+        if let timeoutAt { timers.schedule(machine, at: timeoutAt, token: token) }
+        return cancellation
+    }
+
+    /// Disarms the attempt and stores what came of it.
+    @inline(never)
+    func endAttempt(_ machine: RequestMachine, _ result: AttemptResult) {
+        if machine.pendingTimeoutAt != nil { timers.cancel(machine) }
+        let (timedOut, endedOutside) = state.withLock { _ -> (Bool, Bool) in
+            machine.attemptCancellation = nil
+            machine.armedTimer = 0
+            machine.phase = .running
+            return (machine.timedOut, machine.endReason != nil)
         }
         // Ended from outside (logout, the caller) wins over a timeout at the same instant.
-        if endedOutside { return .cancelled }
-        if case .cancelled = result, timedOut { return .timedOut }
-        return result
+        if endedOutside {
+            machine.attemptResult = .cancelled
+        } else if case .cancelled = result, timedOut {
+            machine.attemptResult = .timedOut
+        } else {
+            machine.attemptResult = result
+        }
+    }
+
+    /// Suspends the request until whatever it waits for (its backoff timer, the refresh in
+    /// flight) or `end` wakes it; returns at once when that already happened.
+    @inline(never)  // a frame of its own, held only while this is awaited
+    func park(_ machine: RequestMachine) async {
+        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+            let now = state.withLock { _ -> Bool in
+                if machine.wake != nil || machine.endReason != nil { return true }
+                machine.parked = continuation
+                return false
+            }
+            if now { continuation.resume() }
+        }
+    }
+
+    /// Starts a backoff wait until `deadline`; `false` when the request was already ended.
+    func startBackoff(_ machine: RequestMachine, until deadline: Duration) -> Bool {
+        let token = machine.nextTimerToken()
+        let started = state.withLock { _ -> Bool in
+            guard machine.endReason == nil else { return false }
+            machine.phase = .backoff
+            machine.armedTimer = token
+            return true
+        }
+        if started { timers.schedule(machine, at: deadline, token: token) }
+        return started
+    }
+
+    /// A request's timer fired: its attempt timed out, or its backoff is over. A stale firing
+    /// (the attempt ended, the request was ended) finds another token armed and does nothing.
+    func timerFired(_ machine: RequestMachine, token: UInt64) {
+        let (attempt, parked) = state.withLock { _ -> (AttemptCancellation?, UnsafeContinuation<Void, Never>?) in
+            guard token != 0, machine.armedTimer == token, machine.endReason == nil else { return (nil, nil) }
+            machine.armedTimer = 0
+            switch machine.phase {
+            case .onWire:
+                machine.timedOut = true
+                return (machine.attemptCancellation, nil)
+            case .backoff:
+                machine.wake = .timer
+                let parked = machine.parked
+                machine.parked = nil
+                return (nil, parked)
+            case .running, .awaitingRefresh:
+                return (nil, nil)
+            }
+        }
+        attempt?.cancel()
+        parked?.resume()
     }
 
     /// A plain transport's call in a task of its own. The attempt ends as soon as it is
     /// cancelled, even when the transport ignores the cancellation: its late answer is dropped.
     @inline(never)
-    func callInTask(_ request: HTTPRequest, _ cancellation: AttemptCancellation) async -> AttemptResult {
+    func callInTask(_ machine: RequestMachine, _ cancellation: AttemptCancellation) async -> AttemptResult {
+        guard let request = machine.pendingRequest else { return .cancelled }
         let transport = self.transport
         let executor = options.taskExecutor
         return await withCheckedContinuation { (continuation: CheckedContinuation<AttemptResult, Never>) in
@@ -103,51 +163,6 @@ extension PolicyEngine {
         }
     }
 
-    /// The attempt timeout fired: cancel that attempt, if it is still the one on the wire.
-    func timeOut(_ number: UInt64, attempt: Int) {
-        let cancellation = state.withLock { state -> AttemptCancellation? in
-            guard var entry = state.requests[number], entry.attemptNumber == attempt, entry.endReason == nil,
-                let current = entry.attempt
-            else {
-                return nil
-            }
-            entry.timedOut = true
-            state.requests[number] = entry
-            return current
-        }
-        cancellation?.cancel()
-    }
-
-    /// Waits until `deadline` on the engine's timers; `false` when the request was ended
-    /// (logout, caller cancellation) first.
-    @inline(never)  // a frame of its own, held only while this is awaited
-    func wait(_ number: UInt64, until deadline: Duration) async -> Bool {
-        await withCheckedContinuation { (continuation: CheckedContinuation<Bool, Never>) in
-            let waiting = state.withLock { state -> Bool in
-                guard var entry = state.requests[number], entry.endReason == nil else { return false }
-                entry.waiter = continuation
-                entry.phase = .waiting
-                state.requests[number] = entry
-                return true
-            }
-            guard waiting else {
-                continuation.resume(returning: false)
-                return
-            }
-            timers.schedule(at: deadline) { [weak self] in self?.wake(number) }
-        }
-    }
-
-    func wake(_ number: UInt64) {
-        let waiter = state.withLock { state -> CheckedContinuation<Bool, Never>? in
-            let waiter = state.requests[number]?.waiter
-            state.requests[number]?.waiter = nil
-            state.requests[number]?.phase = .onWire
-            return waiter
-        }
-        waiter?.resume(returning: true)
-    }
-
     static func call(_ transport: any Transport, _ request: HTTPRequest) async -> AttemptResult {
         do {
             return .response(try await transport.send(request))
@@ -156,17 +171,8 @@ extension PolicyEngine {
         }
     }
 
-    static func call(
-        _ transport: any CancellableTransport, _ request: HTTPRequest, _ cancellation: AttemptCancellation
-    ) async -> AttemptResult {
-        do {
-            return .response(try await transport.send(request, cancellation: cancellation))
-        } catch {
-            return classify(error, cancelled: cancellation.isCancelled || Task.isCancelled)
-        }
-    }
-
     /// A transport's error as an attempt result; anything unexpected counts as `connection`.
+    @inline(never)
     static func classify(_ error: any Error, cancelled: Bool) -> AttemptResult {
         if error is CancellationError { return .cancelled }
         if let error = error as? TransportError { return .error(error) }
@@ -193,17 +199,6 @@ extension PolicyEngine {
         let b = random.nextBits()
         let hex = String(a, radix: 16) + String(b, radix: 16)
         return String(repeating: "0", count: max(0, 32 - hex.count)) + hex
-    }
-
-    /// The generation of the current token when it expires within `ahead`.
-    func expiringGeneration(within ahead: Duration) -> UInt64? {
-        let now = clock.date
-        return state.withLock { state in
-            guard let expiry = state.credentials?.expiresAt, expiry.timeIntervalSince(now) < ahead.seconds else {
-                return nil
-            }
-            return state.generation
-        }
     }
 
     func cooldownEnd() -> Date {

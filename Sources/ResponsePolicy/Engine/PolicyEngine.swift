@@ -212,30 +212,37 @@ public final class PolicyEngine: Sendable {
     ///
     /// - Throws: ``PolicyEngineError``; exactly one outcome per call.
     public func send(_ request: HTTPRequest) async throws(PolicyEngineError) -> HTTPResponse {
-        let context = try admit(request)
-        let number = context.number
-        // The loop runs in the caller's task; what must be interruptible from outside (the
-        // attempt on the wire, a backoff wait, a refresh wait) registers itself in the entry.
-        let result = await withTaskCancellationHandler {
-            await run(request, context)
-        } onCancel: {
-            end(number, .cancelled)
-        }
-        state.withLock { _ = $0.requests.removeValue(forKey: number) }
-        return try result.get()
+        let machine = try admit(request)
+        await run(machine)
+        return try outcome(of: machine)
     }
 
-    /// Numbers and registers a request, or refuses it at once: during the logout cooldown
-    /// (without touching the network) or when the caller is already cancelled.
+    /// Runs the request's loop in the caller's task; what must be interruptible from outside (the
+    /// attempt on the wire, a park) is reachable through the machine.
+    @inline(never)  // a frame of its own: `send`'s stays small
+    private func run(_ machine: RequestMachine) async {
+        await withTaskCancellationHandler {
+            await drive(machine)
+        } onCancel: {
+            end(machine, .cancelled)
+        }
+    }
+
+    @inline(never)  // its temporaries stay out of `send`'s async frame
+    private func outcome(of machine: RequestMachine) throws(PolicyEngineError) -> HTTPResponse {
+        state.withLock { $0.unregister(machine) }
+        return try machine.result.get()
+    }
+
+    /// Numbers a request and makes its machine, or refuses it at once: during the logout
+    /// cooldown (without touching the network) or when the caller is already cancelled.
     @inline(never)  // its temporaries stay out of the waiting request's async frame
-    private func admit(_ request: HTTPRequest) throws(PolicyEngineError) -> RequestContext {
+    private func admit(_ request: HTTPRequest) throws(PolicyEngineError) -> RequestMachine {
         let now = clock.now
-        let cancelled = Task.isCancelled
         let (number, runtime, loggedOutUntil) = state.withLock { state in
             state.nextRequest += 1
             state.budget.recordRequest(at: now)
             let refused = state.isLoggedOut(at: now) ? state.loggedOutUntilDate : nil
-            if refused == nil, !cancelled { state.requests[state.nextRequest] = EngineState.RequestEntry() }
             return (state.nextRequest, state.runtime, refused)
         }
         let context = RequestContext(number: number, explicitID: request.id, runtime: runtime, start: now)
@@ -247,7 +254,7 @@ public final class PolicyEngine: Sendable {
             }
             throw .loggedOut(until: until)
         }
-        if cancelled {
+        if Task.isCancelled {
             emit(runtime) {
                 var event = PolicyEvent(.outcome, time: now, request: context.id)
                 event.result = .cancelled
@@ -255,22 +262,25 @@ public final class PolicyEngine: Sendable {
             }
             throw .cancelled
         }
-        return context
+        return RequestMachine(engine: self, original: request, context: context)
     }
 
-    /// Ends a request from outside its loop: marks why, cancels its attempt, ends its wait.
-    func end(_ number: UInt64, _ reason: EngineState.EndReason) {
-        let (attempt, waiter) = state.withLock { state -> (AttemptCancellation?, CheckedContinuation<Bool, Never>?) in
-            guard var entry = state.requests[number] else { return (nil, nil) }
-            if entry.endReason == nil { entry.endReason = reason }
-            let taken = (entry.attempt, entry.waiter)
-            entry.waiter = nil
-            state.requests[number] = entry
+    /// Ends a request from outside its loop: marks why, cancels its attempt, ends its park.
+    func end(_ machine: RequestMachine, _ reason: EngineState.EndReason) {
+        let (attempt, parked, timer) = state.withLock { _ in
+            if machine.endReason == nil { machine.endReason = reason }
+            let taken = (machine.attemptCancellation, machine.parked, machine.phase == .backoff)
+            machine.parked = nil
+            machine.armedTimer = 0
             return taken
         }
         attempt?.cancel()
-        waiter?.resume(returning: false)
+        if timer { timers.cancel(machine) }
+        parked?.resume()
     }
+
+    /// Requests still registered or waiting on a refresh: zero once every `send` has returned.
+    var leftovers: Int { state.withLock { $0.leftovers } }
 }
 
 /// One request's identity and the runtime it started under.

@@ -3,12 +3,23 @@
 /// A reload builds a new runtime; requests in flight keep the one they started with.
 final class PolicyRuntime: Sendable {
     /// The plugins of one scope (routes may name their own `authorize` and `refresh`).
-    struct ScopePlugins: Sendable {
+    /// (A class: a request holds its scope's plugins by one reference, not four existentials.)
+    final class ScopePlugins: Sendable {
         let authorize: (any AuthorizePlugin)?
         /// `nil` when the scope has no refresh plugin; a failure when it could not be made.
         let refresh: Result<any RefreshPlugin, PluginError>?
         let logout: any LogoutPlugin
         let extractor: (any CodeExtractor)?
+
+        init(
+            authorize: (any AuthorizePlugin)?, refresh: Result<any RefreshPlugin, PluginError>?,
+            logout: any LogoutPlugin, extractor: (any CodeExtractor)?
+        ) {
+            self.authorize = authorize
+            self.refresh = refresh
+            self.logout = logout
+            self.extractor = extractor
+        }
     }
 
     let policy: Policy

@@ -1,28 +1,63 @@
-/// One request's decisions: what to do next, given what the last await produced.
+import Foundation
+
+/// One request in flight: its decisions, and the state others reach it by (a logout, a timer,
+/// the refresh it waits for, its caller's cancellation).
 ///
-/// Why a synchronous state machine under a small async driver (`PolicyEngine.run`): an async
-/// function's frame lives on the task's heap for as long as it is suspended, and the compiler
-/// sizes it for every temporary of every path. Written as one async loop, the request's frame
-/// was 30 KB — for each request waiting on a refresh. Here every decision runs synchronously,
-/// on the thread's stack; only this struct (a few hundred bytes) is kept across suspensions.
+/// Why a synchronous state machine under a three-step async driver (`PolicyEngine.drive`): an
+/// async function's frame lives on the task's heap for as long as it is suspended, and the
+/// compiler sizes it for every temporary of every path. Written as one async loop, a request's
+/// frame was 30 KB; with a driver awaiting five kinds of step it was still 2.4 KB, plus a frame
+/// per nested wait. Here every decision runs synchronously on the thread's stack, every wait
+/// (a backoff, a refresh in flight) is the same one park, and the driver awaits only an attempt
+/// or a park with nothing but this object in its frame. What a request keeps while it waits is
+/// this object and a few hundred bytes of frames.
 ///
-/// A class, so the driver's frame holds one reference and the steps mutate it in place.
+/// A class, so the driver holds one reference, the steps mutate it in place, and the engine's
+/// registry, the refresh's waiter list and the timer heap can point at it without allocating.
 ///
-/// Concurrency contract: owned by one request's task; never shared.
-final class RequestMachine {
+/// Concurrency contract: the loop's own fields are touched only by the request's task (one step
+/// at a time). The fields under "Shared" are read and written only under the engine's lock.
+/// The timer node's fields belong to the engine's `TimerService`.
+final class RequestMachine: TimerNode, @unchecked Sendable {
+    // @unchecked: see the concurrency contract above; every shared field is lock-guarded.
+
     /// What the driver awaits next.
-    /// The driver's next await; its inputs wait in the `pending…` properties, so the driver's
-    /// frame holds no copies of requests or settings.
     enum Step {
-        case finish, proactiveRefresh, send, refresh, logout, wait
+        case finish, send, park
     }
 
-    var result: Result<HTTPResponse, PolicyEngineError> = .failure(.cancelled)
-    var pendingGeneration: UInt64 = 0
-    var pendingRequest: HTTPRequest?
-    var pendingTimeout: Duration?
-    var pendingLogout: (settings: LogoutSettings, reason: String)?
-    var pendingUntil: Duration = .zero
+    /// What a park waits for.
+    enum Parked {
+        case backoff, refresh(proactive: Bool)
+    }
+
+    /// Why a park ended, set by whoever ends it.
+    enum Wake {
+        case timer, flight(EngineState.Flight)
+    }
+
+    enum Phase { case running, onWire, backoff, awaitingRefresh }
+
+    // MARK: Shared (under the engine's lock)
+
+    /// The attempt on the wire, cancelled by a logout, a timeout or the caller.
+    var attemptCancellation: AttemptCancellation?
+    var timedOut = false
+    var phase = Phase.running
+    var endReason: EngineState.EndReason?
+    /// The park in progress, resumed by `wake` or `end`.
+    var parked: UnsafeContinuation<Void, Never>?
+    var wake: Wake?
+    /// The refresh this request waits for, while it does.
+    var awaitedFlight: EngineState.Flight?
+    /// The token of the timer that counts (0: none): a stale firing carries an older one.
+    var armedTimer: UInt64 = 0
+    /// Registry links (see `EngineState.register`).
+    var registered = false
+    var next: RequestMachine?
+    unowned(unsafe) var previous: RequestMachine?
+
+    // MARK: The loop's own
 
     let engine: PolicyEngine
     let context: RequestContext
@@ -33,7 +68,17 @@ final class RequestMachine {
     let path: String
     let retryable: Bool
     let deadline: Duration?
-    var request: HTTPRequest
+    let request: HTTPRequest
+
+    var result: Result<HTTPResponse, PolicyEngineError> = .failure(.cancelled)
+    /// The signed request of the attempt about to go out, and when it times out.
+    var pendingRequest: HTTPRequest?
+    var pendingTimeoutAt: Duration?
+    var attemptResult = PolicyEngine.AttemptResult.cancelled
+    var waitingFor = Parked.backoff
+    /// The rule whose refresh is awaited (`nil`: the scope's settings), for its failure edges.
+    var refreshRule: Int?
+    var timerTokens: UInt64 = 0
 
     var attempt = 0
     var retries = 0
@@ -45,8 +90,6 @@ final class RequestMachine {
     var signedGeneration: UInt64 = 0
     /// The proactive refresh for this turn of the loop is done.
     var skipProactive = false
-    /// The refresh settings of the refresh being awaited, for its failure edges.
-    var pendingRefresh: RefreshSettings?
 
     @inline(never)
     init(engine: PolicyEngine, original: HTTPRequest, context: RequestContext) {
@@ -56,11 +99,16 @@ final class RequestMachine {
         // Computed once: `URL.path` builds a new string on every call.
         let method = original.method
         let path = original.path
-        scopeIndex =
-            graph.scopes.firstIndex { scope in scope.route.map { $0.matches(method: method, path: path) } ?? true }
-            ?? graph.scopes.count - 1
-        scope = graph.scopes[scopeIndex]
-        plugins = context.runtime.scopes[scopeIndex]
+        var index = graph.scopes.count - 1
+        for (candidate, scope) in graph.scopes.enumerated() {
+            if scope.route.map({ $0.matches(method: method, path: path) }) ?? true {
+                index = candidate
+                break
+            }
+        }
+        scopeIndex = index
+        scope = graph.scopes[index]
+        plugins = context.runtime.scopes[index]
         self.method = method
         self.path = path
         var request = original
@@ -71,9 +119,17 @@ final class RequestMachine {
 
     var runtime: PolicyRuntime { context.runtime }
 
+    override func fire(token: UInt64) { engine.timerFired(self, token: token) }
+
+    /// A token for the next timer this request arms.
+    func nextTimerToken() -> UInt64 {
+        timerTokens &+= 1
+        return timerTokens
+    }
+
     // MARK: - Outcomes
 
-    @inline(never)  // keeps this step's temporaries out of the driver's async frame
+    @inline(never)
     func finish(_ result: Result<HTTPResponse, PolicyEngineError>) -> Step {
         engine.emit(runtime) { outcomeEvent(result) }
         self.result = result
@@ -103,13 +159,13 @@ final class RequestMachine {
         return event
     }
 
-    @inline(never)  // keeps this step's temporaries out of the driver's async frame
+    @inline(never)
     func loggedOut() -> Step { finish(.failure(.loggedOut(until: engine.cooldownEnd()))) }
 
     /// Ended by another request's logout while on the wire or waiting: a `cancel` event, then
     /// the logged-out outcome (the trigger itself and requests refused in the cooldown have no
     /// `cancel`: nothing of theirs was interrupted).
-    @inline(never)  // keeps this step's temporaries out of the driver's async frame
+    @inline(never)
     func cancelledByLogout() -> Step {
         engine.emit(runtime) {
             var event = PolicyEvent(.cancel, time: engine.clock.now, request: context.id)
@@ -120,9 +176,9 @@ final class RequestMachine {
     }
 
     /// The request was ended from outside its loop: by a logout, or by its caller.
-    @inline(never)  // keeps this step's temporaries out of the driver's async frame
+    @inline(never)
     func ended() -> Step {
-        let reason = engine.state.withLock { $0.requests[context.number]?.endReason }
+        let reason = engine.state.withLock { _ in endReason }
         if reason == .loggedOut { return cancelledByLogout() }
         engine.emit(runtime) {
             var event = PolicyEvent(.cancel, time: engine.clock.now, request: context.id)
@@ -155,22 +211,24 @@ final class RequestMachine {
     // MARK: - The top of the loop
 
     /// Checks the request may go on, refreshes ahead of expiry, then signs and sends.
-    @inline(never)  // keeps this step's temporaries out of the driver's async frame
+    @inline(never)
     func top() -> Step {
         let now = engine.clock.now
-        let (endedOutside, isLoggedOut) = engine.state.withLock { state in
-            (state.requests[context.number]?.endReason != nil, state.isLoggedOut(at: now))
+        let cancelled = Task.isCancelled
+        let (endedOutside, isLoggedOut, credentials, generation) = engine.state.withLock { state in
+            state.register(self)
+            return (endReason != nil, state.isLoggedOut(at: now), state.credentials, state.generation)
         }
-        if Task.isCancelled || endedOutside { return ended() }
+        if cancelled || endedOutside { return ended() }
         if isLoggedOut { return cancelledByLogout() }
         if !skipProactive, let ahead = scope.refresh.ahead, plugins.refresh != nil,
-            let generation = engine.expiringGeneration(within: ahead)
+            let expiry = credentials?.expiresAt, expiry.timeIntervalSince(engine.clock.date) < ahead.seconds
         {
-            pendingGeneration = generation
-            return .proactiveRefresh
+            waitingFor = .refresh(proactive: true)
+            refreshRule = nil
+            return awaitRefresh(failedGeneration: generation, proactive: true)
         }
         skipProactive = false
-        let (credentials, generation) = engine.state.withLock { ($0.credentials, $0.generation) }
         var signed = request
         if let credentials, let authorize = plugins.authorize { authorize.authorize(&signed, with: credentials) }
         signedGeneration = generation
@@ -181,30 +239,20 @@ final class RequestMachine {
             event.attempt = attempt
             return event
         }
-        var timeout = scope.retry.attemptTimeout
-        if let deadline { timeout = min(timeout ?? .seconds(1 << 40), max(.zero, deadline - engine.clock.now)) }
+        var timeoutAt = scope.retry.attemptTimeout.map { now + $0 }
+        if let deadline { timeoutAt = min(timeoutAt ?? max(now, deadline), max(now, deadline)) }
         pendingRequest = signed
-        pendingTimeout = timeout
+        pendingTimeoutAt = timeoutAt
         return .send
-    }
-
-    @inline(never)  // keeps this step's temporaries out of the driver's async frame
-    func afterProactiveRefresh(_ result: EngineState.FlightResult) -> Step {
-        switch result {
-        case .loggedOut: return cancelledByLogout()
-        case .cancelled: return ended()
-        default:
-            // A failed proactive refresh leaves the old token to try.
-            skipProactive = true
-            return top()
-        }
     }
 
     // MARK: - After an attempt
 
-    @inline(never)  // keeps this step's temporaries out of the driver's async frame
-    func afterAttempt(_ result: PolicyEngine.AttemptResult) -> Step {
+    @inline(never)
+    func afterAttempt() -> Step {
         pendingRequest = nil
+        let result = attemptResult
+        attemptResult = .cancelled
         let ruleIndex: Int?
         switch result {
         case .cancelled:
@@ -252,13 +300,14 @@ final class RequestMachine {
         case .logout:
             return logout(scope.logout(for: rule), reason: rule.name)
         case .refresh:
-            return refreshTrigger(rule)
+            return refreshTrigger(ruleIndex)
         case .retry:
             return retryTrigger(rule)
         }
     }
 
-    func refreshTrigger(_ rule: Rule) -> Step {
+    func refreshTrigger(_ ruleIndex: Int) -> Step {
+        let rule = scope.rules[ruleIndex]
         let settings = scope.refresh(for: rule)
         guard refreshResends < settings.maxPerRequest else {
             switch settings.onExhausted {
@@ -272,15 +321,38 @@ final class RequestMachine {
             }
         }
         refreshResends += 1
-        pendingRefresh = settings
-        pendingGeneration = signedGeneration
-        return .refresh
+        refreshRule = ruleIndex
+        waitingFor = .refresh(proactive: false)
+        return awaitRefresh(failedGeneration: signedGeneration, proactive: false)
     }
 
-    @inline(never)  // keeps this step's temporaries out of the driver's async frame
-    func afterRefresh(_ result: EngineState.FlightResult) -> Step {
-        let settings = pendingRefresh ?? scope.refresh
-        pendingRefresh = nil
+    /// The refresh settings of the refresh awaited.
+    var refreshSettings: RefreshSettings { refreshRule.map { scope.refresh(for: scope.rules[$0]) } ?? scope.refresh }
+
+    /// Asks the engine for a token newer than `failedGeneration`: an answer now, or a park until
+    /// the refresh in flight ends.
+    @inline(never)
+    func awaitRefresh(failedGeneration: UInt64, proactive: Bool) -> Step {
+        guard
+            let result = engine.decideRefresh(
+                self, failedGeneration: failedGeneration, settings: refreshSettings, proactive: proactive)
+        else { return .park }
+        return afterRefresh(result, proactive: proactive)
+    }
+
+    func afterRefresh(_ result: EngineState.FlightResult, proactive: Bool) -> Step {
+        if proactive {
+            switch result {
+            case .loggedOut: return cancelledByLogout()
+            case .cancelled: return ended()
+            default:
+                // A failed proactive refresh leaves the old token to try.
+                skipProactive = true
+                return top()
+            }
+        }
+        let settings = refreshSettings
+        refreshRule = nil
         switch result {
         case .ok: return top()
         case .loggedOut: return cancelledByLogout()
@@ -332,17 +404,37 @@ final class RequestMachine {
             event.attempt = attempt
             return event
         }
-        pendingUntil = now + delay
-        return .wait
+        waitingFor = .backoff
+        return engine.startBackoff(self, until: now + delay) ? .park : ended()
     }
 
-    @inline(never)  // keeps this step's temporaries out of the driver's async frame
+    @inline(never)
     func logout(_ settings: LogoutSettings, reason: String) -> Step {
-        pendingLogout = (settings, reason)
-        return .logout
+        engine.logout(settings: settings, plugins: plugins, trigger: self, reason: reason)
+        return loggedOut()
     }
 
-    func afterWait(_ elapsed: Bool) -> Step {
-        elapsed ? top() : ended()
+    // MARK: - After a park
+
+    /// The park ended: the backoff's timer, the refresh's end, or the request was ended.
+    @inline(never)
+    func afterPark() -> Step {
+        let (woken, endedOutside) = engine.state.withLock { _ -> (Wake?, Bool) in
+            let taken = wake
+            wake = nil
+            phase = .running
+            awaitedFlight = nil
+            return (taken, endReason != nil)
+        }
+        switch waitingFor {
+        case .backoff:
+            if endedOutside { return ended() }
+            return top()
+        case .refresh(let proactive):
+            if endedOutside { return ended() }
+            guard case .flight(let flight) = woken else { return ended() }
+            let result = engine.state.withLock { _ in flight.result } ?? .cancelled
+            return afterRefresh(result, proactive: proactive)
+        }
     }
 }

@@ -1,28 +1,53 @@
-/// The engine's timers: attempt timeouts and backoff wake-ups, all driven by one task.
+/// Something ``TimerService`` can schedule: a node of its heap.
+///
+/// Why nodes and not closures: the engine arms an attempt timeout for every attempt and cancels
+/// it almost always. With a closure per timer and lazy deletion, every attempt cost an
+/// allocation and two dictionary operations, and cancelled entries stayed in the heap until their
+/// deadline (ten seconds of traffic). A node knows its heap position, so cancelling removes it at
+/// once and the heap only ever holds live timers; a `RequestMachine` is its own node (a request
+/// has at most one timer at a time: its attempt timeout or its backoff wake).
+///
+/// Concurrency contract: the scheduling fields belong to the service's lock; subclasses guard
+/// their own state. `fire(token:)` runs on the service's driver task, outside its lock.
+class TimerNode: @unchecked Sendable {
+    // @unchecked: the fields below are only read or written under the owning service's lock.
+    fileprivate var heapIndex = -1
+    fileprivate var deadline: Duration = .zero
+    fileprivate var order: UInt64 = 0
+    fileprivate var token: UInt64 = 0
+
+    /// The timer is due. `token` is the one it was scheduled with: a node rescheduled while its
+    /// earlier firing was on its way can tell the stale call from the current one.
+    func fire(token: UInt64) {}
+}
+
+/// A timer that runs a closure (for the rare timers: the refresh timeout).
+final class ClosureTimer: TimerNode, @unchecked Sendable {
+    private let action: @Sendable () -> Void
+    init(_ action: @escaping @Sendable () -> Void) { self.action = action }
+    override func fire(token: UInt64) { action() }
+}
+
+/// The engine's timers: attempt timeouts, backoff wake-ups and refresh timeouts, all driven by
+/// one task.
 ///
 /// Why one driver and not a sleeping child task per attempt: a `Task.sleep` raced against the
 /// transport costs two child tasks and a system timer per attempt (about 6 µs measured here,
 /// most of the engine's overhead), and the sleeping timers hold memory until they would have
-/// fired. Here scheduling is a heap insert under a lock, cancelling is a dictionary removal, and
-/// one driver task sleeps on the clock until the earliest deadline.
+/// fired. Here scheduling is a heap insert under a lock, cancelling a heap removal, and one
+/// driver task sleeps on the clock until the earliest deadline. A cancelled timer does not wake
+/// the driver: it finds the heap changed when its sleep ends.
 ///
-/// Concurrency contract: `schedule` and `cancel` may be called from any thread; actions run on
-/// the driver task, outside the lock, in deadline order (ties in scheduling order), and must be
-/// quick and non-blocking. A cancelled timer's action never runs; an action that has started is
-/// not affected by `cancel`. The driver holds the service weakly, so an engine that is released
-/// releases its timers and the driver ends.
+/// Concurrency contract: `schedule` and `cancel` may be called from any thread; nodes fire on the
+/// driver task, outside the lock, in deadline order (ties in scheduling order), and `fire` must be
+/// quick and non-blocking. A timer cancelled before it is taken off the heap never fires; one
+/// already taken may still fire (hence the token). The driver holds the service weakly, so an
+/// engine that is released releases its timers and the driver ends.
 final class TimerService: Sendable {
-    private struct Entry: Comparable {
-        let deadline: Duration
-        let id: UInt64
-        static func < (a: Entry, b: Entry) -> Bool { (a.deadline, a.id) < (b.deadline, b.id) }
-    }
-
     private struct State {
-        /// A binary min-heap; entries whose action was cancelled are dropped when they surface.
-        var heap: [Entry] = []
-        var actions: [UInt64: @Sendable () -> Void] = [:]
-        var nextID: UInt64 = 0
+        /// A binary min-heap by (deadline, order); each node knows its index.
+        var heap: [TimerNode] = []
+        var nextOrder: UInt64 = 0
         var driverRunning = false
         /// The driver's current sleep, cancelled when an earlier deadline is scheduled.
         var sleep: (until: Duration, task: Task<Void, Never>)?
@@ -30,7 +55,7 @@ final class TimerService: Sendable {
     }
 
     private enum Step {
-        case fire([@Sendable () -> Void])
+        case fire([(TimerNode, UInt64)])
         case sleep(Task<Void, Never>)
         case park
         case stop
@@ -56,15 +81,20 @@ final class TimerService: Sendable {
         parked?.resume()
     }
 
-    /// Runs `action` at `deadline` unless cancelled first. Returns the timer's id.
-    @discardableResult
-    func schedule(at deadline: Duration, _ action: @escaping @Sendable () -> Void) -> UInt64 {
-        let (id, start, wake, interrupt) = state.withLock {
-            state -> (UInt64, Bool, CheckedContinuation<Void, Never>?, Task<Void, Never>?) in
-            state.nextID += 1
-            let id = state.nextID
-            state.actions[id] = action
-            Self.push(Entry(deadline: deadline, id: id), into: &state.heap)
+    /// Timers scheduled and not yet fired or cancelled.
+    var count: Int { state.withLock { $0.heap.count } }
+
+    /// Fires `node` at `deadline` with `token`, unless cancelled first. A node already scheduled
+    /// is moved.
+    func schedule(_ node: TimerNode, at deadline: Duration, token: UInt64 = 0) {
+        let (start, wake, interrupt) = state.withLock {
+            state -> (Bool, CheckedContinuation<Void, Never>?, Task<Void, Never>?) in
+            if node.heapIndex >= 0 { Self.remove(node, from: &state.heap) }
+            state.nextOrder += 1
+            node.deadline = deadline
+            node.order = state.nextOrder
+            node.token = token
+            Self.insert(node, into: &state.heap)
             let start = !state.driverRunning
             state.driverRunning = true
             let wake = state.parked
@@ -74,16 +104,25 @@ final class TimerService: Sendable {
                 interrupt = sleep.task
                 state.sleep = nil
             }
-            return (id, start, wake, interrupt)
+            return (start, wake, interrupt)
         }
         interrupt?.cancel()
         wake?.resume()
         if start { startDriver() }
-        return id
     }
 
-    func cancel(_ id: UInt64) {
-        _ = state.withLock { $0.actions.removeValue(forKey: id) }
+    /// Runs `action` at `deadline` unless the returned timer is cancelled first.
+    @discardableResult
+    func schedule(at deadline: Duration, _ action: @escaping @Sendable () -> Void) -> TimerNode {
+        let node = ClosureTimer(action)
+        schedule(node, at: deadline)
+        return node
+    }
+
+    func cancel(_ node: TimerNode) {
+        state.withLock { state in
+            if node.heapIndex >= 0 { Self.remove(node, from: &state.heap) }
+        }
     }
 
     private func startDriver() {
@@ -91,7 +130,7 @@ final class TimerService: Sendable {
         Task(executorPreference: executor) {
             while true {
                 switch weakSelf.value?.nextStep() ?? .stop {
-                case .fire(let actions): for action in actions { action() }
+                case .fire(let due): for (node, token) in due { node.fire(token: token) }
                 case .sleep(let task): await task.value
                 case .park:
                     await withCheckedContinuation { continuation in
@@ -107,22 +146,16 @@ final class TimerService: Sendable {
     private func nextStep() -> Step {
         let now = clock.now
         return state.withLock { state in
-            var due: [@Sendable () -> Void] = []
-            while let first = state.heap.first {
-                guard let action = state.actions[first.id] else {
-                    Self.popMin(&state.heap)
-                    continue
-                }
-                guard first.deadline <= now else { break }
-                Self.popMin(&state.heap)
-                state.actions.removeValue(forKey: first.id)
-                due.append(action)
+            var due: [(TimerNode, UInt64)] = []
+            while let first = state.heap.first, first.deadline <= now {
+                Self.remove(first, from: &state.heap)
+                due.append((first, first.token))
             }
             if !due.isEmpty { return .fire(due) }
-            guard let earliest = state.heap.first else { return .park }
+            guard let earliest = state.heap.first?.deadline else { return .park }
             let clock = self.clock
-            let task = Task(executorPreference: executor) { _ = try? await clock.sleep(until: earliest.deadline) }
-            state.sleep = (earliest.deadline, task)
+            let task = Task(executorPreference: executor) { _ = try? await clock.sleep(until: earliest) }
+            state.sleep = (earliest, task)
             return .sleep(task)
         }
     }
@@ -130,38 +163,69 @@ final class TimerService: Sendable {
     /// Parks the driver until a timer is scheduled; false when one already is (do not park).
     private func park(_ continuation: CheckedContinuation<Void, Never>) -> Bool {
         state.withLock { state in
-            if !state.actions.isEmpty { return false }
+            if !state.heap.isEmpty { return false }
             state.parked = continuation
             return true
         }
     }
 
-    private static func push(_ entry: Entry, into heap: inout [Entry]) {
-        heap.append(entry)
-        var child = heap.count - 1
+    // MARK: - The heap
+
+    private static func before(_ a: TimerNode, _ b: TimerNode) -> Bool {
+        a.deadline < b.deadline || (a.deadline == b.deadline && a.order < b.order)
+    }
+
+    private static func insert(_ node: TimerNode, into heap: inout [TimerNode]) {
+        node.heapIndex = heap.count
+        heap.append(node)
+        siftUp(node.heapIndex, &heap)
+    }
+
+    private static func remove(_ node: TimerNode, from heap: inout [TimerNode]) {
+        let index = node.heapIndex
+        let last = heap.count - 1
+        if index != last {
+            heap.swapAt(index, last)
+            heap[index].heapIndex = index
+        }
+        heap.removeLast()
+        node.heapIndex = -1
+        if index < heap.count {
+            // The last node, moved into the hole, may belong lower or higher.
+            let moved = heap[index]
+            siftDown(index, &heap)
+            if moved.heapIndex == index { siftUp(index, &heap) }
+        }
+    }
+
+    private static func siftUp(_ start: Int, _ heap: inout [TimerNode]) {
+        var child = start
         while child > 0 {
             let parent = (child - 1) / 2
-            guard heap[child] < heap[parent] else { break }
-            heap.swapAt(child, parent)
+            guard before(heap[child], heap[parent]) else { break }
+            swap(child, parent, &heap)
             child = parent
         }
     }
 
-    private static func popMin(_ heap: inout [Entry]) {
-        guard !heap.isEmpty else { return }
-        heap.swapAt(0, heap.count - 1)
-        heap.removeLast()
-        var parent = 0
+    private static func siftDown(_ start: Int, _ heap: inout [TimerNode]) {
+        var parent = start
         while true {
             let left = 2 * parent + 1
             let right = left + 1
             var smallest = parent
-            if left < heap.count, heap[left] < heap[smallest] { smallest = left }
-            if right < heap.count, heap[right] < heap[smallest] { smallest = right }
+            if left < heap.count, before(heap[left], heap[smallest]) { smallest = left }
+            if right < heap.count, before(heap[right], heap[smallest]) { smallest = right }
             if smallest == parent { return }
-            heap.swapAt(parent, smallest)
+            swap(parent, smallest, &heap)
             parent = smallest
         }
+    }
+
+    private static func swap(_ i: Int, _ j: Int, _ heap: inout [TimerNode]) {
+        heap.swapAt(i, j)
+        heap[i].heapIndex = i
+        heap[j].heapIndex = j
     }
 }
 

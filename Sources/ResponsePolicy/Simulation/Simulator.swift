@@ -124,7 +124,7 @@ package enum Simulator {
             default: break
             }
         }
-        let leftovers = engine.state.withLock { $0.requests.count + ($0.flight?.waiters.count ?? 0) }
+        let leftovers = engine.leftovers
         return Result(events: events, summary: summary, leftovers: leftovers)
     }
 
