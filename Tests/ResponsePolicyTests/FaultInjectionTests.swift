@@ -757,8 +757,9 @@ extension FaultInjectionTests {
     }
 
     /// The same script as a ``CancellableTransport``: the engine calls it inline in the request's
-    /// task and cancels an attempt through its ``AttemptCancellation`` (a stall or a latency then
-    /// ends at once), the way `URLSessionTransport` runs in production.
+    /// task and cancels an attempt through its ``AttemptCancellation``, the caller through task
+    /// cancellation (a stall or a latency then ends at once), the way `URLSessionTransport` runs
+    /// in production.
     final class InlineFaultTransport: CancellableTransport {
         let script: FaultTransport
 
@@ -771,7 +772,11 @@ extension FaultInjectionTests {
             return try await script.respond(to: request) { deadline in
                 let sleeper = Task(executorPreference: executor) { try await clock.sleep(until: deadline) }
                 cancellation.onCancel { sleeper.cancel() }
-                try await sleeper.value
+                try await withTaskCancellationHandler {
+                    try await sleeper.value
+                } onCancel: {
+                    sleeper.cancel()
+                }
             }
         }
     }

@@ -34,7 +34,13 @@ struct EngineState {
     }
 
     var runtime: PolicyRuntime
-    var credentials: Credentials?
+    /// Boxed: every attempt reads the credentials under the lock, and copying the box out is one
+    /// retain where copying the struct is one per string in it.
+    var credentialsBox: CredentialsBox?
+    var credentials: Credentials? {
+        get { credentialsBox?.credentials }
+        set { credentialsBox = newValue.map(CredentialsBox.init) }
+    }
     /// Bumped by every successful refresh and sign-in: a request signed with an older
     /// generation that hits a trigger retries at once with the newer token.
     var generation: UInt64 = 0
@@ -100,4 +106,10 @@ struct EngineState {
 
     /// Requests still registered or waiting on a refresh: zero once every `send` has returned.
     var leftovers: Int { requestCount + (flight?.live.count ?? 0) }
+}
+
+/// Immutable credentials behind one reference (see `EngineState.credentialsBox`).
+final class CredentialsBox: Sendable {
+    let credentials: Credentials
+    init(_ credentials: Credentials) { self.credentials = credentials }
 }

@@ -42,14 +42,20 @@ extension PolicyEngine {
             machine.attemptResult = .cancelled
             return
         }
-        guard let inline = inlineTransport else {
-            endAttempt(machine, await callInTask(machine, cancellation))
+        guard attemptsInline else {
+            let result = await withTaskCancellationHandler {
+                await callInTask(machine, cancellation)
+            } onCancel: {
+                end(machine, .cancelled)
+            }
+            endAttempt(machine, result)
             return
         }
         // Inline, the engine can only wait for the transport to honour the cancellation, as
         // `CancellableTransport` requires.
         do {
-            let response = try await inline.send(machine.pendingRequest.unsafelyUnwrapped, cancellation: cancellation)
+            let response = try await inlineTransport.send(
+                machine.pendingRequest.unsafelyUnwrapped, cancellation: cancellation)
             endAttempt(machine, .response(response))
         } catch {
             endAttempt(machine, Self.classify(error, cancelled: cancellation.isCancelled || Task.isCancelled))
@@ -86,8 +92,9 @@ extension PolicyEngine {
             machine.phase = .running
             return (machine.timedOut, machine.endReason != nil)
         }
-        // Ended from outside (logout, the caller) wins over a timeout at the same instant.
-        if endedOutside {
+        // Ended from outside (logout, the caller) wins over a timeout at the same instant. An
+        // inline attempt learns of its caller's cancellation as task cancellation.
+        if endedOutside || (attemptsInline && Task.isCancelled) {
             machine.attemptResult = .cancelled
         } else if case .cancelled = result, timedOut {
             machine.attemptResult = .timedOut
@@ -100,13 +107,19 @@ extension PolicyEngine {
     /// flight) or `end` wakes it; returns at once when that already happened.
     @inline(never)  // a frame of its own, held only while this is awaited
     func park(_ machine: RequestMachine) async {
-        await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
-            let now = state.withLock { _ -> Bool in
-                if machine.wake != nil || machine.endReason != nil { return true }
-                machine.parked = continuation
-                return false
+        await withTaskCancellationHandler {
+            await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+                // Under the lock `end` takes: either it finds this continuation, or this sees
+                // that the request was ended (the handler runs at once on a cancelled task).
+                let now = state.withLock { _ -> Bool in
+                    if machine.wake != nil || machine.endReason != nil { return true }
+                    machine.parked = continuation
+                    return false
+                }
+                if now { continuation.resume() }
             }
-            if now { continuation.resume() }
+        } onCancel: {
+            end(machine, .cancelled)
         }
     }
 

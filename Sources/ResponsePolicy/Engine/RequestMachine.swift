@@ -68,6 +68,9 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
     let path: String
     let retryable: Bool
     let deadline: Duration?
+    /// Copied out of the scope's settings once: reading them there copied the whole structs.
+    let attemptTimeout: Duration?
+    let refreshAhead: Duration?
     let request: HTTPRequest
 
     var result: Result<HTTPResponse, PolicyEngineError> = .failure(.cancelled)
@@ -115,6 +118,8 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         retryable = engine.prepareIdempotency(&request, scope.retry)
         self.request = request
         deadline = scope.retry.deadline.map { context.start + $0 }
+        attemptTimeout = scope.retry.attemptTimeout
+        refreshAhead = plugins.refresh == nil ? nil : scope.refresh.ahead
     }
 
     var runtime: PolicyRuntime { context.runtime }
@@ -213,24 +218,28 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
     /// Checks the request may go on, refreshes ahead of expiry, then signs and sends.
     @inline(never)
     func top() -> Step {
-        let now = engine.clock.now
+        // The first turn runs right after `admit`, which read the clock.
+        let now = attempt == 0 && !skipProactive ? context.start : engine.clock.now
         let cancelled = Task.isCancelled
-        let (endedOutside, isLoggedOut, credentials, generation) = engine.state.withLock { state in
+        let (endedOutside, isLoggedOut, box, generation) = engine.state.withLock { state in
             state.register(self)
-            return (endReason != nil, state.isLoggedOut(at: now), state.credentials, state.generation)
+            return (endReason != nil, state.isLoggedOut(at: now), state.credentialsBox, state.generation)
         }
         if cancelled || endedOutside { return ended() }
         if isLoggedOut { return cancelledByLogout() }
-        if !skipProactive, let ahead = scope.refresh.ahead, plugins.refresh != nil,
-            let expiry = credentials?.expiresAt, expiry.timeIntervalSince(engine.clock.date) < ahead.seconds
+        let credentials = box?.credentials
+        if !skipProactive, let ahead = refreshAhead, let expiry = credentials?.expiresAt,
+            expiry.timeIntervalSince(engine.clock.date) < ahead.seconds
         {
             waitingFor = .refresh(proactive: true)
             refreshRule = nil
             return awaitRefresh(failedGeneration: generation, proactive: true)
         }
         skipProactive = false
+        // Signed in place: the pending request is the one copy of the caller's request per attempt.
         var signed = request
         if let credentials, let authorize = plugins.authorize { authorize.authorize(&signed, with: credentials) }
+        pendingRequest = consume signed
         signedGeneration = generation
         attempt += 1
         let attempt = attempt
@@ -239,9 +248,8 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
             event.attempt = attempt
             return event
         }
-        var timeoutAt = scope.retry.attemptTimeout.map { now + $0 }
+        var timeoutAt = attemptTimeout.map { now + $0 }
         if let deadline { timeoutAt = min(timeoutAt ?? max(now, deadline), max(now, deadline)) }
-        pendingRequest = signed
         pendingTimeoutAt = timeoutAt
         return .send
     }

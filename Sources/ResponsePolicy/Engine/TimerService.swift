@@ -87,27 +87,27 @@ final class TimerService: Sendable {
     /// Fires `node` at `deadline` with `token`, unless cancelled first. A node already scheduled
     /// is moved.
     func schedule(_ node: TimerNode, at deadline: Duration, token: UInt64 = 0) {
-        let (start, wake, interrupt) = state.withLock {
-            state -> (Bool, CheckedContinuation<Void, Never>?, Task<Void, Never>?) in
+        // The usual case (the driver sleeps until an earlier deadline) touches nothing but the
+        // heap: no continuation or task is copied out.
+        var start = false
+        var wake: CheckedContinuation<Void, Never>?
+        var interrupt: Task<Void, Never>?
+        state.withLock { state in
             if node.heapIndex >= 0 { Self.remove(node, from: &state.heap) }
             state.nextOrder += 1
             node.deadline = deadline
             node.order = state.nextOrder
             node.token = token
             Self.insert(node, into: &state.heap)
-            let start = !state.driverRunning
-            state.driverRunning = true
-            let wake = state.parked
-            state.parked = nil
-            var interrupt: Task<Void, Never>?
-            if let sleep = state.sleep, deadline < sleep.until {
-                interrupt = sleep.task
-                state.sleep = nil
+            if !state.driverRunning {
+                state.driverRunning = true
+                start = true
             }
-            return (start, wake, interrupt)
+            if state.parked != nil { wake = state.parked.take() }
+            if let until = state.sleep?.until, deadline < until { interrupt = state.sleep.take()?.task }
         }
-        interrupt?.cancel()
-        wake?.resume()
+        if let interrupt { interrupt.cancel() }
+        if let wake { wake.resume() }
         if start { startDriver() }
     }
 

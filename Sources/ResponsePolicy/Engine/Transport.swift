@@ -44,10 +44,13 @@ public protocol Transport: Sendable {
 /// A one-shot cancellation signal for one attempt, which the engine raises on a forced logout,
 /// an attempt timeout or the caller's cancellation.
 ///
+/// A value with reference semantics: copies share one signal. (A struct around one shared
+/// lock-guarded block, so that the engine's one allocation per attempt is that block.)
+///
 /// Concurrency contract: any thread may call ``onCancel(_:)``; the engine calls `cancel()` at
 /// most once that matters (later calls do nothing). A handler registered after cancellation
 /// runs at once, on the registering thread. Handlers must be quick and must not block.
-public final class AttemptCancellation: Sendable {
+public struct AttemptCancellation: Sendable {
     private struct State {
         var cancelled = false
         var handlers: [@Sendable () -> Void] = []
@@ -90,7 +93,10 @@ public final class AttemptCancellation: Sendable {
 /// A transport adopting this protocol is called inline in the caller's task, and the engine
 /// cancels the attempt through `cancellation`.
 ///
-/// Contract: when `cancellation` is cancelled, stop promptly and throw `CancellationError`.
+/// Contract: when `cancellation` is cancelled, or the calling task is (as for any
+/// ``Transport``), stop promptly and throw `CancellationError`. The engine signals its own
+/// cancellations (a logout, the attempt timeout) through `cancellation`; its caller's
+/// cancellation reaches the transport as task cancellation only.
 public protocol CancellableTransport: Transport {
     func send(_ request: HTTPRequest, cancellation: AttemptCancellation) async throws -> HTTPResponse
 }

@@ -15,6 +15,9 @@ package struct Classifier: Sendable {
     private let byStatus: [[Int32]]
     /// Rules constraining the business code (and possibly status), by code text.
     private let byCode: [String: [Int32]]
+    /// The same, as a list, when there are few codes: comparing a handful of short strings is
+    /// cheaper than hashing one (most policies name two or three codes).
+    private let fewCodes: [(code: String, rules: [Int32])]?
     /// Rules matching responses without constraining status or code (headers, method, path only).
     private let anyResponse: [Int32]
     /// For each error class, in `TransportErrorClass.allCases` order.
@@ -57,6 +60,7 @@ package struct Classifier: Sendable {
         }
         self.byStatus = byStatus
         self.byCode = byCode
+        fewCodes = byCode.count <= Self.fewCodesLimit ? byCode.map { ($0.key, $0.value) } : nil
         self.anyResponse = anyResponse
         self.byError = byError
         self.needsRequestCheck = needsRequestCheck
@@ -72,7 +76,7 @@ package struct Classifier: Sendable {
                 _ in true
             }
         }
-        if let code, let list = byCode[code] {
+        if let code, let list = rules(forCode: code) {
             best = first(in: list, below: best, method: method, path: path, headers: headers) { index in
                 guard let statuses = conditions[Int(index)].statuses else { return true }
                 return statuses.contains { $0.contains(status) }
@@ -82,6 +86,15 @@ package struct Classifier: Sendable {
             best = first(in: anyResponse, below: best, method: method, path: path, headers: headers) { _ in true }
         }
         return best == Int32.max ? nil : Int(best)
+    }
+
+    static let fewCodesLimit = 8
+
+    @inline(__always)
+    private func rules(forCode code: String) -> [Int32]? {
+        guard let fewCodes else { return byCode[code] }
+        for entry in fewCodes where entry.code == code { return entry.rules }
+        return nil
     }
 
     /// The index of the first rule matching an attempt that failed with `errorClass`.
