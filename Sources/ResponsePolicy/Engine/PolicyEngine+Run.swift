@@ -39,33 +39,35 @@ extension PolicyEngine {
         // The frame holds only the machine and the cancellation: the request, the timer and the
         // result stay in the machine, and the synchronous parts run in their own calls.
         guard let cancellation = beginAttempt(machine) else {
-            machine.attemptResult = .cancelled
+            machine.attemptOutcome = .cancelled
             return
         }
-        guard attemptsInline else {
-            let result = await withTaskCancellationHandler {
-                await callInTask(machine, cancellation)
-            } onCancel: {
-                end(machine, .cancelled)
-            }
-            endAttempt(machine, result)
-            return
-        }
+        guard attemptsInline else { return await attemptInTask(machine, cancellation) }
         // Inline, the engine can only wait for the transport to honour the cancellation, as
         // `CancellableTransport` requires.
         do {
             let response = try await inlineTransport.send(
-                machine.pendingRequest.unsafelyUnwrapped, cancellation: cancellation)
+                machine.pendingRequest, cancellation: cancellation)
             endAttempt(machine, .response(response))
         } catch {
             endAttempt(machine, Self.classify(error, cancelled: cancellation.isCancelled || Task.isCancelled))
         }
     }
 
+    /// A plain transport's attempt, in a task of its own that the caller's cancellation ends.
+    @inline(never)  // keeps its frame out of the inline path's
+    func attemptInTask(_ machine: RequestMachine, _ cancellation: AttemptCancellation) async {
+        let result = await withTaskCancellationHandler {
+            await callInTask(machine, cancellation)
+        } onCancel: {
+            end(machine, .cancelled)
+        }
+        endAttempt(machine, result)
+    }
+
     /// Registers the attempt and arms its timeout; `nil` when the request was already ended.
     @inline(never)
     func beginAttempt(_ machine: RequestMachine) -> AttemptCancellation? {
-        guard machine.pendingRequest != nil else { return nil }
         let cancellation = AttemptCancellation()
         let timeoutAt = machine.pendingTimeoutAt
         let token = timeoutAt == nil ? 0 : machine.nextTimerToken()
@@ -94,12 +96,28 @@ extension PolicyEngine {
         }
         // Ended from outside (logout, the caller) wins over a timeout at the same instant. An
         // inline attempt learns of its caller's cancellation as task cancellation.
+        // A cancelled attempt leaves the last response or error of the one before it.
         if endedOutside || (attemptsInline && Task.isCancelled) {
-            machine.attemptResult = .cancelled
-        } else if case .cancelled = result, timedOut {
-            machine.attemptResult = .timedOut
-        } else {
-            machine.attemptResult = result
+            machine.attemptOutcome = .cancelled
+            return
+        }
+        switch result {
+        case .response(let response):
+            machine.lastResponse = response
+            machine.failure = nil
+            machine.attemptOutcome = .response
+        case .error(let error):
+            machine.lastResponse = nil
+            machine.failure = error
+            machine.attemptOutcome = .error
+        case .timedOut:
+            machine.lastResponse = nil
+            machine.attemptOutcome = .timedOut
+        case .cancelled where timedOut:
+            machine.lastResponse = nil
+            machine.attemptOutcome = .timedOut
+        case .cancelled:
+            machine.attemptOutcome = .cancelled
         }
     }
 
@@ -163,7 +181,7 @@ extension PolicyEngine {
     /// cancelled, even when the transport ignores the cancellation: its late answer is dropped.
     @inline(never)
     func callInTask(_ machine: RequestMachine, _ cancellation: AttemptCancellation) async -> AttemptResult {
-        guard let request = machine.pendingRequest else { return .cancelled }
+        let request = machine.pendingRequest
         let transport = self.transport
         let executor = options.taskExecutor
         return await withCheckedContinuation { (continuation: CheckedContinuation<AttemptResult, Never>) in

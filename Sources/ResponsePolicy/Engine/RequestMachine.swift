@@ -38,6 +38,8 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
 
     enum Phase { case running, onWire, backoff, awaitingRefresh }
 
+    enum AttemptOutcome { case response, error, timedOut, cancelled }
+
     // MARK: Shared (under the engine's lock)
 
     /// The attempt on the wire, cancelled by a logout, a timeout or the caller.
@@ -64,20 +66,19 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
     let scopeIndex: Int
     let scope: RuleGraph.Scope
     let plugins: PolicyRuntime.ScopePlugins
-    let method: String
     let path: String
     let retryable: Bool
     let deadline: Duration?
-    /// Copied out of the scope's settings once: reading them there copied the whole structs.
-    let attemptTimeout: Duration?
-    let refreshAhead: Duration?
     let request: HTTPRequest
 
     var result: Result<HTTPResponse, PolicyEngineError> = .failure(.cancelled)
-    /// The signed request of the attempt about to go out, and when it times out.
-    var pendingRequest: HTTPRequest?
+    /// The signed request of the attempt about to go out (the unsigned one between attempts),
+    /// and when it times out. (Not an optional: unwrapping one for the transport call cost the
+    /// attempt's async frame 208 bytes.)
+    var pendingRequest: HTTPRequest
     var pendingTimeoutAt: Duration?
-    var attemptResult = PolicyEngine.AttemptResult.cancelled
+    /// What the last attempt came to; its response or error is in `lastResponse` or `failure`.
+    var attemptOutcome = AttemptOutcome.cancelled
     var waitingFor = Parked.backoff
     /// The rule whose refresh is awaited (`nil`: the scope's settings), for its failure edges.
     var refreshRule: Int?
@@ -112,15 +113,15 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         scopeIndex = index
         scope = graph.scopes[index]
         plugins = context.runtime.scopes[index]
-        self.method = method
         self.path = path
         var request = original
         retryable = engine.prepareIdempotency(&request, scope.retry)
         self.request = request
-        deadline = scope.retry.deadline.map { context.start + $0 }
-        attemptTimeout = scope.retry.attemptTimeout
-        refreshAhead = plugins.refresh == nil ? nil : scope.refresh.ahead
+        pendingRequest = request
+        deadline = scope.deadline.map { context.start + $0 }
     }
+
+    var method: String { request.method }
 
     var runtime: PolicyRuntime { context.runtime }
 
@@ -228,7 +229,7 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         if cancelled || endedOutside { return ended() }
         if isLoggedOut { return cancelledByLogout() }
         let credentials = box?.credentials
-        if !skipProactive, let ahead = refreshAhead, let expiry = credentials?.expiresAt,
+        if !skipProactive, let ahead = scope.refreshAhead, plugins.refresh != nil, let expiry = credentials?.expiresAt,
             expiry.timeIntervalSince(engine.clock.date) < ahead.seconds
         {
             waitingFor = .refresh(proactive: true)
@@ -248,7 +249,7 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
             event.attempt = attempt
             return event
         }
-        var timeoutAt = attemptTimeout.map { now + $0 }
+        var timeoutAt = scope.attemptTimeout.map { now + $0 }
         if let deadline { timeoutAt = min(timeoutAt ?? max(now, deadline), max(now, deadline)) }
         pendingTimeoutAt = timeoutAt
         return .send
@@ -258,38 +259,31 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
 
     @inline(never)
     func afterAttempt() -> Step {
-        pendingRequest = nil
-        let result = attemptResult
-        attemptResult = .cancelled
+        pendingRequest = request  // drops the signed copy
+        let outcome = attemptOutcome
+        attemptOutcome = .cancelled
         let ruleIndex: Int?
-        switch result {
+        switch outcome {
         case .cancelled:
             return ended()
-        case .response(let response):
-            lastResponse = response
-            failure = nil
+        case .response:
+            guard let response = lastResponse else { return ended() }
             lastCode = runtime.code(of: response, scopeIndex: scopeIndex, scanLimit: engine.options.bodyScanLimit)
             ruleIndex = scope.classifier.match(
                 status: response.status, code: lastCode, headers: response.headers, method: method, path: path)
         case .timedOut, .error:
-            let error: TransportError
-            if case .error(let transportError) = result {
-                error = transportError
-            } else {
-                lastResponse = nil
-                lastCode = nil
+            lastCode = nil
+            if outcome == .timedOut {
                 if let deadline, engine.clock.now >= deadline {
                     failure = TransportError(.timeout, "deadline")
                     emitResponse(rule: nil, reason: "deadline")
                     return finish(.failure(.deadlineExceeded))
                 }
-                error = TransportError(
-                    .timeout, "no response within \(scope.retry.attemptTimeout?.policyText ?? "the attempt timeout")")
+                failure = TransportError(
+                    .timeout, "no response within \(scope.attemptTimeout?.policyText ?? "the attempt timeout")")
             }
-            failure = error
-            lastResponse = nil
-            lastCode = nil
-            ruleIndex = scope.classifier.match(error: error.errorClass, method: method, path: path)
+            let errorClass = failure?.errorClass ?? .connection
+            ruleIndex = scope.classifier.match(error: errorClass, method: method, path: path)
         }
         guard let ruleIndex else {
             emitResponse(rule: nil)

@@ -23,6 +23,10 @@ public struct RuleGraph: Sendable {
         public let authorize: PluginReference
         package let classifier: Classifier
         package let codePath: JSONPath?
+        /// Read on every attempt; kept apart so that reading them copies no settings struct.
+        let attemptTimeout: Duration?
+        let deadline: Duration?
+        let refreshAhead: Duration?
 
         init(
             id: String, route: Route?, rules: [Rule], classify: CodeSource?, retry: RetrySettings,
@@ -39,6 +43,9 @@ public struct RuleGraph: Sendable {
             self.authorize = authorize
             self.classifier = classifier
             self.codePath = codePath
+            attemptTimeout = retry.attemptTimeout
+            deadline = retry.deadline
+            refreshAhead = refresh.ahead
         }
 
         /// What the scope covers, for people: `all requests` or `POST /upload/*`.
