@@ -9,7 +9,9 @@ let argv = Array(CommandLine.arguments.dropFirst())
 let arguments = Set(argv)
 /// `--only NAME`: run one benchmark (for profiling it).
 let only: String? = argv.firstIndex(of: "--only").flatMap { $0 + 1 < argv.count ? argv[$0 + 1] : nil }
-func wanted(_ name: String) -> Bool { only.map { name.hasPrefix($0) } ?? true }
+/// Whether to run the group of results named `group` (`classify` makes `classify-1k-first` and
+/// `-last`): `--only` may name the group, a prefix of it, or a result in it.
+func wanted(_ group: String) -> Bool { only.map { group.hasPrefix($0) || $0.hasPrefix(group) } ?? true }
 let quick = arguments.contains("--quick")
 let json = arguments.contains("--json")
 if arguments.contains("--help") || arguments.contains("-h") {
@@ -17,12 +19,13 @@ if arguments.contains("--help") || arguments.contains("-h") {
         """
         OVERVIEW: Benchmarks of the classification path and the engine, each against a baseline.
 
-        USAGE: swift run -c release policy-bench [--json] [--quick]
+        USAGE: swift run -c release policy-bench [--json] [--quick] [--only <name>]
 
         OPTIONS:
           --json                  Print {"results":[...]} instead of a table.
           --quick                 Tiny counts: checks the benchmark runs, measures nothing.
-          --only <name>           Run only the benchmarks whose name starts with <name>.
+          --only <name>           Run only the benchmarks whose name starts with <name>,
+                                  or the one named <name> (engine-overhead, storm-10k, ...).
           -h, --help              Show help information.
         """)
     exit(0)

@@ -3,9 +3,9 @@ import Testing
 
 @testable import ResponsePolicy
 
-/// The decision tables answer as a first-match scan of the rules would, with few codes (a list
-/// compared in turn) and with many (a dictionary): the classifier switches representation at
-/// `Classifier.fewCodesLimit` codes.
+/// The decision tables answer as a first-match scan of the rules would, for codes that are
+/// canonical integers (found by value in an open-addressing table) and any other text (a
+/// dictionary), in tables from one code to thousands.
 @Suite struct ClassifierTests {
     /// Rules over `codeCount` codes, some shadowing others, some narrowed by status.
     static func policy(codes codeCount: Int) -> String {
@@ -18,6 +18,9 @@ import Testing
             default: text += "  - { name: r\(index), when: { code: [\"E\(code)\", \(code)] }, then: fail }\n"
             }
         }
+        // Text that only looks like a number, and negative numbers.
+        text += "  - { name: t1, when: { code: [\"01000\", \"+1001\", \"1002.0\", \"-0\", \"1e3\"] }, then: fail }\n"
+        text += "  - { name: t2, when: { code: [-1000, 0, \"-1003\"] }, then: deliver }\n"
         text += "  - { name: s500, when: { status: [500] }, then: fail }\n"
         return text
     }
@@ -33,12 +36,16 @@ import Testing
         }
     }
 
-    @Test(arguments: [1, 3, Classifier.fewCodesLimit - 1, Classifier.fewCodesLimit, 12, 40])
+    @Test(arguments: [1, 3, 8, 12, 40, 3_000])
     func tablesAgreeWithAFirstMatchScan(codeCount: Int) throws {
         let policy = try Policy.load(yaml: Self.policy(codes: codeCount))
         let scope = policy.graph.scopes[policy.graph.scopes.count - 1]
-        var probes: [String?] = [nil, "0", "", "E", "1000 ", "E999"]
-        for index in -1...(codeCount + 1) { probes += ["\(1000 + index)", "E\(1000 + index)"] }
+        var probes: [String?] = [nil, "0", "", "E", "1000 ", "E999", "-", "-0", "00", "01000", "+1001", "1002.0"]
+        probes += ["1e3", "-1000", "-1003", "-01003", "999999999999999999", "9999999999999999999", "１０００"]
+        for index in -1...min(codeCount + 1, 60) { probes += ["\(1000 + index)", "E\(1000 + index)"] }
+        for index in stride(from: 60, through: codeCount + 1, by: 97) {
+            probes += ["\(1000 + index)", "E\(1000 + index)"]
+        }
         for status in [200, 201, 404, 500] {
             for code in probes {
                 let answer = scope.classifier.match(
@@ -47,6 +54,15 @@ import Testing
                     answer == Self.firstMatch(scope.rules, status: status, code: code),
                     "status \(status) code \(code ?? "none")")
             }
+        }
+    }
+
+    @Test func canonicalIntegersAreExactlyTheTextsAnIntegerPrintsAs() {
+        for text in ["0", "7", "1401", "-5", "-1401", "999999999999999999", "-999999999999999999"] {
+            #expect(CodeTable.canonicalInteger(text).map { String($0) } == text, "\(text)")
+        }
+        for text in ["", "-", "-0", "00", "01", "+1", "1.0", "1e3", " 1", "1 ", "0x10", "１", "1000000000000000000"] {
+            #expect(CodeTable.canonicalInteger(text) == nil, "\(text)")
         }
     }
 }
