@@ -209,6 +209,29 @@ struct NetworkPluginTests {
         #expect(badURL?.reason == "the option 'token-url' is not an http(s) URL")
     }
 
+    @Test func httpRefreshTakesHeaderSecretsFromTheEnvironment() async throws {
+        let options: [String: PluginOption] = [
+            "url": .string(Self.refreshURL.absoluteString), "token": .string("body.token"),
+            "headers": .map([
+                "X-Api-Key": .string("{env:API_KEY}"), "X-Both": .string("k={env:API_KEY};r={refresh_token}"),
+            ]),
+        ]
+        let plugin = try HTTPRefresh(configuration: configuration("http", options, ["API_KEY": "k3y"]))
+        let request = try plugin.request(for: Credentials(accessToken: "a", refreshToken: "r1"))
+        #expect(request.headers["X-Api-Key"] == "k3y")
+        #expect(request.headers["X-Both"] == "k=k3y;r=r1")
+
+        let missing = #expect(throws: PluginError.self) {
+            try HTTPRefresh(configuration: configuration("http", options, [:]))
+        }
+        #expect(
+            missing?.description
+                == "refresh plugin 'http': the header 'X-Api-Key' names the environment variable API_KEY, which is not set"
+                || missing?.description
+                    == "refresh plugin 'http': the header 'X-Both' names the environment variable API_KEY, which is not set"
+        )
+    }
+
     /// Plants a refresh token and a client secret, makes every failure the plugin has, and checks
     /// that no reason, description or engine error shows either.
     @Test func oauth2NeverShowsTokensOrTheSecret() async throws {

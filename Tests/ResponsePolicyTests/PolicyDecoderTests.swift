@@ -155,6 +155,51 @@ struct PolicyDecoderTests {
                 """)
     }
 
+    /// Lint accepts a URL exactly when the plugin will (http or https with a host), and refuses
+    /// one that carries a secret.
+    @Test(
+        arguments: [
+            ("http://ab", nil),
+            ("https://auth.example.com/token?realm=app", nil),
+            ("HTTPS://AUTH.EXAMPLE.COM/t", nil),
+            ("https://", "invalid-value"),
+            ("ftp://auth.example.com/t", "invalid-value"),
+            ("auth.example.com/token", "invalid-value"),
+            ("https://app:hunter2@auth.example.com/t", "secret-in-policy"),
+            ("https://auth.example.com/t?client_secret=hunter2", "secret-in-policy"),
+            ("https://auth.example.com/t?x=1&api-key=hunter2", "secret-in-policy"),
+        ] as [(String, String?)])
+    func tokenURLsAreCheckedAsThePluginWillUseThem(url: String, rule: String?) {
+        let text =
+            header + "refresh: { use: oauth2, with: { token-url: \"\(url)\", client-id: app } }\n"
+            + "rules: [{ when: { status: [401] }, then: refresh }]\n"
+        #expect(findings(text).map(\.rule) == (rule.map { [$0] } ?? []))
+        if rule == nil {
+            #expect(throws: Never.self) {
+                try OAuth2Refresh(
+                    configuration: PluginConfiguration(
+                        name: "oauth2", options: ["token-url": .string(url), "client-id": .string("app")],
+                        transport: RecordingTransport { _, _ in HTTPResponse(status: 200) }, environment: [:]))
+            }
+        }
+        if rule == "secret-in-policy" {
+            #expect(!rendered(text).contains("hunter2"), "the finding must not repeat the secret")
+        }
+    }
+
+    @Test func credentialHeadersMustComeFromTheEnvironmentOrTheTokens() {
+        func headers(_ map: String) -> String {
+            header
+                + "refresh: { use: http, with: { url: \"https://a.example.com/r\", token: body.token, headers: \(map) } }\n"
+                + "rules: [{ when: { status: [401] }, then: refresh }]\n"
+        }
+        #expect(findings(headers("{ X-Api-Key: hunter2 }")).map(\.rule) == ["secret-in-policy"])
+        #expect(findings(headers("{ authorization: \"Basic aHVudGVyMg==\" }")).map(\.rule) == ["secret-in-policy"])
+        #expect(!rendered(headers("{ X-Api-Key: hunter2 }")).contains("hunter2"))
+        #expect(findings(headers("{ X-Api-Key: \"{env:API_KEY}\" }")).isEmpty)
+        #expect(findings(headers("{ Authorization: \"Bearer {refresh_token}\", X-Client: mobile }")).isEmpty)
+    }
+
     @Test func hostPluginsAreAcceptedOnceDeclared() {
         let text =
             header

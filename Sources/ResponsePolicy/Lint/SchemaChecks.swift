@@ -108,7 +108,19 @@ enum SchemaChecks {
             "Policies are shared and committed; secrets belong in the environment.",
             triggering: [
                 exampleHeader
-                    + "refresh: { use: oauth2, with: { token-url: \"https://a.example.com/t\", client-id: app, client-secret: hunter2 } }\n"
+                    + "refresh: { use: oauth2, with: { token-url: \"https://a.example.com/t\", client-id: app, client-secret: hunter2 } }\n",
+                exampleHeader
+                    + "refresh: { use: oauth2, with: { token-url: \"https://app:hunter2@a.example.com/t\", client-id: app } }\n",
+                exampleHeader
+                    + "refresh: { use: oauth2, with: { token-url: \"https://a.example.com/t?client_secret=hunter2\", client-id: app } }\n",
+                exampleHeader
+                    + "refresh: { use: http, with: { url: \"https://a.example.com/r\", token: body.token, headers: { X-Api-Key: hunter2 } } }\n",
+            ],
+            nonTriggering: [
+                exampleHeader
+                    + "refresh: { use: oauth2, with: { token-url: \"https://a.example.com/t?realm=app\", client-id: app, client-secret-env: APP_SECRET } }\n",
+                exampleHeader
+                    + "refresh: { use: http, with: { url: \"https://a.example.com/r\", token: body.token, headers: { X-Api-Key: \"{env:API_KEY}\", Authorization: \"Bearer {refresh_token}\", X-Client: mobile } } }\n",
             ]),
         describe(
             "invalid-merge", "a merge key '<<' with something other than mappings", "Only mappings can be merged.",

@@ -1,3 +1,5 @@
+import Foundation
+
 extension PolicyDecoder {
     static let retryKeys = [
         "max-retries", "backoff", "initial", "multiplier", "max-delay", "jitter", "retry-after", "attempt-timeout",
@@ -297,14 +299,24 @@ extension PolicyDecoder {
         switch option.type {
         case .string: _ = string(node, key)
         case .url:
-            if let text = string(node, key),
-                !(text.hasPrefix("https://") || text.hasPrefix("http://")) || text.count < 10
-            {
+            guard let text = string(node, key) else { return }
+            // The rule the plugins apply when they are made (`TokenEndpoint.url`).
+            guard let url = URL(string: text), let scheme = url.scheme?.lowercased(),
+                scheme == "http" || scheme == "https", let host = url.host, !host.isEmpty
+            else {
                 report(
                     .error(
                         "invalid-value",
-                        "'\(key)' must be an http:// or https:// URL, not '\(text.truncatedForMessage)'", at: node.range
-                    ))
+                        "'\(key)' must be an http:// or https:// URL with a host, not '\(text.truncatedForMessage)'",
+                        at: node.range))
+                return
+            }
+            if let secret = Self.secretInURL(url) {
+                report(
+                    .error(
+                        "secret-in-policy",
+                        "'\(key)' carries \(secret) in the URL; a secret belongs in the environment",
+                        at: node.range))
             }
         case .duration: _ = duration(node, key)
         case .integer: _ = integer(node, key, in: Int.min...Int.max)
@@ -314,6 +326,16 @@ extension PolicyDecoder {
                 report(
                     .error("invalid-type", "'\(key)' must be a mapping, not \(node.kindDescription)", at: node.range))
                 return
+            }
+            for pair in pairs where key == "headers" {
+                guard let name = pair.key.scalar, let value = pair.value.scalar, Self.isCredentialHeader(name),
+                    !value.contains("{env:"), !value.contains("{refresh_token}"), !value.contains("{access_token}")
+                else { continue }
+                report(
+                    .error(
+                        "secret-in-policy",
+                        "the header '\(name.truncatedForMessage)' would put a credential in the policy file; write '{env:NAME}' and set NAME in the environment",
+                        at: pair.value.range))
             }
             for pair in pairs where pair.value.scalar == nil {
                 report(
@@ -332,6 +354,32 @@ extension PolicyDecoder {
                         at: node.range))
             }
         }
+    }
+
+    /// What secret a URL written in a policy carries, if any: a password in its user part, or a
+    /// query parameter named like one.
+    static func secretInURL(_ url: URL) -> String? {
+        if let password = url.password(percentEncoded: true), !password.isEmpty { return "a password" }
+        let components = URLComponents(url: url, resolvingAgainstBaseURL: false)
+        for item in components?.queryItems ?? [] where isSecretName(item.name) && !(item.value ?? "").isEmpty {
+            return "the query parameter '\(item.name.truncatedForMessage)'"
+        }
+        return nil
+    }
+
+    /// Names that hold secrets: `client_secret`, `password`, `api-key`, `access_token`, ….
+    static func isSecretName(_ name: String) -> Bool {
+        let folded = name.lowercased().filter { $0.isLetter }
+        return ["secret", "password", "passwd", "apikey", "accesstoken", "refreshtoken", "idtoken"].contains {
+            folded.contains($0)
+        }
+    }
+
+    /// Request headers whose value is a credential.
+    static func isCredentialHeader(_ name: String) -> Bool {
+        let folded = name.lowercased()
+        return ["authorization", "proxy-authorization", "cookie", "x-api-key", "api-key"].contains(folded)
+            || isSecretName(folded)
     }
 
     func pluginOption(_ node: YAMLNode) -> PluginOption {

@@ -10,7 +10,9 @@ import Foundation
 /// The request is `POST <url>` with `Content-Type: application/json`, `Accept: application/json`,
 /// the `headers:` given, and a JSON object built from `body:` (keys sorted, so the bytes are the
 /// same every time). In the texts of `body:` and `headers:`, `{refresh_token}` is replaced by the
-/// current refresh token and `{access_token}` by the access token being replaced. A `body:` value
+/// current refresh token and `{access_token}` by the access token being replaced. In `headers:`,
+/// `{env:NAME}` is replaced by the environment variable `NAME` when the plugin is made (a static
+/// API key for the token endpoint stays out of the policy file; lint refuses a literal one). A `body:` value
 /// written as a plain YAML number or `true`/`false` is sent as a JSON number or boolean; quote it
 /// to send a text. Without `body:` the body is `{"refresh_token":"{refresh_token}"}`.
 ///
@@ -106,7 +108,7 @@ public struct HTTPRefresh: RefreshPlugin {
         case .map(let fields)?:
             for (name, value) in fields {
                 guard let text = value.string else { throw failure("the header '\(name)' must be a text") }
-                headers[name] = text
+                headers[name] = try Self.substituteEnvironment(text, configuration.environment, header: name)
             }
         case .some: throw failure("the option 'headers' must be a mapping")
         }
@@ -196,6 +198,28 @@ public struct HTTPRefresh: RefreshPlugin {
 
     /// `text` with `{refresh_token}` and `{access_token}` replaced, in one pass (a token that
     /// happens to contain a placeholder is not expanded again).
+    /// `text` with every `{env:NAME}` replaced by that environment variable.
+    ///
+    /// - Throws: ``PluginError`` naming the variable (never a value) when it is not set.
+    static func substituteEnvironment(
+        _ text: String, _ environment: [String: String], header: String
+    ) throws(PluginError) -> String {
+        var out = ""
+        var rest = Substring(text)
+        while let start = rest.range(of: "{env:") {
+            guard let end = rest[start.upperBound...].firstIndex(of: "}") else { break }
+            let name = String(rest[start.upperBound..<end])
+            guard let value = environment[name], !value.isEmpty else {
+                throw PluginError(
+                    kind: .refresh, name: "http",
+                    reason: "the header '\(header)' names the environment variable \(name), which is not set")
+            }
+            out += rest[..<start.lowerBound] + value
+            rest = rest[rest.index(after: end)...]
+        }
+        return out + rest
+    }
+
     private static func substitute(_ text: String, _ credentials: Credentials?) throws(RefreshFailure) -> String {
         var out = ""
         var rest = Substring(text)

@@ -84,7 +84,9 @@ public struct PluginCatalog: Sendable, Hashable {
                 [
                     .init("url", .url, required: true, "where the refresh request is POSTed"),
                     .init("body", .stringMap, "JSON body fields; `{refresh_token}` is replaced by the refresh token"),
-                    .init("headers", .stringMap, "extra request headers"),
+                    .init(
+                        "headers", .stringMap,
+                        "extra request headers; `{env:NAME}` is replaced by the environment variable NAME"),
                     .init("token", .valuePath, required: true, "where the new access token is, e.g. body.data.token"),
                     .init("refresh-token", .valuePath, "where a rotated refresh token is"),
                     .init("expires-in", .valuePath, "where the token's lifetime in seconds is"),
