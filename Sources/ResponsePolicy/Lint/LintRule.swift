@@ -27,7 +27,8 @@ package protocol LintRule: Sendable {
 package enum Linter {
     package static let rules: [any LintRule] = [
         ConflictingCodesRule(), MissingRefreshPluginRule(), CodeWithoutClassifyRule(), LoopingEdgeRule(),
-        ShadowedRule(), UnboundedBackoffRule(), RetriedPostRule(), DeadlineRule(), UnusedSectionRule(),
+        ShadowedRule(), DuplicateRuleNameRule(), UnboundedBackoffRule(), RetriedPostRule(), DeadlineRule(),
+        UnusedSectionRule(),
     ]
 
     /// Every rule's description: the semantic rules, then the schema checks of the decoder.

@@ -44,6 +44,7 @@ extension PolicyDecoder {
                 if let text = string(value, key) {
                     if Self.isPolicyName(text) {
                         name = text
+                        source.name = value.range
                     } else {
                         report(
                             .error(

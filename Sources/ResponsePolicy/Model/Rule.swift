@@ -24,6 +24,8 @@ public struct Rule: Sendable, Hashable {
 
 /// Positions of a rule's parts.
 package struct RuleSource: Sendable, Hashable {
+    /// The `name:` value, when one was written.
+    package var name: SourceRange?
     package var when: SourceRange?
     package var then: SourceRange?
     /// Each business code's position, by code text.
