@@ -99,6 +99,39 @@ struct YAMLLoaderTests {
         #expect(diagnostics.first?.notes.first?.range.start == SourcePosition(line: 1, column: 1))
     }
 
+    /// YAML 1.2 core tags are honoured as the types they name: the same value as written
+    /// without them (or quoted, for `!!str`).
+    @Test func coreTagsAreReadAsTheTypesTheyName() throws {
+        let (tagged, _) = try load(
+            "a: !!int 3\nb: !!float 1.5\nc: !!bool True\nd: !!null ~\ne: !!str 503\nf: !!map { x: 1 }\ng: !!seq [1]\n")
+        let (plain, _) = try load("a: 3\nb: 1.5\nc: true\nd: null\ne: \"503\"\nf: { x: 1 }\ng: [1]\n")
+        // The trees without positions (the tags shift the columns).
+        func shape(_ node: YAMLNode) -> String {
+            let tag = node.tag.map { "<\($0)>" } ?? ""
+            switch node.value {
+            case .scalar(let text, let style): return "\(tag)\(text)/\(style)"
+            case .sequence(let items): return tag + "[" + items.map(shape).joined(separator: ",") + "]"
+            case .mapping(let pairs):
+                return tag + "{" + pairs.map { shape($0.key) + ":" + shape($0.value) }.joined(separator: ",") + "}"
+            }
+        }
+        #expect(try shape(#require(tagged)) == shape(#require(plain)))
+    }
+
+    @Test(arguments: [
+        ("a: !!int three\n", "'!!int' is given 'three', which is not a whole number written in decimal"),
+        ("a: !!int 0x1F\n", "'!!int' is given '0x1F', which is not a whole number written in decimal"),
+        ("a: !!bool yes\n", "'!!bool' is given 'yes', which is not true or false"),
+        ("a: !!float abc\n", "'!!float' is given 'abc', which is not a number"),
+        ("a: !!binary aGk=\n", "'!!binary' is not a tag a policy can use; write the value without it"),
+    ])
+    func aCoreTagThatDoesNotFitItsValueIsAPositionedError(text: String, message: String) {
+        let diagnostic = syntaxError(text)
+        #expect(diagnostic?.rule == "invalid-tag")
+        #expect(diagnostic?.message == message)
+        #expect(diagnostic?.range.start == SourcePosition(line: 1, column: 4))
+    }
+
     @Test func undefinedAliasIsAnError() {
         let diagnostic = syntaxError("a: *nothing\n")
         #expect(diagnostic?.rule == "undefined-alias")

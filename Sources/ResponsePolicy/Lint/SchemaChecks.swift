@@ -22,6 +22,11 @@ enum SchemaChecks {
             "YAML parsers disagree on which value wins; the policy must say one thing.",
             triggering: [exampleHeader + "retry: { max-retries: 3, max-retries: 4 }\n"]),
         describe(
+            "invalid-tag", "a YAML tag that does not fit its value, or one a policy cannot use",
+            "The core tags !!str, !!int, !!float, !!bool and !!null are honoured; a value they do not describe is refused, and so are !!binary, !!timestamp and the like.",
+            triggering: [exampleHeader + "retry: { max-retries: !!int three }\n"],
+            nonTriggering: [exampleHeader + "retry: { max-retries: !!int 3, initial: !!str 1s }\n"]),
+        describe(
             "undefined-alias", "an alias with no anchor before it", "The value it stands for does not exist.",
             triggering: [exampleHeader + "retry: *defaults\n"],
             nonTriggering: [

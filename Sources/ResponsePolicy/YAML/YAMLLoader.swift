@@ -176,6 +176,53 @@ private struct TreeBuilder {
         SourcePosition(line: Int(mark.line) + 1, column: Int(mark.column) + 1)
     }
 
+    static let coreTagPrefix = "tag:yaml.org,2002:"
+
+    /// A scalar under a YAML 1.2 core-schema tag, read as that type: `!!str` makes it a text
+    /// (as if quoted); `!!int`, `!!float`, `!!bool` and `!!null` hold when the text is one (the
+    /// value is then the plain scalar, `!!bool True` being `true`), and are an error otherwise.
+    /// Any other tag is kept, and the decoder refuses the value as not of the expected type.
+    static func resolveCoreTag(
+        _ tag: String?, text: String, style: YAMLNode.Style
+    ) -> Result<(text: String, style: YAMLNode.Style, tag: String?), TagError> {
+        guard let tag, tag.hasPrefix(coreTagPrefix) else { return .success((text, style, tag)) }
+        let name = String(tag.dropFirst(coreTagPrefix.count))
+        func refuse(_ what: String) -> Result<(text: String, style: YAMLNode.Style, tag: String?), TagError> {
+            .failure(TagError("'!!\(name)' is given '\(text.truncatedForMessage)', which is not \(what)"))
+        }
+        switch name {
+        case "str":
+            return .success((text, style == .plain ? .doubleQuoted : style, nil))
+        case "int":
+            let digits = text.hasPrefix("-") || text.hasPrefix("+") ? text.dropFirst() : Substring(text)
+            guard !digits.isEmpty, digits.allSatisfy({ $0.isASCII && $0.isNumber }) else {
+                return refuse("a whole number written in decimal")
+            }
+            return .success((text, .plain, nil))
+        case "float":
+            guard Double(text) != nil || [".inf", "-.inf", "+.inf", ".nan"].contains(text.lowercased()) else {
+                return refuse("a number")
+            }
+            return .success((text, .plain, nil))
+        case "bool":
+            guard ["true", "True", "TRUE", "false", "False", "FALSE"].contains(text) else {
+                return refuse("true or false")
+            }
+            return .success((text.lowercased(), .plain, nil))
+        case "null":
+            guard ["", "~", "null", "Null", "NULL"].contains(text) else { return refuse("null") }
+            return .success(("null", .plain, nil))
+        default:
+            return .failure(
+                TagError("'!!\(name.truncatedForMessage)' is not a tag a policy can use; write the value without it"))
+        }
+    }
+
+    struct TagError: Error, CustomStringConvertible {
+        let description: String
+        init(_ description: String) { self.description = description }
+    }
+
     static func string(_ pointer: UnsafeMutablePointer<yaml_char_t>?) -> String? {
         guard let pointer else { return nil }
         return String(cString: pointer)
@@ -205,7 +252,12 @@ private struct TreeBuilder {
             case YAML_FOLDED_SCALAR_STYLE: style = .folded
             default: style = .plain
             }
-            let node = YAMLNode(.scalar(text, style), range: range, tag: Self.string(scalar.tag))
+            let resolved: (text: String, style: YAMLNode.Style, tag: String?)
+            switch Self.resolveCoreTag(Self.string(scalar.tag), text: text, style: style) {
+            case .success(let value): resolved = value
+            case .failure(let message): return .error("invalid-tag", message.description, at: range)
+            }
+            let node = YAMLNode(.scalar(resolved.text, resolved.style), range: range, tag: resolved.tag)
             return add(node, size: 1, anchor: Self.string(scalar.anchor), at: range)
         case YAML_ALIAS_EVENT:
             let name = Self.string(event.data.alias.anchor) ?? ""
@@ -234,10 +286,13 @@ private struct TreeBuilder {
         case YAML_MAPPING_END_EVENT, YAML_SEQUENCE_END_EVENT:
             guard let frame = stack.popLast() else { return nil }
             let fullRange = SourceRange(start: frame.start, end: end)
+            // `!!map` on a mapping and `!!seq` on a list say what they are anyway.
+            let redundant = frame.isMapping ? Self.coreTagPrefix + "map" : Self.coreTagPrefix + "seq"
+            let tag = frame.tag == redundant ? nil : frame.tag
             let node =
                 frame.isMapping
-                ? YAMLNode(.mapping(resolveMerges(frame.pairs)), range: fullRange, tag: frame.tag)
-                : YAMLNode(.sequence(frame.items), range: fullRange, tag: frame.tag)
+                ? YAMLNode(.mapping(resolveMerges(frame.pairs)), range: fullRange, tag: tag)
+                : YAMLNode(.sequence(frame.items), range: fullRange, tag: tag)
             return add(node, size: frame.size, anchor: frame.anchor, at: fullRange, counted: true)
         default:
             break
