@@ -110,11 +110,21 @@ struct FuzzRegressionTests {
             "policy: 1\nname: merge-errors\nx-a: &a [1, 2]\nretry:\n  <<: 5\n  <<: *a\nrules: *undefined\n",
             compiled: false,
             [
-                "fuzz.yaml:3:10: error: a merge key '<<' can only merge mappings [invalid-merge]",
-                "fuzz.yaml:3:13: error: a merge key '<<' can only merge mappings [invalid-merge]",
+                // The list reached through '*a' is reported once, at the alias (6:7), not at
+                // its items in the anchor.
                 "fuzz.yaml:5:7: error: a merge key '<<' takes an alias of a mapping, like '<<: *defaults' [invalid-merge]",
+                "fuzz.yaml:6:7: error: a merge key '<<' can only merge mappings [invalid-merge]",
                 "fuzz.yaml:7:8: error: alias '*undefined' refers to no anchor defined before it [undefined-alias]",
             ]),
+        Case(
+            "a merge list written in place, with a scalar among the mappings",
+            "policy: 1\nname: merge-list\nretry:\n  <<: [ {max-retries: 1}, 3 ]\nrules: []\n",
+            compiled: true,
+            [
+                "fuzz.yaml:3:1: warning: 'retry' is set, but no rule leads to retry; remove it or add a rule that uses it [unused-section]",
+                "fuzz.yaml:4:27: error: a merge key '<<' can only merge mappings [invalid-merge]",
+            ],
+            decisions: ["default: 200 code none -> deliver"]),
         // The harness's snippet check stopped on these (found by libFuzzer, minimized): libyaml
         // puts the end of input on the line after a last line without a newline, and ends lines
         // at a lone CR.

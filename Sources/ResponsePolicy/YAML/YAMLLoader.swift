@@ -380,10 +380,20 @@ private struct TreeBuilder {
                         at: pair.value.range))
                 continue
             }
+            var reported = false
             for source in sources {
                 guard let merged = source.pairs else {
-                    diagnostics.append(
-                        .error("invalid-merge", "a merge key '<<' can only merge mappings", at: source.range))
+                    // An item written here is pointed at; one reached through an alias was written
+                    // at its anchor, so the finding points at the alias that brought it (once).
+                    let written =
+                        source.range.start >= pair.value.range.start && source.range.end <= pair.value.range.end
+                    if written || !reported {
+                        diagnostics.append(
+                            .error(
+                                "invalid-merge", "a merge key '<<' can only merge mappings",
+                                at: written ? source.range : pair.value.range))
+                    }
+                    reported = reported || !written
                     continue
                 }
                 for mergedPair in merged {
