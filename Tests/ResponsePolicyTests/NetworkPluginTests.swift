@@ -383,8 +383,18 @@ struct NetworkPluginTests {
     @Test func httpLogoutGivesUpAtItsTimeoutAndCancelsTheCall() async throws {
         let transport = HangingTransport()
         let url = try #require(URL(string: "https://api.example.com/logout"))
-        let plugin = HTTPLogout(url: url, timeout: .milliseconds(50))
-        await plugin.logout(LogoutContext(requestID: nil, reason: "refresh", credentials: nil, transport: transport))
+        let plugin = HTTPLogout(url: url, timeout: .seconds(5))
+        let clock = VirtualClock()
+        let call = Task {
+            await plugin.logout(
+                LogoutContext(requestID: nil, reason: "refresh", credentials: nil, transport: transport, clock: clock))
+        }
+        // The timeout waits on the engine's clock: nothing ends the call until it passes 5 s.
+        while clock.pendingTimers == 0 { await Task.yield() }
+        clock.advance(to: .milliseconds(4_999))
+        #expect(clock.pendingTimers == 1)
+        clock.advance(to: .seconds(5))
+        await call.value
         #expect(transport.cancelled.withLock { $0 } == 1, "the hanging call was cancelled, not left running")
     }
 

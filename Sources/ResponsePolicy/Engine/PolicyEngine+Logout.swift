@@ -61,7 +61,7 @@ extension PolicyEngine {
         for attempt in taken.attempts { attempt.cancel() }
         let credentials = state.withLock { $0.credentials }
         let context = LogoutContext(
-            requestID: trigger.context.id, reason: reason, credentials: credentials, transport: transport)
+            requestID: trigger.context.id, reason: reason, credentials: credentials, transport: transport, clock: clock)
         let plugin = plugins.logout
         let id = state.withLock { state -> UInt64 in
             state.nextBackground += 1

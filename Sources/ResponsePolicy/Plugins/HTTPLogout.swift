@@ -69,10 +69,12 @@ public struct HTTPLogout: LogoutPlugin {
             headers: ["Content-Type": "application/json", "Accept": "application/json"],
             body: Data(("{\"reason\":" + PolicyEvent.quote(context.reason) + "}").utf8), id: "http-logout")
         let transport = context.transport
-        let timeout = timeout
+        let clock = context.clock
+        let deadline = clock.now + timeout
         await withTaskGroup(of: Void.self) { group in
             group.addTask { _ = try? await transport.send(request) }
-            group.addTask { try? await Task.sleep(for: timeout) }
+            // On the engine's clock, so a test or a simulation controls the timeout.
+            group.addTask { try? await clock.sleep(until: deadline) }
             // The first to finish ends the call; cancelling the other is prompt, since transports
             // must honour cancellation.
             await group.next()

@@ -62,12 +62,18 @@ public struct LogoutContext: Sendable {
     /// The session's credentials as they were at logout (to say which session to end).
     public let credentials: Credentials?
     public let transport: any Transport
+    /// The engine's clock, for timeouts: a plugin that waits on it runs on virtual time in tests.
+    public let clock: any PolicyClock
 
-    public init(requestID: String?, reason: String, credentials: Credentials?, transport: any Transport) {
+    public init(
+        requestID: String?, reason: String, credentials: Credentials?, transport: any Transport,
+        clock: any PolicyClock = SystemPolicyClock()
+    ) {
         self.requestID = requestID
         self.reason = reason
         self.credentials = credentials
         self.transport = transport
+        self.clock = clock
     }
 }
 
