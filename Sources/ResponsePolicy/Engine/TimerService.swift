@@ -11,10 +11,10 @@
 /// their own state. `fire(token:)` runs on the service's driver task, outside its lock.
 class TimerNode: @unchecked Sendable {
     // @unchecked: the fields below are only read or written under the owning service's lock.
-    fileprivate var heapIndex = -1
-    fileprivate var deadline: Duration = .zero
-    fileprivate var order: UInt64 = 0
-    fileprivate var token: UInt64 = 0
+    fileprivate(set) var heapIndex = -1
+    fileprivate(set) var timerDeadline: Duration = .zero
+    fileprivate(set) var timerOrder: UInt64 = 0
+    fileprivate(set) var timerToken: UInt64 = 0
 
     /// The timer is due. `token` is the one it was scheduled with: a node rescheduled while its
     /// earlier firing was on its way can tell the stale call from the current one.
@@ -45,8 +45,7 @@ final class ClosureTimer: TimerNode, @unchecked Sendable {
 /// engine that is released releases its timers and the driver ends.
 final class TimerService: Sendable {
     private struct State {
-        /// A binary min-heap by (deadline, order); each node knows its index.
-        var heap: [TimerNode] = []
+        var heap = TimerHeap()
         var nextOrder: UInt64 = 0
         var driverRunning = false
         /// The driver's current sleep, cancelled when an earlier deadline is scheduled.
@@ -93,12 +92,8 @@ final class TimerService: Sendable {
         var wake: CheckedContinuation<Void, Never>?
         var interrupt: Task<Void, Never>?
         state.withLock { state in
-            if node.heapIndex >= 0 { Self.remove(node, from: &state.heap) }
             state.nextOrder += 1
-            node.deadline = deadline
-            node.order = state.nextOrder
-            node.token = token
-            Self.insert(node, into: &state.heap)
+            state.heap.schedule(node, deadline: deadline, order: state.nextOrder, token: token)
             if !state.driverRunning {
                 state.driverRunning = true
                 start = true
@@ -120,9 +115,7 @@ final class TimerService: Sendable {
     }
 
     func cancel(_ node: TimerNode) {
-        state.withLock { state in
-            if node.heapIndex >= 0 { Self.remove(node, from: &state.heap) }
-        }
+        state.withLock { $0.heap.remove(node) }
     }
 
     private func startDriver() {
@@ -147,12 +140,12 @@ final class TimerService: Sendable {
         let now = clock.now
         return state.withLock { state in
             var due: [(TimerNode, UInt64)] = []
-            while let first = state.heap.first, first.deadline <= now {
-                Self.remove(first, from: &state.heap)
-                due.append((first, first.token))
+            while let first = state.heap.first, first.timerDeadline <= now {
+                state.heap.remove(first)
+                due.append((first, first.timerToken))
             }
             if !due.isEmpty { return .fire(due) }
-            guard let earliest = state.heap.first?.deadline else { return .park }
+            guard let earliest = state.heap.first?.timerDeadline else { return .park }
             let clock = self.clock
             let task = Task(executorPreference: executor) { _ = try? await clock.sleep(until: earliest) }
             state.sleep = (earliest, task)
@@ -168,64 +161,81 @@ final class TimerService: Sendable {
             return true
         }
     }
+}
 
-    // MARK: - The heap
+/// A binary min-heap of timer nodes by (deadline, order), each node knowing its index, so any
+/// node is removed in O(log n).
+///
+/// Concurrency contract: a plain value; `TimerService` keeps it under its lock.
+struct TimerHeap {
+    private(set) var nodes: [TimerNode] = []
+
+    var count: Int { nodes.count }
+    var isEmpty: Bool { nodes.isEmpty }
+    var first: TimerNode? { nodes.first }
+
+    /// Inserts `node` with these keys, moving it when it is already in.
+    mutating func schedule(_ node: TimerNode, deadline: Duration, order: UInt64, token: UInt64) {
+        remove(node)
+        node.timerDeadline = deadline
+        node.timerOrder = order
+        node.timerToken = token
+        node.heapIndex = nodes.count
+        nodes.append(node)
+        siftUp(node.heapIndex)
+    }
+
+    /// Removes `node` if it is in.
+    mutating func remove(_ node: TimerNode) {
+        let index = node.heapIndex
+        guard index >= 0, index < nodes.count, nodes[index] === node else { return }
+        let last = nodes.count - 1
+        if index != last {
+            nodes.swapAt(index, last)
+            nodes[index].heapIndex = index
+        }
+        nodes.removeLast()
+        node.heapIndex = -1
+        if index < nodes.count {
+            // The last node, moved into the hole, may belong lower or higher.
+            let moved = nodes[index]
+            siftDown(index)
+            if moved.heapIndex == index { siftUp(index) }
+        }
+    }
 
     private static func before(_ a: TimerNode, _ b: TimerNode) -> Bool {
-        a.deadline < b.deadline || (a.deadline == b.deadline && a.order < b.order)
+        a.timerDeadline < b.timerDeadline || (a.timerDeadline == b.timerDeadline && a.timerOrder < b.timerOrder)
     }
 
-    private static func insert(_ node: TimerNode, into heap: inout [TimerNode]) {
-        node.heapIndex = heap.count
-        heap.append(node)
-        siftUp(node.heapIndex, &heap)
-    }
-
-    private static func remove(_ node: TimerNode, from heap: inout [TimerNode]) {
-        let index = node.heapIndex
-        let last = heap.count - 1
-        if index != last {
-            heap.swapAt(index, last)
-            heap[index].heapIndex = index
-        }
-        heap.removeLast()
-        node.heapIndex = -1
-        if index < heap.count {
-            // The last node, moved into the hole, may belong lower or higher.
-            let moved = heap[index]
-            siftDown(index, &heap)
-            if moved.heapIndex == index { siftUp(index, &heap) }
-        }
-    }
-
-    private static func siftUp(_ start: Int, _ heap: inout [TimerNode]) {
+    private mutating func siftUp(_ start: Int) {
         var child = start
         while child > 0 {
             let parent = (child - 1) / 2
-            guard before(heap[child], heap[parent]) else { break }
-            swap(child, parent, &heap)
+            guard Self.before(nodes[child], nodes[parent]) else { break }
+            swap(child, parent)
             child = parent
         }
     }
 
-    private static func siftDown(_ start: Int, _ heap: inout [TimerNode]) {
+    private mutating func siftDown(_ start: Int) {
         var parent = start
         while true {
             let left = 2 * parent + 1
             let right = left + 1
             var smallest = parent
-            if left < heap.count, before(heap[left], heap[smallest]) { smallest = left }
-            if right < heap.count, before(heap[right], heap[smallest]) { smallest = right }
+            if left < nodes.count, Self.before(nodes[left], nodes[smallest]) { smallest = left }
+            if right < nodes.count, Self.before(nodes[right], nodes[smallest]) { smallest = right }
             if smallest == parent { return }
-            swap(parent, smallest, &heap)
+            swap(parent, smallest)
             parent = smallest
         }
     }
 
-    private static func swap(_ i: Int, _ j: Int, _ heap: inout [TimerNode]) {
-        heap.swapAt(i, j)
-        heap[i].heapIndex = i
-        heap[j].heapIndex = j
+    private mutating func swap(_ i: Int, _ j: Int) {
+        nodes.swapAt(i, j)
+        nodes[i].heapIndex = i
+        nodes[j].heapIndex = j
     }
 }
 
