@@ -34,6 +34,20 @@ struct EngineTests {
         #expect(sent[1].headers["Accept"] == "*/*")
     }
 
+    /// A refresh that ends before its timeout takes the timeout's timer off the heap (it held
+    /// the plugin's task until the deadline), as every attempt does with its attempt timeout.
+    @Test func noTimerOutlivesTheWorkItTimes() async throws {
+        let transport = RecordingTransport { request, _ in
+            request.headers["Authorization"] == "Bearer token-1" ? response("ok") : response("expired", status: 401)
+        }
+        let sim = try SimulatedEngine(unauthorizedPolicy, transport: transport, refresh: CountingRefresh())
+        let timersLeft = try await sim.run { engine in
+            _ = try await engine.send(HTTPRequest(url: testURL))
+            return engine.timers.count
+        }
+        #expect(timersLeft == 0)
+    }
+
     @Test func headerAndQueryAuthorizersReplaceTheirEarlierValue() {
         var request = HTTPRequest(url: URL(string: "https://api.example.com/a?x=1&access_token=old")!)
         QueryAuthorizer(name: "access_token").authorize(&request, with: Credentials(accessToken: "new"))

@@ -144,6 +144,10 @@ extension PolicyEngine {
         // refresh has failed, whether or not the plugin honours its cancellation (a late answer is
         // dropped).
         let executor = options.taskExecutor
+        // The timeout's timer leaves the heap when the refresh ends first, rather than holding
+        // the plugin's task until its deadline.
+        let timeoutTimer = ClosureTimer.Slot()
+        defer { if let timer = timeoutTimer.take() { timers.cancel(timer) } }
         return await withCheckedContinuation {
             (continuation: CheckedContinuation<Result<Credentials, RefreshFailure>, Never>) in
             let once = ResumeOnce(continuation)
@@ -158,10 +162,11 @@ extension PolicyEngine {
                     once.resume(.failure(RefreshFailure("the refresh plugin failed (\(type(of: error)))")))
                 }
             }
-            timers.schedule(at: clock.now + timeout) {
-                task.cancel()
-                once.resume(.failure(RefreshFailure("the refresh took longer than \(timeout.policyText)")))
-            }
+            timeoutTimer.put(
+                timers.schedule(at: clock.now + timeout) {
+                    task.cancel()
+                    once.resume(.failure(RefreshFailure("the refresh took longer than \(timeout.policyText)")))
+                })
         }
     }
 }
