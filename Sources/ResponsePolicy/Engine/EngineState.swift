@@ -12,6 +12,9 @@ struct EngineState {
         case failed(RefreshFailure)
         case loggedOut
         case cancelled
+        /// The refresh ended after a logout or a sign-in began a new session: its token was
+        /// discarded, so the waiter decides again (retry with the signed-in token, or refresh).
+        case superseded
     }
 
     /// The refresh in progress and the requests waiting for it.
@@ -52,7 +55,8 @@ struct EngineState {
     var loggedOutUntil: Duration?
     /// The cooldown's end on the wall clock, fixed at logout so every refusal reports the same.
     var loggedOutUntilDate: Date?
-    /// Bumped by every logout: a refresh that started before a logout does not sign back in.
+    /// Bumped by every logout and sign-in: a refresh that started before either does not
+    /// replace the credentials of the session that followed.
     var sessionEpoch: UInt64 = 0
     /// The requests in flight, oldest first: an intrusive list through `RequestMachine.next` and
     /// `previous`, so registering and removing one costs no allocation and no hashing.

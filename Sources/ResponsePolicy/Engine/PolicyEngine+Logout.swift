@@ -14,7 +14,7 @@ extension PolicyEngine {
         let taken:
             (
                 attempts: [AttemptCancellation], sleepers: [UnsafeContinuation<Void, Never>],
-                waiters: [UnsafeContinuation<Void, Never>], timers: [RequestMachine]
+                waiters: [UnsafeContinuation<Void, Never>], timers: [RequestMachine], credentials: Credentials?
             )? = state.withLock { state in
                 if state.isLoggedOut(at: now) { return nil }
                 state.loggedOutUntil = now + settings.cooldown
@@ -46,7 +46,9 @@ extension PolicyEngine {
                     if let parked = machine.parked { sleepers.append(parked) }
                     machine.parked = nil
                 }
-                return (attempts, sleepers, waiters, timers)
+                // The ending session's credentials, read with the cooldown's start: a sign-in
+                // right after must not make the plugin end the new session instead.
+                return (attempts, sleepers, waiters, timers, state.credentials)
             }
         guard let taken else { return }
         emit(trigger.runtime) {
@@ -59,7 +61,7 @@ extension PolicyEngine {
         for machine in taken.timers { timers.cancel(machine) }
         for sleeper in taken.sleepers { sleeper.resume() }
         for attempt in taken.attempts { attempt.cancel() }
-        let credentials = state.withLock { $0.credentials }
+        let credentials = taken.credentials
         let context = LogoutContext(
             requestID: trigger.context.id, reason: reason, credentials: credentials, transport: transport, clock: clock)
         let plugin = plugins.logout

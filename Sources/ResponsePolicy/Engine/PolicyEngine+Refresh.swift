@@ -82,25 +82,23 @@ extension PolicyEngine {
         Task(executorPreference: options.taskExecutor) {
             let outcome = await self.callRefresh(plugins.refresh, refreshContext, timeout: settings.timeout)
             let now = self.clock.now
-            var saved: Credentials?
+            var refreshed = false
             var discarded = false
-            let result: EngineState.FlightResult
-            switch outcome {
-            case .success: result = .ok
-            case .failure(let failure): result = .failed(failure)
-            }
             let waiters = self.state.withLock { state -> [UnsafeContinuation<Void, Never>] in
                 if state.flight === flight { state.flight = nil }
-                flight.result = result
-                if case .success(let fresh) = outcome {
-                    if state.sessionEpoch == flight.sessionEpoch {
-                        state.credentials = fresh
-                        state.generation += 1
-                        state.lastRefresh = now
-                        saved = fresh
-                    } else {
-                        discarded = true
-                    }
+                switch outcome {
+                case .success(let fresh) where state.sessionEpoch == flight.sessionEpoch:
+                    state.credentials = fresh
+                    state.generation += 1
+                    state.lastRefresh = now
+                    refreshed = true
+                    flight.result = .ok
+                case .success:
+                    discarded = true
+                    flight.result = .superseded
+                case .failure(let failure):
+                    // A failure after the session changed is the old session's: decide again.
+                    flight.result = state.sessionEpoch == flight.sessionEpoch ? .failed(failure) : .superseded
                 }
                 // In request order, so a simulation's output is the same every run.
                 var woken: [UnsafeContinuation<Void, Never>] = []
@@ -113,12 +111,13 @@ extension PolicyEngine {
                 flight.waiters = []
                 return woken
             }
-            if let saved { self.save(saved, context.runtime) }
+            if refreshed { self.saveCredentials(context.runtime) }
             var end = PolicyEvent(.refreshEnd, time: now, request: context.id)
             switch outcome {
             case .success where discarded:
                 end.ok = false
-                end.reason = "the session was logged out during the refresh; its token was discarded"
+                end.reason =
+                    "the session was logged out or signed in again during the refresh; its token was discarded"
             case .success: end.ok = true
             case .failure(let failure):
                 end.ok = false

@@ -59,6 +59,8 @@ public final class PolicyEngine: Sendable {
     let clock: any PolicyClock
     let state: Locked<EngineState>
     let timers: TimerService
+    /// Serialises credential-store writes; holds the generation last written.
+    let saving = Locked<UInt64>(0)
 
     /// - Parameters:
     ///   - policy: a loaded policy.
@@ -115,13 +117,28 @@ public final class PolicyEngine: Sendable {
         for error in runtime.problems { problem(error.description, runtime) }
     }
 
-    /// Saves credentials, reporting a failure as a `problem` event (a rotated refresh token that
-    /// is not saved is lost at the next start).
-    func save(_ credentials: Credentials, _ runtime: PolicyRuntime) {
-        do {
-            try store?.save(credentials)
-        } catch {
-            problem("the credential store could not be written (\(Self.describe(error)))", runtime)
+    /// Saves the current credentials, reporting a failure as a `problem` event (a rotated refresh
+    /// token that is not saved is lost at the next start).
+    ///
+    /// Saves are serialised and each writes what is current when it runs, skipping a generation
+    /// already written: two refreshes (or a refresh and a sign-in) ending together cannot leave
+    /// the store holding the older credentials, however slow its first write. Lock order: the
+    /// save lock, then the engine's; never the reverse. The event is emitted outside both.
+    func saveCredentials(_ runtime: PolicyRuntime) {
+        guard let store else { return }
+        let failure = saving.withLock { lastSaved -> (any Error)? in
+            let (credentials, generation) = state.withLock { ($0.credentials, $0.generation) }
+            guard let credentials, generation > lastSaved else { return nil }
+            do {
+                try store.save(credentials)
+                lastSaved = generation
+                return nil
+            } catch {
+                return error
+            }
+        }
+        if let failure {
+            problem("the credential store could not be written (\(Self.describe(failure)))", runtime)
         }
     }
 
@@ -151,11 +168,13 @@ public final class PolicyEngine: Sendable {
         let runtime = state.withLock { state in
             state.credentials = credentials
             state.generation += 1
+            // A refresh in flight belongs to the old session: its token must not replace these.
+            state.sessionEpoch += 1
             state.loggedOutUntil = nil
             state.loggedOutUntilDate = nil
             return state.runtime
         }
-        save(credentials, runtime)
+        saveCredentials(runtime)
     }
 
     /// Runs new requests under `policy`; requests in flight finish under the one they started with.

@@ -343,6 +343,11 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
     }
 
     func afterRefresh(_ result: EngineState.FlightResult, proactive: Bool) -> Step {
+        if case .superseded = result {
+            // The refresh belonged to a session that has since ended: decide again, without
+            // counting another re-send (a sign-in's token is newer and retried at once).
+            return proactive ? top() : awaitRefresh(failedGeneration: signedGeneration, proactive: false)
+        }
         if proactive {
             switch result {
             case .loggedOut: return cancelledByLogout()
@@ -356,7 +361,7 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         let settings = refreshSettings
         refreshRule = nil
         switch result {
-        case .ok: return top()
+        case .ok, .superseded: return top()
         case .loggedOut: return cancelledByLogout()
         case .cancelled: return ended()
         case .failed(let refreshFailure):
@@ -430,6 +435,9 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         }
         switch waitingFor {
         case .backoff:
+            // Ended some other way (a logout, the caller): take the timer off the heap here, in
+            // the task that scheduled it, so no ordering of the two can leave it behind.
+            if case .timer? = woken {} else { engine.timers.cancel(self) }
             if endedOutside { return ended() }
             return top()
         case .refresh(let proactive):
