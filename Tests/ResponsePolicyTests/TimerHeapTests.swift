@@ -6,21 +6,9 @@ import Testing
 /// random schedules, moves, cancellations and pops must agree at every step, and every node's
 /// index must be where the heap holds it.
 @Suite struct TimerHeapTests {
-    /// A small deterministic generator (SplitMix64), so a failure replays exactly.
-    struct Generator: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     @Test(arguments: [1, 2, 3, 42, 2_026])
     func agreesWithASortedListUnderRandomOperations(seed: UInt64) {
-        var random = Generator(state: seed)
+        var random = SplitMix64(seed: seed)
         var heap = TimerHeap()
         var model: [(node: TimerNode, deadline: Duration, order: UInt64)] = []
         let nodes = (0..<64).map { _ in TimerNode() }

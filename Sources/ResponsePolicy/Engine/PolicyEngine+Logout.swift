@@ -13,17 +13,14 @@ extension PolicyEngine {
         let untilDate = clock.date.addingTimeInterval(settings.cooldown.seconds)
         let taken:
             (
-                attempts: [AttemptCancellation], sleepers: [UnsafeContinuation<Void, Never>],
-                waiters: [UnsafeContinuation<Void, Never>], timers: [RequestMachine], credentials: Credentials?
+                attempts: [AttemptCancellation], parked: [UnsafeContinuation<Void, Never>], credentials: Credentials?
             )? = state.withLock { state in
                 if state.isLoggedOut(at: now) { return nil }
                 state.loggedOutUntil = now + settings.cooldown
                 state.loggedOutUntilDate = untilDate
                 state.sessionEpoch += 1
                 var attempts: [AttemptCancellation] = []
-                var sleepers: [UnsafeContinuation<Void, Never>] = []
-                var waiters: [UnsafeContinuation<Void, Never>] = []
-                var timers: [RequestMachine] = []
+                var parked: [UnsafeContinuation<Void, Never>] = []
                 // The refresh in flight runs on; its result is discarded (a new epoch began).
                 // Its waiters end first, then the other requests, each in request order, so a
                 // simulation's output is the same every run.
@@ -32,8 +29,7 @@ extension PolicyEngine {
                     where machine !== trigger {
                         if machine.endReason == nil { machine.endReason = .loggedOut }
                         machine.awaitedFlight = nil
-                        if let parked = machine.parked { waiters.append(parked) }
-                        machine.parked = nil
+                        if let continuation = machine.parked.take() { parked.append(continuation) }
                     }
                     flight.waiters.removeAll { $0 !== trigger }
                 }
@@ -41,14 +37,14 @@ extension PolicyEngine {
                     guard settings.cancelInFlight || machine.phase == .backoff else { continue }
                     if machine.endReason == nil { machine.endReason = .loggedOut }
                     if let attempt = machine.attemptCancellation { attempts.append(attempt) }
-                    if machine.phase == .backoff { timers.append(machine) }
+                    // A backoff's timer is taken off the heap by the request itself, when its
+                    // park ends; disarmed here, a firing in between does nothing.
                     machine.armedTimer = 0
-                    if let parked = machine.parked { sleepers.append(parked) }
-                    machine.parked = nil
+                    if let continuation = machine.parked.take() { parked.append(continuation) }
                 }
                 // The ending session's credentials, read with the cooldown's start: a sign-in
                 // right after must not make the plugin end the new session instead.
-                return (attempts, sleepers, waiters, timers, state.credentials)
+                return (attempts, parked, state.credentials)
             }
         guard let taken else { return }
         emit(trigger.runtime) {
@@ -57,13 +53,11 @@ extension PolicyEngine {
             event.reason = reason
             return event
         }
-        for waiter in taken.waiters { waiter.resume() }
-        for machine in taken.timers { timers.cancel(machine) }
-        for sleeper in taken.sleepers { sleeper.resume() }
+        for continuation in taken.parked { continuation.resume() }
         for attempt in taken.attempts { attempt.cancel() }
-        let credentials = taken.credentials
         let context = LogoutContext(
-            requestID: trigger.context.id, reason: reason, credentials: credentials, transport: transport, clock: clock)
+            requestID: trigger.context.id, reason: reason, credentials: taken.credentials, transport: transport,
+            clock: clock)
         let plugin = plugins.logout
         let id = state.withLock { state -> UInt64 in
             state.nextBackground += 1

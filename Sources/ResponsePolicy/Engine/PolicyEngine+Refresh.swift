@@ -105,8 +105,7 @@ extension PolicyEngine {
                 for machine in flight.live.sorted(by: { $0.context.number < $1.context.number }) {
                     machine.awaitedFlight = nil
                     machine.wake = .flight(flight)
-                    if let parked = machine.parked { woken.append(parked) }
-                    machine.parked = nil
+                    if let parked = machine.parked.take() { woken.append(parked) }
                 }
                 flight.waiters = []
                 return woken
@@ -145,8 +144,8 @@ extension PolicyEngine {
         let executor = options.taskExecutor
         // The timeout's timer leaves the heap when the refresh ends first, rather than holding
         // the plugin's task until its deadline.
-        let timeoutTimer = ClosureTimer.Slot()
-        defer { if let timer = timeoutTimer.take() { timers.cancel(timer) } }
+        let timeoutTimer = Locked<TimerNode?>(nil)
+        defer { if let timer = timeoutTimer.withLock({ $0 }) { timers.cancel(timer) } }
         return await withCheckedContinuation {
             (continuation: CheckedContinuation<Result<Credentials, RefreshFailure>, Never>) in
             let once = ResumeOnce(continuation)
@@ -161,11 +160,11 @@ extension PolicyEngine {
                     once.resume(.failure(RefreshFailure("the refresh plugin failed (\(type(of: error)))")))
                 }
             }
-            timeoutTimer.put(
-                timers.schedule(at: clock.now + timeout) {
-                    task.cancel()
-                    once.resume(.failure(RefreshFailure("the refresh took longer than \(timeout.policyText)")))
-                })
+            let timer = timers.schedule(at: clock.now + timeout) {
+                task.cancel()
+                once.resume(.failure(RefreshFailure("the refresh took longer than \(timeout.policyText)")))
+            }
+            timeoutTimer.withLock { $0 = timer }
         }
     }
 }

@@ -5,7 +5,6 @@ extension PolicyEngine {
     enum AttemptResult: Sendable {
         case response(HTTPResponse)
         case error(TransportError)
-        case timedOut
         case cancelled
     }
 
@@ -110,9 +109,6 @@ extension PolicyEngine {
             machine.lastResponse = nil
             machine.failure = error
             machine.attemptOutcome = .error
-        case .timedOut:
-            machine.lastResponse = nil
-            machine.attemptOutcome = .timedOut
         case .cancelled where timedOut:
             machine.lastResponse = nil
             machine.attemptOutcome = .timedOut
@@ -166,9 +162,7 @@ extension PolicyEngine {
                 return (machine.attemptCancellation, nil)
             case .backoff:
                 machine.wake = .timer
-                let parked = machine.parked
-                machine.parked = nil
-                return (nil, parked)
+                return (nil, machine.parked.take())
             case .running, .awaitingRefresh:
                 return (nil, nil)
             }

@@ -287,15 +287,13 @@ public final class PolicyEngine: Sendable {
 
     /// Ends a request from outside its loop: marks why, cancels its attempt, ends its park.
     func end(_ machine: RequestMachine, _ reason: EngineState.EndReason) {
-        let (attempt, parked, timer) = state.withLock { _ in
+        // A backoff's timer is disarmed here and taken off the heap by the request when its park ends.
+        let (attempt, parked) = state.withLock { _ in
             if machine.endReason == nil { machine.endReason = reason }
-            let taken = (machine.attemptCancellation, machine.parked, machine.phase == .backoff)
-            machine.parked = nil
             machine.armedTimer = 0
-            return taken
+            return (machine.attemptCancellation, machine.parked.take())
         }
         attempt?.cancel()
-        if timer { timers.cancel(machine) }
         parked?.resume()
     }
 

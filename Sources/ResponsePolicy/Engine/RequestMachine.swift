@@ -103,13 +103,7 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         // Computed once: `URL.path` builds a new string on every call.
         let method = original.method
         let path = original.path
-        var index = graph.scopes.count - 1
-        for (candidate, scope) in graph.scopes.enumerated() {
-            if scope.route.map({ $0.matches(method: method, path: path) }) ?? true {
-                index = candidate
-                break
-            }
-        }
+        let index = graph.scopeIndex(method: method, path: path)
         scopeIndex = index
         scope = graph.scopes[index]
         plugins = context.runtime.scopes[index]
@@ -249,8 +243,12 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
             event.attempt = attempt
             return event
         }
+        // The attempt timeout, and never past the deadline.
         var timeoutAt = scope.attemptTimeout.map { now + $0 }
-        if let deadline { timeoutAt = min(timeoutAt ?? max(now, deadline), max(now, deadline)) }
+        if let deadline {
+            let limit = max(now, deadline)
+            timeoutAt = min(timeoutAt ?? limit, limit)
+        }
         pendingTimeoutAt = timeoutAt
         return .send
     }

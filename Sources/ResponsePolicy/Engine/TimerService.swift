@@ -26,13 +26,6 @@ final class ClosureTimer: TimerNode, @unchecked Sendable {
     private let action: @Sendable () -> Void
     init(_ action: @escaping @Sendable () -> Void) { self.action = action }
     override func fire(token: UInt64) { action() }
-
-    /// Holds a timer made inside a closure for the code around it to cancel.
-    final class Slot: Sendable {
-        private let timer = Locked<TimerNode?>(nil)
-        func put(_ node: TimerNode) { timer.withLock { $0 = node } }
-        func take() -> TimerNode? { timer.withLock { $0.take() } }
-    }
 }
 
 /// The engine's timers: attempt timeouts, backoff wake-ups and refresh timeouts, all driven by

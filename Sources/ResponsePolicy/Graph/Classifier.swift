@@ -126,9 +126,8 @@ package struct Classifier: Sendable {
 ///
 /// Concurrency contract: immutable after construction.
 struct CodeTable: Sendable {
-    private let keys: [Int64]
-    private let lists: [[Int32]]
-    private let used: [Bool]
+    /// Open addressing with linear probing; at most half full.
+    private let slots: [(value: Int64, rules: [Int32])?]
     private let shift: Int
     private let others: [String: [Int32]]
 
@@ -144,32 +143,24 @@ struct CodeTable: Sendable {
         }
         var bits = 1
         while (1 << bits) < integers.count * 2 { bits += 1 }
-        let capacity = 1 << bits
-        var keys = [Int64](repeating: 0, count: capacity)
-        var lists = [[Int32]](repeating: [], count: capacity)
-        var used = [Bool](repeating: false, count: capacity)
+        var slots = [(value: Int64, rules: [Int32])?](repeating: nil, count: 1 << bits)
         let shift = 64 - bits
         for (value, list) in integers {
             var slot = Self.slot(value, shift)
-            while used[slot] { slot = (slot + 1) & (capacity - 1) }
-            keys[slot] = value
-            lists[slot] = list
-            used[slot] = true
+            while slots[slot] != nil { slot = (slot + 1) & (slots.count - 1) }
+            slots[slot] = (value, list)
         }
-        self.keys = keys
-        self.lists = lists
-        self.used = used
+        self.slots = slots
         self.shift = shift
         self.others = others
     }
 
     subscript(code: String) -> [Int32]? {
         guard let value = Self.canonicalInteger(code) else { return others[code] }
-        let mask = keys.count - 1
         var slot = Self.slot(value, shift)
-        while used[slot] {
-            if keys[slot] == value { return lists[slot] }
-            slot = (slot + 1) & mask
+        while let entry = slots[slot] {
+            if entry.value == value { return entry.rules }
+            slot = (slot + 1) & (slots.count - 1)
         }
         return nil
     }

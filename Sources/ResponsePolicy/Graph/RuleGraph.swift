@@ -81,11 +81,17 @@ public struct RuleGraph: Sendable {
 
     /// The scope for a request: the first matching route, else the top level.
     public func scope(method: String, path: String) -> Scope {
-        for scope in scopes {
-            guard let route = scope.route else { return scope }
-            if route.matches(method: method, path: path) { return scope }
+        scopes[scopeIndex(method: method, path: path)]
+    }
+
+    /// The index in `scopes` of the scope a request runs under (the engine's plugins are kept
+    /// per scope, by the same index).
+    func scopeIndex(method: String, path: String) -> Int {
+        for (index, scope) in scopes.enumerated() {
+            guard let route = scope.route else { return index }
+            if route.matches(method: method, path: path) { return index }
         }
-        return scopes[scopes.count - 1]
+        return scopes.count - 1
     }
 
     init(parts: PolicyParts, catalog: PluginCatalog) {

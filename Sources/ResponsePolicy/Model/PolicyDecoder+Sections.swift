@@ -300,10 +300,7 @@ extension PolicyDecoder {
         case .string: _ = string(node, key)
         case .url:
             guard let text = string(node, key) else { return }
-            // The rule the plugins apply when they are made (`TokenEndpoint.url`).
-            guard let url = URL(string: text), let scheme = url.scheme?.lowercased(),
-                scheme == "http" || scheme == "https", let host = url.host, !host.isEmpty
-            else {
+            guard let url = TokenEndpoint.endpointURL(text) else {
                 report(
                     .error(
                         "invalid-value",

@@ -226,11 +226,17 @@ enum TokenEndpoint {
         guard let text = configuration.string(key) else {
             throw PluginError(kind: kind, name: configuration.name, reason: "the option '\(key)' is missing")
         }
-        guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
-            url.host != nil
-        else {
+        guard let url = endpointURL(text) else {
             throw PluginError(kind: kind, name: configuration.name, reason: "the option '\(key)' is not an http(s) URL")
         }
+        return url
+    }
+
+    /// `text` as an endpoint URL: http or https, with a host. (Lint applies the same rule.)
+    static func endpointURL(_ text: String) -> URL? {
+        guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https",
+            let host = url.host, !host.isEmpty
+        else { return nil }
         return url
     }
 
