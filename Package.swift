@@ -30,11 +30,13 @@ let package = Package(
             path: "examples/embedding",
             exclude: ["policy.yaml"]
         ),
-        .testTarget(name: "ResponsePolicyTests", dependencies: ["ResponsePolicy", "policy-fuzz"]),
-        .testTarget(name: "PolicyCLITests", dependencies: ["PolicyCLI", "ResponsePolicy"]),
+        // Shared by the test targets only: keeps real-time tests apart from storm tests.
+        .target(name: "TestGate", path: "Tests/TestGate"),
+        .testTarget(name: "ResponsePolicyTests", dependencies: ["ResponsePolicy", "policy-fuzz", "TestGate"]),
+        .testTarget(name: "PolicyCLITests", dependencies: ["PolicyCLI", "ResponsePolicy", "TestGate"]),
         .testTarget(
             name: "ResponsePolicyURLSessionTests",
-            dependencies: ["ResponsePolicyURLSession", "ResponsePolicy"],
+            dependencies: ["ResponsePolicyURLSession", "ResponsePolicy", "TestGate"],
             resources: [.copy("Fixtures")]
         ),
     ],

@@ -1,8 +1,10 @@
 import Foundation
+import TestGate
 import Testing
 
 /// Keeps `policy-bench` working: it runs with tiny counts (`--quick`), which measure nothing,
 /// and its JSON must have every required result with sane fields. Timing is never asserted.
+@Suite(.loadGate(.saturating))
 struct BenchmarkSmokeTests {
     @Test func quickRunReportsEveryResult() throws {
         let bench = try policyBinary.get().deletingLastPathComponent().appendingPathComponent("policy-bench")

@@ -1,4 +1,5 @@
 import Foundation
+import TestGate
 import Testing
 
 @testable import ResponsePolicy
@@ -8,7 +9,7 @@ import Testing
 /// seeded; the interleaving is whatever the threads make of it. Nothing here asserts on time:
 /// only what must hold under any interleaving (every call returns once, nothing stays
 /// registered, no timer outlives its work). `.ci/run` repeats it under the thread sanitizer.
-@Suite struct EngineChaosTests {
+@Suite(.loadGate(.saturating)) struct EngineChaosTests {
     static let policy = """
         policy: 1
         name: chaos

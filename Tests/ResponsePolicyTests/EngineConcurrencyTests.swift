@@ -1,4 +1,5 @@
 import Foundation
+import TestGate
 import Testing
 
 @testable import ResponsePolicy
@@ -6,6 +7,7 @@ import Testing
 /// The engine on the real concurrency pool and the real clock, as production runs it. No test
 /// here waits on time: they assert on counts, which must hold under any interleaving. These are
 /// the tests `.ci/run` repeats under the thread sanitizer.
+@Suite(.loadGate(.saturating))
 struct EngineConcurrencyTests {
     /// Answers 1401 to every token but `token-1`, the first refreshed one.
     struct TokenTransport: Transport {

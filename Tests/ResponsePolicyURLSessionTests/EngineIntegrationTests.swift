@@ -1,6 +1,7 @@
 import Foundation
 import ResponsePolicy
 import ResponsePolicyURLSession
+import TestGate
 import Testing
 
 #if canImport(Glibc)
@@ -12,6 +13,7 @@ import Testing
 /// The real engine, `URLSessionTransport` and the built-in network plugins against
 /// `Fixtures/test_server.py` on 127.0.0.1, one server per test. Nothing here asserts on elapsed
 /// time: waits are checked through the engine's events, counts through the server's `/_stats`.
+@Suite(.loadGate(.realTime))
 struct EngineIntegrationTests {
     // MARK: - Refresh
 

@@ -1,5 +1,6 @@
 import Foundation
 import ResponsePolicy
+import TestGate
 import Testing
 
 /// `policy fetch` against `Fixtures/test_server.py` with secrets in the places the existing
@@ -7,6 +8,7 @@ import Testing
 /// into the query string, a secret in the URL the caller gives, the caller's own Authorization and
 /// API-key headers, a secret in the request body, and answers that echo all of them back. Every
 /// run prints every event (`--verbose`) and ends in a failure whose description is printed.
+@Suite(.loadGate(.realTime))
 struct FetchRedactionTests {
     static let accessToken = "PLANTED-ACCESS-5e21"
     static let refreshToken = "PLANTED-REFRESH-0b7c"

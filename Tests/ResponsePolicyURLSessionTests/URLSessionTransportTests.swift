@@ -1,5 +1,6 @@
 import Foundation
 import ResponsePolicy
+import TestGate
 import Testing
 
 @testable import ResponsePolicyURLSession
@@ -15,6 +16,7 @@ import Testing
 
 /// Integration tests of `URLSessionTransport` against `Fixtures/test_server.py`, one server process per test so
 /// that tests can run in parallel without sharing scenario state.
+@Suite(.loadGate(.realTime))
 struct URLSessionTransportTests {
     // MARK: - Round trips
 

@@ -1,3 +1,5 @@
+import Dispatch
+
 /// Something ``TimerService`` can schedule: a node of its heap.
 ///
 /// Why nodes and not closures: the engine arms an attempt timeout for every attempt and cancels
@@ -28,29 +30,52 @@ final class ClosureTimer: TimerNode, @unchecked Sendable {
     override func fire(token: UInt64) { action() }
 }
 
-/// The engine's timers: attempt timeouts, backoff wake-ups and refresh timeouts, all driven by
-/// one task.
+/// The engine's timers: attempt timeouts, backoff wake-ups and refresh timeouts, in one heap.
 ///
-/// Why one driver and not a sleeping child task per attempt: a `Task.sleep` raced against the
+/// Why one heap and not a sleeping child task per attempt: a `Task.sleep` raced against the
 /// transport costs two child tasks and a system timer per attempt (about 6 µs measured here,
 /// most of the engine's overhead), and the sleeping timers hold memory until they would have
-/// fired. Here scheduling is a heap insert under a lock, cancelling a heap removal, and one
-/// driver task sleeps on the clock until the earliest deadline. A cancelled timer does not wake
-/// the driver: it finds the heap changed when its sleep ends.
+/// fired. Here scheduling is a heap insert under a lock and cancelling a heap removal.
 ///
-/// Concurrency contract: `schedule` and `cancel` may be called from any thread; nodes fire on the
-/// driver task, outside the lock, in deadline order (ties in scheduling order), and `fire` must be
-/// quick and non-blocking. A timer cancelled before it is taken off the heap never fires; one
-/// already taken may still fire (hence the token). The driver holds the service weakly, so an
-/// engine that is released releases its timers and the driver ends.
+/// Two drivers take due nodes off the heap and fire them:
+/// - **Real time** (``SystemPolicyClock``): a Dispatch timer on a private serial queue. Dispatch
+///   runs it on a thread of its own, outside Swift's cooperative pool, so an attempt timeout, a
+///   backoff or a refresh timeout fires on time even while thousands of tasks keep the pool busy.
+///   A driver task on the pool fired 300 ms timeouts more than a second late while a storm ran
+///   (`EngineIntegrationTests.aStallingServerTimesOutEachAttempt` failed 1 run in 4 under TSan).
+///   Firing only resumes continuations and cancels attempts: it never waits for the pool.
+/// - **Any other clock** (a ``VirtualClock`` in tests and `policy simulate`): one driver task
+///   that sleeps on the clock until the earliest deadline, on the engine's executor, so a
+///   deterministic scheduler sees every wake-up. A cancelled timer does not wake the driver: it
+///   finds the heap changed when its sleep ends.
+///
+/// Concurrency contract: `schedule` and `cancel` may be called from any thread; nodes fire
+/// outside the lock, in deadline order (ties in scheduling order), and `fire` must be quick and
+/// non-blocking (it may run on the Dispatch timer's thread). A timer cancelled before it is taken
+/// off the heap never fires; one already taken may still fire (hence the token). Both drivers
+/// hold the service weakly, so an engine that is released releases its timers and the driver ends.
 final class TimerService: Sendable {
     private struct State {
         var heap = TimerHeap()
         var nextOrder: UInt64 = 0
+        // The driver task's state (clocks other than real time).
         var driverRunning = false
         /// The driver's current sleep, cancelled when an earlier deadline is scheduled.
         var sleep: (until: Duration, task: Task<Void, Never>)?
         var parked: CheckedContinuation<Void, Never>?
+        // The Dispatch timer's state (real time).
+        /// The deadline the Dispatch timer is set for; nil when it is idle.
+        var armedAt: Duration?
+
+        /// Takes every node due at `now` off the heap, in firing order, with its token.
+        mutating func popDue(now: Duration) -> [(TimerNode, UInt64)] {
+            var due: [(TimerNode, UInt64)] = []
+            while let first = heap.first, first.timerDeadline <= now {
+                heap.remove(first)
+                due.append((first, first.timerToken))
+            }
+            return due
+        }
     }
 
     private enum Step {
@@ -60,16 +85,32 @@ final class TimerService: Sendable {
         case stop
     }
 
+    /// The serial queue every real-time engine's timer fires on. Dispatch gives it threads of
+    /// its own: it never waits for a slot in Swift's cooperative pool.
+    private static let realTimeQueue = DispatchQueue(label: "ResponsePolicy.timers", qos: .userInitiated)
+
     private let clock: any PolicyClock
     private let executor: (any TaskExecutor)?
     private let state = Locked(State())
+    /// Set for real-time clocks only.
+    private let dispatchTimer: DispatchTimerBox?
 
     init(clock: any PolicyClock, executor: (any TaskExecutor)?) {
         self.clock = clock
         self.executor = executor
+        guard clock is any RealTimeClock else {
+            dispatchTimer = nil
+            return
+        }
+        let box = DispatchTimerBox(DispatchSource.makeTimerSource(queue: Self.realTimeQueue))
+        dispatchTimer = box
+        let weakSelf = WeakReference(self)
+        box.timer.setEventHandler { weakSelf.value?.fireDue() }
+        box.timer.activate()
     }
 
     deinit {
+        dispatchTimer?.timer.cancel()
         let (parked, sleep) = state.withLock { state in
             let taken = (state.parked, state.sleep?.task)
             state.parked = nil
@@ -86,6 +127,16 @@ final class TimerService: Sendable {
     /// Fires `node` at `deadline` with `token`, unless cancelled first. A node already scheduled
     /// is moved.
     func schedule(_ node: TimerNode, at deadline: Duration, token: UInt64 = 0) {
+        if let dispatchTimer {
+            // The usual case (the timer is set for an earlier deadline) touches only the heap.
+            state.withLock { state in
+                state.nextOrder += 1
+                state.heap.schedule(node, deadline: deadline, order: state.nextOrder, token: token)
+                if let armed = state.armedAt, armed <= deadline { return }
+                arm(dispatchTimer, at: deadline, insideLock: &state)
+            }
+            return
+        }
         // The usual case (the driver sleeps until an earlier deadline) touches nothing but the
         // heap: no continuation or task is copied out.
         var start = false
@@ -118,6 +169,39 @@ final class TimerService: Sendable {
         state.withLock { $0.heap.remove(node) }
     }
 
+    // MARK: - Real time: the Dispatch timer
+
+    /// Sets the Dispatch timer for `deadline`. Called under the lock, so the last setting always
+    /// matches the heap as the lock leaves it.
+    private func arm(_ box: DispatchTimerBox, at deadline: Duration, insideLock state: inout State) {
+        state.armedAt = deadline
+        box.timer.schedule(
+            deadline: .now() + Self.dispatchInterval(deadline - clock.now), repeating: .never,
+            leeway: .milliseconds(1))
+    }
+
+    /// The Dispatch timer's handler: fires what is due and sets the timer for the next deadline.
+    private func fireDue() {
+        guard let dispatchTimer else { return }
+        let now = clock.now
+        let due = state.withLock { state in
+            state.armedAt = nil
+            let due = state.popDue(now: now)
+            if let earliest = state.heap.first?.timerDeadline { arm(dispatchTimer, at: earliest, insideLock: &state) }
+            return due
+        }
+        for (node, token) in due { node.fire(token: token) }
+    }
+
+    private static func dispatchInterval(_ duration: Duration) -> DispatchTimeInterval {
+        let (seconds, attoseconds) = duration.components
+        guard seconds >= 0 else { return .nanoseconds(0) }
+        guard seconds < 1_000_000_000 else { return .seconds(1_000_000_000) }
+        return .nanoseconds(Int(seconds) * 1_000_000_000 + Int(attoseconds / 1_000_000_000))
+    }
+
+    // MARK: - Other clocks: the driver task
+
     private func startDriver() {
         let weakSelf = WeakReference(self)
         Task(executorPreference: executor) {
@@ -139,11 +223,7 @@ final class TimerService: Sendable {
     private func nextStep() -> Step {
         let now = clock.now
         return state.withLock { state in
-            var due: [(TimerNode, UInt64)] = []
-            while let first = state.heap.first, first.timerDeadline <= now {
-                state.heap.remove(first)
-                due.append((first, first.timerToken))
-            }
+            let due = state.popDue(now: now)
             if !due.isEmpty { return .fire(due) }
             guard let earliest = state.heap.first?.timerDeadline else { return .park }
             let clock = self.clock
@@ -161,6 +241,21 @@ final class TimerService: Sendable {
             return true
         }
     }
+}
+
+/// A clock whose time flows by itself, so timers can wait for it on a thread outside the
+/// cooperative pool. ``SystemPolicyClock`` is one; a ``VirtualClock`` is not (its time moves only
+/// when a driver advances it, so its timers must sleep on the clock).
+protocol RealTimeClock: PolicyClock {}
+
+extension SystemPolicyClock: RealTimeClock {}
+
+/// The Dispatch timer source, made shareable.
+private final class DispatchTimerBox: @unchecked Sendable {
+    // @unchecked: a Dispatch source is thread-safe (libdispatch serialises `schedule`, `cancel`
+    // and handler delivery); the reference itself never changes.
+    let timer: any DispatchSourceTimer
+    init(_ timer: any DispatchSourceTimer) { self.timer = timer }
 }
 
 /// A binary min-heap of timer nodes by (deadline, order), each node knowing its index, so any
