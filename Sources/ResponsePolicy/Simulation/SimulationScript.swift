@@ -40,8 +40,22 @@ package struct SimulationScript: Sendable {
         package var range: SourceRange
     }
 
+    /// A server that checks tokens (`tokens:`): it accepts the initial token (when `valid`), then
+    /// only the newest token a refresh issued, until the next `expire` time. An attempt signed with
+    /// any other token gets `rejected` and does not use up one of its request's responses.
+    package struct Tokens: Sendable {
+        package enum Initial: String, Sendable, CaseIterable { case valid, expired }
+        package var initial: Initial = .valid
+        /// `{ status: 401 }` by default.
+        package var rejected = Response(status: 401)
+        /// Virtual times at which the token current then stops being accepted.
+        package var expire: [Duration] = []
+    }
+
     package var latency: Duration = .milliseconds(50)
     package var requests: [Request] = []
+    /// Without `tokens:` the server answers whatever token signed an attempt.
+    package var tokens: Tokens?
     package var refresh: [RefreshStep] = [RefreshStep()]
     package var reload: [Reload] = []
     /// The most requests a script may send, `repeat` and aliases included.
@@ -92,7 +106,7 @@ extension PolicyDecoder {
     mutating func script(_ root: YAMLNode) -> SimulationScript? {
         guard
             let fields = mappingFields(
-                root, "a simulation script", allowed: ["latency", "requests", "refresh", "reload", "seed"])
+                root, "a simulation script", allowed: ["latency", "requests", "refresh", "reload", "seed", "tokens"])
         else { return nil }
         var script = SimulationScript()
         if let latency = fields.first(where: { $0.key == "latency" }) {
@@ -138,6 +152,9 @@ extension PolicyDecoder {
         if let refresh = fields.first(where: { $0.key == "refresh" }) {
             let steps = (list(refresh.value, "refresh") ?? []).compactMap { refreshStep($0) }
             if !steps.isEmpty { script.refresh = steps }
+        }
+        if let tokens = fields.first(where: { $0.key == "tokens" }) {
+            script.tokens = scriptTokens(tokens.value)
         }
         if let reload = fields.first(where: { $0.key == "reload" }) {
             for item in list(reload.value, "reload") ?? [] {
@@ -216,6 +233,23 @@ extension PolicyDecoder {
             }
         }
         return response
+    }
+
+    mutating func scriptTokens(_ node: YAMLNode) -> SimulationScript.Tokens? {
+        guard let fields = mappingFields(node, "'tokens'", allowed: ["initial", "rejected", "expire"]) else {
+            return nil
+        }
+        var tokens = SimulationScript.Tokens()
+        for (key, _, value) in fields {
+            switch key {
+            case "initial": tokens.initial = choice(value, key, SimulationScript.Tokens.Initial.self) ?? tokens.initial
+            case "rejected": tokens.rejected = scriptResponse(value) ?? tokens.rejected
+            case "expire":
+                tokens.expire = (list(value, key) ?? []).compactMap { duration($0, key).flatMap { $0 } }.sorted()
+            default: break
+            }
+        }
+        return tokens
     }
 
     mutating func refreshStep(_ node: YAMLNode) -> SimulationScript.RefreshStep? {

@@ -58,7 +58,8 @@ package enum Simulator {
         let clock = VirtualClock()
         let scheduler = SimulationScheduler(clock: clock, externalWorkGracePeriod: .zero)
         let collector = EventCollector()
-        let refresh = ScriptedRefresh(steps: script.refresh, clock: clock)
+        let tokenServer = script.tokens.map { TokenServer($0) }
+        let refresh = ScriptedRefresh(steps: script.refresh, clock: clock, tokenServer: tokenServer)
         var options = PolicyEngine.Options()
         options.clock = clock
         options.taskExecutor = scheduler.executor
@@ -68,8 +69,8 @@ package enum Simulator {
         options.logoutPlugin = NoLogout()
         options.environment = [:]
         let engine = PolicyEngine(
-            policy: policy, transport: ScriptedTransport(script: script, clock: clock),
-            credentials: MemoryCredentialStore(Credentials(accessToken: "sim-token-0")), options: options)
+            policy: policy, transport: ScriptedTransport(script: script, clock: clock, tokenServer: tokenServer),
+            credentials: MemoryCredentialStore(Credentials(accessToken: "\(TokenServer.prefix)0")), options: options)
 
         do {
             try scheduler.run {
@@ -160,22 +161,29 @@ final class EventCollector: PolicyObserver {
 }
 
 /// The scripted server: attempt n of a request gets its n-th response (the last repeats),
-/// after the response's latency on the virtual clock.
+/// after the response's latency on the virtual clock. With a ``TokenServer``, an attempt signed
+/// with a token the server does not accept gets the script's `rejected` answer instead, and does
+/// not use up a response.
 final class ScriptedTransport: Transport {
     let responses: [String: [SimulationScript.Response]]
     let latency: Duration
     let clock: VirtualClock
+    let tokenServer: TokenServer?
     let attempts = Locked<[String: Int]>([:])
 
-    init(script: SimulationScript, clock: VirtualClock) {
+    init(script: SimulationScript, clock: VirtualClock, tokenServer: TokenServer?) {
         var responses: [String: [SimulationScript.Response]] = [:]
         for request in script.requests { responses[request.id] = request.responses }
         self.responses = responses
         latency = script.latency
         self.clock = clock
+        self.tokenServer = tokenServer
     }
 
     func send(_ request: HTTPRequest) async throws -> HTTPResponse {
+        if let tokenServer, !tokenServer.accepts(request, at: clock.now) {
+            return try await answer(tokenServer.rejected)
+        }
         let id = request.id ?? ""
         let attempt = attempts.withLock { counts in
             counts[id, default: 0] += 1
@@ -184,7 +192,10 @@ final class ScriptedTransport: Transport {
         guard let list = responses[id], let last = list.last else {
             throw TransportError(.connection, "no scripted response")
         }
-        let scripted = attempt <= list.count ? list[attempt - 1] : last
+        return try await answer(attempt <= list.count ? list[attempt - 1] : last)
+    }
+
+    private func answer(_ scripted: SimulationScript.Response) async throws -> HTTPResponse {
         try await clock.sleep(until: clock.now + (scripted.latency ?? latency))
         if let error = scripted.error { throw TransportError(error, "scripted") }
         return HTTPResponse(
@@ -196,11 +207,13 @@ final class ScriptedTransport: Transport {
 final class ScriptedRefresh: RefreshPlugin {
     let steps: [SimulationScript.RefreshStep]
     let clock: VirtualClock
+    let tokenServer: TokenServer?
     private let count = Locked(0)
 
-    init(steps: [SimulationScript.RefreshStep], clock: VirtualClock) {
+    init(steps: [SimulationScript.RefreshStep], clock: VirtualClock, tokenServer: TokenServer?) {
         self.steps = steps
         self.clock = clock
+        self.tokenServer = tokenServer
     }
 
     var calls: Int { count.withLock { $0 } }
@@ -214,12 +227,60 @@ final class ScriptedRefresh: RefreshPlugin {
         try await clock.sleep(until: clock.now + step.after)
         switch step.result {
         case .ok:
+            tokenServer?.issued(call, at: clock.now)
             return Credentials(
-                accessToken: "sim-token-\(call)", refreshToken: "sim-refresh-\(call)",
+                accessToken: "\(TokenServer.prefix)\(call)", refreshToken: "sim-refresh-\(call)",
                 expiresAt: step.expiresIn.map { clock.date.addingTimeInterval($0.seconds) })
         case .fail:
             let response = step.status.map { HTTPResponse(status: $0, body: Data((step.body ?? "").utf8)) }
             throw RefreshFailure("scripted refresh failure", response: response)
         }
+    }
+}
+
+/// The server side of `tokens:`: which token it accepts now.
+///
+/// The simulated engine starts with token `sim-token-0`, and refresh call n issues `sim-token-n`.
+/// The server accepts the newest token issued (the initial one until a refresh issues another,
+/// and only when `initial: valid`) until an `expire` time at or after its issue passes.
+///
+/// Concurrency contract: any task may call it; the state lives behind one lock.
+final class TokenServer: Sendable {
+    static let prefix = "sim-token-"
+
+    let rejected: SimulationScript.Response
+    private let expire: [Duration]
+    /// The newest token and when it was issued; nil while no token is accepted at all.
+    private let newest: Locked<(number: Int, at: Duration)?>
+
+    init(_ tokens: SimulationScript.Tokens) {
+        rejected = tokens.rejected
+        expire = tokens.expire
+        newest = Locked(tokens.initial == .valid ? (0, .zero) : nil)
+    }
+
+    func issued(_ number: Int, at now: Duration) {
+        newest.withLock { $0 = (number, now) }
+    }
+
+    func accepts(_ request: HTTPRequest, at now: Duration) -> Bool {
+        guard let token = Self.token(in: request), let newest = newest.withLock({ $0 }), token == newest.number else {
+            return false
+        }
+        return !expire.contains { newest.at <= $0 && $0 <= now }
+    }
+
+    /// The number of the simulated token that signed `request`, wherever the authorizer put it
+    /// (a header's value or the URL's query).
+    static func token(in request: HTTPRequest) -> Int? {
+        for field in request.headers {
+            if let number = token(in: field.value) { return number }
+        }
+        return token(in: request.url.absoluteString)
+    }
+
+    private static func token(in text: String) -> Int? {
+        guard let start = text.range(of: prefix)?.upperBound else { return nil }
+        return Int(text[start...].prefix(while: \.isNumber))
     }
 }
