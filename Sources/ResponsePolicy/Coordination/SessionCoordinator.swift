@@ -1,0 +1,194 @@
+import Foundation
+
+/// Shares one session — its credentials, its refresh and its logout — between every engine that
+/// uses the same session key: engines in one process, processes on one host (a lock file), or
+/// processes on many machines (Redis).
+///
+/// Why a seam: the engine's single flight (one refresh however many requests hit an expired
+/// token) stops at the process boundary. With rotating single-use refresh tokens (RFC 9700), two
+/// processes refreshing at once is fatal: the second presents a refresh token the first already
+/// spent, and the server revokes the family. The engine asks its coordinator before it calls the
+/// refresh plugin, publishes through it what the plugin returned, and hears from it what other
+/// processes did. Everything the coordinator decides reaches the engine's state machine as an
+/// event; the state machine never awaits the coordinator.
+///
+/// The flow of one refresh:
+/// ```swift
+/// switch await coordinator.beginRefresh(RefreshTurnRequest(failedGeneration: g, timeout: t, limit: l)) {
+/// case .newer(let session):      // someone refreshed already: retry with session.credentials
+/// case .lease(let lease):        // ours to do: call the plugin, then
+///     _ = await coordinator.publish(newCredentials, with: lease)   // or endRefresh(lease, failure:)
+/// case .published(let session):  // another process held the lease and published while we waited
+/// case .failedElsewhere(let why): // the holder's refresh failed: this one fails too, once
+/// case .limited:                 // refresh.limit reached fleet-wide: a failed refresh
+/// case .unavailable(let why):    // the coordinator cannot help now: refresh locally, report a problem
+/// }
+/// ```
+///
+/// ## Contract
+/// - **Atomic.** Granting a lease: at most one holder per key at a time, fleet-wide; each lease
+///   carries a fencing token larger than every earlier one. Publishing: the credentials and a new,
+///   larger generation are stored together, and only while the lease still holds (a holder whose
+///   lease expired publishes nothing and gets `.leaseLost`). A logout: the cooldown's end is stored
+///   before it is announced.
+/// - **Late or twice.** Updates may arrive late, twice, or out of order, and a process may hear of
+///   its own publication. The engine ignores credentials whose generation is not newer than the
+///   one it holds, and a logout whose end is not later than the cooldown it already keeps.
+/// - **Unreachable.** No call waits longer than the coordinator's connect timeout for the
+///   coordinator itself (waiting for another holder's publication is bounded by the request's
+///   `timeout` instead). When it cannot be reached, calls answer `.unavailable` or return
+///   quietly, the coordinator sends a `.problem` update, and the engine goes on locally: one
+///   refresh per process, logouts local. It reconnects on its own and says so with another update.
+/// - **A holder that dies** delays the others by at most the lease's length: the lease expires and
+///   the next `beginRefresh` is granted one.
+/// - **Hot path.** Nothing here is called for a request that triggers no refresh and no logout.
+///   News from elsewhere arrives by `updates`, pushed, never polled per request.
+///
+/// Concurrency contract: every method may be called from any task, concurrently. `updates` is
+/// called from the coordinator's own thread or task; it must be quick and must not block.
+public protocol SessionCoordinator: Sendable {
+    /// Starts coordinating. `local` is what this process's credential store holds. Returns the
+    /// session the coordinator already shares (nil when it shares none yet: it then seeds itself
+    /// from `local`, and the store becomes a cache of what it publishes).
+    func start(local: Credentials?, updates: @escaping @Sendable (SessionUpdate) -> Void) async -> SharedSession?
+
+    /// Asks for the right to refresh, because a request signed with `failedGeneration` met a
+    /// refresh trigger. Waits (bounded by `request.timeout`) while another process holds the lease.
+    func beginRefresh(_ request: RefreshTurnRequest) async -> RefreshTurn
+
+    /// Publishes what the lease's refresh produced, atomically, while the lease holds.
+    func publish(_ credentials: Credentials, with lease: RefreshLease) async -> PublishResult
+
+    /// Ends a refresh that produced nothing, releasing the lease. `failure`, when given, tells the
+    /// processes waiting on this lease that the refresh failed (without any secret in it).
+    func endRefresh(_ lease: RefreshLease, failure: String?) async
+
+    /// Logs the session out everywhere until `until`.
+    func publishLogout(until: Date, reason: String) async
+
+    /// A new sign-in replaces the session everywhere (and ends a cooldown). Returns the session as
+    /// stored, with its generation.
+    func publishSignIn(_ credentials: Credentials) async -> SharedSession?
+
+    /// Stops listening; later calls answer `.unavailable`.
+    func stop()
+}
+
+/// A session as a coordinator shares it.
+public struct SharedSession: Sendable, Equatable {
+    public var credentials: Credentials?
+    /// Grows with every publication; compares sessions across processes.
+    public var generation: UInt64
+    /// The end of a fleet-wide logout cooldown, when one is on.
+    public var loggedOutUntil: Date?
+
+    public init(credentials: Credentials?, generation: UInt64, loggedOutUntil: Date? = nil) {
+        self.credentials = credentials
+        self.generation = generation
+        self.loggedOutUntil = loggedOutUntil
+    }
+}
+
+/// What a coordinator tells the engine of other processes.
+public enum SessionUpdate: Sendable, Equatable {
+    /// Another process published new credentials (or a sign-in).
+    case credentials(SharedSession)
+    /// The session was logged out somewhere: fail new requests until `until`; with
+    /// `cancel-in-flight`, cancel this process's requests too.
+    case loggedOut(until: Date, reason: String)
+    /// Something the coordinator could not do (unreachable, a reply it did not understand); the
+    /// engine reports it as a `problem` event and goes on locally.
+    case problem(String)
+    /// The coordinator is back after a problem.
+    case recovered
+}
+
+/// Why and how long a process asks to refresh.
+public struct RefreshTurnRequest: Sendable, Equatable {
+    /// The generation of the credentials that signed the request that was refused.
+    public var failedGeneration: UInt64
+    /// The most a wait for another holder may take (`refresh.timeout`).
+    public var timeout: Duration
+    /// `refresh.limit`, counted across every process that shares the key.
+    public var limit: (count: Int, per: Duration)?
+
+    public init(failedGeneration: UInt64, timeout: Duration, limit: (count: Int, per: Duration)?) {
+        self.failedGeneration = failedGeneration
+        self.timeout = timeout
+        self.limit = limit
+    }
+
+    public static func == (a: Self, b: Self) -> Bool {
+        a.failedGeneration == b.failedGeneration && a.timeout == b.timeout && a.limit?.count == b.limit?.count
+            && a.limit?.per == b.limit?.per
+    }
+}
+
+/// The right to refresh, held by one process at a time.
+public struct RefreshLease: Sendable, Equatable {
+    /// Larger than every earlier lease's: a publication with an older one is refused.
+    public var fencingToken: UInt64
+    /// The generation the refresh starts from.
+    public var generation: UInt64
+
+    public init(fencingToken: UInt64, generation: UInt64) {
+        self.fencingToken = fencingToken
+        self.generation = generation
+    }
+}
+
+/// The coordinator's answer to ``SessionCoordinator/beginRefresh(_:)``.
+public enum RefreshTurn: Sendable, Equatable {
+    /// Credentials newer than the failed ones exist: retry with them, do not refresh.
+    case newer(SharedSession)
+    /// This process refreshes; publish or end with the lease.
+    case lease(RefreshLease)
+    /// Another process refreshed while this one waited: use its credentials.
+    case published(SharedSession)
+    /// Another process's refresh failed while this one waited.
+    case failedElsewhere(String)
+    /// `refresh.limit` is used up across the fleet: treat as a failed refresh.
+    case limited
+    /// The coordinator cannot help now: refresh locally.
+    case unavailable(String)
+}
+
+/// The coordinator's answer to ``SessionCoordinator/publish(_:with:)``.
+public enum PublishResult: Sendable, Equatable {
+    case published(SharedSession)
+    /// The lease expired or was taken over: nothing was stored. `current` is what is stored now.
+    case leaseLost(current: SharedSession?)
+    case unavailable(String)
+}
+
+/// The default: coordination within one engine only, which the engine's own single flight already
+/// gives. Grants every refresh at once and shares nothing.
+public struct LocalSessionCoordinator: SessionCoordinator {
+    private let fencing = Locked<UInt64>(0)
+
+    public init() {}
+
+    public func start(local: Credentials?, updates: @escaping @Sendable (SessionUpdate) -> Void) async
+        -> SharedSession?
+    { nil }
+
+    public func beginRefresh(_ request: RefreshTurnRequest) async -> RefreshTurn {
+        let token = fencing.withLock { value -> UInt64 in
+            value += 1
+            return value
+        }
+        return .lease(RefreshLease(fencingToken: token, generation: request.failedGeneration))
+    }
+
+    public func publish(_ credentials: Credentials, with lease: RefreshLease) async -> PublishResult {
+        .published(SharedSession(credentials: credentials, generation: lease.generation + 1))
+    }
+
+    public func endRefresh(_ lease: RefreshLease, failure: String?) async {}
+
+    public func publishLogout(until: Date, reason: String) async {}
+
+    public func publishSignIn(_ credentials: Credentials) async -> SharedSession? { nil }
+
+    public func stop() {}
+}
