@@ -109,12 +109,22 @@ enum LintCommand {
         return ExitCode.success
     }
 
-    /// A simulation script (a top-level `requests:` and no `policy:`) is checked as a script:
-    /// its schema, and that every policy its `reload:` names exists.
+    /// A simulation script (a top-level `requests:`, no `policy: 1`) is checked as a script: its
+    /// schema and expectations, and that every policy its `policy:` and `reload:` name exists.
     static func checkScript(_ parsed: Policy.Parsed, file: String) -> [Diagnostic] {
         let (script, diagnostics) = SimulationScript.parse(parsed, file: file)
-        var all = diagnostics
+        let (expectations, expectDiagnostics) = SimulationExpectations.parse(parsed, file: file)
+        var all = (diagnostics + expectDiagnostics).sortedByPosition()
         let directory = URL(fileURLWithPath: file).deletingLastPathComponent().path
+        if let policy = expectations.policy, let range = expectations.policyRange {
+            let path = policy.hasPrefix("/") ? policy : directory + "/" + policy
+            if !FileManager.default.fileExists(atPath: path) {
+                var missing = Diagnostic.error(
+                    "missing-file", "the script's policy '\(policy)' does not exist", at: range)
+                missing.file = file
+                all.append(missing)
+            }
+        }
         for step in script?.reload ?? [] {
             let path = step.policy.hasPrefix("/") ? step.policy : directory + "/" + step.policy
             if !FileManager.default.fileExists(atPath: path) {

@@ -16,12 +16,13 @@ public enum PolicyCommand {
             ("explain", "Describe a policy in plain sentences, with its worst case."),
             ("simulate", "Run the engine against a scripted server on a virtual clock."),
             ("fetch", "Send real HTTP requests through the engine."),
+            ("test", "Run simulation scripts with expectations, like a test runner."),
             ("help", "Show help for a subcommand."),
         ])
 
     static let subcommands: [String: CommandSpec] = [
         "lint": LintCommand.spec, "graph": GraphCommand.spec, "explain": ExplainCommand.spec,
-        "simulate": SimulateCommand.spec, "fetch": FetchCommand.spec,
+        "simulate": SimulateCommand.spec, "fetch": FetchCommand.spec, "test": TestCommand.spec,
     ]
 
     /// Runs the command line `arguments` (without the program name) and returns the exit code.
@@ -70,6 +71,7 @@ public enum PolicyCommand {
                 case "explain": return try ExplainCommand.run(parsed, output: output)
                 case "simulate": return try await SimulateCommand.run(parsed, output: output)
                 case "fetch": return try await FetchCommand.run(parsed, output: output)
+                case "test": return try await TestCommand.run(parsed, output: output)
                 default: return ExitCode.usage
                 }
             } catch {
