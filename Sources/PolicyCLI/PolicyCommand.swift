@@ -25,6 +25,8 @@ public enum PolicyCommand {
         "simulate": SimulateCommand.spec, "fetch": FetchCommand.spec, "test": TestCommand.spec,
     ]
 
+    static let version = "1.0.0"
+
     /// Runs the command line `arguments` (without the program name) and returns the exit code.
     public static func run(_ arguments: [String], output: CommandOutput = .standard) async -> Int32 {
         guard let first = arguments.first else {
@@ -37,7 +39,7 @@ public enum PolicyCommand {
             output.stdout(top.helpText)
             return ExitCode.success
         case "--version":
-            output.stdout("policy 1.0.0 (schema \(ResponsePolicyVersion.schema))\n")
+            output.stdout("policy \(version) (schema \(ResponsePolicyVersion.schema))\n")
             return ExitCode.success
         case "help":
             guard let name = rest.first else {

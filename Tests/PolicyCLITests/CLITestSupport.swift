@@ -235,5 +235,7 @@ func usageError(_ message: String, usage: String, help: String) -> String {
     "Error: \(message)\nUsage: \(usage)\n  See '\(help)' for more information.\n"
 }
 
-let lintUsage = "policy lint [--format text|json] [--strict] [--plugin KIND:NAME]... PATH..."
+let lintUsage =
+    "policy lint [--format text|json|sarif|github] [--strict] [--disable RULE]... [--exclude GLOB]... "
+    + "[--plugin KIND:NAME]... PATH..."
 let topUsage = "policy <subcommand> [options]"

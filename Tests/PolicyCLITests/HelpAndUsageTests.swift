@@ -47,7 +47,9 @@ struct HelpAndUsageTests {
         #expect(lines.contains("USAGE: \(lintUsage)"))
         #expect(lines.contains("ARGUMENTS:"))
         #expect(
-            lines.contains("  PATH                    A policy file, or a folder searched for *.yaml and *.yml files."))
+            lines.contains(
+                "  PATH                    A policy file, a folder searched for *.yaml and *.yml files, or - for standard input."
+            ))
         for option in ["--format <format>", "--strict", "--plugin <kind:name>", "-h, --help"] {
             #expect(lines.contains { $0.hasPrefix("  \(option) ") }, "'\(option)' is not documented")
         }
