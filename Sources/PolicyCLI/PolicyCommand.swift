@@ -17,6 +17,7 @@ public enum PolicyCommand {
             ("simulate", "Run the engine against a scripted server on a virtual clock."),
             ("fetch", "Send real HTTP requests through the engine."),
             ("test", "Run simulation scripts with expectations, like a test runner."),
+            ("diff", "Show what changes in behaviour between two policies."),
             ("schema", "Print the JSON Schema of the policy file, for editor completion."),
             ("help", "Show help for a subcommand."),
         ])
@@ -24,7 +25,7 @@ public enum PolicyCommand {
     static let subcommands: [String: CommandSpec] = [
         "lint": LintCommand.spec, "graph": GraphCommand.spec, "explain": ExplainCommand.spec,
         "simulate": SimulateCommand.spec, "fetch": FetchCommand.spec, "test": TestCommand.spec,
-        "schema": SchemaCommand.spec,
+        "schema": SchemaCommand.spec, "diff": DiffCommand.spec,
     ]
 
     static let version = "1.0.0"
@@ -77,6 +78,7 @@ public enum PolicyCommand {
                 case "fetch": return try await FetchCommand.run(parsed, output: output)
                 case "test": return try await TestCommand.run(parsed, output: output)
                 case "schema": return try SchemaCommand.run(parsed, output: output)
+                case "diff": return try DiffCommand.run(parsed, output: output)
                 default: return ExitCode.usage
                 }
             } catch {
