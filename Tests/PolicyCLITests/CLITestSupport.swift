@@ -119,12 +119,15 @@ func runPolicy(_ arguments: [String], in directory: URL? = nil, timeout: Int = 2
 }
 
 /// ``runPolicy(_:in:timeout:)`` for any built executable of the package (`policy-bench`).
-func runExecutable(_ executable: URL, _ arguments: [String], in directory: URL? = nil, timeout: Int = 20) throws
-    -> CLIResult
-{
+/// `environment`, when given, replaces the child's whole environment (`[:]` for an empty one).
+func runExecutable(
+    _ executable: URL, _ arguments: [String], in directory: URL? = nil, timeout: Int = 20,
+    environment: [String: String]? = nil
+) throws -> CLIResult {
     let process = Process()
     process.executableURL = executable
     process.arguments = arguments
+    if let environment { process.environment = environment }
     process.currentDirectoryURL = directory ?? repositoryRoot
     let stdoutPipe = Pipe()
     let stderrPipe = Pipe()
