@@ -82,6 +82,13 @@ struct SchemaCommandTests {
         }
     }
 
+    /// docs/policy.schema.json is `policy schema`; editors point at it (README).
+    @Test func theSchemaInDocsIsGenerated() throws {
+        let file = try String(
+            contentsOf: repositoryRoot.appendingPathComponent("docs/policy.schema.json"), encoding: .utf8)
+        #expect(file == PolicySchema.json(), "run: swift run policy schema > docs/policy.schema.json")
+    }
+
     @Test func declaredHostPluginsAreOffered() throws {
         let result = try runPolicy(["schema", "--plugin", "refresh:my-sso"])
         #expect(result.stdout.contains("\"a refresh plugin: http, my-sso, oauth2, or one the host registers\""))
