@@ -25,8 +25,9 @@ extension LintCommand {
                 JSONText.object([
                     ("file", JSONText.string(path)), ("line", "0"), ("column", "0"),
                     ("severity", JSONText.string("error")), ("rule", JSONText.string("unreadable-file")),
-                    ("message", JSONText.string("cannot read the file: \(reason)")),
-                    ("doc", JSONText.string(Self.documentation("unreadable-file"))), ("related", "[]"),
+                    ("message", JSONText.string("cannot read the file: \(reason)")), ("endLine", "0"),
+                    ("endColumn", "0"), ("doc", JSONText.string(Self.documentation("unreadable-file"))),
+                    ("related", "[]"),
                 ])
             }
             let items = results.flatMap(\.diagnostics).map { d in
@@ -64,8 +65,9 @@ extension LintCommand {
                     ("id", JSONText.string(rule.id)),
                     ("shortDescription", JSONText.object([("text", JSONText.string(rule.summary))])),
                     ("fullDescription", JSONText.object([("text", JSONText.string(rule.rationale))])),
-                    ("help", JSONText.object([("text", JSONText.string(rule.summary + ". " + rule.rationale))])),
-                    ("helpUri", JSONText.string(Self.documentation(rule.id))),
+                    ("help", help(rule)),
+                    // helpUri must be an absolute URI, and the docs are a file in the repository.
+                    ("properties", JSONText.object([("documentation", JSONText.string(Self.documentation(rule.id)))])),
                     (
                         "defaultConfiguration",
                         JSONText.object([("level", JSONText.string(rule.severity.rawValue))])
@@ -98,12 +100,6 @@ extension LintCommand {
             }
             let driver = JSONText.object([
                 ("name", JSONText.string("policy lint")), ("version", JSONText.string(PolicyCommand.version)),
-                (
-                    "informationUri",
-                    JSONText.string(
-                        Self.documentation("lint-rules").replacingOccurrences(
-                            of: "#lint-rules", with: ""))
-                ),
                 ("rules", "[" + ruleObjects.joined(separator: ",") + "]"),
             ])
             let run = JSONText.object([
@@ -114,6 +110,15 @@ extension LintCommand {
                 ("$schema", JSONText.string("https://json.schemastore.org/sarif-2.1.0.json")),
                 ("version", JSONText.string("2.1.0")), ("runs", "[" + run + "]"),
             ]) + "\n"
+        }
+
+        /// A rule's help: its summary and rationale, and in Markdown a link to its documentation.
+        func help(_ rule: LintRuleDescription) -> String {
+            let link = "See [\(rule.id)](\(Self.documentation(rule.id)))."
+            return JSONText.object([
+                ("text", JSONText.string(rule.summary + ". " + rule.rationale)),
+                ("markdown", JSONText.string("**\(rule.summary)**. \(rule.rationale)\n\n\(link)")),
+            ])
         }
 
         func result(

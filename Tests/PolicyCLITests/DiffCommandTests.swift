@@ -70,7 +70,7 @@ struct DiffCommandTests {
               rule 'busy' added: #4: status 429 -> fail
               logs out on: code 202 -> code 202, code 203
               fails on: none -> status 429
-              worst case: 5 attempts, waits 7s, total 67s (with Retry-After 84s) -> 3 attempts, waits 1s, total 41s (with Retry-After 48s)
+              worst case: 5 attempts, waits 1s + 2s + 4s = 7s, total 67s (with Retry-After 84s) -> 3 attempts, waits 1s, total 41s (with Retry-After 48s)
             7 changes in behaviour
 
             """

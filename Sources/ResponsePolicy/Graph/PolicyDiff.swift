@@ -284,7 +284,9 @@ package struct PolicyDiff: Sendable {
     }
 
     static func worstCase(_ w: WorstCase) -> String {
-        var text = "\(w.attempts) attempt\(w.attempts == 1 ? "" : "s"), waits \(w.totalWait.policyText)"
+        var text = "\(w.attempts) attempt\(w.attempts == 1 ? "" : "s"), waits "
+        text += w.waits.count > 1 ? w.waits.map(\.policyText).joined(separator: " + ") + " = " : ""
+        text += w.totalWait.policyText
         text += ", total " + (w.total?.policyText ?? "unbounded")
         if w.honorsRetryAfter {
             text += " (with Retry-After " + (w.totalWithRetryAfter?.policyText ?? "unbounded") + ")"
