@@ -104,6 +104,8 @@ extension LintCommand {
             ])
             let run = JSONText.object([
                 ("tool", JSONText.object([("driver", driver)])),
+                // Columns count Unicode scalars, not UTF-16 units (SARIF's default).
+                ("columnKind", JSONText.string("unicodeCodePoints")),
                 ("results", "[" + items.joined(separator: ",") + "]"),
             ])
             return JSONText.object([
