@@ -238,3 +238,27 @@ func runPolicyWithInput(_ arguments: [String], input: URL, in directory: URL) th
         stdout: String(decoding: out, as: UTF8.self), stderr: String(decoding: err, as: UTF8.self),
         status: process.terminationStatus)
 }
+
+/// Every rule id the sources can report is in `--list-rules` (and so in docs/lint-rules.md and
+/// SARIF's rule list).
+struct EmittedRuleIdTests {
+    @Test func everyEmittedRuleIdIsDocumented() throws {
+        let pattern = try NSRegularExpression(pattern: #"\.(?:error|warning)\(\s*"([a-z]+(?:-[a-z]+)*)""#)
+        let known = Set(LintCommand.knownRules.keys)
+        let sources = repositoryRoot.appendingPathComponent("Sources")
+        let enumerator = try #require(FileManager.default.enumerator(atPath: sources.path))
+        var found = Set<String>()
+        while let entry = enumerator.nextObject() as? String {
+            guard entry.hasSuffix(".swift"), !entry.hasPrefix("policy-bench"), !entry.hasPrefix("policy-fuzz") else {
+                continue
+            }
+            let text = try String(contentsOf: sources.appendingPathComponent(entry), encoding: .utf8)
+            let range = NSRange(text.startIndex..., in: text)
+            for match in pattern.matches(in: text, range: range) {
+                if let id = Range(match.range(at: 1), in: text) { found.insert(String(text[id])) }
+            }
+        }
+        #expect(found.count > 20)
+        #expect(found.subtracting(known).sorted() == [], "rule ids reported but not described")
+    }
+}

@@ -20,6 +20,10 @@ package enum FileChecks {
             "A check that silently skips a file it was asked for would pass a policy nobody looked at; "
                 + "lint exits 66 instead."),
         describe(
+            "file-too-large", .error, "a file larger than the input limit",
+            "Policies are small; a file over the limit (YAMLLimits.maxFileBytes, 16 MiB by default) is refused "
+                + "before it is read whole, so a wrong path or a hostile file cannot exhaust memory."),
+        describe(
             "not-a-policy", .error, "a file named on the command line that is not a policy",
             "A YAML file with no 'policy:' key and none of a policy's sections (a Kubernetes manifest, a CI "
                 + "file) was named by mistake. Found by searching a folder, such a file is skipped with a note "
