@@ -108,10 +108,11 @@ struct LintSuppressions {
         var suppressed: [Suppressed] = []
         var used = Set<Int>()
         var blockedErrors: [Int: String] = [:]
+        // By target line, so a file with many findings and many comments is not scanned per finding.
+        var byLine: [Int: [Int]] = [:]
+        for (index, entry) in entries.enumerated() { byLine[entry.target, default: []].append(index) }
         for diagnostic in diagnostics {
-            let matching = entries.indices.filter {
-                entries[$0].rule == diagnostic.rule && entries[$0].target == diagnostic.range.start.line
-            }
+            let matching = (byLine[diagnostic.range.start.line] ?? []).filter { entries[$0].rule == diagnostic.rule }
             if diagnostic.severity == .error {
                 for index in matching { blockedErrors[index] = diagnostic.rule }
                 kept.append(diagnostic)
