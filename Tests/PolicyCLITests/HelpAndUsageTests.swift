@@ -5,7 +5,7 @@ import Testing
 
 /// Help on stdout with exit 0 however it is asked for; usage errors on stderr with exit 64.
 struct HelpAndUsageTests {
-    static let subcommandNames = ["lint", "graph", "explain", "simulate", "fetch"]
+    static let subcommandNames = ["lint", "graph", "explain", "simulate", "fetch", "test", "diff", "schema"]
 
     @Test(arguments: [["--help"], ["-h"], ["help"], []])
     func topLevelHelp(_ arguments: [String]) throws {

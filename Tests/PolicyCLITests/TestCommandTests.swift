@@ -165,6 +165,18 @@ struct TestCommandTests {
         #expect(help.stdout.contains("EXIT CODES:\n  0"))
     }
 
+    @Test func simulateTakesTheScriptsPolicyWhenNoFileIsGiven() throws {
+        let dir = try TemporaryDirectory()
+        try dir.write("policy.yaml", Self.policy)
+        try dir.write("scripts/ok.yaml", Self.passing.replacingOccurrences(of: "policy.yaml", with: "../policy.yaml"))
+        let implicit = try runPolicy(["simulate", "--script", "scripts/ok.yaml", "--format", "json"], in: dir.url)
+        let explicit = try runPolicy(
+            ["simulate", "policy.yaml", "--script", "scripts/ok.yaml", "--format", "json"], in: dir.url)
+        #expect(implicit.status == 0)
+        #expect(implicit.stdout == explicit.stdout)
+        #expect(implicit.stdoutLines.last?.hasPrefix(#"{"event":"summary","requests":2,"delivered":1"#) == true)
+    }
+
     @Test func shippedExamplesPass() throws {
         let result = try runPolicy(["test", "examples/"], timeout: 120)
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
