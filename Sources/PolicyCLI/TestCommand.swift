@@ -92,13 +92,20 @@ enum TestCommand {
         return failed > 0 ? ExitCode.failure : ExitCode.success
     }
 
-    /// Checks, runs and judges one script.
+    /// Checks, runs and judges one script, timing it for JUnit.
     static func runScript(_ parsed: Policy.Parsed, file: String, fallbackPolicy: String?, catalog: PluginCatalog) async
         -> Outcome
     {
-        var outcome = Outcome(path: file)
         let start = ContinuousClock.now
-        defer { outcome.seconds = (ContinuousClock.now - start).seconds }
+        var outcome = await judge(parsed, file: file, fallbackPolicy: fallbackPolicy, catalog: catalog)
+        outcome.seconds = (ContinuousClock.now - start).seconds
+        return outcome
+    }
+
+    static func judge(_ parsed: Policy.Parsed, file: String, fallbackPolicy: String?, catalog: PluginCatalog) async
+        -> Outcome
+    {
+        var outcome = Outcome(path: file)
         guard SimulationScript.isScript(parsed.root) else {
             outcome.errors.append(
                 "\(file):1:1: error: not a simulation script: it has no top-level 'requests:'")
