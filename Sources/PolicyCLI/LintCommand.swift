@@ -89,11 +89,10 @@ enum LintCommand {
         var skipped: [String] = []
         for path in arguments.positional {
             if path == "-" {
-                let bytes = readStandardInput()
-                results.append(
-                    check(bytes, file: "<stdin>", named: true, catalog: catalog)
-                        ?? FileResult(
-                            path: "<stdin>", diagnostics: []))
+                // Named, so never skipped: something that is not a policy is an error.
+                if let result = check(readStandardInput(), file: "<stdin>", named: true, catalog: catalog) {
+                    results.append(result)
+                }
                 continue
             }
             switch expand(path, excluding: excludes) {
