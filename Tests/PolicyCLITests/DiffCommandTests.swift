@@ -4,6 +4,9 @@ import Testing
 @testable import PolicyCLI
 
 /// `policy diff`: behaviour, not text.
+/// Serialized: each test runs the binary, and a burst of parallel processes on a 2-core CI machine
+/// starves the real-time-sensitive scheduler suites.
+@Suite(.serialized)
 struct DiffCommandTests {
     static let base = """
         policy: 1
@@ -18,7 +21,7 @@ struct DiffCommandTests {
 
         """
 
-    @Test func sameBehaviourWrittenDifferentlyIsNoChange() throws {
+    @Test func sameBehaviourWrittenDifferentlyIsNoChange() async throws {
         let dir = try TemporaryDirectory()
         try dir.write("old.yaml", Self.base)
         // Key order, flow vs block style, comments, anchors and defaults written out.
@@ -44,13 +47,13 @@ struct DiffCommandTests {
               - { name: transient, when: { status: [503] }, then: retry }
 
             """)
-        let result = try runPolicy(["diff", "old.yaml", "new.yaml"], in: dir.url)
+        let result = try await runPolicyOffPool(["diff", "old.yaml", "new.yaml"], in: dir.url)
         expectResult(result, stdout: "no change in behaviour between 'old.yaml' and 'new.yaml'\n", status: 0)
-        let json = try runPolicy(["diff", "--format", "json", "old.yaml", "new.yaml"], in: dir.url)
+        let json = try await runPolicyOffPool(["diff", "--format", "json", "old.yaml", "new.yaml"], in: dir.url)
         expectResult(json, stdout: #"{"same":true,"changes":[]}"# + "\n", status: 0)
     }
 
-    @Test func changedSettingsRulesTriggersAndWorstCaseAreListed() throws {
+    @Test func changedSettingsRulesTriggersAndWorstCaseAreListed() async throws {
         let dir = try TemporaryDirectory()
         try dir.write("old.yaml", Self.base)
         try dir.write(
@@ -61,7 +64,7 @@ struct DiffCommandTests {
                     of: "  - { name: transient, when: { status: [503] }, then: retry }",
                     with: "  - { name: transient, when: { status: [503] }, then: { do: retry, max-retries: 1 } }\n"
                         + "  - { name: busy, when: { status: [429] }, then: fail }"))
-        let result = try runPolicy(["diff", "old.yaml", "new.yaml"], in: dir.url)
+        let result = try await runPolicyOffPool(["diff", "old.yaml", "new.yaml"], in: dir.url)
         let expected = """
             all other requests (top level):
               retry.max-retries: 3 -> 5
@@ -75,7 +78,7 @@ struct DiffCommandTests {
 
             """
         expectResult(result, stdout: expected, status: 1)
-        let json = try runPolicy(["diff", "--format", "json", "old.yaml", "new.yaml"], in: dir.url)
+        let json = try await runPolicyOffPool(["diff", "--format", "json", "old.yaml", "new.yaml"], in: dir.url)
         #expect(json.status == 1)
         let object = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
         #expect(object["same"] as? Bool == false)
@@ -87,7 +90,7 @@ struct DiffCommandTests {
         #expect(changes.first?["new"] as? String == "5")
     }
 
-    @Test func reorderingRulesChangesWhichMatchesFirst() throws {
+    @Test func reorderingRulesChangesWhichMatchesFirst() async throws {
         let dir = try TemporaryDirectory()
         let old = """
             policy: 1
@@ -107,14 +110,14 @@ struct DiffCommandTests {
 
             """
         try dir.write("new.yaml", swapped)
-        let result = try runPolicy(["diff", "old.yaml", "new.yaml"], in: dir.url)
+        let result = try await runPolicyOffPool(["diff", "old.yaml", "new.yaml"], in: dir.url)
         #expect(result.status == 1)
         #expect(result.stdout.contains("  rule 'server': position: 2 -> 1\n"))
         #expect(result.stdout.contains("  fails on: status 503 -> none\n"))
         #expect(result.stdout.contains("  retries on: status 500, status 599 -> status 500, status 503, status 599\n"))
     }
 
-    @Test func routesAreMatchedByWhatTheyMatchNotTheirPosition() throws {
+    @Test func routesAreMatchedByWhatTheyMatchNotTheirPosition() async throws {
         let dir = try TemporaryDirectory()
         let routes = """
             policy: 1
@@ -136,7 +139,7 @@ struct DiffCommandTests {
               - { match: { path: "/c/*", method: [POST] }, rules: [] }
 
             """)
-        let result = try runPolicy(["diff", "old.yaml", "new.yaml"], in: dir.url)
+        let result = try await runPolicyOffPool(["diff", "old.yaml", "new.yaml"], in: dir.url)
         let expected = """
             requests to /b/*:
               retry.max-retries: 1 -> 2
@@ -148,16 +151,16 @@ struct DiffCommandTests {
         expectResult(result, stdout: expected, status: 1)
     }
 
-    @Test func invalidMissingAndUsage() throws {
+    @Test func invalidMissingAndUsage() async throws {
         let dir = try TemporaryDirectory()
         try dir.write("old.yaml", Self.base)
         try dir.write("bad.yaml", "policy: 1\nname: Bad\n")
-        let invalid = try runPolicy(["diff", "old.yaml", "bad.yaml"], in: dir.url)
+        let invalid = try await runPolicyOffPool(["diff", "old.yaml", "bad.yaml"], in: dir.url)
         #expect(invalid.status == 65)
         #expect(invalid.stderr.contains("bad.yaml:2:7: error: "))
-        let missing = try runPolicy(["diff", "old.yaml", "nope.yaml"], in: dir.url)
+        let missing = try await runPolicyOffPool(["diff", "old.yaml", "nope.yaml"], in: dir.url)
         #expect(missing.status == 66)
-        let usage = try runPolicy(["diff", "old.yaml"], in: dir.url)
+        let usage = try await runPolicyOffPool(["diff", "old.yaml"], in: dir.url)
         #expect(usage.status == 64)
         #expect(usage.stderr.hasPrefix("Error: Missing expected argument 'NEW'\n"))
     }

@@ -6,6 +6,9 @@ import Testing
 
 /// Lint in CI: SARIF, GitHub annotations, richer JSON, suppressions, stdin, `--exclude`, files
 /// that are not policies.
+/// Serialized: each test runs the binary, and a burst of parallel processes on a 2-core CI machine
+/// starves the real-time-sensitive scheduler suites.
+@Suite(.serialized)
 struct LintCIFormatTests {
     /// A shadowed rule (with its "first listed here" note) and an unbounded backoff.
     static let policy = """
@@ -24,10 +27,10 @@ struct LintCIFormatTests {
         try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])
     }
 
-    @Test func jsonCarriesEndsDocumentationAndRelatedLocations() throws {
+    @Test func jsonCarriesEndsDocumentationAndRelatedLocations() async throws {
         let dir = try TemporaryDirectory()
         try dir.write("p.yaml", Self.policy)
-        let result = try runPolicy(["lint", "--format", "json", "p.yaml"], in: dir.url)
+        let result = try await runPolicyOffPool(["lint", "--format", "json", "p.yaml"], in: dir.url)
         #expect(result.status == 0)
         let diagnostics = try #require(try Self.json(result.stdout)["diagnostics"] as? [[String: Any]])
         let shadowed = try #require(diagnostics.first { $0["rule"] as? String == "shadowed-rule" })
@@ -42,10 +45,10 @@ struct LintCIFormatTests {
         #expect(backoff["endLine"] as? Int == 8 && backoff["endColumn"] as? Int == 18)
     }
 
-    @Test func sarifHasOneResultPerFindingWithRegionAndHelp() throws {
+    @Test func sarifHasOneResultPerFindingWithRegionAndHelp() async throws {
         let dir = try TemporaryDirectory()
         try dir.write("p.yaml", Self.policy)
-        let result = try runPolicy(["lint", "--format", "sarif", "p.yaml", "missing.yaml"], in: dir.url)
+        let result = try await runPolicyOffPool(["lint", "--format", "sarif", "p.yaml", "missing.yaml"], in: dir.url)
         #expect(result.status == 66)
         let sarif = try Self.json(result.stdout)
         #expect(sarif["version"] as? String == "2.1.0")
@@ -72,10 +75,10 @@ struct LintCIFormatTests {
         #expect((related.first?["message"] as? [String: Any])?["text"] as? String == "'busy' is here")
     }
 
-    @Test func githubPrintsOneWorkflowCommandPerFinding() throws {
+    @Test func githubPrintsOneWorkflowCommandPerFinding() async throws {
         let dir = try TemporaryDirectory()
         try dir.write("p.yaml", Self.policy)
-        let result = try runPolicy(["lint", "--format", "github", "p.yaml"], in: dir.url)
+        let result = try await runPolicyOffPool(["lint", "--format", "github", "p.yaml"], in: dir.url)
         let lines = result.stdoutLines
         #expect(
             lines[1]
@@ -90,7 +93,7 @@ struct LintCIFormatTests {
         #expect(LintCommand.Report.property("a:b,c%") == "a%3Ab%2Cc%25")
     }
 
-    @Test func suppressionsOnOrAboveALineAreCountedAndUnusedOnesReported() throws {
+    @Test func suppressionsOnOrAboveALineAreCountedAndUnusedOnesReported() async throws {
         let dir = try TemporaryDirectory()
         try dir.write(
             "p.yaml",
@@ -109,7 +112,7 @@ struct LintCIFormatTests {
               initial: 1s  # policy-lint: disable=conflicting-codes errors are not suppressible
 
             """)
-        let result = try runPolicy(["lint", "--strict", "p.yaml"], in: dir.url)
+        let result = try await runPolicyOffPool(["lint", "--strict", "p.yaml"], in: dir.url)
         let expected = """
             p.yaml:11:42: warning: the suppression of 'post-retried' is unused: line 11 has no such finding [unused-suppression]
             p.yaml:11:55: warning: the suppression names an unknown rule 'unknwn-rule' [unused-suppression]
@@ -120,12 +123,12 @@ struct LintCIFormatTests {
         expectResult(result, stdout: expected, status: 1)
     }
 
-    @Test func errorsStayWhenSuppressedAndDisableRefusesErrorRules() throws {
+    @Test func errorsStayWhenSuppressedAndDisableRefusesErrorRules() async throws {
         let dir = try TemporaryDirectory()
         try dir.write(
             "p.yaml",
             "policy: 1\nname: t\nretry: { max-retries: -1 }  # policy-lint: disable=invalid-value nope\n")
-        let result = try runPolicy(["lint", "p.yaml"], in: dir.url)
+        let result = try await runPolicyOffPool(["lint", "p.yaml"], in: dir.url)
         #expect(result.status == 1)
         #expect(result.stdoutLines.contains { $0.contains("[invalid-value]") && $0.contains(": error: ") })
         #expect(
@@ -133,7 +136,7 @@ struct LintCIFormatTests {
                 $0.hasSuffix(
                     "'invalid-value' is an error and cannot be suppressed; fix the policy instead [unused-suppression]")
             })
-        let disable = try runPolicy(["lint", "--disable", "invalid-value", "p.yaml"], in: dir.url)
+        let disable = try await runPolicyOffPool(["lint", "--disable", "invalid-value", "p.yaml"], in: dir.url)
         expectResult(
             disable, stdout: "",
             stderr: usageError(
@@ -141,31 +144,32 @@ struct LintCIFormatTests {
                 help: "policy lint --help"), status: 64)
     }
 
-    @Test func disableSuppressesAWarningRuleEverywhere() throws {
+    @Test func disableSuppressesAWarningRuleEverywhere() async throws {
         let dir = try TemporaryDirectory()
         try dir.write("p.yaml", Self.policy)
-        let result = try runPolicy(
+        let result = try await runPolicyOffPool(
             ["lint", "--strict", "--disable", "shadowed-rule", "--disable", "unbounded-backoff", "p.yaml"], in: dir.url)
         expectResult(result, stdout: "1 file checked: 0 errors, 0 warnings, 2 suppressed\n", status: 0)
-        let json = try runPolicy(["lint", "--format", "json", "--disable", "shadowed-rule", "p.yaml"], in: dir.url)
+        let json = try await runPolicyOffPool(
+            ["lint", "--format", "json", "--disable", "shadowed-rule", "p.yaml"], in: dir.url)
         #expect(try Self.json(json.stdout)["suppressed"] as? Int == 1)
     }
 
-    @Test func dashReadsStandardInput() throws {
+    @Test func dashReadsStandardInput() async throws {
         let dir = try TemporaryDirectory()
         let input = try dir.write("in.yaml", Self.policy)
-        let result = try runPolicyWithInput(["lint", "-"], input: input, in: dir.url)
+        let result = try await runPolicyWithInputOffPool(["lint", "-"], input: input, in: dir.url)
         #expect(result.status == 0)
         #expect(result.stdoutLines.first?.hasPrefix("<stdin>:5:31: warning: ") == true)
         #expect(result.stdoutLines.last == "1 file checked: 0 errors, 2 warnings")
     }
 
-    @Test func folderSearchSkipsNonPoliciesWithANoteAndHonoursExclude() throws {
+    @Test func folderSearchSkipsNonPoliciesWithANoteAndHonoursExclude() async throws {
         let dir = try TemporaryDirectory()
         try dir.write("conf/policy.yaml", "policy: 1\nname: ok\n")
         try dir.write("conf/deploy.yaml", "apiVersion: apps/v1\nkind: Deployment\n")
         try dir.write("conf/vendor/x.yaml", "policy: 1\nname: Bad\n")
-        let searched = try runPolicy(["lint", "conf"], in: dir.url)
+        let searched = try await runPolicyOffPool(["lint", "conf"], in: dir.url)
         expectResult(
             searched,
             stdout: "conf/vendor/x.yaml:2:7: error: policy name 'Bad' must use only lower-case letters, "
@@ -173,9 +177,10 @@ struct LintCIFormatTests {
             stderr:
                 "note: skipped 'conf/deploy.yaml': not a policy (no 'policy:' key); use --exclude to silence this\n",
             status: 1)
-        let excluded = try runPolicy(["lint", "--exclude", "vendor", "--exclude", "deploy.*", "conf"], in: dir.url)
+        let excluded = try await runPolicyOffPool(
+            ["lint", "--exclude", "vendor", "--exclude", "deploy.*", "conf"], in: dir.url)
         expectResult(excluded, stdout: "1 file checked: 0 errors, 0 warnings\n", status: 0)
-        let named = try runPolicy(["lint", "conf/deploy.yaml"], in: dir.url)
+        let named = try await runPolicyOffPool(["lint", "conf/deploy.yaml"], in: dir.url)
         expectResult(
             named,
             stdout: "conf/deploy.yaml:1:1: error: this is not a policy file: it has no 'policy:' key and no policy "
@@ -183,12 +188,12 @@ struct LintCIFormatTests {
             status: 1)
         // A broken policy is still a policy: it gets the usual findings, not 'not-a-policy'.
         try dir.write("typo.yaml", "name: t\nrules: []\n")
-        let typo = try runPolicy(["lint", "typo.yaml"], in: dir.url)
+        let typo = try await runPolicyOffPool(["lint", "typo.yaml"], in: dir.url)
         #expect(typo.stdout.contains("[missing-key]"))
     }
 
-    @Test func helpListsExitCodes() throws {
-        let result = try runPolicy(["lint", "--help"])
+    @Test func helpListsExitCodes() async throws {
+        let result = try await runPolicyOffPool(["lint", "--help"])
         #expect(result.stdout.contains("EXIT CODES:\n  0 "))
         #expect(result.stdout.contains("  66 "))
     }
@@ -202,18 +207,18 @@ struct LintCIFormatTests {
 
     /// The file-level checks' examples, run through `policy lint` since they need a file.
     @Test(arguments: FileChecks.descriptions.map(\.id))
-    func fileCheckExamplesBehaveAsDocumented(_ id: String) throws {
+    func fileCheckExamplesBehaveAsDocumented(_ id: String) async throws {
         let rule = try #require(FileChecks.descriptions.first { $0.id == id })
         for example in rule.triggering {
             let dir = try TemporaryDirectory()
             try dir.write("example.yaml", example)
-            let result = try runPolicy(["lint", "example.yaml"], in: dir.url)
+            let result = try await runPolicyOffPool(["lint", "example.yaml"], in: dir.url)
             #expect(result.stdout.contains("[\(id)]"), "\(example)")
         }
         for example in rule.nonTriggering {
             let dir = try TemporaryDirectory()
             try dir.write("example.yaml", example)
-            let result = try runPolicy(["lint", "example.yaml"], in: dir.url)
+            let result = try await runPolicyOffPool(["lint", "example.yaml"], in: dir.url)
             #expect(!result.stdout.contains("[\(id)]"), "\(example)")
         }
     }
@@ -242,7 +247,7 @@ func runPolicyWithInput(_ arguments: [String], input: URL, in directory: URL) th
 /// Every rule id the sources can report is in `--list-rules` (and so in docs/lint-rules.md and
 /// SARIF's rule list).
 struct EmittedRuleIdTests {
-    @Test func everyEmittedRuleIdIsDocumented() throws {
+    @Test func everyEmittedRuleIdIsDocumented() async throws {
         let pattern = try NSRegularExpression(pattern: #"\.(?:error|warning)\(\s*"([a-z]+(?:-[a-z]+)*)""#)
         let known = Set(LintCommand.knownRules.keys)
         let sources = repositoryRoot.appendingPathComponent("Sources")

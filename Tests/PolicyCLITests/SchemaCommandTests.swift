@@ -6,9 +6,12 @@ import Testing
 
 /// `policy schema`: the printed schema validates every shipped policy and refuses unknown keys.
 /// The checker below covers the subset of JSON Schema 2020-12 the command emits.
+/// Serialized: each test runs the binary, and a burst of parallel processes on a 2-core CI machine
+/// starves the real-time-sensitive scheduler suites.
+@Suite(.serialized)
 struct SchemaCommandTests {
-    static func schema() throws -> [String: Any] {
-        let result = try runPolicy(["schema"])
+    static func schema() async throws -> [String: Any] {
+        let result = try await runPolicyOffPool(["schema"])
         #expect(result.status == 0)
         return try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
     }
@@ -20,8 +23,8 @@ struct SchemaCommandTests {
         return !SimulationScript.isScript(parsed.root) && parsed.root?.pairs != nil
     }
 
-    @Test func shippedPoliciesValidate() throws {
-        let schema = try Self.schema()
+    @Test func shippedPoliciesValidate() async throws {
+        let schema = try await Self.schema()
         #expect(Self.shippedPolicies.count >= 5)
         for path in Self.shippedPolicies {
             let bytes = try Data(contentsOf: repositoryRoot.appendingPathComponent(path))
@@ -57,8 +60,8 @@ struct SchemaCommandTests {
     ]
 
     @Test(arguments: invalid)
-    func invalidFilesDoNotValidate(_ example: Invalid) throws {
-        let schema = try Self.schema()
+    func invalidFilesDoNotValidate(_ example: Invalid) async throws {
+        let schema = try await Self.schema()
         let root = try #require(Policy.parse(bytes: Array(example.yaml.utf8), limits: .default).root)
         #expect(!SchemaChecker(root: schema).validate(Instance(root)).isEmpty)
         // lint agrees: the same file has errors.
@@ -83,16 +86,16 @@ struct SchemaCommandTests {
     }
 
     /// docs/policy.schema.json is `policy schema`; editors point at it (README).
-    @Test func theSchemaInDocsIsGenerated() throws {
+    @Test func theSchemaInDocsIsGenerated() async throws {
         let file = try String(
             contentsOf: repositoryRoot.appendingPathComponent("docs/policy.schema.json"), encoding: .utf8)
         #expect(file == PolicySchema.json(), "run: swift run policy schema > docs/policy.schema.json")
     }
 
-    @Test func declaredHostPluginsAreOffered() throws {
-        let result = try runPolicy(["schema", "--plugin", "refresh:my-sso"])
+    @Test func declaredHostPluginsAreOffered() async throws {
+        let result = try await runPolicyOffPool(["schema", "--plugin", "refresh:my-sso"])
         #expect(result.stdout.contains("\"a refresh plugin: http, my-sso, oauth2, or one the host registers\""))
-        let usage = try runPolicy(["schema", "extra"])
+        let usage = try await runPolicyOffPool(["schema", "extra"])
         #expect(usage.status == 64)
     }
 }
