@@ -165,12 +165,10 @@ enum LintCommand {
         if SimulationScript.isScript(parsed.root) {
             return FileResult(path: file, diagnostics: checkScript(parsed, file: file), source: parsed.source)
         }
-        if let foreign = foreignKeys(parsed.root) {
+        if let foreign = foreignContent(firstDocument(bytes, parsed)) {
             guard named else { return nil }
-            let shown = foreign.prefix(3).map { "'\($0.truncatedForMessage)'" }.joined(separator: ", ")
             var diagnostic = Diagnostic.error(
-                "not-a-policy",
-                "this is not a policy file: it has no 'policy:' key and no policy section (it has \(shown))",
+                "not-a-policy", "this is not a policy file: it has no 'policy:' key and no policy section (\(foreign))",
                 at: .fileStart)
             diagnostic.file = file
             return FileResult(path: file, diagnostics: [diagnostic], source: parsed.source)
@@ -179,16 +177,31 @@ enum LintCommand {
         return FileResult(path: file, diagnostics: analysis.diagnostics, source: analysis.source)
     }
 
-    /// The top-level keys of a document that is clearly not a policy: a mapping with no
-    /// `policy:` and none of a policy's keys. `nil` for anything that may be a policy (even a
-    /// broken one, which lint should report on).
-    static func foreignKeys(_ root: YAMLNode?) -> [String]? {
+    /// What a document that is clearly not a policy holds (`it has 'apiVersion', 'kind'`): a
+    /// list, or a mapping with no `policy:` and none of a policy's keys. `nil` for anything that
+    /// may be a policy, even a broken one, which lint should report on.
+    static func foreignContent(_ root: YAMLNode?) -> String? {
+        if root?.items != nil { return "its top level is a list" }
         guard let pairs = root?.pairs, !pairs.isEmpty else { return nil }
         let keys = pairs.compactMap { $0.key.scalar }
         let policyKeys = Set(PolicyDecoder.topLevelKeys)
         guard keys.count == pairs.count, !keys.contains(where: { policyKeys.contains($0) || $0.hasPrefix("x-") })
         else { return nil }
-        return keys
+        return "it has " + keys.prefix(3).map { "'\($0.truncatedForMessage)'" }.joined(separator: ", ")
+    }
+
+    /// The file's root, or for a stream of several documents (a Kubernetes manifest) the first
+    /// one's: the loader refuses a second document, so the text before it is parsed alone.
+    static func firstDocument(_ bytes: [UInt8], _ parsed: Policy.Parsed) -> YAMLNode? {
+        if let root = parsed.root { return root }
+        guard let second = parsed.diagnostics.first(where: { $0.rule == "multiple-documents" }) else { return nil }
+        var line = 1
+        var end = 0
+        while end < bytes.count, line < second.range.start.line {
+            if bytes[end] == UInt8(ascii: "\n") { line += 1 }
+            end += 1
+        }
+        return Policy.parse(bytes: Array(bytes[..<end]), limits: .default).root
     }
 
     /// Standard input, up to the file size limit (one byte more, so the limit is reported).

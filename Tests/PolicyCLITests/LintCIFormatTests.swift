@@ -169,16 +169,23 @@ struct LintCIFormatTests {
         try dir.write("conf/policy.yaml", "policy: 1\nname: ok\n")
         try dir.write("conf/deploy.yaml", "apiVersion: apps/v1\nkind: Deployment\n")
         try dir.write("conf/vendor/x.yaml", "policy: 1\nname: Bad\n")
+        try dir.write("conf/k8s.yaml", "apiVersion: v1\nkind: A\n---\napiVersion: v1\nkind: B\n")
+        try dir.write("conf/play.yml", "- hosts: all\n  tasks: []\n")
         let searched = try await runPolicyOffPool(["lint", "conf"], in: dir.url)
         expectResult(
             searched,
             stdout: "conf/vendor/x.yaml:2:7: error: policy name 'Bad' must use only lower-case letters, "
                 + "digits and '-' [invalid-name]\n2 files checked: 1 error, 0 warnings\n",
-            stderr:
-                "note: skipped 'conf/deploy.yaml': not a policy (no 'policy:' key); use --exclude to silence this\n",
+            stderr: ["conf/deploy.yaml", "conf/k8s.yaml", "conf/play.yml"].map {
+                "note: skipped '\($0)': not a policy (no 'policy:' key); use --exclude to silence this\n"
+            }.joined(),
             status: 1)
         let excluded = try await runPolicyOffPool(
-            ["lint", "--exclude", "vendor", "--exclude", "deploy.*", "conf"], in: dir.url)
+            [
+                "lint", "--exclude", "vendor", "--exclude", "deploy.*", "--exclude", "k8s*", "--exclude", "*.yml",
+                "conf",
+            ],
+            in: dir.url)
         expectResult(excluded, stdout: "1 file checked: 0 errors, 0 warnings\n", status: 0)
         let named = try await runPolicyOffPool(["lint", "conf/deploy.yaml"], in: dir.url)
         expectResult(

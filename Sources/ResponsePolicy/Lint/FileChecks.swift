@@ -25,8 +25,8 @@ package enum FileChecks {
                 + "before it is read whole, so a wrong path or a hostile file cannot exhaust memory."),
         describe(
             "not-a-policy", .error, "a file named on the command line that is not a policy",
-            "A YAML file with no 'policy:' key and none of a policy's sections (a Kubernetes manifest, a CI "
-                + "file) was named by mistake. Found by searching a folder, such a file is skipped with a note "
+            "A YAML file whose top level is a list, or has no 'policy:' key and none of a policy's sections (a "
+                + "Kubernetes manifest, a CI file), was named by mistake. Found by searching a folder, such a file is skipped with a note "
                 + "instead; '--exclude GLOB' keeps it out of the search altogether.",
             triggering: ["apiVersion: v1\nkind: ConfigMap\n"],
             nonTriggering: ["policy: 1\nname: example\n"]),
