@@ -83,7 +83,7 @@ package enum PolicySchema {
         var properties: [(String, SchemaJSON)] = []
         for key in PolicyDecoder.ruleKeys {
             switch key {
-            case "name": properties.append((key, .object([("type", "string")])))
+            case "name": properties.append((key, text))
             case "when": properties.append((key, ref("when")))
             case "then": properties.append((key, ref("then")))
             default: properties.append((key, .object([])))
@@ -243,6 +243,10 @@ package enum PolicySchema {
 
     // MARK: - Values
 
+    /// A value the decoder reads as text: any scalar (`X-Code: 5` is the text `5`).
+    static let text = SchemaJSON.object([("type", textTypes)])
+    static let textTypes: SchemaJSON = ["string", "integer", "number", "boolean"]
+
     static func ref(_ name: String) -> SchemaJSON { .object([("$ref", .string("#/$defs/\(name)"))]) }
 
     static func duration(allowNone: Bool) -> SchemaJSON {
@@ -294,10 +298,10 @@ package enum PolicySchema {
             // when
             "status": listOrOne(status),
             "code": listOrOne(code),
-            "header": .object([("type", "object"), ("additionalProperties", .object([("type", "string")]))]),
+            "header": .object([("type", "object"), ("additionalProperties", text)]),
             "error": listOrOne(enumeration(["timeout", "connection", "dns", "tls", "any"])),
             "method": listOrOne(method),
-            "path": .object([("description", "a glob; * matches any text"), ("type", "string")]),
+            "path": .object([("description", "a glob; * matches any text"), ("type", textTypes)]),
             // retry
             "max-retries": .object([("type", "integer"), ("minimum", 0), ("maximum", 100)]),
             "backoff": enumeration(RetrySettings.Backoff.allCases.map(\.rawValue)),
@@ -316,7 +320,7 @@ package enum PolicySchema {
             "retry-after": enumeration(["honor", "ignore"]),
             "attempt-timeout": durationOrNone,
             "methods": listOrOne(method),
-            "idempotency-key": .object([("description", "a header name, or none"), ("type", "string")]),
+            "idempotency-key": .object([("description", "a header name, or none"), ("type", textTypes)]),
             "on-exhausted": action,
             "deadline": durationOrNone,
             "budget": .object([
