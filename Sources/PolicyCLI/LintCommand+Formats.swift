@@ -41,7 +41,8 @@ extension LintCommand {
                     ("file", JSONText.string(d.file ?? "")), ("line", String(d.range.start.line)),
                     ("column", String(d.range.start.column)), ("severity", JSONText.string(d.severity.rawValue)),
                     ("rule", JSONText.string(d.rule)), ("message", JSONText.string(d.message)),
-                    ("endLine", String(d.range.end.line)), ("endColumn", String(d.range.end.column)),
+                    ("endLine", String(max(d.range.end, d.range.start).line)),
+                    ("endColumn", String(max(d.range.end, d.range.start).column)),
                     ("doc", JSONText.string(Self.documentation(d.rule))),
                     ("related", "[" + related.joined(separator: ",") + "]"),
                 ])
@@ -152,14 +153,14 @@ extension LintCommand {
             return JSONText.object(pairs)
         }
 
-        /// A region; the end only when the finding covers more than a point (SARIF reads an end
-        /// equal to the start as an empty region).
+        /// A region, start and end (end exclusive, as SARIF reads it; a finding at a point is an
+        /// empty region there).
         static func region(_ range: SourceRange) -> String {
-            var pairs = [("startLine", String(range.start.line)), ("startColumn", String(range.start.column))]
-            if range.end > range.start {
-                pairs += [("endLine", String(range.end.line)), ("endColumn", String(range.end.column))]
-            }
-            return JSONText.object(pairs)
+            let end = max(range.end, range.start)
+            return JSONText.object([
+                ("startLine", String(range.start.line)), ("startColumn", String(range.start.column)),
+                ("endLine", String(end.line)), ("endColumn", String(end.column)),
+            ])
         }
 
         /// A relative URI reference for a path as the user wrote it (spaces and the like escaped).
@@ -181,12 +182,11 @@ extension LintCommand {
                 out += Self.data("cannot read the file: \(reason)") + "\n"
             }
             for d in results.flatMap(\.diagnostics) {
+                let end = max(d.range.end, d.range.start)
                 var properties = [
                     "file=" + Self.property(d.file ?? ""), "line=\(d.range.start.line)", "col=\(d.range.start.column)",
+                    "endLine=\(end.line)", "endColumn=\(end.column)",
                 ]
-                if d.range.end > d.range.start {
-                    properties += ["endLine=\(d.range.end.line)", "endColumn=\(d.range.end.column)"]
-                }
                 properties.append("title=" + Self.property("policy lint [\(d.rule)]"))
                 var message = d.message
                 for note in d.notes {
