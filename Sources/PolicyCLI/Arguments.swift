@@ -13,6 +13,8 @@ struct CommandSpec {
     var arguments: [(String, String)]
     var options: [Option]
     var subcommands: [(String, String)] = []
+    /// What each exit status means, shown in `--help` so scripts can rely on them.
+    var exitCodes: [(Int32, String)] = []
 
     var helpText: String {
         var out = "OVERVIEW: \(overview)\n\nUSAGE: \(usage)\n"
@@ -26,6 +28,10 @@ struct CommandSpec {
             out += Self.column(names, option.help)
         }
         out += Self.column("-h, --help", "Show help information.")
+        if !exitCodes.isEmpty {
+            out += "\nEXIT CODES:\n"
+            for (code, meaning) in exitCodes { out += Self.column(String(code), meaning) }
+        }
         if !subcommands.isEmpty {
             out += "\nSUBCOMMANDS:\n"
             for (name, help) in subcommands { out += Self.column(name, help) }

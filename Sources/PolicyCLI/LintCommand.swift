@@ -1,16 +1,34 @@
 import Foundation
 import ResponsePolicy
 
-/// `policy lint [--format text|json] [--strict] [--plugin KIND:NAME]... PATH...`
+/// `policy lint [--format text|json|sarif|github] [--strict] [--disable RULE]... [--exclude GLOB]...
+/// [--plugin KIND:NAME]... PATH...`
 enum LintCommand {
     static let spec = CommandSpec(
         name: "lint",
         overview: "Check policy files for errors and risky settings.",
-        usage: "policy lint [--format text|json] [--strict] [--plugin KIND:NAME]... PATH...",
-        arguments: [("PATH", "A policy file, or a folder searched for *.yaml and *.yml files.")],
+        usage:
+            "policy lint [--format text|json|sarif|github] [--strict] [--disable RULE]... [--exclude GLOB]... "
+            + "[--plugin KIND:NAME]... PATH...",
+        arguments: [
+            (
+                "PATH",
+                "A policy file, a folder searched for *.yaml and *.yml files, or - for standard input."
+            )
+        ],
         options: [
-            .init(names: ["--format"], valueName: "format", help: "Output format: text (default) or json."),
+            .init(
+                names: ["--format"], valueName: "format",
+                help: "text (default), json, sarif (SARIF 2.1.0) or github (workflow annotations)."),
             .init(names: ["--strict"], valueName: nil, help: "Treat warnings as errors (exit 1 when there are any)."),
+            .init(
+                names: ["--disable"], valueName: "rule",
+                help: "Suppress a warning rule everywhere (counted as suppressed). Repeatable.", repeatable: true),
+            .init(
+                names: ["--exclude"], valueName: "glob",
+                help: "Skip files a folder search finds whose path in the folder matches (* matches any text). "
+                    + "Repeatable.",
+                repeatable: true),
             .init(
                 names: ["--list-rules"], valueName: nil, help: "Print the reference of every check (Markdown) and exit."
             ),
@@ -18,18 +36,32 @@ enum LintCommand {
                 names: ["--plugin"], valueName: "kind:name",
                 help: "Declare a host plugin, like refresh:my-sso, so 'use:' may name it. Repeatable.",
                 repeatable: true),
+        ],
+        exitCodes: [
+            (0, "no errors (warnings allowed unless --strict)"), (1, "errors found, or warnings with --strict"),
+            (64, "usage error"), (66, "a PATH cannot be read"),
         ])
+
+    static let formats = ["text", "json", "sarif", "github"]
 
     struct FileResult {
         var path: String
         var diagnostics: [Diagnostic]
         var source: String?
+        var suppressed: [LintSuppressions.Suppressed] = []
+    }
+
+    /// Every rule id lint can report, with its severity.
+    static var knownRules: [String: Severity] {
+        var known: [String: Severity] = [:]
+        for rule in Linter.descriptions + FileChecks.descriptions { known[rule.id] = rule.severity }
+        return known
     }
 
     static func run(_ arguments: ParsedArguments, output: CommandOutput) throws(UsageError) -> Int32 {
         let format = arguments.value("--format") ?? "text"
-        guard format == "text" || format == "json" else {
-            throw UsageError(message: "Unknown format '\(format)'; use text or json")
+        guard formats.contains(format) else {
+            throw UsageError(message: "Unknown format '\(format)'; use text, json, sarif or github")
         }
         if arguments.flags.contains("--list-rules") {
             output.stdout(ruleReference())
@@ -38,59 +70,75 @@ enum LintCommand {
         guard !arguments.positional.isEmpty else { throw UsageError(message: "Missing expected argument 'PATH'") }
         let catalog = try catalog(from: arguments.all("--plugin"))
         let strict = arguments.flags.contains("--strict")
+        let known = knownRules
+        var disabled = Set<String>()
+        for rule in arguments.all("--disable") {
+            guard let severity = known[rule] else {
+                let hint = Suggestion.closest(to: rule, in: known.keys.sorted()).map { "; did you mean '\($0)'?" }
+                throw UsageError(message: "Unknown rule '\(rule)'" + (hint ?? ""))
+            }
+            guard severity == .warning else {
+                throw UsageError(message: "Cannot disable '\(rule)': errors cannot be suppressed")
+            }
+            disabled.insert(rule)
+        }
+        let excludes = arguments.all("--exclude").map(Glob.init)
 
         var results: [FileResult] = []
         var unreadable: [(String, String)] = []
+        var skipped: [String] = []
         for path in arguments.positional {
-            switch expand(path) {
+            if path == "-" {
+                // Named, so never skipped: something that is not a policy is an error.
+                if let result = check(readStandardInput(), file: "<stdin>", named: true, catalog: catalog) {
+                    results.append(result)
+                }
+                continue
+            }
+            switch expand(path, excluding: excludes) {
             case .failure(let error): unreadable.append((path, error.reason))
             case .success(let files):
+                let named = files == [path]
                 for file in files {
                     do {
                         let bytes = try Policy.readFile(file, limits: .default)
-                        let parsed = Policy.parse(bytes: bytes, limits: .default)
-                        if SimulationScript.isScript(parsed.root) {
-                            results.append(
-                                FileResult(
-                                    path: file, diagnostics: checkScript(parsed, file: file), source: parsed.source))
-                            continue
+                        if let result = check(bytes, file: file, named: named, catalog: catalog) {
+                            results.append(result)
+                        } else {
+                            skipped.append(file)
                         }
-                        let analysis = Policy.analyze(parsed, file: file, catalog: catalog)
-                        results.append(
-                            FileResult(path: file, diagnostics: analysis.diagnostics, source: analysis.source))
                     } catch {
                         if case .unreadable(_, let reason) = error { unreadable.append((file, reason)) }
                     }
                 }
             }
         }
+        for index in results.indices {
+            let suppressions = LintSuppressions(source: results[index].source ?? "")
+            let (kept, suppressed) = suppressions.apply(
+                to: results[index].diagnostics, disabled: disabled, known: known, file: results[index].path)
+            results[index].diagnostics = kept
+            results[index].suppressed = suppressed
+        }
 
         let all = results.flatMap(\.diagnostics)
         let errors = all.filter { $0.severity == .error }.count
         let warnings = all.count - errors
-        if format == "json" {
-            let unreadableDiagnostics = unreadable.map { path, reason in
-                JSONText.object([
-                    ("file", JSONText.string(path)), ("line", "0"), ("column", "0"),
-                    ("severity", JSONText.string("error")),
-                    ("rule", JSONText.string("unreadable-file")),
-                    ("message", JSONText.string("cannot read the file: \(reason)")),
-                ])
-            }
-            let items = all.map { d in
-                JSONText.object([
-                    ("file", JSONText.string(d.file ?? "")), ("line", String(d.range.start.line)),
-                    ("column", String(d.range.start.column)), ("severity", JSONText.string(d.severity.rawValue)),
-                    ("rule", JSONText.string(d.rule)), ("message", JSONText.string(d.message)),
-                ])
-            }
+        let suppressedCount = results.reduce(0) { $0 + $1.suppressed.count }
+        for file in skipped {
+            output.stderr("note: skipped '\(file)': not a policy (no 'policy:' key); use --exclude to silence this\n")
+        }
+        let report = Report(
+            results: results, unreadable: unreadable, errors: errors + unreadable.count, warnings: warnings,
+            suppressed: suppressedCount)
+        switch format {
+        case "json": output.stdout(report.json() + "\n")
+        case "sarif": output.stdout(report.sarif())
+        case "github":
+            output.stdout(report.github())
             output.stdout(
-                JSONText.object([
-                    ("files", String(results.count)), ("errors", String(errors + unreadable.count)),
-                    ("warnings", String(warnings)),
-                    ("diagnostics", "[" + (unreadableDiagnostics + items).joined(separator: ",") + "]"),
-                ]) + "\n")
-        } else {
+                summary(files: results.count, errors: errors, warnings: warnings, suppressed: suppressedCount) + "\n")
+        default:
             let renderer = DiagnosticRenderer(colour: output.isTerminal, showSource: output.isTerminal)
             for (path, reason) in unreadable {
                 output.stderr("error: cannot read '\(path)': \(reason)\n")
@@ -102,19 +150,88 @@ enum LintCommand {
                     output.stdout(renderer.render(diagnostic, lines: lines) + "\n")
                 }
             }
-            output.stdout(summary(files: results.count, errors: errors, warnings: warnings) + "\n")
+            output.stdout(
+                summary(files: results.count, errors: errors, warnings: warnings, suppressed: suppressedCount) + "\n")
         }
         if !unreadable.isEmpty { return ExitCode.noInput }
         if errors > 0 || (strict && warnings > 0) { return ExitCode.failure }
         return ExitCode.success
     }
 
-    /// A simulation script (a top-level `requests:` and no `policy:`) is checked as a script:
-    /// its schema, and that every policy its `reload:` names exists.
+    /// Checks one file's bytes as a script or a policy; `nil` for YAML that is clearly not a
+    /// policy found by a folder search (a named one gets a `not-a-policy` error).
+    static func check(_ bytes: [UInt8], file: String, named: Bool, catalog: PluginCatalog) -> FileResult? {
+        let parsed = Policy.parse(bytes: bytes, limits: .default)
+        if SimulationScript.isScript(parsed.root) {
+            return FileResult(path: file, diagnostics: checkScript(parsed, file: file), source: parsed.source)
+        }
+        if let foreign = foreignContent(firstDocument(bytes, parsed)) {
+            guard named else { return nil }
+            var diagnostic = Diagnostic.error(
+                "not-a-policy", "this is not a policy file: it has no 'policy:' key and no policy section (\(foreign))",
+                at: .fileStart)
+            diagnostic.file = file
+            return FileResult(path: file, diagnostics: [diagnostic], source: parsed.source)
+        }
+        let analysis = Policy.analyze(parsed, file: file, catalog: catalog)
+        return FileResult(path: file, diagnostics: analysis.diagnostics, source: analysis.source)
+    }
+
+    /// What a document that is clearly not a policy holds (`it has 'apiVersion', 'kind'`): a
+    /// list, or a mapping with no `policy:` and none of a policy's keys. `nil` for anything that
+    /// may be a policy, even a broken one, which lint should report on.
+    static func foreignContent(_ root: YAMLNode?) -> String? {
+        if root?.items != nil { return "its top level is a list" }
+        guard let pairs = root?.pairs, !pairs.isEmpty else { return nil }
+        let keys = pairs.compactMap { $0.key.scalar }
+        let policyKeys = Set(PolicyDecoder.topLevelKeys)
+        guard keys.count == pairs.count, !keys.contains(where: { policyKeys.contains($0) || $0.hasPrefix("x-") })
+        else { return nil }
+        return "it has " + keys.prefix(3).map { "'\($0.truncatedForMessage)'" }.joined(separator: ", ")
+    }
+
+    /// The file's root, or for a stream of several documents (a Kubernetes manifest) the first
+    /// one's: the loader refuses a second document, so the text before it is parsed alone.
+    static func firstDocument(_ bytes: [UInt8], _ parsed: Policy.Parsed) -> YAMLNode? {
+        if let root = parsed.root { return root }
+        guard let second = parsed.diagnostics.first(where: { $0.rule == "multiple-documents" }) else { return nil }
+        var line = 1
+        var end = 0
+        while end < bytes.count, line < second.range.start.line {
+            if bytes[end] == UInt8(ascii: "\n") { line += 1 }
+            end += 1
+        }
+        return Policy.parse(bytes: Array(bytes[..<end]), limits: .default).root
+    }
+
+    /// Standard input, up to the file size limit (one byte more, so the limit is reported).
+    static func readStandardInput() -> [UInt8] {
+        let limit = YAMLLimits.default.maxFileBytes + 1
+        var bytes: [UInt8] = []
+        while bytes.count < limit {
+            let chunk = FileHandle.standardInput.readData(ofLength: min(65_536, limit - bytes.count))
+            if chunk.isEmpty { break }
+            bytes += chunk
+        }
+        return bytes
+    }
+
+    /// A simulation script (a top-level `requests:`, no `policy: 1`) is checked as a script: its
+    /// schema and expectations, and that every policy its `policy:` and `reload:` name exists.
     static func checkScript(_ parsed: Policy.Parsed, file: String) -> [Diagnostic] {
         let (script, diagnostics) = SimulationScript.parse(parsed, file: file)
-        var all = diagnostics
+        let (expectations, expectDiagnostics) = SimulationExpectations.parse(parsed, file: file)
+        var all = (diagnostics + expectDiagnostics).sortedByPosition()
         let directory = URL(fileURLWithPath: file).deletingLastPathComponent().path
+        if let policy = expectations.policy, let range = expectations.policyRange {
+            let path = policy.hasPrefix("/") ? policy : directory + "/" + policy
+            if !FileManager.default.fileExists(atPath: path) {
+                var missing = Diagnostic.error(
+                    "missing-file", "the script's policy '\(policy)' does not exist", at: range)
+                missing.file = file
+                all.append(missing)
+            }
+        }
         for step in script?.reload ?? [] {
             let path = step.policy.hasPrefix("/") ? step.policy : directory + "/" + step.policy
             if !FileManager.default.fileExists(atPath: path) {
@@ -132,7 +249,9 @@ enum LintCommand {
         var out = "# Lint rules\n\nGenerated by `policy lint --list-rules` from the rules' own descriptions; "
         out += "a test keeps this file in step.\n\n"
         out += "| rule | severity | finds |\n|---|---|---|\n"
-        let all = Linter.descriptions.sorted { ($0.severity.rawValue, $0.id) < ($1.severity.rawValue, $1.id) }
+        let all = (Linter.descriptions + FileChecks.descriptions).sorted {
+            ($0.severity.rawValue, $0.id) < ($1.severity.rawValue, $1.id)
+        }
         for rule in all { out += "| [`\(rule.id)`](#\(rule.id)) | \(rule.severity.rawValue) | \(rule.summary) |\n" }
         for rule in all {
             out += "\n## \(rule.id)\n\n**\(rule.severity.rawValue)**: \(rule.summary).\n\n\(rule.rationale)\n"
@@ -145,13 +264,16 @@ enum LintCommand {
         return out
     }
 
-    static func summary(files: Int, errors: Int, warnings: Int) -> String {
+    /// `2 files checked: 1 error, 0 warnings`, and `, 3 suppressed` when any were.
+    static func summary(files: Int, errors: Int, warnings: Int, suppressed: Int = 0) -> String {
         func plural(_ n: Int, _ word: String) -> String { "\(n) \(word)\(n == 1 ? "" : "s")" }
         return "\(plural(files, "file")) checked: \(plural(errors, "error")), \(plural(warnings, "warning"))"
+            + (suppressed > 0 ? ", \(suppressed) suppressed" : "")
     }
 
-    /// A file as itself; a folder as its *.yaml and *.yml files, recursively, sorted.
-    static func expand(_ path: String) -> Result<[String], LintPathError> {
+    /// A file as itself; a folder as its *.yaml and *.yml files, recursively, sorted, without
+    /// those whose path in the folder (or a folder on the way, or the name) matches an exclude.
+    static func expand(_ path: String, excluding excludes: [Glob] = []) -> Result<[String], LintPathError> {
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
             return .failure(LintPathError("no such file or directory"))
@@ -163,6 +285,7 @@ enum LintCommand {
         var files: [String] = []
         while let entry = enumerator.nextObject() as? String {
             guard entry.hasSuffix(".yaml") || entry.hasSuffix(".yml") else { continue }
+            if isExcluded(entry, by: excludes) { continue }
             let full = path.hasSuffix("/") ? path + entry : path + "/" + entry
             var entryIsDirectory: ObjCBool = false
             if FileManager.default.fileExists(atPath: full, isDirectory: &entryIsDirectory), !entryIsDirectory.boolValue
@@ -170,8 +293,27 @@ enum LintCommand {
                 files.append(full)
             }
         }
-        guard !files.isEmpty else { return .failure(LintPathError("no *.yaml or *.yml files in the folder")) }
+        guard !files.isEmpty else {
+            return .failure(
+                LintPathError("no *.yaml or *.yml files in the folder" + (excludes.isEmpty ? "" : " (after --exclude)"))
+            )
+        }
         return .success(files.sorted())
+    }
+}
+
+extension LintCommand {
+    /// Whether a path found in a folder (`sub/dir/file.yaml`) is excluded: the glob matches the
+    /// whole path, a folder on the way (`sub`, `sub/dir`) or the file's name.
+    static func isExcluded(_ entry: String, by excludes: [Glob]) -> Bool {
+        guard !excludes.isEmpty else { return false }
+        let components = entry.split(separator: "/").map(String.init)
+        var candidates = [entry]
+        if let name = components.last { candidates.append(name) }
+        for count in stride(from: 1, to: components.count, by: 1) {
+            candidates.append(components.prefix(count).joined(separator: "/"))
+        }
+        return excludes.contains { glob in candidates.contains { glob.matches($0) } }
     }
 }
 

@@ -16,13 +16,19 @@ public enum PolicyCommand {
             ("explain", "Describe a policy in plain sentences, with its worst case."),
             ("simulate", "Run the engine against a scripted server on a virtual clock."),
             ("fetch", "Send real HTTP requests through the engine."),
+            ("test", "Run simulation scripts with expectations, like a test runner."),
+            ("diff", "Show what changes in behaviour between two policies."),
+            ("schema", "Print the JSON Schema of the policy file, for editor completion."),
             ("help", "Show help for a subcommand."),
         ])
 
     static let subcommands: [String: CommandSpec] = [
         "lint": LintCommand.spec, "graph": GraphCommand.spec, "explain": ExplainCommand.spec,
-        "simulate": SimulateCommand.spec, "fetch": FetchCommand.spec,
+        "simulate": SimulateCommand.spec, "fetch": FetchCommand.spec, "test": TestCommand.spec,
+        "schema": SchemaCommand.spec, "diff": DiffCommand.spec,
     ]
+
+    static let version = "1.0.0"
 
     /// Runs the command line `arguments` (without the program name) and returns the exit code.
     public static func run(_ arguments: [String], output: CommandOutput = .standard) async -> Int32 {
@@ -36,7 +42,7 @@ public enum PolicyCommand {
             output.stdout(top.helpText)
             return ExitCode.success
         case "--version":
-            output.stdout("policy 1.0.0 (schema \(ResponsePolicyVersion.schema))\n")
+            output.stdout("policy \(version) (schema \(ResponsePolicyVersion.schema))\n")
             return ExitCode.success
         case "help":
             guard let name = rest.first else {
@@ -70,6 +76,9 @@ public enum PolicyCommand {
                 case "explain": return try ExplainCommand.run(parsed, output: output)
                 case "simulate": return try await SimulateCommand.run(parsed, output: output)
                 case "fetch": return try await FetchCommand.run(parsed, output: output)
+                case "test": return try await TestCommand.run(parsed, output: output)
+                case "schema": return try SchemaCommand.run(parsed, output: output)
+                case "diff": return try DiffCommand.run(parsed, output: output)
                 default: return ExitCode.usage
                 }
             } catch {

@@ -7,7 +7,7 @@ enum SimulateCommand {
         name: "simulate",
         overview: "Run the real engine against a scripted server on a virtual clock (no sleeping, no network).",
         usage: "policy simulate FILE --script SCRIPT [--format text|json]",
-        arguments: [("FILE", "The policy file.")],
+        arguments: [("FILE", "The policy file; may be left out when the script names one with 'policy:'.")],
         options: [
             .init(names: ["--script"], valueName: "script", help: "The simulation script (YAML, see README)."),
             .init(
@@ -23,9 +23,14 @@ enum SimulateCommand {
         guard format == "text" || format == "json" else {
             throw UsageError(message: "Unknown format '\(format)'; use text or json")
         }
-        let path = try singleFile(arguments)
         guard let scriptPath = arguments.value("--script") else {
             throw UsageError(message: "Missing expected option '--script <script>'")
+        }
+        let path: String
+        if arguments.positional.isEmpty, let named = scriptPolicy(scriptPath) {
+            path = named
+        } else {
+            path = try singleFile(arguments)
         }
         let catalog = try catalog(from: arguments.all("--plugin"))
         let (loaded, code) = loadPolicy(path, catalog: catalog, output: output)
@@ -64,6 +69,17 @@ enum SimulateCommand {
                     + "\(s.attempts) attempt\(s.attempts == 1 ? "" : "s")\n")
         }
         return ExitCode.success
+    }
+
+    /// The policy a script names with `policy:`, relative to the script; `nil` when it names none
+    /// (or cannot be read: the run reports that).
+    static func scriptPolicy(_ scriptPath: String) -> String? {
+        guard let bytes = try? Policy.readFile(scriptPath, limits: .default) else { return nil }
+        let (expectations, _) = SimulationExpectations.parse(Policy.parse(bytes: bytes, limits: .default), file: nil)
+        guard let named = expectations.policy else { return nil }
+        if named.hasPrefix("/") { return named }
+        let directory = URL(fileURLWithPath: scriptPath).deletingLastPathComponent().path
+        return directory == "." ? named : directory + "/" + named
     }
 
     /// One event as a readable line: `  0.050s  a  response #1: 200 code 1401 -> token-expired: refresh`.

@@ -119,12 +119,15 @@ func runPolicy(_ arguments: [String], in directory: URL? = nil, timeout: Int = 2
 }
 
 /// ``runPolicy(_:in:timeout:)`` for any built executable of the package (`policy-bench`).
-func runExecutable(_ executable: URL, _ arguments: [String], in directory: URL? = nil, timeout: Int = 20) throws
-    -> CLIResult
-{
+/// `environment`, when given, replaces the child's whole environment (`[:]` for an empty one).
+func runExecutable(
+    _ executable: URL, _ arguments: [String], in directory: URL? = nil, timeout: Int = 20,
+    environment: [String: String]? = nil
+) throws -> CLIResult {
     let process = Process()
     process.executableURL = executable
     process.arguments = arguments
+    if let environment { process.environment = environment }
     process.currentDirectoryURL = directory ?? repositoryRoot
     let stdoutPipe = Pipe()
     let stderrPipe = Pipe()
@@ -235,5 +238,7 @@ func usageError(_ message: String, usage: String, help: String) -> String {
     "Error: \(message)\nUsage: \(usage)\n  See '\(help)' for more information.\n"
 }
 
-let lintUsage = "policy lint [--format text|json] [--strict] [--plugin KIND:NAME]... PATH..."
+let lintUsage =
+    "policy lint [--format text|json|sarif|github] [--strict] [--disable RULE]... [--exclude GLOB]... "
+    + "[--plugin KIND:NAME]... PATH..."
 let topUsage = "policy <subcommand> [options]"

@@ -5,7 +5,7 @@ import Testing
 
 /// Help on stdout with exit 0 however it is asked for; usage errors on stderr with exit 64.
 struct HelpAndUsageTests {
-    static let subcommandNames = ["lint", "graph", "explain", "simulate", "fetch"]
+    static let subcommandNames = ["lint", "graph", "explain", "simulate", "fetch", "test", "diff", "schema"]
 
     @Test(arguments: [["--help"], ["-h"], ["help"], []])
     func topLevelHelp(_ arguments: [String]) throws {
@@ -47,7 +47,9 @@ struct HelpAndUsageTests {
         #expect(lines.contains("USAGE: \(lintUsage)"))
         #expect(lines.contains("ARGUMENTS:"))
         #expect(
-            lines.contains("  PATH                    A policy file, or a folder searched for *.yaml and *.yml files."))
+            lines.contains(
+                "  PATH                    A policy file, a folder searched for *.yaml and *.yml files, or - for standard input."
+            ))
         for option in ["--format <format>", "--strict", "--plugin <kind:name>", "-h, --help"] {
             #expect(lines.contains { $0.hasPrefix("  \(option) ") }, "'\(option)' is not documented")
         }

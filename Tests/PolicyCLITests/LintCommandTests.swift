@@ -214,7 +214,7 @@ struct LintCommandTests {
     static let usageCases: [UsageCase] = [
         .init(
             name: "format xml", arguments: ["lint", "--format", "xml", "policies"],
-            message: "Unknown format 'xml'; use text or json"),
+            message: "Unknown format 'xml'; use text, json, sarif or github"),
         .init(
             name: "plugin without kind", arguments: ["lint", "--plugin", "bad", "policies"],
             message: "Invalid plugin 'bad'; write KIND:NAME, like refresh:my-sso"),
@@ -287,7 +287,10 @@ struct LintCommandTests {
         let diagnostics = try #require(object["diagnostics"] as? [[String: Any]])
         #expect(diagnostics.count == 7)
         for diagnostic in diagnostics {
-            #expect(Set(diagnostic.keys) == ["file", "line", "column", "severity", "rule", "message"])
+            #expect(
+                Set(diagnostic.keys) == [
+                    "file", "line", "column", "endLine", "endColumn", "severity", "rule", "message", "doc", "related",
+                ])
         }
         let first = try #require(diagnostics.first)
         #expect(first["file"] as? String == "bad.yaml")

@@ -6,12 +6,14 @@ struct SectionScope {
 }
 
 extension PolicyDecoder {
-    static let topLevelKeys = [
+    package static let topLevelKeys = [
         "policy", "name", "classify", "rules", "refresh", "logout", "retry", "authorize", "store", "observe", "routes",
     ]
-    static let ruleKeys = ["name", "when", "then"]
-    static let whenKeys = ["status", "code", "header", "error", "method", "path"]
-    static let routeKeys = ["match", "rules", "classify", "refresh", "logout", "retry", "authorize"]
+    package static let ruleKeys = ["name", "when", "then"]
+    package static let whenKeys = ["status", "code", "header", "error", "method", "path"]
+    package static let routeKeys = ["match", "rules", "classify", "refresh", "logout", "retry", "authorize"]
+    package static let classifyKeys = ["code", "use", "with"]
+    package static let matchKeys = ["path", "method"]
 
     // MARK: - rules
 
@@ -250,7 +252,7 @@ extension PolicyDecoder {
     // MARK: - classify
 
     mutating func classify(_ node: YAMLNode) -> CodeSource? {
-        guard let fields = mappingFields(node, "'classify'", allowed: ["code", "use", "with"]) else { return nil }
+        guard let fields = mappingFields(node, "'classify'", allowed: Self.classifyKeys) else { return nil }
         if let plugin = pluginReference(.extract, fields) {
             if let code = fields.first(where: { $0.key == "code" }) {
                 report(
@@ -297,7 +299,7 @@ extension PolicyDecoder {
                 report(.error("missing-key", "a route needs 'match:' with a path and/or method", at: item.range))
                 continue
             }
-            if let matchFields = mappingFields(match.value, "'match'", allowed: ["path", "method"]) {
+            if let matchFields = mappingFields(match.value, "'match'", allowed: Self.matchKeys) {
                 for (key, _, value) in matchFields {
                     if key == "path", let text = string(value, key) { route.path = Glob(text) }
                     if key == "method" { route.methods = methods(value, key) }

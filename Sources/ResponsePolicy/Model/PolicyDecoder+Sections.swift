@@ -1,14 +1,17 @@
 import Foundation
 
 extension PolicyDecoder {
-    static let retryKeys = [
+    package static let retryKeys = [
         "max-retries", "backoff", "initial", "multiplier", "max-delay", "jitter", "retry-after", "attempt-timeout",
         "methods", "idempotency-key", "on-exhausted", "deadline", "budget",
     ]
-    static let refreshTuningKeys = [
+    package static let refreshTuningKeys = [
         "timeout", "share-window", "max-per-request", "on-exhausted", "on-failure", "limit", "ahead",
     ]
-    static let logoutTuningKeys = ["cancel-in-flight", "cooldown"]
+    package static let logoutTuningKeys = ["cancel-in-flight", "cooldown"]
+    package static let budgetKeys = ["ratio", "min"]
+    package static let limitKeys = ["count", "per"]
+    package static let pluginKeys = ["use", "with"]
 
     // MARK: - retry
 
@@ -92,7 +95,7 @@ extension PolicyDecoder {
 
     mutating func budget(_ node: YAMLNode) -> RetrySettings.Budget?? {
         if node.scalar == "none" { return .some(nil) }
-        guard let fields = mappingFields(node, "'budget'", allowed: ["ratio", "min"]) else { return nil }
+        guard let fields = mappingFields(node, "'budget'", allowed: Self.budgetKeys) else { return nil }
         var budget = RetrySettings.Budget(ratio: 0.1, min: 10)
         for (key, _, value) in fields {
             if key == "ratio" { budget.ratio = number(value, key, in: 0...1000) ?? budget.ratio }
@@ -133,7 +136,7 @@ extension PolicyDecoder {
         -> RefreshSettings
     {
         var settings = base
-        let allowed = (tuningOnly ? [] : ["use", "with"]) + Self.refreshTuningKeys + extraKeys
+        let allowed = (tuningOnly ? [] : Self.pluginKeys) + Self.refreshTuningKeys + extraKeys
         guard let fields = mappingFields(node, what, allowed: allowed) else { return settings }
         if !tuningOnly, let plugin = pluginReference(.refresh, fields) { settings.plugin = plugin }
         for (key, _, value) in fields {
@@ -147,7 +150,7 @@ extension PolicyDecoder {
             case "limit":
                 if value.scalar == "none" {
                     settings.limit = nil
-                } else if let limitFields = mappingFields(value, "'limit'", allowed: ["count", "per"]) {
+                } else if let limitFields = mappingFields(value, "'limit'", allowed: Self.limitKeys) {
                     var limit = settings.limit ?? RefreshSettings.Limit(count: 5, per: .seconds(30))
                     for (limitKey, _, limitValue) in limitFields {
                         if limitKey == "count" {
@@ -173,7 +176,7 @@ extension PolicyDecoder {
         -> LogoutSettings
     {
         var settings = base
-        let allowed = (tuningOnly ? [] : ["use", "with"]) + Self.logoutTuningKeys + extraKeys
+        let allowed = (tuningOnly ? [] : Self.pluginKeys) + Self.logoutTuningKeys + extraKeys
         guard let fields = mappingFields(node, what, allowed: allowed) else { return settings }
         if !tuningOnly, let plugin = pluginReference(.logout, fields) { settings.plugin = plugin }
         for (key, _, value) in fields {
@@ -191,7 +194,7 @@ extension PolicyDecoder {
 
     /// A plugin-only section (`authorize:`, `store:`, one `observe:` entry).
     mutating func pluginSection(_ kind: PluginKind, _ node: YAMLNode, what: String) -> PluginReference? {
-        guard let fields = mappingFields(node, what, allowed: ["use", "with"]) else { return nil }
+        guard let fields = mappingFields(node, what, allowed: Self.pluginKeys) else { return nil }
         guard let plugin = pluginReference(kind, fields) else {
             report(.error("missing-key", "\(what) needs 'use:' to name a \(kind.rawValue) plugin", at: node.range))
             return nil

@@ -88,12 +88,14 @@ package struct SimulationScript: Sendable {
         return (sorted.hasErrors ? nil : script, sorted)
     }
 
-    /// Whether a parsed document is a script rather than a policy: a top-level `requests:` and
-    /// no `policy:`. Lint tells them apart this way.
+    /// Whether a parsed document is a script rather than a policy: a top-level `requests:`, and
+    /// no `policy:` or one that names a file (a policy's `policy:` is the schema number). Lint
+    /// tells them apart this way.
     package static func isScript(_ root: YAMLNode?) -> Bool {
         guard let pairs = root?.pairs else { return false }
-        let keys = Set(pairs.compactMap { $0.key.scalar })
-        return keys.contains("requests") && !keys.contains("policy")
+        guard pairs.contains(where: { $0.key.scalar == "requests" }) else { return false }
+        guard let version = pairs.first(where: { $0.key.scalar == "policy" })?.value else { return true }
+        return !(version.isPlainScalar && version.scalar.map(PolicyDecoder.isInteger) == true)
     }
 
     /// ``isScript(_:)`` on raw bytes (parses them).
@@ -106,7 +108,8 @@ extension PolicyDecoder {
     mutating func script(_ root: YAMLNode) -> SimulationScript? {
         guard
             let fields = mappingFields(
-                root, "a simulation script", allowed: ["latency", "requests", "refresh", "reload", "seed", "tokens"])
+                root, "a simulation script",
+                allowed: ["latency", "requests", "refresh", "reload", "seed", "tokens"] + SimulationExpectations.scriptKeys)
         else { return nil }
         var script = SimulationScript()
         if let latency = fields.first(where: { $0.key == "latency" }) {
@@ -176,7 +179,9 @@ extension PolicyDecoder {
     }
 
     mutating func scriptRequest(_ node: YAMLNode) -> [SimulationScript.Request]? {
-        let keys = ["id", "at", "method", "path", "headers", "body", "repeat", "responses"]
+        let keys =
+            ["id", "at", "method", "path", "headers", "body", "repeat", "responses"]
+            + SimulationExpectations.requestKeys
         guard let fields = mappingFields(node, "a request", allowed: keys) else { return nil }
         var request = SimulationScript.Request(id: "")
         var count = 1

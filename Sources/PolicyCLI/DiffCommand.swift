@@ -1,0 +1,102 @@
+import Foundation
+import ResponsePolicy
+
+/// `policy diff [--format text|json] [--plugin KIND:NAME]... OLD NEW`: what a policy change does
+/// to behaviour, for review. Exit 0 when behaviour is the same, 1 when it differs.
+enum DiffCommand {
+    static let spec = CommandSpec(
+        name: "diff",
+        overview: "Show what changes in behaviour between two policies (not in text).",
+        usage: "policy diff [--format text|json] [--plugin KIND:NAME]... OLD NEW",
+        arguments: [("OLD", "The policy before the change."), ("NEW", "The policy after the change.")],
+        options: [
+            .init(names: ["--format"], valueName: "format", help: "text (default) or json."),
+            .init(
+                names: ["--plugin"], valueName: "kind:name", help: "Declare a host plugin. Repeatable.",
+                repeatable: true),
+        ],
+        exitCodes: [
+            (0, "the two policies behave the same"), (1, "behaviour differs"), (64, "usage error"),
+            (65, "a policy has errors (run 'policy lint')"), (66, "a policy cannot be read"),
+        ])
+
+    static func run(_ arguments: ParsedArguments, output: CommandOutput) throws(UsageError) -> Int32 {
+        let format = arguments.value("--format") ?? "text"
+        guard format == "text" || format == "json" else {
+            throw UsageError(message: "Unknown format '\(format)'; use text or json")
+        }
+        guard arguments.positional.count == 2 else {
+            throw UsageError(
+                message: arguments.positional.count < 2
+                    ? "Missing expected argument '\(arguments.positional.isEmpty ? "OLD" : "NEW")'"
+                    : "Unexpected argument '\(arguments.positional[2])'")
+        }
+        let catalog = try catalog(from: arguments.all("--plugin"))
+        var policies: [Policy] = []
+        for path in arguments.positional {
+            let (policy, code) = loadPolicy(path, catalog: catalog, output: output)
+            guard let policy else { return code == ExitCode.failure ? ExitCode.dataError : code }
+            policies.append(policy)
+        }
+        let diff = PolicyDiff(old: policies[0], new: policies[1])
+        if format == "json" {
+            output.stdout(json(diff) + "\n")
+        } else {
+            output.stdout(text(diff, old: arguments.positional[0], new: arguments.positional[1]))
+        }
+        return diff.changes.isEmpty ? ExitCode.success : ExitCode.failure
+    }
+
+    /// Changes grouped by scope, then by rule:
+    ///
+    ///     default (all other requests):
+    ///       retry.max-retries: 3 -> 5
+    ///       rule 'transient': when: status 503 -> status 502, 503
+    ///       refresh on: code 1401 -> code 1401, status 401
+    ///       worst case: 4 attempts, … -> 6 attempts, …
+    static func text(_ diff: PolicyDiff, old: String, new: String) -> String {
+        guard !diff.changes.isEmpty else { return "no change in behaviour between '\(old)' and '\(new)'\n" }
+        var out = ""
+        var scopes: [String] = []
+        for change in diff.changes where !scopes.contains(change.scope) { scopes.append(change.scope) }
+        for scope in scopes {
+            out += (scope == "default" ? "all other requests (top level)" : scope) + ":\n"
+            for change in diff.changes where change.scope == scope {
+                out += "  " + line(change) + "\n"
+            }
+        }
+        let count = diff.changes.count
+        out += "\(count) change\(count == 1 ? "" : "s") in behaviour\n"
+        return out
+    }
+
+    static func line(_ change: PolicyDiff.Change) -> String {
+        let from = change.old ?? "none"
+        let to = change.new ?? "none"
+        let rule = change.rule.map { "rule '\($0)': " } ?? ""
+        switch change.kind {
+        case .routeAdded: return "route added"
+        case .routeRemoved: return "route removed"
+        case .ruleAdded: return "rule '\(change.rule ?? "?")' added: \(to)"
+        case .ruleRemoved: return "rule '\(change.rule ?? "?")' removed: \(from)"
+        case .rule, .setting: return "\(rule)\(change.key): \(from) -> \(to)"
+        case .trigger:
+            let verb = ["refresh": "refreshes on", "logout": "logs out on", "retry": "retries on", "fail": "fails on"]
+            return "\(verb[change.key] ?? change.key): \(from) -> \(to)"
+        case .worstCase: return "worst case: \(from) -> \(to)"
+        }
+    }
+
+    static func json(_ diff: PolicyDiff) -> String {
+        let items = diff.changes.map { change in
+            JSONText.object([
+                ("kind", JSONText.string(change.kind.rawValue)), ("scope", JSONText.string(change.scope)),
+                ("rule", change.rule.map(JSONText.string) ?? "null"), ("key", JSONText.string(change.key)),
+                ("old", change.old.map(JSONText.string) ?? "null"), ("new", change.new.map(JSONText.string) ?? "null"),
+            ])
+        }
+        return JSONText.object([
+            ("same", diff.changes.isEmpty ? "true" : "false"), ("changes", "[" + items.joined(separator: ",") + "]"),
+        ])
+    }
+}

@@ -1,0 +1,27 @@
+import Foundation
+import ResponsePolicy
+
+/// `policy schema [--plugin KIND:NAME]...`: the JSON Schema of the policy file, for editors
+/// (`# yaml-language-server: $schema=…`) and for checking files where `policy` is not installed.
+enum SchemaCommand {
+    static let spec = CommandSpec(
+        name: "schema",
+        overview: "Print the JSON Schema (draft 2020-12) of the policy file, for editor completion.",
+        usage: "policy schema [--plugin KIND:NAME]...",
+        arguments: [],
+        options: [
+            .init(
+                names: ["--plugin"], valueName: "kind:name",
+                help: "Declare a host plugin so the schema offers its name. Repeatable.", repeatable: true)
+        ],
+        exitCodes: [(0, "the schema was printed"), (64, "usage error")])
+
+    static func run(_ arguments: ParsedArguments, output: CommandOutput) throws(UsageError) -> Int32 {
+        if let extra = arguments.positional.first {
+            throw UsageError(message: "Unexpected argument '\(extra)'")
+        }
+        let catalog = try catalog(from: arguments.all("--plugin"))
+        output.stdout(PolicySchema.json(catalog: catalog))
+        return ExitCode.success
+    }
+}

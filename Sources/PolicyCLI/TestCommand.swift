@@ -1,0 +1,237 @@
+import Foundation
+import ResponsePolicy
+
+/// `policy test [--format text|junit] [--policy FILE] [--plugin KIND:NAME]... PATH...`: runs
+/// simulation scripts that state what must happen and fails like a test runner when it does not.
+enum TestCommand {
+    static let spec = CommandSpec(
+        name: "test",
+        overview: "Run simulation scripts with expectations; exit 1 when one is not met.",
+        usage: "policy test [--format text|junit] [--policy FILE] [--plugin KIND:NAME]... PATH...",
+        arguments: [
+            (
+                "PATH",
+                "A script, or a folder searched for scripts (*.yaml, *.yml with 'requests:'); other YAML is skipped."
+            )
+        ],
+        options: [
+            .init(
+                names: ["--format"], valueName: "format",
+                help: "text (default) or junit (JUnit XML on stdout, for CI dashboards)."),
+            .init(
+                names: ["--policy"], valueName: "file",
+                help: "The policy for scripts that name none with 'policy:'."),
+            .init(
+                names: ["--plugin"], valueName: "kind:name", help: "Declare a host plugin. Repeatable.",
+                repeatable: true),
+        ],
+        exitCodes: [
+            (0, "every script met its expectations"), (1, "an expectation was not met, or a script is invalid"),
+            (64, "usage error"), (66, "a PATH cannot be read"),
+        ])
+
+    /// What one script produced.
+    struct Outcome {
+        var path: String
+        /// Problems that stopped the script from running (invalid script or policy, stall).
+        var errors: [String] = []
+        var failures: [ExpectationChecker.Failure] = []
+        var checked = 0
+        var seconds = 0.0
+        var passed: Bool { errors.isEmpty && failures.isEmpty }
+    }
+
+    static func run(_ arguments: ParsedArguments, output: CommandOutput) async throws(UsageError) -> Int32 {
+        let format = arguments.value("--format") ?? "text"
+        guard format == "text" || format == "junit" else {
+            throw UsageError(message: "Unknown format '\(format)'; use text or junit")
+        }
+        guard !arguments.positional.isEmpty else { throw UsageError(message: "Missing expected argument 'PATH'") }
+        let catalog = try catalog(from: arguments.all("--plugin"))
+        let fallbackPolicy = arguments.value("--policy")
+
+        var outcomes: [Outcome] = []
+        var unreadable = false
+        for path in arguments.positional {
+            switch LintCommand.expand(path) {
+            case .failure(let error):
+                output.stderr("error: cannot read '\(path)': \(error.reason)\n")
+                unreadable = true
+            case .success(let files):
+                let searched = files != [path]
+                for file in files {
+                    let bytes: [UInt8]
+                    do {
+                        bytes = try Policy.readFile(file, limits: .default)
+                    } catch {
+                        output.stderr("error: cannot read '\(file)': \(error.readReason)\n")
+                        unreadable = true
+                        continue
+                    }
+                    let parsed = Policy.parse(bytes: bytes, limits: .default)
+                    if searched, !SimulationScript.isScript(parsed.root) { continue }
+                    let outcome = await runScript(
+                        parsed, file: file, fallbackPolicy: fallbackPolicy, catalog: catalog)
+                    outcomes.append(outcome)
+                    if format == "text" { output.stdout(text(outcome)) }
+                }
+            }
+        }
+        let failed = outcomes.filter { !$0.passed }.count
+        if format == "junit" {
+            output.stdout(junit(outcomes))
+        } else {
+            func plural(_ n: Int, _ word: String) -> String { "\(n) \(word)\(n == 1 ? "" : "s")" }
+            output.stdout("\(plural(outcomes.count, "script")): \(outcomes.count - failed) passed, \(failed) failed\n")
+        }
+        if unreadable { return ExitCode.noInput }
+        if outcomes.isEmpty {
+            output.stderr("error: no simulation scripts found (a script has a top-level 'requests:')\n")
+            return ExitCode.failure
+        }
+        return failed > 0 ? ExitCode.failure : ExitCode.success
+    }
+
+    /// Checks, runs and judges one script, timing it for JUnit.
+    static func runScript(_ parsed: Policy.Parsed, file: String, fallbackPolicy: String?, catalog: PluginCatalog) async
+        -> Outcome
+    {
+        let start = ContinuousClock.now
+        var outcome = await judge(parsed, file: file, fallbackPolicy: fallbackPolicy, catalog: catalog)
+        outcome.seconds = (ContinuousClock.now - start).seconds
+        return outcome
+    }
+
+    static func judge(_ parsed: Policy.Parsed, file: String, fallbackPolicy: String?, catalog: PluginCatalog) async
+        -> Outcome
+    {
+        var outcome = Outcome(path: file)
+        guard SimulationScript.isScript(parsed.root) else {
+            outcome.errors.append(
+                "\(file):1:1: error: not a simulation script: it has no top-level 'requests:'")
+            return outcome
+        }
+        let (script, scriptDiagnostics) = SimulationScript.parse(parsed, file: file)
+        let (expectations, expectDiagnostics) = SimulationExpectations.parse(parsed, file: file)
+        let diagnostics = (scriptDiagnostics + expectDiagnostics).filter { $0.severity == .error }
+        outcome.errors += diagnostics.map(\.description)
+        guard let script, diagnostics.isEmpty else { return outcome }
+        if expectations.isEmpty {
+            outcome.errors.append(
+                "\(file):1:1: error: the script states no expectations; add 'expect:' to a request or at the top level")
+            return outcome
+        }
+        let directory = URL(fileURLWithPath: file).deletingLastPathComponent().path
+        @Sendable func relative(_ path: String) -> String {
+            path.hasPrefix("/") ? path : (directory == "." ? path : directory + "/" + path)
+        }
+        let policyPath: String
+        if let named = expectations.policy {
+            policyPath = relative(named)
+        } else if let fallbackPolicy {
+            policyPath = fallbackPolicy
+        } else {
+            outcome.errors.append(
+                "\(file):1:1: error: the script names no policy; add 'policy: PATH' (relative to the script) "
+                    + "or pass --policy")
+            return outcome
+        }
+        let policy: Policy
+        do {
+            policy = try Policy.load(path: policyPath, plugins: catalog)
+        } catch {
+            let at = expectations.policyRange.map { "\(file):\($0.start.line):\($0.start.column)" } ?? file
+            switch error {
+            case .unreadable(_, let reason):
+                outcome.errors.append("\(at): error: cannot read policy '\(policyPath)': \(reason)")
+            case .invalid(_, let found):
+                outcome.errors.append("\(at): error: policy '\(policyPath)' does not pass lint:")
+                outcome.errors += found.filter { $0.severity == .error }.prefix(10).map { "  " + $0.description }
+            }
+            return outcome
+        }
+        let result: Simulator.Result
+        do {
+            result = try await Simulator.run(policy: policy, script: script) { path throws(PolicyError) -> Policy in
+                try Policy.load(path: relative(path), plugins: catalog)
+            }
+        } catch {
+            outcome.errors.append("\(file):1:1: error: \(error)")
+            return outcome
+        }
+        var checker = ExpectationChecker(expectations)
+        for event in result.events { checker.observe(event) }
+        outcome.failures = checker.failures(summary: result.summary)
+        outcome.checked = expectations.requests.count + expectations.summary.count + expectations.events.count
+        return outcome
+    }
+
+    /// `PASS file (N expectations)`, or `FAIL file` and each failure with its context.
+    static func text(_ outcome: Outcome) -> String {
+        guard !outcome.passed else {
+            return "PASS \(outcome.path) (\(outcome.checked) expectation\(outcome.checked == 1 ? "" : "s"))\n"
+        }
+        return "FAIL \(outcome.path)\n" + details(outcome)
+    }
+
+    /// The failure lines: `FILE:LINE:COL: expected …, got …`, then the events that show where
+    /// the run diverged.
+    static func details(_ outcome: Outcome) -> String {
+        var out = outcome.errors.map { $0 + "\n" }.joined()
+        for failure in outcome.failures {
+            out += "\(outcome.path):\(failure.range.start.line):\(failure.range.start.column): \(failure.message)\n"
+            if !failure.context.isEmpty {
+                out += "  \(failure.contextTitle):\n"
+                for event in failure.context { out += "  " + SimulateCommand.text(event) + "\n" }
+            }
+        }
+        return out
+    }
+
+    /// JUnit XML: one test case per script, its failures in the case's `<failure>`.
+    static func junit(_ outcomes: [Outcome]) -> String {
+        let failed = outcomes.filter { !$0.passed }.count
+        let total = outcomes.reduce(0) { $0 + $1.seconds }
+        var out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+        out += "<testsuites tests=\"\(outcomes.count)\" failures=\"\(failed)\" time=\"\(time(total))\">\n"
+        out += "  <testsuite name=\"policy test\" tests=\"\(outcomes.count)\" failures=\"\(failed)\" errors=\"0\""
+        out += " time=\"\(time(total))\">\n"
+        for outcome in outcomes {
+            out += "    <testcase classname=\"policy-test\" name=\"\(xml(outcome.path))\" file=\"\(xml(outcome.path))\""
+            out += " time=\"\(time(outcome.seconds))\""
+            if outcome.passed {
+                out += "/>\n"
+                continue
+            }
+            let first =
+                outcome.errors.first ?? outcome.failures.first.map {
+                    "\(outcome.path):\($0.range.start.line):\($0.range.start.column): \($0.message)"
+                } ?? ""
+            out += ">\n      <failure message=\"\(xml(first))\">\(xml(details(outcome)))</failure>\n    </testcase>\n"
+        }
+        return out + "  </testsuite>\n</testsuites>\n"
+    }
+
+    static func time(_ seconds: Double) -> String { String(format: "%.3f", seconds) }
+
+    static func xml(_ text: String) -> String {
+        var out = ""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "&": out += "&amp;"
+            case "<": out += "&lt;"
+            case ">": out += "&gt;"
+            case "\"": out += "&quot;"
+            case "\n", "\t": out.unicodeScalars.append(scalar)
+            default:
+                // XML 1.0 has no place for other control characters, even escaped.
+                if scalar.value < 0x20 || scalar.value == 0xFFFE || scalar.value == 0xFFFF {
+                    out += "?"
+                } else {
+                    out.unicodeScalars.append(scalar)
+                }
+            }
+        }
+        return out
+    }
+}

@@ -1,0 +1,167 @@
+import Foundation
+import Testing
+
+@testable import PolicyCLI
+
+/// `policy diff`: behaviour, not text.
+/// Serialized: each test runs the binary, and a burst of parallel processes on a 2-core CI machine
+/// starves the real-time-sensitive scheduler suites.
+@Suite(.serialized)
+struct DiffCommandTests {
+    static let base = """
+        policy: 1
+        name: api
+        classify: { code: body.status }
+        rules:
+          - { name: expired, when: { code: [1401] }, then: refresh }
+          - { name: revoked, when: { code: [202] }, then: logout }
+          - { name: transient, when: { status: [503] }, then: retry }
+        refresh: { use: http, with: { url: "https://auth.example.com/refresh", token: body.token } }
+        retry: { max-retries: 3, initial: 1s, max-delay: 8s }
+
+        """
+
+    @Test func sameBehaviourWrittenDifferentlyIsNoChange() async throws {
+        let dir = try TemporaryDirectory()
+        try dir.write("old.yaml", Self.base)
+        // Key order, flow vs block style, comments, anchors and defaults written out.
+        try dir.write(
+            "new.yaml",
+            """
+            # reviewed
+            name: api
+            policy: 1
+            x-retry: &retry { initial: 1s, max-retries: 3, max-delay: 8s, backoff: exponential }
+            retry: *retry
+            refresh:
+              with: { token: body.token, url: "https://auth.example.com/refresh" }
+              use: http
+              timeout: 10s
+            classify:
+              code: body.status
+            rules:
+              - name: expired
+                when: { code: ["1401"] }
+                then: refresh
+              - { name: revoked, when: { code: [202] }, then: logout }
+              - { name: transient, when: { status: [503] }, then: retry }
+
+            """)
+        let result = try await runPolicyOffPool(["diff", "old.yaml", "new.yaml"], in: dir.url)
+        expectResult(result, stdout: "no change in behaviour between 'old.yaml' and 'new.yaml'\n", status: 0)
+        let json = try await runPolicyOffPool(["diff", "--format", "json", "old.yaml", "new.yaml"], in: dir.url)
+        expectResult(json, stdout: #"{"same":true,"changes":[]}"# + "\n", status: 0)
+    }
+
+    @Test func changedSettingsRulesTriggersAndWorstCaseAreListed() async throws {
+        let dir = try TemporaryDirectory()
+        try dir.write("old.yaml", Self.base)
+        try dir.write(
+            "new.yaml",
+            Self.base.replacingOccurrences(of: "max-retries: 3", with: "max-retries: 5")
+                .replacingOccurrences(of: "code: [202]", with: "code: [202, 203]")
+                .replacingOccurrences(
+                    of: "  - { name: transient, when: { status: [503] }, then: retry }",
+                    with: "  - { name: transient, when: { status: [503] }, then: { do: retry, max-retries: 1 } }\n"
+                        + "  - { name: busy, when: { status: [429] }, then: fail }"))
+        let result = try await runPolicyOffPool(["diff", "old.yaml", "new.yaml"], in: dir.url)
+        let expected = """
+            all other requests (top level):
+              retry.max-retries: 3 -> 5
+              rule 'revoked': when: code 202 -> code 202, 203
+              rule 'transient': retry.max-retries: 3 -> 1
+              rule 'busy' added: #4: status 429 -> fail
+              logs out on: code 202 -> code 202, code 203
+              fails on: none -> status 429
+              worst case: 5 attempts, waits 1s + 2s + 4s = 7s, total 67s (with Retry-After 84s) -> 3 attempts, waits 1s, total 41s (with Retry-After 48s)
+            7 changes in behaviour
+
+            """
+        expectResult(result, stdout: expected, status: 1)
+        let json = try await runPolicyOffPool(["diff", "--format", "json", "old.yaml", "new.yaml"], in: dir.url)
+        #expect(json.status == 1)
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
+        #expect(object["same"] as? Bool == false)
+        let changes = try #require(object["changes"] as? [[String: Any]])
+        #expect(changes.count == 7)
+        #expect(changes.first?["kind"] as? String == "setting")
+        #expect(changes.first?["key"] as? String == "retry.max-retries")
+        #expect(changes.first?["old"] as? String == "3")
+        #expect(changes.first?["new"] as? String == "5")
+    }
+
+    @Test func reorderingRulesChangesWhichMatchesFirst() async throws {
+        let dir = try TemporaryDirectory()
+        let old = """
+            policy: 1
+            name: api
+            rules:
+              - { name: unavailable, when: { status: [503] }, then: fail }
+              - { name: server, when: { status: ["500-599"] }, then: retry }
+
+            """
+        try dir.write("old.yaml", old)
+        let swapped = """
+            policy: 1
+            name: api
+            rules:
+              - { name: server, when: { status: ["500-599"] }, then: retry }
+              - { name: unavailable, when: { status: [503] }, then: fail }
+
+            """
+        try dir.write("new.yaml", swapped)
+        let result = try await runPolicyOffPool(["diff", "old.yaml", "new.yaml"], in: dir.url)
+        #expect(result.status == 1)
+        #expect(result.stdout.contains("  rule 'server': position: 2 -> 1\n"))
+        #expect(result.stdout.contains("  fails on: status 503 -> none\n"))
+        #expect(result.stdout.contains("  retries on: status 500, status 599 -> status 500, status 503, status 599\n"))
+    }
+
+    @Test func routesAreMatchedByWhatTheyMatchNotTheirPosition() async throws {
+        let dir = try TemporaryDirectory()
+        let routes = """
+            policy: 1
+            name: api
+            routes:
+              - { match: { path: "/a/*" }, rules: [] }
+              - { match: { path: "/b/*" }, retry: { max-retries: 1 } }
+
+            """
+        try dir.write("old.yaml", routes)
+        try dir.write(
+            "new.yaml",
+            """
+            policy: 1
+            name: api
+            routes:
+              - { match: { path: "/b/*" }, retry: { max-retries: 2 } }
+              - { match: { path: "/a/*" }, rules: [] }
+              - { match: { path: "/c/*", method: [POST] }, rules: [] }
+
+            """)
+        let result = try await runPolicyOffPool(["diff", "old.yaml", "new.yaml"], in: dir.url)
+        let expected = """
+            requests to /b/*:
+              retry.max-retries: 1 -> 2
+            POST requests to /c/*:
+              route added
+            2 changes in behaviour
+
+            """
+        expectResult(result, stdout: expected, status: 1)
+    }
+
+    @Test func invalidMissingAndUsage() async throws {
+        let dir = try TemporaryDirectory()
+        try dir.write("old.yaml", Self.base)
+        try dir.write("bad.yaml", "policy: 1\nname: Bad\n")
+        let invalid = try await runPolicyOffPool(["diff", "old.yaml", "bad.yaml"], in: dir.url)
+        #expect(invalid.status == 65)
+        #expect(invalid.stderr.contains("bad.yaml:2:7: error: "))
+        let missing = try await runPolicyOffPool(["diff", "old.yaml", "nope.yaml"], in: dir.url)
+        #expect(missing.status == 66)
+        let usage = try await runPolicyOffPool(["diff", "old.yaml"], in: dir.url)
+        #expect(usage.status == 64)
+        #expect(usage.stderr.hasPrefix("Error: Missing expected argument 'NEW'\n"))
+    }
+}
