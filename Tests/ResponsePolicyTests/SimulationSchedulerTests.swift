@@ -1,4 +1,5 @@
 import Foundation
+import TestGate
 import Testing
 
 @testable import ResponsePolicy
@@ -214,7 +215,10 @@ struct SimulationSchedulerTests {
     }
 
     /// Pins the executor-inheritance facts the engine design relies on (see ``SimulationScheduler``).
-    @Test func executorInheritance() async throws {
+    ///
+    /// Real time matters here: `Task {}` must get a slot in the global pool within the grace
+    /// period, so the test never runs beside the suites that saturate the pool.
+    @Test(.loadGate(.realTime)) func executorInheritance() async throws {
         let clock = VirtualClock()
         // `Task {}` and `Task.detached` run on the global pool; the body awaiting them is resumed from there, so give
         // that pool (slow under sanitizers) time before quiescence counts as a deadlock.
