@@ -14,11 +14,16 @@ public struct PluginSchema: Sendable, Hashable {
         public var type: OptionType
         public var required: Bool
         public var summary: String
-        public init(_ name: String, _ type: OptionType, required: Bool = false, _ summary: String = "") {
+        /// The texts the option may take; empty (any text) by default.
+        public var values: [String]
+        public init(
+            _ name: String, _ type: OptionType, required: Bool = false, _ summary: String = "", values: [String] = []
+        ) {
             self.name = name
             self.type = type
             self.required = required
             self.summary = summary
+            self.values = values
         }
     }
 
@@ -75,18 +80,33 @@ public struct PluginCatalog: Sendable, Hashable {
             "oauth2": PluginSchema(
                 [
                     .init("token-url", .url, required: true, "the token endpoint (RFC 6749 §3.2)"),
+                    .init(
+                        "grant", .string, "refresh_token (default), client_credentials or password",
+                        values: OAuth2Refresh.Grant.allCases.map(\.rawValue)),
                     .init("client-id", .string, required: true, "sent as client_id"),
                     .init("client-secret-env", .string, "the environment variable holding the client secret"),
+                    .init("client-secret-file", .string, "a file holding the client secret (mode 0600 or stricter)"),
+                    .init(
+                        "client-auth", .string, "client_secret_basic (default) or client_secret_post",
+                        values: OAuth2Refresh.ClientAuthentication.allCases.map(\.rawValue)),
                     .init("scope", .string, "sent as scope"),
+                    .init("audience", .string, "sent as audience"),
+                    .init("resource", .string, "sent as resource (RFC 8707)"),
+                    .init("username-env", .string, "the password grant: the environment variable holding the user name"),
+                    .init("password-env", .string, "the password grant: the environment variable holding the password"),
                 ],
-                forbiddenSecrets: ["client-secret": "client-secret-env"]),
+                forbiddenSecrets: [
+                    "client-secret": "client-secret-env", "password": "password-env", "username": "username-env",
+                ]),
             "http": PluginSchema(
                 [
                     .init("url", .url, required: true, "where the refresh request is POSTed"),
-                    .init("body", .stringMap, "JSON body fields; `{refresh_token}` is replaced by the refresh token"),
+                    .init(
+                        "body", .stringMap,
+                        "JSON body fields; `{refresh_token}`, `{env:NAME}` and `{file:PATH}` are replaced"),
                     .init(
                         "headers", .stringMap,
-                        "extra request headers; `{env:NAME}` is replaced by the environment variable NAME"),
+                        "extra request headers; `{refresh_token}`, `{env:NAME}` and `{file:PATH}` are replaced"),
                     .init("token", .valuePath, required: true, "where the new access token is, e.g. body.data.token"),
                     .init("refresh-token", .valuePath, "where a rotated refresh token is"),
                     .init("expires-in", .valuePath, "where the token's lifetime in seconds is"),
