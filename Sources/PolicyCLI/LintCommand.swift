@@ -1,12 +1,12 @@
 import Foundation
 import ResponsePolicy
 
-/// `policy lint [--format text|json] [--strict] [--plugin KIND:NAME]... PATH...`
+/// `policy lint [--format text|json] [--strict] [--check-env] [--plugin KIND:NAME]... PATH...`
 enum LintCommand {
     static let spec = CommandSpec(
         name: "lint",
         overview: "Check policy files for errors and risky settings.",
-        usage: "policy lint [--format text|json] [--strict] [--plugin KIND:NAME]... PATH...",
+        usage: "policy lint [--format text|json] [--strict] [--check-env] [--plugin KIND:NAME]... PATH...",
         arguments: [("PATH", "A policy file, or a folder searched for *.yaml and *.yml files.")],
         options: [
             .init(names: ["--format"], valueName: "format", help: "Output format: text (default) or json."),
@@ -18,6 +18,10 @@ enum LintCommand {
                 names: ["--plugin"], valueName: "kind:name",
                 help: "Declare a host plugin, like refresh:my-sso, so 'use:' may name it. Repeatable.",
                 repeatable: true),
+            .init(
+                names: ["--check-env"], valueName: nil,
+                help: "Also make each built-in plugin as the engine would here: report unset {env:} and *-env "
+                    + "variables, unreadable {file:} and *-file secrets, missing exec commands."),
         ])
 
     struct FileResult {
@@ -38,6 +42,7 @@ enum LintCommand {
         guard !arguments.positional.isEmpty else { throw UsageError(message: "Missing expected argument 'PATH'") }
         let catalog = try catalog(from: arguments.all("--plugin"))
         let strict = arguments.flags.contains("--strict")
+        let checkEnvironment = arguments.flags.contains("--check-env")
 
         var results: [FileResult] = []
         var unreadable: [(String, String)] = []
@@ -56,8 +61,14 @@ enum LintCommand {
                             continue
                         }
                         let analysis = Policy.analyze(parsed, file: file, catalog: catalog)
-                        results.append(
-                            FileResult(path: file, diagnostics: analysis.diagnostics, source: analysis.source))
+                        var diagnostics = analysis.diagnostics
+                        if checkEnvironment, let policy = analysis.policy {
+                            // Only what this program can make: host plugins are the host's to check.
+                            diagnostics += PluginRegistry().problems(in: policy, onlyRegistered: true)
+                                .map { $0.diagnostic(file: file) }
+                            diagnostics = diagnostics.sortedByPosition()
+                        }
+                        results.append(FileResult(path: file, diagnostics: diagnostics, source: analysis.source))
                     } catch {
                         if case .unreadable(_, let reason) = error { unreadable.append((file, reason)) }
                     }

@@ -75,6 +75,16 @@ public struct PluginCatalog: Sendable, Hashable {
         Self.builtins[kind]?[name] != nil
     }
 
+    /// The `exec` plugin's options, for refresh and logout alike.
+    static let execSchema = PluginSchema(
+        [
+            .init("command", .stringList, required: true, "the program and its arguments (no shell)"),
+            .init("timeout", .duration, "how long the command may run, 10s by default (5s for logout)"),
+            .init("env", .stringList, "the environment variables passed to it; none by default"),
+            .init(
+                "pass-refresh-token", .boolean, "whether stdin carries the refresh token, false by default"),
+        ])
+
     static let builtins: [PluginKind: [String: PluginSchema?]] = [
         .refresh: [
             "oauth2": PluginSchema(
@@ -111,6 +121,7 @@ public struct PluginCatalog: Sendable, Hashable {
                     .init("refresh-token", .valuePath, "where a rotated refresh token is"),
                     .init("expires-in", .valuePath, "where the token's lifetime in seconds is"),
                 ]),
+            "exec": execSchema,
         ],
         .authorize: [
             "bearer": PluginSchema.none,
@@ -124,6 +135,7 @@ public struct PluginCatalog: Sendable, Hashable {
         ],
         .logout: [
             "none": PluginSchema.none,
+            "exec": execSchema,
             "http": PluginSchema(
                 [
                     .init("url", .url, required: true, "where the logout request is POSTed"),
