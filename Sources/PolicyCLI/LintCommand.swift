@@ -6,7 +6,7 @@ enum LintCommand {
     static let spec = CommandSpec(
         name: "lint",
         overview: "Check policy files for errors and risky settings.",
-        usage: "policy lint [--format text|json] [--strict] [--check-env] [--plugin KIND:NAME]... PATH...",
+        usage: "policy lint [--format text|json] [--strict] [--plugin KIND:NAME]... PATH...",
         arguments: [("PATH", "A policy file, or a folder searched for *.yaml and *.yml files.")],
         options: [
             .init(names: ["--format"], valueName: "format", help: "Output format: text (default) or json."),

@@ -269,7 +269,16 @@ public final class PolicyEngine: Sendable {
                 refresh: options.refreshPlugin, logout: options.logoutPlugin, observers: options.observers))
     }
 
+    /// Hands `event` to the observers with the wall-clock time and, when it is about the request
+    /// whose task emits it, that request's method and path (see ``EmittingRequest``).
     func emit(_ event: PolicyEvent, _ runtime: PolicyRuntime) {
+        guard !runtime.observers.isEmpty else { return }
+        var event = event
+        event.date = clock.date
+        if event.request != nil, event.method == nil, let label = EmittingRequest.current {
+            event.method = label.method
+            event.path = label.path
+        }
         for observer in runtime.observers { observer.observe(event) }
     }
 
@@ -290,7 +299,14 @@ public final class PolicyEngine: Sendable {
         // cancellation (a transport must honour it); a park or an attempt in a task of its own
         // installs a handler for as long as it lasts. (One handler around the whole loop cost
         // 125 ns per send, most of it on requests that never wait.)
-        await drive(machine)
+        if machine.runtime.observers.isEmpty {
+            await drive(machine)
+        } else {
+            // Events carry the request's method and path; the refresh task it may start inherits them.
+            await EmittingRequest.$current.withValue(.init(method: machine.method, path: machine.path)) {
+                await drive(machine)
+            }
+        }
         return try outcome(of: machine)
     }
 
@@ -316,6 +332,8 @@ public final class PolicyEngine: Sendable {
             emit(runtime) {
                 var event = PolicyEvent(.outcome, time: now, request: context.id)
                 event.result = .loggedOut
+                event.method = request.method
+                event.path = request.path
                 return event
             }
             throw .loggedOut(until: until)
@@ -324,6 +342,8 @@ public final class PolicyEngine: Sendable {
             emit(runtime) {
                 var event = PolicyEvent(.outcome, time: now, request: context.id)
                 event.result = .cancelled
+                event.method = request.method
+                event.path = request.path
                 return event
             }
             throw .cancelled
@@ -345,6 +365,20 @@ public final class PolicyEngine: Sendable {
 
     /// Requests still registered or waiting on a refresh: zero once every `send` has returned.
     var leftovers: Int { state.withLock { $0.leftovers } }
+}
+
+/// The request whose task is running, for the `method` and `path` of the events it emits.
+///
+/// A task-local rather than a field on every event's construction: every event about a request
+/// is emitted from that request's task, or from the refresh task it started (which inherits task
+/// locals), so the engine's emission sites stay as they are. Bound only when someone observes.
+enum EmittingRequest {
+    struct Label: Sendable {
+        let method: String
+        let path: String
+    }
+
+    @TaskLocal static var current: Label?
 }
 
 /// One request's identity and the runtime it started under.

@@ -302,7 +302,7 @@ extension PolicyDecoder {
                 report(
                     .error(
                         "invalid-value",
-                        "'\(key)' must be \(option.values.map { "'\($0)'" }.joined(separator: ", ")), not '\(text.truncatedForMessage)'"
+                        "'\(key)' must be one of \(option.values.map { "'\($0)'" }.joined(separator: ", ")), not '\(text.truncatedForMessage)'"
                             + Suggestion.hint(for: text, in: option.values),
                         at: node.range))
             }

@@ -144,7 +144,13 @@ public struct PluginCatalog: Sendable, Hashable {
         ],
         .extract: [:],
         .observe: [
-            "log": PluginSchema([.init("level", .string, "info (default) or debug")])
+            "log": PluginSchema([
+                .init(
+                    "level", .string, "the lowest level written: debug, info (default), warning or error",
+                    values: PolicyEvent.Level.allCases.map(\.rawValue)),
+                .init(
+                    "format", .string, "json (default) or logfmt", values: PolicyEvent.LogFormat.allCases.map(\.rawValue)),
+            ])
         ],
         .store: [
             "memory": PluginSchema.none,
