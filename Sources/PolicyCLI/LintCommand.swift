@@ -19,6 +19,10 @@ enum LintCommand {
                 help: "Declare a host plugin, like refresh:my-sso, so 'use:' may name it. Repeatable.",
                 repeatable: true),
             .init(
+                names: ["--plugins"], valueName: "file",
+                help: "Declare the host plugins, with their option schemas, of a file written by "
+                    + "PluginRegistry.exportSchemas()."),
+            .init(
                 names: ["--check-env"], valueName: nil,
                 help: "Also make each built-in plugin as the engine would here: report unset {env:} and *-env "
                     + "variables, unreadable {file:} and *-file secrets, missing exec commands."),
@@ -40,7 +44,19 @@ enum LintCommand {
             return ExitCode.success
         }
         guard !arguments.positional.isEmpty else { throw UsageError(message: "Missing expected argument 'PATH'") }
-        let catalog = try catalog(from: arguments.all("--plugin"))
+        var catalog = try catalog(from: arguments.all("--plugin"))
+        if let schemas = arguments.value("--plugins") {
+            guard let text = try? String(contentsOfFile: schemas, encoding: .utf8) else {
+                output.stderr("error: cannot read '\(schemas)'\n")
+                return ExitCode.noInput
+            }
+            do {
+                try catalog.declare(schemasYAML: text, file: schemas)
+            } catch {
+                for diagnostic in error.diagnostics { output.stderr(diagnostic.description + "\n") }
+                throw UsageError(message: "The plugin schema file '\(schemas)' is not valid")
+            }
+        }
         let strict = arguments.flags.contains("--strict")
         let checkEnvironment = arguments.flags.contains("--check-env")
 
@@ -58,6 +74,13 @@ enum LintCommand {
                             results.append(
                                 FileResult(
                                     path: file, diagnostics: checkScript(parsed, file: file), source: parsed.source))
+                            continue
+                        }
+                        if PluginCatalog.isSchemaFile(parsed.root) {
+                            results.append(
+                                FileResult(
+                                    path: file, diagnostics: PluginCatalog.checkSchemaFile(bytes, file: file),
+                                    source: parsed.source))
                             continue
                         }
                         let analysis = Policy.analyze(parsed, file: file, catalog: catalog)
