@@ -184,7 +184,8 @@ enum LintCommand {
         return "\(plural(files, "file")) checked: \(plural(errors, "error")), \(plural(warnings, "warning"))"
     }
 
-    /// A file as itself; a folder as its *.yaml and *.yml files, recursively, sorted.
+    /// A file as itself; a folder as its *.yaml and *.yml files, recursively (hidden folders
+    /// skipped), sorted.
     static func expand(_ path: String) -> Result<[String], LintPathError> {
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
@@ -196,6 +197,8 @@ enum LintCommand {
         }
         var files: [String] = []
         while let entry = enumerator.nextObject() as? String {
+            // Hidden folders (.build, .git, .swiftpm) hold build products and tools' YAML, not policies.
+            if entry.split(separator: "/").contains(where: { $0.hasPrefix(".") }) { continue }
             guard entry.hasSuffix(".yaml") || entry.hasSuffix(".yml") else { continue }
             let full = path.hasSuffix("/") ? path + entry : path + "/" + entry
             var entryIsDirectory: ObjCBool = false

@@ -220,6 +220,8 @@ func yamlFiles(under folder: String) -> [String] {
     guard let enumerator = FileManager.default.enumerator(atPath: base.path) else { return [] }
     var files: [String] = []
     while let entry = enumerator.nextObject() as? String {
+        // As `policy lint` does: hidden folders (an example package's .build) hold no policies.
+        if entry.split(separator: "/").contains(where: { $0.hasPrefix(".") }) { continue }
         guard entry.hasSuffix(".yaml") || entry.hasSuffix(".yml") else { continue }
         var isDirectory: ObjCBool = false
         let full = base.appendingPathComponent(entry).path

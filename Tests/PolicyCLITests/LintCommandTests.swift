@@ -249,8 +249,8 @@ struct LintCommandTests {
         let undeclared = try runPolicy(["lint", "sso.yaml"], in: directory.url)
         expectResult(
             undeclared,
-            stdout: "sso.yaml:8:8: error: unknown refresh plugin 'my-sso' (known: exec, http, oauth2; declare a host plugin "
-                + "with --plugin refresh:my-sso) [unknown-plugin]\n1 file checked: 1 error, 0 warnings\n",
+            stdout: "sso.yaml:8:8: error: unknown refresh plugin 'my-sso' (known: exec, http, oauth2; "
+                + "declare a host plugin with --plugin refresh:my-sso) [unknown-plugin]\n1 file checked: 1 error, 0 warnings\n",
             status: 1)
         let declared = try runPolicy(["lint", "--plugin", "refresh:my-sso", "sso.yaml"], in: directory.url)
         expectResult(declared, stdout: "1 file checked: 0 errors, 0 warnings\n", status: 0)

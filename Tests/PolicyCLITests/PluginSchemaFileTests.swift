@@ -60,7 +60,9 @@ struct PluginSchemaFileTests {
             refresh: { use: my-sso, with: { realm: corp, mod: fast } }
             observe: [{ use: metrics, with: { anything: goes } }]
             """)
-        let declaredOnly = try runPolicy(["lint", "--plugin", "refresh:my-sso", "--plugin", "observe:metrics", policy.path])
+        let declaredOnly = try runPolicy([
+            "lint", "--plugin", "refresh:my-sso", "--plugin", "observe:metrics", policy.path,
+        ])
         #expect(declaredOnly.status == 0)  // a name alone lets the typo through
         let checked = try runPolicy(["lint", "--plugins", schemas.path, policy.path])
         expectResult(

@@ -68,7 +68,9 @@ struct CredentialPluginTests {
             ["grant": .string("password"), "username-env": .string("U"), "password-env": .string("P")],
             ["U": "alice", "P": "pa55 word"])
         #expect(plugin.canSignIn)
-        #expect(body(plugin.request(refreshToken: nil)) == "grant_type=password&username=alice&password=pa55+word&client_id=svc")
+        #expect(
+            body(plugin.request(refreshToken: nil))
+                == "grant_type=password&username=alice&password=pa55+word&client_id=svc")
         #expect(!"\(plugin)".contains("pa55"))
         var dumped = ""
         dump(plugin, to: &dumped)
@@ -128,7 +130,8 @@ struct CredentialPluginTests {
         try withDirectory { directory in
             let path = directory + "/secret"
             func read() throws(PluginError) -> String {
-                try SecretSource.file(path, configuration("oauth2", [:]), kind: .refresh, namedBy: "'client-secret-file'")
+                try SecretSource.file(
+                    path, configuration("oauth2", [:]), kind: .refresh, namedBy: "'client-secret-file'")
             }
             try Data("s3cret\n\n".utf8).write(to: URL(fileURLWithPath: path))
             chmod(path, 0o600)
@@ -176,7 +179,8 @@ struct CredentialPluginTests {
         let request = try plugin.request(for: nil)
         #expect(body(request) == #"{"nested":{"user":"alice"},"password":"x{refresh_token}y"}"#)
 
-        let refreshing = try HTTPRefresh(configuration: configuration(
+        let refreshing = try HTTPRefresh(
+            configuration: configuration(
                 "http", ["url": .string("https://api.example.com/refresh"), "token": .string("body.auth_token")]))
         #expect(!refreshing.canSignIn)
     }
@@ -195,7 +199,8 @@ struct CredentialPluginTests {
         var options = base
         options["pass-refresh-token"] = .bool(true)
         let passing = try ExecCommand(configuration("exec", options), kind: .refresh, defaultTimeout: .seconds(10))
-        let input = String(decoding: passing.input(kind: "refresh", reason: "sign-in", credentials: credentials), as: UTF8.self)
+        let input = String(
+            decoding: passing.input(kind: "refresh", reason: "sign-in", credentials: credentials), as: UTF8.self)
         #expect(input.contains(#""refresh_token":"rt-1""#))
         #expect(!input.contains("at-1"))
         #expect(
@@ -216,7 +221,8 @@ struct CredentialPluginTests {
 
     @Test func theExecCommandIsFoundInPathOrRefused() throws {
         let found = try ExecCommand(
-            configuration("exec", ["command": .list([.string("sh"), .string("-c"), .string("true")])], ["PATH": "/usr/bin:/bin"]),
+            configuration(
+                "exec", ["command": .list([.string("sh"), .string("-c"), .string("true")])], ["PATH": "/usr/bin:/bin"]),
             kind: .refresh, defaultTimeout: .seconds(10))
         #expect(found.arguments.first?.hasSuffix("/sh") == true)
         #expect(found.arguments.dropFirst() == ["-c", "true"])
@@ -227,7 +233,9 @@ struct CredentialPluginTests {
         }
         #expect(missing?.reason == "the command 'no-such-tool-xyz' is not found in PATH")
         let empty = #expect(throws: PluginError.self) {
-            try ExecCommand(configuration("exec", ["command": .string("get-token --x")]), kind: .refresh, defaultTimeout: .seconds(1))
+            try ExecCommand(
+                configuration("exec", ["command": .string("get-token --x")]), kind: .refresh,
+                defaultTimeout: .seconds(1))
         }
         #expect(empty?.reason == "the option 'command' must be a list: the program, then its arguments")
     }
@@ -238,19 +246,26 @@ struct CredentialPluginTests {
         let header = "policy: 1\nname: t\nrules: [{ when: { status: [401] }, then: refresh }]\n"
         #expect(
             renderedErrors(
-                header + "refresh: { use: oauth2, with: { token-url: \"https://a.example.com/t\", client-id: a, grant: client_credential } }\n")
+                header
+                    + "refresh: { use: oauth2, with: { token-url: \"https://a.example.com/t\", client-id: a, grant: client_credential } }\n"
+            )
                 == "test.yaml:4:92: error: 'grant' must be one of 'refresh_token', 'client_credentials', 'password', not "
                 + "'client_credential'; did you mean 'client_credentials'? [invalid-value]")
         #expect(
             renderedErrors(
-                header + "refresh: { use: oauth2, with: { token-url: \"https://a.example.com/t\", client-id: a, password: hunter2 } }\n")
+                header
+                    + "refresh: { use: oauth2, with: { token-url: \"https://a.example.com/t\", client-id: a, password: hunter2 } }\n"
+            )
                 == "test.yaml:4:85: error: 'password' would put a secret in the policy file; store it in an environment "
                 + "variable and name that with 'password-env' [secret-in-policy]")
         #expect(
             renderedErrors(header + "refresh: { use: exec, with: { command: /usr/bin/get-token, timeout: 10 } }\n")
                 .contains("[invalid-duration]"))
         #expect(
-            renderedErrors(header + "refresh: { use: exec, with: { command: [/usr/bin/get-token], env: [HOME], pass-refresh-token: true } }\n")
+            renderedErrors(
+                header
+                    + "refresh: { use: exec, with: { command: [/usr/bin/get-token], env: [HOME], pass-refresh-token: true } }\n"
+            )
                 == "")
         #expect(
             renderedErrors(

@@ -37,8 +37,10 @@ struct PolicyLogTests {
         options.observers = [events]
         options.environment = [:]
         let policy = try Policy.load(
-            yaml: Self.policy.replacingOccurrences(of: "client-id: app", with: "client-id: app, client-secret-env: NOPE"))
-        let engine = PolicyEngine(policy: policy, transport: RecordingTransport { _, _ in response("") }, options: options)
+            yaml: Self.policy.replacingOccurrences(
+                of: "client-id: app", with: "client-id: app, client-secret-env: NOPE"))
+        let engine = PolicyEngine(
+            policy: policy, transport: RecordingTransport { _, _ in response("") }, options: options)
         #expect(engine.problems.count == 1)
         let problem = try #require(events.events.first)
         #expect(problem.kind == .problem)

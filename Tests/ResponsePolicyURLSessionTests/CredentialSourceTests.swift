@@ -23,7 +23,11 @@ struct CredentialSourceTests {
             try await server.control(["token_delay": 0.3])
             let events = CredentialEventLog()
             let engine = try makeCredentialEngine(
-                clientCredentialsPolicy(server, extra: "scope: \"read write\"\n    audience: https://api.example.com\n    resource: https://api.example.com/v2"),
+                clientCredentialsPolicy(
+                    server,
+                    extra:
+                        "scope: \"read write\"\n    audience: https://api.example.com\n    resource: https://api.example.com/v2"
+                ),
                 environment: ["SVC_SECRET": Self.clientSecret], events: events)
             #expect(engine.problems.isEmpty)
 
@@ -49,12 +53,14 @@ struct CredentialSourceTests {
             try await server.control(["client_auth": "client_secret_post"])
             try await withSecretFile(Self.clientSecret + "\n") { path in
                 let engine = try makeCredentialEngine(
-                    clientCredentialsPolicy(server, secret: "client-secret-file: \(path)", extra: "client-auth: client_secret_post"),
+                    clientCredentialsPolicy(
+                        server, secret: "client-secret-file: \(path)", extra: "client-auth: client_secret_post"),
                     environment: [:], events: CredentialEventLog())
                 let response = try await engine.send(HTTPRequest(url: server.url("/api/x")))
                 #expect(response.status == 200)
                 let stats = try await server.stats()
-                #expect(stats.lastForm == ["grant_type": "client_credentials", "client_id": "svc", "authorization": "none"])
+                #expect(
+                    stats.lastForm == ["grant_type": "client_credentials", "client_id": "svc", "authorization": "none"])
             }
         }
     }
@@ -143,7 +149,10 @@ struct CredentialSourceTests {
                 yaml, environment: ["APP_USER": "alice", "APP_PASSWORD": Self.password], events: events)
             #expect(try await engine.send(HTTPRequest(url: server.url("/api/x"))).status == 200)
             let stats = try await server.stats()
-            #expect(stats.lastForm == ["grant_type": "password", "username": "alice", "client_id": "svc", "authorization": "none"])
+            #expect(
+                stats.lastForm == [
+                    "grant_type": "password", "username": "alice", "client_id": "svc", "authorization": "none",
+                ])
             #expect(stats.counters["token_calls"] == 1)
 
             let wrongEvents = CredentialEventLog()
@@ -252,7 +261,9 @@ struct CredentialSourceTests {
                         == #"{"version":1,"kind":"refresh","reason":"unauthorized","credentials":{"has_refresh_token":true}}"#
                         + "\n")
                 let environment = try String(contentsOfFile: directory + "/env.txt", encoding: .utf8)
-                    .split(separator: "\n").filter { !$0.hasPrefix("PWD=") && !$0.hasPrefix("SHLVL=") && !$0.hasPrefix("_=") }
+                    .split(separator: "\n").filter {
+                        !$0.hasPrefix("PWD=") && !$0.hasPrefix("SHLVL=") && !$0.hasPrefix("_=")
+                    }
                 #expect(environment == ["ALLOWED_ONE=yes", "HOME=/home/x"])
                 events.expectNoSecret(["exec-token-1", "old-refresh-token", "old-access-token"])
             }
@@ -275,7 +286,8 @@ struct CredentialSourceTests {
                 exit 3
                 """,
             reason:
-                "the credential command 'get-token' exited with status 3: error: token <redacted> rejected (<redacted>)"),
+                "the credential command 'get-token' exited with status 3: error: token <redacted> rejected (<redacted>)"
+        ),
         ExecFailure(
             name: "a command that hangs is killed at its timeout",
             body: "exec sleep 30", reason: "the credential command 'get-token' took longer than 500ms and was killed"),
@@ -483,7 +495,8 @@ private func sendExpectingError(_ engine: PolicyEngine, _ url: URL) async -> Pol
     }
 }
 
-private func sendAll(_ engine: PolicyEngine, _ url: URL, count: Int) async -> [Result<HTTPResponse, PolicyEngineError>] {
+private func sendAll(_ engine: PolicyEngine, _ url: URL, count: Int) async -> [Result<HTTPResponse, PolicyEngineError>]
+{
     await withTaskGroup(of: Result<HTTPResponse, PolicyEngineError>.self) { group in
         for _ in 0..<count {
             group.addTask {

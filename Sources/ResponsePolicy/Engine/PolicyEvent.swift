@@ -114,7 +114,8 @@ public struct PolicyEvent: Sendable, Hashable {
         if let reason { fields.append(("reason", reason, true)) }
         switch format {
         case .json:
-            return "{" + fields.map { Self.quote($0.0) + ":" + ($0.quoted ? Self.quote($0.1) : $0.1) }
+            return "{"
+                + fields.map { Self.quote($0.0) + ":" + ($0.quoted ? Self.quote($0.1) : $0.1) }
                 .joined(separator: ",") + "}"
         case .logfmt:
             return fields.map { $0.0 + "=" + Self.logfmtValue($0.1) }.joined(separator: " ")

@@ -334,7 +334,8 @@ extension PolicyDecoder {
             }
             for pair in pairs where key == "headers" {
                 guard let name = pair.key.scalar, let value = pair.value.scalar, Self.isCredentialHeader(name),
-                    !value.contains("{env:"), !value.contains("{file:"), !value.contains("{refresh_token}"), !value.contains("{access_token}")
+                    !value.contains("{env:"), !value.contains("{file:"), !value.contains("{refresh_token}"),
+                    !value.contains("{access_token}")
                 else { continue }
                 report(
                     .error(

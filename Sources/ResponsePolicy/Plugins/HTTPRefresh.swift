@@ -143,7 +143,8 @@ public struct HTTPRefresh: RefreshPlugin {
         var headerTemplates: [(name: String, value: TemplateText)] = []
         for name in headers.keys.sorted() {
             headerTemplates.append(
-                (name, try TemplateText(headers[name] ?? "", configuration, kind: .refresh, in: "the header '\(name)'")))
+                (name, try TemplateText(headers[name] ?? "", configuration, kind: .refresh, in: "the header '\(name)'"))
+            )
         }
         self.headerTemplates = headerTemplates
         (self.token, tokenText) = try path(token, "token")

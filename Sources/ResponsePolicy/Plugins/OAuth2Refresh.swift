@@ -180,7 +180,8 @@ public struct OAuth2Refresh: RefreshPlugin, CustomStringConvertible, CustomDebug
         case .clientCredentials:
             guard secret != nil else {
                 throw failure(
-                    "the client_credentials grant needs the client secret: give 'client-secret-env' or 'client-secret-file'")
+                    "the client_credentials grant needs the client secret: give 'client-secret-env' or 'client-secret-file'"
+                )
             }
         case .password:
             guard let userVariable = configuration.string("username-env"),

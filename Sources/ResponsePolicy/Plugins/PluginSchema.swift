@@ -102,7 +102,8 @@ public struct PluginCatalog: Sendable, Hashable {
                     .init("scope", .string, "sent as scope"),
                     .init("audience", .string, "sent as audience"),
                     .init("resource", .string, "sent as resource (RFC 8707)"),
-                    .init("username-env", .string, "the password grant: the environment variable holding the user name"),
+                    .init(
+                        "username-env", .string, "the password grant: the environment variable holding the user name"),
                     .init("password-env", .string, "the password grant: the environment variable holding the password"),
                 ],
                 forbiddenSecrets: [
@@ -149,7 +150,8 @@ public struct PluginCatalog: Sendable, Hashable {
                     "level", .string, "the lowest level written: debug, info (default), warning or error",
                     values: PolicyEvent.Level.allCases.map(\.rawValue)),
                 .init(
-                    "format", .string, "json (default) or logfmt", values: PolicyEvent.LogFormat.allCases.map(\.rawValue)),
+                    "format", .string, "json (default) or logfmt",
+                    values: PolicyEvent.LogFormat.allCases.map(\.rawValue)),
             ])
         ],
         .store: [

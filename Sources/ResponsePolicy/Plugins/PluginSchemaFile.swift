@@ -62,7 +62,8 @@ enum PluginSchemaFile {
                 if !schema.forbiddenSecrets.isEmpty {
                     out += "    secrets:\n"
                     for key in schema.forbiddenSecrets.keys.sorted() {
-                        out += "      \(PolicyEvent.quote(key)): \(PolicyEvent.quote(schema.forbiddenSecrets[key] ?? ""))\n"
+                        out +=
+                            "      \(PolicyEvent.quote(key)): \(PolicyEvent.quote(schema.forbiddenSecrets[key] ?? ""))\n"
                     }
                 }
             }
@@ -110,7 +111,9 @@ enum PluginSchemaFile {
                     continue
                 }
                 guard let fields = plugin.value.pairs else {
-                    report("plugin '\(name.truncatedForMessage)' must be 'any' or a mapping with 'options'", plugin.value.range)
+                    report(
+                        "plugin '\(name.truncatedForMessage)' must be 'any' or a mapping with 'options'",
+                        plugin.value.range)
                     continue
                 }
                 var options: [PluginSchema.Option] = []
