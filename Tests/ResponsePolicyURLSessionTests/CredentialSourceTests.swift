@@ -319,6 +319,33 @@ struct CredentialSourceTests {
         }
     }
 
+    @Test func anExecLogoutCommandRunsOnceWhenTheSessionEnds() async throws {
+        try await withCredentialServer { server in
+            try await withScripts { directory in
+                let refresh = try writeScript(directory, "get-token", "echo 'nope' >&2; exit 1")
+                let logout = try writeScript(directory, "revoke", "cat >> \"\(directory)/logout.json\"")
+                let yaml =
+                    execPolicy(server, command: "[\(refresh)]")
+                    + "\nlogout: { use: exec, with: { command: [\(logout)], timeout: 2s } }\n"
+                let engine = try makeCredentialEngine(
+                    yaml, environment: [:],
+                    credentials: MemoryCredentialStore(Credentials(accessToken: "old-access-token")),
+                    events: CredentialEventLog())
+                let error = await sendExpectingError(engine, server.url("/api/x"))
+                guard case .loggedOut? = error else {
+                    Issue.record("expected a logout, got \(String(describing: error))")
+                    return
+                }
+                await engine.waitForBackgroundWork()
+                let input = try String(contentsOfFile: directory + "/logout.json", encoding: .utf8)
+                #expect(
+                    input
+                        == #"{"version":1,"kind":"logout","reason":"refresh failed","credentials":{"has_refresh_token":false}}"#
+                        + "\n")
+            }
+        }
+    }
+
     @Test func aMissingExecCommandIsReportedAtStartAndByLintCheckEnv() async throws {
         try await withScripts { directory in
             let yaml = """
@@ -344,6 +371,53 @@ struct CredentialSourceTests {
                     == "\(path):5:8: error: refresh plugin 'exec' cannot be made: the command '\(directory)/no-such-tool' "
                     + "does not exist or is not executable [plugin-unavailable]\n1 file checked: 1 error, 0 warnings\n")
             #expect(try await runPolicy(["lint", path]).status == 0)
+        }
+    }
+
+    // MARK: - No secret in any output
+
+    /// `policy fetch --verbose` prints every event and the outcome; `policy lint --check-env`
+    /// prints why a plugin cannot be made. Secrets are planted where each credential source reads
+    /// them, and in what a failing command writes to stderr.
+    @Test func noPlantedSecretReachesTheCommandsOutput() async throws {
+        try await withCredentialServer { server in
+            try await server.control(["client_secret": "PLANTED-CLIENT-SECRET-77aa"])
+            try await withScripts { directory in
+                let policy = directory + "/service.yaml"
+                try Data(clientCredentialsPolicy(server).utf8).write(to: URL(fileURLWithPath: policy))
+                let url = server.url("/api/items").absoluteString
+                let good = try await runPolicy(
+                    ["fetch", "--verbose", "--policy", policy, url],
+                    environment: ["SVC_SECRET": "PLANTED-CLIENT-SECRET-77aa"])
+                #expect(good.status == 0, "\(good.stdout)\(good.stderr)")
+                let wrong = try await runPolicy(
+                    ["fetch", "--verbose", "--policy", policy, url], environment: ["SVC_SECRET": "PLANTED-WRONG-1234"])
+                #expect(wrong.status == 1)
+                #expect(wrong.stdout.contains("the token endpoint answered 401 (invalid_client)"), "\(wrong.stdout)")
+
+                let script = try writeScript(
+                    directory, "get-token", "echo 'denied: PLANTED-EXEC-TOKEN-0123456789abcdef' >&2; exit 4")
+                let execPolicyPath = directory + "/exec.yaml"
+                try Data(execPolicy(server, command: "[\(script)]", onFailure: "fail").utf8)
+                    .write(to: URL(fileURLWithPath: execPolicyPath))
+                let exec = try await runPolicy(["fetch", "--verbose", "--policy", execPolicyPath, url])
+                #expect(exec.status == 1)
+                #expect(exec.stdout.contains("exited with status 4: denied: <redacted>"), "\(exec.stdout)")
+
+                let secretFile = directory + "/secret"
+                try Data("PLANTED-FILE-SECRET-5511\n".utf8).write(to: URL(fileURLWithPath: secretFile))
+                chmod(secretFile, 0o640)
+                let filePolicy = directory + "/file.yaml"
+                try Data(clientCredentialsPolicy(server, secret: "client-secret-file: \(secretFile)").utf8)
+                    .write(to: URL(fileURLWithPath: filePolicy))
+                let lint = try await runPolicy(["lint", "--check-env", filePolicy])
+                #expect(lint.status == 1)
+                #expect(lint.stdout.contains("is readable by its group or others (mode 640)"))
+
+                for run in [good, wrong, exec, lint] {
+                    #expect(!(run.stdout + run.stderr).contains("PLANTED"), "\(run.stdout)\(run.stderr)")
+                }
+            }
         }
     }
 
