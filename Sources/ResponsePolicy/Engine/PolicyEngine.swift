@@ -302,12 +302,18 @@ public final class PolicyEngine: Sendable {
         if machine.runtime.observers.isEmpty {
             await drive(machine)
         } else {
-            // Events carry the request's method and path; the refresh task it may start inherits them.
-            await EmittingRequest.$current.withValue(.init(method: machine.method, path: machine.path)) {
-                await drive(machine)
-            }
+            await driveLabelled(machine)
         }
         return try outcome(of: machine)
+    }
+
+    /// `drive` with the request's method and path bound for the events it emits (the refresh task
+    /// it may start inherits them). Its own frame, so `send`'s stays as small as before.
+    @inline(never)
+    private func driveLabelled(_ machine: RequestMachine) async {
+        await EmittingRequest.$current.withValue(.init(method: machine.method, path: machine.path)) {
+            await drive(machine)
+        }
     }
 
     @inline(never)  // its temporaries stay out of `send`'s async frame

@@ -336,6 +336,8 @@ final class CommandRun: Sendable {
         } catch {
             return completion(Result(end: .failedToStart))
         }
+        // A cancel between taking the process and starting it found nothing running to kill.
+        if state.withLock({ $0.cancelled }) { kill(process.processIdentifier, SIGKILL) }
         // Our copies of the child's ends, so EOF arrives when the child (and its children) close theirs.
         try? stdout.fileHandleForWriting.close()
         try? stderr.fileHandleForWriting.close()
