@@ -295,6 +295,10 @@ struct CredentialSourceTests {
             name: "garbage on stdout", body: "echo 'this is not json'",
             reason: "the credential command's output is not a JSON object"),
         ExecFailure(
+            name: "garbage on stdout with a warning on stderr",
+            body: "echo 'warning: cached token ya29.a0AfH6SMBx3j9kLmNoPqRsTuVw expired' >&2; echo '<html>'",
+            reason: "the credential command's output is not a JSON object: warning: cached token <redacted> expired"),
+        ExecFailure(
             name: "JSON without an access token", body: #"echo '{"token":"x"}'"#,
             reason: "the credential command's output has no 'access_token'"),
         ExecFailure(

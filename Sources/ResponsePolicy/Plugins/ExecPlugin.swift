@@ -73,29 +73,29 @@ public struct ExecRefresh: RefreshPlugin, CustomStringConvertible {
     /// - Throws: ``RefreshFailure`` as described on the type; `CancellationError` when cancelled.
     public func refresh(_ context: RefreshContext) async throws -> Credentials {
         let input = command.input(kind: "refresh", reason: context.reason, credentials: context.credentials)
-        let output = try await command.run(input: input, credentials: context.credentials)
-        guard let object = TokenEndpoint.jsonObject(output) else {
-            throw RefreshFailure("the credential command's output is not a JSON object")
+        let (output, stderrLine) = try await command.run(input: input, credentials: context.credentials)
+        // Bad output is reported with what the command said on stderr, as a failed exit is.
+        func failure(_ text: String) -> RefreshFailure {
+            RefreshFailure("the credential command's " + text + (stderrLine.isEmpty ? "" : ": \(stderrLine)"))
         }
+        guard let object = TokenEndpoint.jsonObject(output) else { throw failure("output is not a JSON object") }
         guard let accessToken = object["access_token"] as? String, !accessToken.isEmpty else {
-            throw RefreshFailure("the credential command's output has no 'access_token'")
+            throw failure("output has no 'access_token'")
         }
         var refreshToken = context.credentials?.refreshToken
         if let value = object["refresh_token"], !(value is NSNull) {
-            guard let text = value as? String else {
-                throw RefreshFailure("the credential command's 'refresh_token' is not a text")
-            }
+            guard let text = value as? String else { throw failure("'refresh_token' is not a text") }
             if !text.isEmpty { refreshToken = text }
         }
         var expiresAt: Date?
         if let value = object["expires_in"], !(value is NSNull) {
             guard let seconds = TokenEndpoint.seconds(value) else {
-                throw RefreshFailure("the credential command's 'expires_in' is not a number of seconds")
+                throw failure("'expires_in' is not a number of seconds")
             }
             expiresAt = context.clock.date.addingTimeInterval(seconds)
         } else if let value = object["expires_at"], !(value is NSNull) {
             guard let text = value as? String, let date = ExecCommand.date(text) else {
-                throw RefreshFailure("the credential command's 'expires_at' is not an RFC 3339 time")
+                throw failure("'expires_at' is not an RFC 3339 time")
             }
             expiresAt = date
         }
@@ -220,11 +220,12 @@ struct ExecCommand: Sendable {
         return formatter.date(from: text)
     }
 
-    /// Runs the command with `input` on stdin; returns its stdout when it exits with status 0.
+    /// Runs the command with `input` on stdin; returns its stdout, and the first line of its
+    /// stderr redacted, when it exits with status 0.
     ///
     /// - Throws: ``RefreshFailure`` (start failure, timeout, non-zero status, too much output),
     ///   `CancellationError` when the task is cancelled (the process is killed).
-    func run(input: Data, credentials: Credentials?) async throws -> Data {
+    func run(input: Data, credentials: Credentials?) async throws -> (stdout: Data, stderrLine: String) {
         let run = CommandRun(self)
         let result = await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<CommandRun.Result, Never>) in
@@ -245,7 +246,7 @@ struct ExecCommand: Sendable {
         case .outputTooLarge: throw RefreshFailure(reason("wrote more than 1 MiB"))
         case .exited(let status) where status != 0: throw RefreshFailure(reason("exited with status \(status)"))
         case .signalled(let signal): throw RefreshFailure(reason("was killed by signal \(signal)"))
-        case .exited: return result.stdout
+        case .exited: return (result.stdout, redact(result.stderrFirstLine, credentials))
         }
     }
 
@@ -404,11 +405,16 @@ final class CommandRun: Sendable {
     /// without reading its input must not kill the host with SIGPIPE.
     private static func write(_ data: Data, to handle: FileHandle) {
         let thread = Thread {
-            var blocked = sigset_t()
-            sigemptyset(&blocked)
-            sigaddset(&blocked, SIGPIPE)
-            pthread_sigmask(SIG_BLOCK, &blocked, nil)
             let descriptor = handle.fileDescriptor
+            #if canImport(Darwin)
+                // Darwin has a per-descriptor switch (and no sigtimedwait).
+                _ = fcntl(descriptor, F_SETNOSIGPIPE, 1)
+            #else
+                var blocked = sigset_t()
+                sigemptyset(&blocked)
+                sigaddset(&blocked, SIGPIPE)
+                pthread_sigmask(SIG_BLOCK, &blocked, nil)
+            #endif
             data.withUnsafeBytes { bytes in
                 guard let base = bytes.baseAddress else { return }
                 var offset = 0
@@ -422,13 +428,15 @@ final class CommandRun: Sendable {
                 }
             }
             try? handle.close()
-            // Take a SIGPIPE this write raised, so it is not delivered to the process later.
-            var pending = sigset_t()
-            sigpending(&pending)
-            if sigismember(&pending, SIGPIPE) == 1 {
-                var zero = timespec(tv_sec: 0, tv_nsec: 0)
-                _ = sigtimedwait(&blocked, nil, &zero)
-            }
+            #if !canImport(Darwin)
+                // Take a SIGPIPE this write raised, so it is not delivered to the process later.
+                var pending = sigset_t()
+                sigpending(&pending)
+                if sigismember(&pending, SIGPIPE) == 1 {
+                    var zero = timespec(tv_sec: 0, tv_nsec: 0)
+                    _ = sigtimedwait(&blocked, nil, &zero)
+                }
+            #endif
         }
         thread.start()
     }
