@@ -281,3 +281,77 @@ struct CredentialPluginTests {
         try body(directory)
     }
 }
+
+/// Signing in when nothing is stored, on the virtual clock: one refresh for every request that
+/// starts together, no request sent unsigned, and a failed sign-in follows `on-failure`.
+struct SignInTests {
+    final class SigningIn: RefreshPlugin {
+        let calls = Locked(0)
+        let fails: Bool
+        init(fails: Bool = false) { self.fails = fails }
+        var canSignIn: Bool { true }
+        func refresh(_ context: RefreshContext) async throws -> Credentials {
+            let call = calls.withLock { count in
+                count += 1
+                return count
+            }
+            #expect(context.reason == "sign-in")
+            #expect(context.credentials == nil)
+            try await context.clock.sleep(until: context.clock.now + .milliseconds(100))  // virtual time
+            if fails { throw RefreshFailure("the token endpoint answered 401 (invalid_client)") }
+            return Credentials(accessToken: "token-\(call)")
+        }
+    }
+
+    static let policy = """
+        policy: 1
+        name: t
+        rules: [{ name: unauthorized, when: { status: [401] }, then: refresh }]
+        refresh: { use: oauth2, with: { token-url: "https://a.example.com/t", client-id: app }, on-failure: fail }
+        """
+
+    @Test func aHundredRequestsWithNothingStoredMakeOneSignIn() async throws {
+        let transport = RecordingTransport { request, _ in
+            request.headers["Authorization"] == "Bearer token-1" ? response("ok") : response("", status: 401)
+        }
+        let plugin = SigningIn()
+        let rig = try SimulatedEngine(Self.policy, transport: transport, refresh: plugin, credentials: nil)
+        let statuses = try await rig.run { engine in
+            await withTaskGroup(of: Int.self) { group in
+                for _ in 0..<100 {
+                    group.addTask { (try? await engine.send(HTTPRequest(url: testURL)).status) ?? 0 }
+                }
+                return await group.reduce(into: []) { $0.append($1) }
+            }
+        }
+        #expect(statuses == Array(repeating: 200, count: 100))
+        #expect(plugin.calls.withLock { $0 } == 1)
+        #expect(transport.requests.count == 100)
+        #expect(transport.requests.allSatisfy { $0.headers["Authorization"] == "Bearer token-1" })
+    }
+
+    @Test func aFailedSignInFailsTheRequestsWithoutSendingThem() async throws {
+        let transport = RecordingTransport { _, _ in response("ok") }
+        let plugin = SigningIn(fails: true)
+        let rig = try SimulatedEngine(Self.policy, transport: transport, refresh: plugin, credentials: nil)
+        let errors = try await rig.run { engine in
+            await withTaskGroup(of: PolicyEngineError?.self) { group in
+                for _ in 0..<10 {
+                    group.addTask {
+                        do throws(PolicyEngineError) {
+                            _ = try await engine.send(HTTPRequest(url: testURL))
+                            return nil
+                        } catch {
+                            return error
+                        }
+                    }
+                }
+                return await group.reduce(into: []) { $0.append($1) }
+            }
+        }
+        let expected = PolicyEngineError.refreshFailed(reason: "the token endpoint answered 401 (invalid_client)")
+        #expect(errors == Array(repeating: expected, count: 10))
+        #expect(plugin.calls.withLock { $0 } == 1)
+        #expect(transport.requests.isEmpty)
+    }
+}

@@ -236,11 +236,13 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         // With no credentials, a plugin that can sign in (client_credentials, a login) gets the
         // first token before the request goes out, rather than sending it unsigned.
         signingIn = credentials == nil && !skipProactive && plugins.signsIn
-        if signingIn
-            || (!skipProactive && scope.refreshAhead != nil && plugins.refresh != nil
-                && credentials?.expiresAt.map {
-                    $0.timeIntervalSince(engine.clock.date) < (scope.refreshAhead?.seconds ?? 0)
-                } == true)
+        if signingIn {
+            waitingFor = .refresh(proactive: true)
+            refreshRule = nil
+            return awaitRefresh(failedGeneration: generation, proactive: true)
+        }
+        if !skipProactive, let ahead = scope.refreshAhead, plugins.refresh != nil, let expiry = credentials?.expiresAt,
+            expiry.timeIntervalSince(engine.clock.date) < ahead.seconds
         {
             waitingFor = .refresh(proactive: true)
             refreshRule = nil
