@@ -375,6 +375,13 @@ struct CredentialSourceTests {
                     == "\(path):5:8: error: refresh plugin 'exec' cannot be made: the command '\(directory)/no-such-tool' "
                     + "does not exist or is not executable [plugin-unavailable]\n1 file checked: 1 error, 0 warnings\n")
             #expect(try await runPolicy(["lint", path]).status == 0)
+            // `policy fetch` says so before it sends anything.
+            let fetch = try await runPolicy(["fetch", "--policy", path, "http://127.0.0.1:\(try closedPort())/x"])
+            #expect(fetch.status == 1)
+            #expect(
+                fetch.stderr.hasPrefix(
+                    "\(path):5:8: error: refresh plugin 'exec' cannot be made: the command '\(directory)/no-such-tool' "
+                        + "does not exist or is not executable [plugin-unavailable]\n"), "\(fetch.stderr)")
         }
     }
 
