@@ -639,6 +639,8 @@ final class CredentialEventLog: PolicyObserver {
             for secret in secrets {
                 #expect(!event.jsonLine.contains(secret), "\(event.jsonLine)", sourceLocation: sourceLocation)
                 #expect(!"\(event)".contains(secret), sourceLocation: sourceLocation)
+                #expect(!event.logLine(.json).contains(secret), sourceLocation: sourceLocation)
+                #expect(!event.logLine(.logfmt).contains(secret), sourceLocation: sourceLocation)
             }
         }
     }
