@@ -164,8 +164,9 @@ extension PolicyEngine {
                 }
             }
             let timer = timers.schedule(at: clock.now + timeout) {
-                task.cancel()
+                // The timeout's reason first: the cancelled plugin's own "cancelled" must not win the race.
                 once.resume(.failure(RefreshFailure("the refresh took longer than \(timeout.policyText)")))
+                task.cancel()
             }
             timeoutTimer.withLock { $0 = timer }
         }
