@@ -76,6 +76,10 @@ enum FetchCommand {
         let registry = PluginRegistry()
         let engine = PolicyEngine(
             policy: policy, transport: URLSessionTransport(), plugins: registry, credentials: store, options: options)
+        // A plugin that cannot be made here (an unset variable, a missing command) fails every refresh: say so first.
+        for problem in engine.problems {
+            output.stderr(problem.diagnostic(file: invocation.policyPath).description + "\n")
+        }
         let started = ContinuousClock.now
         let results = await sendAll(invocation, engine: engine, recorder: recorder, output: output)
         let elapsed = ContinuousClock.now - started

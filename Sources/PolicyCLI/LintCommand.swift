@@ -1,8 +1,8 @@
 import Foundation
 import ResponsePolicy
 
-/// `policy lint [--format text|json|sarif|github] [--strict] [--disable RULE]... [--exclude GLOB]...
-/// [--plugin KIND:NAME]... PATH...`
+/// `policy lint [--format text|json|sarif|github] [--strict] [--check-env] [--disable RULE]...
+/// [--exclude GLOB]... [--plugin KIND:NAME]... [--plugins FILE] PATH...`
 enum LintCommand {
     static let spec = CommandSpec(
         name: "lint",
@@ -36,6 +36,14 @@ enum LintCommand {
                 names: ["--plugin"], valueName: "kind:name",
                 help: "Declare a host plugin, like refresh:my-sso, so 'use:' may name it. Repeatable.",
                 repeatable: true),
+            .init(
+                names: ["--plugins"], valueName: "file",
+                help: "Declare the host plugins, with their option schemas, of a file written by "
+                    + "PluginRegistry.exportSchemas()."),
+            .init(
+                names: ["--check-env"], valueName: nil,
+                help: "Also make each built-in plugin as the engine would here: report unset {env:} and *-env "
+                    + "variables, unreadable {file:} and *-file secrets, missing exec commands."),
         ],
         exitCodes: [
             (0, "no errors (warnings allowed unless --strict)"), (1, "errors found, or warnings with --strict"),
@@ -68,7 +76,19 @@ enum LintCommand {
             return ExitCode.success
         }
         guard !arguments.positional.isEmpty else { throw UsageError(message: "Missing expected argument 'PATH'") }
-        let catalog = try catalog(from: arguments.all("--plugin"))
+        var catalog = try catalog(from: arguments.all("--plugin"))
+        if let schemas = arguments.value("--plugins") {
+            guard let text = try? String(contentsOfFile: schemas, encoding: .utf8) else {
+                output.stderr("error: cannot read '\(schemas)'\n")
+                return ExitCode.noInput
+            }
+            do {
+                try catalog.declare(schemasYAML: text, file: schemas)
+            } catch {
+                for diagnostic in error.diagnostics { output.stderr(diagnostic.description + "\n") }
+                throw UsageError(message: "The plugin schema file '\(schemas)' is not valid")
+            }
+        }
         let strict = arguments.flags.contains("--strict")
         let known = knownRules
         var disabled = Set<String>()
@@ -83,6 +103,7 @@ enum LintCommand {
             disabled.insert(rule)
         }
         let excludes = arguments.all("--exclude").map(Glob.init)
+        let checkEnvironment = arguments.flags.contains("--check-env")
 
         var results: [FileResult] = []
         var unreadable: [(String, String)] = []
@@ -90,7 +111,10 @@ enum LintCommand {
         for path in arguments.positional {
             if path == "-" {
                 // Named, so never skipped: something that is not a policy is an error.
-                if let result = check(readStandardInput(), file: "<stdin>", named: true, catalog: catalog) {
+                if let result = check(
+                    readStandardInput(), file: "<stdin>", named: true, catalog: catalog,
+                    checkEnvironment: checkEnvironment)
+                {
                     results.append(result)
                 }
                 continue
@@ -102,7 +126,8 @@ enum LintCommand {
                 for file in files {
                     do {
                         let bytes = try Policy.readFile(file, limits: .default)
-                        if let result = check(bytes, file: file, named: named, catalog: catalog) {
+                        if let result = check(
+                            bytes, file: file, named: named, catalog: catalog, checkEnvironment: checkEnvironment) {
                             results.append(result)
                         } else {
                             skipped.append(file)
@@ -160,10 +185,16 @@ enum LintCommand {
 
     /// Checks one file's bytes as a script or a policy; `nil` for YAML that is clearly not a
     /// policy found by a folder search (a named one gets a `not-a-policy` error).
-    static func check(_ bytes: [UInt8], file: String, named: Bool, catalog: PluginCatalog) -> FileResult? {
+    static func check(
+        _ bytes: [UInt8], file: String, named: Bool, catalog: PluginCatalog, checkEnvironment: Bool = false
+    ) -> FileResult? {
         let parsed = Policy.parse(bytes: bytes, limits: .default)
         if SimulationScript.isScript(parsed.root) {
             return FileResult(path: file, diagnostics: checkScript(parsed, file: file), source: parsed.source)
+        }
+        if PluginCatalog.isSchemaFile(parsed.root) {
+            return FileResult(
+                path: file, diagnostics: PluginCatalog.checkSchemaFile(bytes, file: file), source: parsed.source)
         }
         if let foreign = foreignContent(firstDocument(bytes, parsed)) {
             guard named else { return nil }
@@ -174,7 +205,13 @@ enum LintCommand {
             return FileResult(path: file, diagnostics: [diagnostic], source: parsed.source)
         }
         let analysis = Policy.analyze(parsed, file: file, catalog: catalog)
-        return FileResult(path: file, diagnostics: analysis.diagnostics, source: analysis.source)
+        var diagnostics = analysis.diagnostics
+        if checkEnvironment, let policy = analysis.policy {
+            // Only what this program can make: host plugins are the host's to check.
+            diagnostics += PluginRegistry().problems(in: policy, onlyRegistered: true).map { $0.diagnostic(file: file) }
+            diagnostics = diagnostics.sortedByPosition()
+        }
+        return FileResult(path: file, diagnostics: diagnostics, source: analysis.source)
     }
 
     /// What a document that is clearly not a policy holds (`it has 'apiVersion', 'kind'`): a
@@ -271,7 +308,8 @@ enum LintCommand {
             + (suppressed > 0 ? ", \(suppressed) suppressed" : "")
     }
 
-    /// A file as itself; a folder as its *.yaml and *.yml files, recursively, sorted, without
+    /// A file as itself; a folder as its *.yaml and *.yml files, recursively (hidden folders
+    /// skipped), sorted, without
     /// those whose path in the folder (or a folder on the way, or the name) matches an exclude.
     static func expand(_ path: String, excluding excludes: [Glob] = []) -> Result<[String], LintPathError> {
         var isDirectory: ObjCBool = false
@@ -284,6 +322,8 @@ enum LintCommand {
         }
         var files: [String] = []
         while let entry = enumerator.nextObject() as? String {
+            // Hidden folders (.build, .git, .swiftpm) hold build products and tools' YAML, not policies.
+            if entry.split(separator: "/").contains(where: { $0.hasPrefix(".") }) { continue }
             guard entry.hasSuffix(".yaml") || entry.hasSuffix(".yml") else { continue }
             if isExcluded(entry, by: excludes) { continue }
             let full = path.hasSuffix("/") ? path + entry : path + "/" + entry

@@ -6,10 +6,10 @@ import Testing
 /// and its JSON must have every required result with sane fields. Timing is never asserted.
 @Suite(.loadGate(.saturating))
 struct BenchmarkSmokeTests {
-    @Test func quickRunReportsEveryResult() throws {
+    @Test func quickRunReportsEveryResult() async throws {
         let bench = try policyBinary.get().deletingLastPathComponent().appendingPathComponent("policy-bench")
         try #require(FileManager.default.isExecutableFile(atPath: bench.path), "build policy-bench first")
-        let result = try runExecutable(bench, ["--quick", "--json"], timeout: 120)
+        let result = try await runExecutable(bench, ["--quick", "--json"], timeout: 120)
         #expect(result.status == 0, "stderr: \(result.stderr)")
         let json = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
         let results = try #require(json["results"] as? [[String: Any]])

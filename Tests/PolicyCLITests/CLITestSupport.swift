@@ -114,8 +114,20 @@ private final class PipeDrain: Sendable {
 /// deadlocks on a full pipe. A child still running after `timeout` seconds is killed and the
 /// call throws ``CLITestError/timedOut(arguments:seconds:)``: a hang fails the test, it never
 /// stalls the suite.
-func runPolicy(_ arguments: [String], in directory: URL? = nil, timeout: Int = 20) throws -> CLIResult {
-    try runExecutable(try policyBinary.get(), arguments, in: directory, timeout: timeout)
+///
+/// The child runs on a thread of its own, never on one of the concurrency pool's few threads
+/// (2 on a 2-core CI machine): many tests blocked there starved the suites that need the pool to
+/// make progress, and the simulation scheduler's tests counted a pool that did not answer as a
+/// deadlock.
+func runPolicy(_ arguments: [String], in directory: URL? = nil, timeout: Int = 20) async throws -> CLIResult {
+    try await runExecutable(try policyBinary.get(), arguments, in: directory, timeout: timeout)
+}
+
+/// Runs `body`, which blocks, on a thread of its own and waits for it without holding a pool thread.
+func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread.detachNewThread { continuation.resume(with: Result { try body() }) }
+    }
 }
 
 /// ``runPolicy(_:in:timeout:)`` for any built executable of the package (`policy-bench`).
@@ -123,6 +135,14 @@ func runPolicy(_ arguments: [String], in directory: URL? = nil, timeout: Int = 2
 func runExecutable(
     _ executable: URL, _ arguments: [String], in directory: URL? = nil, timeout: Int = 20,
     environment: [String: String]? = nil
+) async throws -> CLIResult {
+    try await offPool {
+        try runExecutableBlocking(executable, arguments, in: directory, timeout: timeout, environment: environment)
+    }
+}
+
+private func runExecutableBlocking(
+    _ executable: URL, _ arguments: [String], in directory: URL?, timeout: Int, environment: [String: String]?
 ) throws -> CLIResult {
     let process = Process()
     process.executableURL = executable
@@ -223,6 +243,8 @@ func yamlFiles(under folder: String) -> [String] {
     guard let enumerator = FileManager.default.enumerator(atPath: base.path) else { return [] }
     var files: [String] = []
     while let entry = enumerator.nextObject() as? String {
+        // As `policy lint` does: hidden folders (an example package's .build) hold no policies.
+        if entry.split(separator: "/").contains(where: { $0.hasPrefix(".") }) { continue }
         guard entry.hasSuffix(".yaml") || entry.hasSuffix(".yml") else { continue }
         var isDirectory: ObjCBool = false
         let full = base.appendingPathComponent(entry).path

@@ -47,9 +47,9 @@ struct DiffCommandTests {
               - { name: transient, when: { status: [503] }, then: retry }
 
             """)
-        let result = try await runPolicyOffPool(["diff", "old.yaml", "new.yaml"], in: dir.url)
+        let result = try await runPolicy(["diff", "old.yaml", "new.yaml"], in: dir.url)
         expectResult(result, stdout: "no change in behaviour between 'old.yaml' and 'new.yaml'\n", status: 0)
-        let json = try await runPolicyOffPool(["diff", "--format", "json", "old.yaml", "new.yaml"], in: dir.url)
+        let json = try await runPolicy(["diff", "--format", "json", "old.yaml", "new.yaml"], in: dir.url)
         expectResult(json, stdout: #"{"same":true,"changes":[]}"# + "\n", status: 0)
     }
 
@@ -64,7 +64,7 @@ struct DiffCommandTests {
                     of: "  - { name: transient, when: { status: [503] }, then: retry }",
                     with: "  - { name: transient, when: { status: [503] }, then: { do: retry, max-retries: 1 } }\n"
                         + "  - { name: busy, when: { status: [429] }, then: fail }"))
-        let result = try await runPolicyOffPool(["diff", "old.yaml", "new.yaml"], in: dir.url)
+        let result = try await runPolicy(["diff", "old.yaml", "new.yaml"], in: dir.url)
         let expected = """
             all other requests (top level):
               retry.max-retries: 3 -> 5
@@ -78,7 +78,7 @@ struct DiffCommandTests {
 
             """
         expectResult(result, stdout: expected, status: 1)
-        let json = try await runPolicyOffPool(["diff", "--format", "json", "old.yaml", "new.yaml"], in: dir.url)
+        let json = try await runPolicy(["diff", "--format", "json", "old.yaml", "new.yaml"], in: dir.url)
         #expect(json.status == 1)
         let object = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
         #expect(object["same"] as? Bool == false)
@@ -110,7 +110,7 @@ struct DiffCommandTests {
 
             """
         try dir.write("new.yaml", swapped)
-        let result = try await runPolicyOffPool(["diff", "old.yaml", "new.yaml"], in: dir.url)
+        let result = try await runPolicy(["diff", "old.yaml", "new.yaml"], in: dir.url)
         #expect(result.status == 1)
         #expect(result.stdout.contains("  rule 'server': position: 2 -> 1\n"))
         #expect(result.stdout.contains("  fails on: status 503 -> none\n"))
@@ -139,7 +139,7 @@ struct DiffCommandTests {
               - { match: { path: "/c/*", method: [POST] }, rules: [] }
 
             """)
-        let result = try await runPolicyOffPool(["diff", "old.yaml", "new.yaml"], in: dir.url)
+        let result = try await runPolicy(["diff", "old.yaml", "new.yaml"], in: dir.url)
         let expected = """
             requests to /b/*:
               retry.max-retries: 1 -> 2
@@ -155,12 +155,12 @@ struct DiffCommandTests {
         let dir = try TemporaryDirectory()
         try dir.write("old.yaml", Self.base)
         try dir.write("bad.yaml", "policy: 1\nname: Bad\n")
-        let invalid = try await runPolicyOffPool(["diff", "old.yaml", "bad.yaml"], in: dir.url)
+        let invalid = try await runPolicy(["diff", "old.yaml", "bad.yaml"], in: dir.url)
         #expect(invalid.status == 65)
         #expect(invalid.stderr.contains("bad.yaml:2:7: error: "))
-        let missing = try await runPolicyOffPool(["diff", "old.yaml", "nope.yaml"], in: dir.url)
+        let missing = try await runPolicy(["diff", "old.yaml", "nope.yaml"], in: dir.url)
         #expect(missing.status == 66)
-        let usage = try await runPolicyOffPool(["diff", "old.yaml"], in: dir.url)
+        let usage = try await runPolicy(["diff", "old.yaml"], in: dir.url)
         #expect(usage.status == 64)
         #expect(usage.stderr.hasPrefix("Error: Missing expected argument 'NEW'\n"))
     }

@@ -19,9 +19,9 @@ struct GraphExplainCommandTests {
 
     // MARK: - graph
 
-    @Test func dotHasEveryNodeAndEdgeOfTheCompiledGraph() throws {
+    @Test func dotHasEveryNodeAndEdgeOfTheCompiledGraph() async throws {
         let policy = try Self.loadDefault()
-        let result = try runPolicy(["graph", Self.defaultPolicy])
+        let result = try await runPolicy(["graph", Self.defaultPolicy])
         #expect(result.status == 0)
         #expect(result.stderr == "")
         #expect(result.stdout.hasPrefix("digraph \"\(policy.name)\" {\n"))
@@ -40,8 +40,8 @@ struct GraphExplainCommandTests {
         }
     }
 
-    @Test func dotOfTheDefaultPolicyHasTheEscalationEdges() throws {
-        let result = try runPolicy(["graph", "--format", "dot", Self.defaultPolicy])
+    @Test func dotOfTheDefaultPolicyHasTheEscalationEdges() async throws {
+        let result = try await runPolicy(["graph", "--format", "dot", Self.defaultPolicy])
         #expect(result.status == 0)
         let lines = Set(result.stdoutLines)
         for expected in [
@@ -60,9 +60,9 @@ struct GraphExplainCommandTests {
         }
     }
 
-    @Test func mermaidHasEveryRuleAndTheEscalationEdges() throws {
+    @Test func mermaidHasEveryRuleAndTheEscalationEdges() async throws {
         let policy = try Self.loadDefault()
-        let result = try runPolicy(["graph", "--format", "mermaid", Self.defaultPolicy])
+        let result = try await runPolicy(["graph", "--format", "mermaid", Self.defaultPolicy])
         #expect(result.status == 0)
         #expect(result.stderr == "")
         #expect(result.stdout.hasPrefix("flowchart LR\n"))
@@ -80,30 +80,30 @@ struct GraphExplainCommandTests {
         }
     }
 
-    @Test func graphOfAnInvalidPolicyExitsOneWithDiagnosticsOnStderr() throws {
+    @Test func graphOfAnInvalidPolicyExitsOneWithDiagnosticsOnStderr() async throws {
         let directory = try TemporaryDirectory()
         try directory.write("bad.yaml", Self.invalid)
         for format in ["dot", "mermaid"] {
-            let result = try runPolicy(["graph", "--format", format, "bad.yaml"], in: directory.url)
+            let result = try await runPolicy(["graph", "--format", format, "bad.yaml"], in: directory.url)
             expectResult(result, stdout: "", stderr: Self.invalidReport, status: 1)
         }
     }
 
-    @Test func graphOfAMissingFileExits66() throws {
+    @Test func graphOfAMissingFileExits66() async throws {
         let directory = try TemporaryDirectory()
-        let result = try runPolicy(["graph", "missing.yaml"], in: directory.url)
+        let result = try await runPolicy(["graph", "missing.yaml"], in: directory.url)
         expectResult(result, stdout: "", stderr: "error: cannot read 'missing.yaml': no such file\n", status: 66)
     }
 
-    @Test func graphOfAFolderExits66() throws {
+    @Test func graphOfAFolderExits66() async throws {
         let directory = try TemporaryDirectory()
         try directory.makeFolder("folder")
-        let result = try runPolicy(["graph", "folder"], in: directory.url)
+        let result = try await runPolicy(["graph", "folder"], in: directory.url)
         expectResult(result, stdout: "", stderr: "error: cannot read 'folder': it is a directory\n", status: 66)
     }
 
-    @Test func graphWithAnUnknownFormatExits64() throws {
-        let result = try runPolicy(["graph", "--format", "svg", Self.defaultPolicy])
+    @Test func graphWithAnUnknownFormatExits64() async throws {
+        let result = try await runPolicy(["graph", "--format", "svg", Self.defaultPolicy])
         expectResult(
             result, stdout: "",
             stderr: usageError(
@@ -112,8 +112,8 @@ struct GraphExplainCommandTests {
             status: 64)
     }
 
-    @Test func graphTakesExactlyOneFile() throws {
-        let result = try runPolicy(["graph", Self.defaultPolicy, "policies/transient.yaml"])
+    @Test func graphTakesExactlyOneFile() async throws {
+        let result = try await runPolicy(["graph", Self.defaultPolicy, "policies/transient.yaml"])
         expectResult(
             result, stdout: "",
             stderr: usageError(
@@ -124,8 +124,8 @@ struct GraphExplainCommandTests {
 
     // MARK: - explain
 
-    @Test func explainOfTheDefaultPolicyStatesEveryRuleAndTheWorstCase() throws {
-        let result = try runPolicy(["explain", Self.defaultPolicy])
+    @Test func explainOfTheDefaultPolicyStatesEveryRuleAndTheWorstCase() async throws {
+        let result = try await runPolicy(["explain", Self.defaultPolicy])
         #expect(result.status == 0)
         #expect(result.stderr == "")
         let lines = result.stdoutLines
@@ -153,8 +153,8 @@ struct GraphExplainCommandTests {
         }
     }
 
-    @Test func explainOfTheTransientPolicyMatchesItsComment() throws {
-        let result = try runPolicy(["explain", "policies/transient.yaml"])
+    @Test func explainOfTheTransientPolicyMatchesItsComment() async throws {
+        let result = try await runPolicy(["explain", "policies/transient.yaml"])
         #expect(result.status == 0)
         #expect(result.stderr == "")
         #expect(
@@ -164,10 +164,10 @@ struct GraphExplainCommandTests {
                     + "the longest waits); the deadline is 70s."))
     }
 
-    @Test func explainListsWarningsAtTheEnd() throws {
+    @Test func explainListsWarningsAtTheEnd() async throws {
         let directory = try TemporaryDirectory()
         try directory.write("warn.yaml", LintCommandTests.warningsOnly)
-        let result = try runPolicy(["explain", "warn.yaml"], in: directory.url)
+        let result = try await runPolicy(["explain", "warn.yaml"], in: directory.url)
         #expect(result.status == 0)
         #expect(result.stderr == "")
         #expect(
@@ -178,21 +178,21 @@ struct GraphExplainCommandTests {
                     + "everything it does.\n"))
     }
 
-    @Test func explainOfAnInvalidPolicyExitsOne() throws {
+    @Test func explainOfAnInvalidPolicyExitsOne() async throws {
         let directory = try TemporaryDirectory()
         try directory.write("bad.yaml", Self.invalid)
-        let result = try runPolicy(["explain", "bad.yaml"], in: directory.url)
+        let result = try await runPolicy(["explain", "bad.yaml"], in: directory.url)
         expectResult(result, stdout: "", stderr: Self.invalidReport, status: 1)
     }
 
-    @Test func explainOfAMissingFileExits66() throws {
+    @Test func explainOfAMissingFileExits66() async throws {
         let directory = try TemporaryDirectory()
-        let result = try runPolicy(["explain", "missing.yaml"], in: directory.url)
+        let result = try await runPolicy(["explain", "missing.yaml"], in: directory.url)
         expectResult(result, stdout: "", stderr: "error: cannot read 'missing.yaml': no such file\n", status: 66)
     }
 
-    @Test func explainWithoutAFileExits64() throws {
-        let result = try runPolicy(["explain"])
+    @Test func explainWithoutAFileExits64() async throws {
+        let result = try await runPolicy(["explain"])
         expectResult(
             result, stdout: "",
             stderr: usageError(
@@ -207,7 +207,7 @@ struct GraphExplainCommandTests {
         ["graph", "--format", "mermaid", "policies/default.yaml"], ["lint", "--format", "json", "policies"],
     ])
     func binaryPrintsWhatTheCommandReturnsInProcess(_ arguments: [String]) async throws {
-        let binary = try runPolicy(arguments)
+        let binary = try await runPolicy(arguments)
         // The in-process run resolves relative paths against the test's working directory; use
         // absolute ones there and compare after mapping them back.
         let root = repositoryRoot.path + "/"

@@ -8,8 +8,8 @@ struct HelpAndUsageTests {
     static let subcommandNames = ["lint", "graph", "explain", "simulate", "fetch", "test", "diff", "schema"]
 
     @Test(arguments: [["--help"], ["-h"], ["help"], []])
-    func topLevelHelp(_ arguments: [String]) throws {
-        let result = try runPolicy(arguments)
+    func topLevelHelp(_ arguments: [String]) async throws {
+        let result = try await runPolicy(arguments)
         expectResult(result, stdout: PolicyCommand.top.helpText, status: 0)
         let lines = result.stdoutLines
         for section in ["OVERVIEW:", "USAGE:", "OPTIONS:", "SUBCOMMANDS:"] {
@@ -23,12 +23,12 @@ struct HelpAndUsageTests {
     }
 
     @Test(arguments: subcommandNames)
-    func subcommandHelpIsTheSameHoweverItIsAskedFor(_ name: String) throws {
+    func subcommandHelpIsTheSameHoweverItIsAskedFor(_ name: String) async throws {
         let spec = try #require(PolicyCommand.subcommands[name])
-        let viaHelp = try runPolicy(["help", name])
+        let viaHelp = try await runPolicy(["help", name])
         expectResult(viaHelp, stdout: spec.helpText, status: 0)
         for flag in ["--help", "-h"] {
-            let viaFlag = try runPolicy([name, flag])
+            let viaFlag = try await runPolicy([name, flag])
             expectResult(viaFlag, stdout: spec.helpText, status: 0)
         }
         let lines = viaHelp.stdoutLines
@@ -38,8 +38,8 @@ struct HelpAndUsageTests {
         #expect(!lines.contains("SUBCOMMANDS:"))
     }
 
-    @Test func lintHelpDocumentsEveryOption() throws {
-        let result = try runPolicy(["lint", "--help"])
+    @Test func lintHelpDocumentsEveryOption() async throws {
+        let result = try await runPolicy(["lint", "--help"])
         #expect(result.status == 0)
         #expect(result.stderr == "")
         let lines = result.stdoutLines
@@ -59,13 +59,13 @@ struct HelpAndUsageTests {
         }
     }
 
-    @Test func helpWinsOverOtherArguments() throws {
-        let result = try runPolicy(["lint", "missing.yaml", "--strict", "--help"])
+    @Test func helpWinsOverOtherArguments() async throws {
+        let result = try await runPolicy(["lint", "missing.yaml", "--strict", "--help"])
         expectResult(result, stdout: LintCommand.spec.helpText, status: 0)
     }
 
-    @Test func version() throws {
-        let result = try runPolicy(["--version"])
+    @Test func version() async throws {
+        let result = try await runPolicy(["--version"])
         expectResult(result, stdout: "policy 1.0.0 (schema 1)\n", status: 0)
     }
 
@@ -79,8 +79,8 @@ struct HelpAndUsageTests {
         Misspelling(typed: "lnt", meant: "lint"), Misspelling(typed: "explian", meant: "explain"),
         Misspelling(typed: "grpah", meant: "graph"), Misspelling(typed: "simulat", meant: "simulate"),
     ])
-    func unknownSubcommandSuggestsTheClosest(_ misspelling: Misspelling) throws {
-        let result = try runPolicy([misspelling.typed, "policies"])
+    func unknownSubcommandSuggestsTheClosest(_ misspelling: Misspelling) async throws {
+        let result = try await runPolicy([misspelling.typed, "policies"])
         expectResult(
             result, stdout: "",
             stderr: usageError(
@@ -89,24 +89,24 @@ struct HelpAndUsageTests {
             status: 64)
     }
 
-    @Test func unknownSubcommandFarFromAnyNameHasNoHint() throws {
-        let result = try runPolicy(["zzzzzzzzzz"])
+    @Test func unknownSubcommandFarFromAnyNameHasNoHint() async throws {
+        let result = try await runPolicy(["zzzzzzzzzz"])
         expectResult(
             result, stdout: "",
             stderr: usageError("Unknown subcommand 'zzzzzzzzzz'", usage: topUsage, help: "policy --help"),
             status: 64)
     }
 
-    @Test func helpForAnUnknownSubcommandExits64() throws {
-        let result = try runPolicy(["help", "bogus"])
+    @Test func helpForAnUnknownSubcommandExits64() async throws {
+        let result = try await runPolicy(["help", "bogus"])
         expectResult(
             result, stdout: "",
             stderr: usageError("Unknown subcommand 'bogus'", usage: topUsage, help: "policy --help"),
             status: 64)
     }
 
-    @Test func unknownTopLevelOptionExits64() throws {
-        let result = try runPolicy(["--foo"])
+    @Test func unknownTopLevelOptionExits64() async throws {
+        let result = try await runPolicy(["--foo"])
         expectResult(
             result, stdout: "",
             stderr: usageError("Unknown option '--foo'", usage: topUsage, help: "policy --help"),
@@ -114,19 +114,19 @@ struct HelpAndUsageTests {
     }
 
     @Test(arguments: ["lint", "graph", "explain"])
-    func unknownSubcommandOptionNamesTheSubcommandsHelp(_ name: String) throws {
+    func unknownSubcommandOptionNamesTheSubcommandsHelp(_ name: String) async throws {
         let spec = try #require(PolicyCommand.subcommands[name])
-        let result = try runPolicy([name, "--foo", "policies/default.yaml"])
+        let result = try await runPolicy([name, "--foo", "policies/default.yaml"])
         expectResult(
             result, stdout: "",
             stderr: usageError("Unknown option '--foo'", usage: spec.usage, help: "policy \(name) --help"),
             status: 64)
     }
 
-    @Test func doubleDashEndsOptions() throws {
+    @Test func doubleDashEndsOptions() async throws {
         let directory = try TemporaryDirectory()
         try directory.write("--strict", "policy: 1\nname: dashes\n")
-        let result = try runPolicy(["lint", "--", "--strict"], in: directory.url)
+        let result = try await runPolicy(["lint", "--", "--strict"], in: directory.url)
         expectResult(result, stdout: "1 file checked: 0 errors, 0 warnings\n", status: 0)
     }
 }

@@ -8,11 +8,11 @@ import Testing
 /// names an installed binary; `.ci/run` builds one with `scripts/install.sh` and sets it.
 @Suite(.enabled(if: installedBinary != nil, "set POLICY_INSTALLED_BINARY to a binary from scripts/install.sh"))
 struct InstalledBinaryTests {
-    func run(_ arguments: [String], in directory: URL) throws -> CLIResult {
-        try runExecutable(try #require(installedBinary), arguments, in: directory, timeout: 60, environment: [:])
+    func run(_ arguments: [String], in directory: URL) async throws -> CLIResult {
+        try await runExecutable(try #require(installedBinary), arguments, in: directory, timeout: 60, environment: [:])
     }
 
-    @Test func runsWithAnEmptyEnvironmentFromACleanFolder() throws {
+    @Test func runsWithAnEmptyEnvironmentFromACleanFolder() async throws {
         let dir = try TemporaryDirectory()
         let policy = try String(
             contentsOf: repositoryRoot.appendingPathComponent("policies/default.yaml"), encoding: .utf8)
@@ -23,30 +23,30 @@ struct InstalledBinaryTests {
         try dir.write(
             "script.yaml", script.replacingOccurrences(of: "../../policies/default.yaml", with: "policy.yaml"))
 
-        let version = try run(["--version"], in: dir.url)
+        let version = try await run(["--version"], in: dir.url)
         #expect(version.status == 0)
         #expect(version.stdout.hasPrefix("policy "))
 
-        let lint = try run(["lint", "policy.yaml"], in: dir.url)
+        let lint = try await run(["lint", "policy.yaml"], in: dir.url)
         #expect(lint.status == 0, "\(lint.stdout)\(lint.stderr)")
         #expect(lint.stdout == "1 file checked: 0 errors, 0 warnings\n")
 
-        let test = try run(["test", "script.yaml"], in: dir.url)
+        let test = try await run(["test", "script.yaml"], in: dir.url)
         #expect(test.status == 0, "\(test.stdout)\(test.stderr)")
 
-        let schema = try run(["schema"], in: dir.url)
+        let schema = try await run(["schema"], in: dir.url)
         #expect(schema.status == 0)
         #expect(try JSONSerialization.jsonObject(with: Data(schema.stdout.utf8)) is [String: Any])
 
-        let explain = try run(["explain", "policy.yaml"], in: dir.url)
+        let explain = try await run(["explain", "policy.yaml"], in: dir.url)
         #expect(explain.status == 0)
     }
 
     /// Only libyaml, libcurl and the C/C++ runtime: no Swift runtime library is loaded.
-    @Test func linksNoSwiftRuntimeDynamically() throws {
+    @Test func linksNoSwiftRuntimeDynamically() async throws {
         let binary = try #require(installedBinary)
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/ldd") else { return }
-        let result = try runExecutable(URL(fileURLWithPath: "/usr/bin/ldd"), [binary.path])
+        let result = try await runExecutable(URL(fileURLWithPath: "/usr/bin/ldd"), [binary.path])
         #expect(result.status == 0)
         #expect(!result.stdout.contains("libswift"), "\(result.stdout)")
         #expect(!result.stdout.contains("libFoundation"), "\(result.stdout)")

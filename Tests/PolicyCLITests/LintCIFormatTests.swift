@@ -30,7 +30,7 @@ struct LintCIFormatTests {
     @Test func jsonCarriesEndsDocumentationAndRelatedLocations() async throws {
         let dir = try TemporaryDirectory()
         try dir.write("p.yaml", Self.policy)
-        let result = try await runPolicyOffPool(["lint", "--format", "json", "p.yaml"], in: dir.url)
+        let result = try await runPolicy(["lint", "--format", "json", "p.yaml"], in: dir.url)
         #expect(result.status == 0)
         let diagnostics = try #require(try Self.json(result.stdout)["diagnostics"] as? [[String: Any]])
         let shadowed = try #require(diagnostics.first { $0["rule"] as? String == "shadowed-rule" })
@@ -48,7 +48,7 @@ struct LintCIFormatTests {
     @Test func sarifHasOneResultPerFindingWithRegionAndHelp() async throws {
         let dir = try TemporaryDirectory()
         try dir.write("p.yaml", Self.policy)
-        let result = try await runPolicyOffPool(["lint", "--format", "sarif", "p.yaml", "missing.yaml"], in: dir.url)
+        let result = try await runPolicy(["lint", "--format", "sarif", "p.yaml", "missing.yaml"], in: dir.url)
         #expect(result.status == 66)
         let sarif = try Self.json(result.stdout)
         #expect(sarif["version"] as? String == "2.1.0")
@@ -78,7 +78,7 @@ struct LintCIFormatTests {
     @Test func githubPrintsOneWorkflowCommandPerFinding() async throws {
         let dir = try TemporaryDirectory()
         try dir.write("p.yaml", Self.policy)
-        let result = try await runPolicyOffPool(["lint", "--format", "github", "p.yaml"], in: dir.url)
+        let result = try await runPolicy(["lint", "--format", "github", "p.yaml"], in: dir.url)
         let lines = result.stdoutLines
         #expect(
             lines[1]
@@ -112,7 +112,7 @@ struct LintCIFormatTests {
               initial: 1s  # policy-lint: disable=conflicting-codes errors are not suppressible
 
             """)
-        let result = try await runPolicyOffPool(["lint", "--strict", "p.yaml"], in: dir.url)
+        let result = try await runPolicy(["lint", "--strict", "p.yaml"], in: dir.url)
         let expected = """
             p.yaml:11:42: warning: the suppression of 'post-retried' is unused: line 11 has no such finding [unused-suppression]
             p.yaml:11:55: warning: the suppression names an unknown rule 'unknwn-rule' [unused-suppression]
@@ -128,7 +128,7 @@ struct LintCIFormatTests {
         try dir.write(
             "p.yaml",
             "policy: 1\nname: t\nretry: { max-retries: -1 }  # policy-lint: disable=invalid-value nope\n")
-        let result = try await runPolicyOffPool(["lint", "p.yaml"], in: dir.url)
+        let result = try await runPolicy(["lint", "p.yaml"], in: dir.url)
         #expect(result.status == 1)
         #expect(result.stdoutLines.contains { $0.contains("[invalid-value]") && $0.contains(": error: ") })
         #expect(
@@ -136,7 +136,7 @@ struct LintCIFormatTests {
                 $0.hasSuffix(
                     "'invalid-value' is an error and cannot be suppressed; fix the policy instead [unused-suppression]")
             })
-        let disable = try await runPolicyOffPool(["lint", "--disable", "invalid-value", "p.yaml"], in: dir.url)
+        let disable = try await runPolicy(["lint", "--disable", "invalid-value", "p.yaml"], in: dir.url)
         expectResult(
             disable, stdout: "",
             stderr: usageError(
@@ -147,10 +147,10 @@ struct LintCIFormatTests {
     @Test func disableSuppressesAWarningRuleEverywhere() async throws {
         let dir = try TemporaryDirectory()
         try dir.write("p.yaml", Self.policy)
-        let result = try await runPolicyOffPool(
+        let result = try await runPolicy(
             ["lint", "--strict", "--disable", "shadowed-rule", "--disable", "unbounded-backoff", "p.yaml"], in: dir.url)
         expectResult(result, stdout: "1 file checked: 0 errors, 0 warnings, 2 suppressed\n", status: 0)
-        let json = try await runPolicyOffPool(
+        let json = try await runPolicy(
             ["lint", "--format", "json", "--disable", "shadowed-rule", "p.yaml"], in: dir.url)
         #expect(try Self.json(json.stdout)["suppressed"] as? Int == 1)
     }
@@ -158,7 +158,7 @@ struct LintCIFormatTests {
     @Test func dashReadsStandardInput() async throws {
         let dir = try TemporaryDirectory()
         let input = try dir.write("in.yaml", Self.policy)
-        let result = try await runPolicyWithInputOffPool(["lint", "-"], input: input, in: dir.url)
+        let result = try await runPolicyWithInput(["lint", "-"], input: input, in: dir.url)
         #expect(result.status == 0)
         #expect(result.stdoutLines.first?.hasPrefix("<stdin>:5:31: warning: ") == true)
         #expect(result.stdoutLines.last == "1 file checked: 0 errors, 2 warnings")
@@ -171,7 +171,7 @@ struct LintCIFormatTests {
         try dir.write("conf/vendor/x.yaml", "policy: 1\nname: Bad\n")
         try dir.write("conf/k8s.yaml", "apiVersion: v1\nkind: A\n---\napiVersion: v1\nkind: B\n")
         try dir.write("conf/play.yml", "- hosts: all\n  tasks: []\n")
-        let searched = try await runPolicyOffPool(["lint", "conf"], in: dir.url)
+        let searched = try await runPolicy(["lint", "conf"], in: dir.url)
         expectResult(
             searched,
             stdout: "conf/vendor/x.yaml:2:7: error: policy name 'Bad' must use only lower-case letters, "
@@ -180,14 +180,14 @@ struct LintCIFormatTests {
                 "note: skipped '\($0)': not a policy (no 'policy:' key); use --exclude to silence this\n"
             }.joined(),
             status: 1)
-        let excluded = try await runPolicyOffPool(
+        let excluded = try await runPolicy(
             [
                 "lint", "--exclude", "vendor", "--exclude", "deploy.*", "--exclude", "k8s*", "--exclude", "*.yml",
                 "conf",
             ],
             in: dir.url)
         expectResult(excluded, stdout: "1 file checked: 0 errors, 0 warnings\n", status: 0)
-        let named = try await runPolicyOffPool(["lint", "conf/deploy.yaml"], in: dir.url)
+        let named = try await runPolicy(["lint", "conf/deploy.yaml"], in: dir.url)
         expectResult(
             named,
             stdout: "conf/deploy.yaml:1:1: error: this is not a policy file: it has no 'policy:' key and no policy "
@@ -195,12 +195,12 @@ struct LintCIFormatTests {
             status: 1)
         // A broken policy is still a policy: it gets the usual findings, not 'not-a-policy'.
         try dir.write("typo.yaml", "name: t\nrules: []\n")
-        let typo = try await runPolicyOffPool(["lint", "typo.yaml"], in: dir.url)
+        let typo = try await runPolicy(["lint", "typo.yaml"], in: dir.url)
         #expect(typo.stdout.contains("[missing-key]"))
     }
 
     @Test func helpListsExitCodes() async throws {
-        let result = try await runPolicyOffPool(["lint", "--help"])
+        let result = try await runPolicy(["lint", "--help"])
         #expect(result.stdout.contains("EXIT CODES:\n  0 "))
         #expect(result.stdout.contains("  66 "))
     }
@@ -219,20 +219,24 @@ struct LintCIFormatTests {
         for example in rule.triggering {
             let dir = try TemporaryDirectory()
             try dir.write("example.yaml", example)
-            let result = try await runPolicyOffPool(["lint", "example.yaml"], in: dir.url)
+            let result = try await runPolicy(["lint", "example.yaml"], in: dir.url)
             #expect(result.stdout.contains("[\(id)]"), "\(example)")
         }
         for example in rule.nonTriggering {
             let dir = try TemporaryDirectory()
             try dir.write("example.yaml", example)
-            let result = try await runPolicyOffPool(["lint", "example.yaml"], in: dir.url)
+            let result = try await runPolicy(["lint", "example.yaml"], in: dir.url)
             #expect(!result.stdout.contains("[\(id)]"), "\(example)")
         }
     }
 }
 
 /// ``runPolicy(_:in:timeout:)`` with a file as standard input.
-func runPolicyWithInput(_ arguments: [String], input: URL, in directory: URL) throws -> CLIResult {
+func runPolicyWithInput(_ arguments: [String], input: URL, in directory: URL) async throws -> CLIResult {
+    try await offPool { try runPolicyWithInputBlocking(arguments, input: input, in: directory) }
+}
+
+private func runPolicyWithInputBlocking(_ arguments: [String], input: URL, in directory: URL) throws -> CLIResult {
     let process = Process()
     process.executableURL = try policyBinary.get()
     process.arguments = arguments

@@ -83,10 +83,10 @@ struct LintCommandTests {
 
     // MARK: - Text format and exit codes
 
-    @Test func reportsEveryErrorSortedByPositionAndExitsOne() throws {
+    @Test func reportsEveryErrorSortedByPositionAndExitsOne() async throws {
         let directory = try TemporaryDirectory()
         try directory.write("bad.yaml", Self.severalErrors)
-        let result = try runPolicy(["lint", "bad.yaml"], in: directory.url)
+        let result = try await runPolicy(["lint", "bad.yaml"], in: directory.url)
         expectResult(
             result,
             stdout: (Self.severalErrorsReport + ["1 file checked: 5 errors, 0 warnings"]).joined(separator: "\n")
@@ -100,45 +100,45 @@ struct LintCommandTests {
         #expect(positions == positions.sorted { $0.lexicographicallyPrecedes($1) })
     }
 
-    @Test func warningsAloneExitZero() throws {
+    @Test func warningsAloneExitZero() async throws {
         let directory = try TemporaryDirectory()
         try directory.write("warn.yaml", Self.warningsOnly)
-        let result = try runPolicy(["lint", "warn.yaml"], in: directory.url)
+        let result = try await runPolicy(["lint", "warn.yaml"], in: directory.url)
         expectResult(
             result,
             stdout: (Self.warningsOnlyReport + ["1 file checked: 0 errors, 2 warnings"]).joined(separator: "\n") + "\n",
             status: 0)
     }
 
-    @Test func strictTurnsWarningsIntoExitOne() throws {
+    @Test func strictTurnsWarningsIntoExitOne() async throws {
         let directory = try TemporaryDirectory()
         try directory.write("warn.yaml", Self.warningsOnly)
-        let result = try runPolicy(["lint", "--strict", "warn.yaml"], in: directory.url)
+        let result = try await runPolicy(["lint", "--strict", "warn.yaml"], in: directory.url)
         expectResult(
             result,
             stdout: (Self.warningsOnlyReport + ["1 file checked: 0 errors, 2 warnings"]).joined(separator: "\n") + "\n",
             status: 1)
     }
 
-    @Test func strictOnACleanFileExitsZero() throws {
+    @Test func strictOnACleanFileExitsZero() async throws {
         let directory = try TemporaryDirectory()
         try directory.write("ok.yaml", Self.minimal)
-        let result = try runPolicy(["lint", "--strict", "ok.yaml"], in: directory.url)
+        let result = try await runPolicy(["lint", "--strict", "ok.yaml"], in: directory.url)
         expectResult(result, stdout: "1 file checked: 0 errors, 0 warnings\n", status: 0)
     }
 
-    @Test func severalFilesAreReportedInArgumentOrderWithOneSummary() throws {
+    @Test func severalFilesAreReportedInArgumentOrderWithOneSummary() async throws {
         let directory = try TemporaryDirectory()
         try directory.write("bad.yaml", Self.severalErrors)
         try directory.write("warn.yaml", Self.warningsOnly)
-        let result = try runPolicy(["lint", "warn.yaml", "bad.yaml"], in: directory.url)
+        let result = try await runPolicy(["lint", "warn.yaml", "bad.yaml"], in: directory.url)
         let lines = Self.warningsOnlyReport + Self.severalErrorsReport + ["2 files checked: 5 errors, 2 warnings"]
         expectResult(result, stdout: lines.joined(separator: "\n") + "\n", status: 1)
     }
 
     // MARK: - Folders and unreadable paths
 
-    @Test func folderIsSearchedRecursivelyForYamlAndYmlOnly() throws {
+    @Test func folderIsSearchedRecursivelyForYamlAndYmlOnly() async throws {
         let directory = try TemporaryDirectory()
         try directory.write("tree/a.yaml", Self.minimal)
         try directory.write("tree/sub/b.yml", Self.warningsOnly)
@@ -147,7 +147,7 @@ struct LintCommandTests {
         try directory.write("tree/sub/notes.json", "{ broken")
         try directory.write("tree/sub/policy.yaml.bak", "also: [not read")
         try directory.makeFolder("tree/folder.yaml")
-        let result = try runPolicy(["lint", "tree"], in: directory.url)
+        let result = try await runPolicy(["lint", "tree"], in: directory.url)
         let lines = [
             "tree/sub/b.yml:10:12: warning: 'POST' in 'methods' retries requests that may already have been applied; "
                 + "rely on an idempotency key instead [post-retried]",
@@ -161,9 +161,9 @@ struct LintCommandTests {
         expectResult(result, stdout: lines.joined(separator: "\n") + "\n", status: 1)
     }
 
-    @Test func missingPathExits66WithAMessageOnStderr() throws {
+    @Test func missingPathExits66WithAMessageOnStderr() async throws {
         let directory = try TemporaryDirectory()
-        let result = try runPolicy(["lint", "missing.yaml"], in: directory.url)
+        let result = try await runPolicy(["lint", "missing.yaml"], in: directory.url)
         expectResult(
             result,
             stdout: "0 files checked: 0 errors, 0 warnings\n",
@@ -171,10 +171,10 @@ struct LintCommandTests {
             status: 66)
     }
 
-    @Test func missingPathBesideAGoodFileStillExits66() throws {
+    @Test func missingPathBesideAGoodFileStillExits66() async throws {
         let directory = try TemporaryDirectory()
         try directory.write("ok.yaml", Self.minimal)
-        let result = try runPolicy(["lint", "ok.yaml", "missing.yaml"], in: directory.url)
+        let result = try await runPolicy(["lint", "ok.yaml", "missing.yaml"], in: directory.url)
         expectResult(
             result,
             stdout: "1 file checked: 0 errors, 0 warnings\n",
@@ -182,10 +182,10 @@ struct LintCommandTests {
             status: 66)
     }
 
-    @Test func folderWithoutYamlExits66() throws {
+    @Test func folderWithoutYamlExits66() async throws {
         let directory = try TemporaryDirectory()
         try directory.write("empty/readme.md", "# nothing to lint\n")
-        let result = try runPolicy(["lint", "empty"], in: directory.url)
+        let result = try await runPolicy(["lint", "empty"], in: directory.url)
         expectResult(
             result,
             stdout: "0 files checked: 0 errors, 0 warnings\n",
@@ -195,8 +195,8 @@ struct LintCommandTests {
 
     // MARK: - Usage errors
 
-    @Test func unknownOptionExits64WithUsageOnStderr() throws {
-        let result = try runPolicy(["lint", "--foo", "policies"])
+    @Test func unknownOptionExits64WithUsageOnStderr() async throws {
+        let result = try await runPolicy(["lint", "--foo", "policies"])
         expectResult(
             result, stdout: "",
             stderr: "Error: Unknown option '--foo'\nUsage: \(lintUsage)\n"
@@ -234,8 +234,8 @@ struct LintCommandTests {
     ]
 
     @Test(arguments: usageCases)
-    func usageErrorsExit64(_ usage: UsageCase) throws {
-        let result = try runPolicy(usage.arguments)
+    func usageErrorsExit64(_ usage: UsageCase) async throws {
+        let result = try await runPolicy(usage.arguments)
         expectResult(
             result, stdout: "", stderr: usageError(usage.message, usage: lintUsage, help: "policy lint --help"),
             status: 64)
@@ -243,36 +243,37 @@ struct LintCommandTests {
 
     // MARK: - Plugins
 
-    @Test func unknownPluginIsAnErrorUntilDeclared() throws {
+    @Test func unknownPluginIsAnErrorUntilDeclared() async throws {
         let directory = try TemporaryDirectory()
         try directory.write("sso.yaml", Self.hostPlugin)
-        let undeclared = try runPolicy(["lint", "sso.yaml"], in: directory.url)
+        let undeclared = try await runPolicy(["lint", "sso.yaml"], in: directory.url)
         expectResult(
             undeclared,
-            stdout: "sso.yaml:8:8: error: unknown refresh plugin 'my-sso' (known: http, oauth2; declare a host plugin "
-                + "with --plugin refresh:my-sso) [unknown-plugin]\n1 file checked: 1 error, 0 warnings\n",
+            stdout: "sso.yaml:8:8: error: unknown refresh plugin 'my-sso' (known: exec, http, oauth2; "
+                + "declare a host plugin with --plugin refresh:my-sso) [unknown-plugin]\n1 file checked: 1 error, 0 warnings\n",
             status: 1)
-        let declared = try runPolicy(["lint", "--plugin", "refresh:my-sso", "sso.yaml"], in: directory.url)
+        let declared = try await runPolicy(["lint", "--plugin", "refresh:my-sso", "sso.yaml"], in: directory.url)
         expectResult(declared, stdout: "1 file checked: 0 errors, 0 warnings\n", status: 0)
-        let inline = try runPolicy(["lint", "--plugin=refresh:my-sso", "--strict", "sso.yaml"], in: directory.url)
+        let inline = try await runPolicy(
+            ["lint", "--plugin=refresh:my-sso", "--strict", "sso.yaml"], in: directory.url)
         expectResult(inline, stdout: "1 file checked: 0 errors, 0 warnings\n", status: 0)
     }
 
-    @Test func pluginOfAnotherKindDoesNotCount() throws {
+    @Test func pluginOfAnotherKindDoesNotCount() async throws {
         let directory = try TemporaryDirectory()
         try directory.write("sso.yaml", Self.hostPlugin)
-        let result = try runPolicy(["lint", "--plugin", "logout:my-sso", "sso.yaml"], in: directory.url)
+        let result = try await runPolicy(["lint", "--plugin", "logout:my-sso", "sso.yaml"], in: directory.url)
         #expect(result.status == 1)
         #expect(result.stdoutLines.first?.hasSuffix("[unknown-plugin]") == true)
     }
 
     // MARK: - JSON
 
-    @Test func jsonHasTheDocumentedStructure() throws {
+    @Test func jsonHasTheDocumentedStructure() async throws {
         let directory = try TemporaryDirectory()
         try directory.write("bad.yaml", Self.severalErrors)
         try directory.write("warn.yaml", Self.warningsOnly)
-        let result = try runPolicy(["lint", "--format", "json", "bad.yaml", "warn.yaml"], in: directory.url)
+        let result = try await runPolicy(["lint", "--format", "json", "bad.yaml", "warn.yaml"], in: directory.url)
         #expect(result.status == 1)
         #expect(result.stderr == "")
         #expect(result.stdout.hasSuffix("}\n"))
@@ -315,17 +316,17 @@ struct LintCommandTests {
         #expect(asText == Self.severalErrorsReport + warningLines)
     }
 
-    @Test func jsonOfACleanFile() throws {
+    @Test func jsonOfACleanFile() async throws {
         let directory = try TemporaryDirectory()
         try directory.write("ok.yaml", Self.minimal)
-        let result = try runPolicy(["lint", "--format=json", "ok.yaml"], in: directory.url)
+        let result = try await runPolicy(["lint", "--format=json", "ok.yaml"], in: directory.url)
         expectResult(result, stdout: #"{"files":1,"errors":0,"warnings":0,"diagnostics":[]}"# + "\n", status: 0)
     }
 
-    @Test func jsonReportsAnUnreadablePathAsADiagnostic() throws {
+    @Test func jsonReportsAnUnreadablePathAsADiagnostic() async throws {
         let directory = try TemporaryDirectory()
         try directory.write("ok.yaml", Self.minimal)
-        let result = try runPolicy(["lint", "--format", "json", "missing.yaml", "ok.yaml"], in: directory.url)
+        let result = try await runPolicy(["lint", "--format", "json", "missing.yaml", "ok.yaml"], in: directory.url)
         #expect(result.status == 66)
         #expect(result.stderr == "")
         let object = try #require(
@@ -393,10 +394,10 @@ struct LintCommandTests {
     }
 
     @Test(arguments: hostileCases)
-    func hostileFileGivesOnePositionedErrorAndExitsOne(_ hostile: HostileCase) throws {
+    func hostileFileGivesOnePositionedErrorAndExitsOne(_ hostile: HostileCase) async throws {
         let directory = try TemporaryDirectory()
         try directory.write("hostile.yaml", bytes: Data(hostile.bytes))
-        let result = try runPolicy(["lint", "hostile.yaml"], in: directory.url)
+        let result = try await runPolicy(["lint", "hostile.yaml"], in: directory.url)
         expectResult(result, stdout: hostile.line + "\n1 file checked: 1 error, 0 warnings\n", status: 1)
     }
 
@@ -413,19 +414,19 @@ struct LintCommandTests {
             ("list", "x-list: [" + Array(repeating: "1", count: 100_000).joined(separator: ",") + "]"),
             ("mapping", "x-map: {" + (0..<50_000).map { "k\($0): 1" }.joined(separator: ",") + "}"),
         ])
-    func longCollectionsLintWithoutHanging(_ kind: String, _ line: String) throws {
+    func longCollectionsLintWithoutHanging(_ kind: String, _ line: String) async throws {
         let directory = try TemporaryDirectory()
         try directory.write("long.yaml", "policy: 1\nname: long-\(kind)\n" + line + "\n")
-        let result = try runPolicy(["lint", "long.yaml"], in: directory.url)
+        let result = try await runPolicy(["lint", "long.yaml"], in: directory.url)
         expectResult(result, stdout: "1 file checked: 0 errors, 0 warnings\n", status: 0)
     }
 
     @Test(arguments: hostileCases)
-    func hostileFileIsRefusedByGraphAndExplain(_ hostile: HostileCase) throws {
+    func hostileFileIsRefusedByGraphAndExplain(_ hostile: HostileCase) async throws {
         let directory = try TemporaryDirectory()
         try directory.write("hostile.yaml", bytes: Data(hostile.bytes))
         for command in ["graph", "explain"] {
-            let result = try runPolicy([command, "hostile.yaml"], in: directory.url)
+            let result = try await runPolicy([command, "hostile.yaml"], in: directory.url)
             expectResult(
                 result, stdout: "",
                 stderr: hostile.line

@@ -11,7 +11,7 @@ import Testing
 @Suite(.serialized)
 struct SchemaCommandTests {
     static func schema() async throws -> [String: Any] {
-        let result = try await runPolicyOffPool(["schema"])
+        let result = try await runPolicy(["schema"])
         #expect(result.status == 0)
         return try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
     }
@@ -20,7 +20,8 @@ struct SchemaCommandTests {
         path in
         guard let bytes = try? Data(contentsOf: repositoryRoot.appendingPathComponent(path)) else { return false }
         let parsed = Policy.parse(bytes: Array(bytes), limits: .default)
-        return !SimulationScript.isScript(parsed.root) && parsed.root?.pairs != nil
+        return !SimulationScript.isScript(parsed.root) && !PluginCatalog.isSchemaFile(parsed.root)
+            && parsed.root?.pairs != nil
     }
 
     @Test func shippedPoliciesValidate() async throws {
@@ -93,9 +94,9 @@ struct SchemaCommandTests {
     }
 
     @Test func declaredHostPluginsAreOffered() async throws {
-        let result = try await runPolicyOffPool(["schema", "--plugin", "refresh:my-sso"])
-        #expect(result.stdout.contains("\"a refresh plugin: http, my-sso, oauth2, or one the host registers\""))
-        let usage = try await runPolicyOffPool(["schema", "extra"])
+        let result = try await runPolicy(["schema", "--plugin", "refresh:my-sso"])
+        #expect(result.stdout.contains("\"a refresh plugin: exec, http, my-sso, oauth2, or one the host registers\""))
+        let usage = try await runPolicy(["schema", "extra"])
         #expect(usage.status == 64)
     }
 }

@@ -37,10 +37,10 @@ struct SecretRedactionCLITests {
     /// On a pipe (the binary run with its output captured) lint names the option and the fix,
     /// never the value, in both formats.
     @Test(arguments: ["text", "json"])
-    func lintOnAPipeReportsTheSecretWithoutItsValue(_ format: String) throws {
+    func lintOnAPipeReportsTheSecretWithoutItsValue(_ format: String) async throws {
         let directory = try TemporaryDirectory()
         try directory.write("secret.yaml", Self.secretPolicy)
-        let result = try runPolicy(["lint", "--format", format, "secret.yaml"], in: directory.url)
+        let result = try await runPolicy(["lint", "--format", format, "secret.yaml"], in: directory.url)
         let expected =
             format == "text"
             ? "secret.yaml:12:5: error: \(Self.message) [secret-in-policy]\n1 file checked: 1 error, 0 warnings\n"

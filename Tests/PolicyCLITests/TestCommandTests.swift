@@ -37,7 +37,7 @@ struct TestCommandTests {
         let dir = try TemporaryDirectory()
         try dir.write("policy.yaml", Self.policy)
         try dir.write("ok.yaml", Self.passing)
-        let result = try await runPolicyOffPool(["test", "ok.yaml"], in: dir.url)
+        let result = try await runPolicy(["test", "ok.yaml"], in: dir.url)
         expectResult(result, stdout: "PASS ok.yaml (7 expectations)\n1 script: 1 passed, 0 failed\n", status: 0)
     }
 
@@ -58,7 +58,7 @@ struct TestCommandTests {
                 - { request: a, event: refresh-start }
 
             """)
-        let result = try await runPolicyOffPool(["test", "bad.yaml"], in: dir.url)
+        let result = try await runPolicy(["test", "bad.yaml"], in: dir.url)
         let expected = """
             FAIL bad.yaml
             bad.yaml:5:13: request 'a': expected outcome 'delivered', got 'logged-out'; expected 2 attempts, got 1
@@ -92,7 +92,7 @@ struct TestCommandTests {
               - { id: a, responses: [{ status: 200, body: '{"status":0}' }], expect: failed }
 
             """)
-        let result = try await runPolicyOffPool(["test", "--format", "junit", "."], in: dir.url)
+        let result = try await runPolicy(["test", "--format", "junit", "."], in: dir.url)
         #expect(result.status == 1)
         #expect(
             result.stdout.hasPrefix(
@@ -109,7 +109,7 @@ struct TestCommandTests {
         try dir.write("policy.yaml", Self.policy)
         try dir.write("scripts/ok.yaml", Self.passing.replacingOccurrences(of: "policy.yaml", with: "../policy.yaml"))
         try dir.write("k8s.yaml", "apiVersion: v1\nkind: ConfigMap\n")
-        let result = try await runPolicyOffPool(["test", "."], in: dir.url)
+        let result = try await runPolicy(["test", "."], in: dir.url)
         expectResult(
             result, stdout: "PASS ./scripts/ok.yaml (7 expectations)\n1 script: 1 passed, 0 failed\n", status: 0)
     }
@@ -119,7 +119,7 @@ struct TestCommandTests {
         try dir.write("policy.yaml", Self.policy)
         try dir.write("nopolicy.yaml", "requests:\n  - { id: a, responses: [{ status: 200 }], expect: delivered }\n")
         try dir.write("noexpect.yaml", "policy: policy.yaml\nrequests:\n  - { id: a, responses: [{ status: 200 }] }\n")
-        let result = try await runPolicyOffPool(["test", "nopolicy.yaml", "noexpect.yaml"], in: dir.url)
+        let result = try await runPolicy(["test", "nopolicy.yaml", "noexpect.yaml"], in: dir.url)
         let expected = """
             FAIL nopolicy.yaml
             nopolicy.yaml:1:1: error: the script names no policy; add 'policy: PATH' (relative to the script) or pass --policy
@@ -129,7 +129,7 @@ struct TestCommandTests {
 
             """
         expectResult(result, stdout: expected, status: 1)
-        let withPolicy = try await runPolicyOffPool(["test", "--policy", "policy.yaml", "nopolicy.yaml"], in: dir.url)
+        let withPolicy = try await runPolicy(["test", "--policy", "policy.yaml", "nopolicy.yaml"], in: dir.url)
         expectResult(
             withPolicy, stdout: "PASS nopolicy.yaml (1 expectation)\n1 script: 1 passed, 0 failed\n", status: 0)
     }
@@ -141,7 +141,7 @@ struct TestCommandTests {
             "typo.yaml",
             "policy: policy.yaml\nrequests:\n  - { id: a, responses: [{ status: 200 }], expect: deliverd }\n"
                 + "expect:\n  summary: { refreshs: 1 }\n")
-        let result = try await runPolicyOffPool(["test", "typo.yaml"], in: dir.url)
+        let result = try await runPolicy(["test", "typo.yaml"], in: dir.url)
         let expected = """
             FAIL typo.yaml
             typo.yaml:3:52: error: 'expect' cannot be 'deliverd'; did you mean 'delivered'? [invalid-value]
@@ -151,19 +151,19 @@ struct TestCommandTests {
             """
         expectResult(result, stdout: expected, status: 1)
         // lint checks the same expectations.
-        let lint = try await runPolicyOffPool(["lint", "typo.yaml"], in: dir.url)
+        let lint = try await runPolicy(["lint", "typo.yaml"], in: dir.url)
         #expect(lint.status == 1)
         #expect(lint.stdout.contains("typo.yaml:3:52: error: 'expect' cannot be 'deliverd'"))
     }
 
     @Test func missingPathAndUsageErrors() async throws {
         let dir = try TemporaryDirectory()
-        let missing = try await runPolicyOffPool(["test", "nope.yaml"], in: dir.url)
+        let missing = try await runPolicy(["test", "nope.yaml"], in: dir.url)
         #expect(missing.status == 66)
         #expect(missing.stderr == "error: cannot read 'nope.yaml': no such file or directory\n")
-        let usage = try await runPolicyOffPool(["test"], in: dir.url)
+        let usage = try await runPolicy(["test"], in: dir.url)
         #expect(usage.status == 64)
-        let help = try await runPolicyOffPool(["test", "--help"], in: dir.url)
+        let help = try await runPolicy(["test", "--help"], in: dir.url)
         #expect(help.status == 0)
         #expect(help.stdout.contains("EXIT CODES:\n  0"))
     }
@@ -172,9 +172,9 @@ struct TestCommandTests {
         let dir = try TemporaryDirectory()
         try dir.write("policy.yaml", Self.policy)
         try dir.write("scripts/ok.yaml", Self.passing.replacingOccurrences(of: "policy.yaml", with: "../policy.yaml"))
-        let implicit = try await runPolicyOffPool(
+        let implicit = try await runPolicy(
             ["simulate", "--script", "scripts/ok.yaml", "--format", "json"], in: dir.url)
-        let explicit = try await runPolicyOffPool(
+        let explicit = try await runPolicy(
             ["simulate", "policy.yaml", "--script", "scripts/ok.yaml", "--format", "json"], in: dir.url)
         #expect(implicit.status == 0)
         #expect(implicit.stdout == explicit.stdout)
@@ -182,7 +182,7 @@ struct TestCommandTests {
     }
 
     @Test func shippedExamplesPass() async throws {
-        let result = try await runPolicyOffPool(["test", "examples/"], timeout: 120)
+        let result = try await runPolicy(["test", "examples/"], timeout: 120)
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
         #expect(result.stdout.hasSuffix(" passed, 0 failed\n"))
         #expect(!result.stdout.contains("FAIL"))

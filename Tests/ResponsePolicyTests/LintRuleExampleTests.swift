@@ -9,7 +9,10 @@ struct LintRuleExampleTests {
 
     @Test(arguments: descriptions)
     func triggeringExamplesReportTheRule(_ rule: LintRuleCase) {
-        #expect(!rule.description.triggering.isEmpty || rule.description.id == "file-too-large")
+        // plugin-unavailable depends on the environment, not the file: PluginProblemTests cover it.
+        #expect(
+            !rule.description.triggering.isEmpty || rule.description.id == "file-too-large"
+                || rule.description.id == "plugin-unavailable")
         for example in rule.description.triggering {
             let found = findings(example)
             #expect(

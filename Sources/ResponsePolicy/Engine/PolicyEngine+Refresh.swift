@@ -60,7 +60,9 @@ extension PolicyEngine {
             }
             return .failed(failure)
         case .start(let flight, let credentials):
-            startRefresh(flight, credentials: credentials, settings: settings, plugins: machine.plugins, context)
+            startRefresh(
+                flight, credentials: credentials, settings: settings, plugins: machine.plugins, context,
+                reason: machine.refreshReason)
             return nil
         }
     }
@@ -75,10 +77,11 @@ extension PolicyEngine {
     /// Starts the refresh task. It outlives the request that started it.
     private func startRefresh(
         _ flight: EngineState.Flight, credentials: Credentials?, settings: RefreshSettings,
-        plugins: PolicyRuntime.ScopePlugins, _ context: RequestContext
+        plugins: PolicyRuntime.ScopePlugins, _ context: RequestContext, reason: String
     ) {
         emit(PolicyEvent(.refreshStart, time: clock.now, request: context.id), context.runtime)
-        let refreshContext = RefreshContext(credentials: credentials, transport: transport, clock: clock)
+        let refreshContext = RefreshContext(
+            credentials: credentials, transport: transport, clock: clock, reason: reason)
         Task(executorPreference: options.taskExecutor) {
             let outcome = await self.callRefresh(plugins.refresh, refreshContext, timeout: settings.timeout)
             let now = self.clock.now
@@ -161,8 +164,9 @@ extension PolicyEngine {
                 }
             }
             let timer = timers.schedule(at: clock.now + timeout) {
-                task.cancel()
+                // The timeout's reason first: the cancelled plugin's own "cancelled" must not win the race.
                 once.resume(.failure(RefreshFailure("the refresh took longer than \(timeout.policyText)")))
+                task.cancel()
             }
             timeoutTimer.withLock { $0 = timer }
         }

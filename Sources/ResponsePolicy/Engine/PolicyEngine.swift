@@ -177,14 +177,64 @@ public final class PolicyEngine: Sendable {
         saveCredentials(runtime)
     }
 
+    /// Makes an engine, refusing a policy whose plugins cannot be made: an unset `{env:…}` or
+    /// `*-env` variable, an unreadable `{file:…}` or `*-file`, a missing `exec` command, a host
+    /// plugin that is not registered. Use it at start so a deployment mistake stops the service
+    /// instead of logging users out at the first refresh.
+    ///
+    /// ```swift
+    /// let engine = try PolicyEngine(checking: policy, transport: URLSessionTransport(), plugins: registry)
+    /// ```
+    ///
+    /// - Throws: ``PolicyError/invalid(file:diagnostics:)`` with one `plugin-unavailable` finding
+    ///   per plugin that could not be made (names of variables and files, never their values).
+    public convenience init(
+        checking policy: Policy, transport: any Transport, plugins: PluginRegistry = PluginRegistry(),
+        credentials: (any CredentialStore)? = nil, options: Options = Options()
+    ) throws(PolicyError) {
+        self.init(policy: policy, transport: transport, plugins: plugins, credentials: credentials, options: options)
+        let problems = self.problems
+        if !problems.isEmpty {
+            throw .invalid(file: policy.file, diagnostics: problems.map { $0.diagnostic(file: policy.file) })
+        }
+    }
+
+    /// The plugins of the running policy that could not be made; empty when all could. Each
+    /// was also reported as a `problem` event. Check it at start (or use ``init(checking:transport:plugins:credentials:options:)``):
+    ///
+    /// ```swift
+    /// for problem in engine.problems { logger.critical("\(problem)") }
+    /// precondition(engine.problems.isEmpty)
+    /// ```
+    public var problems: [PluginError] { state.withLock { $0.runtime.problems } }
+
     /// Runs new requests under `policy`; requests in flight finish under the one they started with.
-    public func reload(_ policy: Policy) {
+    /// A policy whose plugins cannot be made (see ``problems``) is refused: the running policy
+    /// stays and a `reload` event with `ok: false` is emitted.
+    ///
+    /// - Throws: ``PolicyError/invalid(file:diagnostics:)`` with `plugin-unavailable` findings.
+    public func reload(_ policy: Policy) throws(PolicyError) {
         let runtime = makeRuntime(policy)
+        guard runtime.problems.isEmpty else {
+            let error = PolicyError.invalid(
+                file: policy.file, diagnostics: runtime.problems.map { $0.diagnostic(file: policy.file) })
+            refused(error)
+            throw error
+        }
         state.withLock { $0.runtime = runtime }
         var event = PolicyEvent(.reload, time: clock.now)
         event.ok = true
         emit(event, runtime)
-        reportProblems(runtime)
+    }
+
+    /// Emits the `reload` event of a refused policy, under the running one.
+    private func refused(_ error: PolicyError) {
+        var event = PolicyEvent(.reload, time: clock.now)
+        event.ok = false
+        let errors = error.diagnostics.filter { $0.severity == .error }
+        event.reason =
+            errors.first.map { "\($0.range.start.line):\($0.range.start.column): \($0.message)" } ?? "\(error)"
+        emit(event, state.withLock { $0.runtime })
     }
 
     /// Loads and lints a policy file and runs new requests under it. A file with errors is
@@ -201,19 +251,15 @@ public final class PolicyEngine: Sendable {
 
     /// Reloads from whatever `load` produces; refused (with a `reload` event) when it throws.
     package func reload(loading load: () throws(PolicyError) -> Policy) throws(PolicyError) -> Policy {
+        let policy: Policy
         do {
-            let policy = try load()
-            reload(policy)
-            return policy
+            policy = try load()
         } catch {
-            var event = PolicyEvent(.reload, time: clock.now)
-            event.ok = false
-            let errors = error.diagnostics.filter { $0.severity == .error }
-            event.reason =
-                errors.first.map { "\($0.range.start.line):\($0.range.start.column): \($0.message)" } ?? "\(error)"
-            emit(event, state.withLock { $0.runtime })
+            refused(error)
             throw error
         }
+        try reload(policy)
+        return policy
     }
 
     func makeRuntime(_ policy: Policy) -> PolicyRuntime {
@@ -223,7 +269,16 @@ public final class PolicyEngine: Sendable {
                 refresh: options.refreshPlugin, logout: options.logoutPlugin, observers: options.observers))
     }
 
+    /// Hands `event` to the observers with the wall-clock time and, when it is about the request
+    /// whose task emits it, that request's method and path (see ``EmittingRequest``).
     func emit(_ event: PolicyEvent, _ runtime: PolicyRuntime) {
+        guard !runtime.observers.isEmpty else { return }
+        var event = event
+        event.date = clock.date
+        if event.request != nil, event.method == nil, let label = EmittingRequest.current {
+            event.method = label.method
+            event.path = label.path
+        }
         for observer in runtime.observers { observer.observe(event) }
     }
 
@@ -244,8 +299,21 @@ public final class PolicyEngine: Sendable {
         // cancellation (a transport must honour it); a park or an attempt in a task of its own
         // installs a handler for as long as it lasts. (One handler around the whole loop cost
         // 125 ns per send, most of it on requests that never wait.)
-        await drive(machine)
+        if machine.runtime.observers.isEmpty {
+            await drive(machine)
+        } else {
+            await driveLabelled(machine)
+        }
         return try outcome(of: machine)
+    }
+
+    /// `drive` with the request's method and path bound for the events it emits (the refresh task
+    /// it may start inherits them). Its own frame, so `send`'s stays as small as before.
+    @inline(never)
+    private func driveLabelled(_ machine: RequestMachine) async {
+        await EmittingRequest.$current.withValue(.init(method: machine.method, path: machine.path)) {
+            await drive(machine)
+        }
     }
 
     @inline(never)  // its temporaries stay out of `send`'s async frame
@@ -270,6 +338,8 @@ public final class PolicyEngine: Sendable {
             emit(runtime) {
                 var event = PolicyEvent(.outcome, time: now, request: context.id)
                 event.result = .loggedOut
+                event.method = request.method
+                event.path = request.path
                 return event
             }
             throw .loggedOut(until: until)
@@ -278,6 +348,8 @@ public final class PolicyEngine: Sendable {
             emit(runtime) {
                 var event = PolicyEvent(.outcome, time: now, request: context.id)
                 event.result = .cancelled
+                event.method = request.method
+                event.path = request.path
                 return event
             }
             throw .cancelled
@@ -299,6 +371,20 @@ public final class PolicyEngine: Sendable {
 
     /// Requests still registered or waiting on a refresh: zero once every `send` has returned.
     var leftovers: Int { state.withLock { $0.leftovers } }
+}
+
+/// The request whose task is running, for the `method` and `path` of the events it emits.
+///
+/// A task-local rather than a field on every event's construction: every event about a request
+/// is emitted from that request's task, or from the refresh task it started (which inherits task
+/// locals), so the engine's emission sites stay as they are. Bound only when someone observes.
+enum EmittingRequest {
+    struct Label: Sendable {
+        let method: String
+        let path: String
+    }
+
+    @TaskLocal static var current: Label?
 }
 
 /// One request's identity and the runtime it started under.

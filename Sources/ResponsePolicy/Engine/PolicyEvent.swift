@@ -1,3 +1,5 @@
+import Foundation
+
 /// Something the engine did, as `policy simulate --format json` prints it and observers see it.
 ///
 /// Events name requests, rules and actions and carry statuses and business codes; they never
@@ -34,11 +36,105 @@ public struct PolicyEvent: Sendable, Hashable {
     public var result: Result?
     /// A short explanation (why a request failed, why a reload was refused). Never a secret.
     public var reason: String?
+    /// The request's method, on events about a request (set by the engine when it emits them).
+    public var method: String?
+    /// The request's path, never its query or fragment (which may carry tokens).
+    public var path: String?
+    /// The wall-clock time of the event (the engine clock's `date`), beside ``time``.
+    public var date: Date?
+
+    /// How much an event matters to an operator, lowest first.
+    public enum Level: String, Sendable, Hashable, Comparable, CaseIterable {
+        case debug, info, warning, error
+
+        public static func < (a: Level, b: Level) -> Bool {
+            allCases.firstIndex(of: a) ?? 0 < allCases.firstIndex(of: b) ?? 0
+        }
+    }
+
+    /// The event's level: `debug` for each attempt's `send`, `response` and `wait`; `info` for
+    /// refreshes, accepted reloads, cancellations and delivered or cancelled outcomes; `warning`
+    /// for a failed refresh, a logout and a failed or logged-out outcome; `error` for a
+    /// `problem` and a refused reload (something an operator must fix).
+    public var level: Level {
+        switch kind {
+        case .send, .response, .wait: return .debug
+        case .cancel, .refreshStart: return .info
+        case .refreshEnd: return ok == false ? .warning : .info
+        case .reload: return ok == false ? .error : .info
+        case .logout: return .warning
+        case .problem: return .error
+        case .outcome:
+            switch result {
+            case .failed?, .loggedOut?: return .warning
+            default: return .info
+            }
+        }
+    }
 
     public init(_ kind: Kind, time: Duration, request: String? = nil) {
         self.kind = kind
         self.time = time
         self.request = request
+    }
+
+    /// How ``logLine(_:)`` writes an event.
+    public enum LogFormat: String, Sendable, Hashable, CaseIterable {
+        /// One JSON object per line, `time` and `level` first.
+        case json
+        /// `key=value` pairs (Heroku / Go `slog` text style), values quoted when they need it.
+        case logfmt
+    }
+
+    /// The event as one log line with the wall-clock time (ISO 8601, UTC, milliseconds), the
+    /// level, the request's method and path, and the fields of ``jsonLine``:
+    ///
+    /// ```
+    /// {"time":"2026-01-01T00:00:00.050Z","level":"info","t":0.05,"event":"refresh-end","request":"r1","method":"GET","path":"/profile","ok":true}
+    /// time=2026-01-01T00:00:00.050Z level=info t=0.05 event=refresh-end request=r1 method=GET path=/profile ok=true
+    /// ```
+    public func logLine(_ format: LogFormat) -> String {
+        var fields: [(String, String, quoted: Bool)] = []
+        if let date { fields.append(("time", Self.iso8601(date), true)) }
+        fields.append(("level", level.rawValue, true))
+        fields.append(("t", Self.seconds(time), false))
+        fields.append(("event", kind.rawValue, true))
+        if let request { fields.append(("request", request, true)) }
+        if let method { fields.append(("method", method, true)) }
+        if let path { fields.append(("path", path, true)) }
+        if let attempt { fields.append(("attempt", String(attempt), false)) }
+        if let status { fields.append(("status", String(status), false)) }
+        if let code { fields.append(("code", code, true)) }
+        if let error { fields.append(("error", error.rawValue, true)) }
+        if let rule { fields.append(("rule", rule, true)) }
+        if let action { fields.append(("action", action.rawValue, true)) }
+        if let ok { fields.append(("ok", String(ok), false)) }
+        if let delay { fields.append(("delay", Self.seconds(delay), false)) }
+        if let result { fields.append(("result", result.rawValue, true)) }
+        if let reason { fields.append(("reason", reason, true)) }
+        switch format {
+        case .json:
+            return "{"
+                + fields.map { Self.quote($0.0) + ":" + ($0.quoted ? Self.quote($0.1) : $0.1) }
+                .joined(separator: ",") + "}"
+        case .logfmt:
+            return fields.map { $0.0 + "=" + Self.logfmtValue($0.1) }.joined(separator: " ")
+        }
+    }
+
+    /// A logfmt value: bare when it has no space, quote, `=` or control character, else quoted.
+    static func logfmtValue(_ text: String) -> String {
+        let plain =
+            !text.isEmpty
+            && !text.unicodeScalars.contains { $0 == " " || $0 == "\"" || $0 == "=" || $0 == "\\" || $0.value < 0x20 }
+        return plain ? text : quote(text)
+    }
+
+    /// `2026-01-01T00:00:00.050Z`.
+    static func iso8601(_ date: Date) -> String {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        return formatter.string(from: date)
     }
 
     /// The event as one JSON object, keys in a fixed order:

@@ -10,6 +10,8 @@ final class PolicyRuntime: Sendable {
         let refresh: Result<any RefreshPlugin, PluginError>?
         let logout: any LogoutPlugin
         let extractor: (any CodeExtractor)?
+        /// Whether the refresh plugin can get credentials when there are none.
+        let signsIn: Bool
 
         init(
             authorize: (any AuthorizePlugin)?, refresh: Result<any RefreshPlugin, PluginError>?,
@@ -19,6 +21,7 @@ final class PolicyRuntime: Sendable {
             self.refresh = refresh
             self.logout = logout
             self.extractor = extractor
+            if case .success(let plugin)? = refresh { signsIn = plugin.canSignIn } else { signsIn = false }
         }
     }
 

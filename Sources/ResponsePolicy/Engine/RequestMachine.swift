@@ -94,6 +94,16 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
     var signedGeneration: UInt64 = 0
     /// The proactive refresh for this turn of the loop is done.
     var skipProactive = false
+    /// The proactive refresh awaited gets the first credentials (there were none): its failure
+    /// follows the failure edges, since there is no token to send instead.
+    var signingIn = false
+
+    /// Why this request asks for a refresh, for the refresh plugin (``RefreshContext/reason``).
+    var refreshReason: String {
+        if signingIn { return "sign-in" }
+        if case .refresh(proactive: true) = waitingFor { return "ahead" }
+        return refreshRule.map { scope.rules[$0].name } ?? "refresh"
+    }
 
     @inline(never)
     init(engine: PolicyEngine, original: HTTPRequest, context: RequestContext) {
@@ -223,6 +233,14 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         if cancelled || endedOutside { return ended() }
         if isLoggedOut { return cancelledByLogout() }
         let credentials = box?.credentials
+        // With no credentials, a plugin that can sign in (client_credentials, a login) gets the
+        // first token before the request goes out, rather than sending it unsigned.
+        signingIn = credentials == nil && !skipProactive && plugins.signsIn
+        if signingIn {
+            waitingFor = .refresh(proactive: true)
+            refreshRule = nil
+            return awaitRefresh(failedGeneration: generation, proactive: true)
+        }
         if !skipProactive, let ahead = scope.refreshAhead, plugins.refresh != nil, let expiry = credentials?.expiresAt,
             expiry.timeIntervalSince(engine.clock.date) < ahead.seconds
         {
@@ -350,6 +368,9 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
             switch result {
             case .loggedOut: return cancelledByLogout()
             case .cancelled: return ended()
+            case .failed where signingIn:
+                // No token to try instead: the failure edges decide, as for a refresh trigger.
+                signingIn = false
             default:
                 // A failed proactive refresh leaves the old token to try.
                 skipProactive = true

@@ -128,6 +128,12 @@ enum SchemaChecks {
                     + "refresh: { use: http, with: { url: \"https://a.example.com/r\", token: body.token, headers: { X-Api-Key: \"{env:API_KEY}\", Authorization: \"Bearer {refresh_token}\", X-Client: mobile } } }\n",
             ]),
         describe(
+            "plugin-unavailable",
+            "a plugin that cannot be made here: an unset environment variable, an unreadable secret file, a missing command",
+            "Found by 'policy lint --check-env', PolicyEngine(checking:) and every reload, which refuses the policy: "
+                + "otherwise the first refresh would fail and log the user out.",
+            triggering: []),
+        describe(
             "invalid-merge", "a merge key '<<' with something other than mappings", "Only mappings can be merged.",
             triggering: [exampleHeader + "retry: { <<: 3 }\n"]),
         describe(

@@ -300,7 +300,15 @@ extension PolicyDecoder {
     mutating func checkOptionType(_ node: YAMLNode, _ option: PluginSchema.Option) {
         let key = option.name
         switch option.type {
-        case .string: _ = string(node, key)
+        case .string:
+            if let text = string(node, key), !option.values.isEmpty, !option.values.contains(text) {
+                report(
+                    .error(
+                        "invalid-value",
+                        "'\(key)' must be one of \(option.values.map { "'\($0)'" }.joined(separator: ", ")), not '\(text.truncatedForMessage)'"
+                            + Suggestion.hint(for: text, in: option.values),
+                        at: node.range))
+            }
         case .url:
             guard let text = string(node, key) else { return }
             guard let url = TokenEndpoint.endpointURL(text) else {
@@ -329,7 +337,8 @@ extension PolicyDecoder {
             }
             for pair in pairs where key == "headers" {
                 guard let name = pair.key.scalar, let value = pair.value.scalar, Self.isCredentialHeader(name),
-                    !value.contains("{env:"), !value.contains("{refresh_token}"), !value.contains("{access_token}")
+                    !value.contains("{env:"), !value.contains("{file:"), !value.contains("{refresh_token}"),
+                    !value.contains("{access_token}")
                 else { continue }
                 report(
                     .error(

@@ -12,7 +12,16 @@ enum BuiltinPlugins {
         }
         registry.register(logout: "none") { _ in NoLogout() }
         registry.register(store: "memory") { _ in MemoryCredentialStore() }
-        registry.register(observe: "log") { config in LogObserver(debug: config.string("level") == "debug") }
+        registry.register(observe: "log") { config in
+            guard let level = PolicyEvent.Level(rawValue: config.string("level") ?? "info"),
+                let format = PolicyEvent.LogFormat(rawValue: config.string("format") ?? "json")
+            else {
+                throw PluginError(
+                    kind: .observe, name: config.name,
+                    reason: "'level' is debug, info, warning or error and 'format' is json or logfmt")
+            }
+            return LogObserver(level: level, format: format)
+        }
         registerNetworkPlugins(in: &registry)
     }
 }
@@ -65,20 +74,44 @@ public final class MemoryCredentialStore: CredentialStore {
     public func save(_ credentials: Credentials) throws { stored.withLock { $0 = credentials } }
 }
 
-/// JSON lines on stderr, one per event. Events carry no tokens, so nothing needs redacting
-/// here; the observer still never prints anything but the event.
+/// One line per event on stderr (or `write`), for hosts without a logging system of their own:
+/// `observe: [{ use: log, with: { format: json | logfmt, level: info } }]`.
+///
+/// Each line has the wall-clock time, the level, the request's method and path (never its query
+/// or headers) and the event's fields (see ``PolicyEvent/logLine(_:)``). Events carry no tokens,
+/// so nothing needs redacting here; the observer never prints anything but the event.
+///
+/// `level` (`info` by default) is the lowest level written: `debug` adds every attempt (`send`,
+/// `response`, `wait`); `warning` keeps failed refreshes, logouts and failed outcomes; `error`
+/// only problems and refused reloads.
 public struct LogObserver: PolicyObserver {
-    public let debug: Bool
+    public let level: PolicyEvent.Level
+    public let format: PolicyEvent.LogFormat
     private let write: @Sendable (String) -> Void
 
-    public init(debug: Bool = false, write: (@Sendable (String) -> Void)? = nil) {
-        self.debug = debug
+    /// Whether attempts (`send`, `response`, `wait`) are written.
+    public var debug: Bool { level == .debug }
+
+    /// - Parameters:
+    ///   - level: the lowest level written; `.info` by default.
+    ///   - format: `.json` by default.
+    ///   - write: where lines go; stderr by default.
+    public init(
+        level: PolicyEvent.Level = .info, format: PolicyEvent.LogFormat = .json,
+        write: (@Sendable (String) -> Void)? = nil
+    ) {
+        self.level = level
+        self.format = format
         self.write = write ?? { line in FileHandle.standardError.write(Data((line + "\n").utf8)) }
     }
 
+    /// The observer of earlier versions: `debug` writes every event.
+    public init(debug: Bool, write: (@Sendable (String) -> Void)? = nil) {
+        self.init(level: debug ? .debug : .info, write: write)
+    }
+
     public func observe(_ event: PolicyEvent) {
-        // At info level the per-attempt chatter is left out: outcomes, refreshes, logouts, reloads.
-        if !debug, event.kind == .send || event.kind == .response || event.kind == .wait { return }
-        write(event.jsonLine)
+        guard event.level >= level else { return }
+        write(event.logLine(format))
     }
 }

@@ -42,16 +42,43 @@ import Foundation
 public struct HTTPRefresh: RefreshPlugin {
     /// Where the refresh request is POSTed.
     public let url: URL
-    /// The JSON body's fields, before placeholders are replaced.
+    /// The JSON body's fields, as written (placeholders unresolved).
     public let body: [String: PluginOption]
-    /// Extra request headers, before placeholders are replaced.
+    /// Extra request headers, as written (placeholders unresolved).
     public let headers: [String: String]
+    let bodyTemplate: [String: BodyValue]
+    let headerTemplates: [(name: String, value: TemplateText)]
     let token: ValuePath
     let tokenText: String
     var refreshTokenPath: (path: ValuePath, text: String)?
     var expiresInPath: (path: ValuePath, text: String)?
 
-    /// Creates the plugin.
+    /// A `body:` value with its texts resolved as far as they can be at creation.
+    indirect enum BodyValue: Sendable {
+        case text(TemplateText)
+        case number(String)
+        case bool(Bool)
+        case list([BodyValue])
+        case map([String: BodyValue])
+    }
+
+    /// Whether the request can be made with no stored credentials (a login with `{env:…}` or
+    /// `{file:…}` values, no `{refresh_token}`): then the engine gets the first token with it
+    /// before the first request goes out.
+    public var canSignIn: Bool {
+        func uses(_ value: BodyValue) -> Bool {
+            switch value {
+            case .text(let text): return text.usesCredentials
+            case .number, .bool: return false
+            case .list(let items): return items.contains(where: uses)
+            case .map(let fields): return fields.values.contains(where: uses)
+            }
+        }
+        return !bodyTemplate.values.contains(where: uses) && !headerTemplates.contains { $0.value.usesCredentials }
+    }
+
+    /// Creates the plugin. `{env:NAME}` and `{file:PATH}` in `body` and `headers` are read now,
+    /// from the process environment and the file system.
     ///
     /// ```swift
     /// let plugin = try HTTPRefresh(
@@ -66,21 +93,60 @@ public struct HTTPRefresh: RefreshPlugin {
     ///   - token: Where the new access token is: `body.<dot.path>` or `header.<Name>`.
     ///   - refreshToken: Where a rotated refresh token is; `nil` (keep the old one) by default.
     ///   - expiresIn: Where the token's lifetime in seconds is; `nil` (no known expiry) by default.
-    /// - Throws: ``PluginError`` when a path is not `body.<path>` or `header.<Name>`.
+    /// - Throws: ``PluginError`` when a path is not `body.<path>` or `header.<Name>`, or an
+    ///   `{env:…}` or `{file:…}` cannot be read.
     public init(
         url: URL, body: [String: PluginOption] = ["refresh_token": .string("{refresh_token}")],
         headers: [String: String] = [:], token: String, refreshToken: String? = nil, expiresIn: String? = nil
     ) throws(PluginError) {
+        try self.init(
+            url: url, body: body, headers: headers, token: token, refreshToken: refreshToken, expiresIn: expiresIn,
+            configuration: PluginConfiguration(
+                name: "http", options: [:], transport: NoTransport(),
+                environment: ProcessInfo.processInfo.environment))
+    }
+
+    init(
+        url: URL, body: [String: PluginOption], headers: [String: String], token: String, refreshToken: String?,
+        expiresIn: String?, configuration: PluginConfiguration
+    ) throws(PluginError) {
         func path(_ text: String, _ key: String) throws(PluginError) -> (ValuePath, String) {
             guard let path = ValuePath(text) else {
                 throw PluginError(
-                    kind: .refresh, name: "http", reason: "the option '\(key)' must be body.<path> or header.<Name>")
+                    kind: .refresh, name: configuration.name,
+                    reason: "the option '\(key)' must be body.<path> or header.<Name>")
             }
             return (path, text)
+        }
+        func template(_ option: PluginOption, _ key: String) throws(PluginError) -> BodyValue {
+            switch option {
+            case .string(let text):
+                return .text(try TemplateText(text, configuration, kind: .refresh, in: "the body field '\(key)'"))
+            case .number(let text): return .number(text)
+            case .bool(let flag): return .bool(flag)
+            case .list(let items):
+                var values: [BodyValue] = []
+                for item in items { values.append(try template(item, key)) }
+                return .list(values)
+            case .map(let fields):
+                var values: [String: BodyValue] = [:]
+                for (name, value) in fields { values[name] = try template(value, key + "." + name) }
+                return .map(values)
+            }
         }
         self.url = url
         self.body = body
         self.headers = headers
+        var bodyTemplate: [String: BodyValue] = [:]
+        for key in body.keys.sorted() { bodyTemplate[key] = try template(body[key] ?? .string(""), key) }
+        self.bodyTemplate = bodyTemplate
+        var headerTemplates: [(name: String, value: TemplateText)] = []
+        for name in headers.keys.sorted() {
+            headerTemplates.append(
+                (name, try TemplateText(headers[name] ?? "", configuration, kind: .refresh, in: "the header '\(name)'"))
+            )
+        }
+        self.headerTemplates = headerTemplates
         (self.token, tokenText) = try path(token, "token")
         if let refreshToken { refreshTokenPath = try path(refreshToken, "refresh-token") }
         if let expiresIn { expiresInPath = try path(expiresIn, "expires-in") }
@@ -88,8 +154,8 @@ public struct HTTPRefresh: RefreshPlugin {
 
     /// Makes the plugin from a policy's `with:` options.
     ///
-    /// - Throws: ``PluginError`` when `url` is not an http(s) URL, `token` is missing, or a path
-    ///   is not `body.<path>` / `header.<Name>`.
+    /// - Throws: ``PluginError`` when `url` is not an http(s) URL, `token` is missing, a path
+    ///   is not `body.<path>` / `header.<Name>`, or an `{env:…}` / `{file:…}` cannot be read.
     init(configuration: PluginConfiguration) throws(PluginError) {
         func failure(_ reason: String) -> PluginError {
             PluginError(kind: .refresh, name: configuration.name, reason: reason)
@@ -108,17 +174,13 @@ public struct HTTPRefresh: RefreshPlugin {
         case .map(let fields)?:
             for (name, value) in fields {
                 guard let text = value.string else { throw failure("the header '\(name)' must be a text") }
-                headers[name] = try Self.substituteEnvironment(text, configuration.environment, header: name)
+                headers[name] = text
             }
         case .some: throw failure("the option 'headers' must be a mapping")
         }
-        do {
-            try self.init(
-                url: url, body: body, headers: headers, token: token,
-                refreshToken: configuration.string("refresh-token"), expiresIn: configuration.string("expires-in"))
-        } catch {
-            throw failure(error.reason)
-        }
+        try self.init(
+            url: url, body: body, headers: headers, token: token, refreshToken: configuration.string("refresh-token"),
+            expiresIn: configuration.string("expires-in"), configuration: configuration)
     }
 
     /// Posts the refresh request and reads the new credentials from the answer.
@@ -155,25 +217,18 @@ public struct HTTPRefresh: RefreshPlugin {
     /// - Throws: ``RefreshFailure`` when a placeholder names a token the credentials do not have.
     func request(for credentials: Credentials?) throws(RefreshFailure) -> HTTPRequest {
         var requestHeaders: HTTPHeaders = ["Content-Type": "application/json", "Accept": "application/json"]
-        for name in headers.keys.sorted() {
-            try requestHeaders.set(name, Self.substitute(headers[name] ?? "", credentials))
-        }
-        var json = "{"
-        for (index, key) in body.keys.sorted().enumerated() {
-            if index > 0 { json += "," }
-            json += PolicyEvent.quote(key) + ":"
-            try Self.appendJSON(body[key] ?? .string(""), credentials, to: &json)
-        }
-        json += "}"
+        for (name, value) in headerTemplates { try requestHeaders.set(name, value.resolve(credentials)) }
+        var json = ""
+        try Self.appendJSON(.map(bodyTemplate), credentials, to: &json)
         return HTTPRequest(method: "POST", url: url, headers: requestHeaders, body: Data(json.utf8), id: "http-refresh")
     }
 
-    /// `option` as JSON, placeholders in its texts replaced.
+    /// `value` as JSON (object keys sorted), placeholders in its texts replaced.
     private static func appendJSON(
-        _ option: PluginOption, _ credentials: Credentials?, to json: inout String
+        _ value: BodyValue, _ credentials: Credentials?, to json: inout String
     ) throws(RefreshFailure) {
-        switch option {
-        case .string(let text): json += PolicyEvent.quote(try substitute(text, credentials))
+        switch value {
+        case .text(let text): json += PolicyEvent.quote(try text.resolve(credentials))
         case .bool(let flag): json += flag ? "true" : "false"
         case .number(let text):
             // As written when it is a JSON number; YAML spellings JSON lacks (007, 0x1F, .5) as text.
@@ -190,60 +245,10 @@ public struct HTTPRefresh: RefreshPlugin {
             for (index, key) in fields.keys.sorted().enumerated() {
                 if index > 0 { json += "," }
                 json += PolicyEvent.quote(key) + ":"
-                try appendJSON(fields[key] ?? .string(""), credentials, to: &json)
+                if let field = fields[key] { try appendJSON(field, credentials, to: &json) }
             }
             json += "}"
         }
-    }
-
-    /// `text` with `{refresh_token}` and `{access_token}` replaced, in one pass (a token that
-    /// happens to contain a placeholder is not expanded again).
-    /// `text` with every `{env:NAME}` replaced by that environment variable.
-    ///
-    /// - Throws: ``PluginError`` naming the variable (never a value) when it is not set.
-    static func substituteEnvironment(
-        _ text: String, _ environment: [String: String], header: String
-    ) throws(PluginError) -> String {
-        var out = ""
-        var rest = Substring(text)
-        while let start = rest.range(of: "{env:") {
-            guard let end = rest[start.upperBound...].firstIndex(of: "}") else { break }
-            let name = String(rest[start.upperBound..<end])
-            guard let value = environment[name], !value.isEmpty else {
-                throw PluginError(
-                    kind: .refresh, name: "http",
-                    reason: "the header '\(header)' names the environment variable \(name), which is not set")
-            }
-            out += rest[..<start.lowerBound] + value
-            rest = rest[rest.index(after: end)...]
-        }
-        return out + rest
-    }
-
-    private static func substitute(_ text: String, _ credentials: Credentials?) throws(RefreshFailure) -> String {
-        var out = ""
-        var rest = Substring(text)
-        while let open = rest.firstIndex(of: "{") {
-            out += rest[..<open]
-            let tail = rest[open...]
-            if tail.hasPrefix("{refresh_token}") {
-                guard let token = credentials?.refreshToken, !token.isEmpty else {
-                    throw RefreshFailure("there is no refresh token to send")
-                }
-                out += token
-                rest = tail.dropFirst("{refresh_token}".count)
-            } else if tail.hasPrefix("{access_token}") {
-                guard let token = credentials?.accessToken, !token.isEmpty else {
-                    throw RefreshFailure("there is no access token to send")
-                }
-                out += token
-                rest = tail.dropFirst("{access_token}".count)
-            } else {
-                out += "{"
-                rest = tail.dropFirst()
-            }
-        }
-        return out + rest
     }
 
     /// The text at `path` in the answer (a number as its text), `nil` when there is none.

@@ -8,6 +8,8 @@ extension BuiltinPlugins {
         registry.register(refresh: "oauth2") { configuration in try OAuth2Refresh(configuration: configuration) }
         registry.register(refresh: "http") { configuration in try HTTPRefresh(configuration: configuration) }
         registry.register(logout: "http") { configuration in try HTTPLogout(configuration: configuration) }
+        registry.register(refresh: "exec") { configuration in try ExecRefresh(configuration: configuration) }
+        registry.register(logout: "exec") { configuration in try ExecLogout(configuration: configuration) }
         registry.register(store: "file") { configuration in try FileCredentialStore(configuration: configuration) }
     }
 }

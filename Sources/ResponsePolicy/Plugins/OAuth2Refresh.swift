@@ -1,11 +1,34 @@
 import Foundation
 
-/// The `oauth2` refresh plugin: the refresh_token grant of RFC 6749 §6.
+/// The `oauth2` refresh plugin: the token endpoint of RFC 6749 with one of three grants.
 ///
-/// Why built in: most token endpoints speak exactly this grant, so a policy can refresh tokens
-/// without any host code. It POSTs a form-encoded body to the token endpoint through the engine's
-/// transport, which bypasses the policy's rules, so the refresh call is never refreshed or retried
-/// by them (the engine's `refresh.timeout` bounds it instead).
+/// Why built in: most token endpoints speak exactly this, so a policy can get tokens without any
+/// host code. It POSTs a form-encoded body to the token endpoint through the engine's transport,
+/// which bypasses the policy's rules, so the token call is never refreshed or retried by them (the
+/// engine's `refresh.timeout` bounds it instead).
+///
+/// Grants (`grant:`):
+/// - `refresh_token` (the default, RFC 6749 §6): `grant_type=refresh_token&refresh_token=<token>`.
+///   Needs stored credentials with a refresh token; a rotated refresh token replaces the old one,
+///   and when the answer has none the old one is kept (§6: the server "MAY issue a new refresh token").
+/// - `client_credentials` (§4.4): a service's own token. Needs no stored credentials: the first
+///   request fetches a token before it goes out (one call however many requests start together),
+///   and a refresh trigger or a token expiring within `refresh.ahead` fetches a new one.
+/// - `password` (§4.3): `username` and `password` from the environment (`username-env`,
+///   `password-env`). Like `client_credentials` it signs in when there are no credentials, and a
+///   refresh trigger signs in again (the "on 401, log in again" client). The OAuth 2.0 Security
+///   BCP discourages this grant; it is here for servers that still require it.
+///
+/// Every grant sends `scope`, `audience` (RFC 8693 / Auth0 style) and `resource` (RFC 8707) when
+/// given. The client authenticates as the server asks (`client-auth:`):
+/// - `client_secret_basic` (the default; RFC 6749 §2.3.1 says the server "MUST support" it):
+///   `Authorization: Basic base64(form(client-id) ":" form(secret))`, with `client_id` in the body
+///   too, so public clients (no secret, §2.3 / §3.2.1) work with the same plugin.
+/// - `client_secret_post`: `client_id` and `client_secret` in the form body.
+///
+/// The secret comes from `client-secret-env` (an environment variable) or `client-secret-file`
+/// (a file such as a mounted Kubernetes secret: read when the plugin is made, one trailing newline
+/// trimmed, refused when group- or world-readable). It is never written in the policy.
 ///
 /// The request:
 ///
@@ -13,25 +36,19 @@ import Foundation
 /// POST <token-url>
 /// Content-Type: application/x-www-form-urlencoded
 /// Accept: application/json
-/// Authorization: Basic base64(form(client-id) ":" form(secret))     (only with a client secret)
+/// Authorization: Basic …                                       (client_secret_basic with a secret)
 ///
-/// grant_type=refresh_token&refresh_token=<token>&client_id=<client-id>[&scope=<scope>]
+/// grant_type=<grant>&<grant's fields>&client_id=<id>[&client_secret=…][&scope=…][&audience=…][&resource=…]
 /// ```
 ///
-/// The client secret, when there is one, is sent with HTTP Basic as RFC 6749 §2.3.1 asks ("the
-/// authorization server MUST support" it; a secret in the body is "NOT RECOMMENDED"), with the
-/// client id and secret form-encoded before base64 as that section requires. `client_id` is always
-/// in the body too, so public clients (no secret, §2.3 / §3.2.1) work with the same plugin.
-///
 /// The answer (§5.1): `access_token` (required), `token_type`, `expires_in` (seconds, becomes
-/// ``Credentials/expiresAt`` on the engine clock's wall date) and `refresh_token`. A rotated refresh
-/// token replaces the old one; when the answer has none, the old one is kept (§6: the server "MAY
-/// issue a new refresh token").
+/// ``Credentials/expiresAt`` on the engine clock's wall date) and `refresh_token`.
 ///
 /// Failures throw ``RefreshFailure``: any non-2xx answer (400 `invalid_grant` is the usual "the
-/// refresh token is dead") and a 2xx answer without a usable `access_token` carry the endpoint's
-/// response, so the engine can classify it with the policy's rules; an unreachable endpoint carries
-/// none. Reasons name statuses and OAuth error codes, never a token or the secret.
+/// refresh token is dead", 401 `invalid_client` a wrong secret) and a 2xx answer without a usable
+/// `access_token` carry the endpoint's response, so the engine can classify it with the policy's
+/// rules; an unreachable endpoint carries none. Reasons name statuses and OAuth error codes, never
+/// a token or the secret.
 ///
 /// In a policy:
 ///
@@ -40,9 +57,11 @@ import Foundation
 ///   use: oauth2
 ///   with:
 ///     token-url: https://auth.example.com/oauth/token
-///     client-id: mobile
-///     client-secret-env: MOBILE_CLIENT_SECRET   # optional; the secret itself never goes in YAML
-///     scope: "profile orders"                  # optional
+///     grant: client_credentials
+///     client-id: billing-service
+///     client-secret-file: /var/run/secrets/billing/client-secret
+///     client-auth: client_secret_post      # client_secret_basic by default
+///     audience: https://api.example.com
 /// ```
 ///
 /// In Swift:
@@ -55,40 +74,81 @@ import Foundation
 /// a time, but concurrent calls are safe. Cancelling the calling task cancels the token request
 /// and ``refresh(_:)`` throws `CancellationError`.
 public struct OAuth2Refresh: RefreshPlugin, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
+    /// The grant the plugin performs.
+    public enum Grant: String, Sendable, Hashable, CaseIterable {
+        case refreshToken = "refresh_token"
+        case clientCredentials = "client_credentials"
+        case password
+    }
+
+    /// How the client authenticates to the token endpoint (RFC 7591 `token_endpoint_auth_method`).
+    public enum ClientAuthentication: String, Sendable, Hashable, CaseIterable {
+        case basic = "client_secret_basic"
+        case post = "client_secret_post"
+    }
+
     /// The token endpoint (RFC 6749 §3.2).
     public let tokenURL: URL
     /// Sent as `client_id`.
     public let clientID: String
-    /// Sent with HTTP Basic when present; `nil` for a public client.
+    /// Sent as the client's authentication when present; `nil` for a public client.
     let clientSecret: String?
-    /// Sent as `scope` when present; `nil` (the scope granted before) by default.
+    /// Sent as `scope` when present; `nil` (the scope granted before, or the server's default) by default.
     public let scope: String?
+    /// `refresh_token` by default.
+    public let grant: Grant
+    /// `client_secret_basic` by default.
+    public let clientAuthentication: ClientAuthentication
+    /// Sent as `audience` when present.
+    public let audience: String?
+    /// Sent as `resource` (RFC 8707) when present.
+    public let resource: String?
+    /// The resource owner's credentials for the `password` grant.
+    let username: String?
+    let password: String?
 
     /// Creates the plugin.
     ///
     /// ```swift
     /// let plugin = OAuth2Refresh(
-    ///     tokenURL: tokenURL, clientID: "mobile",
-    ///     clientSecret: ProcessInfo.processInfo.environment["MOBILE_CLIENT_SECRET"])
+    ///     tokenURL: tokenURL, clientID: "billing", grant: .clientCredentials,
+    ///     clientSecret: ProcessInfo.processInfo.environment["BILLING_CLIENT_SECRET"])
     /// ```
     ///
     /// - Parameters:
     ///   - tokenURL: The token endpoint.
     ///   - clientID: The client identifier, sent as `client_id` in the body.
-    ///   - clientSecret: The client secret, sent with HTTP Basic; `nil` (a public client) by default.
-    ///   - scope: The scope to ask for; `nil` by default, which keeps the scope granted before.
-    public init(tokenURL: URL, clientID: String, clientSecret: String? = nil, scope: String? = nil) {
+    ///   - grant: The grant; `.refreshToken` by default.
+    ///   - clientSecret: The client secret; `nil` (a public client) by default.
+    ///   - clientAuthentication: How the secret is sent; `.basic` by default.
+    ///   - scope: The scope to ask for; `nil` by default.
+    ///   - audience: The audience to ask for; `nil` by default.
+    ///   - resource: The resource indicator to send; `nil` by default.
+    ///   - username: The `password` grant's user name; `nil` by default.
+    ///   - password: The `password` grant's password; `nil` by default.
+    public init(
+        tokenURL: URL, clientID: String, grant: Grant = .refreshToken, clientSecret: String? = nil,
+        clientAuthentication: ClientAuthentication = .basic, scope: String? = nil, audience: String? = nil,
+        resource: String? = nil, username: String? = nil, password: String? = nil
+    ) {
         self.tokenURL = tokenURL
         self.clientID = clientID
+        self.grant = grant
         self.clientSecret = clientSecret
+        self.clientAuthentication = clientAuthentication
         self.scope = scope
+        self.audience = audience
+        self.resource = resource
+        self.username = username
+        self.password = password
     }
 
-    /// Makes the plugin from a policy's `with:` options (`token-url`, `client-id`,
-    /// `client-secret-env`, `scope`).
+    /// Makes the plugin from a policy's `with:` options.
     ///
     /// - Throws: ``PluginError`` when `token-url` is not an http(s) URL, `client-id` is missing,
-    ///   or `client-secret-env` names a variable that is not set (the name is shown, never a value).
+    ///   `grant` or `client-auth` is not one of theirs, a grant lacks what it needs (a client
+    ///   secret for `client_credentials`, `username-env` and `password-env` for `password`), or a
+    ///   named variable is not set or a named file cannot be read (the name is shown, never a value).
     init(configuration: PluginConfiguration) throws(PluginError) {
         func failure(_ reason: String) -> PluginError {
             PluginError(kind: .refresh, name: configuration.name, reason: reason)
@@ -97,38 +157,86 @@ public struct OAuth2Refresh: RefreshPlugin, CustomStringConvertible, CustomDebug
         guard let clientID = configuration.string("client-id"), !clientID.isEmpty else {
             throw failure("the option 'client-id' is missing")
         }
-        var secret: String?
-        if let variable = configuration.string("client-secret-env") {
-            guard let value = configuration.environment[variable], !value.isEmpty else {
-                throw failure("the environment variable '\(variable)' named by 'client-secret-env' is not set")
+        var grant = Grant.refreshToken
+        if let text = configuration.string("grant") {
+            guard let value = Grant(rawValue: text) else {
+                throw failure("the option 'grant' must be refresh_token, client_credentials or password")
             }
-            secret = value
+            grant = value
         }
-        self.init(tokenURL: tokenURL, clientID: clientID, clientSecret: secret, scope: configuration.string("scope"))
+        var authentication = ClientAuthentication.basic
+        if let text = configuration.string("client-auth") {
+            guard let value = ClientAuthentication(rawValue: text) else {
+                throw failure("the option 'client-auth' must be client_secret_basic or client_secret_post")
+            }
+            authentication = value
+        }
+        let secret = try SecretSource.option("client-secret", configuration, kind: .refresh)
+        var username: String?
+        var password: String?
+        switch grant {
+        case .refreshToken:
+            break
+        case .clientCredentials:
+            guard secret != nil else {
+                throw failure(
+                    "the client_credentials grant needs the client secret: give 'client-secret-env' or 'client-secret-file'"
+                )
+            }
+        case .password:
+            guard let userVariable = configuration.string("username-env"),
+                let passwordVariable = configuration.string("password-env")
+            else {
+                throw failure("the password grant needs 'username-env' and 'password-env'")
+            }
+            username = try SecretSource.environment(
+                userVariable, configuration, kind: .refresh, namedBy: "'username-env'")
+            password = try SecretSource.environment(
+                passwordVariable, configuration, kind: .refresh, namedBy: "'password-env'")
+        }
+        self.init(
+            tokenURL: tokenURL, clientID: clientID, grant: grant, clientSecret: secret,
+            clientAuthentication: authentication, scope: configuration.string("scope"),
+            audience: configuration.string("audience"), resource: configuration.string("resource"),
+            username: username, password: password)
     }
 
-    /// Names the endpoint and client; says whether a secret is set without showing it.
+    /// `client_credentials` and `password` get a token with nothing stored.
+    public var canSignIn: Bool { grant != .refreshToken }
+
+    /// Names the endpoint, client and grant; says whether secrets are set without showing them.
     public var description: String {
         "OAuth2Refresh(\(TokenEndpoint.redacted(tokenURL)), client '\(clientID)'"
-            + (clientSecret == nil ? ")" : ", client secret <redacted>)")
+            + (grant == .refreshToken ? "" : ", grant \(grant.rawValue)")
+            + (clientSecret == nil ? "" : ", client secret <redacted>")
+            + (password == nil ? ")" : ", password <redacted>)")
     }
 
     public var debugDescription: String { description }
 
-    /// The public parts only, so `dump(plugin)` cannot show the secret.
+    /// The public parts only, so `dump(plugin)` cannot show a secret.
     public var customMirror: Mirror {
-        Mirror(self, children: ["tokenURL": tokenURL, "clientID": clientID, "scope": scope as Any])
+        Mirror(
+            self,
+            children: [
+                "tokenURL": tokenURL, "clientID": clientID, "grant": grant, "scope": scope as Any,
+                "audience": audience as Any, "resource": resource as Any,
+            ])
     }
 
-    /// Performs the refresh_token grant with the refresh token of `context.credentials`.
+    /// Performs the grant; for `refresh_token`, with the refresh token of `context.credentials`.
     ///
     /// - Parameter context: The credentials being replaced, the transport and the clock.
     /// - Returns: The new credentials: the new access token, its expiry when the server gave
     ///   `expires_in`, and the rotated refresh token or else the old one.
     /// - Throws: ``RefreshFailure`` as described on the type; `CancellationError` when cancelled.
     public func refresh(_ context: RefreshContext) async throws -> Credentials {
-        guard let refreshToken = context.credentials?.refreshToken, !refreshToken.isEmpty else {
-            throw RefreshFailure("there is no refresh token to use")
+        var refreshToken: String?
+        if grant == .refreshToken {
+            guard let token = context.credentials?.refreshToken, !token.isEmpty else {
+                throw RefreshFailure("there is no refresh token to use")
+            }
+            refreshToken = token
         }
         let response = try await TokenEndpoint.post(request(refreshToken: refreshToken), via: context.transport)
         guard (200..<300).contains(response.status) else {
@@ -159,21 +267,38 @@ public struct OAuth2Refresh: RefreshPlugin, CustomStringConvertible, CustomDebug
             }
             rotated = text.isEmpty ? nil : text
         }
-        return Credentials(accessToken: accessToken, refreshToken: rotated ?? refreshToken, expiresAt: expiresAt)
+        return Credentials(
+            accessToken: accessToken, refreshToken: rotated ?? refreshToken ?? context.credentials?.refreshToken,
+            expiresAt: expiresAt)
     }
 
-    /// The token request for `refreshToken`.
-    func request(refreshToken: String) -> HTTPRequest {
-        var fields = [("grant_type", "refresh_token"), ("refresh_token", refreshToken), ("client_id", clientID)]
-        if let scope { fields.append(("scope", scope)) }
+    /// The token request; `refreshToken` is used by the `refresh_token` grant only.
+    func request(refreshToken: String?) -> HTTPRequest {
+        var fields = [("grant_type", grant.rawValue)]
+        switch grant {
+        case .refreshToken: fields.append(("refresh_token", refreshToken ?? ""))
+        case .clientCredentials: break
+        case .password:
+            fields.append(("username", username ?? ""))
+            fields.append(("password", password ?? ""))
+        }
+        fields.append(("client_id", clientID))
         var headers: HTTPHeaders = [
             "Content-Type": "application/x-www-form-urlencoded",
             "Accept": "application/json",
         ]
         if let clientSecret {
-            let pair = FormEncoding.encode(clientID) + ":" + FormEncoding.encode(clientSecret)
-            headers.set("Authorization", "Basic " + Data(pair.utf8).base64EncodedString())
+            switch clientAuthentication {
+            case .basic:
+                let pair = FormEncoding.encode(clientID) + ":" + FormEncoding.encode(clientSecret)
+                headers.set("Authorization", "Basic " + Data(pair.utf8).base64EncodedString())
+            case .post:
+                fields.append(("client_secret", clientSecret))
+            }
         }
+        if let scope { fields.append(("scope", scope)) }
+        if let audience { fields.append(("audience", audience)) }
+        if let resource { fields.append(("resource", resource)) }
         return HTTPRequest(
             method: "POST", url: tokenURL, headers: headers, body: Data(FormEncoding.encode(fields).utf8),
             id: "oauth2-refresh")

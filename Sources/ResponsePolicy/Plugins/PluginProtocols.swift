@@ -11,11 +11,18 @@ public struct RefreshContext: Sendable {
     public let transport: any Transport
     /// The engine's clock (`date` for computing `expires_at`).
     public let clock: any PolicyClock
+    /// Why the engine refreshes: the rule that matched (`token-expired`), `ahead` when the token
+    /// expires within `refresh.ahead`, or `sign-in` when there are no credentials yet. Never a
+    /// secret; the `exec` plugin passes it to its command.
+    public let reason: String
 
-    public init(credentials: Credentials?, transport: any Transport, clock: any PolicyClock) {
+    public init(
+        credentials: Credentials?, transport: any Transport, clock: any PolicyClock, reason: String = "refresh"
+    ) {
         self.credentials = credentials
         self.transport = transport
         self.clock = clock
+        self.reason = reason
     }
 }
 
@@ -41,6 +48,16 @@ public struct RefreshFailure: Error, Sendable, Equatable, CustomStringConvertibl
 /// not contain secrets).
 public protocol RefreshPlugin: Sendable {
     func refresh(_ context: RefreshContext) async throws -> Credentials
+
+    /// Whether the plugin gets credentials when none are stored (an OAuth2 `client_credentials`
+    /// or `password` grant, a login endpoint, a credential command). Then a request that finds
+    /// no credentials waits for one refresh (single flight, reason `sign-in`) before it goes out,
+    /// instead of going out unsigned. `false` by default: a refresh_token grant needs a token.
+    var canSignIn: Bool { get }
+}
+
+extension RefreshPlugin {
+    public var canSignIn: Bool { false }
 }
 
 // MARK: - Authorize

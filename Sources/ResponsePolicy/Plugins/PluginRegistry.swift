@@ -26,14 +26,24 @@ public struct PluginError: Error, Sendable, Equatable, CustomStringConvertible {
     public var kind: PluginKind
     public var name: String
     public var reason: String
+    /// Where the plugin is named in the policy (its `use:`), when it is known.
+    public var range: SourceRange?
 
-    public init(kind: PluginKind, name: String, reason: String) {
+    public init(kind: PluginKind, name: String, reason: String, range: SourceRange? = nil) {
         self.kind = kind
         self.name = name
         self.reason = reason
+        self.range = range
     }
 
     public var description: String { "\(kind.rawValue) plugin '\(name)': \(reason)" }
+
+    /// The error as a finding at the plugin's `use:`, rule `plugin-unavailable`.
+    public func diagnostic(file: String?) -> Diagnostic {
+        Diagnostic(
+            .error, "plugin-unavailable", "\(kind.rawValue) plugin '\(name)' cannot be made: \(reason)",
+            at: range ?? .fileStart, file: file)
+    }
 }
 
 /// The plugins an engine can run, by kind and name: the built-ins plus what the host registers.
@@ -126,10 +136,47 @@ public struct PluginRegistry: Sendable {
             name: reference.name, options: reference.options, transport: transport, environment: environment)
         do {
             return try factory(configuration)
-        } catch let error as PluginError {
+        } catch var error as PluginError {
+            error.range = error.range ?? reference.range
             throw error
         } catch {
-            throw PluginError(kind: reference.kind, name: reference.name, reason: "\(error)")
+            throw PluginError(kind: reference.kind, name: reference.name, reason: "\(error)", range: reference.range)
         }
+    }
+
+    /// Whether a factory for `name` of `kind` is registered (declared names may have none).
+    func canMake(_ kind: PluginKind, _ name: String) -> Bool {
+        switch kind {
+        case .refresh: return refresh[name] != nil
+        case .authorize: return authorize[name] != nil
+        case .logout: return logout[name] != nil
+        case .observe: return observe[name] != nil
+        case .store: return store[name] != nil
+        case .extract: return extract[name] != nil
+        }
+    }
+
+    /// Makes every plugin `policy` names and returns why each one that could not be made failed:
+    /// an unset `{env:…}` or `*-env` variable, an unreadable `{file:…}` or `*-file`, a missing
+    /// `exec` command. What ``PolicyEngine/problems`` reports and `policy lint --check-env` checks.
+    ///
+    /// ```swift
+    /// let problems = registry.problems(in: policy)
+    /// guard problems.isEmpty else { fatalError(problems.map(\.description).joined(separator: "\n")) }
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - policy: a loaded policy.
+    ///   - environment: where secrets named in the policy are read; the process environment by default.
+    ///   - onlyRegistered: skip names this registry has no factory for (declared only, as
+    ///     `policy lint --plugin` does); `false` by default, when such a name is a problem too.
+    public func problems(
+        in policy: Policy, environment: [String: String] = ProcessInfo.processInfo.environment,
+        onlyRegistered: Bool = false
+    ) -> [PluginError] {
+        let runtime = PolicyRuntime(
+            policy: policy, registry: self, transport: NoTransport(), environment: environment,
+            overrides: PolicyEngine.Overrides(refresh: nil, logout: nil, observers: []))
+        return runtime.problems.filter { !onlyRegistered || canMake($0.kind, $0.name) }
     }
 }

@@ -14,11 +14,16 @@ public struct PluginSchema: Sendable, Hashable {
         public var type: OptionType
         public var required: Bool
         public var summary: String
-        public init(_ name: String, _ type: OptionType, required: Bool = false, _ summary: String = "") {
+        /// The texts the option may take; empty (any text) by default.
+        public var values: [String]
+        public init(
+            _ name: String, _ type: OptionType, required: Bool = false, _ summary: String = "", values: [String] = []
+        ) {
             self.name = name
             self.type = type
             self.required = required
             self.summary = summary
+            self.values = values
         }
     }
 
@@ -70,27 +75,54 @@ public struct PluginCatalog: Sendable, Hashable {
         Self.builtins[kind]?[name] != nil
     }
 
+    /// The `exec` plugin's options, for refresh and logout alike.
+    static let execSchema = PluginSchema(
+        [
+            .init("command", .stringList, required: true, "the program and its arguments (no shell)"),
+            .init("timeout", .duration, "how long the command may run, 10s by default (5s for logout)"),
+            .init("env", .stringList, "the environment variables passed to it; none by default"),
+            .init(
+                "pass-refresh-token", .boolean, "whether stdin carries the refresh token, false by default"),
+        ])
+
     static let builtins: [PluginKind: [String: PluginSchema?]] = [
         .refresh: [
             "oauth2": PluginSchema(
                 [
                     .init("token-url", .url, required: true, "the token endpoint (RFC 6749 §3.2)"),
+                    .init(
+                        "grant", .string, "refresh_token (default), client_credentials or password",
+                        values: OAuth2Refresh.Grant.allCases.map(\.rawValue)),
                     .init("client-id", .string, required: true, "sent as client_id"),
                     .init("client-secret-env", .string, "the environment variable holding the client secret"),
+                    .init("client-secret-file", .string, "a file holding the client secret (mode 0600 or stricter)"),
+                    .init(
+                        "client-auth", .string, "client_secret_basic (default) or client_secret_post",
+                        values: OAuth2Refresh.ClientAuthentication.allCases.map(\.rawValue)),
                     .init("scope", .string, "sent as scope"),
+                    .init("audience", .string, "sent as audience"),
+                    .init("resource", .string, "sent as resource (RFC 8707)"),
+                    .init(
+                        "username-env", .string, "the password grant: the environment variable holding the user name"),
+                    .init("password-env", .string, "the password grant: the environment variable holding the password"),
                 ],
-                forbiddenSecrets: ["client-secret": "client-secret-env"]),
+                forbiddenSecrets: [
+                    "client-secret": "client-secret-env", "password": "password-env", "username": "username-env",
+                ]),
             "http": PluginSchema(
                 [
                     .init("url", .url, required: true, "where the refresh request is POSTed"),
-                    .init("body", .stringMap, "JSON body fields; `{refresh_token}` is replaced by the refresh token"),
+                    .init(
+                        "body", .stringMap,
+                        "JSON body fields; `{refresh_token}`, `{env:NAME}` and `{file:PATH}` are replaced"),
                     .init(
                         "headers", .stringMap,
-                        "extra request headers; `{env:NAME}` is replaced by the environment variable NAME"),
+                        "extra request headers; `{refresh_token}`, `{env:NAME}` and `{file:PATH}` are replaced"),
                     .init("token", .valuePath, required: true, "where the new access token is, e.g. body.data.token"),
                     .init("refresh-token", .valuePath, "where a rotated refresh token is"),
                     .init("expires-in", .valuePath, "where the token's lifetime in seconds is"),
                 ]),
+            "exec": execSchema,
         ],
         .authorize: [
             "bearer": PluginSchema.none,
@@ -104,6 +136,7 @@ public struct PluginCatalog: Sendable, Hashable {
         ],
         .logout: [
             "none": PluginSchema.none,
+            "exec": execSchema,
             "http": PluginSchema(
                 [
                     .init("url", .url, required: true, "where the logout request is POSTed"),
@@ -112,7 +145,14 @@ public struct PluginCatalog: Sendable, Hashable {
         ],
         .extract: [:],
         .observe: [
-            "log": PluginSchema([.init("level", .string, "info (default) or debug")])
+            "log": PluginSchema([
+                .init(
+                    "level", .string, "the lowest level written: debug, info (default), warning or error",
+                    values: PolicyEvent.Level.allCases.map(\.rawValue)),
+                .init(
+                    "format", .string, "json (default) or logfmt",
+                    values: PolicyEvent.LogFormat.allCases.map(\.rawValue)),
+            ])
         ],
         .store: [
             "memory": PluginSchema.none,

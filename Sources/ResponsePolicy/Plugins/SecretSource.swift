@@ -1,0 +1,189 @@
+import Foundation
+
+/// Where plugins read secrets named in a policy: an environment variable, or a file such as a
+/// mounted Kubernetes or Docker secret.
+///
+/// Why files are checked: a secret file that anyone on the machine can read is a leaked secret,
+/// so, as ssh does with private keys, a file readable by its group or by others is refused. Only
+/// regular files are read (a FIFO would block the engine's start forever), at most 64 KiB, and one
+/// trailing newline (`\n` or `\r\n`) is trimmed, since `echo secret > file` writes one.
+///
+/// Secrets are read once, when the plugin is made, so a missing one fails at start (see
+/// ``PolicyEngine/problems``), not at the first refresh. Errors name the variable or the path,
+/// never a value.
+enum SecretSource {
+    /// The largest secret file read.
+    static let maxFileBytes = 65_536
+
+    /// The value of the environment variable `name`.
+    ///
+    /// - Throws: ``PluginError`` when it is unset or empty; `what` says where it was named.
+    static func environment(
+        _ name: String, _ configuration: PluginConfiguration, kind: PluginKind, namedBy what: String
+    ) throws(PluginError) -> String {
+        guard let value = configuration.environment[name], !value.isEmpty else {
+            throw PluginError(
+                kind: kind, name: configuration.name,
+                reason: "the environment variable '\(name)' named by \(what) is not set")
+        }
+        return value
+    }
+
+    /// The contents of the secret file at `path`, one trailing newline trimmed.
+    ///
+    /// - Throws: ``PluginError`` when it does not exist, is not a regular file, is readable by
+    ///   group or others, cannot be read, is larger than 64 KiB, is not UTF-8 or is empty.
+    static func file(
+        _ path: String, _ configuration: PluginConfiguration, kind: PluginKind, namedBy what: String
+    ) throws(PluginError) -> String {
+        func failure(_ why: String) -> PluginError {
+            PluginError(kind: kind, name: configuration.name, reason: "the file '\(path)' named by \(what) \(why)")
+        }
+        var info = stat()
+        guard stat(path, &info) == 0 else { throw failure("does not exist") }
+        guard (info.st_mode & S_IFMT) == S_IFREG else { throw failure("is not a regular file") }
+        guard info.st_mode & 0o044 == 0 else {
+            throw failure(
+                "is readable by its group or others (mode \(String(info.st_mode & 0o777, radix: 8))); "
+                    + "chmod 600 it")
+        }
+        guard Int(info.st_size) <= maxFileBytes else { throw failure("is larger than 64 KiB") }
+        guard let handle = FileHandle(forReadingAtPath: path) else { throw failure("cannot be read") }
+        defer { try? handle.close() }
+        let data: Data
+        do {
+            data = try handle.read(upToCount: maxFileBytes + 1) ?? Data()
+        } catch {
+            throw failure("cannot be read")
+        }
+        guard data.count <= maxFileBytes else { throw failure("is larger than 64 KiB") }
+        guard var text = String(data: data, encoding: .utf8) else { throw failure("is not UTF-8 text") }
+        if text.hasSuffix("\r\n") {
+            text.removeLast(1)  // "\r\n" is one Character
+        } else if text.hasSuffix("\n") {
+            text.removeLast()
+        }
+        guard !text.isEmpty else { throw failure("is empty") }
+        return text
+    }
+
+    /// One of `*-env` and `*-file` (e.g. `client-secret-env`, `client-secret-file`), `nil` when
+    /// neither is given.
+    ///
+    /// - Throws: ``PluginError`` when both are given, or the one given cannot be read.
+    static func option(
+        _ base: String, _ configuration: PluginConfiguration, kind: PluginKind
+    ) throws(PluginError) -> String? {
+        let variable = configuration.string(base + "-env")
+        let path = configuration.string(base + "-file")
+        switch (variable, path) {
+        case (nil, nil): return nil
+        case (let variable?, nil): return try environment(variable, configuration, kind: kind, namedBy: "'\(base)-env'")
+        case (nil, let path?): return try file(path, configuration, kind: kind, namedBy: "'\(base)-file'")
+        case (.some, .some):
+            throw PluginError(
+                kind: kind, name: configuration.name, reason: "give one of '\(base)-env' and '\(base)-file', not both")
+        }
+    }
+}
+
+/// A text from a policy with its placeholders resolved as far as they can be when the plugin is
+/// made: `{env:NAME}` and `{file:PATH}` are read then (and fail then); `{refresh_token}` and
+/// `{access_token}` stay as parts filled in per request.
+///
+/// Parts, rather than a text substituted twice, so a secret that happens to contain
+/// `{refresh_token}` is sent as written and never expanded.
+struct TemplateText: Sendable, Hashable {
+    enum Part: Sendable, Hashable {
+        case literal(String)
+        case refreshToken
+        case accessToken
+    }
+
+    var parts: [Part]
+
+    /// Whether the text needs the stored credentials.
+    var usesCredentials: Bool { parts.contains { !$0.isLiteral } }
+
+    /// Resolves `{env:…}` and `{file:…}` in `text`.
+    ///
+    /// - Parameter what: where the text was written, for errors (`the header 'X-Api-Key'`).
+    /// - Throws: ``PluginError`` naming the variable or file (never a value).
+    init(
+        _ text: String, _ configuration: PluginConfiguration, kind: PluginKind, in what: String
+    ) throws(PluginError) {
+        var parts: [Part] = []
+        var literal = ""
+        var rest = Substring(text)
+        while let open = rest.firstIndex(of: "{") {
+            literal += rest[..<open]
+            let tail = rest[open...]
+            if tail.hasPrefix("{refresh_token}") {
+                parts.append(.literal(literal))
+                literal = ""
+                parts.append(.refreshToken)
+                rest = tail.dropFirst("{refresh_token}".count)
+            } else if tail.hasPrefix("{access_token}") {
+                parts.append(.literal(literal))
+                literal = ""
+                parts.append(.accessToken)
+                rest = tail.dropFirst("{access_token}".count)
+            } else if tail.hasPrefix("{env:") || tail.hasPrefix("{file:"),
+                let close = tail.firstIndex(of: "}")
+            {
+                let isEnv = tail.hasPrefix("{env:")
+                let name = String(tail[tail.index(open, offsetBy: isEnv ? 5 : 6)..<close])
+                if isEnv {
+                    literal += try SecretSource.environment(name, configuration, kind: kind, namedBy: what)
+                } else {
+                    literal += try SecretSource.file(name, configuration, kind: kind, namedBy: what)
+                }
+                rest = tail[tail.index(after: close)...]
+            } else {
+                literal += "{"
+                rest = tail.dropFirst()
+            }
+        }
+        literal += rest
+        parts.append(.literal(literal))
+        self.parts = parts.filter { $0 != .literal("") }
+    }
+
+    /// The text for one request.
+    ///
+    /// - Throws: ``RefreshFailure`` when it names a token the credentials do not have.
+    func resolve(_ credentials: Credentials?) throws(RefreshFailure) -> String {
+        var out = ""
+        for part in parts {
+            switch part {
+            case .literal(let text): out += text
+            case .refreshToken:
+                guard let token = credentials?.refreshToken, !token.isEmpty else {
+                    throw RefreshFailure("there is no refresh token to send")
+                }
+                out += token
+            case .accessToken:
+                guard let token = credentials?.accessToken, !token.isEmpty else {
+                    throw RefreshFailure("there is no access token to send")
+                }
+                out += token
+            }
+        }
+        return out
+    }
+}
+
+extension TemplateText.Part {
+    var isLiteral: Bool {
+        if case .literal = self { return true }
+        return false
+    }
+}
+
+/// The transport of a plugin made only to be checked (`policy lint --check-env`) or made outside
+/// an engine; it is never meant to be called.
+struct NoTransport: Transport {
+    func send(_ request: HTTPRequest) async throws -> HTTPResponse {
+        throw TransportError(.connection, "this plugin was made without a transport")
+    }
+}
