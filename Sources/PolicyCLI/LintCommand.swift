@@ -127,7 +127,8 @@ enum LintCommand {
                     do {
                         let bytes = try Policy.readFile(file, limits: .default)
                         if let result = check(
-                            bytes, file: file, named: named, catalog: catalog, checkEnvironment: checkEnvironment) {
+                            bytes, file: file, named: named, catalog: catalog, checkEnvironment: checkEnvironment)
+                        {
                             results.append(result)
                         } else {
                             skipped.append(file)

@@ -38,7 +38,9 @@ struct TokenServerSimulationTests {
             """)
         // The first accepted attempt gets the first scripted response, not the second.
         #expect(result.outcome("a")?.code == "7")
-        #expect(result.timeline("a") == "send@0 response@0.05 refresh-start@0.05 refresh-end@0.15 send@0.15 response@0.2 outcome@0.2")
+        #expect(
+            result.timeline("a")
+                == "send@0 response@0.05 refresh-start@0.05 refresh-end@0.15 send@0.15 response@0.2 outcome@0.2")
     }
 
     @Test func aTokenThatExpiresAgainIsRefreshedAgain() async throws {

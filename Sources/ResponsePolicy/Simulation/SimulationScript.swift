@@ -109,7 +109,8 @@ extension PolicyDecoder {
         guard
             let fields = mappingFields(
                 root, "a simulation script",
-                allowed: ["latency", "requests", "refresh", "reload", "seed", "tokens"] + SimulationExpectations.scriptKeys)
+                allowed: ["latency", "requests", "refresh", "reload", "seed", "tokens"]
+                    + SimulationExpectations.scriptKeys)
         else { return nil }
         var script = SimulationScript()
         if let latency = fields.first(where: { $0.key == "latency" }) {
