@@ -34,6 +34,9 @@ public struct PolicyEvent: Sendable, Hashable {
     public var result: Result?
     /// A short explanation (why a request failed, why a reload was refused). Never a secret.
     public var reason: String?
+    /// The compiled graph's edge a decision took (``RuleGraph/Edge/id``), for checking the
+    /// engine against the graph; not part of the printed event.
+    package var edge: String?
 
     public init(_ kind: Kind, time: Duration, request: String? = nil) {
         self.kind = kind
