@@ -14,6 +14,19 @@ struct UnusedSectionRule: LintRule {
         ],
         nonTriggering: [
             exampleHeader + """
+                logout: { cooldown: 5s }
+                retry: { backoff: constant, initial: 1s }
+                rules:
+                  - name: transient
+                    when: { status: [503] }
+                    then: { do: retry, max-retries: 2, on-exhausted: logout }
+                """,
+            exampleHeader + """
+                logout: { cooldown: 5s }
+                rules:
+                  - { name: busy, when: { status: [503] }, then: sometimes }
+                """,
+            exampleHeader + """
                 retry: { max-retries: 5 }
                 rules:
                   - { name: busy, when: { status: [503] }, then: retry }
@@ -26,6 +39,10 @@ struct UnusedSectionRule: LintRule {
         ])
 
     func check(_ context: LintContext) -> [Diagnostic] {
+        // A rule dropped for an error (an unknown action) would make its section look unused.
+        guard !context.decodeFailed else { return [] }
+        // What the compiled flow reaches: rules' actions and every escalation edge's target (a
+        // retry rule whose `then:` says `on-exhausted: logout` uses 'logout').
         var reached: Set<ActionKind> = []
         var usesCodes = false
         for scope in context.graph.scopes {
