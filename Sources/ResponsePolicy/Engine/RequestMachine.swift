@@ -89,7 +89,7 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
     var lastResponse: HTTPResponse?
     var lastCode: String?
     var failure: TransportError?
-    /// The escalation edge the request took last, reported with its outcome.
+    /// The escalation edge taken after a refresh ended, reported with the outcome.
     var lastEdge: RuleGraph.Edge?
     /// Why a retry was refused (`budget`, `not-retryable`), for the outcome's reason.
     var refusal: RuleGraph.EdgeKind?
@@ -335,7 +335,9 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         _ escalation: RuleGraph.Escalation, of flow: RuleGraph.CompiledRule, failing error: PolicyEngineError,
         emit: Bool = true
     ) -> Step {
-        lastEdge = escalation.edge
+        // Taken with a response, the response event names the edge; taken after a refresh ended,
+        // the outcome does.
+        if !emit { lastEdge = escalation.edge }
         if escalation.edge.kind == .budget || escalation.edge.kind == .notRetryable {
             refusal = escalation.edge.kind
         }
