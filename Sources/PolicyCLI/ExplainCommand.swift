@@ -41,8 +41,8 @@ package enum PolicyExplainer {
                     }
                     if !dropped.isEmpty {
                         out +=
-                            "  Its own rules replace the top-level rules; these do not apply here: "
-                            + list(dropped.map { "'\($0.name)' (\($0.action.rawValue))" }) + ".\n"
+                            "  Its own rules replace the top-level rules, so these do not apply here: "
+                            + dropped.map { "'\($0.name)' (\($0.action.rawValue))" }.joined(separator: ", ") + ".\n"
                     }
                 }
             } else {
@@ -229,8 +229,9 @@ package enum PolicyExplainer {
                     }
                 }
             } else if flow.notRetryable != nil {
-                text += "; a request whose method is not in retry.methods is not retried"
-                if let key = r.idempotencyKey { text += " unless it carries an '\(key)' header" }
+                text += "; a request whose method is not in retry.methods"
+                if let key = r.idempotencyKey { text += " and that carries no '\(key)' header" }
+                text += " is not retried"
             }
             text += "; when retries run out, \(escalation(flow.onExhausted))"
             return text

@@ -137,13 +137,15 @@ struct GraphExplainCommandTests {
             "  The business code is read from the JSON body at 'status'.",
             "  Rules, first match wins:",
             "    1. token-expired: when the business code is 1401, refresh the token and send the request again, "
-                + "at most 1 time per request; after that the session is logged out.",
+                + "at most 1 time per request; after that the session is logged out (cooldown 20s).",
             "    2. forced-logout: when the business code is 202, log out (cooldown 20s).",
             "    3. unauthorized: when the status is 401, refresh the token and send the request again, "
-                + "at most 1 time per request; after that the session is logged out.",
+                + "at most 1 time per request; after that the session is logged out (cooldown 20s).",
             "    4. transient: when the status is 502, 503 or 504, or the attempt fails with a timeout or connection "
                 + "error, retry up to 3 times, waiting 1s, 2s, 4s (exponential, capped at 8s, no jitter, "
-                + "Retry-After honoured); when retries run out, the last response is delivered.",
+                + "Retry-After honoured, within the retry budget of 100 + 20% per 10s); a request whose method is not "
+                + "in retry.methods and that carries no 'Idempotency-Key' header is not retried; when retries run out, "
+                + "the last response is delivered.",
             "  Any other response is delivered; any other failed attempt fails the request.",
             "  Worst case: 5 attempts (1 + 3 retries + 1 re-send after a refresh), waiting at most 7s in total; "
                 + "with every attempt and refresh timing out, 67s (84s if the server's Retry-After asks for the "

@@ -51,7 +51,7 @@ struct PolicyDecoderTests {
     @Test func bareNumberDurationSaysWhatToWrite() {
         #expect(
             renderedErrors(header + "logout:\n  cooldown: 20\n")
-                == "test.yaml:4:13: error: 'cooldown' needs a unit; a bare number has no unit: write 20s (ms, s, m or h) [invalid-duration]"
+                == "test.yaml:4:13: error: 'cooldown' needs a unit; a bare number could be seconds or milliseconds: write 20s or 20ms [invalid-duration]"
         )
     }
 

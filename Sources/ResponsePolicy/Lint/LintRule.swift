@@ -32,7 +32,7 @@ package enum Linter {
         ConflictingCodesRule(), MissingRefreshPluginRule(), CodeWithoutClassifyRule(), LoopingEdgeRule(),
         ShadowedRule(), DuplicateRuleNameRule(), UnboundedBackoffRule(), RetriedPostRule(), DeadlineRule(),
         UnusedSectionRule(), NeverRetriedRule(), ShareWindowLogoutRule(), UnboundedRetryAfterRule(),
-        LeadingZeroCodeRule(), RouteDropsRulesRule(), RoutePathRule(), ShadowedRouteRule(),
+        LeadingZeroCodeRule(), RouteDropsRulesRule(), RoutePathRule(), ShadowedRouteRule(), InitialAboveMaxDelayRule(),
     ]
 
     /// Every rule's description: the semantic rules, then the schema checks of the decoder.

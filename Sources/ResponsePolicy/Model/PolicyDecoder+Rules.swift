@@ -409,7 +409,10 @@ extension PolicyDecoder {
             if let number = integer(version, "policy", in: Int.min...Int.max), number != 1 {
                 report(
                     .error(
-                        "unsupported-version", "this tool reads policy schema 1, not \(number); write policy: 1",
+                        "unsupported-version",
+                        number > 1
+                            ? "this tool reads policy schema 1; 'policy: \(number)' needs a newer version of the tool"
+                            : "this tool reads policy schema 1, not \(number); write policy: 1",
                         at: version.range))
             }
         } else {
