@@ -20,20 +20,13 @@ struct ShadowedRule: LintRule {
                 """
         ])
 
-    /// How many earlier rules that could cover a rule are checked per index list, nearest first.
-    /// Only rules that pass the necessary tests in ``CoverIndex`` are candidates, so this bounds
-    /// the rare file where hundreds of rules share one code or status (the generated 20,000-rule
-    /// file of `scripts/lint-speed.sh` has 2,000 rules on one status: 2,000 here made its lint
-    /// 850 ms, 500 makes it 600 ms), not the usual large file.
-    static let candidateLimit = 500
-
     func check(_ context: LintContext) -> [Diagnostic] {
         var findings: [Diagnostic] = []
         for (rules, _) in context.ruleSets {
             var index = CoverIndex()
             for position in rules.indices {
                 let rule = rules[position]
-                let candidates = index.candidates(for: rule.when, limit: Self.candidateLimit)
+                let candidates = index.candidates(for: rule.when)
                 if let earlier = candidates.first(where: { Self.covers(rules[$0].when, rule.when) }).map({ rules[$0] })
                 {
                     findings.append(
@@ -55,6 +48,8 @@ struct ShadowedRule: LintRule {
     /// attempts) `a` names errors. Lists hold positions in ascending order.
     struct CoverIndex {
         var byCode: [String: [Int]] = [:]
+        /// Rules naming code ranges.
+        var ranged: [Int] = []
         /// Rules naming no code, by each status they name (ranges wider than 100 go to `wide`).
         var byStatus: [Int: [Int]] = [:]
         var wide: [Int] = []
@@ -69,6 +64,7 @@ struct ShadowedRule: LintRule {
             guard when.matchesResponses else { return }
             if let codes = when.codes {
                 for code in Set(codes) { byCode[code, default: []].append(position) }
+                if when.codeRanges != nil { ranged.append(position) }
             } else if let statuses = when.statuses {
                 if statuses.reduce(0, { $0 + $1.upper - $1.lower + 1 }) > 100 {
                     wide.append(position)
@@ -85,24 +81,28 @@ struct ShadowedRule: LintRule {
             }
         }
 
-        /// Earlier positions that may cover `when`, ascending, each list cut to its `limit` nearest.
-        func candidates(for when: Condition, limit: Int) -> [Int] {
-            var lists: [ArraySlice<Int>] = []
+        /// Earlier positions that may cover `when`, ascending: every one, however far back.
+        func candidates(for when: Condition) -> [Int] {
+            var lists: [[Int]] = []
             if when.matchesResponses {
-                if let code = when.codes?.first { lists.append(byCode[code]?.suffix(limit) ?? []) }
-                lists.append(open.suffix(limit))
+                if when.codes != nil {
+                    if let code = when.codes?.first { lists.append(byCode[code] ?? []) }
+                    if !ranged.isEmpty { lists.append(ranged) }
+                }
+                lists.append(open)
                 if let status = when.statuses?.first?.lower {
-                    lists.append(byStatus[status]?.suffix(limit) ?? [])
-                    lists.append(wide.suffix(limit))
+                    lists.append(byStatus[status] ?? [])
+                    lists.append(wide)
                 }
             } else if when.errors?.isEmpty == false {
-                lists.append(erroring.suffix(limit))
+                lists.append(erroring)
             } else {
                 // `error: []` matches nothing; anything may "cover" it.
-                lists.append(every.suffix(limit))
+                lists.append(every)
             }
-            let all = lists.flatMap { $0 }
-            return lists.count == 1 ? all : all.sorted()
+            lists.removeAll { $0.isEmpty }
+            if lists.count == 1 { return lists[0] }
+            return lists.flatMap { $0 }.sorted()
         }
     }
 
@@ -127,10 +127,14 @@ struct ShadowedRule: LintRule {
                     return false
                 }
             }
-            if let codes = a.codes {
-                // Quick reject before the subset test: most rule pairs share no code at all.
-                guard let other = b.codes, let first = other.first, codes.contains(first),
-                    other.allSatisfy(codes.contains)
+            if a.codes != nil {
+                // Codes by the reference matcher (``Condition/codeMatches(_:)``), ranges by containment.
+                guard let other = b.codes else { return false }
+                if let first = other.first, !a.codeMatches(first) { return false }  // quick reject
+                guard other.allSatisfy(a.codeMatches) else { return false }
+                let covering = a.codeRanges ?? []
+                guard
+                    (b.codeRanges ?? []).allSatisfy({ r in covering.contains { $0.lower <= r.lower && r.upper <= $0.upper } })
                 else { return false }
             }
             if let headers = a.headers {
