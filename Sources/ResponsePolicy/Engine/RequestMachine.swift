@@ -209,7 +209,8 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
     /// request does now — the rule's action, or where an escalation edge led (`deliver` with the
     /// reason `not-retryable`), with the edge taken.
     func emitResponse(
-        rule: Rule?, action: ActionKind? = nil, reason: String? = nil, edge: RuleGraph.Edge? = nil
+        rule: Rule?, action: ActionKind? = nil, reason: String? = nil,
+        edge: @autoclosure () -> RuleGraph.Edge? = nil
     ) {
         engine.emit(runtime) {
             var event = PolicyEvent(.response, time: engine.clock.now, request: context.id)
@@ -220,7 +221,7 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
             event.rule = rule?.name
             event.action = action ?? rule?.action
             event.reason = reason
-            event.edge = edge?.id
+            event.edge = edge()?.id
             return event
         }
     }

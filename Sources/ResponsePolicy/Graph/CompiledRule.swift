@@ -47,9 +47,40 @@ extension RuleGraph {
         public let rule: Int?
         /// For an action node: the action.
         public let action: ActionKind?
+        /// What ``settings`` are read from (kept as the settings themselves: texts are made only
+        /// when a tool asks, so compiling a 20,000-rule policy builds none).
+        let source: SettingsSource
+
         /// For an action node: its effective settings (section, then route, then rule override),
         /// as policy text, in a fixed order.
-        public let settings: [Setting]
+        public var settings: [Setting] {
+            switch source {
+            case .none: return []
+            case .retry(let r): return Self.settings(retry: r)
+            case .refresh(let f): return Self.settings(refresh: f)
+            case .logout(let l): return Self.settings(logout: l)
+            }
+        }
+
+        init(
+            id: String, kind: Kind, label: String, scope: String?, rule: Int?, action: ActionKind?,
+            settings source: SettingsSource
+        ) {
+            self.id = id
+            self.kind = kind
+            self.label = label
+            self.scope = scope
+            self.rule = rule
+            self.action = action
+            self.source = source
+        }
+    }
+
+    enum SettingsSource: Sendable, Hashable {
+        case none
+        case retry(RetrySettings)
+        case refresh(RefreshSettings)
+        case logout(LogoutSettings)
     }
 
     /// One effective setting, as it would be written in the policy: `max-retries` = `2`.

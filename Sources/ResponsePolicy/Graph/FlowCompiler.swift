@@ -14,6 +14,8 @@ struct FlowCompiler {
     let refresh: RefreshSettings
     let logout: LogoutSettings
     let routeMethods: [String]?
+    /// Whether some rule of the scope logs out on a response (a refresh answer can match it).
+    let hasLogoutResponseRule: Bool
 
     private var nodes: [RuleGraph.Node] = []
     private var edges: [RuleGraph.Edge] = []
@@ -23,8 +25,9 @@ struct FlowCompiler {
 
     init(
         scope: String, summary: String, classify: CodeSource?, retry: RetrySettings, refresh: RefreshSettings,
-        logout: LogoutSettings, routeMethods: [String]?
+        logout: LogoutSettings, routeMethods: [String]?, hasLogoutResponseRule: Bool
     ) {
+        self.hasLogoutResponseRule = hasLogoutResponseRule
         self.scope = scope
         self.summary = summary
         self.classify = classify
@@ -36,7 +39,7 @@ struct FlowCompiler {
             RuleGraph.Node(
                 id: scope + ".classify", kind: .classifier,
                 label: "classify \(summary)" + (classify.map { " by \($0)" } ?? ""), scope: scope, rule: nil,
-                action: nil, settings: []))
+                action: nil, settings: .none))
     }
 
     /// The scope's node for a terminal action; a looping value (only in a policy lint refuses)
@@ -62,13 +65,13 @@ struct FlowCompiler {
         return RuleGraph.Escalation(action: action, edge: edge(from, to, kind, label), logout: logout)
     }
 
-    mutating func compile(_ rule: Rule, index: Int, among rules: [Rule]) -> RuleGraph.CompiledRule {
+    mutating func compile(_ rule: Rule, index: Int) -> RuleGraph.CompiledRule {
         let id = "\(scope).rule.\(index + 1)"
         let first = edges.count
         nodes.append(
             RuleGraph.Node(
                 id: id, kind: .rule, label: "\(index + 1). \(rule.name): \(RuleGraph.describe(rule.when))",
-                scope: scope, rule: index, action: nil, settings: []))
+                scope: scope, rule: index, action: nil, settings: .none))
         _ = edge(classifierID, id, .match)
         var r = rule.retry ?? retry
         // The engine arms the attempt timeout and the deadline per request, from the scope.
@@ -91,7 +94,7 @@ struct FlowCompiler {
                 nodes.append(
                     RuleGraph.Node(
                         id: actionNode, kind: .action, label: "logout (cooldown \(l.cooldown.policyText))",
-                        scope: scope, rule: index, action: .logout, settings: RuleGraph.Node.settings(logout: l)))
+                        scope: scope, rule: index, action: .logout, settings: .logout(l)))
                 _ = edge(id, actionNode, .then)
                 _ = edge(actionNode, "logged-out", .cooldown, "cooldown \(l.cooldown.policyText)")
             } else {
@@ -103,7 +106,7 @@ struct FlowCompiler {
             nodes.append(
                 RuleGraph.Node(
                     id: actionNode, kind: .action, label: Self.retryLabel(r), scope: scope, rule: index,
-                    action: .retry, settings: RuleGraph.Node.settings(retry: r)))
+                    action: .retry, settings: .retry(r)))
             _ = edge(id, actionNode, .then)
             methods = Self.methodsSeen(rule.when.methods, routeMethods)
             if r.idempotencyKey == nil, let seen = methods {
@@ -137,14 +140,14 @@ struct FlowCompiler {
             nodes.append(
                 RuleGraph.Node(
                     id: actionNode, kind: .action, label: Self.refreshLabel(f), scope: scope, rule: index,
-                    action: .refresh, settings: RuleGraph.Node.settings(refresh: f)))
+                    action: .refresh, settings: .refresh(f)))
             _ = edge(id, actionNode, .then)
             if f.maxPerRequest > 0 {
                 again = edge(actionNode, classifierID, .resend, "re-send with the new token")
             }
             escalations.onExhausted = escalation(f.onExhausted, from: actionNode, .onExhausted, "on-exhausted")
             escalations.onFailure = escalation(f.onFailure, from: actionNode, .onFailure, "on-failure")
-            if f.onFailure != .logout, rules.contains(where: { $0.action == .logout && $0.when.matchesResponses }) {
+            if f.onFailure != .logout, hasLogoutResponseRule {
                 escalations.refreshAnswer = escalation(
                     .logout, from: actionNode, .refreshAnswer, "refresh answer matches a logout rule")
             } else if f.onFailure == .logout {
@@ -187,7 +190,7 @@ struct FlowCompiler {
             nodes.append(
                 RuleGraph.Node(
                     id: "\(scope).\(kind.rawValue)", kind: .action, label: label, scope: scope, rule: nil,
-                    action: kind, settings: kind == .logout ? RuleGraph.Node.settings(logout: logout) : []))
+                    action: kind, settings: kind == .logout ? .logout(logout) : .none))
         }
         return Finished(
             nodes: nodes, edges: edges, noMatchResponse: noMatchResponse, noMatchError: noMatchError,
@@ -217,6 +220,6 @@ struct FlowCompiler {
 
 extension RuleGraph.Node {
     init(outcome id: String, _ label: String) {
-        self.init(id: id, kind: .outcome, label: label, scope: nil, rule: nil, action: nil, settings: [])
+        self.init(id: id, kind: .outcome, label: label, scope: nil, rule: nil, action: nil, settings: .none)
     }
 }

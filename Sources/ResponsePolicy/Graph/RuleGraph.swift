@@ -61,8 +61,9 @@ public struct RuleGraph: Sendable {
             refreshAhead = refresh.ahead
             var compiler = FlowCompiler(
                 scope: id, summary: Self.summary(route), classify: classify, retry: retry, refresh: refresh,
-                logout: logout, routeMethods: route?.methods)
-            compiled = rules.enumerated().map { compiler.compile($0.element, index: $0.offset, among: rules) }
+                logout: logout, routeMethods: route?.methods,
+                hasLogoutResponseRule: rules.contains { $0.action == .logout && $0.when.matchesResponses })
+            compiled = rules.enumerated().map { compiler.compile($0.element, index: $0.offset) }
             let finished = compiler.finish(hasErrorRules: rules.contains { $0.when.errors?.isEmpty == false })
             nodes = finished.nodes
             edges = finished.edges
@@ -113,10 +114,9 @@ public struct RuleGraph: Sendable {
         return scopes.count - 1
     }
 
-    /// The edge with this ``Edge/id``, if the graph has it.
-    public func edge(id: String) -> Edge? { edgeIndex[id].map { edges[$0] } }
-
-    private let edgeIndex: [String: Int]
+    /// The edge with this ``Edge/id``, if the graph has it (a scan: for tools and tests, not
+    /// the engine, which holds its edges in ``CompiledRule``).
+    public func edge(id: String) -> Edge? { edges.first { $0.id == id } }
 
     init(parts: PolicyParts, catalog: PluginCatalog) {
         var scopes: [Scope] = []
@@ -149,11 +149,11 @@ public struct RuleGraph: Sendable {
                 refresh: parts.refresh, logout: parts.logout, authorize: parts.authorize,
                 codePath: Self.jsonPath(parts.classify)))
         self.scopes = scopes
-        let targets = Set(scopes.flatMap { $0.edges.map(\.to) })
-        var nodes = [
-            Node(outcome: "delivered", "delivered"), Node(outcome: "failed", "failed"),
-            Node(outcome: "logged-out", "logged out"),
-        ].filter { targets.contains($0.id) }
+        // Delivered and failed are always reached (no rule matches); logged out only when some
+        // edge leads there: no orphan node.
+        let logsOut = scopes.contains { scope in scope.nodes.contains { $0.action == .logout } }
+        var nodes = [Node(outcome: "delivered", "delivered"), Node(outcome: "failed", "failed")]
+        if logsOut { nodes.append(Node(outcome: "logged-out", "logged out")) }
         var edges: [Edge] = []
         for scope in scopes {
             nodes += scope.nodes
@@ -161,9 +161,6 @@ public struct RuleGraph: Sendable {
         }
         self.nodes = nodes
         self.edges = edges
-        var edgeIndex: [String: Int] = [:]
-        for (index, edge) in edges.enumerated() { edgeIndex[edge.id] = index }
-        self.edgeIndex = edgeIndex
     }
 
     static func jsonPath(_ source: CodeSource?) -> JSONPath? {

@@ -42,8 +42,10 @@ struct RouteDropsRulesRule: LintRule {
         var findings: [Diagnostic] = []
         for route in context.parts.routes {
             guard let own = route.rules, !own.isEmpty else { continue }
+            let ownNames = Set(own.map(\.name))
+            let kept = Set(own.map { Kept(action: $0.action, when: $0.when) })
             let dropped = important.filter { rule in
-                !own.contains { $0.name == rule.name || ($0.action == rule.action && $0.when == rule.when) }
+                !ownNames.contains(rule.name) && !kept.contains(Kept(action: rule.action, when: rule.when))
             }
             guard !dropped.isEmpty else { continue }
             let names = dropped.map { "'\($0.name)' (\($0.action.rawValue))" }.joined(separator: ", ")
@@ -54,5 +56,10 @@ struct RouteDropsRulesRule: LintRule {
                     at: route.range))
         }
         return findings
+    }
+
+    private struct Kept: Hashable {
+        let action: ActionKind
+        let when: Condition
     }
 }
