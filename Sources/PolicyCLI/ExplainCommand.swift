@@ -73,7 +73,8 @@ package enum PolicyExplainer {
             lines.append("Rules, first match wins:")
             for flow in scope.compiled {
                 lines.append(
-                    "  \(flow.index + 1). \(flow.rule.name): when \(condition(flow.rule.when)), \(action(flow, scope)).")
+                    "  \(flow.index + 1). \(flow.rule.name): when \(condition(flow.rule.when)), \(action(flow, scope))."
+                )
             }
             lines.append("Any other response is delivered; any other failed attempt fails the request.")
         }

@@ -9,7 +9,9 @@ enum GraphCommand {
         usage: "policy graph [--format dot|mermaid|json] FILE",
         arguments: [("FILE", "The policy file.")],
         options: [
-            .init(names: ["--format"], valueName: "format", help: "dot (default, for Graphviz), mermaid, or json (nodes and edges with ids, kinds and settings)."),
+            .init(
+                names: ["--format"], valueName: "format",
+                help: "dot (default, for Graphviz), mermaid, or json (nodes and edges with ids, kinds and settings)."),
             .init(
                 names: ["--plugin"], valueName: "kind:name", help: "Declare a host plugin. Repeatable.",
                 repeatable: true),

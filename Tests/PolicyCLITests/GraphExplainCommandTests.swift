@@ -107,7 +107,8 @@ struct GraphExplainCommandTests {
         expectResult(
             result, stdout: "",
             stderr: usageError(
-                "Unknown format 'svg'; use dot, mermaid or json", usage: "policy graph [--format dot|mermaid|json] FILE",
+                "Unknown format 'svg'; use dot, mermaid or json",
+                usage: "policy graph [--format dot|mermaid|json] FILE",
                 help: "policy graph --help"),
             status: 64)
     }

@@ -35,7 +35,8 @@ struct OneFlowCommandTests {
     // MARK: - The issue's example
 
     @Test func anOverriddenOnExhaustedLogoutIsUsedByLintGraphExplainAndSimulate() throws {
-        expectResult(try Self.lint(Self.escalation, strict: true), stdout: "1 file checked: 0 errors, 0 warnings\n", status: 0)
+        expectResult(
+            try Self.lint(Self.escalation, strict: true), stdout: "1 file checked: 0 errors, 0 warnings\n", status: 0)
 
         let graph = try Self.run(["graph", "--format", "dot"], Self.escalation)
         #expect(graph.stdoutLines.contains(#"  "default.rule.1.retry" -> "default.logout" [label="on-exhausted"];"#))
@@ -71,7 +72,10 @@ struct OneFlowCommandTests {
         // The rule's override, not the section's default of 3 retries and deliver.
         #expect(settings["max-retries"] == "2" && settings["on-exhausted"] == "logout" && settings["initial"] == "1s")
         let kinds = Set(edges.compactMap { $0["kind"] as? String })
-        #expect(kinds.isSuperset(of: ["match", "then", "retry", "on-exhausted", "budget", "deadline", "not-retryable", "cooldown"]))
+        #expect(
+            kinds.isSuperset(of: [
+                "match", "then", "retry", "on-exhausted", "budget", "deadline", "not-retryable", "cooldown",
+            ]))
         let ids = edges.compactMap { $0["id"] as? String }
         #expect(Set(ids).count == ids.count)
         #expect(ids.contains("default.rule.1.retry>on-exhausted>default.logout"))
@@ -96,7 +100,8 @@ struct OneFlowCommandTests {
     // MARK: - Codes
 
     @Test func businessCodeRangesMatchAndDotRangesAreErrors() throws {
-        let ranged = "policy: 1\nname: r\nclassify: { code: body.status }\nrules:\n  - { name: client, when: { code: [\"1400-1499\"] }, then: fail }\n"
+        let ranged =
+            "policy: 1\nname: r\nclassify: { code: body.status }\nrules:\n  - { name: client, when: { code: [\"1400-1499\"] }, then: fail }\n"
         expectResult(try Self.lint(ranged, strict: true), stdout: "1 file checked: 0 errors, 0 warnings\n", status: 0)
         let simulate = try Self.run(
             ["simulate", "--format", "json"], ranged,
@@ -245,12 +250,21 @@ struct OneFlowCommandTests {
     }
 
     @Test(arguments: [
-        ("retry: { initial: 1000 }", "'initial' needs a unit; a bare number could be seconds or milliseconds: write 1000s or 1000ms"),
+        (
+            "retry: { initial: 1000 }",
+            "'initial' needs a unit; a bare number could be seconds or milliseconds: write 1000s or 1000ms"
+        ),
         ("retry: { initial: -5s }", "'initial' cannot be negative: '-5s'"),
         ("retry: { initial: 9999999999h }", "'initial' is out of range: '9999999999h'"),
         ("retry: { max-retries: \"3\" }", "'max-retries' must be a whole number, not the text '3'; remove the quotes"),
-        ("logout: { cancel-in-flight: \"true\" }", "'cancel-in-flight' must be true or false, not the text 'true'; remove the quotes"),
-        ("retry: { initial: 10s, max-delay: 5s }\nrules: [{ name: b, when: { status: [503] }, then: retry }]", "'initial: 10s' is longer than 'max-delay: 5s'"),
+        (
+            "logout: { cancel-in-flight: \"true\" }",
+            "'cancel-in-flight' must be true or false, not the text 'true'; remove the quotes"
+        ),
+        (
+            "retry: { initial: 10s, max-delay: 5s }\nrules: [{ name: b, when: { status: [503] }, then: retry }]",
+            "'initial: 10s' is longer than 'max-delay: 5s'"
+        ),
     ])
     func hintsLeadSomewhereGood(_ yaml: String, _ message: String) throws {
         let result = try Self.lint("policy: 1\nname: x\n" + yaml + "\n")
@@ -261,7 +275,8 @@ struct OneFlowCommandTests {
         let result = try Self.lint("policy: 2\nname: x\n")
         #expect(
             result.stdoutLines.first
-                == "p.yaml:1:9: error: this tool reads policy schema 1; 'policy: 2' needs a newer version of the tool [unsupported-version]")
+                == "p.yaml:1:9: error: this tool reads policy schema 1; 'policy: 2' needs a newer version of the tool [unsupported-version]"
+        )
     }
 
     // MARK: - Visible reasons
@@ -291,9 +306,12 @@ struct OneFlowCommandTests {
         let result = try Self.run(["simulate"], yaml, script: script)
         #expect(result.status == 0)
         let lines = result.stdoutLines
-        #expect(lines.contains("    0.050s  a-request-with-a-long-id  => delivered 503 (retry refused: budget)"), "\(result.stdout)")
+        #expect(
+            lines.contains("    0.050s  a-request-with-a-long-id  => delivered 503 (retry refused: budget)"),
+            "\(result.stdout)")
         #expect(lines.contains("    0.050s  b                         => delivered 503 (POST not retried)"))
-        #expect(lines.contains("    1.150s  c                         logout (refresh failed: scripted refresh failure)"))
+        #expect(
+            lines.contains("    1.150s  c                         logout (refresh failed: scripted refresh failure)"))
         // Every time column and id column lines up.
         #expect(Set(lines.dropLast().map { $0.prefix(37).last }).count == 1)
     }

@@ -78,8 +78,9 @@ struct FlowSoundnessTests {
                         }
                         if flow.rule.when.codes != nil { used.insert("classify") }
                         let classifier = scope.id + ".classify"
-                        if !scope.edges.contains(where: { $0.from == classifier && $0.to == flow.node && $0.kind == .match })
-                        {
+                        if !scope.edges.contains(where: {
+                            $0.from == classifier && $0.to == flow.node && $0.kind == .match
+                        }) {
                             failures.append("\(request.id): no match edge to \(flow.node)")
                         }
                         if !flow.edges.contains(where: { $0.from == flow.node && $0.to == flow.actionNode }) {
@@ -96,20 +97,26 @@ struct FlowSoundnessTests {
                             } else {
                                 let action = graph.nodes.first { $0.id == edge.to }?.action
                                 if event.action != action {
-                                    failures.append("\(request.id): event says \(event.action?.rawValue ?? "-"), edge leads to \(edge.to)")
+                                    failures.append(
+                                        "\(request.id): event says \(event.action?.rawValue ?? "-"), edge leads to \(edge.to)"
+                                    )
                                 }
                                 if action == .logout { used.insert("logout") }
                                 // The oracle: the rule as written (its override, else its scope's
                                 // section) says where running out leads.
                                 let written = Self.written(edge.kind, flow.rule, scope)
                                 if let written, written != action {
-                                    failures.append("\(request.id): \(edge.kind.rawValue) led to \(edge.to), the rule says \(written)")
+                                    failures.append(
+                                        "\(request.id): \(edge.kind.rawValue) led to \(edge.to), the rule says \(written)"
+                                    )
                                 }
                                 lastTarget = edge.to
                             }
                         } else {
                             if event.action != flow.action {
-                                failures.append("\(request.id): event action \(event.action?.rawValue ?? "-") for rule action \(flow.action)")
+                                failures.append(
+                                    "\(request.id): event action \(event.action?.rawValue ?? "-") for rule action \(flow.action)"
+                                )
                             }
                             lastTarget = flow.actionNode
                             at = flow.actionNode
@@ -154,10 +161,12 @@ struct FlowSoundnessTests {
             }
         }
         // unused-section must stay silent about every section the run used.
-        let analysis = Policy.analyze(bytes: Array(yaml.utf8), file: "random.yaml", catalog: PluginCatalog(), limits: .default)
+        let analysis = Policy.analyze(
+            bytes: Array(yaml.utf8), file: "random.yaml", catalog: PluginCatalog(), limits: .default)
         for diagnostic in analysis.diagnostics where diagnostic.rule == "unused-section" {
             for section in used where diagnostic.message.hasPrefix("'\(section)' is set") {
-                failures.append("unused-section fired on '\(section)', which the simulation used: \(diagnostic.message)")
+                failures.append(
+                    "unused-section fired on '\(section)', which the simulation used: \(diagnostic.message)")
             }
         }
         return failures
@@ -380,7 +389,8 @@ enum RandomScript {
         switch r.int(0...9) {
         case 0: response.error = .connection
         case 1: response.latency = .seconds(2)  // past the 1s attempt timeout
-        case 2, 3: response.body = r.pick(["{\"status\":1401}", "{\"status\":202}", "{\"status\":1450}", "{\"status\":7}"])
+        case 2, 3:
+            response.body = r.pick(["{\"status\":1401}", "{\"status\":202}", "{\"status\":1450}", "{\"status\":7}"])
         default:
             response.status = r.pick([200, 200, 401, 403, 429, 500, 502, 503])
             response.body = "{\"status\":0}"

@@ -333,8 +333,8 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
     /// Follows an escalation edge of `flow`: the response event says where it led and why, and
     /// the request ends there. `error` is the failure when the edge leads to fail.
     func follow(
-        _ escalation: RuleGraph.Escalation, of flow: RuleGraph.CompiledRule, failing error: PolicyEngineError,
-        emit: Bool = true
+        _ escalation: RuleGraph.Escalation, of flow: RuleGraph.CompiledRule,
+        failing error: @autoclosure () -> PolicyEngineError, emit: Bool = true
     ) -> Step {
         // Taken with a response, the response event names the edge; taken after a refresh ended,
         // the outcome does.
@@ -351,10 +351,10 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         case .logout:
             return logout(escalation.logout, reason: flow.rule.name)
         case .deliver:
-            if lastResponse == nil, case .retriesExhausted = error { return finish(.failure(error)) }
+            if lastResponse == nil, case .retriesExhausted = error() { return finish(.failure(error())) }
             return deliverOrFail()
         default:
-            return finish(.failure(error))
+            return finish(.failure(error()))
         }
     }
 
@@ -426,19 +426,20 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
 
     func retryTrigger(_ flow: RuleGraph.CompiledRule) -> Step {
         let settings = flow.retry
-        let exhausted = PolicyEngineError.retriesExhausted(lastResponse: lastResponse, lastError: failure)
         // The order of the checks is the order of the edges' precedence: retries left, then a
         // request that may not be sent again, then the budget, then the deadline.
         guard retries < settings.maxRetries, let again = flow.again, isRetryable(settings) else {
             let edge = retries < settings.maxRetries ? flow.notRetryable ?? flow.onExhausted : flow.onExhausted
-            guard let edge else { return finish(.failure(exhausted)) }
-            return follow(edge, of: flow, failing: exhausted)
+            guard let edge else {
+                return finish(.failure(.retriesExhausted(lastResponse: lastResponse, lastError: failure)))
+            }
+            return follow(edge, of: flow, failing: .retriesExhausted(lastResponse: lastResponse, lastError: failure))
         }
         let now = engine.clock.now
         if let budget = settings.budget, let refused = flow.budget,
             !engine.state.withLock({ $0.budget.takeRetry(at: now, budget: budget) })
         {
-            return follow(refused, of: flow, failing: exhausted)
+            return follow(refused, of: flow, failing: .retriesExhausted(lastResponse: lastResponse, lastError: failure))
         }
         let delay = RetryTiming.delay(
             forRetry: retries + 1, settings: settings, response: lastResponse, now: engine.clock.date,

@@ -189,7 +189,10 @@ package struct PolicyDecoder {
         if let duration = Duration.parsePolicy(text) { return .some(duration) }
         if Double(text) != nil {
             if text.hasPrefix("-") {
-                report(.error("invalid-duration", "'\(key)' cannot be negative: '\(text.truncatedForMessage)'", at: node.range))
+                report(
+                    .error(
+                        "invalid-duration", "'\(key)' cannot be negative: '\(text.truncatedForMessage)'", at: node.range
+                    ))
             } else {
                 report(
                     .error(
@@ -198,7 +201,9 @@ package struct PolicyDecoder {
                         at: node.range))
             }
         } else if text.hasPrefix("-"), Duration.parsePolicy(String(text.dropFirst())) != nil {
-            report(.error("invalid-duration", "'\(key)' cannot be negative: '\(text.truncatedForMessage)'", at: node.range))
+            report(
+                .error("invalid-duration", "'\(key)' cannot be negative: '\(text.truncatedForMessage)'", at: node.range)
+            )
         } else if let unit = ["ms", "s", "m", "h"].first(where: { text.hasSuffix($0) }),
             let value = Double(text.dropLast(unit.count)), value >= 0
         {

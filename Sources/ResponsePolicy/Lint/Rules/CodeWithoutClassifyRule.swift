@@ -21,7 +21,7 @@ struct CodeWithoutClassifyRule: LintRule {
                 classify: { code: body.status }
                 rules:
                   - { name: gone, when: { code: [202] }, then: logout }
-                """
+                """,
         ])
 
     func check(_ context: LintContext) -> [Diagnostic] {

@@ -33,7 +33,8 @@ struct RoutePathRule: LintRule {
         var findings: [Diagnostic] = []
         func check(_ glob: Glob?, at range: SourceRange, _ what: String) {
             guard let pattern = glob?.pattern, let problem = Self.problem(pattern) else { return }
-            findings.append(.error(Self.description.id, "\(what) '\(pattern.truncatedForMessage)' \(problem)", at: range))
+            findings.append(
+                .error(Self.description.id, "\(what) '\(pattern.truncatedForMessage)' \(problem)", at: range))
         }
         for route in context.parts.routes {
             check(route.path, at: route.range, "route path")

@@ -165,7 +165,9 @@ struct ShadowedRule: LintRule {
                 guard other.allSatisfy(a.codeMatches) else { return false }
                 let covering = a.codeRanges ?? []
                 guard
-                    (b.codeRanges ?? []).allSatisfy({ r in covering.contains { $0.lower <= r.lower && r.upper <= $0.upper } })
+                    (b.codeRanges ?? []).allSatisfy({ r in
+                        covering.contains { $0.lower <= r.lower && r.upper <= $0.upper }
+                    })
                 else { return false }
             }
             if let headers = a.headers {
