@@ -214,7 +214,8 @@ struct FlowCompiler {
     }
 
     static func refreshLabel(_ f: RefreshSettings) -> String {
-        "refresh via \(f.plugin?.name ?? "no plugin") (max \(f.maxPerRequest) per request)"
+        "refresh via \(f.plugin?.name ?? "no plugin") (max \(f.maxPerRequest) per request"
+            + (f.shareWindow > .zero ? ", share-window \(f.shareWindow.policyText))" : ")")
     }
 }
 
