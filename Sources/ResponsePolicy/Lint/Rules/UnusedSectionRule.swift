@@ -32,6 +32,9 @@ struct UnusedSectionRule: LintRule {
                   - { name: busy, when: { status: [503] }, then: retry }
                 """,
             exampleHeader + """
+                refresh: { use: oauth2, with: { token-url: "https://auth.example.com/token", client-id: app } }
+                """,
+            exampleHeader + """
                 retry: { attempt-timeout: 5s, deadline: 20s }
                 rules:
                   - { name: unauthorized, when: { status: [401] }, then: fail }
@@ -53,8 +56,11 @@ struct UnusedSectionRule: LintRule {
         // attempt-timeout, deadline and idempotency-key apply to every request, retried or not.
         let everyRequest = ["attempt-timeout", "deadline", "idempotency-key"]
         let retrySettingsUsed = everyRequest.contains { context.parts.locations["retry.\($0)"] != nil }
+        // A refresh plugin with `ahead` refreshes tokens before they expire, rule or not.
+        let refreshesAhead = context.graph.scopes.contains { $0.refresh.plugin != nil && $0.refresh.ahead != nil }
         let sections: [(String, Bool)] = [
-            ("retry", reached.contains(.retry) || retrySettingsUsed), ("refresh", reached.contains(.refresh)),
+            ("retry", reached.contains(.retry) || retrySettingsUsed),
+            ("refresh", reached.contains(.refresh) || refreshesAhead),
             ("logout", reached.contains(.logout)), ("classify", usesCodes),
         ]
         for (section, used) in sections where !used {
