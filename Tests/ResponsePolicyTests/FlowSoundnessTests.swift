@@ -372,6 +372,8 @@ enum RandomScript {
         script.refresh = (0..<r.int(1...3)).map { _ in
             var step = SimulationScript.RefreshStep()
             step.after = .milliseconds(r.pick([50, 100, 1500]))
+            // A short-lived token makes later sends refresh ahead of expiry (no rule involved).
+            if r.chance(20) { step.expiresIn = .seconds(20) }
             if r.chance(40) {
                 step.result = .fail
                 if r.chance(50) {
