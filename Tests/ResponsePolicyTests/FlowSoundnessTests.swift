@@ -311,7 +311,7 @@ enum RandomPolicy {
         text += "retry:\n  backoff: constant\n  initial: \(r.pick(["100ms", "300ms", "1s"]))\n"
         text += "  max-retries: \(r.int(0...3))\n  on-exhausted: \(r.pick(endings))\n  attempt-timeout: 1s\n"
         if r.chance(30) { text += "  deadline: \(r.pick(["1s", "2s"]))\n" }
-        if r.chance(30) { text += "  budget: { ratio: 0, min: \(r.int(0...2)) }\n" }
+        if r.chance(40) { text += "  budget: { ratio: 0, min: \(r.int(0...1)) }\n" }
         if r.chance(30) { text += "  idempotency-key: none\n" }
         if r.chance(20) { text += "  methods: [GET, POST]\n" }
         if r.chance(50) {
