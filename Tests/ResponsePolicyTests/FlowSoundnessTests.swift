@@ -232,6 +232,31 @@ struct FlowSoundnessTests {
         #expect(last.edge == flow.onExhausted?.edge.id)
     }
 
+    /// With the old budget (10 + 10 %) 50 concurrent requests meeting 503, 503, 200 were mostly
+    /// delivered as 503 after one attempt; the default (100 + 20 %) retries them all.
+    @Test func theDefaultBudgetRetriesABurstOfTransientErrors() throws {
+        let policy = try Policy.load(
+            yaml: """
+                policy: 1
+                name: burst
+                retry: { backoff: constant, initial: 100ms }
+                rules:
+                  - { name: transient, when: { status: [503] }, then: retry }
+                """)
+        var request = SimulationScript.Request(id: "r")
+        request.responses = [.init(status: 503), .init(status: 503), .init(status: 200)]
+        let script = SimulationScript(
+            requests: (1...50).map { index in
+                var copy = request
+                copy.id = "r-\(index)"
+                return copy
+            })
+        let result = try Simulator.run(policy: policy, script: script)
+        #expect(result.summary.delivered == 50 && result.summary.attempts == 150)
+        #expect(result.events.filter { $0.kind == .outcome }.allSatisfy { $0.status == 200 })
+        #expect(!result.events.contains { $0.reason == "budget" })
+    }
+
     @Test func codeRangesMatchIntegerBusinessCodes() throws {
         let policy = try Policy.load(
             yaml: """
