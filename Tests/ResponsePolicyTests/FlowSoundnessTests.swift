@@ -19,32 +19,54 @@ struct FlowSoundnessTests {
     static let casesPerBatch = 300
 
     @Test(arguments: [1, 2, 3, 4] as [UInt64])
-    func everyTransitionTheEngineTakesIsAnEdgeOfTheCompiledGraph(_ batch: UInt64) throws {
+    func everyTransitionTheEngineTakesIsAnEdgeOfTheCompiledGraph(_ batch: UInt64) async throws {
+        // A simulation blocks the thread it runs on: a batch runs on a thread of its own, never
+        // on one of the concurrency pool's few (other suites need them meanwhile).
+        let (report, taken) = await Self.onOwnThread { Self.runBatch(batch) }
+        if let report { Issue.record(Comment(rawValue: report)) }
+        // The generator reaches every kind of transition, so the checks were exercised.
+        let expected: Set<RuleGraph.EdgeKind> = [
+            .noMatch, .retry, .onExhausted, .onFailure, .budget, .notRetryable, .deadline,
+        ]
+        #expect(expected.isSubset(of: taken), "never taken: \(expected.subtracting(taken))")
+    }
+
+    /// Runs one seed's cases; the first failure as a report with its policy and events.
+    static func runBatch(_ batch: UInt64) -> (String?, Set<RuleGraph.EdgeKind>) {
         var random = SplitMix(seed: batch &* 0x9E37_79B9_7F4A_7C15)
         var checked = 0
         var edgesTaken = Set<RuleGraph.EdgeKind>()
         var attempts = 0
-        while checked < Self.casesPerBatch {
+        while checked < casesPerBatch {
             attempts += 1
-            try #require(attempts < Self.casesPerBatch * 20, "too few random policies load")
+            if attempts > casesPerBatch * 20 { return ("too few random policies load", edgesTaken) }
             let yaml = RandomPolicy.make(&random)
             guard let policy = try? Policy.load(yaml: yaml, file: "random.yaml") else { continue }
             let script = RandomScript.make(&random, policy: policy)
-            let result = try Simulator.run(policy: policy, script: script)
-            let failures = Self.check(policy, script, result, yaml: yaml, taken: &edgesTaken)
+            let result: Simulator.Result
+            do {
+                result = try Simulator.run(policy: policy, script: script)
+            } catch {
+                return ("\(error)\n--- policy:\n\(yaml)", edgesTaken)
+            }
+            let failures = check(policy, script, result, yaml: yaml, taken: &edgesTaken)
             if !failures.isEmpty {
                 let events = result.events.map(\.jsonLine).joined(separator: "\n")
                 let report = failures.joined(separator: "\n")
-                Issue.record(Comment(rawValue: "\(report)\n--- policy:\n\(yaml)\n--- events:\n\(events)"))
-                return
+                return ("\(report)\n--- policy:\n\(yaml)\n--- events:\n\(events)", edgesTaken)
             }
             checked += 1
         }
-        // The generator reaches every kind of transition, so the checks above were exercised.
-        let expected: Set<RuleGraph.EdgeKind> = [
-            .noMatch, .retry, .onExhausted, .onFailure, .budget, .notRetryable, .deadline,
-        ]
-        #expect(expected.isSubset(of: edgesTaken), "never taken: \(expected.subtracting(edgesTaken))")
+        return (nil, edgesTaken)
+    }
+
+    /// Runs `body` on a new thread and returns its result.
+    static func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+        await withCheckedContinuation { continuation in
+            let thread = Thread { continuation.resume(returning: body()) }
+            thread.stackSize = 8 << 20
+            thread.start()
+        }
     }
 
     /// Every failure found in one run, as text.
@@ -213,7 +235,7 @@ struct FlowSoundnessTests {
         logout: { cooldown: 5s }
         """
 
-    @Test func aRuleOverrideOfOnExhaustedIsOneEdgeForEngineLintGraphAndExplain() throws {
+    @Test func aRuleOverrideOfOnExhaustedIsOneEdgeForEngineLintGraphAndExplain() async throws {
         let policy = try Policy.load(yaml: Self.escalation, file: "esc.yaml")
         #expect(policy.warnings.isEmpty, "\(policy.warnings.map(\.description))")
         let scope = policy.graph.scopes[0]
@@ -225,7 +247,7 @@ struct FlowSoundnessTests {
         let script = SimulationScript(requests: [
             .init(id: "a", responses: Array(repeating: .init(status: 503), count: 3))
         ])
-        let result = try Simulator.run(policy: policy, script: script)
+        let result = try await Simulator.run(policy: policy, script: script)
         #expect(result.summary.loggedOut == 1 && result.summary.attempts == 3)
         let last = try #require(result.events.last { $0.kind == .response })
         #expect(last.action == .logout && last.reason == "on-exhausted")
@@ -234,7 +256,7 @@ struct FlowSoundnessTests {
 
     /// With the old budget (10 + 10 %) 50 concurrent requests meeting 503, 503, 200 were mostly
     /// delivered as 503 after one attempt; the default (100 + 20 %) retries them all.
-    @Test func theDefaultBudgetRetriesABurstOfTransientErrors() throws {
+    @Test func theDefaultBudgetRetriesABurstOfTransientErrors() async throws {
         let policy = try Policy.load(
             yaml: """
                 policy: 1
@@ -251,7 +273,7 @@ struct FlowSoundnessTests {
                 copy.id = "r-\(index)"
                 return copy
             })
-        let result = try Simulator.run(policy: policy, script: script)
+        let result = try await Simulator.run(policy: policy, script: script)
         #expect(result.summary.delivered == 50 && result.summary.attempts == 150)
         #expect(result.events.filter { $0.kind == .outcome }.allSatisfy { $0.status == 200 })
         #expect(!result.events.contains { $0.reason == "budget" })
