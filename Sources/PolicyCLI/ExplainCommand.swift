@@ -31,7 +31,20 @@ package enum PolicyExplainer {
             if let route = scope.route {
                 out +=
                     "\(scope.summary.prefix(1).uppercased() + scope.summary.dropFirst()) (route at line \(route.range.start.line)):\n"
-                if route.rules == nil { out += "  They use the top-level rules with this route's settings.\n" }
+                if route.rules == nil {
+                    out += "  They use the top-level rules with this route's settings.\n"
+                } else if !policy.rules.isEmpty {
+                    // A route's rules replace the top-level ones; say which it drops.
+                    let own = route.rules ?? []
+                    let dropped = policy.rules.filter { rule in
+                        !own.contains { $0.name == rule.name || ($0.action == rule.action && $0.when == rule.when) }
+                    }
+                    if !dropped.isEmpty {
+                        out +=
+                            "  Its own rules replace the top-level rules, so these do not apply here: "
+                            + dropped.map { "'\($0.name)' (\($0.action.rawValue))" }.joined(separator: ", ") + ".\n"
+                    }
+                }
             } else {
                 out += policy.graph.scopes.count > 1 ? "All other requests:\n" : "All requests:\n"
             }
@@ -58,8 +71,10 @@ package enum PolicyExplainer {
                 "There are no rules: every response is delivered as it is and nothing is retried or refreshed.")
         } else {
             lines.append("Rules, first match wins:")
-            for (index, rule) in scope.rules.enumerated() {
-                lines.append("  \(index + 1). \(rule.name): when \(condition(rule.when)), \(action(rule, scope)).")
+            for flow in scope.compiled {
+                lines.append(
+                    "  \(flow.index + 1). \(flow.rule.name): when \(condition(flow.rule.when)), \(action(flow, scope))."
+                )
             }
             lines.append("Any other response is delivered; any other failed attempt fails the request.")
         }
@@ -68,7 +83,12 @@ package enum PolicyExplainer {
             let r = scope.refresh
             var text = "Refresh: one refresh at a time (single flight) by '\(r.plugin?.name ?? "no plugin")'; "
             text += "requests that hit a trigger wait for it and are re-sent with the new token. "
-            text += "Triggers within \(r.shareWindow.policyText) of a refresh are re-sent without refreshing. "
+            text +=
+                "A request signed with an older token than the current one is re-sent with the new token at once, without refreshing again. "
+            if r.shareWindow > .zero {
+                text +=
+                    "Triggers on the current token within \(r.shareWindow.policyText) of a refresh are re-sent unchanged without refreshing (share-window, for token propagation delay); each counts against max-per-request. "
+            }
             if let limit = r.limit {
                 text += "More than \(limit.count) refreshes in \(limit.per.policyText) count as a failed refresh. "
             }
@@ -96,7 +116,7 @@ package enum PolicyExplainer {
             if let timeout = r.attemptTimeout { text += " Each attempt times out after \(timeout.policyText)." }
             if let budget = r.budget {
                 text +=
-                    " Retries may add at most \(budget.min) + \(formatNumber(budget.ratio * 100))% of requests in a sliding 10s window."
+                    " Retries may add at most \(budget.min) + \(formatNumber(budget.ratio * 100))% of requests in a sliding 10s window; a retry the budget refuses goes where the rule's retries run out."
             }
             lines.append(text)
         }
@@ -162,19 +182,32 @@ package enum PolicyExplainer {
         return text
     }
 
-    static func action(_ rule: Rule, _ scope: RuleGraph.Scope) -> String {
-        switch rule.action {
+    /// What a rule does, read off its compiled flow: effective settings and escalation edges.
+    static func action(_ flow: RuleGraph.CompiledRule, _ scope: RuleGraph.Scope) -> String {
+        switch flow.action {
         case .deliver: return "deliver the response"
         case .fail: return "fail the request"
         case .logout:
-            return "log out (cooldown \(scope.logout(for: rule).cooldown.policyText))"
+            return "log out (cooldown \(flow.logout.cooldown.policyText))"
         case .refresh:
-            let r = scope.refresh(for: rule)
-            return
-                "refresh the token and send the request again, at most \(r.maxPerRequest) time\(r.maxPerRequest == 1 ? "" : "s") per request; after that \(outcome(r.onExhausted))"
+            let r = flow.refresh
+            var text =
+                "refresh the token and send the request again, at most \(r.maxPerRequest) time\(r.maxPerRequest == 1 ? "" : "s") per request; after that \(escalation(flow.onExhausted))"
+            if let failure = flow.onFailure, failure.action != r.onFailure || r.onFailure != scope.refresh.onFailure {
+                text += "; when the refresh fails, \(escalation(failure))"
+            }
+            return text
         case .retry:
-            let r = scope.retry(for: rule)
-            guard r.maxRetries > 0 else { return "do not retry (max-retries is 0); \(outcome(r.onExhausted))" }
+            let r = flow.retry
+            guard r.maxRetries > 0 else {
+                return "do not retry (max-retries is 0); \(escalation(flow.onExhausted))"
+            }
+            guard flow.canRetry else {
+                // Every method the rule sees is outside retry.methods and no key can help.
+                let methods = flow.neverRetried
+                return
+                    "not retried: \(list(methods)) \(methods.count == 1 ? "is" : "are") not in retry.methods (and idempotency-key is none); \(escalation(flow.onExhausted))"
+            }
             let waits = (1...min(r.maxRetries, 6)).map { r.delay(forRetry: $0).policyText }.joined(separator: ", ")
             var text =
                 "retry up to \(r.maxRetries) time\(r.maxRetries == 1 ? "" : "s"), waiting \(waits)\(r.maxRetries > 6 ? ", …" : "")"
@@ -182,8 +215,36 @@ package enum PolicyExplainer {
             if let cap = r.maxDelay { text += ", capped at \(cap.policyText)" }
             text += r.jitter == .none ? ", no jitter" : ", jitter \(r.jitter)"
             text += r.honorRetryAfter ? ", Retry-After honoured" : ", Retry-After ignored"
-            text += "); when retries run out, \(outcome(r.onExhausted))"
+            if let budget = r.budget {
+                text += ", within the retry budget of \(budget.min) + \(formatNumber(budget.ratio * 100))% per 10s"
+            }
+            text += ")"
+            if let methods = flow.methods {
+                let retried = methods.filter { r.methods.contains($0) }
+                let others = methods.filter { !r.methods.contains($0) }
+                if !others.isEmpty {
+                    let key = r.idempotencyKey.map { " unless they carry an '\($0)' header" } ?? ""
+                    text += "; \(list(others)) requests are not retried\(key)"
+                    if retried.isEmpty, r.idempotencyKey != nil {
+                        text = text.replacingOccurrences(of: "retry up to", with: "retry (only with the header) up to")
+                    }
+                }
+            } else if flow.notRetryable != nil {
+                text += "; a request whose method is not in retry.methods"
+                if let key = r.idempotencyKey { text += " and that carries no '\(key)' header" }
+                text += " is not retried"
+            }
+            text += "; when retries run out, \(escalation(flow.onExhausted))"
             return text
+        }
+    }
+
+    /// Where an escalation edge leads, in words.
+    static func escalation(_ edge: RuleGraph.Escalation?) -> String {
+        guard let edge else { return "the request fails" }
+        switch edge.action {
+        case .logout: return "the session is logged out (cooldown \(edge.logout.cooldown.policyText))"
+        default: return outcome(edge.action)
         }
     }
 

@@ -75,7 +75,8 @@ enum FetchCommand {
         }
         let registry = PluginRegistry()
         let engine = PolicyEngine(
-            policy: policy, transport: URLSessionTransport(), plugins: registry, credentials: store, options: options)
+            policy: policy, transport: URLSessionTransport(timeout: transportTimeout(for: policy)), plugins: registry,
+            credentials: store, options: options)
         // A plugin that cannot be made here (an unset variable, a missing command) fails every refresh: say so first.
         for problem in engine.problems {
             output.stderr(problem.diagnostic(file: invocation.policyPath).description + "\n")
@@ -376,4 +377,16 @@ struct EventPrinter: PolicyObserver {
     let write: @Sendable (String) -> Void
 
     func observe(_ event: PolicyEvent) { write(event.jsonLine + "\n") }
+}
+
+/// The transport's own timeout for `policy fetch`: an outer bound that never undercuts the
+/// policy's `attempt-timeout` (the engine's attempt timeout governs), 60 s or a second more than
+/// the longest one; a scope without one is bounded by its deadline, or by a day.
+func transportTimeout(for policy: Policy) -> Duration {
+    var longest = Duration.seconds(60)
+    for scope in policy.graph.scopes {
+        let bound = scope.retry.attemptTimeout ?? scope.retry.deadline ?? .seconds(86_400)
+        longest = max(longest, bound + .seconds(1))
+    }
+    return longest
 }

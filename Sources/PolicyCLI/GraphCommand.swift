@@ -1,15 +1,17 @@
 import Foundation
 import ResponsePolicy
 
-/// `policy graph [--format dot|mermaid] FILE`
+/// `policy graph [--format dot|mermaid|json] FILE`
 enum GraphCommand {
     static let spec = CommandSpec(
         name: "graph",
         overview: "Print a policy's rule graph: classifier, rules, actions and outcomes.",
-        usage: "policy graph [--format dot|mermaid] FILE",
+        usage: "policy graph [--format dot|mermaid|json] FILE",
         arguments: [("FILE", "The policy file.")],
         options: [
-            .init(names: ["--format"], valueName: "format", help: "dot (default, for Graphviz) or mermaid."),
+            .init(
+                names: ["--format"], valueName: "format",
+                help: "dot (default, for Graphviz), mermaid, or json (nodes and edges with ids, kinds and settings)."),
             .init(
                 names: ["--plugin"], valueName: "kind:name", help: "Declare a host plugin. Repeatable.",
                 repeatable: true),
@@ -17,13 +19,17 @@ enum GraphCommand {
 
     static func run(_ arguments: ParsedArguments, output: CommandOutput) throws(UsageError) -> Int32 {
         let format = arguments.value("--format") ?? "dot"
-        guard format == "dot" || format == "mermaid" else {
-            throw UsageError(message: "Unknown format '\(format)'; use dot or mermaid")
+        guard format == "dot" || format == "mermaid" || format == "json" else {
+            throw UsageError(message: "Unknown format '\(format)'; use dot, mermaid or json")
         }
         let path = try singleFile(arguments)
         let (loaded, code) = loadPolicy(path, catalog: try catalog(from: arguments.all("--plugin")), output: output)
         guard let policy = loaded else { return code }
-        output.stdout(format == "dot" ? GraphRenderer.dot(policy) : GraphRenderer.mermaid(policy))
+        switch format {
+        case "json": output.stdout(GraphRenderer.json(policy))
+        case "mermaid": output.stdout(GraphRenderer.mermaid(policy))
+        default: output.stdout(GraphRenderer.dot(policy))
+        }
         return ExitCode.success
     }
 }
@@ -44,7 +50,7 @@ enum GraphRenderer {
         out += "  edge [fontname=\"Helvetica\", fontsize=9];\n"
         for scope in graph.scopes {
             out += "  subgraph \(quote("cluster_" + scope.id)) {\n    label=\(quote(scope.summary));\n"
-            for node in graph.nodes where node.id.hasPrefix(scope.id + ".") {
+            for node in scope.nodes {
                 out += "    \(quote(node.id)) [\(shape(node.kind)), label=\(quote(node.label))];\n"
             }
             out += "  }\n"
@@ -64,7 +70,7 @@ enum GraphRenderer {
         var out = "flowchart LR\n"
         for scope in graph.scopes {
             out += "  subgraph \(id(scope.id))[\(mermaidText(scope.summary))]\n"
-            for node in graph.nodes where node.id.hasPrefix(scope.id + ".") {
+            for node in scope.nodes {
                 out += "    \(mermaidNode(node))\n"
             }
             out += "  end\n"
@@ -77,6 +83,49 @@ enum GraphRenderer {
             out += "  \(id(edge.from)) -->\(label) \(id(edge.to))\n"
         }
         return out
+    }
+
+    /// The compiled graph as one JSON document: the scopes with their rules in order (1-based
+    /// `index`, as the drawings number them), every node (rule nodes with their `index`, action
+    /// nodes with their effective `settings`) and every edge with its stable `id` and `kind`.
+    static func json(_ policy: Policy) -> String {
+        let graph = policy.graph
+        func q(_ text: String) -> String { PolicyEvent.quote(text) }
+        func settings(_ list: [RuleGraph.Setting]) -> String {
+            "{" + list.map { q($0.key) + ":" + q($0.value) }.joined(separator: ",") + "}"
+        }
+        var out = "{\"policy\":\(q(policy.name)),\"scopes\":["
+        out += graph.scopes.map { scope in
+            var text = "{\"id\":\(q(scope.id)),\"summary\":\(q(scope.summary))"
+            if let route = scope.route {
+                text += ",\"route\":{\"line\":\(route.range.start.line)"
+                if let path = route.path { text += ",\"path\":\(q(path.pattern))" }
+                if let methods = route.methods { text += ",\"method\":[" + methods.map(q).joined(separator: ",") + "]" }
+                text += ",\"own-rules\":\(route.rules != nil)}"
+            }
+            text += ",\"classifier\":\(q(scope.id + ".classify")),\"rules\":["
+            text += scope.compiled.map { rule in
+                "{\"index\":\(rule.index + 1),\"name\":\(q(rule.rule.name)),\"node\":\(q(rule.node)),"
+                    + "\"action\":\(q(rule.action.rawValue)),\"action-node\":\(q(rule.actionNode)),"
+                    + "\"line\":\(rule.rule.range.start.line),\"when\":\(q(RuleGraph.describe(rule.rule.when)))}"
+            }.joined(separator: ",")
+            return text + "]}"
+        }.joined(separator: ",")
+        out += "],\"nodes\":["
+        out += graph.nodes.map { node in
+            var text = "{\"id\":\(q(node.id)),\"kind\":\(q(node.kind.rawValue)),\"label\":\(q(node.label))"
+            if let scope = node.scope { text += ",\"scope\":\(q(scope))" }
+            if let rule = node.rule { text += ",\"index\":\(rule + 1)" }
+            if let action = node.action { text += ",\"action\":\(q(action.rawValue))" }
+            if !node.settings.isEmpty { text += ",\"settings\":" + settings(node.settings) }
+            return text + "}"
+        }.joined(separator: ",")
+        out += "],\"edges\":["
+        out += graph.edges.map { edge in
+            "{\"id\":\(q(edge.id)),\"from\":\(q(edge.from)),\"to\":\(q(edge.to)),\"kind\":\(q(edge.kind.rawValue)),"
+                + "\"label\":\(q(edge.label))}"
+        }.joined(separator: ",")
+        return out + "]}\n"
     }
 
     static func shape(_ kind: RuleGraph.Node.Kind) -> String {

@@ -61,7 +61,9 @@ enum SimulateCommand {
             for event in result.events { output.stdout(event.jsonLine + "\n") }
             output.stdout(result.summary.jsonLine + "\n")
         } else {
-            for event in result.events { output.stdout(text(event) + "\n") }
+            // One column width for every line, from the script's ids (known before any event).
+            let width = max(8, script.requests.map(\.id.count).max() ?? 0)
+            for event in result.events { output.stdout(text(event, idWidth: width) + "\n") }
             let s = result.summary
             output.stdout(
                 "summary: \(s.requests) requests: \(s.delivered) delivered, \(s.failed) failed, \(s.loggedOut) logged out; "
@@ -83,10 +85,13 @@ enum SimulateCommand {
     }
 
     /// One event as a readable line: `  0.050s  a  response #1: 200 code 1401 -> token-expired: refresh`.
-    static func text(_ event: PolicyEvent) -> String {
+    ///
+    /// Every line says why where the engine gave a reason: a retry refused by the budget or the
+    /// method, the deadline, what cancelled a request, the failed refresh behind a logout.
+    static func text(_ event: PolicyEvent, idWidth: Int = 8) -> String {
         let time = String(format: "%9.3fs", event.time.seconds)
-        let who = (event.request ?? "-").padding(
-            toLength: max(8, (event.request ?? "-").count), withPad: " ", startingAt: 0)
+        let id = event.request ?? "-"
+        let who = id.padding(toLength: max(idWidth, id.count), withPad: " ", startingAt: 0)
         var what: String
         switch event.kind {
         case .send: what = "send #\(event.attempt ?? 0)"
@@ -95,13 +100,20 @@ enum SimulateCommand {
             if let status = event.status { what += "\(status)" }
             if let code = event.code { what += " code \(code)" }
             if let error = event.error { what += "\(error.rawValue) error" }
-            if let rule = event.rule, let action = event.action { what += " -> \(rule): \(action.rawValue)" }
+            if let rule = event.rule, let action = event.action {
+                what += " -> \(rule): \(action.rawValue)"
+            } else if event.rule == nil, let reason = event.reason {
+                what += " -> \(reason)"
+            } else if event.rule == nil {
+                what += " -> no rule: " + (event.error == nil ? "deliver" : "fail")
+            }
+            if event.rule != nil, let reason = event.reason { what += " (\(reasonText(reason, event)))" }
         case .wait: what = "wait \(event.delay.map { PolicyEvent.secondsText($0) } ?? "?")s"
         case .refreshStart: what = "refresh started"
         case .refreshEnd:
             what = "refresh " + (event.ok == true ? "ok" : "failed") + (event.reason.map { " (\($0))" } ?? "")
-        case .logout: what = "logout (\(event.rule ?? "?"))"
-        case .cancel: what = "cancelled"
+        case .logout: what = "logout (\(event.rule ?? event.reason ?? "no reason given"))"
+        case .cancel: what = "cancelled" + (event.reason.map { " (\($0))" } ?? "")
         case .reload: what = "reload " + (event.ok == true ? "ok" : "refused") + (event.reason.map { " (\($0))" } ?? "")
         case .problem: what = "problem: \(event.reason ?? "?")"
         case .outcome:
@@ -111,6 +123,18 @@ enum SimulateCommand {
             if let reason = event.reason { what += " (\(reason))" }
         }
         return "\(time)  \(who)  \(what)"
+    }
+
+    /// A response's reason (an escalation edge's kind) as words.
+    static func reasonText(_ reason: String, _ event: PolicyEvent) -> String {
+        switch reason {
+        case "budget": return "retry refused: budget"
+        case "not-retryable": return "not retried: method not in retry.methods"
+        case "on-exhausted": return "retries exhausted"
+        case "deadline": return "the wait would pass the deadline"
+        case "on-failure": return "refresh failed"
+        default: return reason
+        }
     }
 }
 

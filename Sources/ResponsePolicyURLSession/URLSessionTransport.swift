@@ -32,6 +32,10 @@ import ResponsePolicy
 /// response headers back as a dictionary, so ``send(_:)`` returns them sorted by lowercased name, for determinism.
 public final class URLSessionTransport: CancellableTransport {
     /// The longest one ``send(_:)`` may take, from the call until the last byte of the body.
+    ///
+    /// Under a ``PolicyEngine`` this is only an outer bound: the policy's `retry.attempt-timeout`
+    /// governs each attempt. Set it above the longest `attempt-timeout` of the policies you run
+    /// (`policy fetch` does), or attempts are cut short of what `policy explain` promises.
     public let timeout: Duration
 
     private let session: URLSession

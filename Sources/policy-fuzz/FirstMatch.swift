@@ -1,7 +1,8 @@
 import ResponsePolicy
 
 /// The classifier's answer computed the slow, obvious way: walk the rules in order and return the
-/// first whose `when:` holds, exactly as the README states the semantics.
+/// first whose `when:` holds by ``Condition/matches(status:code:headers:method:path:)``, the one
+/// reference matcher (`shadowed-rule` and the soundness test use it too).
 ///
 /// The engine's ``Classifier`` answers from decision tables instead (by status, by code, by error
 /// class); the harness compares the two on every input, so a table that drops, reorders or
@@ -11,26 +12,12 @@ enum FirstMatch {
     static func response(
         _ rules: [Rule], status: Int, code: String?, headers: HTTPHeaders, method: String, path: String
     ) -> Int? {
-        rules.firstIndex { rule in
-            let when = rule.when
-            guard when.matchesResponses else { return false }
-            if let codes = when.codes {
-                guard let code, codes.contains(code) else { return false }
-                if let statuses = when.statuses, !statuses.contains(where: { $0.contains(status) }) { return false }
-            } else if let statuses = when.statuses {
-                guard statuses.contains(where: { $0.contains(status) }) else { return false }
-            }
-            return requestMatches(when, method: method, path: path) && headersMatch(when, headers)
-        }
+        rules.firstIndex { $0.when.matches(status: status, code: code, headers: headers, method: method, path: path) }
     }
 
     /// The index of the first rule matching an attempt that failed with `errorClass`.
     static func error(_ rules: [Rule], _ errorClass: TransportErrorClass, method: String, path: String) -> Int? {
-        rules.firstIndex { rule in
-            guard let errors = rule.when.errors else { return false }
-            let matches = errors.contains { $0 == .any || $0.rawValue == errorClass.rawValue }
-            return matches && requestMatches(rule.when, method: method, path: path)
-        }
+        rules.firstIndex { $0.when.matches(error: errorClass, method: method, path: path) }
     }
 
     /// The first route whose `match:` holds, else the top level (the last scope).
@@ -41,17 +28,5 @@ enum FirstMatch {
             if let glob = route.path, !glob.matches(path) { return false }
             return true
         } ?? scopes.count - 1
-    }
-
-    private static func requestMatches(_ when: Condition, method: String, path: String) -> Bool {
-        if let methods = when.methods, !methods.contains(method) { return false }
-        if let glob = when.path, !glob.matches(path) { return false }
-        return true
-    }
-
-    private static func headersMatch(_ when: Condition, _ headers: HTTPHeaders) -> Bool {
-        (when.headers ?? []).allSatisfy { header in
-            headers[header.name].map { header.value.matches($0) } ?? false
-        }
     }
 }

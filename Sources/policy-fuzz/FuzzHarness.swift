@@ -120,6 +120,7 @@ package enum FuzzHarness {
         )
 
         var decisions: [String] = []
+        checkFlow(graph)
         for scope in scopes {
             _ = WorstCase(scope: scope)
             let code = engineCode(scope, body: body, headers: input.headers)
@@ -156,6 +157,37 @@ package enum FuzzHarness {
             }
         }
         return decisions
+    }
+
+    /// The compiled flow is whole: every edge the engine can follow from a rule is an edge of the
+    /// graph, leaves the rule's action node and leads to a node of the graph; every node but a
+    /// classifier has an edge into it (no orphan).
+    static func checkFlow(_ graph: RuleGraph) {
+        let ids = Set(graph.nodes.map(\.id))
+        let edges = Set(graph.edges)
+        let targets = Set(graph.edges.map(\.to))
+        for node in graph.nodes where node.kind != .classifier {
+            check(targets.contains(node.id), "node \(node.id) has no edge into it")
+        }
+        for edge in graph.edges {
+            check(ids.contains(edge.from) && ids.contains(edge.to), "edge \(edge.id) names a missing node")
+        }
+        for scope in graph.scopes {
+            check(scope.compiled.count == scope.rules.count, "\(scope.id): a rule was not compiled")
+            for flow in scope.compiled {
+                let followed =
+                    [
+                        flow.onExhausted, flow.onFailure, flow.refreshAnswer, flow.budget, flow.notRetryable,
+                        flow.deadline,
+                    ].compactMap { $0?.edge } + [flow.again].compactMap { $0 }
+                for edge in followed {
+                    check(
+                        edges.contains(edge), "\(scope.id): rule \(flow.index + 1) follows \(edge.id), not in the graph"
+                    )
+                    check(edge.from == flow.actionNode, "\(scope.id): \(edge.id) does not leave \(flow.actionNode)")
+                }
+            }
+        }
     }
 
     /// The business code as `PolicyRuntime.code(of:scopeIndex:scanLimit:)` finds it; a host

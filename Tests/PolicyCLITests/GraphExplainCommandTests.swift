@@ -35,7 +35,7 @@ struct GraphExplainCommandTests {
         // One box per rule, labelled with its name, in each scope that runs it.
         let lines = result.stdoutLines
         for rule in policy.rules {
-            let boxes = lines.filter { $0.contains("[shape=box, label=\"\(rule.name): ") }
+            let boxes = lines.filter { $0.contains("[shape=box, label=\"") && $0.contains(". \(rule.name): ") }
             #expect(boxes.count == 1, "rule '\(rule.name)'")
         }
     }
@@ -45,15 +45,15 @@ struct GraphExplainCommandTests {
         #expect(result.status == 0)
         let lines = Set(result.stdoutLines)
         for expected in [
-            #"    "default.rule.1" [shape=box, label="token-expired: code 1401"];"#,
-            #"    "default.rule.2" [shape=box, label="forced-logout: code 202"];"#,
-            #"    "default.rule.3" [shape=box, label="unauthorized: status 401"];"#,
-            #"  "default.rule.1" -> "default.refresh";"#,
+            #"    "default.rule.1" [shape=box, label="1. token-expired: code 1401"];"#,
+            #"    "default.rule.2" [shape=box, label="2. forced-logout: code 202"];"#,
+            #"    "default.rule.3" [shape=box, label="3. unauthorized: status 401"];"#,
+            #"  "default.rule.1" -> "default.rule.1.refresh";"#,
             #"  "default.rule.2" -> "default.logout";"#,
-            #"  "default.rule.4" -> "default.retry";"#,
-            #"  "default.refresh" -> "default.logout" [label="on-exhausted"];"#,
-            #"  "default.refresh" -> "default.logout" [label="on-failure"];"#,
-            #"  "default.retry" -> "default.deliver" [label="on-exhausted"];"#,
+            #"  "default.rule.4" -> "default.rule.4.retry";"#,
+            #"  "default.rule.1.refresh" -> "default.logout" [label="on-exhausted"];"#,
+            #"  "default.rule.1.refresh" -> "default.logout" [label="on-failure"];"#,
+            #"  "default.rule.4.retry" -> "default.deliver" [label="on-exhausted"];"#,
             #"  "default.logout" -> "logged-out" [label="cooldown 20s"];"#,
         ] {
             #expect(lines.contains(expected), "missing line: \(expected)")
@@ -67,14 +67,14 @@ struct GraphExplainCommandTests {
         #expect(result.stderr == "")
         #expect(result.stdout.hasPrefix("flowchart LR\n"))
         for rule in policy.rules {
-            #expect(result.stdout.contains("[\"\(rule.name): "), "rule '\(rule.name)'")
+            #expect(result.stdout.contains(". \(rule.name): "), "rule '\(rule.name)'")
         }
         let lines = Set(result.stdoutLines)
         for expected in [
-            #"    default_rule_1["token-expired: code 1401"]"#,
-            #"  default_refresh -->|"on-exhausted"| default_logout"#,
-            #"  default_refresh -->|"on-failure"| default_logout"#,
-            #"  default_retry -->|"on-exhausted"| default_deliver"#,
+            #"    default_rule_1["1. token-expired: code 1401"]"#,
+            #"  default_rule_1_refresh -->|"on-exhausted"| default_logout"#,
+            #"  default_rule_1_refresh -->|"on-failure"| default_logout"#,
+            #"  default_rule_4_retry -->|"on-exhausted"| default_deliver"#,
         ] {
             #expect(lines.contains(expected), "missing line: \(expected)")
         }
@@ -107,7 +107,8 @@ struct GraphExplainCommandTests {
         expectResult(
             result, stdout: "",
             stderr: usageError(
-                "Unknown format 'svg'; use dot or mermaid", usage: "policy graph [--format dot|mermaid] FILE",
+                "Unknown format 'svg'; use dot, mermaid or json",
+                usage: "policy graph [--format dot|mermaid|json] FILE",
                 help: "policy graph --help"),
             status: 64)
     }
@@ -117,7 +118,7 @@ struct GraphExplainCommandTests {
         expectResult(
             result, stdout: "",
             stderr: usageError(
-                "Unexpected argument 'policies/transient.yaml'", usage: "policy graph [--format dot|mermaid] FILE",
+                "Unexpected argument 'policies/transient.yaml'", usage: "policy graph [--format dot|mermaid|json] FILE",
                 help: "policy graph --help"),
             status: 64)
     }
@@ -137,13 +138,15 @@ struct GraphExplainCommandTests {
             "  The business code is read from the JSON body at 'status'.",
             "  Rules, first match wins:",
             "    1. token-expired: when the business code is 1401, refresh the token and send the request again, "
-                + "at most 1 time per request; after that the session is logged out.",
+                + "at most 1 time per request; after that the session is logged out (cooldown 20s).",
             "    2. forced-logout: when the business code is 202, log out (cooldown 20s).",
             "    3. unauthorized: when the status is 401, refresh the token and send the request again, "
-                + "at most 1 time per request; after that the session is logged out.",
+                + "at most 1 time per request; after that the session is logged out (cooldown 20s).",
             "    4. transient: when the status is 502, 503 or 504, or the attempt fails with a timeout or connection "
                 + "error, retry up to 3 times, waiting 1s, 2s, 4s (exponential, capped at 8s, no jitter, "
-                + "Retry-After honoured); when retries run out, the last response is delivered.",
+                + "Retry-After honoured, within the retry budget of 100 + 20% per 10s); a request whose method is not "
+                + "in retry.methods and that carries no 'Idempotency-Key' header is not retried; when retries run out, "
+                + "the last response is delivered.",
             "  Any other response is delivered; any other failed attempt fails the request.",
             "  Worst case: 5 attempts (1 + 3 retries + 1 re-send after a refresh), waiting at most 7s in total; "
                 + "with every attempt and refresh timing out, 67s (84s if the server's Retry-After asks for the "

@@ -20,6 +20,7 @@ struct LintCIFormatTests {
         retry:
           backoff: exponential
           max-delay: none
+          retry-after: ignore
 
         """
 
@@ -110,6 +111,7 @@ struct LintCIFormatTests {
               max-delay: none  # policy-lint: disable=unbounded-backoff the deadline bounds it
               methods: [GET]  # policy-lint: disable=post-retried,unknwn-rule
               initial: 1s  # policy-lint: disable=conflicting-codes errors are not suppressible
+              retry-after: ignore
 
             """)
         let result = try await runPolicy(["lint", "--strict", "p.yaml"], in: dir.url)

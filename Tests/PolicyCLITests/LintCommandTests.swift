@@ -32,8 +32,8 @@ struct LintCommandTests {
             + "add 'classify: { code: body.status }' [code-without-classify]",
         "bad.yaml:7:11: error: rule 'expired' refreshes the token, but no refresh plugin is set; "
             + "add 'refresh: { use: oauth2, with: {...} }' or a host plugin [missing-refresh-plugin]",
-        "bad.yaml:12:12: error: 'initial' needs a unit; a bare number has no unit: write 5s (ms, s, m or h) "
-            + "[invalid-duration]",
+        "bad.yaml:12:12: error: 'initial' needs a unit; a bare number could be seconds or milliseconds: "
+            + "write 5s or 5ms [invalid-duration]",
     ]
 
     /// Two warnings and no error. The retry settings are explicit so the worst case fits the deadline.

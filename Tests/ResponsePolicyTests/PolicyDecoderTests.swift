@@ -19,10 +19,10 @@ struct PolicyDecoderTests {
         #expect(policy.retry.idempotencyKey == "Idempotency-Key")
         #expect(policy.retry.onExhausted == .deliver)
         #expect(policy.retry.deadline == .seconds(60))
-        #expect(policy.retry.budget == .init(ratio: 0.1, min: 10))
+        #expect(policy.retry.budget == .init(ratio: 0.2, min: 100))
         #expect(policy.refresh.plugin == nil)
         #expect(policy.refresh.timeout == .seconds(10))
-        #expect(policy.refresh.shareWindow == .seconds(20))
+        #expect(policy.refresh.shareWindow == .zero)
         #expect(policy.refresh.maxPerRequest == 1)
         #expect(policy.refresh.onExhausted == .logout)
         #expect(policy.refresh.onFailure == .logout)
@@ -51,7 +51,7 @@ struct PolicyDecoderTests {
     @Test func bareNumberDurationSaysWhatToWrite() {
         #expect(
             renderedErrors(header + "logout:\n  cooldown: 20\n")
-                == "test.yaml:4:13: error: 'cooldown' needs a unit; a bare number has no unit: write 20s (ms, s, m or h) [invalid-duration]"
+                == "test.yaml:4:13: error: 'cooldown' needs a unit; a bare number could be seconds or milliseconds: write 20s or 20ms [invalid-duration]"
         )
     }
 

@@ -57,4 +57,29 @@ import Testing
                 "rule 'c' never matches: rule 'b' comes first and matches everything it does"
             ])
     }
+
+    /// No window at all: 2,000 earlier rules on the same status, none covering, then the one that
+    /// does, far back, is still found (the old check stopped after the 500 nearest candidates).
+    @Test func aCoveringRuleBehindThousandsOfCandidatesIsFound() {
+        let sameStatus = (0..<2_000).map {
+            "  - { name: h\($0), when: { status: [503], header: { X-Shard: \"s\($0)\" } }, then: fail }\n"
+        }.joined()
+        let text =
+            Self.header + "  - { name: busy, when: { status: [503] }, then: retry }\n" + sameStatus
+            + "  - { name: late, when: { status: [503], method: [GET] }, then: fail }\n"
+        let shadowed = findings(text).filter { $0.rule == "shadowed-rule" }.map(\.message)
+        #expect(shadowed.count == 2_001)
+        #expect(shadowed.last == "rule 'late' never matches: rule 'busy' comes first and matches everything it does")
+    }
+
+    @Test func codeRangesCoverTheCodesInThem() {
+        let text =
+            Self.header + "  - { name: client, when: { code: [\"1400-1499\"] }, then: fail }\n"
+            + "  - { name: expired, when: { code: [1401] }, then: refresh }\n"
+            + "  - { name: other, when: { code: [1500] }, then: fail }\n"
+        #expect(
+            findings(text).filter { $0.rule == "shadowed-rule" }.map(\.message) == [
+                "rule 'expired' never matches: rule 'client' comes first and matches everything it does"
+            ])
+    }
 }

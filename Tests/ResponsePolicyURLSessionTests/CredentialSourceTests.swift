@@ -344,7 +344,7 @@ struct CredentialSourceTests {
                 let input = try String(contentsOfFile: directory + "/logout.json", encoding: .utf8)
                 #expect(
                     input
-                        == #"{"version":1,"kind":"logout","reason":"refresh failed","credentials":{"has_refresh_token":false}}"#
+                        == #"{"version":1,"kind":"logout","reason":"refresh failed: the credential command 'get-token' exited with status 1: nope","credentials":{"has_refresh_token":false}}"#
                         + "\n")
             }
         }

@@ -91,7 +91,10 @@ struct EngineIntegrationTests {
             #expect(refreshEnd.reason == "the token endpoint answered 400 (invalid_grant)")
             // A failed refresh is no rule: the logout names no rule, only its reason.
             #expect(events.all.filter { $0.kind == .logout }.map(\.rule) == [nil])
-            #expect(events.all.filter { $0.kind == .logout }.map(\.reason) == ["refresh failed"])
+            #expect(
+                events.all.filter { $0.kind == .logout }.map(\.reason) == [
+                    "refresh failed: the token endpoint answered 400 (invalid_grant)"
+                ])
             #expect(events.outcomes == [.loggedOut: 1])
             let stats = try await server.stats()
             #expect(stats.counters["token_calls"] == 1)

@@ -49,7 +49,7 @@ extension PolicyEngine {
         guard let taken else { return }
         emit(trigger.runtime) {
             var event = PolicyEvent(.logout, time: now, request: trigger.context.id)
-            if reason != Self.refreshFailedReason { event.rule = reason }
+            if !reason.hasPrefix(Self.refreshFailedReason) { event.rule = reason }
             event.reason = reason
             return event
         }

@@ -71,6 +71,9 @@ public struct PolicyEvent: Sendable, Hashable {
             }
         }
     }
+    /// The compiled graph's edge a decision took (``RuleGraph/Edge/id``), for checking the
+    /// engine against the graph; not part of the printed event.
+    package var edge: String?
 
     public init(_ kind: Kind, time: Duration, request: String? = nil) {
         self.kind = kind

@@ -67,7 +67,6 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
     let scope: RuleGraph.Scope
     let plugins: PolicyRuntime.ScopePlugins
     let path: String
-    let retryable: Bool
     let deadline: Duration?
     let request: HTTPRequest
 
@@ -90,6 +89,12 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
     var lastResponse: HTTPResponse?
     var lastCode: String?
     var failure: TransportError?
+    /// The escalation edge taken after a refresh ended, reported with the outcome.
+    var lastEdge: RuleGraph.Edge?
+    /// Why a retry was refused (`budget`, `not-retryable`), for the outcome's reason.
+    var refusal: RuleGraph.EdgeKind?
+    /// The reason of the refresh that failed, for the outcome and the logout it leads to.
+    var refreshFailureReason: String?
     /// The token generation the last attempt was signed with.
     var signedGeneration: UInt64 = 0
     /// The proactive refresh for this turn of the loop is done.
@@ -119,7 +124,7 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         plugins = context.runtime.scopes[index]
         self.path = path
         var request = original
-        retryable = engine.prepareIdempotency(&request, scope.retry)
+        _ = engine.prepareIdempotency(&request, scope.retry)
         self.request = request
         pendingRequest = request
         deadline = scope.deadline.map { context.start + $0 }
@@ -148,6 +153,7 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
 
     func outcomeEvent(_ result: Result<HTTPResponse, PolicyEngineError>) -> PolicyEvent {
         var event = PolicyEvent(.outcome, time: engine.clock.now, request: context.id)
+        event.edge = lastEdge?.id
         switch result {
         case .success(let response):
             event.result = .delivered
@@ -165,6 +171,11 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
                 event.status = lastResponse.status
                 event.code = lastCode
             }
+        }
+        switch refusal {
+        case .budget?: event.reason = "retry refused: budget"
+        case .notRetryable?: event.reason = "\(method) not retried"
+        default: break
         }
         return event
     }
@@ -204,7 +215,13 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         return finish(.failure(.transport(failure ?? TransportError(.connection))))
     }
 
-    func emitResponse(rule: Rule?, reason: String? = nil) {
+    /// The `response` event of the attempt just classified: the rule that matched, and what the
+    /// request does now — the rule's action, or where an escalation edge led (`deliver` with the
+    /// reason `not-retryable`), with the edge taken.
+    func emitResponse(
+        rule: Rule?, action: ActionKind? = nil, reason: String? = nil,
+        edge: @autoclosure () -> RuleGraph.Edge? = nil
+    ) {
         engine.emit(runtime) {
             var event = PolicyEvent(.response, time: engine.clock.now, request: context.id)
             event.attempt = attempt
@@ -212,8 +229,9 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
             event.code = lastCode
             event.error = failure?.errorClass
             event.rule = rule?.name
-            event.action = rule?.action
+            event.action = action ?? rule?.action
             event.reason = reason
+            event.edge = edge()?.id
             return event
         }
     }
@@ -292,7 +310,7 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
             if outcome == .timedOut {
                 if let deadline, engine.clock.now >= deadline {
                     failure = TransportError(.timeout, "deadline")
-                    emitResponse(rule: nil, reason: "deadline")
+                    emitResponse(rule: nil, reason: "deadline", edge: scope.attemptDeadline)
                     return finish(.failure(.deadlineExceeded))
                 }
                 failure = TransportError(
@@ -302,50 +320,78 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
             ruleIndex = scope.classifier.match(error: errorClass, method: method, path: path)
         }
         guard let ruleIndex else {
-            emitResponse(rule: nil)
-            if let failure { return finish(.failure(.transport(failure))) }
+            if let failure {
+                emitResponse(rule: nil, edge: scope.noMatchError)
+                return finish(.failure(.transport(failure)))
+            }
+            emitResponse(rule: nil, edge: scope.noMatchResponse)
             if let lastResponse { return finish(.success(lastResponse)) }
             return finish(.failure(.cancelled))
         }
-        let rule = scope.rules[ruleIndex]
-        emitResponse(rule: rule)
-        switch rule.action {
+        // From here the compiled rule decides: its action, and its escalation edges.
+        let flow = scope.compiled[ruleIndex]
+        switch flow.action {
         case .deliver:
+            emitResponse(rule: flow.rule)
             return deliverOrFail()
         case .fail:
+            emitResponse(rule: flow.rule)
             guard let lastResponse else { return finish(.failure(.transport(failure ?? TransportError(.connection)))) }
-            return finish(.failure(.failed(response: lastResponse, rule: rule.name)))
+            return finish(.failure(.failed(response: lastResponse, rule: flow.rule.name)))
         case .logout:
-            return logout(scope.logout(for: rule), reason: rule.name)
+            emitResponse(rule: flow.rule)
+            return logout(flow.logout, reason: flow.rule.name)
         case .refresh:
-            return refreshTrigger(ruleIndex)
+            return refreshTrigger(flow)
         case .retry:
-            return retryTrigger(rule)
+            return retryTrigger(flow)
         }
     }
 
-    func refreshTrigger(_ ruleIndex: Int) -> Step {
-        let rule = scope.rules[ruleIndex]
-        let settings = scope.refresh(for: rule)
-        guard refreshResends < settings.maxPerRequest else {
-            switch settings.onExhausted {
-            case .logout: return logout(scope.logout, reason: rule.name)
-            case .deliver: return deliverOrFail()
-            default:
-                return finish(
-                    .failure(
-                        .refreshFailed(reason: "the request was re-sent \(refreshResends) time(s) for refresh triggers")
-                    ))
-            }
+    /// Follows an escalation edge of `flow`: the response event says where it led and why, and
+    /// the request ends there. `error` is the failure when the edge leads to fail.
+    func follow(
+        _ escalation: RuleGraph.Escalation, of flow: RuleGraph.CompiledRule,
+        failing error: @autoclosure () -> PolicyEngineError, emit: Bool = true
+    ) -> Step {
+        // Taken with a response, the response event names the edge; taken after a refresh ended,
+        // the outcome does.
+        if !emit { lastEdge = escalation.edge }
+        if escalation.edge.kind == .budget || escalation.edge.kind == .notRetryable {
+            refusal = escalation.edge.kind
         }
+        if emit {
+            emitResponse(
+                rule: flow.rule, action: escalation.action, reason: escalation.edge.kind.rawValue,
+                edge: escalation.edge)
+        }
+        switch escalation.action {
+        case .logout:
+            return logout(escalation.logout, reason: flow.rule.name)
+        case .deliver:
+            if lastResponse == nil, case .retriesExhausted = error() { return finish(.failure(error())) }
+            return deliverOrFail()
+        default:
+            return finish(.failure(error()))
+        }
+    }
+
+    func refreshTrigger(_ flow: RuleGraph.CompiledRule) -> Step {
+        guard refreshResends < flow.refresh.maxPerRequest else {
+            let error = PolicyEngineError.refreshFailed(
+                reason: "the request was re-sent \(refreshResends) time(s) for refresh triggers")
+            guard let exhausted = flow.onExhausted else { return finish(.failure(error)) }
+            return follow(exhausted, of: flow, failing: error)
+        }
+        emitResponse(rule: flow.rule)
         refreshResends += 1
-        refreshRule = ruleIndex
+        refreshRule = flow.index
         waitingFor = .refresh(proactive: false)
         return awaitRefresh(failedGeneration: signedGeneration, proactive: false)
     }
 
     /// The refresh settings of the refresh awaited.
-    var refreshSettings: RefreshSettings { refreshRule.map { scope.refresh(for: scope.rules[$0]) } ?? scope.refresh }
+    var refreshSettings: RefreshSettings { refreshRule.map { scope.compiled[$0].refresh } ?? scope.refresh }
 
     /// Asks the engine for a token newer than `failedGeneration`: an answer now, or a park until
     /// the refresh in flight ends.
@@ -377,51 +423,53 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
                 return top()
             }
         }
-        let settings = refreshSettings
+        let flow = refreshRule.map { scope.compiled[$0] }
         refreshRule = nil
         switch result {
         case .ok, .superseded: return top()
         case .loggedOut: return cancelledByLogout()
         case .cancelled: return ended()
         case .failed(let refreshFailure):
-            if let response = refreshFailure.response,
+            // The refresh's own reason goes with every way this ends (a logout names it too).
+            refreshFailureReason = refreshFailure.reason
+            guard let flow, let onFailure = flow.onFailure else {
+                return finish(.failure(.refreshFailed(reason: refreshFailure.reason)))
+            }
+            let error = PolicyEngineError.refreshFailed(reason: refreshFailure.reason)
+            if let response = refreshFailure.response, let answer = flow.refreshAnswer,
                 engine.endsSession(response, scope: scope, scopeIndex: scopeIndex, runtime, method: method, path: path)
             {
-                return logout(scope.logout, reason: PolicyEngine.refreshFailedReason)
+                return follow(answer, of: flow, failing: error, emit: false)
             }
-            switch settings.onFailure {
-            case .logout: return logout(scope.logout, reason: PolicyEngine.refreshFailedReason)
-            case .deliver: return deliverOrFail()
-            default: return finish(.failure(.refreshFailed(reason: refreshFailure.reason)))
-            }
+            return follow(onFailure, of: flow, failing: error, emit: false)
         }
     }
 
-    func retryTrigger(_ rule: Rule) -> Step {
-        let settings = scope.retry(for: rule)
-        let now = engine.clock.now
-        var allowed = retryable && retries < settings.maxRetries
-        if allowed, let budget = settings.budget {
-            allowed = engine.state.withLock { $0.budget.takeRetry(at: now, budget: budget) }
-        }
-        guard allowed else {
-            switch settings.onExhausted {
-            case .fail: return finish(.failure(.retriesExhausted(lastResponse: lastResponse, lastError: failure)))
-            case .logout: return logout(scope.logout, reason: rule.name)
-            default:
-                if lastResponse == nil {
-                    return finish(.failure(.retriesExhausted(lastResponse: nil, lastError: failure)))
-                }
-                return deliverOrFail()
+    func retryTrigger(_ flow: RuleGraph.CompiledRule) -> Step {
+        let settings = flow.retry
+        // The order of the checks is the order of the edges' precedence: retries left, then a
+        // request that may not be sent again, then the budget, then the deadline.
+        guard retries < settings.maxRetries, let again = flow.again, isRetryable(settings) else {
+            let edge = retries < settings.maxRetries ? flow.notRetryable ?? flow.onExhausted : flow.onExhausted
+            guard let edge else {
+                return finish(.failure(.retriesExhausted(lastResponse: lastResponse, lastError: failure)))
             }
+            return follow(edge, of: flow, failing: .retriesExhausted(lastResponse: lastResponse, lastError: failure))
+        }
+        let now = engine.clock.now
+        if let budget = settings.budget, let refused = flow.budget,
+            !engine.state.withLock({ $0.budget.takeRetry(at: now, budget: budget) })
+        {
+            return follow(refused, of: flow, failing: .retriesExhausted(lastResponse: lastResponse, lastError: failure))
         }
         let delay = RetryTiming.delay(
             forRetry: retries + 1, settings: settings, response: lastResponse, now: engine.clock.date,
             random: engine.options.random)
-        if let deadline, now + delay > deadline {
+        if let deadline, now + delay > deadline, let edge = flow.deadline {
             // A wait that would end past the deadline is not started.
-            return finish(.failure(.deadlineExceeded))
+            return follow(edge, of: flow, failing: .deadlineExceeded)
         }
+        emitResponse(rule: flow.rule, edge: again)
         retries += 1
         let attempt = attempt
         engine.emit(runtime) {
@@ -434,8 +482,17 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         return engine.startBackoff(self, until: now + delay) ? .park : ended()
     }
 
+    /// Whether this request may be sent again under a rule's effective retry settings: its
+    /// method is listed, or it carries the idempotency key (the caller's, or one the engine set).
+    func isRetryable(_ settings: RetrySettings) -> Bool {
+        if settings.methods.contains(method) { return true }
+        guard let header = settings.idempotencyKey else { return false }
+        return request.headers[header] != nil
+    }
+
     @inline(never)
     func logout(_ settings: LogoutSettings, reason: String) -> Step {
+        let reason = refreshFailureReason.map { "\(PolicyEngine.refreshFailedReason): \($0)" } ?? reason
         engine.logout(settings: settings, plugins: plugins, trigger: self, reason: reason)
         return loggedOut()
     }

@@ -15,6 +15,8 @@ package struct Classifier: Sendable {
     private let byStatus: [[Int32]]
     /// Rules constraining the business code (and possibly status), by code text.
     private let byCode: CodeTable
+    /// Code ranges too wide to expand into `byCode`, with their rule, in rule order (rare).
+    private let wideCodeRanges: [(range: CodeRange, rule: Int32)]
     /// Rules matching responses without constraining status or code (headers, method, path only).
     private let anyResponse: [Int32]
     /// For each error class, in `TransportErrorClass.allCases` order.
@@ -22,11 +24,15 @@ package struct Classifier: Sendable {
     /// Whether every rule in the table depends only on status/code, so no further check is needed.
     private let needsRequestCheck: [Bool]
 
+    /// The widest code range expanded into the code table.
+    static let expandLimit: Int64 = 4096
+
     package init(rules: [Rule]) {
         conditions = rules.map(\.when)
         var byStatus = [[Int32]](repeating: [], count: 500)
         var byCode: [String: [Int32]] = [:]
         var anyResponse: [Int32] = []
+        var wideCodeRanges: [(range: CodeRange, rule: Int32)] = []
         var byError = [[Int32]](repeating: [], count: TransportErrorClass.allCases.count)
         var needsRequestCheck: [Bool] = []
         needsRequestCheck.reserveCapacity(rules.count)
@@ -36,7 +42,20 @@ package struct Classifier: Sendable {
             needsRequestCheck.append(when.methods != nil || when.path != nil || when.headers != nil)
             if when.matchesResponses {
                 if let codes = when.codes {
-                    for code in Set(codes) { byCode[code, default: []].append(i) }
+                    var seen = Set<String>()
+                    for code in codes where seen.insert(code).inserted { byCode[code, default: []].append(i) }
+                    for range in when.codeRanges ?? [] {
+                        // A range of up to 4,096 codes is expanded into the table, so matching it stays
+                        // one lookup; a wider one is checked on its own (policies rarely have any).
+                        guard range.count <= Self.expandLimit else {
+                            wideCodeRanges.append((range, i))
+                            continue
+                        }
+                        for value in range.lower...range.upper {
+                            let code = String(value)
+                            if seen.insert(code).inserted { byCode[code, default: []].append(i) }
+                        }
+                    }
                 } else if let statuses = when.statuses {
                     var seen = Set<Int>()
                     for range in statuses {
@@ -58,6 +77,7 @@ package struct Classifier: Sendable {
         self.byStatus = byStatus
         self.byCode = CodeTable(byCode)
         self.anyResponse = anyResponse
+        self.wideCodeRanges = wideCodeRanges
         self.byError = byError
         self.needsRequestCheck = needsRequestCheck
     }
@@ -76,6 +96,18 @@ package struct Classifier: Sendable {
             best = first(in: list, below: best, method: method, path: path, headers: headers) { index in
                 guard let statuses = conditions[Int(index)].statuses else { return true }
                 return statuses.contains { $0.contains(status) }
+            }
+        }
+        if !wideCodeRanges.isEmpty, let code, let value = CodeTable.canonicalInteger(code) {
+            for (range, index) in wideCodeRanges where index < best && range.contains(value) {
+                let condition = conditions[Int(index)]
+                if condition.statuses.map({ $0.contains { $0.contains(status) } }) ?? true,
+                    !needsRequestCheck[Int(index)]
+                        || (condition.requestMatches(method: method, path: path) && condition.headersMatch(headers))
+                {
+                    best = index
+                    break
+                }
             }
         }
         if !anyResponse.isEmpty {

@@ -1,12 +1,15 @@
 /// A policy compiled for running: one scope per route plus the top level, each with its rules
 /// resolved over its sections and its decision table, and the graph of what leads where.
 ///
-/// The engine runs this graph; lint, `policy graph` and `policy explain` read the same one, so
-/// what they show is what runs.
+/// The engine takes its decisions from this graph's compiled edges (``CompiledRule``); lint,
+/// `policy graph`, `policy explain`, `policy diff` and the fuzz oracle read the same one, so what
+/// they show is what runs. Per scope (``Scope``) and per rule (``CompiledRule``): the effective
+/// settings (section, then route, then rule override) and every edge the engine can take.
 ///
 /// Concurrency contract: an immutable value; share it freely.
 public struct RuleGraph: Sendable {
-    /// Where rules and settings apply: a route, or the top level.
+    /// Where rules and settings apply: a route, or the top level, compiled: each rule with its
+    /// effective settings and edges (``compiled``), the scope's own nodes and edges.
     ///
     /// A class (immutable, so `Sendable`): the engine picks a scope per request, and passing a
     /// reference costs one retain where copying this many settings would cost dozens.
@@ -16,11 +19,22 @@ public struct RuleGraph: Sendable {
         public let route: Route?
         /// The rules in order, their `then:` overrides resolved over this scope's sections.
         public let rules: [Rule]
+        /// The rules compiled, in the same order: effective settings and every edge.
+        public let compiled: [CompiledRule]
         public let classify: CodeSource?
         public let retry: RetrySettings
         public let refresh: RefreshSettings
         public let logout: LogoutSettings
         public let authorize: PluginReference
+        /// The scope's nodes (classifier, rules, actions) and edges, in rule order.
+        public let nodes: [Node]
+        public let edges: [Edge]
+        /// Classifier → deliver: a response no rule matches.
+        public let noMatchResponse: Edge
+        /// Classifier → fail: a failed attempt no rule matches.
+        public let noMatchError: Edge
+        /// Classifier → fail: an attempt that ran into the deadline (`nil` without a deadline).
+        public let attemptDeadline: Edge?
         package let classifier: Classifier
         package let codePath: JSONPath?
         /// Read on every attempt; kept apart so that reading them copies no settings struct.
@@ -30,8 +44,7 @@ public struct RuleGraph: Sendable {
 
         init(
             id: String, route: Route?, rules: [Rule], classify: CodeSource?, retry: RetrySettings,
-            refresh: RefreshSettings, logout: LogoutSettings, authorize: PluginReference, classifier: Classifier,
-            codePath: JSONPath?
+            refresh: RefreshSettings, logout: LogoutSettings, authorize: PluginReference, codePath: JSONPath?
         ) {
             self.id = id
             self.route = route
@@ -41,15 +54,28 @@ public struct RuleGraph: Sendable {
             self.refresh = refresh
             self.logout = logout
             self.authorize = authorize
-            self.classifier = classifier
+            classifier = Classifier(rules: rules)
             self.codePath = codePath
             attemptTimeout = retry.attemptTimeout
             deadline = retry.deadline
             refreshAhead = refresh.ahead
+            var compiler = FlowCompiler(
+                scope: id, summary: Self.summary(route), classify: classify, retry: retry, refresh: refresh,
+                logout: logout, routeMethods: route?.methods,
+                hasLogoutResponseRule: rules.contains { $0.action == .logout && $0.when.matchesResponses })
+            compiled = rules.enumerated().map { compiler.compile($0.element, index: $0.offset) }
+            let finished = compiler.finish(hasErrorRules: rules.contains { $0.when.errors?.isEmpty == false })
+            nodes = finished.nodes
+            edges = finished.edges
+            noMatchResponse = finished.noMatchResponse
+            noMatchError = finished.noMatchError
+            attemptDeadline = finished.attemptDeadline
         }
 
         /// What the scope covers, for people: `all requests` or `POST /upload/*`.
-        public var summary: String {
+        public var summary: String { Self.summary(route) }
+
+        static func summary(_ route: Route?) -> String {
             guard let route else { return "all other requests" }
             let methods = route.methods.map { $0.joined(separator: "/") + " requests" } ?? "requests"
             return route.path.map { "\(methods) to \($0.pattern)" } ?? methods
@@ -59,24 +85,18 @@ public struct RuleGraph: Sendable {
         public func retry(for rule: Rule) -> RetrySettings { rule.retry ?? retry }
         public func refresh(for rule: Rule) -> RefreshSettings { rule.refresh ?? refresh }
         public func logout(for rule: Rule) -> LogoutSettings { rule.logout ?? logout }
-    }
 
-    public struct Node: Sendable, Hashable {
-        public enum Kind: String, Sendable, Hashable { case classifier, rule, action, outcome }
-        public let id: String
-        public let kind: Kind
-        public let label: String
-    }
-
-    public struct Edge: Sendable, Hashable {
-        public let from: String
-        public let to: String
-        public let label: String
+        /// The actions a request in this scope can reach, read off the compiled nodes (every
+        /// node is the target of an edge from the classifier or a node it reaches).
+        public var reachableActions: Set<ActionKind> { Set(nodes.compactMap(\.action)) }
     }
 
     /// Routes in their order, then the top level: the first whose route matches a request applies.
     public let scopes: [Scope]
+    /// Every node: the shared outcomes (those some edge reaches), then each scope's classifier,
+    /// rules, the rules' own action nodes and the scope's deliver, fail and logout nodes.
     public let nodes: [Node]
+    /// Every edge of every scope, in scope and rule order.
     public let edges: [Edge]
 
     /// The scope for a request: the first matching route, else the top level.
@@ -93,6 +113,10 @@ public struct RuleGraph: Sendable {
         }
         return scopes.count - 1
     }
+
+    /// The edge with this ``Edge/id``, if the graph has it (a scan: for tools and tests, not
+    /// the engine, which holds its edges in ``CompiledRule``).
+    public func edge(id: String) -> Edge? { edges.first { $0.id == id } }
 
     init(parts: PolicyParts, catalog: PluginCatalog) {
         var scopes: [Scope] = []
@@ -117,76 +141,31 @@ public struct RuleGraph: Sendable {
                 Scope(
                     id: "route-\(index + 1)", route: route, rules: rules, classify: classify, retry: route.retry,
                     refresh: route.refresh, logout: route.logout, authorize: route.authorize,
-                    classifier: Classifier(rules: rules), codePath: Self.jsonPath(classify)))
+                    codePath: Self.jsonPath(classify)))
         }
         scopes.append(
             Scope(
                 id: "default", route: nil, rules: parts.rules, classify: parts.classify, retry: parts.retry,
                 refresh: parts.refresh, logout: parts.logout, authorize: parts.authorize,
-                classifier: Classifier(rules: parts.rules), codePath: Self.jsonPath(parts.classify)))
+                codePath: Self.jsonPath(parts.classify)))
         self.scopes = scopes
-        (nodes, edges) = Self.layout(scopes)
+        // Delivered and failed are always reached (no rule matches); logged out only when some
+        // edge leads there: no orphan node.
+        let logsOut = scopes.contains { scope in scope.nodes.contains { $0.action == .logout } }
+        var nodes = [Node(outcome: "delivered", "delivered"), Node(outcome: "failed", "failed")]
+        if logsOut { nodes.append(Node(outcome: "logged-out", "logged out")) }
+        var edges: [Edge] = []
+        for scope in scopes {
+            nodes += scope.nodes
+            edges += scope.edges
+        }
+        self.nodes = nodes
+        self.edges = edges
     }
 
     static func jsonPath(_ source: CodeSource?) -> JSONPath? {
         if case .body(let path) = source { return JSONPath(path) }
         return nil
-    }
-
-    /// Builds the node and edge lists: per scope a classifier, its rules, one action node per
-    /// action kind the scope reaches, and the shared outcomes.
-    static func layout(_ scopes: [Scope]) -> ([Node], [Edge]) {
-        var nodes: [Node] = [
-            Node(id: "delivered", kind: .outcome, label: "delivered"),
-            Node(id: "failed", kind: .outcome, label: "failed"),
-            Node(id: "logged-out", kind: .outcome, label: "logged out"),
-        ]
-        var edges: [Edge] = []
-        for scope in scopes {
-            let prefix = scope.id
-            let classifier = "\(prefix).classify"
-            nodes.append(
-                Node(
-                    id: classifier, kind: .classifier,
-                    label: "classify \(scope.summary)" + (scope.classify.map { " by \($0)" } ?? "")))
-            var actions: Set<ActionKind> = [.deliver]
-            func action(_ kind: ActionKind) -> String {
-                actions.insert(kind)
-                return "\(prefix).\(kind.rawValue)"
-            }
-            for (index, rule) in scope.rules.enumerated() {
-                let id = "\(prefix).rule.\(index + 1)"
-                nodes.append(Node(id: id, kind: .rule, label: "\(rule.name): \(describe(rule.when))"))
-                edges.append(Edge(from: classifier, to: id, label: "match"))
-                edges.append(
-                    Edge(from: id, to: action(rule.action), label: rule.overrides == nil ? "" : "with overrides"))
-            }
-            edges.append(Edge(from: classifier, to: action(.deliver), label: "no rule matches"))
-            // Escalations, added until no new action appears.
-            var done: Set<ActionKind> = []
-            while let kind = actions.subtracting(done).sorted(by: { $0.rawValue < $1.rawValue }).first {
-                done.insert(kind)
-                let id = "\(prefix).\(kind.rawValue)"
-                switch kind {
-                case .deliver: edges.append(Edge(from: id, to: "delivered", label: ""))
-                case .fail: edges.append(Edge(from: id, to: "failed", label: ""))
-                case .logout:
-                    edges.append(
-                        Edge(from: id, to: "logged-out", label: "cooldown \(scope.logout.cooldown.policyText)"))
-                case .retry:
-                    edges.append(Edge(from: id, to: classifier, label: "retry again (max \(scope.retry.maxRetries))"))
-                    edges.append(Edge(from: id, to: action(scope.retry.onExhausted), label: "on-exhausted"))
-                case .refresh:
-                    edges.append(Edge(from: id, to: classifier, label: "re-send with new token"))
-                    edges.append(Edge(from: id, to: action(scope.refresh.onExhausted), label: "on-exhausted"))
-                    edges.append(Edge(from: id, to: action(scope.refresh.onFailure), label: "on-failure"))
-                }
-            }
-            for kind in ActionKind.allCases where actions.contains(kind) {
-                nodes.append(Node(id: "\(prefix).\(kind.rawValue)", kind: .action, label: kind.rawValue))
-            }
-        }
-        return (nodes, edges)
     }
 
     /// A condition in short form: `code 1401`, `status 502, 503 or error timeout`.

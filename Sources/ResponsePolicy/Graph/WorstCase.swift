@@ -27,19 +27,18 @@ public struct WorstCase: Sendable, Hashable {
     public var totalWithRetryAfter: Duration?
 
     public init(scope: RuleGraph.Scope) {
-        let reachable = scope.reachableActions
-        let retryRules = scope.rules.filter { $0.action == .retry }
+        // Read off the compiled rules: only a rule that can retry adds retries, each with its
+        // effective settings (a rule's override, not the section's).
+        let retrying = scope.compiled.filter(\.canRetry)
         // The retry settings giving the most retries (ties: the longest waits) bound the request.
         let retry =
-            retryRules.map { scope.retry(for: $0) }.max { a, b in
+            retrying.map(\.retry).max { a, b in
                 (a.maxRetries, a.delay(forRetry: a.maxRetries)) < (b.maxRetries, b.delay(forRetry: b.maxRetries))
             } ?? scope.retry
-        retries = reachable.contains(.retry) ? retry.maxRetries : 0
-        let refresh =
-            scope.rules.filter { $0.action == .refresh }.map { scope.refresh(for: $0) }.max {
-                $0.maxPerRequest < $1.maxPerRequest
-            } ?? scope.refresh
-        refreshResends = reachable.contains(.refresh) ? refresh.maxPerRequest : 0
+        retries = retrying.isEmpty ? 0 : retry.maxRetries
+        let refreshing = scope.compiled.filter { $0.action == .refresh && $0.again != nil }
+        let refresh = refreshing.map(\.refresh).max { $0.maxPerRequest < $1.maxPerRequest } ?? scope.refresh
+        refreshResends = refreshing.isEmpty ? 0 : refresh.maxPerRequest
         attempts = 1 + retries + refreshResends
         waits = (0..<retries).map { retry.worstCaseJittered(retry.delay(forRetry: $0 + 1)) }
         totalWait = waits.reduce(.zero, +)
@@ -49,25 +48,9 @@ public struct WorstCase: Sendable, Hashable {
         } else {
             totalWaitWithRetryAfter = totalWait
         }
-        let fixed = retry.attemptTimeout.map { $0 * attempts + refresh.timeout * refreshResends }
+        // The attempt timeout is the scope's (the engine arms it per attempt from the scope).
+        let fixed = scope.retry.attemptTimeout.map { $0 * attempts + refresh.timeout * refreshResends }
         total = fixed.map { $0 + totalWait }
         totalWithRetryAfter = fixed.flatMap { fixed in totalWaitWithRetryAfter.map { fixed + $0 } }
-    }
-}
-
-extension RuleGraph.Scope {
-    /// The actions a request in this scope can reach: rules' actions and their escalations.
-    public var reachableActions: Set<ActionKind> {
-        var reached: Set<ActionKind> = [.deliver]
-        var pending = rules.map(\.action)
-        while let action = pending.popLast() {
-            guard reached.insert(action).inserted else { continue }
-            switch action {
-            case .retry: pending.append(retry.onExhausted)
-            case .refresh: pending += [refresh.onExhausted, refresh.onFailure]
-            default: break
-            }
-        }
-        return reached
     }
 }

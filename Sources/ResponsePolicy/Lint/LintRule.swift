@@ -15,6 +15,9 @@ package struct LintContext {
     let parts: PolicyParts
     package let graph: RuleGraph
     let catalog: PluginCatalog
+    /// Whether decoding reported an error. Findings that would only follow from it (a rule
+    /// dropped for an unknown action leaves its section "unused") are not shown then.
+    var decodeFailed = false
 }
 
 /// One semantic check run after the schema decode. One rule per file under `Lint/Rules/`.
@@ -28,7 +31,8 @@ package enum Linter {
     package static let rules: [any LintRule] = [
         ConflictingCodesRule(), MissingRefreshPluginRule(), CodeWithoutClassifyRule(), LoopingEdgeRule(),
         ShadowedRule(), DuplicateRuleNameRule(), UnboundedBackoffRule(), RetriedPostRule(), DeadlineRule(),
-        UnusedSectionRule(),
+        UnusedSectionRule(), NeverRetriedRule(), ShareWindowLogoutRule(), UnboundedRetryAfterRule(),
+        LeadingZeroCodeRule(), RouteDropsRulesRule(), RoutePathRule(), ShadowedRouteRule(), InitialAboveMaxDelayRule(),
     ]
 
     /// Every rule's description: the semantic rules, then the schema checks of the decoder.

@@ -97,6 +97,19 @@ enum SchemaChecks {
                 exampleHeader + "rules: [{ when: { status: [\"599-500\"] }, then: fail }]\n",
             ]),
         describe(
+            "invalid-code", "a business code range written another way than \"a-b\", or backwards",
+            "Integer business codes take ranges as statuses do, \"1400-1499\"; '1400..1499' would be one code that no server sends.",
+            triggering: [
+                exampleHeader
+                    + "classify: { code: body.status }\nrules: [{ when: { code: [\"1400..1499\"] }, then: fail }]\n",
+                exampleHeader
+                    + "classify: { code: body.status }\nrules: [{ when: { code: [\"1499-1400\"] }, then: fail }]\n",
+            ],
+            nonTriggering: [
+                exampleHeader
+                    + "classify: { code: body.status }\nrules: [{ when: { code: [\"1400-1499\", 202] }, then: fail }]\n"
+            ]),
+        describe(
             "unknown-plugin", "'use:' names a plugin that is neither built in nor declared",
             "The engine would have nothing to run. Host plugins are declared with --plugin KIND:NAME.",
             triggering: [exampleHeader + "authorize: { use: beare }\n"]),

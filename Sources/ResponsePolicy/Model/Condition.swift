@@ -25,7 +25,12 @@ public struct Condition: Sendable, Hashable {
     }
 
     public var statuses: [StatusRange]?
+    /// The business codes matched as text (`1401` matches `"1401"`). Non-`nil` whenever the
+    /// condition constrains the code, also when it names only ranges (then it is empty).
     public var codes: [String]?
+    /// Integer business code ranges, written `"1400-1499"`: a code matches when its text is an
+    /// integer (no leading zero) within one of them.
+    public var codeRanges: [CodeRange]?
     public var headers: [HeaderMatch]?
     public var errors: [ErrorMatch]?
     public var methods: [String]?
@@ -33,10 +38,11 @@ public struct Condition: Sendable, Hashable {
 
     public init(
         statuses: [StatusRange]? = nil, codes: [String]? = nil, headers: [HeaderMatch]? = nil,
-        errors: [ErrorMatch]? = nil, methods: [String]? = nil, path: Glob? = nil
+        errors: [ErrorMatch]? = nil, methods: [String]? = nil, path: Glob? = nil, codeRanges: [CodeRange]? = nil
     ) {
         self.statuses = statuses
-        self.codes = codes
+        self.codes = codes ?? (codeRanges == nil ? nil : [])
+        self.codeRanges = codeRanges
         self.headers = headers
         self.errors = errors
         self.methods = methods
@@ -47,6 +53,31 @@ public struct Condition: Sendable, Hashable {
     public var matchesResponses: Bool { statuses != nil || codes != nil || headers != nil || errors == nil }
 
     public var matchesErrors: Bool { errors != nil }
+
+    /// Whether a business code's text satisfies the `code:` constraint (`true` without one).
+    public func codeMatches(_ code: String?) -> Bool {
+        guard codes != nil || codeRanges != nil else { return true }
+        guard let code else { return false }
+        if codes?.contains(code) == true { return true }
+        guard let ranges = codeRanges, let value = CodeTable.canonicalInteger(code) else { return false }
+        return ranges.contains { $0.contains(value) }
+    }
+
+    /// The reference answer to "does this condition hold for this response": a plain reading of
+    /// the rules' semantics, one condition at a time. The engine uses the ``Classifier``'s
+    /// tables; `shadowed-rule`, the soundness test and the fuzz oracle check against this.
+    public func matches(
+        status: Int, code: String?, headers responseHeaders: HTTPHeaders, method: String, path requestPath: String
+    ) -> Bool {
+        guard matchesResponses, requestMatches(method: method, path: requestPath) else { return false }
+        if let statuses, !statuses.contains(where: { $0.contains(status) }) { return false }
+        return codeMatches(code) && headersMatch(responseHeaders)
+    }
+
+    /// The reference answer for an attempt that got no response.
+    public func matches(error errorClass: TransportErrorClass, method: String, path requestPath: String) -> Bool {
+        errorMatches(errorClass) && requestMatches(method: method, path: requestPath)
+    }
 
     func requestMatches(method: String, path requestPath: String) -> Bool {
         if let methods, !methods.contains(method) { return false }

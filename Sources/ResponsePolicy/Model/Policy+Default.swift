@@ -33,7 +33,7 @@ extension Policy {
             token-url: https://auth.example.com/oauth/token
             client-id: mobile
           timeout: 10s
-          share-window: 20s
+          share-window: 0s             # off: a request signed with an older token is re-sent with the new one anyway
           max-per-request: 1
           on-exhausted: logout
           on-failure: logout

@@ -155,7 +155,8 @@ public struct Policy: Sendable {
         }
         diagnostics += decoder.diagnostics
         let graph = RuleGraph(parts: parts, catalog: catalog)
-        diagnostics += Linter.check(LintContext(parts: parts, graph: graph, catalog: catalog))
+        diagnostics += Linter.check(
+            LintContext(parts: parts, graph: graph, catalog: catalog, decodeFailed: decoder.diagnostics.hasErrors))
         let sorted = finish(diagnostics, file)
         let policy = Policy(parts: parts, graph: graph, warnings: sorted.filter { $0.severity == .warning }, file: file)
         return Analysis(policy: policy, diagnostics: sorted, source: source)

@@ -144,7 +144,11 @@ extension PolicyDecoder {
         for (key, _, value) in fields {
             switch key {
             case "status": condition.statuses = statuses(value)
-            case "code": condition.codes = codes(value)
+            case "code":
+                if let (codes, ranges) = codes(value) {
+                    condition.codes = codes
+                    condition.codeRanges = ranges.isEmpty ? nil : ranges
+                }
             case "header":
                 guard let pairs = value.pairs else {
                     report(
@@ -228,9 +232,11 @@ extension PolicyDecoder {
         return result
     }
 
-    mutating func codes(_ node: YAMLNode) -> [String]? {
+    /// Business codes: texts compared as text, and `"a-b"` ranges of integer codes.
+    mutating func codes(_ node: YAMLNode) -> ([String], [CodeRange])? {
         guard let items = list(node, "code") else { return nil }
         var result: [String] = []
+        var ranges: [CodeRange] = []
         for item in items {
             guard let text = item.scalar, !item.isNull, !text.isEmpty else {
                 report(
@@ -239,9 +245,46 @@ extension PolicyDecoder {
                         at: item.range))
                 continue
             }
+            if let dots = text.range(of: ".."), CodeTable.canonicalInteger(String(text[..<dots.lowerBound])) != nil {
+                let high = text[dots.upperBound...]
+                report(
+                    .error(
+                        "invalid-code",
+                        "'\(text.truncatedForMessage)' is not a code range; write \"\(text[..<dots.lowerBound])-\(high)\"",
+                        at: item.range))
+                continue
+            }
+            if let range = Self.codeRange(text) {
+                guard range.lower <= range.upper else {
+                    report(
+                        .error(
+                            "invalid-code",
+                            "code range '\(text.truncatedForMessage)' is backwards; write \"\(range.upper)-\(range.lower)\"",
+                            at: item.range))
+                    continue
+                }
+                ranges.append(range)
+                continue
+            }
             result.append(text)
         }
-        return result
+        return (result, ranges)
+    }
+
+    /// `"1400-1499"` (either bound may be negative: `"-10--1"`) as a range of integer codes.
+    static func codeRange(_ text: String) -> CodeRange? {
+        let bytes = Array(text.utf8)
+        guard bytes.count >= 3 else { return nil }
+        // The separating '-' is the first one after the first digit.
+        guard let firstDigit = bytes.firstIndex(where: { $0 >= 0x30 && $0 <= 0x39 }),
+            let dash = bytes[firstDigit...].firstIndex(of: UInt8(ascii: "-"))
+        else { return nil }
+        let low = String(decoding: bytes[..<dash], as: UTF8.self)
+        let high = String(decoding: bytes[(dash + 1)...], as: UTF8.self)
+        guard let lower = CodeTable.canonicalInteger(low), let upper = CodeTable.canonicalInteger(high) else {
+            return nil
+        }
+        return CodeRange(lower, upper)
     }
 
     static func isPolicyName(_ text: String) -> Bool {
@@ -368,7 +411,10 @@ extension PolicyDecoder {
             if let number = integer(version, "policy", in: Int.min...Int.max), number != 1 {
                 report(
                     .error(
-                        "unsupported-version", "this tool reads policy schema 1, not \(number); write policy: 1",
+                        "unsupported-version",
+                        number > 1
+                            ? "this tool reads policy schema 1; 'policy: \(number)' needs a newer version of the tool"
+                            : "this tool reads policy schema 1, not \(number); write policy: 1",
                         at: version.range))
             }
         } else {

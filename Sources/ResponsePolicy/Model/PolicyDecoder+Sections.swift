@@ -96,7 +96,7 @@ extension PolicyDecoder {
     mutating func budget(_ node: YAMLNode) -> RetrySettings.Budget?? {
         if node.scalar == "none" { return .some(nil) }
         guard let fields = mappingFields(node, "'budget'", allowed: Self.budgetKeys) else { return nil }
-        var budget = RetrySettings.Budget(ratio: 0.1, min: 10)
+        var budget = RetrySettings().budget ?? RetrySettings.Budget(ratio: 0.2, min: 100)
         for (key, _, value) in fields {
             if key == "ratio" { budget.ratio = number(value, key, in: 0...1000) ?? budget.ratio }
             if key == "min" { budget.min = integer(value, key, in: 0...1_000_000) ?? budget.min }

@@ -88,6 +88,14 @@ package struct PolicyDecoder {
     /// A whole number in `range`. Quoted numbers are texts and refused.
     mutating func integer(_ node: YAMLNode, _ key: String, in range: ClosedRange<Int>) -> Int? {
         guard node.isPlainScalar, let text = node.scalar, Self.isInteger(text) else {
+            if !node.isPlainScalar, let text = node.scalar, Self.isInteger(text) {
+                report(
+                    .error(
+                        "invalid-type",
+                        "'\(key)' must be a whole number, not the text '\(text.truncatedForMessage)'; remove the quotes",
+                        at: node.range))
+                return nil
+            }
             report(
                 .error("invalid-type", "'\(key)' must be a whole number, not \(node.kindDescription)", at: node.range))
             return nil
@@ -114,6 +122,14 @@ package struct PolicyDecoder {
 
     mutating func number(_ node: YAMLNode, _ key: String, in range: ClosedRange<Double>) -> Double? {
         guard node.isPlainScalar, let text = node.scalar, let value = Double(text), value.isFinite else {
+            if !node.isPlainScalar, let text = node.scalar, Double(text) != nil {
+                report(
+                    .error(
+                        "invalid-type",
+                        "'\(key)' must be a number, not the text '\(text.truncatedForMessage)'; remove the quotes",
+                        at: node.range))
+                return nil
+            }
             report(.error("invalid-type", "'\(key)' must be a number, not \(node.kindDescription)", at: node.range))
             return nil
         }
@@ -149,6 +165,13 @@ package struct PolicyDecoder {
             default: break
             }
         }
+        if !node.isPlainScalar, let text = node.scalar, text == "true" || text == "false" {
+            report(
+                .error(
+                    "invalid-type", "'\(key)' must be true or false, not the text '\(text)'; remove the quotes",
+                    at: node.range))
+            return nil
+        }
         report(.error("invalid-type", "'\(key)' must be true or false, not \(node.kindDescription)", at: node.range))
         return nil
     }
@@ -165,9 +188,30 @@ package struct PolicyDecoder {
         if allowNone, text == "none" { return .some(nil) }
         if let duration = Duration.parsePolicy(text) { return .some(duration) }
         if Double(text) != nil {
-            let hint =
-                text.hasPrefix("-") ? "a duration cannot be negative" : "a bare number has no unit: write \(text)s"
-            report(.error("invalid-duration", "'\(key)' needs a unit; \(hint) (ms, s, m or h)", at: node.range))
+            if text.hasPrefix("-") {
+                report(
+                    .error(
+                        "invalid-duration", "'\(key)' cannot be negative: '\(text.truncatedForMessage)'", at: node.range
+                    ))
+            } else {
+                report(
+                    .error(
+                        "invalid-duration",
+                        "'\(key)' needs a unit; a bare number could be seconds or milliseconds: write \(text)s or \(text)ms",
+                        at: node.range))
+            }
+        } else if text.hasPrefix("-"), Duration.parsePolicy(String(text.dropFirst())) != nil {
+            report(
+                .error("invalid-duration", "'\(key)' cannot be negative: '\(text.truncatedForMessage)'", at: node.range)
+            )
+        } else if let unit = ["ms", "s", "m", "h"].first(where: { text.hasSuffix($0) }),
+            let value = Double(text.dropLast(unit.count)), value >= 0
+        {
+            report(
+                .error(
+                    "invalid-duration",
+                    "'\(key)' is out of range: '\(text.truncatedForMessage)'; a duration can be at most 100 years (876000h)",
+                    at: node.range))
         } else {
             report(
                 .error(

@@ -14,8 +14,12 @@ public struct RefreshSettings: Sendable, Hashable {
     public var plugin: PluginReference?
     /// `10s` by default; a slower refresh has failed.
     public var timeout: Duration = .seconds(10)
-    /// `20s` by default: triggers this soon after a refresh retry without refreshing again.
-    public var shareWindow: Duration = .seconds(20)
+    /// `0s` (off) by default: a trigger on a request signed with the *current* token this soon
+    /// after a refresh is re-sent without refreshing again. Only for servers where a new token
+    /// takes a moment to propagate: a request signed with an older token is already recognised
+    /// by the token generation and re-sent at once, whatever this says. A longer window re-sends
+    /// a token that really expired again unchanged, which uses up `max-per-request`.
+    public var shareWindow: Duration = .zero
     /// `1` by default: how often one request may be re-sent for refresh triggers.
     public var maxPerRequest: Int = 1
     /// `logout` by default.

@@ -61,8 +61,10 @@ public struct RetrySettings: Sendable, Hashable {
     public var onExhausted: ActionKind = .deliver
     /// `60s` by default; `nil` (`deadline: none`) for no deadline.
     public var deadline: Duration? = .seconds(60)
-    /// `{ratio: 0.1, min: 10}` by default.
-    public var budget: Budget? = Budget(ratio: 0.1, min: 10)
+    /// `{ratio: 0.2, min: 100}` by default: in a sliding 10 s window retries may add 20 % of the
+    /// requests plus 100 (10 per second), Finagle's default. Enough that a burst of requests
+    /// meeting one transient error each is retried, not delivered as the error.
+    public var budget: Budget? = Budget(ratio: 0.2, min: 100)
 
     public init() {}
 

@@ -13,15 +13,22 @@ struct CodeWithoutClassifyRule: LintRule {
         ],
         nonTriggering: [
             exampleHeader + """
+                classify: { code: status }
+                rules:
+                  - { name: gone, when: { code: [202] }, then: logout }
+                """,
+            exampleHeader + """
                 classify: { code: body.status }
                 rules:
                   - { name: gone, when: { code: [202] }, then: logout }
-                """
+                """,
         ])
 
     func check(_ context: LintContext) -> [Diagnostic] {
         var findings: [Diagnostic] = []
         for (rules, scope) in context.ruleSets where scope.classify == nil {
+            // A 'classify' that was written but could not be read is reported where it is.
+            if scope.route == nil, context.parts.sections["classify"] != nil { continue }
             for rule in rules where rule.when.codes != nil {
                 let range = rule.when.codes?.first.flatMap { rule.source.codes[$0] } ?? rule.range
                 findings.append(

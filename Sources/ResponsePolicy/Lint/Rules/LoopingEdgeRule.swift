@@ -57,20 +57,20 @@ struct LoopingEdgeRule: LintRule {
                 )
             }
         }
-        for (rules, scope) in context.ruleSets {
-            for rule in rules {
-                let sections: [(ActionKind?, String)] = [
-                    (
-                        rule.retry.map(\.onExhausted).flatMap { $0 == scope.retry.onExhausted ? nil : $0 },
-                        "on-exhausted"
-                    ),
-                    (
-                        rule.refresh.map(\.onExhausted).flatMap { $0 == scope.refresh.onExhausted ? nil : $0 },
-                        "on-exhausted"
-                    ),
-                    (rule.refresh.map(\.onFailure).flatMap { $0 == scope.refresh.onFailure ? nil : $0 }, "on-failure"),
-                ]
-                for case (let value?, let key) in sections where value == .retry || value == .refresh {
+        // A rule's own `then:` override, read off its compiled flow: the effective value its
+        // escalation edge was compiled from.
+        for (_, scope) in context.ruleSets {
+            for flow in scope.compiled {
+                let rule = flow.rule
+                var values: [(ActionKind, String)] = []
+                if rule.source.keys["on-exhausted"] != nil {
+                    if flow.action == .retry { values.append((flow.retry.onExhausted, "on-exhausted")) }
+                    if flow.action == .refresh { values.append((flow.refresh.onExhausted, "on-exhausted")) }
+                }
+                if rule.source.keys["on-failure"] != nil, flow.action == .refresh {
+                    values.append((flow.refresh.onFailure, "on-failure"))
+                }
+                for (value, key) in values where value == .retry || value == .refresh {
                     findings.append(
                         .error(
                             Self.description.id,

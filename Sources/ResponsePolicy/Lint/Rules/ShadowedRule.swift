@@ -20,20 +20,13 @@ struct ShadowedRule: LintRule {
                 """
         ])
 
-    /// How many earlier rules that could cover a rule are checked per index list, nearest first.
-    /// Only rules that pass the necessary tests in ``CoverIndex`` are candidates, so this bounds
-    /// the rare file where hundreds of rules share one code or status (the generated 20,000-rule
-    /// file of `scripts/lint-speed.sh` has 2,000 rules on one status: 2,000 here made its lint
-    /// 850 ms, 500 makes it 600 ms), not the usual large file.
-    static let candidateLimit = 500
-
     func check(_ context: LintContext) -> [Diagnostic] {
         var findings: [Diagnostic] = []
         for (rules, _) in context.ruleSets {
             var index = CoverIndex()
             for position in rules.indices {
                 let rule = rules[position]
-                let candidates = index.candidates(for: rule.when, limit: Self.candidateLimit)
+                let candidates = index.candidates(for: rule.when)
                 if let earlier = candidates.first(where: { Self.covers(rules[$0].when, rule.when) }).map({ rules[$0] })
                 {
                     findings.append(
@@ -52,57 +45,95 @@ struct ShadowedRule: LintRule {
     /// The earlier rules of a list, indexed by what a covering rule must have: a rule `a` can
     /// cover `b` only if (for a `b` that matches responses) `a` names `b`'s first code or no code,
     /// and names `b`'s first status or no status; and (for a `b` that only matches failed
-    /// attempts) `a` names errors. Lists hold positions in ascending order.
+    /// attempts) `a` names errors. Within each list rules are kept by their `path` too, since a
+    /// path only covers a pattern equal to it (or `*`, or a literal path it matches): so a file
+    /// with thousands of rules on one status, each for its own path, checks a handful of
+    /// candidates per rule, not every earlier one. Lists hold positions in ascending order.
     struct CoverIndex {
-        var byCode: [String: [Int]] = [:]
+        /// Positions by the covering rule's `path` pattern (`""`: no path), and all of them.
+        struct Bucket {
+            var all: [Int] = []
+            var byPath: [String: [Int]] = [:]
+
+            mutating func add(_ position: Int, path: String) {
+                all.append(position)
+                byPath[path, default: []].append(position)
+            }
+
+            /// The positions whose path can cover `path`.
+            func candidates(for path: Glob?, into lists: inout [[Int]]) {
+                guard let path else {
+                    if let none = byPath[""] { lists.append(none) }
+                    return
+                }
+                let pattern = path.pattern
+                if !pattern.contains("*") && !pattern.contains("?") {
+                    // A literal path may be matched by any pattern: every candidate.
+                    if !all.isEmpty { lists.append(all) }
+                    return
+                }
+                for key in ["", "*", pattern] where key != "*" || pattern != "*" {
+                    if let list = byPath[key] { lists.append(list) }
+                }
+            }
+        }
+
+        var byCode: [String: Bucket] = [:]
+        /// Rules naming code ranges.
+        var ranged = Bucket()
         /// Rules naming no code, by each status they name (ranges wider than 100 go to `wide`).
-        var byStatus: [Int: [Int]] = [:]
-        var wide: [Int] = []
+        var byStatus: [Int: Bucket] = [:]
+        var wide = Bucket()
         /// Rules matching responses that name neither a code nor a status.
-        var open: [Int] = []
-        var erroring: [Int] = []
+        var open = Bucket()
+        var erroring = Bucket()
         var every: [Int] = []
 
         mutating func add(_ when: Condition, at position: Int) {
             every.append(position)
-            if when.errors != nil { erroring.append(position) }
+            let path = when.path?.pattern ?? ""
+            if when.errors != nil { erroring.add(position, path: path) }
             guard when.matchesResponses else { return }
             if let codes = when.codes {
-                for code in Set(codes) { byCode[code, default: []].append(position) }
+                for code in Set(codes) { byCode[code, default: Bucket()].add(position, path: path) }
+                if when.codeRanges != nil { ranged.add(position, path: path) }
             } else if let statuses = when.statuses {
                 if statuses.reduce(0, { $0 + $1.upper - $1.lower + 1 }) > 100 {
-                    wide.append(position)
+                    wide.add(position, path: path)
                 } else {
                     var seen = Set<Int>()
                     for range in statuses {
                         for status in range.lower...range.upper where seen.insert(status).inserted {
-                            byStatus[status, default: []].append(position)
+                            byStatus[status, default: Bucket()].add(position, path: path)
                         }
                     }
                 }
             } else {
-                open.append(position)
+                open.add(position, path: path)
             }
         }
 
-        /// Earlier positions that may cover `when`, ascending, each list cut to its `limit` nearest.
-        func candidates(for when: Condition, limit: Int) -> [Int] {
-            var lists: [ArraySlice<Int>] = []
+        /// Earlier positions that may cover `when`, ascending: every one, however far back.
+        func candidates(for when: Condition) -> [Int] {
+            var lists: [[Int]] = []
             if when.matchesResponses {
-                if let code = when.codes?.first { lists.append(byCode[code]?.suffix(limit) ?? []) }
-                lists.append(open.suffix(limit))
+                if when.codes != nil {
+                    if let code = when.codes?.first { byCode[code]?.candidates(for: when.path, into: &lists) }
+                    ranged.candidates(for: when.path, into: &lists)
+                }
+                open.candidates(for: when.path, into: &lists)
                 if let status = when.statuses?.first?.lower {
-                    lists.append(byStatus[status]?.suffix(limit) ?? [])
-                    lists.append(wide.suffix(limit))
+                    byStatus[status]?.candidates(for: when.path, into: &lists)
+                    wide.candidates(for: when.path, into: &lists)
                 }
             } else if when.errors?.isEmpty == false {
-                lists.append(erroring.suffix(limit))
+                erroring.candidates(for: when.path, into: &lists)
             } else {
                 // `error: []` matches nothing; anything may "cover" it.
-                lists.append(every.suffix(limit))
+                lists.append(every)
             }
-            let all = lists.flatMap { $0 }
-            return lists.count == 1 ? all : all.sorted()
+            if lists.count == 1 { return lists[0] }
+            return lists.flatMap { $0 }.sorted()
         }
     }
 
@@ -127,10 +158,16 @@ struct ShadowedRule: LintRule {
                     return false
                 }
             }
-            if let codes = a.codes {
-                // Quick reject before the subset test: most rule pairs share no code at all.
-                guard let other = b.codes, let first = other.first, codes.contains(first),
-                    other.allSatisfy(codes.contains)
+            if a.codes != nil {
+                // Codes by the reference matcher (``Condition/codeMatches(_:)``), ranges by containment.
+                guard let other = b.codes else { return false }
+                if let first = other.first, !a.codeMatches(first) { return false }  // quick reject
+                guard other.allSatisfy(a.codeMatches) else { return false }
+                let covering = a.codeRanges ?? []
+                guard
+                    (b.codeRanges ?? []).allSatisfy({ r in
+                        covering.contains { $0.lower <= r.lower && r.upper <= $0.upper }
+                    })
                 else { return false }
             }
             if let headers = a.headers {

@@ -1,0 +1,231 @@
+extension RuleGraph {
+    /// What an edge stands for: the engine decision that takes it.
+    ///
+    /// Every transition a request can make is one of these, from one node to another; `policy
+    /// graph --format json` prints the raw values, and simulation events name the edge they took.
+    public enum EdgeKind: String, Sendable, Hashable, CaseIterable {
+        /// Classifier → rule: the rule is the first to match.
+        case match
+        /// Classifier → deliver (a response) or fail (a failed attempt): no rule matches.
+        case noMatch = "no-match"
+        /// Rule → its action.
+        case then
+        /// Retry → classifier: sent again after the backoff wait.
+        case retry
+        /// Refresh → classifier: re-sent with the new token.
+        case resend
+        /// Retries or refresh re-sends ran out.
+        case onExhausted = "on-exhausted"
+        /// The refresh failed.
+        case onFailure = "on-failure"
+        /// The refresh endpoint's own answer matched a `logout` rule: the session ends whatever
+        /// `on-failure` says.
+        case refreshAnswer = "refresh-answer"
+        /// The retry budget refused the retry (it follows `on-exhausted`).
+        case budget
+        /// The deadline ended the request: an attempt reached it, or a wait would end past it.
+        case deadline
+        /// The request's method is not in `retry.methods` and it carries no idempotency key (it
+        /// follows `on-exhausted`).
+        case notRetryable = "not-retryable"
+        /// Logout → logged out, for the cooldown.
+        case cooldown
+        /// Deliver → delivered, fail → failed; deliver → failed when there is no response.
+        case outcome
+    }
+
+    /// A node of the compiled graph. Ids are stable for the same policy text: `default.classify`,
+    /// `route-1.rule.3`, `default.rule.3.retry`, `default.logout`, `delivered`.
+    public struct Node: Sendable, Hashable {
+        public enum Kind: String, Sendable, Hashable { case classifier, rule, action, outcome }
+        public let id: String
+        public let kind: Kind
+        public let label: String
+        /// The scope it belongs to (`nil` for the shared outcomes).
+        public let scope: String?
+        /// For a rule node and a rule's own action node: the rule's 0-based position in its scope.
+        public let rule: Int?
+        /// For an action node: the action.
+        public let action: ActionKind?
+        /// What ``settings`` are read from (kept as the settings themselves: texts are made only
+        /// when a tool asks, so compiling a 20,000-rule policy builds none).
+        let source: SettingsSource
+
+        /// For an action node: its effective settings (section, then route, then rule override),
+        /// as policy text, in a fixed order.
+        public var settings: [Setting] {
+            switch source {
+            case .none: return []
+            case .retry(let r): return Self.settings(retry: r)
+            case .refresh(let f): return Self.settings(refresh: f)
+            case .logout(let l): return Self.settings(logout: l)
+            }
+        }
+
+        init(
+            id: String, kind: Kind, label: String, scope: String?, rule: Int?, action: ActionKind?,
+            settings source: SettingsSource
+        ) {
+            self.id = id
+            self.kind = kind
+            self.label = label
+            self.scope = scope
+            self.rule = rule
+            self.action = action
+            self.source = source
+        }
+    }
+
+    enum SettingsSource: Sendable, Hashable {
+        case none
+        case retry(RetrySettings)
+        case refresh(RefreshSettings)
+        case logout(LogoutSettings)
+    }
+
+    /// One effective setting, as it would be written in the policy: `max-retries` = `2`.
+    public struct Setting: Sendable, Hashable {
+        public let key: String
+        public let value: String
+    }
+
+    /// A transition the engine can take.
+    public struct Edge: Sendable, Hashable {
+        public let from: String
+        public let to: String
+        public let kind: EdgeKind
+        /// A short text for drawings (`on-exhausted`, `cooldown 20s`); may be empty.
+        public let label: String
+
+        /// Stable and unique within a graph: `default.rule.1.retry>on-exhausted>default.logout`.
+        public var id: String { from + ">" + kind.rawValue + ">" + to }
+    }
+
+    /// Where an escalation edge leads, as the engine follows it: deliver, fail or logout (with
+    /// that logout's settings), and the edge itself so the engine can say which it took.
+    public struct Escalation: Sendable {
+        public let action: ActionKind
+        public let edge: Edge
+        public let logout: LogoutSettings
+    }
+
+    /// One rule as the engine runs it in one scope: its effective settings and every edge that
+    /// leaves it or its action.
+    ///
+    /// The engine reads the escalations (``onExhausted``, ``budget``, …) when it decides; lint,
+    /// `explain`, `graph` and `diff` read the same values. A class, so the engine reaches one per
+    /// classified response with a retain, not a copy of three settings structs.
+    ///
+    /// Concurrency contract: immutable; share it freely.
+    public final class CompiledRule: Sendable {
+        /// The 0-based position in its scope's rules (drawings number rules from 1).
+        public let index: Int
+        public let rule: Rule
+        /// Effective settings: the section, then the route's, then the rule's override.
+        public let retry: RetrySettings
+        public let refresh: RefreshSettings
+        public let logout: LogoutSettings
+        /// The rule's node, and the node of its action (its own for retry, refresh and a logout
+        /// with overrides; the scope's deliver, fail or logout node otherwise).
+        public let node: String
+        public let actionNode: String
+        /// The edges leaving the rule node and its own action node.
+        public let edges: [Edge]
+        /// `retry` and `refresh`: where running out leads.
+        public let onExhausted: Escalation?
+        /// `refresh`: where a failed refresh leads.
+        public let onFailure: Escalation?
+        /// `refresh`: the refresh endpoint answered with a response a `logout` rule matches.
+        public let refreshAnswer: Escalation?
+        /// `retry`: the budget refused the retry.
+        public let budget: Escalation?
+        /// `retry`: the request cannot be retried (method, no idempotency key).
+        public let notRetryable: Escalation?
+        /// `retry`: the wait would end past the deadline.
+        public let deadline: Escalation?
+        /// `retry` and `refresh`: the loop edge (sent again), `nil` when it can never be taken.
+        public let again: Edge?
+        /// `retry`: the methods this rule can see (rule and route `method:` together); `nil`
+        /// when any method can reach it.
+        public let methods: [String]?
+        /// `retry`: the methods it sees that are never retried (not in `methods`, and no
+        /// idempotency key can make them retryable). All of them when the rule never retries.
+        public let neverRetried: [String]
+
+        init(
+            index: Int, rule: Rule, retry: RetrySettings, refresh: RefreshSettings, logout: LogoutSettings,
+            node: String, actionNode: String, edges: [Edge], escalations: Escalations, again: Edge?,
+            methods: [String]?, neverRetried: [String]
+        ) {
+            self.index = index
+            self.rule = rule
+            self.retry = retry
+            self.refresh = refresh
+            self.logout = logout
+            self.node = node
+            self.actionNode = actionNode
+            self.edges = edges
+            onExhausted = escalations.onExhausted
+            onFailure = escalations.onFailure
+            refreshAnswer = escalations.refreshAnswer
+            budget = escalations.budget
+            notRetryable = escalations.notRetryable
+            deadline = escalations.deadline
+            self.again = again
+            self.methods = methods
+            self.neverRetried = neverRetried
+        }
+
+        public var action: ActionKind { rule.action }
+
+        /// Whether a request can ever be sent again under this rule.
+        public var canRetry: Bool { rule.action == .retry && again != nil }
+    }
+
+    struct Escalations {
+        var onExhausted: Escalation?
+        var onFailure: Escalation?
+        var refreshAnswer: Escalation?
+        var budget: Escalation?
+        var notRetryable: Escalation?
+        var deadline: Escalation?
+    }
+}
+
+extension RuleGraph.Node {
+    /// The effective settings of an action, as policy text, in a fixed order.
+    static func settings(retry r: RetrySettings) -> [RuleGraph.Setting] {
+        var out: [(String, String)] = [
+            ("max-retries", "\(r.maxRetries)"), ("backoff", r.backoff.rawValue), ("initial", r.initial.policyText),
+        ]
+        if r.backoff == .exponential { out.append(("multiplier", formatNumber(r.multiplier))) }
+        out += [
+            ("max-delay", r.maxDelay?.policyText ?? "none"), ("jitter", r.jitter.description),
+            ("retry-after", r.honorRetryAfter ? "honor" : "ignore"),
+            ("attempt-timeout", r.attemptTimeout?.policyText ?? "none"),
+            ("methods", "[" + r.methods.joined(separator: ", ") + "]"),
+            ("idempotency-key", r.idempotencyKey ?? "none"), ("on-exhausted", r.onExhausted.rawValue),
+            ("deadline", r.deadline?.policyText ?? "none"),
+            ("budget", r.budget.map { "{ ratio: \(formatNumber($0.ratio)), min: \($0.min) }" } ?? "none"),
+        ]
+        return out.map { RuleGraph.Setting(key: $0.0, value: $0.1) }
+    }
+
+    static func settings(refresh r: RefreshSettings) -> [RuleGraph.Setting] {
+        let out: [(String, String)] = [
+            ("use", r.plugin?.name ?? "none"), ("timeout", r.timeout.policyText),
+            ("share-window", r.shareWindow.policyText), ("max-per-request", "\(r.maxPerRequest)"),
+            ("on-exhausted", r.onExhausted.rawValue), ("on-failure", r.onFailure.rawValue),
+            ("limit", r.limit.map { "{ count: \($0.count), per: \($0.per.policyText) }" } ?? "none"),
+            ("ahead", r.ahead?.policyText ?? "none"),
+        ]
+        return out.map { RuleGraph.Setting(key: $0.0, value: $0.1) }
+    }
+
+    static func settings(logout l: LogoutSettings) -> [RuleGraph.Setting] {
+        [
+            .init(key: "use", value: l.plugin.name), .init(key: "cancel-in-flight", value: "\(l.cancelInFlight)"),
+            .init(key: "cooldown", value: l.cooldown.policyText),
+        ]
+    }
+}

@@ -1,0 +1,226 @@
+/// Compiles one scope's rules into nodes and edges: the one place that works out what a rule
+/// leads to. Everything else (engine, lint, explain, graph, diff, the fuzz oracle) reads its
+/// result.
+///
+/// Why the escalations are edges with their own targets, not the section's values read again:
+/// a rule's `then:` may override `on-exhausted`, and a route may override the sections; reading
+/// the section here and the override there is how lint once said "no rule leads to logout" of a
+/// policy whose retry rule logged out.
+struct FlowCompiler {
+    let scope: String
+    let summary: String
+    let classify: CodeSource?
+    let retry: RetrySettings
+    let refresh: RefreshSettings
+    let logout: LogoutSettings
+    let routeMethods: [String]?
+    /// Whether some rule of the scope logs out on a response (a refresh answer can match it).
+    let hasLogoutResponseRule: Bool
+
+    private var nodes: [RuleGraph.Node] = []
+    private var edges: [RuleGraph.Edge] = []
+    /// The scope's deliver, fail and logout nodes some edge leads to.
+    private var terminals: Set<ActionKind> = []
+    private var classifierID: String { scope + ".classify" }
+
+    init(
+        scope: String, summary: String, classify: CodeSource?, retry: RetrySettings, refresh: RefreshSettings,
+        logout: LogoutSettings, routeMethods: [String]?, hasLogoutResponseRule: Bool
+    ) {
+        self.hasLogoutResponseRule = hasLogoutResponseRule
+        self.scope = scope
+        self.summary = summary
+        self.classify = classify
+        self.retry = retry
+        self.refresh = refresh
+        self.logout = logout
+        self.routeMethods = routeMethods
+        nodes.append(
+            RuleGraph.Node(
+                id: scope + ".classify", kind: .classifier,
+                label: "classify \(summary)" + (classify.map { " by \($0)" } ?? ""), scope: scope, rule: nil,
+                action: nil, settings: .none))
+    }
+
+    /// The scope's node for a terminal action; a looping value (only in a policy lint refuses)
+    /// is drawn as fail, which is what the engine would do with it.
+    private mutating func terminal(_ kind: ActionKind) -> (ActionKind, String) {
+        let kind: ActionKind = kind == .retry || kind == .refresh ? .fail : kind
+        terminals.insert(kind)
+        return (kind, "\(scope).\(kind.rawValue)")
+    }
+
+    private mutating func edge(_ from: String, _ to: String, _ kind: RuleGraph.EdgeKind, _ label: String = "")
+        -> RuleGraph.Edge
+    {
+        let edge = RuleGraph.Edge(from: from, to: to, kind: kind, label: label)
+        edges.append(edge)
+        return edge
+    }
+
+    private mutating func escalation(
+        _ action: ActionKind, from: String, _ kind: RuleGraph.EdgeKind, _ label: String
+    ) -> RuleGraph.Escalation {
+        let (action, to) = terminal(action)
+        return RuleGraph.Escalation(action: action, edge: edge(from, to, kind, label), logout: logout)
+    }
+
+    mutating func compile(_ rule: Rule, index: Int) -> RuleGraph.CompiledRule {
+        let id = "\(scope).rule.\(index + 1)"
+        let first = edges.count
+        nodes.append(
+            RuleGraph.Node(
+                id: id, kind: .rule, label: "\(index + 1). \(rule.name): \(RuleGraph.describe(rule.when))",
+                scope: scope, rule: index, action: nil, settings: .none))
+        _ = edge(classifierID, id, .match)
+        var r = rule.retry ?? retry
+        // The engine arms the attempt timeout and the deadline per request, from the scope.
+        r.attemptTimeout = retry.attemptTimeout
+        r.deadline = retry.deadline
+        let f = rule.refresh ?? refresh
+        let l = rule.logout ?? logout
+        var escalations = RuleGraph.Escalations()
+        var again: RuleGraph.Edge?
+        var methods: [String]?
+        var neverRetried: [String] = []
+        let actionNode: String
+        switch rule.action {
+        case .deliver, .fail:
+            actionNode = terminal(rule.action).1
+            _ = edge(id, actionNode, .then)
+        case .logout:
+            if l != logout {
+                actionNode = id + ".logout"
+                nodes.append(
+                    RuleGraph.Node(
+                        id: actionNode, kind: .action, label: "logout (cooldown \(l.cooldown.policyText))",
+                        scope: scope, rule: index, action: .logout, settings: .logout(l)))
+                _ = edge(id, actionNode, .then)
+                _ = edge(actionNode, "logged-out", .cooldown, "cooldown \(l.cooldown.policyText)")
+            } else {
+                actionNode = terminal(.logout).1
+                _ = edge(id, actionNode, .then)
+            }
+        case .retry:
+            actionNode = id + ".retry"
+            nodes.append(
+                RuleGraph.Node(
+                    id: actionNode, kind: .action, label: Self.retryLabel(r), scope: scope, rule: index,
+                    action: .retry, settings: .retry(r)))
+            _ = edge(id, actionNode, .then)
+            methods = Self.methodsSeen(rule.when.methods, routeMethods)
+            if r.idempotencyKey == nil, let seen = methods {
+                neverRetried = seen.filter { !r.methods.contains($0) }
+            }
+            let retriesSomething = r.maxRetries > 0 && (methods == nil || neverRetried.count < (methods?.count ?? 0))
+            if retriesSomething {
+                let times = r.maxRetries == 1 ? "1 time" : "\(r.maxRetries) times"
+                again = edge(actionNode, classifierID, .retry, "again after backoff, up to \(times)")
+            }
+            escalations.onExhausted = escalation(r.onExhausted, from: actionNode, .onExhausted, "on-exhausted")
+            if r.maxRetries > 0 {
+                // Some request reaching the rule may not be retryable: any method when the rule
+                // does not restrict them (a POST without a key), or a listed one outside `methods`.
+                let someNotRetryable = methods.map { $0.contains { !r.methods.contains($0) } } ?? true
+                if someNotRetryable {
+                    escalations.notRetryable = escalation(
+                        r.onExhausted, from: actionNode, .notRetryable, "not retryable")
+                }
+            }
+            if retriesSomething {
+                if r.budget != nil {
+                    escalations.budget = escalation(r.onExhausted, from: actionNode, .budget, "budget refused")
+                }
+                if retry.deadline != nil {
+                    escalations.deadline = escalation(.fail, from: actionNode, .deadline, "wait past deadline")
+                }
+            }
+        case .refresh:
+            actionNode = id + ".refresh"
+            nodes.append(
+                RuleGraph.Node(
+                    id: actionNode, kind: .action, label: Self.refreshLabel(f), scope: scope, rule: index,
+                    action: .refresh, settings: .refresh(f)))
+            _ = edge(id, actionNode, .then)
+            if f.maxPerRequest > 0 {
+                again = edge(actionNode, classifierID, .resend, "re-send with the new token")
+            }
+            escalations.onExhausted = escalation(f.onExhausted, from: actionNode, .onExhausted, "on-exhausted")
+            escalations.onFailure = escalation(f.onFailure, from: actionNode, .onFailure, "on-failure")
+            if f.onFailure != .logout, hasLogoutResponseRule {
+                escalations.refreshAnswer = escalation(
+                    .logout, from: actionNode, .refreshAnswer, "refresh answer matches a logout rule")
+            } else if f.onFailure == .logout {
+                // The answer logs out either way; the engine names the edge it took.
+                escalations.refreshAnswer = escalations.onFailure
+            }
+        }
+        return RuleGraph.CompiledRule(
+            index: index, rule: rule, retry: r, refresh: f, logout: l, node: id, actionNode: actionNode,
+            edges: Array(edges[first...]), escalations: escalations, again: again, methods: methods,
+            neverRetried: neverRetried)
+    }
+
+    struct Finished {
+        var nodes: [RuleGraph.Node]
+        var edges: [RuleGraph.Edge]
+        var noMatchResponse: RuleGraph.Edge
+        var noMatchError: RuleGraph.Edge
+        var attemptDeadline: RuleGraph.Edge?
+    }
+
+    /// Adds the scope's own edges (no match, the attempt's deadline) and its terminal nodes.
+    mutating func finish(hasErrorRules: Bool) -> Finished {
+        let deliver = terminal(.deliver).1
+        let fail = terminal(.fail).1
+        let noMatchResponse = edge(classifierID, deliver, .noMatch, "no rule matches")
+        let noMatchError = edge(classifierID, fail, .noMatch, "failed attempt, no rule matches")
+        let attemptDeadline = retry.deadline == nil ? nil : edge(classifierID, fail, .deadline, "deadline")
+        _ = edge(deliver, "delivered", .outcome)
+        if hasErrorRules {
+            // A rule matching a failed attempt can lead to deliver with nothing to deliver.
+            _ = edge(deliver, "failed", .outcome, "no response")
+        }
+        _ = edge(fail, "failed", .outcome)
+        if terminals.contains(.logout) {
+            _ = edge("\(scope).logout", "logged-out", .cooldown, "cooldown \(logout.cooldown.policyText)")
+        }
+        for kind in [ActionKind.deliver, .fail, .logout] where terminals.contains(kind) {
+            let label = kind == .logout ? "logout (cooldown \(logout.cooldown.policyText))" : kind.rawValue
+            nodes.append(
+                RuleGraph.Node(
+                    id: "\(scope).\(kind.rawValue)", kind: .action, label: label, scope: scope, rule: nil,
+                    action: kind, settings: kind == .logout ? .logout(logout) : .none))
+        }
+        return Finished(
+            nodes: nodes, edges: edges, noMatchResponse: noMatchResponse, noMatchError: noMatchError,
+            attemptDeadline: attemptDeadline)
+    }
+
+    /// The methods a rule sees: its own `method:` and its route's together.
+    static func methodsSeen(_ rule: [String]?, _ route: [String]?) -> [String]? {
+        switch (rule, route) {
+        case (nil, nil): return nil
+        case (let only?, nil), (nil, let only?): return only
+        case (let a?, let b?): return a.filter(b.contains)
+        }
+    }
+
+    static func retryLabel(_ r: RetrySettings) -> String {
+        var text = "retry (max \(r.maxRetries), \(r.backoff.rawValue) \(r.initial.policyText)"
+        if r.backoff == .exponential { text += " ×\(formatNumber(r.multiplier))" }
+        if let cap = r.maxDelay { text += " ≤ \(cap.policyText)" }
+        return text + ")"
+    }
+
+    static func refreshLabel(_ f: RefreshSettings) -> String {
+        "refresh via \(f.plugin?.name ?? "no plugin") (max \(f.maxPerRequest) per request"
+            + (f.shareWindow > .zero ? ", share-window \(f.shareWindow.policyText))" : ")")
+    }
+}
+
+extension RuleGraph.Node {
+    init(outcome id: String, _ label: String) {
+        self.init(id: id, kind: .outcome, label: label, scope: nil, rule: nil, action: nil, settings: .none)
+    }
+}

@@ -1,0 +1,47 @@
+/// A business code written with a leading zero.
+struct LeadingZeroCodeRule: LintRule {
+    static let description = LintRuleDescription(
+        id: "code-leading-zero",
+        summary: "a business code has a leading zero",
+        rationale: """
+            Codes compare by their text, so '0202' matches a body with "0202" but not the number \
+            202 (which a JSON body sends as 202). Write the code as the server sends it.
+            """,
+        severity: .warning,
+        triggering: [
+            exampleHeader + """
+                classify: { code: body.status }
+                rules:
+                  - { name: gone, when: { code: ["0202"] }, then: logout }
+                """
+        ],
+        nonTriggering: [
+            exampleHeader + """
+                classify: { code: body.status }
+                rules:
+                  - { name: gone, when: { code: [202, "0"] }, then: logout }
+                """
+        ])
+
+    func check(_ context: LintContext) -> [Diagnostic] {
+        var findings: [Diagnostic] = []
+        for (rules, _) in context.ruleSets {
+            for rule in rules {
+                for code in rule.when.codes ?? [] where Self.hasLeadingZero(code) {
+                    let digits = code.drop { $0 == "0" || $0 == "-" }
+                    findings.append(
+                        .warning(
+                            Self.description.id,
+                            "code '\(code.truncatedForMessage)' has a leading zero, so it is not \(digits.isEmpty ? "0" : String(digits)): codes compare by their text; write \(digits.isEmpty ? "0" : String(digits)) if the server sends a number",
+                            at: rule.source.codes[code] ?? rule.range))
+                }
+            }
+        }
+        return findings
+    }
+
+    static func hasLeadingZero(_ code: String) -> Bool {
+        let digits = code.hasPrefix("-") ? code.dropFirst() : Substring(code)
+        return digits.count > 1 && digits.first == "0" && digits.allSatisfy { $0.isASCII && $0.isNumber }
+    }
+}
