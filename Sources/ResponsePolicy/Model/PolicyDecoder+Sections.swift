@@ -284,6 +284,14 @@ extension PolicyDecoder {
                 continue
             }
             checkOptionType(value, option)
+            if key == PluginCatalog.followRedirectsOption.name, let text = value.scalar,
+                text != RedirectPolicy.sameOrigin.rawValue, text != RedirectPolicy.none.rawValue
+            {
+                report(
+                    .error(
+                        "invalid-value",
+                        "'\(key)' must be same-origin or none, not '\(text.truncatedForMessage)'", at: value.range))
+            }
         }
         for option in schema.options where option.required && !options.contains(where: { $0.0 == option.name }) {
             report(

@@ -70,6 +70,10 @@ public struct PluginCatalog: Sendable, Hashable {
         Self.builtins[kind]?[name] != nil
     }
 
+    /// `follow-redirects` of the network plugins, whose endpoints get secrets.
+    static let followRedirectsOption = PluginSchema.Option(
+        "follow-redirects", .string, "same-origin follows redirects within the endpoint's origin; none (default) follows none")
+
     static let builtins: [PluginKind: [String: PluginSchema?]] = [
         .refresh: [
             "oauth2": PluginSchema(
@@ -78,6 +82,7 @@ public struct PluginCatalog: Sendable, Hashable {
                     .init("client-id", .string, required: true, "sent as client_id"),
                     .init("client-secret-env", .string, "the environment variable holding the client secret"),
                     .init("scope", .string, "sent as scope"),
+                    followRedirectsOption,
                 ],
                 forbiddenSecrets: ["client-secret": "client-secret-env"]),
             "http": PluginSchema(
@@ -90,6 +95,7 @@ public struct PluginCatalog: Sendable, Hashable {
                     .init("token", .valuePath, required: true, "where the new access token is, e.g. body.data.token"),
                     .init("refresh-token", .valuePath, "where a rotated refresh token is"),
                     .init("expires-in", .valuePath, "where the token's lifetime in seconds is"),
+                    followRedirectsOption,
                 ]),
         ],
         .authorize: [
@@ -108,6 +114,7 @@ public struct PluginCatalog: Sendable, Hashable {
                 [
                     .init("url", .url, required: true, "where the logout request is POSTed"),
                     .init("timeout", .duration, "how long to wait for it, 5s by default"),
+                    followRedirectsOption,
                 ]),
         ],
         .extract: [:],
