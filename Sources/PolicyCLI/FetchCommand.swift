@@ -62,7 +62,7 @@ enum FetchCommand {
 
         var store: ReportingStore?
         if let path = invocation.credentialsPath ?? policyStorePath(policy) {
-            switch openStore(path) {
+            switch openStore(path, output: output) {
             case .success(let opened): store = opened
             case .failure(let failure):
                 output.stderr("error: \(failure.error)\n")
@@ -204,8 +204,9 @@ enum FetchCommand {
 
     /// The store for `path`, after checking its file can be read: a file that is missing or
     /// malformed would otherwise make every request go out unsigned.
-    private static func openStore(_ path: String) -> Result<ReportingStore, StoreFailure> {
-        let store = FileCredentialStore(path: path)
+    private static func openStore(_ path: String, output: CommandOutput) -> Result<ReportingStore, StoreFailure> {
+        let stderr = output.stderr
+        let store = FileCredentialStore(path: path, warn: { stderr("warning: \($0)\n") })
         do {
             guard try store.load() != nil else {
                 return .failure(StoreFailure(error: "cannot read '\(path)': no such file", code: ExitCode.noInput))

@@ -65,6 +65,40 @@ struct FetchSecurityTests {
         }
     }
 
+    @Test func aFIFOAsCredentialsIsRefusedNotWaitedOn() async throws {
+        try await withScratch { directory in
+            let policy = directory + "/policy.yaml"
+            try Data("policy: 1\nname: x\nrules: []\n".utf8).write(to: URL(fileURLWithPath: policy))
+            let fifo = directory + "/credentials.json"
+            #expect(mkfifo(fifo, 0o600) == 0)
+            let run = try await runPolicy(["fetch", "--policy", policy, "--credentials", fifo, "http://127.0.0.1:1/"])
+            #expect(run.status == 66)
+            #expect(run.stderr == "error: cannot read the credentials file '\(fifo)': it is not a regular file\n")
+        }
+    }
+
+    @Test func aCredentialsFileOpenToOthersIsWarnedAboutAndMade0600() async throws {
+        try await withTestServer { server in
+            try await withScratch { directory in
+                let policy = directory + "/policy.yaml"
+                try Data("policy: 1\nname: x\nrules: []\n".utf8).write(to: URL(fileURLWithPath: policy))
+                let credentials = directory + "/credentials.json"
+                try Data(#"{"access_token":"access-0"}"#.utf8).write(to: URL(fileURLWithPath: credentials))
+                chmod(credentials, 0o644)
+                let run = try await runPolicy([
+                    "fetch", "--policy", policy, "--credentials", credentials, server.url("/api/x").absoluteString,
+                ])
+                #expect(run.status == 0)
+                #expect(
+                    run.stderr
+                        == "warning: the credentials file '\(credentials)' was open to others (mode 644); its mode is now 0600\n"
+                )
+                let mode = try FileManager.default.attributesOfItem(atPath: credentials)[.posixPermissions] as? NSNumber
+                #expect(mode?.intValue == 0o600)
+            }
+        }
+    }
+
     @Test(arguments: ["Authorization Bearer SECRET-hdr-1", "Authorization=SECRET-hdr-1", "X Token SECRET-hdr-1: v"])
     func aMalformedHeaderIsNamedNotEchoed(_ header: String) async throws {
         let run = try await runPolicy([
