@@ -94,6 +94,21 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
     var signedGeneration: UInt64 = 0
     /// The proactive refresh for this turn of the loop is done.
     var skipProactive = false
+    /// A proactive refresh of this request that failed, and the token generation it failed for:
+    /// while that generation is current, the request neither refreshes ahead again nor calls the
+    /// refresh plugin for a trigger, but meets this failure (one failure is one failure: the
+    /// same dead refresh token is not sent twice). Boxed, to keep waiting requests small.
+    var proactiveFailure: ProactiveFailure?
+
+    final class ProactiveFailure {
+        let failure: RefreshFailure
+        let generation: UInt64
+
+        init(_ failure: RefreshFailure, generation: UInt64) {
+            self.failure = failure
+            self.generation = generation
+        }
+    }
 
     @inline(never)
     init(engine: PolicyEngine, original: HTTPRequest, context: RequestContext) {
@@ -223,7 +238,8 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         if cancelled || endedOutside { return ended() }
         if isLoggedOut { return cancelledByLogout() }
         let credentials = box?.credentials
-        if !skipProactive, let ahead = scope.refreshAhead, plugins.refresh != nil, let expiry = credentials?.expiresAt,
+        if !skipProactive, proactiveFailure?.generation != generation, let ahead = scope.refreshAhead,
+            plugins.refresh != nil, let expiry = credentials?.expiresAt,
             expiry.timeIntervalSince(engine.clock.date) < ahead.seconds
         {
             waitingFor = .refresh(proactive: true)
@@ -322,6 +338,13 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         }
         refreshResends += 1
         refreshRule = ruleIndex
+        if let earlier = proactiveFailure, earlier.generation == signedGeneration,
+            engine.state.withLock({ $0.generation }) == signedGeneration
+        {
+            // This request's refresh ahead of expiry already failed for this token: that is the
+            // refresh's failure, not a reason to send the same refresh token again.
+            return afterRefresh(.failed(earlier.failure), proactive: false)
+        }
         waitingFor = .refresh(proactive: false)
         return awaitRefresh(failedGeneration: signedGeneration, proactive: false)
     }
@@ -350,8 +373,17 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
             switch result {
             case .loggedOut: return cancelledByLogout()
             case .cancelled: return ended()
+            case .failed(let refreshFailure):
+                let (expiry, generation) = engine.state.withLock { ($0.credentials?.expiresAt, $0.generation) }
+                if let expiry, expiry <= engine.clock.date {
+                    // The token has expired: sending it would only fetch a refresh trigger.
+                    return afterRefresh(.failed(refreshFailure), proactive: false)
+                }
+                // The token is still valid for a moment: try it, but remember the failure.
+                proactiveFailure = ProactiveFailure(refreshFailure, generation: generation)
+                skipProactive = true
+                return top()
             default:
-                // A failed proactive refresh leaves the old token to try.
                 skipProactive = true
                 return top()
             }
