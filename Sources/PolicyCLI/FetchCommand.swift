@@ -79,7 +79,8 @@ enum FetchCommand {
         }
         let registry = PluginRegistry()
         let engine = PolicyEngine(
-            policy: policy, transport: URLSessionTransport(maxBody: invocation.maxBody), plugins: registry, credentials: store, options: options)
+            policy: policy, transport: URLSessionTransport(maxBody: invocation.maxBody), plugins: registry,
+            credentials: store, options: options)
         let started = ContinuousClock.now
         let results = await sendAll(invocation, engine: engine, recorder: recorder, output: output)
         let elapsed = ContinuousClock.now - started
@@ -129,7 +130,8 @@ enum FetchCommand {
             // names the header by its first word only.
             let firstWord = String(field.prefix { isToken(String($0)) }.prefix(64))
             guard let colon = field.firstIndex(of: ":") else {
-                throw UsageError(message: "Invalid header '\(firstWord)': no ':' after its name; write -H 'Name: value'")
+                throw UsageError(
+                    message: "Invalid header '\(firstWord)': no ':' after its name; write -H 'Name: value'")
             }
             let name = field[..<colon].trimmingCharacters(in: .whitespaces)
             guard isToken(name) else {
@@ -150,7 +152,9 @@ enum FetchCommand {
         if let text = arguments.value("--max-body") {
             guard let size = byteSize(text) else {
                 throw UsageError(
-                    message: "Invalid value '\(text)' for '--max-body <size>'; expected bytes, or a number with KiB, MiB or GiB")
+                    message:
+                        "Invalid value '\(text)' for '--max-body <size>'; expected bytes, or a number with KiB, MiB or GiB"
+                )
             }
             invocation.maxBody = size
         }

@@ -72,7 +72,9 @@ public final class URLSessionTransport: CancellableTransport {
     ///     sends through a session of its own made from that configuration, because it must be the session's
     ///     delegate to keep redirects and body sizes in hand; cookies and the URL cache stay off in the default
     ///     configuration. Defaults to `nil`: an ephemeral configuration with no cookie storage and no URL cache.
-    public init(timeout: Duration = .seconds(60), maxBody: Int? = URLSessionTransport.defaultMaxBody, session: URLSession? = nil) {
+    public init(
+        timeout: Duration = .seconds(60), maxBody: Int? = URLSessionTransport.defaultMaxBody, session: URLSession? = nil
+    ) {
         self.timeout = timeout
         self.maxBody = maxBody
         let configuration: URLSessionConfiguration
@@ -166,7 +168,8 @@ public final class URLSessionTransport: CancellableTransport {
 
     /// One exchange on the wire, without following redirects.
     private func once(_ request: HTTPRequest, limit: Int?, slot: CallSlot) async throws -> HTTPResponse {
-        let call = DataTaskCall(label: "\(request.method) \(Self.redacted(request.url))", url: request.url, limit: limit)
+        let call = DataTaskCall(
+            label: "\(request.method) \(Self.redacted(request.url))", url: request.url, limit: limit)
         let urlRequest = makeURLRequest(request)
         let session = session
         let delegate = delegate

@@ -26,7 +26,8 @@ struct CredentialFileTests {
 
             #expect(try FileCredentialStore(path: path).load() == Credentials(accessToken: "a1"))
             let left = try FileManager.default.contentsOfDirectory(atPath: directory).sorted()
-            #expect(left == [".credentials.json.tmp-\(getpid())-3c4d", ".other.json.tmp-\(dead)-7e8f", "credentials.json"])
+            #expect(
+                left == [".credentials.json.tmp-\(getpid())-3c4d", ".other.json.tmp-\(dead)-7e8f", "credentials.json"])
         }
     }
 

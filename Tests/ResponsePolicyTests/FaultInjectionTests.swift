@@ -289,7 +289,9 @@ struct FaultInjectionTests {
     // MARK: - Logout during a refresh
 
     @Test(arguments: TransportKind.allCases)
-    func aLogoutDuringARefreshEndsItsWaitersAndTheRefreshDoesNotSignBackInButItsTokensAreKept(_ kind: TransportKind) async throws {
+    func aLogoutDuringARefreshEndsItsWaitersAndTheRefreshDoesNotSignBackInButItsTokensAreKept(_ kind: TransportKind)
+        async throws
+    {
         let harness = try FaultHarness(
             Self.faultPolicy,
             scripts: [

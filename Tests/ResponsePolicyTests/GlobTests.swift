@@ -47,8 +47,12 @@ struct HostileGlobTests {
         let patternAlphabet: [Unicode.Scalar] = ["a", "b", "/", "*", "?"]
         let textAlphabet: [Unicode.Scalar] = ["a", "b", "/", "é"]
         for _ in 0..<20_000 {
-            let pattern = (0..<Int.random(in: 0..<9, using: &random)).map { _ in patternAlphabet[Int.random(in: 0..<5, using: &random)] }
-            let text = (0..<Int.random(in: 0..<12, using: &random)).map { _ in textAlphabet[Int.random(in: 0..<4, using: &random)] }
+            let pattern = (0..<Int.random(in: 0..<9, using: &random)).map { _ in
+                patternAlphabet[Int.random(in: 0..<5, using: &random)]
+            }
+            let text = (0..<Int.random(in: 0..<12, using: &random)).map { _ in
+                textAlphabet[Int.random(in: 0..<4, using: &random)]
+            }
             let patternText = String(String.UnicodeScalarView(pattern))
             let textText = String(String.UnicodeScalarView(text))
             #expect(
@@ -115,7 +119,8 @@ struct HostileGlobTests {
         let yaml = "policy: 1\nname: x\nrules:\n  - { name: r, when: { path: \"/\(long)\" }, then: fail }\n"
         #expect(
             renderedErrors(yaml)
-                == "test.yaml:4:30: error: 'path' is a pattern of 1025 characters; at most 1024 are allowed [invalid-value]")
+                == "test.yaml:4:30: error: 'path' is a pattern of 1025 characters; at most 1024 are allowed [invalid-value]"
+        )
         #expect(renderedErrors(yaml.replacingOccurrences(of: "/" + long, with: long)).isEmpty)
     }
 

@@ -20,7 +20,9 @@ struct SecretLintTests {
 
     static let refused: [String] = [
         // `{env:` anywhere used to exempt the whole value.
-        policy(#"{ url: "https://a.example.com/r", token: body.t, headers: { Authorization: "Basic \#(secret) {env:X}" } }"#),
+        policy(
+            #"{ url: "https://a.example.com/r", token: body.t, headers: { Authorization: "Basic \#(secret) {env:X}" } }"#
+        ),
         policy(#"{ url: "https://a.example.com/r", token: body.t, headers: { Authorization: "{env:X} \#(secret)" } }"#),
         policy(#"{ url: "https://a.example.com/r", token: body.t, body: { client_secret: \#(secret) } }"#),
         policy(#"{ url: "https://a.example.com/r", token: body.t, body: { password: \#(secret) } }"#),
@@ -48,10 +50,15 @@ struct SecretLintTests {
 
     static let accepted: [String] = [
         policy(#"{ url: "https://a.example.com/r", token: body.t, headers: { Authorization: "Basic {env:CREDS}" } }"#),
-        policy(#"{ url: "https://a.example.com/r", token: body.t, headers: { Authorization: "Bearer {refresh_token}" } }"#),
-        policy(#"{ url: "https://a.example.com/r", token: body.t, headers: { X-Auth-Token: "{env:USER}:{env:PASS}" } }"#),
-        policy(#"{ url: "https://a.example.com/r", token: body.t, headers: { X-Client: mobile, Accept-Language: de } }"#),
-        policy(#"{ url: "https://a.example.com/r", token: body.t, body: { refreshToken: "{refresh_token}", device: ios } }"#),
+        policy(
+            #"{ url: "https://a.example.com/r", token: body.t, headers: { Authorization: "Bearer {refresh_token}" } }"#),
+        policy(
+            #"{ url: "https://a.example.com/r", token: body.t, headers: { X-Auth-Token: "{env:USER}:{env:PASS}" } }"#),
+        policy(
+            #"{ url: "https://a.example.com/r", token: body.t, headers: { X-Client: mobile, Accept-Language: de } }"#),
+        policy(
+            #"{ url: "https://a.example.com/r", token: body.t, body: { refreshToken: "{refresh_token}", device: ios } }"#
+        ),
         policy(#"{ url: "https://a.example.com/r", token: body.t, body: { password: "{env:PW}" } }"#),
         policy(#"{ token-url: "https://a.example.com/t?realm=app", client-id: app }"#, use: "oauth2"),
     ]
@@ -62,11 +69,13 @@ struct SecretLintTests {
     }
 
     @Test(arguments: [
-        ("http://auth.example.com/token", true), ("http://10.0.0.5:8080/token", true), ("https://auth.example.com/t", false),
+        ("http://auth.example.com/token", true), ("http://10.0.0.5:8080/token", true),
+        ("https://auth.example.com/t", false),
         ("http://127.0.0.1:8080/token", false), ("http://localhost/token", false), ("http://[::1]:9000/t", false),
     ])
     func plainHTTPOffTheMachineIsAWarning(_ url: String, _ warned: Bool) {
-        let yaml = Self.policy(#"{ token-url: "\#(url)", client-id: app }"#, use: "oauth2")
+        let yaml =
+            Self.policy(#"{ token-url: "\#(url)", client-id: app }"#, use: "oauth2")
             + "\nlogout: { use: http, with: { url: \"\(url)\" } }\n"
         let warnings = findings(yaml).filter { $0.rule == "insecure-endpoint" }
         #expect(warnings.count == (warned ? 2 : 0))

@@ -49,6 +49,7 @@ struct SimulationMemoryTests {
         let message = Simulator.Failure.tooManyAttempts(limit: 1_000_000, at: .seconds(2)).description
         #expect(
             message
-                == "the simulation stopped at t=2s: it would put more than 1000000 attempts on the wire; send fewer requests or retries")
+                == "the simulation stopped at t=2s: it would put more than 1000000 attempts on the wire; send fewer requests or retries"
+        )
     }
 }

@@ -206,7 +206,8 @@ struct EngineIntegrationTests {
                 // Like ssh with a key, a credentials file open to others is made 0600, and said so.
                 #expect(
                     run.stderr
-                        == "warning: the credentials file '\(path)' was open to others (mode 644); its mode is now 0600\n")
+                        == "warning: the credentials file '\(path)' was open to others (mode 644); its mode is now 0600\n"
+                )
                 let lines = run.stdout.split(separator: "\n").map(String.init)
                 #expect(lines.count == 5)
                 let requestLines = lines.dropLast()

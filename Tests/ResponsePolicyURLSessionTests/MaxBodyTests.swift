@@ -19,7 +19,8 @@ struct MaxBodyTests {
             #expect(error?.errorClass == .tooLarge)
             #expect(
                 error?.message
-                    == "GET http://127.0.0.1:\(server.port)/big: the response body is larger than 100000 bytes (max-body)")
+                    == "GET http://127.0.0.1:\(server.port)/big: the response body is larger than 100000 bytes (max-body)"
+            )
         }
     }
 

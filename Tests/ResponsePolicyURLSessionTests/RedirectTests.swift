@@ -106,8 +106,10 @@ struct RedirectTests {
     }
 
     @Test func httpsToHTTPIsAnotherOriginSoADowngradeDropsCredentials() throws {
-        let urls = try ["https://api.example.com/a", "http://api.example.com/a", "https://api.example.com:8443/a",
-            "https://evil.example.com/a", "https://API.example.com:443/b"].map { try #require(URL(string: $0)) }
+        let urls = try [
+            "https://api.example.com/a", "http://api.example.com/a", "https://api.example.com:8443/a",
+            "https://evil.example.com/a", "https://API.example.com:443/b",
+        ].map { try #require(URL(string: $0)) }
         #expect(urls.map { URLSessionTransport.sameOrigin(urls[0], $0) } == [true, false, false, false, true])
         let headers: HTTPHeaders = ["Authorization": "Bearer x", "Accept": "*/*", "X-Whatever": "y"]
         #expect(Array(URLSessionTransport.headersSafeAcrossOrigins(headers)).map(\.name) == ["Accept"])
@@ -212,7 +214,8 @@ struct RedirectTests {
             plugin.followRedirects = .sameOrigin
             await plugin.logout(
                 LogoutContext(
-                    requestID: nil, reason: "x", credentials: nil, transport: URLSessionTransport(timeout: .seconds(10))))
+                    requestID: nil, reason: "x", credentials: nil, transport: URLSessionTransport(timeout: .seconds(10))
+                ))
             let got6 = try await home.stats()
             #expect(got6.counters["logout_calls"] == 1)
         }
@@ -228,7 +231,9 @@ struct RedirectTests {
             """
         let error = #expect(throws: PolicyError.self) { try Policy.load(yaml: yaml, file: "x.yaml") }
         #expect(
-            error?.diagnostics.filter { $0.rule == "invalid-value" }.map(\.message) == ["'follow-redirects' must be same-origin or none, not 'always'"])
+            error?.diagnostics.filter { $0.rule == "invalid-value" }.map(\.message) == [
+                "'follow-redirects' must be same-origin or none, not 'always'"
+            ])
         let good = yaml.replacingOccurrences(of: "always", with: "same-origin")
         #expect(throws: Never.self) { try Policy.load(yaml: good, file: "x.yaml") }
     }

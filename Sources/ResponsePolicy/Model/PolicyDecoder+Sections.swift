@@ -382,7 +382,9 @@ extension PolicyDecoder {
     /// query parameter named like one.
     static func secretInURL(_ url: URL) -> String? {
         if let password = url.password(percentEncoded: true), !password.isEmpty { return "a password" }
-        if let user = url.user(percentEncoded: true), !user.isEmpty { return "user information (a token or a user name)" }
+        if let user = url.user(percentEncoded: true), !user.isEmpty {
+            return "user information (a token or a user name)"
+        }
         let components = URLComponents(url: url, resolvingAgainstBaseURL: false)
         for item in components?.queryItems ?? [] where isSecretName(item.name) && !(item.value ?? "").isEmpty {
             return "the query parameter '\(item.name.truncatedForMessage)'"

@@ -284,16 +284,19 @@ enum TokenEndpoint {
             return "the token endpoint answered a redirect (\(response.status)), which is not followed;"
                 + " set 'follow-redirects: same-origin' to follow redirects within its origin"
         case .sameOrigin:
-            return "the token endpoint answered a redirect (\(response.status)) to another origin, which is never followed"
+            return
+                "the token endpoint answered a redirect (\(response.status)) to another origin, which is never followed"
         }
     }
 
     /// The `follow-redirects` option: `same-origin` or `none` (the default).
-    static func redirects(_ configuration: PluginConfiguration, kind: PluginKind) throws(PluginError) -> RedirectPolicy {
+    static func redirects(_ configuration: PluginConfiguration, kind: PluginKind) throws(PluginError) -> RedirectPolicy
+    {
         guard let text = configuration.string("follow-redirects") else { return .none }
         guard let policy = RedirectPolicy(rawValue: text), policy != .follow else {
             throw PluginError(
-                kind: kind, name: configuration.name, reason: "the option 'follow-redirects' must be same-origin or none")
+                kind: kind, name: configuration.name,
+                reason: "the option 'follow-redirects' must be same-origin or none")
         }
         return policy
     }

@@ -72,7 +72,8 @@ public struct PluginCatalog: Sendable, Hashable {
 
     /// `follow-redirects` of the network plugins, whose endpoints get secrets.
     static let followRedirectsOption = PluginSchema.Option(
-        "follow-redirects", .string, "same-origin follows redirects within the endpoint's origin; none (default) follows none")
+        "follow-redirects", .string,
+        "same-origin follows redirects within the endpoint's origin; none (default) follows none")
 
     static let builtins: [PluginKind: [String: PluginSchema?]] = [
         .refresh: [

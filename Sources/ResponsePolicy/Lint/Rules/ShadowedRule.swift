@@ -35,7 +35,8 @@ struct ShadowedRule: LintRule {
             for position in rules.indices {
                 let rule = rules[position]
                 let candidates = index.candidates(for: rule.when, limit: Self.candidateLimit)
-                if let earlier = candidates.first(where: { Self.covers(rules[$0].when, rule.when, budget: &budget) }).map({ rules[$0] })
+                if let earlier = candidates.first(where: { Self.covers(rules[$0].when, rule.when, budget: &budget) })
+                    .map({ rules[$0] })
                 {
                     findings.append(
                         .warning(
