@@ -107,8 +107,8 @@ struct HostileGlobTests {
     }
 
     @Test func theCoveringBudgetStopsAHostileSearchAndProvesNothing() {
-        let glob = Glob("*" + String(repeating: "a?", count: 500) + "b*")
-        let literal = Glob("/" + String(repeating: "a", count: 4_000))
+        let glob = Glob("*" + String(repeating: "a?", count: 200) + "b*")
+        let literal = Glob("/" + String(repeating: "a", count: 1_000))
         var budget = 10_000
         #expect(!literal.isCovered(by: glob, budget: &budget))
         #expect(budget <= 0)
@@ -122,6 +122,19 @@ struct HostileGlobTests {
                 == "test.yaml:4:30: error: 'path' is a pattern of 1025 characters; at most 1024 are allowed [invalid-value]"
         )
         #expect(renderedErrors(yaml.replacingOccurrences(of: "/" + long, with: long)).isEmpty)
+    }
+
+    /// The issue's own file: two rules whose globs fill 12 MiB. Both are errors; the rules are not
+    /// read as matching everything (no shadowed-rule warning), and no time goes into them.
+    @Test func twoHugeHostileGlobsAreErrorsAndNothingElse() {
+        let yaml =
+            "policy: 1\nname: x\nrules:\n  - { name: x, when: { path: \"*\(String(repeating: "a", count: 4 << 20))b\" }, then: fail }\n"
+            + "  - { name: y, when: { path: \"/\(String(repeating: "a", count: 8 << 20))\" }, then: fail }\n"
+        let started = threadCPUTime()
+        let diagnostics = findings(yaml)
+        #expect(diagnostics.map(\.rule) == ["invalid-value", "invalid-value"])
+        #expect(threadCPUTime() - started < 2)
+        #expect(!Glob(rejected: "x").matches("x"))
     }
 
     /// A 16 MiB policy of hostile globs (each literal path pits its candidates' `*aaa…ab` against

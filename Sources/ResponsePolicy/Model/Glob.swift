@@ -19,9 +19,22 @@ public struct Glob: Sendable, Hashable, CustomStringConvertible {
         /// The pattern cut at `*`: `nil` without any `*`.
         let pieces: [Piece]?
         let patternHash: Int
+        /// Over ``Glob/maxLength`` in a policy: an error was reported, and the glob matches nothing.
+        let rejected: Bool
+
+        /// A pattern the decoder refused: kept only to name it, without the work of compiling it.
+        init(rejected pattern: String) {
+            self.pattern = pattern
+            scalars = []
+            isLiteral = true
+            pieces = nil
+            patternHash = pattern.utf8.count
+            rejected = true
+        }
 
         init(_ pattern: String) {
             self.pattern = pattern
+            rejected = false
             scalars = Array(pattern.unicodeScalars)
             isLiteral = !scalars.contains("*") && !scalars.contains("?")
             pieces =
@@ -76,10 +89,19 @@ public struct Glob: Sendable, Hashable, CustomStringConvertible {
         storage = Storage(pattern)
     }
 
+    /// A pattern over ``maxLength`` that the decoder reported as an error: it matches nothing and
+    /// covers nothing, so the rest of lint neither spends time on it nor reads its rule as
+    /// matching everything.
+    init(rejected pattern: String) {
+        storage = Storage(rejected: pattern)
+    }
+
     public var description: String { pattern }
 
     public static func == (a: Glob, b: Glob) -> Bool {
-        a.storage === b.storage || (a.storage.patternHash == b.storage.patternHash && a.pattern == b.pattern)
+        a.storage === b.storage
+            || (!a.storage.rejected && !b.storage.rejected && a.storage.patternHash == b.storage.patternHash
+                && a.pattern == b.pattern)
     }
 
     public func hash(into hasher: inout Hasher) {
@@ -87,6 +109,7 @@ public struct Glob: Sendable, Hashable, CustomStringConvertible {
     }
 
     public func matches(_ text: String) -> Bool {
+        if storage.rejected { return false }
         if isLiteral { return text == pattern }
         var budget = Int.max
         return match(text.unicodeScalars, symbolic: false, budget: &budget) ?? false
@@ -99,8 +122,15 @@ public struct Glob: Sendable, Hashable, CustomStringConvertible {
     /// pattern's `*` and `?` are symbols of their own: `other`'s `*` may take any of them, its `?`
     /// a `?` or a character, and its characters only themselves. (`/api/*` covers `/api/v?/*`.)
     func isCovered(by other: Glob, budget: inout Int) -> Bool {
+        if storage.rejected || other.storage.rejected { return false }
         if other == self || (other.scalars.count == 1 && other.scalars[0] == "*") { return true }
         if other.isLiteral { return false }  // a different literal, or a pattern with wildcards
+        // A pattern over the limit is already an error; proving anything about it is not worth the time.
+        if storage.rejected || other.storage.rejected || scalars.count > Self.maxLength
+            || other.scalars.count > Self.maxLength
+        {
+            return false
+        }
         return other.match(scalars, symbolic: true, budget: &budget) ?? false
     }
 

@@ -177,17 +177,19 @@ extension PolicyDecoder {
         return condition
     }
 
-    /// A glob; a pattern longer than ``Glob/maxLength`` is an error (matching stays bounded).
+    /// A glob; a pattern longer than ``Glob/maxLength`` is an error (matching stays bounded). It
+    /// is still returned, as a glob that matches nothing (``Glob/init(rejected:)``): without its
+    /// path the rule would match every request and seem to shadow the rules after it.
     mutating func glob(_ node: YAMLNode, _ key: String) -> Glob? {
         guard let text = string(node, key) else { return nil }
         let length = text.unicodeScalars.count
-        guard length <= Glob.maxLength else {
+        if length > Glob.maxLength {
             report(
                 .error(
                     "invalid-value",
                     "'\(key)' is a pattern of \(length) characters; at most \(Glob.maxLength) are allowed",
                     at: node.range))
-            return nil
+            return Glob(rejected: text)
         }
         return Glob(text)
     }
