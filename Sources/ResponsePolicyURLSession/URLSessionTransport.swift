@@ -136,7 +136,8 @@ public final class URLSessionTransport: CancellableTransport {
             // `dataLengthExceedsMaximum` and a log line; say what is wrong instead.
             throw TransportError(.connection, "\(label): URLSession cannot send a GET request with a body")
         }
-        let limit = [maxBody, request.maxResponseBytes].compactMap { $0 }.min()
+        // A HEAD answer has no body, whatever its Content-Length announces.
+        let limit = request.method == "HEAD" ? nil : request.maxResponseBytes.map { min($0, maxBody ?? $0) } ?? maxBody
         let slot = CallSlot()
         cancellation?.onCancel { slot.stop(throwing: CancellationError()) }
         let timeout = timeout

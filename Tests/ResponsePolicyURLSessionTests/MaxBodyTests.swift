@@ -36,6 +36,15 @@ struct MaxBodyTests {
         }
     }
 
+    @Test func aHEADAnswerAnnouncingALargeBodyIsNotTooLarge() async throws {
+        try await withTestServer { server in
+            let transport = URLSessionTransport(timeout: .seconds(10), maxBody: 1_000)
+            let response = try await transport.send(HTTPRequest(method: "HEAD", url: server.url("/big?bytes=5000")))
+            #expect(response.status == 200)
+            #expect(response.headers["Content-Length"] == "5000")
+        }
+    }
+
     @Test func theDefaultLimitIs64MiB() {
         #expect(URLSessionTransport().maxBody == 64 << 20)
         #expect(URLSessionTransport(maxBody: nil).maxBody == nil)

@@ -22,7 +22,7 @@ Routes
   *    /echo          Answers 200 with the request as JSON: method, path, query, headers (ordered
                       [name, value] pairs), body (UTF-8 text) and body_base64.
   *    /redirect      Answers `?status=` (302 by default) with `Location: <?to=>` (with `?loop=1`: itself).
-  GET  /big           200 with `?bytes=` bytes of "a", in 64 KiB chunks; with `?length=0` no Content-Length
+  GET  /big           (and HEAD) 200 with `?bytes=` bytes of "a", in 64 KiB chunks; with `?length=0` no Content-Length
                       (the body ends when the connection closes).
   GET  /_requests     Every request this server received (but /_*): [{method, path, query, headers, body}].
   POST /_control      JSON object; sets any keys of DEFAULT_CONFIG (unknown keys are a 400), or with
@@ -179,6 +179,7 @@ class Handler(BaseHTTPRequestHandler):
             ("GET", "/stall"): self.stall,
             ("POST", "/logout"): self.logout,
             ("GET", "/big"): self.big,
+            ("HEAD", "/big"): self.big,
             ("GET", "/_requests"): self.requests,
         }
         try:
@@ -339,7 +340,7 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         self.end_headers()
         chunk = b"a" * 65536
-        while size > 0:
+        while size > 0 and self.command != "HEAD":
             self.wfile.write(chunk[:min(size, len(chunk))])
             size -= len(chunk)
         self.wfile.flush()
