@@ -192,9 +192,17 @@ public final class URLSessionTransport: CancellableTransport {
     static func redirect(from request: HTTPRequest, response: HTTPResponse, original: HTTPRequest) -> HTTPRequest? {
         guard [301, 302, 303, 307, 308].contains(response.status), original.redirects != .none,
             let location = response.headers["Location"], !location.isEmpty,
-            let target = URL(string: location, relativeTo: request.url)?.absoluteURL,
+            var target = URL(string: location, relativeTo: request.url)?.absoluteURL,
             let scheme = target.scheme?.lowercased(), scheme == "http" || scheme == "https", target.host != nil
         else { return nil }
+        if !sameOrigin(target, request.url), target.user != nil || target.password != nil {
+            // Credentials a server wrote into a `Location` are not sent anywhere.
+            guard var components = URLComponents(url: target, resolvingAgainstBaseURL: false) else { return nil }
+            components.user = nil
+            components.password = nil
+            guard let stripped = components.url else { return nil }
+            target = stripped
+        }
         if original.redirects == .sameOrigin, !sameOrigin(target, original.url) { return nil }
         var next = request
         next.url = target

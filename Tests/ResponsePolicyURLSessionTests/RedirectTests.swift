@@ -115,6 +115,18 @@ struct RedirectTests {
         #expect(Array(URLSessionTransport.headersSafeAcrossOrigins(headers)).map(\.name) == ["Accept"])
     }
 
+    @Test func userInfoInALocationToAnotherOriginIsNotFollowed() throws {
+        let request = HTTPRequest(url: try #require(URL(string: "https://api.example.com/a")))
+        let response = HTTPResponse(status: 302, headers: ["Location": "https://user:pass@other.example.com/b?x=1"])
+        let next = try #require(URLSessionTransport.redirect(from: request, response: response, original: request))
+        #expect(next.url.absoluteString == "https://other.example.com/b?x=1")
+        var none = request
+        none.redirects = .none
+        #expect(URLSessionTransport.redirect(from: none, response: response, original: none) == nil)
+        let ftp = HTTPResponse(status: 302, headers: ["Location": "ftp://other.example.com/b"])
+        #expect(URLSessionTransport.redirect(from: request, response: ftp, original: request) == nil)
+    }
+
     @Test func aRedirectLoopEndsWithAConnectionError() async throws {
         try await withTwoServers { home, _ in
             let loop = home.url("/redirect?status=302&loop=1").absoluteString
