@@ -528,8 +528,26 @@ final class TestServer: Sendable {
 /// Runs `body` with a fresh server and stops the server afterwards, also when `body` throws.
 func withTestServer(_ body: (TestServer) async throws -> Void) async throws {
     let server = try await TestServer.start()
-    defer { server.stop() }
-    try await body(server)
+    do {
+        try await body(server)
+    } catch {
+        await server.stopOffThePool()
+        throw error
+    }
+    await server.stopOffThePool()
+}
+
+extension TestServer {
+    /// ``stop()``, which waits for the process to exit, on a dispatch thread: a blocked thread of
+    /// the cooperative pool (two on a two-core machine) stalls every other test meanwhile.
+    func stopOffThePool() async {
+        await withCheckedContinuation { continuation in
+            DispatchQueue.global().async {
+                self.stop()
+                continuation.resume()
+            }
+        }
+    }
 }
 
 /// A local TCP port nothing listens on: bound to get a free one, then closed.
