@@ -398,7 +398,7 @@ extension PolicyDecoder {
         let folded = name.lowercased().filter { $0.isLetter }
         return ["secret", "password", "passwd", "apikey", "token", "credential", "signature", "privatekey"].contains {
             folded.contains($0)
-        } || ["key", "sig", "auth", "pwd", "pass", "code"].contains(folded)
+        } || ["key", "sig", "auth", "pwd", "pass"].contains(folded)
     }
 
     /// Whether a header or body value written in the policy holds a secret itself, rather than
