@@ -22,7 +22,7 @@ enum FetchCommand {
         name: "fetch",
         overview: "Send real HTTP requests through the engine and the URLSession transport.",
         usage: "policy fetch --policy FILE [--credentials FILE] [--concurrency N] [--count M] [-X METHOD] "
-            + "[-H 'K: V']... [-d BODY] URL",
+            + "[-H 'K: V']... [-d BODY] [--max-body SIZE] URL",
         arguments: [("URL", "The http:// or https:// URL to request.")],
         options: [
             .init(names: ["--policy"], valueName: "file", help: "The policy file (required)."),
@@ -37,6 +37,9 @@ enum FetchCommand {
                 repeatable: true),
             .init(names: ["-d", "--data"], valueName: "body", help: "The request body, sent as given."),
             .init(
+                names: ["--max-body"], valueName: "size",
+                help: "The largest response body read (bytes, or with KiB, MiB, GiB); 64MiB by default."),
+            .init(
                 names: ["--verbose"], valueName: nil,
                 help: "Also print every engine event as a JSON line on stderr."),
         ])
@@ -49,6 +52,7 @@ enum FetchCommand {
         var count: Int
         var request: HTTPRequest
         var verbose: Bool
+        var maxBody = URLSessionTransport.defaultMaxBody
     }
 
     static func run(_ arguments: ParsedArguments, output: CommandOutput) async throws(UsageError) -> Int32 {
@@ -58,7 +62,7 @@ enum FetchCommand {
 
         var store: ReportingStore?
         if let path = invocation.credentialsPath ?? policyStorePath(policy) {
-            switch openStore(path) {
+            switch openStore(path, output: output) {
             case .success(let opened): store = opened
             case .failure(let failure):
                 output.stderr("error: \(failure.error)\n")
@@ -75,7 +79,9 @@ enum FetchCommand {
         }
         let registry = PluginRegistry()
         let engine = PolicyEngine(
-            policy: policy, transport: URLSessionTransport(timeout: transportTimeout(for: policy)), plugins: registry,
+            policy: policy,
+            transport: URLSessionTransport(timeout: transportTimeout(for: policy), maxBody: invocation.maxBody),
+            plugins: registry,
             credentials: store, options: options)
         // A plugin that cannot be made here (an unset variable, a missing command) fails every refresh: say so first.
         for problem in engine.problems {
@@ -126,12 +132,16 @@ enum FetchCommand {
 
         var headers = HTTPHeaders()
         for field in arguments.all("--header") {
+            // The value may be a secret (`-H 'Authorization Bearer …'` without its colon): an error
+            // names the header by its first word only.
+            let firstWord = String(field.prefix { isToken(String($0)) }.prefix(64))
             guard let colon = field.firstIndex(of: ":") else {
-                throw UsageError(message: "Invalid header '\(field)'; write -H 'Name: value'")
+                throw UsageError(
+                    message: "Invalid header '\(firstWord)': no ':' after its name; write -H 'Name: value'")
             }
             let name = field[..<colon].trimmingCharacters(in: .whitespaces)
             guard isToken(name) else {
-                throw UsageError(message: "Invalid header name in '\(field)'; write -H 'Name: value'")
+                throw UsageError(message: "Invalid header name '\(firstWord)'; write -H 'Name: value'")
             }
             headers.add(name, field[field.index(after: colon)...].trimmingCharacters(in: .whitespaces))
         }
@@ -141,10 +151,34 @@ enum FetchCommand {
         if method == "GET", body != nil {
             throw UsageError(message: "A GET request cannot have a body (-d); add -X POST or another method")
         }
-        return Invocation(
+        var invocation = Invocation(
             policyPath: policyPath, credentialsPath: arguments.value("--credentials"), concurrency: concurrency,
             count: count, request: HTTPRequest(method: method, url: url, headers: headers, body: body),
             verbose: arguments.flags.contains("--verbose"))
+        if let text = arguments.value("--max-body") {
+            guard let size = byteSize(text) else {
+                throw UsageError(
+                    message:
+                        "Invalid value '\(text)' for '--max-body <size>'; expected bytes, or a number with KiB, MiB or GiB"
+                )
+            }
+            invocation.maxBody = size
+        }
+        return invocation
+    }
+
+    /// `1048576`, `512KiB`, `64MiB`, `1GiB` (also `K`, `M`, `G`, `KB`, `MB`, `GB` as binary units): positive.
+    static func byteSize(_ text: String) -> Int? {
+        let units: [(String, Int)] = [
+            ("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30), ("KB", 1 << 10), ("MB", 1 << 20), ("GB", 1 << 30),
+            ("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30), ("B", 1),
+        ]
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        let unit = units.first { trimmed.uppercased().hasSuffix($0.0.uppercased()) }
+        let number = trimmed.dropLast(unit?.0.count ?? 0).trimmingCharacters(in: .whitespaces)
+        guard let value = Int(number), value > 0 else { return nil }
+        let (product, overflow) = value.multipliedReportingOverflow(by: unit?.1 ?? 1)
+        return overflow ? nil : product
     }
 
     /// A positive whole number option; `nil` when absent.
@@ -180,8 +214,9 @@ enum FetchCommand {
 
     /// The store for `path`, after checking its file can be read: a file that is missing or
     /// malformed would otherwise make every request go out unsigned.
-    private static func openStore(_ path: String) -> Result<ReportingStore, StoreFailure> {
-        let store = FileCredentialStore(path: path)
+    private static func openStore(_ path: String, output: CommandOutput) -> Result<ReportingStore, StoreFailure> {
+        let stderr = output.stderr
+        let store = FileCredentialStore(path: path, warn: { stderr("warning: \($0)\n") })
         do {
             guard try store.load() != nil else {
                 return .failure(StoreFailure(error: "cannot read '\(path)': no such file", code: ExitCode.noInput))
@@ -314,7 +349,7 @@ final class FetchRecorder: PolicyObserver {
     private struct State {
         var records: [String: Record] = [:]
         var summary = Summary()
-        /// The last logout's rule (`refresh` when a failed refresh logged out).
+        /// The last logout's rule (empty when a failed refresh logged out).
         var logoutRule: String?
         /// Why the last refresh failed.
         var refreshFailure: String?
@@ -340,7 +375,8 @@ final class FetchRecorder: PolicyObserver {
                 if event.ok == false { state.refreshFailure = event.reason }
             case .logout:
                 state.summary.logouts += 1
-                state.logoutRule = event.rule ?? event.reason
+                // A logout without a rule is one a failed refresh caused.
+                state.logoutRule = event.rule ?? ""
             default:
                 break
             }
@@ -361,9 +397,9 @@ final class FetchRecorder: PolicyObserver {
         let (rule, refreshFailure) = state.withLock { ($0.logoutRule, $0.refreshFailure) }
         guard let rule else { return nil }
         var note: String
-        if rule == "refresh" {
+        if rule.isEmpty {
             note = "logged out because the token refresh failed"
-            if let refreshFailure { note += " (\(refreshFailure))" }
+            if let refreshFailure { note += ": \(refreshFailure)" }
         } else {
             note = "logged out by rule '\(rule)'"
         }

@@ -48,22 +48,28 @@ enum SimulateCommand {
         guard let script = parsed else { return ExitCode.failure }
 
         let directory = URL(fileURLWithPath: scriptPath).deletingLastPathComponent().path
+        // Events go out as they happen (buffered), none is kept: memory does not grow with the run.
+        let writer = BufferedWriter(output.stdout)
+        let json = format == "json"
+        // One column width for every line, from the script's ids (known before any event).
+        let width = max(8, script.requests.map(\.id.count).max() ?? 0)
         let result: Simulator.Result
         do {
-            result = try await Simulator.run(policy: policy, script: script) { file throws(PolicyError) -> Policy in
-                try Policy.load(path: file.hasPrefix("/") ? file : directory + "/" + file, plugins: catalog)
-            }
+            result = try await Simulator.run(
+                policy: policy, script: script,
+                loadPolicy: { file throws(PolicyError) -> Policy in
+                    try Policy.load(path: file.hasPrefix("/") ? file : directory + "/" + file, plugins: catalog)
+                },
+                onEvent: { event in writer.write((json ? event.jsonLine : text(event, idWidth: width)) + "\n") })
         } catch {
+            writer.flush()
             output.stderr("error: \(error)\n")
             return ExitCode.failure
         }
+        writer.flush()
         if format == "json" {
-            for event in result.events { output.stdout(event.jsonLine + "\n") }
             output.stdout(result.summary.jsonLine + "\n")
         } else {
-            // One column width for every line, from the script's ids (known before any event).
-            let width = max(8, script.requests.map(\.id.count).max() ?? 0)
-            for event in result.events { output.stdout(text(event, idWidth: width) + "\n") }
             let s = result.summary
             output.stdout(
                 "summary: \(s.requests) requests: \(s.delivered) delivered, \(s.failed) failed, \(s.loggedOut) logged out; "
@@ -135,6 +141,32 @@ enum SimulateCommand {
         case "on-failure": return "refresh failed"
         default: return reason
         }
+    }
+}
+
+/// Gathers small writes into 64 KiB ones.
+final class BufferedWriter: Sendable {
+    private let buffer = Locked("")
+    private let sink: @Sendable (String) -> Void
+
+    init(_ sink: @escaping @Sendable (String) -> Void) { self.sink = sink }
+
+    func write(_ text: String) {
+        let full: String? = buffer.withLock { buffer in
+            buffer += text
+            guard buffer.utf8.count >= 1 << 16 else { return nil }
+            defer { buffer = "" }
+            return buffer
+        }
+        if let full { sink(full) }
+    }
+
+    func flush() {
+        let rest = buffer.withLock { buffer in
+            defer { buffer = "" }
+            return buffer
+        }
+        if !rest.isEmpty { sink(rest) }
     }
 }
 

@@ -25,11 +25,20 @@ import ResponsePolicy
 /// print(response.status)
 /// ```
 ///
-/// What `URLSession` does on its own stays as it is: it follows redirects, decodes compressed bodies, adds
-/// `User-Agent`, `Accept-Encoding` and `Accept-Language` where the request has none (and on Linux
+/// What `URLSession` does on its own stays as it is, except redirects and body size: it decodes compressed
+/// bodies, adds `User-Agent`, `Accept-Encoding` and `Accept-Language` where the request has none (and on Linux
 /// `Content-Type: application/x-www-form-urlencoded` to a body without one), and picks the order of header
 /// fields on the wire. It joins repeated fields of one name with commas (equivalent by RFC 9110 §5.3), and hands
 /// response headers back as a dictionary, so ``send(_:)`` returns them sorted by lowercased name, for determinism.
+///
+/// Redirects are followed by the transport itself, as the request's ``HTTPRequest/redirects`` says (at most
+/// ``maxRedirects``): 301, 302 and 303 turn a `POST` into a `GET` without body (303 any method but `HEAD`), 307
+/// and 308 keep the method and body. When a redirect leads to another origin (scheme, host or port; an https →
+/// http downgrade included) every header except `Accept`, `Accept-Language`, `Content-Language`, `Content-Type`
+/// and `User-Agent` is dropped, so no `Authorization`, authorizer header, cookie or API key reaches another
+/// server. Bodies are read as they arrive and capped at ``maxBody`` (and the request's
+/// ``HTTPRequest/maxResponseBytes``): a larger one fails the attempt with `TransportError(.tooLarge)`, which a
+/// policy matches as `when: { error: [too-large] }`.
 public final class URLSessionTransport: CancellableTransport {
     /// The longest one ``send(_:)`` may take, from the call until the last byte of the body.
     ///
@@ -37,9 +46,15 @@ public final class URLSessionTransport: CancellableTransport {
     /// governs each attempt. Set it above the longest `attempt-timeout` of the policies you run
     /// (`policy fetch` does), or attempts are cut short of what `policy explain` promises.
     public let timeout: Duration
+    /// The largest response body accepted, in bytes (`max-body`); `nil` for no limit. 64 MiB by default.
+    public let maxBody: Int?
+    /// How many redirects one ``send(_:)`` follows before it fails with a connection error: 10.
+    public static let maxRedirects = 10
+    /// The default of ``maxBody``: 64 MiB.
+    public static let defaultMaxBody = 64 << 20
 
     private let session: URLSession
-    private let ownsSession: Bool
+    private let delegate: SessionDelegate
 
     /// Creates a transport.
     ///
@@ -47,39 +62,45 @@ public final class URLSessionTransport: CancellableTransport {
     /// only honours whole seconds (0.5 s times out at once, 1.5 s after one second) and only as an idle timeout.
     ///
     /// ```swift
-    /// let transport = URLSessionTransport()                        // own ephemeral session, 60 s per attempt
-    /// let shared = URLSessionTransport(timeout: .seconds(10), session: .shared)
+    /// let transport = URLSessionTransport()                        // ephemeral session, 60 s per attempt
+    /// let small = URLSessionTransport(timeout: .seconds(10), maxBody: 1 << 20)
     /// ```
     ///
     /// - Parameters:
-    ///   - timeout: The longest one attempt may take, from the call until the whole body has arrived. When it passes,
-    ///     the data task is cancelled and ``send(_:)`` throws `TransportError(.timeout)`. A zero or negative value
-    ///     times out every request at once. Defaults to 60 seconds.
-    ///   - session: The session to send with; the transport then uses its configuration (cookies, cache, proxies)
-    ///     as it is and never invalidates it. Defaults to `nil`: the transport creates an ephemeral session with no
-    ///     cookie storage and no URL cache, and invalidates it when the transport is released.
-    public init(timeout: Duration = .seconds(60), session: URLSession? = nil) {
+    ///   - timeout: The longest one attempt may take, from the call until the whole body has arrived (redirects
+    ///     included). When it passes, the data task is cancelled and ``send(_:)`` throws `TransportError(.timeout)`.
+    ///     A zero or negative value times out every request at once. Defaults to 60 seconds.
+    ///   - maxBody: The largest response body accepted, in bytes; `nil` for no limit. A larger body is not read
+    ///     to its end: ``send(_:)`` throws `TransportError(.tooLarge)`. Defaults to 64 MiB.
+    ///   - session: A session whose configuration (proxies, TLS settings, headers) to use. The transport always
+    ///     sends through a session of its own made from that configuration, because it must be the session's
+    ///     delegate to keep redirects and body sizes in hand; cookies and the URL cache stay off in the default
+    ///     configuration. Defaults to `nil`: an ephemeral configuration with no cookie storage and no URL cache.
+    public init(
+        timeout: Duration = .seconds(60), maxBody: Int? = URLSessionTransport.defaultMaxBody, session: URLSession? = nil
+    ) {
         self.timeout = timeout
+        self.maxBody = maxBody
+        let configuration: URLSessionConfiguration
         if let session {
-            self.session = session
-            ownsSession = false
+            configuration = session.configuration
         } else {
-            let configuration = URLSessionConfiguration.ephemeral
+            configuration = URLSessionConfiguration.ephemeral
             configuration.httpCookieStorage = nil
             configuration.httpShouldSetCookies = false
             configuration.httpCookieAcceptPolicy = .never
             configuration.urlCache = nil
             configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
-            // Only a backstop: `send` enforces `timeout` itself, and URLSession must never fire first.
-            configuration.timeoutIntervalForRequest = Self.backstopInterval(for: timeout)
-            configuration.timeoutIntervalForResource = Self.backstopInterval(for: timeout)
-            self.session = URLSession(configuration: configuration)
-            ownsSession = true
         }
+        // Only a backstop: `send` enforces `timeout` itself, and URLSession must never fire first.
+        configuration.timeoutIntervalForRequest = Self.backstopInterval(for: timeout)
+        configuration.timeoutIntervalForResource = Self.backstopInterval(for: timeout)
+        delegate = SessionDelegate()
+        self.session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: nil)
     }
 
     deinit {
-        if ownsSession { session.finishTasksAndInvalidate() }
+        session.finishTasksAndInvalidate()
     }
 
     /// Sends one request and returns the response, whatever its status.
@@ -96,11 +117,11 @@ public final class URLSessionTransport: CancellableTransport {
     ///
     /// - Parameter request: The request; its method, headers and body are sent as they are. A `GET` request must
     ///   not have a non-empty body, which `URLSession` refuses to send.
-    /// - Returns: The status, headers and body of the response.
+    /// - Returns: The status, headers and body of the response (the last one, after the redirects followed).
     /// - Throws: `CancellationError` when the calling task is cancelled (the data task is cancelled too);
-    ///   `TransportError` when no complete response arrived: `.timeout` after ``timeout``, otherwise the class
-    ///   ``classify(_:)`` gives the `URLError`, or `.connection` for errors it leaves unclassified and for a `GET`
-    ///   request with a body.
+    ///   `TransportError` when no complete response arrived: `.timeout` after ``timeout``, `.tooLarge` for a body
+    ///   over the limit, otherwise the class ``classify(_:)`` gives the `URLError`, or `.connection` for errors it
+    ///   leaves unclassified, for more than ``maxRedirects`` redirects and for a `GET` request with a body.
     public func send(_ request: HTTPRequest) async throws -> HTTPResponse {
         try await perform(request, cancellation: nil)
     }
@@ -119,8 +140,10 @@ public final class URLSessionTransport: CancellableTransport {
             // `dataLengthExceedsMaximum` and a log line; say what is wrong instead.
             throw TransportError(.connection, "\(label): URLSession cannot send a GET request with a body")
         }
-        let call = DataTaskCall(label: label, url: request.url)
-        cancellation?.onCancel { call.stop(throwing: CancellationError()) }
+        // A HEAD answer has no body, whatever its Content-Length announces.
+        let limit = request.method == "HEAD" ? nil : request.maxResponseBytes.map { min($0, maxBody ?? $0) } ?? maxBody
+        let slot = CallSlot()
+        cancellation?.onCancel { slot.stop(throwing: CancellationError()) }
         let timeout = timeout
         let timer = Task {
             do {
@@ -128,21 +151,97 @@ public final class URLSessionTransport: CancellableTransport {
             } catch {
                 return  // the call finished first
             }
-            call.stop(throwing: TransportError(.timeout, "\(label): no complete response within \(timeout)"))
+            slot.stop(throwing: TransportError(.timeout, "\(label): no complete response within \(timeout)"))
         }
         defer { timer.cancel() }
+        var current = request
+        var crossedOrigin = false
+        for hop in 0...Self.maxRedirects {
+            let response = try await once(current, limit: limit, slot: slot)
+            guard let next = Self.redirect(from: current, response: response, original: request) else {
+                return response
+            }
+            guard hop < Self.maxRedirects else {
+                throw TransportError(.connection, "\(label): more than \(Self.maxRedirects) redirects")
+            }
+            if !Self.sameOrigin(next.url, current.url) { crossedOrigin = true }
+            current = next
+            if crossedOrigin { current.headers = Self.headersSafeAcrossOrigins(current.headers) }
+        }
+        throw TransportError(.connection, "\(label): more than \(Self.maxRedirects) redirects")
+    }
+
+    /// One exchange on the wire, without following redirects.
+    private func once(_ request: HTTPRequest, limit: Int?, slot: CallSlot) async throws -> HTTPResponse {
+        let call = DataTaskCall(
+            label: "\(request.method) \(Self.redacted(request.url))", url: request.url, limit: limit)
         let urlRequest = makeURLRequest(request)
         let session = session
+        let delegate = delegate
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                let task = session.dataTask(with: urlRequest) { data, response, error in
-                    call.complete(data: data, response: response, error: error)
-                }
+                let task = session.dataTask(with: urlRequest)
+                delegate.register(call, for: task)
                 call.start(task, continuation)
+                slot.attach(call)
             }
         } onCancel: {
-            call.stop(throwing: CancellationError())
+            slot.stop(throwing: CancellationError())
         }
+    }
+
+    // MARK: - Redirects
+
+    /// The request to send next when `response` is a redirect the request's policy follows; `nil` otherwise.
+    static func redirect(from request: HTTPRequest, response: HTTPResponse, original: HTTPRequest) -> HTTPRequest? {
+        guard [301, 302, 303, 307, 308].contains(response.status), original.redirects != .none,
+            let location = response.headers["Location"], !location.isEmpty,
+            var target = URL(string: location, relativeTo: request.url)?.absoluteURL,
+            let scheme = target.scheme?.lowercased(), scheme == "http" || scheme == "https", target.host != nil
+        else { return nil }
+        if !sameOrigin(target, request.url), target.user != nil || target.password != nil {
+            // Credentials a server wrote into a `Location` are not sent anywhere.
+            guard var components = URLComponents(url: target, resolvingAgainstBaseURL: false) else { return nil }
+            components.user = nil
+            components.password = nil
+            guard let stripped = components.url else { return nil }
+            target = stripped
+        }
+        if original.redirects == .sameOrigin, !sameOrigin(target, original.url) { return nil }
+        var next = request
+        next.url = target
+        let toGET =
+            (response.status == 303 && request.method != "HEAD")
+            || ((response.status == 301 || response.status == 302) && request.method == "POST")
+        if toGET {
+            next.method = "GET"
+            next.body = nil
+            next.headers.remove("Content-Type")
+            next.headers.remove("Content-Length")
+        }
+        return next
+    }
+
+    /// Whether two URLs have one origin: scheme, host and port (the scheme's default when none is written).
+    static func sameOrigin(_ a: URL, _ b: URL) -> Bool {
+        func origin(_ url: URL) -> (String, String, Int) {
+            let scheme = url.scheme?.lowercased() ?? ""
+            return (scheme, url.host?.lowercased() ?? "", url.port ?? (scheme == "https" ? 443 : 80))
+        }
+        return origin(a) == origin(b)
+    }
+
+    /// The headers that may follow a request to another origin: none that can carry a credential.
+    static let headersKeptAcrossOrigins: Set<String> = [
+        "accept", "accept-language", "content-language", "content-type", "user-agent",
+    ]
+
+    static func headersSafeAcrossOrigins(_ headers: HTTPHeaders) -> HTTPHeaders {
+        var kept = HTTPHeaders()
+        for field in headers where headersKeptAcrossOrigins.contains(field.name.lowercased()) {
+            kept.add(field.name, field.value)
+        }
+        return kept
     }
 
     /// The transport error class of a `URLError`, or `nil` when the code is not a network failure of any class.
@@ -236,19 +335,90 @@ public final class URLSessionTransport: CancellableTransport {
     }
 }
 
+/// The data task a ``URLSessionTransport`` send is on now (one per redirect hop), so that cancellation and the
+/// timeout stop whichever hop is running, and a hop that starts after them never runs.
+private final class CallSlot: Sendable {
+    private struct State {
+        var current: DataTaskCall?
+        var stopped: (any Error)?
+    }
+
+    private let state = Locked(State())
+
+    func attach(_ call: DataTaskCall) {
+        let stopped: (any Error)? = state.withLock { state in
+            state.current = call
+            return state.stopped
+        }
+        if let stopped { call.stop(throwing: stopped) }
+    }
+
+    func stop(throwing error: any Error) {
+        let call: DataTaskCall? = state.withLock { state in
+            guard state.stopped == nil else { return nil }
+            state.stopped = error
+            return state.current
+        }
+        call?.stop(throwing: error)
+    }
+}
+
+/// The session's delegate: hands each data task's events to its ``DataTaskCall`` and refuses every redirect, so
+/// that the transport follows them itself, by its own rules.
+///
+/// Concurrency contract: URLSession calls it on the session's serial delegate queue; ``register(_:for:)`` runs on
+/// any thread. The table of calls is behind a lock; that is why the `@unchecked Sendable` is safe (the class has
+/// no other stored state).
+private final class SessionDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendable {
+    private let calls = Locked<[Int: DataTaskCall]>([:])
+
+    func register(_ call: DataTaskCall, for task: URLSessionTask) {
+        calls.withLock { $0[task.taskIdentifier] = call }
+    }
+
+    private func call(for task: URLSessionTask) -> DataTaskCall? {
+        calls.withLock { $0[task.taskIdentifier] }
+    }
+
+    func urlSession(
+        _ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
+        newRequest request: URLRequest, completionHandler: @escaping @Sendable (URLRequest?) -> Void
+    ) {
+        completionHandler(nil)  // the 3xx is the response; `URLSessionTransport.perform` decides what follows
+    }
+
+    func urlSession(
+        _ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
+        completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
+    ) {
+        let tooLarge = call(for: dataTask)?.announced(response.expectedContentLength) ?? false
+        completionHandler(tooLarge ? .cancel : .allow)
+    }
+
+    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+        call(for: dataTask)?.append(data)
+    }
+
+    func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
+        let call = calls.withLock { $0.removeValue(forKey: task.taskIdentifier) }
+        call?.complete(response: task.response, error: error)
+    }
+}
+
 /// One data task's way from `start` to exactly one resumption of its continuation.
 ///
-/// Three things race to finish a call: the data task's completion handler, task cancellation and the timeout
-/// timer. Whichever comes first takes the continuation out of the state under the lock and resumes it; the others
-/// then find nothing to do. Cancellation and timeout resume at once rather than waiting for URLSession to report
-/// the cancelled data task, so they are prompt even when the session is busy.
+/// Four things race to finish a call: the data task's completion, task cancellation, the timeout timer and a
+/// body over the limit. Whichever comes first takes the continuation out of the state under the lock and resumes
+/// it; the others then find nothing to do. Cancellation and timeout resume at once rather than waiting for
+/// URLSession to report the cancelled data task, so they are prompt even when the session is busy. The body is
+/// gathered here as it arrives, so a body over the limit is stopped after at most one chunk past it.
 private final class DataTaskCall: Sendable {
     private enum State {
         /// `start` has not run yet.
         case idle
         /// Stopped before `start`: `start` must not resume the data task and throws this instead.
         case stopped(any Error)
-        case running(URLSessionDataTask, CheckedContinuation<HTTPResponse, any Error>)
+        case running(URLSessionDataTask, CheckedContinuation<HTTPResponse, any Error>, Data)
         case finished
     }
 
@@ -256,17 +426,19 @@ private final class DataTaskCall: Sendable {
     /// `METHOD url` with the URL redacted, for messages.
     private let label: String
     private let url: URL
+    private let limit: Int?
 
-    init(label: String, url: URL) {
+    init(label: String, url: URL, limit: Int?) {
         self.label = label
         self.url = url
+        self.limit = limit
     }
 
     func start(_ task: URLSessionDataTask, _ continuation: CheckedContinuation<HTTPResponse, any Error>) {
         let early: (any Error)? = state.withLock { state in
             switch state {
             case .idle:
-                state = .running(task, continuation)
+                state = .running(task, continuation, Data())
                 return nil
             case .stopped(let error):
                 state = .finished
@@ -284,14 +456,15 @@ private final class DataTaskCall: Sendable {
         }
     }
 
-    /// Ends the call with `error` (cancellation or timeout) and cancels the data task, unless it already ended.
+    /// Ends the call with `error` (cancellation, timeout, too large) and cancels the data task, unless it already
+    /// ended.
     func stop(throwing error: any Error) {
         let running: (URLSessionDataTask, CheckedContinuation<HTTPResponse, any Error>)? = state.withLock { state in
             switch state {
             case .idle:
                 state = .stopped(error)
                 return nil
-            case .running(let task, let continuation):
+            case .running(let task, let continuation, _):
                 state = .finished
                 return (task, continuation)
             case .stopped, .finished:
@@ -303,15 +476,40 @@ private final class DataTaskCall: Sendable {
         continuation.resume(throwing: error)
     }
 
-    /// The data task's completion handler: resumes with its outcome unless `stop` got there first.
-    func complete(data: Data?, response: URLResponse?, error: (any Error)?) {
-        let continuation: CheckedContinuation<HTTPResponse, any Error>? = state.withLock { state in
-            guard case .running(_, let continuation) = state else { return nil }
-            state = .finished
-            return continuation
+    private var tooLarge: TransportError {
+        TransportError(
+            .tooLarge, "\(label): the response body is larger than \(limit.map(byteCount) ?? "the limit") (max-body)")
+    }
+
+    /// The response's announced length; a length over the limit ends the call. Returns whether it did.
+    func announced(_ length: Int64) -> Bool {
+        guard let limit, length > Int64(limit) else { return false }
+        stop(throwing: tooLarge)
+        return true
+    }
+
+    /// A chunk of the body; a body past the limit ends the call.
+    func append(_ chunk: Data) {
+        let over: Bool = state.withLock { state in
+            guard case .running(let task, let continuation, var body) = state else { return false }
+            if let limit, body.count + chunk.count > limit { return true }
+            state = .finished  // released while appending, so `body` is not copied
+            body.append(chunk)
+            state = .running(task, continuation, body)
+            return false
         }
-        guard let continuation else { return }
-        continuation.resume(with: outcome(data: data, response: response, error: error))
+        if over { stop(throwing: tooLarge) }
+    }
+
+    /// The data task completed: resumes with its outcome unless `stop` got there first.
+    func complete(response: URLResponse?, error: (any Error)?) {
+        let finished: (CheckedContinuation<HTTPResponse, any Error>, Data)? = state.withLock { state in
+            guard case .running(_, let continuation, let body) = state else { return nil }
+            state = .finished
+            return (continuation, body)
+        }
+        guard let (continuation, body) = finished else { return }
+        continuation.resume(with: outcome(data: body, response: response, error: error))
     }
 
     private func outcome(data: Data?, response: URLResponse?, error: (any Error)?) -> Result<HTTPResponse, any Error> {
@@ -353,4 +551,11 @@ private final class DataTaskCall: Sendable {
         }
         return ": " + text
     }
+}
+
+/// `bytes` for people: `64 MiB`, `1 MiB`, `1500 bytes`.
+func byteCount(_ bytes: Int) -> String {
+    if bytes >= 1 << 20, bytes % (1 << 20) == 0 { return "\(bytes >> 20) MiB" }
+    if bytes >= 1 << 10, bytes % (1 << 10) == 0 { return "\(bytes >> 10) KiB" }
+    return "\(bytes) bytes"
 }

@@ -289,7 +289,9 @@ struct FaultInjectionTests {
     // MARK: - Logout during a refresh
 
     @Test(arguments: TransportKind.allCases)
-    func aLogoutDuringARefreshEndsItsWaitersAndTheRefreshDoesNotSignBackIn(_ kind: TransportKind) async throws {
+    func aLogoutDuringARefreshEndsItsWaitersAndTheRefreshDoesNotSignBackInButItsTokensAreKept(_ kind: TransportKind)
+        async throws
+    {
         let harness = try FaultHarness(
             Self.faultPolicy,
             scripts: [
@@ -320,14 +322,20 @@ struct FaultInjectionTests {
         #expect(harness.timeline("during") == "outcome@10")
         #expect(harness.log.events.filter { $0.kind == .logout }.count == 1)
         #expect(harness.logout.calls == 1)
-        // The refresh ran on and succeeded, but its token belongs to the ended session: it is
-        // neither used nor stored, and the request after the cooldown goes out with the old one.
+        // The refresh ran on and succeeded after the logout. It signs nobody back in (the session
+        // stays logged out through its cooldown), but the server has rotated the refresh token,
+        // so the new tokens are kept and stored, and the request after the cooldown uses them.
         #expect(harness.refresh.calls == 1)
         #expect(harness.refresh.cancelled == 0)
-        #expect(harness.engine.state.withLock { $0.credentials } == Credentials(accessToken: "token-0"))
-        #expect(try harness.store.load() == Credentials(accessToken: "token-0"))
+        let kept = harness.engine.state.withLock { $0.credentials }
+        #expect(kept?.accessToken == "token-1")
+        #expect(try harness.store.load() == kept)
+        #expect(
+            harness.events("starter").first { $0.kind == .refreshEnd }?.reason
+                == "the session was logged out during the refresh; its new tokens were saved, and the session stays logged out"
+        )
         #expect(harness.transport.sent.map(\.id) == ["starter", "joiner", "trigger", "after"])
-        #expect(harness.transport.sent.last?.headers["Authorization"] == "Bearer token-0")
+        #expect(harness.transport.sent.last?.headers["Authorization"] == "Bearer token-1")
     }
 
     // MARK: - Cancellation in every wait state

@@ -159,7 +159,8 @@ struct PolicyDecoderTests {
     /// one that carries a secret.
     @Test(
         arguments: [
-            ("http://ab", nil),
+            ("http://ab", "insecure-endpoint"),
+            ("http://localhost:8080/token", nil),
             ("https://auth.example.com/token?realm=app", nil),
             ("HTTPS://AUTH.EXAMPLE.COM/t", nil),
             ("https://", "invalid-value"),

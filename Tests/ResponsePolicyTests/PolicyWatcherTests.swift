@@ -26,7 +26,7 @@ struct PolicyWatcherTests {
         try policyText("first").write(to: file, atomically: true, encoding: .utf8)
         let events = EventLog()
         let engine = try makeEngine(file, events: events)
-        let watcher = PolicyWatcher(engine: engine, url: file)
+        let watcher = PolicyWatcher(engine: engine, url: file, settle: .zero)
 
         #expect(watcher.check() == .unchanged)
         try policyText("second-one").write(to: file, atomically: true, encoding: .utf8)
@@ -59,7 +59,7 @@ struct PolicyWatcherTests {
         let file = folder.appendingPathComponent("policy.yaml")
         try policyText("only").write(to: file, atomically: true, encoding: .utf8)
         let engine = try makeEngine(file, events: EventLog())
-        let watcher = PolicyWatcher(engine: engine, url: file)
+        let watcher = PolicyWatcher(engine: engine, url: file, settle: .zero)
         #expect(watcher.check(force: true) == .reloaded(name: "only"))
         try FileManager.default.removeItem(at: file)
         guard case .unreadable = watcher.check(force: true) else {
@@ -117,5 +117,37 @@ struct PolicyWatcherTests {
         #expect(result.outcome("started-before")?.result == .loggedOut)
         #expect(result.outcome("started-after")?.result == .delivered)
         #expect(result.events.contains { $0.kind == .reload && $0.ok == true })
+    }
+
+    /// A file caught while it is being written is not loaded: 30 of the 54 line prefixes of
+    /// policies/default.yaml are valid policies. Only a file that stayed the same (time, size,
+    /// content) across `settle` is.
+    @Test func aFileBeingWrittenIsLoadedOnlyOnceItHasSettled() throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("watcher-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let file = folder.appendingPathComponent("policy.yaml")
+        try policyText("first").write(to: file, atomically: true, encoding: .utf8)
+        let events = EventLog()
+        let engine = try makeEngine(file, events: events)
+        let clock = VirtualClock()
+        let watcher = PolicyWatcher(engine: engine, url: file, settle: .milliseconds(500), clock: clock)
+
+        // A writer in progress: every prefix seen is different from the last one seen.
+        let full = policyText("second") + "retry: { max-retries: 2 }\n"
+        let lines = full.split(separator: "\n", omittingEmptySubsequences: false)
+        for count in 3..<lines.count {
+            try lines.prefix(count).joined(separator: "\n").write(to: file, atomically: false, encoding: .utf8)
+            #expect(watcher.check() == .settling)
+            clock.advance(to: clock.now + .milliseconds(200))
+        }
+        try full.write(to: file, atomically: false, encoding: .utf8)
+        #expect(watcher.check() == .settling)
+        clock.advance(to: clock.now + .milliseconds(499))
+        #expect(watcher.check() == .settling, "not yet settled")
+        #expect(engine.policy.name == "first")
+        clock.advance(to: clock.now + .milliseconds(1))
+        #expect(watcher.check() == .reloaded(name: "second"))
+        #expect(events.events.filter { $0.kind == .reload }.count == 1, "no prefix was ever loaded")
     }
 }

@@ -530,11 +530,34 @@ final class TestServer: Sendable {
 /// Runs `body` with a fresh server and stops the server afterwards, also when `body` throws.
 func withTestServer(_ body: (TestServer) async throws -> Void) async throws {
     let server = try await TestServer.start()
-    defer { server.stop() }
-    try await body(server)
+    do {
+        try await body(server)
+    } catch {
+        await server.stopOffThePool()
+        throw error
+    }
+    await server.stopOffThePool()
 }
 
-/// A local TCP port nothing listens on: bound to get a free one, then closed.
+extension TestServer {
+    /// ``stop()``, which waits for the process to exit, on a dispatch thread: a blocked thread of
+    /// the cooperative pool (two on a two-core machine) stalls every other test meanwhile.
+    func stopOffThePool() async {
+        await withCheckedContinuation { continuation in
+            DispatchQueue.global().async {
+                self.stop()
+                continuation.resume()
+            }
+        }
+    }
+}
+
+/// A local TCP port nothing listens on, and nothing else can take.
+///
+/// The socket stays bound, without listening, for the rest of the test run: a connection to it is
+/// refused at once, and no server another test starts can be given the port. (Closing it, as this
+/// did before, let a test server started meanwhile take the port, and a "closed" endpoint
+/// answered 404.)
 func closedPort() throws -> Int {
     #if canImport(Glibc)
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
@@ -542,7 +565,6 @@ func closedPort() throws -> Int {
         let fd = socket(AF_INET, SOCK_STREAM, 0)
     #endif
     guard fd >= 0 else { throw TestServer.Failure(description: "socket() failed") }
-    defer { close(fd) }
     var address = sockaddr_in()
     address.sin_family = sa_family_t(AF_INET)
     address.sin_port = 0
@@ -553,6 +575,9 @@ func closedPort() throws -> Int {
             bind(fd, socketAddress, length) == 0 && getsockname(fd, socketAddress, &length) == 0
         }
     }
-    guard bound else { throw TestServer.Failure(description: "bind() failed") }
+    guard bound else {
+        close(fd)
+        throw TestServer.Failure(description: "bind() failed")
+    }
     return Int(UInt16(bigEndian: address.sin_port))
 }

@@ -28,9 +28,14 @@ struct EngineState {
         /// listed but no longer names this flight as the one it awaits.
         var waiters: [RequestMachine] = []
         let sessionEpoch: UInt64
+        /// ``EngineState/signInEpoch`` when the refresh started.
+        let signInEpoch: UInt64
         var result: FlightResult?
 
-        init(sessionEpoch: UInt64) { self.sessionEpoch = sessionEpoch }
+        init(sessionEpoch: UInt64, signInEpoch: UInt64 = 0) {
+            self.sessionEpoch = sessionEpoch
+            self.signInEpoch = signInEpoch
+        }
 
         /// The waiters still waiting.
         var live: [RequestMachine] { waiters.filter { $0.awaitedFlight === self } }
@@ -58,6 +63,10 @@ struct EngineState {
     /// Bumped by every logout and sign-in: a refresh that started before either does not
     /// replace the credentials of the session that followed.
     var sessionEpoch: UInt64 = 0
+    /// Bumped by every sign-in only: a refresh that ends after a logout, but with no sign-in since
+    /// it started, still holds the newest tokens the server issued (a rotated refresh token the
+    /// old one no longer replaces), so they are kept; the session stays logged out.
+    var signInEpoch: UInt64 = 0
     /// The requests in flight, oldest first: an intrusive list through `RequestMachine.next` and
     /// `previous`, so registering and removing one costs no allocation and no hashing.
     var firstRequest: RequestMachine?

@@ -15,6 +15,12 @@ public struct HTTPRequest: Sendable, Hashable {
     public var body: Data?
     /// An identifier for events and logs; the engine assigns `r1`, `r2`, … when it is `nil`.
     public var id: String?
+    /// Which redirects the transport follows for this request; ``RedirectPolicy/follow`` by default.
+    /// Whatever this says, a transport never sends credentials to another origin.
+    public var redirects: RedirectPolicy = .follow
+    /// The largest response body this request accepts, in bytes, below the transport's own limit;
+    /// `nil` (the transport's limit alone) by default. Token endpoints' answers are capped at 1 MiB.
+    public var maxResponseBytes: Int?
 
     public init(method: String = "GET", url: URL, headers: HTTPHeaders = [:], body: Data? = nil, id: String? = nil) {
         self.method = method.uppercased()
@@ -38,4 +44,24 @@ public struct HTTPRequest: Sendable, Hashable {
         let path = url.path
         return path.isEmpty ? "/" : path
     }
+}
+
+/// Which HTTP redirects (3xx with a `Location`) a transport follows for one request.
+///
+/// Why a choice per request: an API request may follow a redirect like any HTTP client, but a token
+/// or logout endpoint that redirects is usually misconfigured or compromised, and the request
+/// carries a client secret or a refresh token. So the network plugins send with ``none`` unless the
+/// policy says `follow-redirects: same-origin`.
+///
+/// Whatever the choice, credentials never cross origins: when a redirect leads to another scheme,
+/// host or port (an https → http downgrade included), every header but a few harmless ones
+/// (`Accept`, `Accept-Language`, `Content-Language`, `Content-Type`, `User-Agent`) is dropped, as
+/// curl without `--location-trusted`, Go's net/http and Python requests do.
+public enum RedirectPolicy: String, Sendable, Hashable, CaseIterable {
+    /// Follow redirects to any origin, dropping credentials when the origin changes.
+    case follow
+    /// Follow redirects within the request's origin only; a redirect elsewhere is returned as the response.
+    case sameOrigin = "same-origin"
+    /// Follow none: the 3xx response is returned as it is.
+    case none
 }

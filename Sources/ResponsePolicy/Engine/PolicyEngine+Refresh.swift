@@ -36,7 +36,7 @@ extension PolicyEngine {
                 }
             }
             if settings.limit != nil { state.refreshCalls.append(now) }
-            let flight = EngineState.Flight(sessionEpoch: state.sessionEpoch)
+            let flight = EngineState.Flight(sessionEpoch: state.sessionEpoch, signInEpoch: state.signInEpoch)
             state.flight = flight
             Self.join(flight, machine)
             return .start(flight, credentials: state.credentials)
@@ -87,6 +87,7 @@ extension PolicyEngine {
             let now = self.clock.now
             var refreshed = false
             var discarded = false
+            var keptAfterLogout = false
             let waiters = self.state.withLock { state -> [UnsafeContinuation<Void, Never>] in
                 if state.flight === flight { state.flight = nil }
                 switch outcome {
@@ -96,6 +97,14 @@ extension PolicyEngine {
                     state.lastRefresh = now
                     refreshed = true
                     flight.result = .ok
+                case .success(let fresh) where state.signInEpoch == flight.signInEpoch:
+                    // A logout ended the session during the refresh, and nobody signed in since:
+                    // the server has already rotated the refresh token, so the old one is dead.
+                    // Keep the new tokens (saved below); the session stays logged out.
+                    state.credentials = fresh
+                    state.generation += 1
+                    keptAfterLogout = true
+                    flight.result = .superseded
                 case .success:
                     discarded = true
                     flight.result = .superseded
@@ -113,13 +122,16 @@ extension PolicyEngine {
                 flight.waiters = []
                 return woken
             }
-            if refreshed { self.saveCredentials(context.runtime) }
+            if refreshed || keptAfterLogout { self.saveCredentials(context.runtime) }
             var end = PolicyEvent(.refreshEnd, time: now, request: context.id)
             switch outcome {
             case .success where discarded:
                 end.ok = false
+                end.reason = "the session was signed in again during the refresh; its token was discarded"
+            case .success where keptAfterLogout:
+                end.ok = false
                 end.reason =
-                    "the session was logged out or signed in again during the refresh; its token was discarded"
+                    "the session was logged out during the refresh; its new tokens were saved, and the session stays logged out"
             case .success: end.ok = true
             case .failure(let failure):
                 end.ok = false

@@ -170,6 +170,7 @@ public final class PolicyEngine: Sendable {
             state.generation += 1
             // A refresh in flight belongs to the old session: its token must not replace these.
             state.sessionEpoch += 1
+            state.signInEpoch += 1
             state.loggedOutUntil = nil
             state.loggedOutUntilDate = nil
             return state.runtime

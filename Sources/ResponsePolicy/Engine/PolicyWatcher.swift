@@ -6,10 +6,18 @@ import Foundation
 /// Why polling: it works the same on every platform and filesystem (network mounts, editors that
 /// write a new file and rename it over the old one, config-map symlink swaps in containers), and
 /// a policy file changes rarely. Every `interval` the watcher compares the file's modification
-/// time, size and inode; when they change, it reads the file and, if the bytes differ from what
-/// is running, hands it to ``PolicyEngine/reload(contentsOf:)``. A file that fails lint is refused
-/// (the engine emits `reload` with `ok: false` and keeps the running policy); a later good edit
-/// is picked up as usual. SIGHUP reloads at once, changed or not.
+/// time, size and inode; when they change, it reads the file and waits for it to settle: only a
+/// file whose modification time, size and content are still the same `settle` later is handed to
+/// ``PolicyEngine/reload(contentsOf:)`` (if its bytes differ from what is running). So a file
+/// caught half-written — many prefixes of a policy are valid policies — is never loaded. A file
+/// that fails lint is refused (the engine emits `reload` with `ok: false` and keeps the running
+/// policy); a later good edit is picked up as usual. SIGHUP reloads at once, changed or not: send
+/// it once the file is complete.
+///
+/// Replace the file atomically all the same: write the new policy to a temporary file in the same
+/// directory, then rename it over the old one (`mv new.yaml policy.yaml`, or what editors and
+/// config-map updates do). `rename(2)` swaps the whole file at once, so a reader sees the old
+/// policy or the new one, never a mix.
 ///
 /// ```swift
 /// let watcher = PolicyWatcher(engine: engine, url: policyURL)
@@ -28,6 +36,8 @@ public final class PolicyWatcher: Sendable {
         case reloaded(name: String)
         case refused(diagnostics: [Diagnostic])
         case unreadable(reason: String)
+        /// The file changed and is waiting to stay the same for `settle` before it is loaded.
+        case settling
     }
 
     private struct FileStamp: Equatable {
@@ -36,9 +46,17 @@ public final class PolicyWatcher: Sendable {
         var inode: Int?
     }
 
+    /// A change seen but not loaded yet: what the file looked like, and since when.
+    private struct Pending {
+        var stamp: FileStamp
+        var bytes: [UInt8]
+        var since: Duration
+    }
+
     private struct State {
         var stamp: FileStamp?
         var bytes: [UInt8]?
+        var pending: Pending?
         var checking = false
         var poller: Task<Void, Never>?
         var signalSource: (any DispatchSourceSignal)?
@@ -47,6 +65,9 @@ public final class PolicyWatcher: Sendable {
     public let engine: PolicyEngine
     public let url: URL
     public let interval: Duration
+    /// How long a changed file must stay the same (modification time, size, content) before it is
+    /// loaded; `500ms` by default.
+    public let settle: Duration
     private let clock: any PolicyClock
     private let state = Locked(State())
 
@@ -54,13 +75,17 @@ public final class PolicyWatcher: Sendable {
     ///   - engine: the engine to reload.
     ///   - url: the policy file.
     ///   - interval: how often to look at the file; `2s` by default.
+    ///   - settle: how long a changed file must stay the same before it is loaded; `500ms` by
+    ///     default. `.zero` loads a change as soon as it is seen.
     ///   - clock: what the polling sleeps on; the system clock by default.
     public init(
-        engine: PolicyEngine, url: URL, interval: Duration = .seconds(2), clock: any PolicyClock = SystemPolicyClock()
+        engine: PolicyEngine, url: URL, interval: Duration = .seconds(2), settle: Duration = .milliseconds(500),
+        clock: any PolicyClock = SystemPolicyClock()
     ) {
         self.engine = engine
         self.url = url
         self.interval = interval
+        self.settle = settle
         self.clock = clock
         // What the engine runs now counts as loaded, so the first check reloads only on change.
         let stamp = Self.stamp(url)
@@ -82,14 +107,15 @@ public final class PolicyWatcher: Sendable {
     public func start(onSIGHUP: Bool = true) {
         let weakSelf = WeakReference(self)
         let interval = interval
+        let settle = settle
         let clock = clock
         let poller = Task {
             var next = clock.now + interval
             while !Task.isCancelled {
                 do { try await clock.sleep(until: next) } catch { return }
-                next = clock.now + interval
                 guard let watcher = weakSelf.value else { return }
-                _ = watcher.check()
+                // A file settling is looked at again after `settle`, not a whole interval later.
+                next = clock.now + (watcher.check() == .settling ? max(settle, .milliseconds(1)) : interval)
             }
         }
         var source: (any DispatchSourceSignal)?
@@ -139,8 +165,21 @@ public final class PolicyWatcher: Sendable {
         } catch {
             return .unreadable(reason: error.description)
         }
+        if !force, settle > .zero {
+            // Loaded only once it has stayed the same for `settle`: a writer may not be done.
+            let now = clock.now
+            let settled = state.withLock { state -> Bool in
+                if let pending = state.pending, pending.stamp == stamp, pending.bytes == bytes {
+                    return now - pending.since >= settle
+                }
+                state.pending = Pending(stamp: stamp, bytes: bytes, since: now)
+                return false
+            }
+            guard settled else { return .settling }
+        }
         let same = state.withLock { state -> Bool in
             state.stamp = stamp
+            state.pending = nil
             return state.bytes == bytes
         }
         if same && !force { return .unchanged }

@@ -99,6 +99,22 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
     var signedGeneration: UInt64 = 0
     /// The proactive refresh for this turn of the loop is done.
     var skipProactive = false
+    /// A proactive refresh of this request that failed, and the token generation it failed for:
+    /// while that generation is current, the request neither refreshes ahead again nor calls the
+    /// refresh plugin for a trigger, but meets this failure (one failure is one failure: the
+    /// same dead refresh token is not sent twice). Boxed, to keep waiting requests small.
+    var proactiveFailure: ProactiveFailure?
+
+    final class ProactiveFailure {
+        let failure: RefreshFailure
+        let generation: UInt64
+
+        init(_ failure: RefreshFailure, generation: UInt64) {
+            self.failure = failure
+            self.generation = generation
+        }
+    }
+
     /// The proactive refresh awaited gets the first credentials (there were none): its failure
     /// follows the failure edges, since there is no token to send instead.
     var signingIn = false
@@ -259,7 +275,8 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
             refreshRule = nil
             return awaitRefresh(failedGeneration: generation, proactive: true)
         }
-        if !skipProactive, let ahead = scope.refreshAhead, plugins.refresh != nil, let expiry = credentials?.expiresAt,
+        if !skipProactive, proactiveFailure?.generation != generation, let ahead = scope.refreshAhead,
+            plugins.refresh != nil, let expiry = credentials?.expiresAt,
             expiry.timeIntervalSince(engine.clock.date) < ahead.seconds
         {
             waitingFor = .refresh(proactive: true)
@@ -386,6 +403,13 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         emitResponse(rule: flow.rule)
         refreshResends += 1
         refreshRule = flow.index
+        if let earlier = proactiveFailure, earlier.generation == signedGeneration,
+            engine.state.withLock({ $0.generation }) == signedGeneration
+        {
+            // This request's refresh ahead of expiry already failed for this token: that is the
+            // refresh's failure, not a reason to send the same refresh token again.
+            return afterRefresh(.failed(earlier.failure), proactive: false)
+        }
         waitingFor = .refresh(proactive: false)
         return awaitRefresh(failedGeneration: signedGeneration, proactive: false)
     }
@@ -417,8 +441,17 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
             case .failed where signingIn:
                 // No token to try instead: the failure edges decide, as for a refresh trigger.
                 signingIn = false
+            case .failed(let refreshFailure):
+                let (expiry, generation) = engine.state.withLock { ($0.credentials?.expiresAt, $0.generation) }
+                if let expiry, expiry <= engine.clock.date {
+                    // The token has expired: sending it would only fetch a refresh trigger.
+                    return afterRefresh(.failed(refreshFailure), proactive: false)
+                }
+                // The token is still valid for a moment: try it, but remember the failure.
+                proactiveFailure = ProactiveFailure(refreshFailure, generation: generation)
+                skipProactive = true
+                return top()
             default:
-                // A failed proactive refresh leaves the old token to try.
                 skipProactive = true
                 return top()
             }
@@ -432,10 +465,18 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         case .failed(let refreshFailure):
             // The refresh's own reason goes with every way this ends (a logout names it too).
             refreshFailureReason = refreshFailure.reason
-            guard let flow, let onFailure = flow.onFailure else {
-                return finish(.failure(.refreshFailed(reason: refreshFailure.reason)))
-            }
             let error = PolicyEngineError.refreshFailed(reason: refreshFailure.reason)
+            guard let flow, let onFailure = flow.onFailure else {
+                // A refresh before sending (ahead of expiry, signing in) has no rule: the
+                // scope's own edge decides.
+                guard let escalation = scope.beforeSendingFailure else { return finish(.failure(error)) }
+                lastEdge = escalation.edge
+                switch escalation.action {
+                case .logout: return logout(escalation.logout, reason: PolicyEngine.refreshFailedReason)
+                case .deliver where lastResponse != nil: return deliverOrFail()
+                default: return finish(.failure(error))
+                }
+            }
             if let response = refreshFailure.response, let answer = flow.refreshAnswer,
                 engine.endsSession(response, scope: scope, scopeIndex: scopeIndex, runtime, method: method, path: path)
             {

@@ -8,6 +8,8 @@ public enum TransportErrorClass: String, Sendable, Hashable, CaseIterable {
     case dns
     /// The TLS handshake or certificate check failed.
     case tls
+    /// The response body was larger than the transport's limit (`max-body`), so it was not read to the end.
+    case tooLarge = "too-large"
 }
 
 /// Why a transport could not produce a response.

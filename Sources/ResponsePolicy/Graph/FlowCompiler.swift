@@ -167,10 +167,27 @@ struct FlowCompiler {
         var noMatchResponse: RuleGraph.Edge
         var noMatchError: RuleGraph.Edge
         var attemptDeadline: RuleGraph.Edge?
+        var beforeSending: RuleGraph.Escalation?
     }
 
     /// Adds the scope's own edges (no match, the attempt's deadline) and its terminal nodes.
     mutating func finish(hasErrorRules: Bool) -> Finished {
+        // The refresh the engine starts before sending a request (ahead of the token's expiry, or
+        // to sign in when nothing is stored) has no rule: its failure follows the section's
+        // on-failure from a node of the scope's own.
+        var beforeSending: RuleGraph.Escalation?
+        if refresh.plugin != nil {
+            let id = scope + ".refresh-before-send"
+            var label = "refresh before sending ("
+            label += refresh.ahead.map { "when the token expires within \($0.policyText), or " } ?? ""
+            label += "to sign in)"
+            nodes.append(
+                RuleGraph.Node(
+                    id: id, kind: .action, label: label, scope: scope, rule: nil, action: .refresh,
+                    settings: .refresh(refresh)))
+            _ = edge(classifierID, id, .then, "before sending")
+            beforeSending = escalation(refresh.onFailure, from: id, .onFailure, "on-failure")
+        }
         let deliver = terminal(.deliver).1
         let fail = terminal(.fail).1
         let noMatchResponse = edge(classifierID, deliver, .noMatch, "no rule matches")
@@ -194,7 +211,7 @@ struct FlowCompiler {
         }
         return Finished(
             nodes: nodes, edges: edges, noMatchResponse: noMatchResponse, noMatchError: noMatchError,
-            attemptDeadline: attemptDeadline)
+            attemptDeadline: attemptDeadline, beforeSending: beforeSending)
     }
 
     /// The methods a rule sees: its own `method:` and its route's together.

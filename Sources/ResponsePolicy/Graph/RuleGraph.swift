@@ -35,6 +35,10 @@ public struct RuleGraph: Sendable {
         public let noMatchError: Edge
         /// Classifier → fail: an attempt that ran into the deadline (`nil` without a deadline).
         public let attemptDeadline: Edge?
+        /// Where a failed refresh before sending leads (ahead of expiry, or signing in): the
+        /// section's `on-failure`, from the scope's `refresh-before-send` node. `nil` without a
+        /// refresh plugin.
+        public let beforeSendingFailure: Escalation?
         package let classifier: Classifier
         package let codePath: JSONPath?
         /// Read on every attempt; kept apart so that reading them copies no settings struct.
@@ -70,6 +74,7 @@ public struct RuleGraph: Sendable {
             noMatchResponse = finished.noMatchResponse
             noMatchError = finished.noMatchError
             attemptDeadline = finished.attemptDeadline
+            beforeSendingFailure = finished.beforeSending
         }
 
         /// What the scope covers, for people: `all requests` or `POST /upload/*`.

@@ -133,12 +133,42 @@ enum SchemaChecks {
                     + "refresh: { use: oauth2, with: { token-url: \"https://a.example.com/t?client_secret=hunter2\", client-id: app } }\n",
                 exampleHeader
                     + "refresh: { use: http, with: { url: \"https://a.example.com/r\", token: body.token, headers: { X-Api-Key: hunter2 } } }\n",
+                exampleHeader
+                    + "refresh: { use: http, with: { url: \"https://a.example.com/r\", token: body.token, headers: { Authorization: \"Basic aHVudGVyMg== {env:X}\" } } }\n",
+                exampleHeader
+                    + "refresh: { use: http, with: { url: \"https://a.example.com/r\", token: body.token, body: { client_secret: hunter2 } } }\n",
+                exampleHeader
+                    + "refresh: { use: oauth2, with: { token-url: \"https://hunter2@a.example.com/t\", client-id: app } }\n",
+                exampleHeader
+                    + "refresh: { use: oauth2, with: { token-url: \"https://a.example.com/t?sig=hunter2\", client-id: app } }\n",
+                exampleHeader
+                    + "refresh: { use: http, with: { url: \"https://a.example.com/r\", token: body.token, headers: { X-Auth-Token: hunter2 } } }\n",
             ],
             nonTriggering: [
                 exampleHeader
                     + "refresh: { use: oauth2, with: { token-url: \"https://a.example.com/t?realm=app\", client-id: app, client-secret-env: APP_SECRET } }\n",
                 exampleHeader
                     + "refresh: { use: http, with: { url: \"https://a.example.com/r\", token: body.token, headers: { X-Api-Key: \"{env:API_KEY}\", Authorization: \"Bearer {refresh_token}\", X-Client: mobile } } }\n",
+                exampleHeader
+                    + "refresh: { use: http, with: { url: \"https://a.example.com/r\", token: body.token, headers: { Authorization: \"Basic {env:CREDENTIALS}\" }, body: { refreshToken: \"{refresh_token}\", device: ios } } }\n",
+            ]),
+        LintRuleDescription(
+            id: "insecure-endpoint",
+            summary: "a token, refresh or logout endpoint on plain http:// other than loopback",
+            rationale:
+                "Refresh tokens, client secrets and new access tokens would cross the network in clear text; plain http is fine only on the same machine (localhost, 127.0.0.0/8, ::1).",
+            severity: .warning,
+            triggering: [
+                exampleHeader
+                    + "refresh: { use: oauth2, with: { token-url: \"http://auth.example.com/token\", client-id: app } }\n",
+                exampleHeader + "logout: { use: http, with: { url: \"http://api.example.com/logout\" } }\n",
+            ],
+            nonTriggering: [
+                exampleHeader
+                    + "refresh: { use: oauth2, with: { token-url: \"https://auth.example.com/token\", client-id: app } }\n",
+                exampleHeader
+                    + "refresh: { use: oauth2, with: { token-url: \"http://127.0.0.1:8080/token\", client-id: app } }\n",
+                exampleHeader + "logout: { use: http, with: { url: \"http://localhost:9000/logout\" } }\n",
             ]),
         describe(
             "plugin-unavailable",

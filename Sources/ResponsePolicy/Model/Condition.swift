@@ -18,6 +18,7 @@ public struct Condition: Sendable, Hashable {
     /// The `error:` classes; `any` matches every class.
     public enum ErrorMatch: String, Sendable, Hashable, CaseIterable {
         case timeout, connection, dns, tls, any
+        case tooLarge = "too-large"
 
         func matches(_ errorClass: TransportErrorClass) -> Bool {
             self == .any || rawValue == errorClass.rawValue

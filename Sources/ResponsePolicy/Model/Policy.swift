@@ -1,5 +1,13 @@
 import Foundation
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// A loaded, checked and compiled policy.
 ///
 /// Loading parses the YAML, checks it against schema 1 and every lint rule, and compiles the
@@ -91,9 +99,15 @@ public struct Policy: Sendable {
             throw .unreadable(path: path, reason: "no such file")
         }
         guard !isDirectory.boolValue else { throw .unreadable(path: path, reason: "it is a directory") }
-        guard let handle = FileHandle(forReadingAtPath: path) else {
-            throw .unreadable(path: path, reason: "permission denied")
+        // O_NONBLOCK so that a FIFO (or a device) does not hang the open; only regular files are read.
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else { throw .unreadable(path: path, reason: "permission denied") }
+        var status = stat()
+        guard fstat(fd, &status) == 0, status.st_mode & S_IFMT == S_IFREG else {
+            close(fd)
+            throw .unreadable(path: path, reason: "it is not a regular file")
         }
+        let handle = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
         defer { try? handle.close() }
         do {
             let data = try handle.read(upToCount: limits.maxFileBytes + 1) ?? Data()

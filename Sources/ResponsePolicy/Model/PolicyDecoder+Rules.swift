@@ -166,7 +166,7 @@ extension PolicyDecoder {
                                 at: pair.key.range))
                         continue
                     }
-                    if let glob = string(pair.value, name) { headers.append(.init(name: name, value: Glob(glob))) }
+                    if let glob = glob(pair.value, name) { headers.append(.init(name: name, value: glob)) }
                 }
                 condition.headers = headers
             case "error":
@@ -176,11 +176,28 @@ extension PolicyDecoder {
                 }
                 condition.errors = errors
             case "method": condition.methods = methods(value, key)
-            case "path": if let text = string(value, key) { condition.path = Glob(text) }
+            case "path": if let glob = glob(value, key) { condition.path = glob }
             default: break
             }
         }
         return condition
+    }
+
+    /// A glob; a pattern longer than ``Glob/maxLength`` is an error (matching stays bounded). It
+    /// is still returned, as a glob that matches nothing (``Glob/init(rejected:)``): without its
+    /// path the rule would match every request and seem to shadow the rules after it.
+    mutating func glob(_ node: YAMLNode, _ key: String) -> Glob? {
+        guard let text = string(node, key) else { return nil }
+        let length = text.unicodeScalars.count
+        if length > Glob.maxLength {
+            report(
+                .error(
+                    "invalid-value",
+                    "'\(key)' is a pattern of \(length) characters; at most \(Glob.maxLength) are allowed",
+                    at: node.range))
+            return Glob(rejected: text)
+        }
+        return Glob(text)
     }
 
     mutating func statuses(_ node: YAMLNode) -> [StatusRange]? {
@@ -344,7 +361,7 @@ extension PolicyDecoder {
             }
             if let matchFields = mappingFields(match.value, "'match'", allowed: Self.matchKeys) {
                 for (key, _, value) in matchFields {
-                    if key == "path", let text = string(value, key) { route.path = Glob(text) }
+                    if key == "path", let glob = glob(value, key) { route.path = glob }
                     if key == "method" { route.methods = methods(value, key) }
                 }
             }

@@ -326,6 +326,13 @@ extension PolicyDecoder {
                         "'\(key)' carries \(secret) in the URL; a secret belongs in the environment",
                         at: node.range))
             }
+            if url.scheme?.lowercased() == "http", let host = url.host, !Self.isLoopback(host) {
+                report(
+                    .warning(
+                        "insecure-endpoint",
+                        "'\(key)' sends tokens over plain http to '\(host.truncatedForMessage)'; use https (plain http is for loopback addresses only)",
+                        at: node.range))
+            }
         case .duration: _ = duration(node, key)
         case .integer: _ = integer(node, key, in: Int.min...Int.max)
         case .boolean: _ = boolean(node, key)
@@ -337,13 +344,22 @@ extension PolicyDecoder {
             }
             for pair in pairs where key == "headers" {
                 guard let name = pair.key.scalar, let value = pair.value.scalar, Self.isCredentialHeader(name),
-                    !value.contains("{env:"), !value.contains("{file:"), !value.contains("{refresh_token}"),
-                    !value.contains("{access_token}")
+                    Self.holdsLiteralSecret(value)
                 else { continue }
                 report(
                     .error(
                         "secret-in-policy",
                         "the header '\(name.truncatedForMessage)' would put a credential in the policy file; write '{env:NAME}' and set NAME in the environment",
+                        at: pair.value.range))
+            }
+            for pair in pairs where key == "body" {
+                guard let name = pair.key.scalar, let value = pair.value.scalar, Self.isSecretName(name),
+                    Self.holdsLiteralSecret(value)
+                else { continue }
+                report(
+                    .error(
+                        "secret-in-policy",
+                        "the body field '\(name.truncatedForMessage)' would put a secret in the policy file; write '{env:NAME}' and set NAME in the environment",
                         at: pair.value.range))
             }
             for pair in pairs where pair.value.scalar == nil {
@@ -369,6 +385,9 @@ extension PolicyDecoder {
     /// query parameter named like one.
     static func secretInURL(_ url: URL) -> String? {
         if let password = url.password(percentEncoded: true), !password.isEmpty { return "a password" }
+        if let user = url.user(percentEncoded: true), !user.isEmpty {
+            return "user information (a token or a user name)"
+        }
         let components = URLComponents(url: url, resolvingAgainstBaseURL: false)
         for item in components?.queryItems ?? [] where isSecretName(item.name) && !(item.value ?? "").isEmpty {
             return "the query parameter '\(item.name.truncatedForMessage)'"
@@ -376,12 +395,48 @@ extension PolicyDecoder {
         return nil
     }
 
-    /// Names that hold secrets: `client_secret`, `password`, `api-key`, `access_token`, ….
+    /// Names that hold secrets: `client_secret`, `password`, `api-key`, `access_token`, `token`,
+    /// `X-Auth-Token`, `key`, `sig`, ….
     static func isSecretName(_ name: String) -> Bool {
         let folded = name.lowercased().filter { $0.isLetter }
-        return ["secret", "password", "passwd", "apikey", "accesstoken", "refreshtoken", "idtoken"].contains {
+        return ["secret", "password", "passwd", "apikey", "token", "credential", "signature", "privatekey"].contains {
             folded.contains($0)
+        } || ["key", "sig", "auth", "pwd", "pass"].contains(folded)
+    }
+
+    /// Whether a header or body value written in the policy holds a secret itself, rather than
+    /// naming one: anything but placeholders (`{env:NAME}`, `{file:PATH}`, `{refresh_token}`,
+    /// `{access_token}`), optionally after one scheme word (`Bearer `, `Basic `) and joined by
+    /// spaces or colons. `Basic LITERAL {env:X}` holds one; so does a value without placeholders.
+    static func holdsLiteralSecret(_ value: String) -> Bool {
+        // The literal runs around the placeholders: one more than there are placeholders.
+        var runs: [String] = []
+        var current = ""
+        var rest = Substring(value)
+        while let open = rest.firstIndex(of: "{"), let close = rest[open...].firstIndex(of: "}") {
+            let inner = rest[rest.index(after: open)..<close]
+            let isPlaceholder =
+                inner == "refresh_token" || inner == "access_token"
+                || ((inner.hasPrefix("env:") || inner.hasPrefix("file:")) && !inner.hasSuffix(":"))
+            if isPlaceholder {
+                runs.append(current + rest[..<open])
+                current = ""
+            } else {
+                current += rest[...close]
+            }
+            rest = rest[rest.index(after: close)...]
         }
+        runs.append(current + rest)
+        guard let first = runs.first, runs.count > 1 else { return true }
+        let scheme = first.trimmingCharacters(in: .whitespaces)
+        guard scheme.allSatisfy({ $0.isLetter || $0 == "-" }) else { return true }
+        return runs.dropFirst().contains { run in !run.allSatisfy { $0 == " " || $0 == ":" } }
+    }
+
+    /// `localhost` and the loopback addresses, where plain http never leaves the machine.
+    static func isLoopback(_ host: String) -> Bool {
+        let bare = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]")).lowercased()
+        return bare == "localhost" || bare.hasSuffix(".localhost") || bare == "::1" || bare.hasPrefix("127.")
     }
 
     /// Request headers whose value is a credential.

@@ -60,6 +60,12 @@ public enum CredentialStoreError: Error, Sendable, Equatable, CustomStringConver
 ///
 /// In a policy: `store: { use: file, with: { path: /var/lib/myapp/credentials.json } }`.
 ///
+/// Loading also tidies up after a crash and after careless hands, as ssh does for keys: temporary
+/// files a killed process left next to the file (`.<name>.tmp-<pid>-…`, holding tokens) are
+/// removed when that process is gone or the file is over an hour old; a credentials file that
+/// others may read or write is made 0600 and reported through `warn`. Anything but a regular file
+/// (a FIFO, a device) is refused rather than opened, so a FIFO cannot hang the load.
+///
 /// Concurrency contract: `load` and `save` may be called from any thread; saves from one store are
 /// serialized by a lock (so they land in call order), and saves from different stores or
 /// processes are safe as described above. Both block on file I/O; the engine calls them only at
@@ -69,6 +75,8 @@ public final class FileCredentialStore: CredentialStore, CustomStringConvertible
     public let path: String
     /// Serializes this store's saves.
     private let saving = Locked(())
+    /// Where warnings go (a credentials file others could read).
+    private let warn: @Sendable (String) -> Void
 
     /// The largest file `load` reads; credentials are far smaller.
     static let maximumSize = 1 << 20
@@ -76,10 +84,14 @@ public final class FileCredentialStore: CredentialStore, CustomStringConvertible
     /// Creates a store for the file at `path`. Nothing is read or written until ``load()`` or
     /// ``save(_:)``.
     ///
-    /// - Parameter path: The credentials file; a leading `~` is the home directory. Relative paths
-    ///   are relative to the current directory.
-    public init(path: String) {
+    /// - Parameters:
+    ///   - path: The credentials file; a leading `~` is the home directory. Relative paths are
+    ///     relative to the current directory.
+    ///   - warn: Receives warnings, such as a credentials file readable by others that was made
+    ///     0600. By default they are written to standard error, as ssh does.
+    public init(path: String, warn: (@Sendable (String) -> Void)? = nil) {
         self.path = NSString(string: path).expandingTildeInPath
+        self.warn = warn ?? { message in FileHandle.standardError.write(Data("warning: \(message)\n".utf8)) }
     }
 
     /// Makes the store from a policy's `with: { path: … }`.
@@ -98,6 +110,7 @@ public final class FileCredentialStore: CredentialStore, CustomStringConvertible
     /// - Throws: ``CredentialStoreError/unreadable(path:reason:)`` when it cannot be read,
     ///   ``CredentialStoreError/malformed(path:reason:)`` when it is not the credentials JSON.
     public func load() throws -> Credentials? {
+        removeStaleTemporaryFiles()
         guard let data = try readFile() else { return nil }
         return try Self.decode(data, path: path)
     }
@@ -177,13 +190,32 @@ public final class FileCredentialStore: CredentialStore, CustomStringConvertible
 
     /// The file's bytes; `nil` when it does not exist.
     private func readFile() throws(CredentialStoreError) -> Data? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         if fd < 0 {
             let code = errno
             if code == ENOENT { return nil }
             throw .unreadable(path: path, reason: Self.errorText(code))
         }
         defer { close(fd) }
+        var status = stat()
+        guard fstat(fd, &status) == 0 else { throw .unreadable(path: path, reason: Self.errorText(errno)) }
+        guard status.st_mode & S_IFMT == S_IFREG else {
+            throw .unreadable(path: path, reason: "it is not a regular file")
+        }
+        let mode = status.st_mode & 0o777
+        if mode & 0o077 != 0 {
+            // As ssh refuses an unprotected key, but a store must keep working: tighten, then say so.
+            if fchmod(fd, 0o600) == 0 {
+                warn(
+                    "the credentials file '\(path)' was open to others (mode \(String(mode, radix: 8))); its mode is now 0600"
+                )
+            } else {
+                warn(
+                    "the credentials file '\(path)' is open to others (mode \(String(mode, radix: 8))) and could not be made 0600: \(Self.errorText(errno))"
+                )
+            }
+        }
         var data = Data()
         var buffer = [UInt8](repeating: 0, count: 16_384)
         while true {
@@ -247,6 +279,32 @@ public final class FileCredentialStore: CredentialStore, CustomStringConvertible
         if directoryFD >= 0 {
             _ = fsync(directoryFD)
             close(directoryFD)
+        }
+    }
+
+    /// Removes the temporary files of saves that never finished (a process killed mid-write):
+    /// those of a process that no longer exists, and any over an hour old. Those of live
+    /// processes, this one included, may be saves in progress and stay. Failures are ignored:
+    /// tidying must never stop a load.
+    func removeStaleTemporaryFiles(now: Date = Date()) {
+        let target = URL(fileURLWithPath: Self.followingLinks(path))
+        let directory = target.deletingLastPathComponent().path
+        let prefix = "." + target.lastPathComponent + ".tmp-"
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return }
+        for name in names where name.hasPrefix(prefix) {
+            let rest = name.dropFirst(prefix.count)
+            guard let dash = rest.firstIndex(of: "-"), let pid = pid_t(rest[..<dash]) else { continue }
+            let file = directory + "/" + name
+            var status = stat()
+            guard lstat(file, &status) == 0, status.st_mode & S_IFMT == S_IFREG else { continue }
+            #if canImport(Darwin)
+                let modified = status.st_mtimespec.tv_sec
+            #else
+                let modified = status.st_mtim.tv_sec
+            #endif
+            let age = now.timeIntervalSince1970 - Double(modified)
+            let alive = pid == getpid() || kill(pid, 0) == 0 || errno == EPERM
+            if !alive || age > 3_600 { unlink(file) }
         }
     }
 

@@ -29,6 +29,9 @@ public struct HTTPLogout: LogoutPlugin {
     public let url: URL
     /// How long the POST may take; `5s` by default.
     public let timeout: Duration
+    /// Which redirects of the logout endpoint are followed: ``RedirectPolicy/none`` by default
+    /// (`follow-redirects:` in the policy; `same-origin` follows those within the endpoint's origin).
+    public var followRedirects: RedirectPolicy = .none
 
     /// Creates the plugin.
     ///
@@ -58,21 +61,25 @@ public struct HTTPLogout: LogoutPlugin {
             timeout = parsed
         }
         self.init(url: url, timeout: timeout)
+        followRedirects = try TokenEndpoint.redirects(configuration, kind: .logout)
     }
 
     /// Sends the logout POST and returns once it is answered, has failed, or `timeout` passed.
     ///
     /// - Parameter context: The rule that logged out and the engine's transport.
     public func logout(_ context: LogoutContext) async {
-        let request = HTTPRequest(
+        var request = HTTPRequest(
             method: "POST", url: url,
             headers: ["Content-Type": "application/json", "Accept": "application/json"],
             body: Data(("{\"reason\":" + PolicyEvent.quote(context.reason) + "}").utf8), id: "http-logout")
+        request.redirects = followRedirects
+        request.maxResponseBytes = TokenEndpoint.maxAnswerBytes
+        let sent = request
         let transport = context.transport
         let clock = context.clock
         let deadline = clock.now + timeout
         await withTaskGroup(of: Void.self) { group in
-            group.addTask { _ = try? await transport.send(request) }
+            group.addTask { _ = try? await transport.send(sent) }
             // On the engine's clock, so a test or a simulation controls the timeout.
             group.addTask { try? await clock.sleep(until: deadline) }
             // The first to finish ends the call; cancelling the other is prompt, since transports

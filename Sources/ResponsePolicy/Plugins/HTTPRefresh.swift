@@ -52,6 +52,9 @@ public struct HTTPRefresh: RefreshPlugin {
     let tokenText: String
     var refreshTokenPath: (path: ValuePath, text: String)?
     var expiresInPath: (path: ValuePath, text: String)?
+    /// Which redirects of the refresh endpoint are followed: ``RedirectPolicy/none`` by default
+    /// (`follow-redirects:` in the policy; `same-origin` follows those within the endpoint's origin).
+    public var followRedirects: RedirectPolicy = .none
 
     /// A `body:` value with its texts resolved as far as they can be at creation.
     indirect enum BodyValue: Sendable {
@@ -181,6 +184,7 @@ public struct HTTPRefresh: RefreshPlugin {
         try self.init(
             url: url, body: body, headers: headers, token: token, refreshToken: configuration.string("refresh-token"),
             expiresIn: configuration.string("expires-in"), configuration: configuration)
+        followRedirects = try TokenEndpoint.redirects(configuration, kind: .refresh)
     }
 
     /// Posts the refresh request and reads the new credentials from the answer.
@@ -191,7 +195,7 @@ public struct HTTPRefresh: RefreshPlugin {
     /// - Throws: ``RefreshFailure`` as described on the type; `CancellationError` when cancelled.
     public func refresh(_ context: RefreshContext) async throws -> Credentials {
         let request = try request(for: context.credentials)
-        let response = try await TokenEndpoint.post(request, via: context.transport)
+        let response = try await TokenEndpoint.post(request, via: context.transport, redirects: followRedirects)
         guard (200..<300).contains(response.status) else {
             throw RefreshFailure("the refresh endpoint answered \(response.status)", response: response)
         }

@@ -106,6 +106,9 @@ public struct OAuth2Refresh: RefreshPlugin, CustomStringConvertible, CustomDebug
     /// The resource owner's credentials for the `password` grant.
     let username: String?
     let password: String?
+    /// Which redirects of the token endpoint are followed: ``RedirectPolicy/none`` by default
+    /// (`follow-redirects:` in the policy; `same-origin` follows those within the endpoint's origin).
+    public var followRedirects: RedirectPolicy = .none
 
     /// Creates the plugin.
     ///
@@ -199,6 +202,7 @@ public struct OAuth2Refresh: RefreshPlugin, CustomStringConvertible, CustomDebug
             clientAuthentication: authentication, scope: configuration.string("scope"),
             audience: configuration.string("audience"), resource: configuration.string("resource"),
             username: username, password: password)
+        followRedirects = try TokenEndpoint.redirects(configuration, kind: .refresh)
     }
 
     /// `client_credentials` and `password` get a token with nothing stored.
@@ -238,7 +242,8 @@ public struct OAuth2Refresh: RefreshPlugin, CustomStringConvertible, CustomDebug
             }
             refreshToken = token
         }
-        let response = try await TokenEndpoint.post(request(refreshToken: refreshToken), via: context.transport)
+        let response = try await TokenEndpoint.post(
+            request(refreshToken: refreshToken), via: context.transport, redirects: followRedirects)
         guard (200..<300).contains(response.status) else {
             throw RefreshFailure(
                 "the token endpoint answered \(response.status)\(TokenEndpoint.oauthError(in: response))",
@@ -370,9 +375,15 @@ enum TokenEndpoint {
     /// - Throws: `CancellationError` when the task is cancelled; ``RefreshFailure`` without a
     ///   response when the transport got none (the transport's message names the URL without
     ///   its query and never a header or body).
-    static func post(_ request: HTTPRequest, via transport: any Transport) async throws -> HTTPResponse {
+    static func post(
+        _ request: HTTPRequest, via transport: any Transport, redirects: RedirectPolicy
+    ) async throws -> HTTPResponse {
+        var request = request
+        request.redirects = redirects
+        request.maxResponseBytes = maxAnswerBytes
+        let response: HTTPResponse
         do {
-            return try await transport.send(request)
+            response = try await transport.send(request)
         } catch is CancellationError {
             throw CancellationError()
         } catch let error as TransportError {
@@ -381,6 +392,38 @@ enum TokenEndpoint {
             if Task.isCancelled { throw CancellationError() }
             throw RefreshFailure("the token endpoint could not be reached (\(type(of: error)))")
         }
+        if let reason = unfollowedRedirect(response, redirects: redirects) { throw RefreshFailure(reason) }
+        return response
+    }
+
+    /// The largest answer a token or logout endpoint may give: 1 MiB. A token answer is a few
+    /// hundred bytes; anything near this is not one, and must not fill the memory.
+    static let maxAnswerBytes = 1 << 20
+
+    /// Why a redirect answer was not followed, `nil` when `response` is not a redirect. The target
+    /// is never named: a `Location` may carry anything, a code or a token included.
+    static func unfollowedRedirect(_ response: HTTPResponse, redirects: RedirectPolicy) -> String? {
+        guard (300..<400).contains(response.status), response.headers["Location"] != nil else { return nil }
+        switch redirects {
+        case .none, .follow:
+            return "the token endpoint answered a redirect (\(response.status)), which is not followed;"
+                + " set 'follow-redirects: same-origin' to follow redirects within its origin"
+        case .sameOrigin:
+            return
+                "the token endpoint answered a redirect (\(response.status)) to another origin, which is never followed"
+        }
+    }
+
+    /// The `follow-redirects` option: `same-origin` or `none` (the default).
+    static func redirects(_ configuration: PluginConfiguration, kind: PluginKind) throws(PluginError) -> RedirectPolicy
+    {
+        guard let text = configuration.string("follow-redirects") else { return .none }
+        guard let policy = RedirectPolicy(rawValue: text), policy != .follow else {
+            throw PluginError(
+                kind: kind, name: configuration.name,
+                reason: "the option 'follow-redirects' must be same-origin or none")
+        }
+        return policy
     }
 
     /// The body as a JSON object, `nil` when it is not one.

@@ -85,6 +85,12 @@ public struct PluginCatalog: Sendable, Hashable {
                 "pass-refresh-token", .boolean, "whether stdin carries the refresh token, false by default"),
         ])
 
+    /// `follow-redirects` of the network plugins, whose endpoints get secrets.
+    static let followRedirectsOption = PluginSchema.Option(
+        "follow-redirects", .string,
+        "same-origin follows redirects within the endpoint's origin; none (default) follows none",
+        values: ["same-origin", "none"])
+
     static let builtins: [PluginKind: [String: PluginSchema?]] = [
         .refresh: [
             "oauth2": PluginSchema(
@@ -105,6 +111,7 @@ public struct PluginCatalog: Sendable, Hashable {
                     .init(
                         "username-env", .string, "the password grant: the environment variable holding the user name"),
                     .init("password-env", .string, "the password grant: the environment variable holding the password"),
+                    followRedirectsOption,
                 ],
                 forbiddenSecrets: [
                     "client-secret": "client-secret-env", "password": "password-env", "username": "username-env",
@@ -121,6 +128,7 @@ public struct PluginCatalog: Sendable, Hashable {
                     .init("token", .valuePath, required: true, "where the new access token is, e.g. body.data.token"),
                     .init("refresh-token", .valuePath, "where a rotated refresh token is"),
                     .init("expires-in", .valuePath, "where the token's lifetime in seconds is"),
+                    followRedirectsOption,
                 ]),
             "exec": execSchema,
         ],
@@ -141,6 +149,7 @@ public struct PluginCatalog: Sendable, Hashable {
                 [
                     .init("url", .url, required: true, "where the logout request is POSTed"),
                     .init("timeout", .duration, "how long to wait for it, 5s by default"),
+                    followRedirectsOption,
                 ]),
         ],
         .extract: [:],

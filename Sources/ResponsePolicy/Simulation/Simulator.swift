@@ -25,7 +25,12 @@ package enum Simulator {
         }
     }
 
+    /// The most attempts one simulation may put on the wire: 1,000,000 (ten for each of the
+    /// most requests a script may send). A run that reaches it stops with ``Failure/tooManyAttempts(limit:at:)``.
+    package static let maxAttempts = 1_000_000
+
     package struct Result: Sendable {
+        /// Every event in order; empty when they were streamed to `onEvent` instead.
         package var events: [PolicyEvent]
         package var summary: Summary
         /// Requests still registered and refresh waiters still parked after the run: both must
@@ -36,6 +41,7 @@ package enum Simulator {
     package enum Failure: Error, Equatable, CustomStringConvertible {
         case stalled(at: Duration)
         case tooLong(at: Duration)
+        case tooManyAttempts(limit: Int, at: Duration)
 
         package var description: String {
             switch self {
@@ -43,21 +49,29 @@ package enum Simulator {
                 return
                     "the simulation stalled at t=\(PolicyEvent.seconds(t))s: requests wait for something that never happens"
             case .tooLong(let t): return "the simulation passed its virtual time limit at t=\(PolicyEvent.seconds(t))s"
+            case .tooManyAttempts(let limit, let t):
+                return
+                    "the simulation stopped at t=\(PolicyEvent.seconds(t))s: it would put more than \(limit) attempts on the wire; send fewer requests or retries"
             }
         }
     }
 
     /// Runs `script` under `policy`. `loadPolicy` loads a reload step's file (relative paths are
     /// the caller's business) and throws its diagnostics when it fails lint.
+    ///
+    /// Memory stays bounded by the script, not by how long it runs: with `onEvent`, each event
+    /// goes there as it happens and none is kept (the summary is counted on the way), and a run
+    /// that would put more than `maxAttempts` attempts on the wire is stopped.
     package static func run(
-        policy: Policy, script: SimulationScript,
+        policy: Policy, script: SimulationScript, maxAttempts: Int = Simulator.maxAttempts,
         loadPolicy: @escaping @Sendable (String) throws(PolicyError) -> Policy = { path throws(PolicyError) in
             try Policy.load(path: path)
-        }
+        },
+        onEvent: (@Sendable (PolicyEvent) -> Void)? = nil
     ) throws(Failure) -> Result {
         let clock = VirtualClock()
         let scheduler = SimulationScheduler(clock: clock, externalWorkGracePeriod: .zero)
-        let collector = EventCollector()
+        let collector = EventCollector(maxAttempts: maxAttempts, onEvent: onEvent)
         let tokenServer = script.tokens.map { TokenServer($0) }
         let refresh = ScriptedRefresh(steps: script.refresh, clock: clock, tokenServer: tokenServer)
         var options = PolicyEngine.Options()
@@ -69,7 +83,9 @@ package enum Simulator {
         options.logoutPlugin = NoLogout()
         options.environment = [:]
         let engine = PolicyEngine(
-            policy: policy, transport: ScriptedTransport(script: script, clock: clock, tokenServer: tokenServer),
+            policy: policy,
+            transport: ScriptedTransport(
+                script: script, clock: clock, tokenServer: tokenServer, stopped: collector.isStopped),
             credentials: MemoryCredentialStore(Credentials(accessToken: "\(TokenServer.prefix)0")), options: options)
 
         do {
@@ -78,6 +94,7 @@ package enum Simulator {
                     for request in script.requests {
                         group.addTask {
                             try? await clock.sleep(until: request.at)
+                            guard !Task.isCancelled else { return }
                             var headers = HTTPHeaders(request.headers)
                             if request.body != nil, headers["Content-Type"] == nil {
                                 headers.set("Content-Type", "application/json")
@@ -96,52 +113,46 @@ package enum Simulator {
                     for step in script.reload {
                         group.addTask {
                             try? await clock.sleep(until: step.at)
+                            guard !Task.isCancelled else { return }
                             _ = try? engine.reload(loading: { () throws(PolicyError) -> Policy in
                                 try loadPolicy(step.policy)
                             })
                         }
                     }
+                    // Past the attempt limit every attempt fails at once; the first request to
+                    // end then cancels the rest.
+                    for await _ in group where collector.isStopped() { group.cancelAll() }
                 }
             }
         } catch {
             throw .stalled(at: clock.now)
         }
-        let events = collector.events
-        var summary = Summary()
+        if collector.isStopped() { throw .tooManyAttempts(limit: maxAttempts, at: collector.stoppedAt) }
+        var summary = collector.summary
         summary.requests = script.requests.count
         summary.refreshes = refresh.calls
-        for event in events {
-            switch event.kind {
-            case .send: summary.attempts += 1
-            case .logout: summary.logouts += 1
-            case .outcome:
-                switch event.result {
-                case .delivered?: summary.delivered += 1
-                case .failed?: summary.failed += 1
-                case .loggedOut?: summary.loggedOut += 1
-                case .cancelled?: summary.cancelled += 1
-                case nil: break
-                }
-            default: break
-            }
-        }
         let leftovers = engine.leftovers
-        return Result(events: events, summary: summary, leftovers: leftovers)
+        return Result(events: collector.events, summary: summary, leftovers: leftovers)
     }
 
     /// ``run(policy:script:loadPolicy:)`` on its own thread, for async callers: the simulation
     /// blocks the thread it runs on, which must not be one of the concurrency pool's few.
     package static func run(
         policy: Policy, script: SimulationScript,
+        maxAttempts: Int = Simulator.maxAttempts,
         loadPolicy: @escaping @Sendable (String) throws(PolicyError) -> Policy = { path throws(PolicyError) in
             try Policy.load(path: path)
-        }
+        },
+        onEvent: (@Sendable (PolicyEvent) -> Void)? = nil
     ) async throws(Failure) -> Result {
         let outcome: Swift.Result<Result, Failure> = await withCheckedContinuation { continuation in
             let thread = Thread {
                 do throws(Failure) {
                     continuation.resume(
-                        returning: .success(try run(policy: policy, script: script, loadPolicy: loadPolicy)))
+                        returning: .success(
+                            try run(
+                                policy: policy, script: script, maxAttempts: maxAttempts, loadPolicy: loadPolicy,
+                                onEvent: onEvent)))
                 } catch {
                     continuation.resume(returning: .failure(error))
                 }
@@ -153,11 +164,59 @@ package enum Simulator {
     }
 }
 
-/// Collects events in order.
+/// Counts what the summary needs and keeps the events in order, or hands each to `onEvent` as it
+/// comes and keeps none. Past `maxAttempts` sends it stops: later events are dropped and the
+/// scripted transport fails every attempt.
 final class EventCollector: PolicyObserver {
-    private let stored = Locked<[PolicyEvent]>([])
-    func observe(_ event: PolicyEvent) { stored.withLock { $0.append(event) } }
-    var events: [PolicyEvent] { stored.withLock { $0 } }
+    private struct State {
+        var events: [PolicyEvent] = []
+        var summary = Simulator.Summary()
+        var stopped = false
+        /// When the attempt over the limit was to be sent.
+        var stoppedAt: Duration = .zero
+    }
+
+    private let state = Locked(State())
+    private let maxAttempts: Int
+    private let onEvent: (@Sendable (PolicyEvent) -> Void)?
+
+    init(maxAttempts: Int = Simulator.maxAttempts, onEvent: (@Sendable (PolicyEvent) -> Void)? = nil) {
+        self.maxAttempts = maxAttempts
+        self.onEvent = onEvent
+    }
+
+    func observe(_ event: PolicyEvent) {
+        let forward: Bool = state.withLock { state in
+            guard !state.stopped else { return false }
+            switch event.kind {
+            case .send:
+                guard state.summary.attempts < maxAttempts else {
+                    state.stopped = true
+                    state.stoppedAt = event.time
+                    return false
+                }
+                state.summary.attempts += 1
+            case .logout: state.summary.logouts += 1
+            case .outcome:
+                switch event.result {
+                case .delivered?: state.summary.delivered += 1
+                case .failed?: state.summary.failed += 1
+                case .loggedOut?: state.summary.loggedOut += 1
+                case .cancelled?: state.summary.cancelled += 1
+                case nil: break
+                }
+            default: break
+            }
+            if onEvent == nil { state.events.append(event) }
+            return true
+        }
+        if forward { onEvent?(event) }
+    }
+
+    var events: [PolicyEvent] { state.withLock { $0.events } }
+    var summary: Simulator.Summary { state.withLock { $0.summary } }
+    var stoppedAt: Duration { state.withLock { $0.stoppedAt } }
+    var isStopped: @Sendable () -> Bool { { [state] in state.withLock { $0.stopped } } }
 }
 
 /// The scripted server: attempt n of a request gets its n-th response (the last repeats),
@@ -170,8 +229,14 @@ final class ScriptedTransport: Transport {
     let clock: VirtualClock
     let tokenServer: TokenServer?
     let attempts = Locked<[String: Int]>([:])
+    /// Whether the run passed its attempt limit: then every attempt fails at once.
+    let stopped: @Sendable () -> Bool
 
-    init(script: SimulationScript, clock: VirtualClock, tokenServer: TokenServer?) {
+    init(
+        script: SimulationScript, clock: VirtualClock, tokenServer: TokenServer?,
+        stopped: @escaping @Sendable () -> Bool = { false }
+    ) {
+        self.stopped = stopped
         var responses: [String: [SimulationScript.Response]] = [:]
         for request in script.requests { responses[request.id] = request.responses }
         self.responses = responses
@@ -181,6 +246,7 @@ final class ScriptedTransport: Transport {
     }
 
     func send(_ request: HTTPRequest) async throws -> HTTPResponse {
+        if stopped() { throw TransportError(.connection, "the simulation stopped") }
         if let tokenServer, !tokenServer.accepts(request, at: clock.now) {
             return try await answer(tokenServer.rejected)
         }

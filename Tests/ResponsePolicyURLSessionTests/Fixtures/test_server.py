@@ -21,6 +21,10 @@ Routes
   POST /logout        Counts a logout and answers 200 {"status":0}.
   *    /echo          Answers 200 with the request as JSON: method, path, query, headers (ordered
                       [name, value] pairs), body (UTF-8 text) and body_base64.
+  *    /redirect      Answers `?status=` (302 by default) with `Location: <?to=>` (with `?loop=1`: itself).
+  GET  /big           (and HEAD) 200 with `?bytes=` bytes of "a", in 64 KiB chunks; with `?length=0` no Content-Length
+                      (the body ends when the connection closes).
+  GET  /_requests     Every request this server received (but /_*): [{method, path, query, headers, body}].
   POST /_control      JSON object; sets any keys of DEFAULT_CONFIG (unknown keys are a 400), or with
                       "reset": true first restores defaults and zeroes counters. Answers like /_stats.
   GET  /_stats        {"counters": {COUNTERS...}, "config": {DEFAULT_CONFIG keys...}, "access_token": ...,
@@ -58,6 +62,7 @@ COUNTERS = (
     "api_calls", "api_ok", "api_expired", "api_logout",
     "token_calls", "token_ok", "token_rejected", "token_in_flight_max",
     "flaky_calls", "drop_calls", "stall_calls", "logout_calls", "echo_calls", "control_calls",
+    "redirect_calls", "big_calls",
 )
 
 
@@ -75,6 +80,7 @@ class State:
         self.drop_remaining = self.config["drop_count"]
         self.generation = 0  # tokens issued so far; new tokens are access-<n>, refresh-<n>
         self.token_in_flight = 0
+        self.requests = []  # every request received, but /_* (see /_requests)
 
     def apply(self, update):
         """Applies a /_control body; returns an error message, or None. Nothing changes on error."""
@@ -155,6 +161,15 @@ class Handler(BaseHTTPRequestHandler):
         url = urllib.parse.urlsplit(self.path)
         self.route_path, self.query = url.path, urllib.parse.parse_qs(url.query)
         self.body = self.read_body()
+        if not self.route_path.startswith("/_"):
+            with STATE.lock:
+                STATE.requests.append({
+                    "method": self.command,
+                    "path": self.route_path,
+                    "query": url.query,
+                    "headers": [[name, value] for name, value in self.headers.items()],
+                    "body": self.body.decode("utf-8", "replace"),
+                })
         routes = {
             ("POST", "/_control"): self.control,
             ("GET", "/_stats"): self.stats,
@@ -163,10 +178,15 @@ class Handler(BaseHTTPRequestHandler):
             ("GET", "/drop"): self.drop,
             ("GET", "/stall"): self.stall,
             ("POST", "/logout"): self.logout,
+            ("GET", "/big"): self.big,
+            ("HEAD", "/big"): self.big,
+            ("GET", "/_requests"): self.requests,
         }
         try:
             if self.route_path == "/echo":
                 self.echo()
+            elif self.route_path == "/redirect":
+                self.redirect()
             elif self.route_path.startswith("/api/") and self.command == "GET":
                 self.api()
             elif (self.command, self.route_path) in routes:
@@ -300,6 +320,35 @@ class Handler(BaseHTTPRequestHandler):
     def logout(self):
         self.bump("logout_calls")
         self.send(200, {"status": 0})
+
+    def redirect(self):
+        self.bump("redirect_calls")
+        status = int((self.query.get("status") or ["302"])[0])
+        target = (self.query.get("to") or ["/echo"])[0]
+        if "loop" in self.query:
+            target = self.path  # itself, forever
+        self.send(status, {"redirect": target}, [("Location", target)])
+
+    def big(self):
+        self.bump("big_calls")
+        size = int((self.query.get("bytes") or ["0"])[0])
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        if (self.query.get("length") or ["1"])[0] != "0":
+            self.send_header("Content-Length", str(size))
+        else:
+            self.close_connection = True
+        self.end_headers()
+        chunk = b"a" * 65536
+        while size > 0 and self.command != "HEAD":
+            self.wfile.write(chunk[:min(size, len(chunk))])
+            size -= len(chunk)
+        self.wfile.flush()
+
+    def requests(self):
+        with STATE.lock:
+            received = list(STATE.requests)
+        self.send(200, received)
 
     def echo(self):
         self.bump("echo_calls")

@@ -22,12 +22,14 @@ struct ShadowedRule: LintRule {
 
     func check(_ context: LintContext) -> [Diagnostic] {
         var findings: [Diagnostic] = []
+        var budget = Glob.coverBudget  // bounds the glob-against-glob work of the whole run
         for (rules, _) in context.ruleSets {
             var index = CoverIndex()
             for position in rules.indices {
                 let rule = rules[position]
                 let candidates = index.candidates(for: rule.when)
-                if let earlier = candidates.first(where: { Self.covers(rules[$0].when, rule.when) }).map({ rules[$0] })
+                if let earlier = candidates.first(where: { Self.covers(rules[$0].when, rule.when, budget: &budget) })
+                    .map({ rules[$0] })
                 {
                     findings.append(
                         .warning(
@@ -142,12 +144,12 @@ struct ShadowedRule: LintRule {
     }
 
     /// Whether every response or error `b` matches, `a` matches too.
-    static func covers(_ a: Condition, _ b: Condition) -> Bool {
+    static func covers(_ a: Condition, _ b: Condition, budget: inout Int) -> Bool {
         if let methods = a.methods {
             guard let other = b.methods, other.allSatisfy(methods.contains) else { return false }
         }
         if let path = a.path {
-            guard let other = b.path, other.isCovered(by: path) else { return false }
+            guard let other = b.path, other.isCovered(by: path, budget: &budget) else { return false }
         }
         if b.matchesResponses {
             guard a.matchesResponses, a.statuses != nil || a.codes != nil || a.headers != nil || a.errors == nil else {
