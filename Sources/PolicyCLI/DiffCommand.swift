@@ -52,6 +52,7 @@ enum DiffCommand {
     ///     default (all other requests):
     ///       retry.max-retries: 3 -> 5
     ///       rule 'transient': when: status 503 -> status 502, 503
+    ///       rule 'transient': on-exhausted, budget leads to: deliver -> logout
     ///       refresh on: code 1401 -> code 1401, status 401
     ///       worst case: 4 attempts, … -> 6 attempts, …
     static func text(_ diff: PolicyDiff, old: String, new: String) -> String {
@@ -61,9 +62,23 @@ enum DiffCommand {
         for change in diff.changes where !scopes.contains(change.scope) { scopes.append(change.scope) }
         for scope in scopes {
             out += (scope == "default" ? "all other requests (top level)" : scope) + ":\n"
+            var lines: [String] = []
+            var previous: PolicyDiff.Change?
             for change in diff.changes where change.scope == scope {
-                out += "  " + line(change) + "\n"
+                // Escalation edges of one rule that change alike (on-exhausted, and the budget
+                // and not-retryable edges that follow it) share a line.
+                if change.kind == .escalation, var merged = previous, merged.kind == .escalation,
+                    merged.rule == change.rule, merged.old == change.old, merged.new == change.new
+                {
+                    merged.key += ", " + change.key
+                    lines[lines.count - 1] = line(merged)
+                    previous = merged
+                    continue
+                }
+                lines.append(line(change))
+                previous = change
             }
+            for text in lines { out += "  " + text + "\n" }
         }
         let count = diff.changes.count
         out += "\(count) change\(count == 1 ? "" : "s") in behaviour\n"
@@ -80,6 +95,7 @@ enum DiffCommand {
         case .ruleAdded: return "rule '\(change.rule ?? "?")' added: \(to)"
         case .ruleRemoved: return "rule '\(change.rule ?? "?")' removed: \(from)"
         case .rule, .setting: return "\(rule)\(change.key): \(from) -> \(to)"
+        case .escalation: return "\(rule)\(change.key) leads to: \(from) -> \(to)"
         case .trigger:
             let verb = ["refresh": "refreshes on", "logout": "logs out on", "retry": "retries on", "fail": "fails on"]
             return "\(verb[change.key] ?? change.key): \(from) -> \(to)"

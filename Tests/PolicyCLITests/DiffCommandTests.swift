@@ -65,16 +65,17 @@ struct DiffCommandTests {
                     with: "  - { name: transient, when: { status: [503] }, then: { do: retry, max-retries: 1 } }\n"
                         + "  - { name: busy, when: { status: [429] }, then: fail }"))
         let result = try await runPolicy(["diff", "old.yaml", "new.yaml"], in: dir.url)
+        // The section's max-retries 3 -> 5 reaches no rule (the only retry rule now overrides
+        // it), so it is no change in behaviour: the rule's own 3 -> 1 is.
         let expected = """
             all other requests (top level):
-              retry.max-retries: 3 -> 5
               rule 'revoked': when: code 202 -> code 202, 203
               rule 'transient': retry.max-retries: 3 -> 1
               rule 'busy' added: #4: status 429 -> fail
               logs out on: code 202 -> code 202, code 203
               fails on: none -> status 429
               worst case: 5 attempts, waits 1s + 2s + 4s = 7s, total 67s (with Retry-After 84s) -> 3 attempts, waits 1s, total 41s (with Retry-After 48s)
-            7 changes in behaviour
+            6 changes in behaviour
 
             """
         expectResult(result, stdout: expected, status: 1)
@@ -83,11 +84,12 @@ struct DiffCommandTests {
         let object = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
         #expect(object["same"] as? Bool == false)
         let changes = try #require(object["changes"] as? [[String: Any]])
-        #expect(changes.count == 7)
-        #expect(changes.first?["kind"] as? String == "setting")
-        #expect(changes.first?["key"] as? String == "retry.max-retries")
-        #expect(changes.first?["old"] as? String == "3")
-        #expect(changes.first?["new"] as? String == "5")
+        #expect(changes.count == 6)
+        let setting = try #require(changes.first { $0["kind"] as? String == "setting" })
+        #expect(setting["rule"] as? String == "transient")
+        #expect(setting["key"] as? String == "retry.max-retries")
+        #expect(setting["old"] as? String == "3")
+        #expect(setting["new"] as? String == "1")
     }
 
     @Test func reorderingRulesChangesWhichMatchesFirst() async throws {
@@ -114,7 +116,7 @@ struct DiffCommandTests {
         #expect(result.status == 1)
         #expect(result.stdout.contains("  rule 'server': position: 2 -> 1\n"))
         #expect(result.stdout.contains("  fails on: status 503 -> none\n"))
-        #expect(result.stdout.contains("  retries on: status 500, status 599 -> status 500, status 503, status 599\n"))
+        #expect(result.stdout.contains("  retries on: status 500-502, status 504-599 -> status 500-599\n"))
     }
 
     @Test func routesAreMatchedByWhatTheyMatchNotTheirPosition() async throws {
@@ -122,6 +124,8 @@ struct DiffCommandTests {
         let routes = """
             policy: 1
             name: api
+            rules: [{ name: transient, when: { status: [503] }, then: retry }]
+            retry: { backoff: constant, initial: 1s }
             routes:
               - { match: { path: "/a/*" }, rules: [] }
               - { match: { path: "/b/*" }, retry: { max-retries: 1 } }
@@ -133,6 +137,8 @@ struct DiffCommandTests {
             """
             policy: 1
             name: api
+            rules: [{ name: transient, when: { status: [503] }, then: retry }]
+            retry: { backoff: constant, initial: 1s }
             routes:
               - { match: { path: "/b/*" }, retry: { max-retries: 2 } }
               - { match: { path: "/a/*" }, rules: [] }
@@ -142,10 +148,11 @@ struct DiffCommandTests {
         let result = try await runPolicy(["diff", "old.yaml", "new.yaml"], in: dir.url)
         let expected = """
             requests to /b/*:
-              retry.max-retries: 1 -> 2
+              rule 'transient': retry.max-retries: 1 -> 2
+              worst case: 2 attempts, waits 1s, total 21s (with Retry-After 50s) -> 3 attempts, waits 1s + 1s = 2s, total 32s (with Retry-After 90s)
             POST requests to /c/*:
               route added
-            2 changes in behaviour
+            3 changes in behaviour
 
             """
         expectResult(result, stdout: expected, status: 1)
