@@ -158,6 +158,132 @@ struct DiffCommandTests {
         expectResult(result, stdout: expected, status: 1)
     }
 
+    @Test func escalationTargetChangesAreReported() async throws {
+        let dir = try TemporaryDirectory()
+        try dir.write("old.yaml", Self.base)
+        // Where retries and refreshes end changes; no setting a rule lists says so in text.
+        try dir.write(
+            "new.yaml",
+            Self.base.replacingOccurrences(
+                of: "when: { status: [503] }, then: retry }",
+                with: "when: { status: [503] }, then: { do: retry, on-exhausted: logout } }"
+            )
+            .replacingOccurrences(of: "token: body.token } }", with: "token: body.token }, on-failure: deliver }"))
+        let result = try await runPolicy(["diff", "old.yaml", "new.yaml"], in: dir.url)
+        let expected = """
+            all other requests (top level):
+              rule 'expired': on-failure leads to: logout -> deliver
+              rule 'transient': on-exhausted, not-retryable, budget leads to: deliver -> logout
+            4 changes in behaviour
+
+            """
+        expectResult(result, stdout: expected, status: 1)
+        let json = try await runPolicy(["diff", "--format", "json", "old.yaml", "new.yaml"], in: dir.url)
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
+        let changes = try #require(object["changes"] as? [[String: Any]])
+        #expect(changes.map { $0["kind"] as? String } == Array(repeating: "escalation", count: 4))
+        #expect(changes.map { $0["key"] as? String } == ["on-failure", "on-exhausted", "not-retryable", "budget"])
+        #expect(changes.last?["rule"] as? String == "transient")
+        #expect(changes.last?["new"] as? String == "logout")
+    }
+
+    @Test func methodAndPathDependentTriggerChangesAreReported() async throws {
+        let dir = try TemporaryDirectory()
+        let old = """
+            policy: 1
+            name: api
+            rules:
+              - { name: uploads, when: { status: [503], method: [POST] }, then: fail }
+              - { name: files, when: { error: [timeout], path: "/files/*" }, then: retry }
+              - { name: transient, when: { status: [503] }, then: retry }
+
+            """
+        try dir.write("old.yaml", old)
+        try dir.write(
+            "new.yaml",
+            old.replacingOccurrences(of: "method: [POST]", with: "method: [PUT]")
+                .replacingOccurrences(of: "\"/files/*\"", with: "\"/blobs/*\""))
+        let result = try await runPolicy(["diff", "old.yaml", "new.yaml"], in: dir.url)
+        let expected = """
+            all other requests (top level):
+              rule 'uploads': when: status 503 on POST -> status 503 on PUT
+              rule 'files': when: error timeout at /files/* -> error timeout at /blobs/*
+              retries on: status 503 on any method but POST, error timeout at /files/* -> status 503 on any method but PUT, error timeout at /blobs/*
+              fails on: status 503 on POST -> status 503 on PUT
+            4 changes in behaviour
+
+            """
+        expectResult(result, stdout: expected, status: 1)
+    }
+
+    @Test func rangesListsOverridesAndRoutesWrittenDifferentlyAreNoChange() async throws {
+        let dir = try TemporaryDirectory()
+        try dir.write(
+            "old.yaml",
+            """
+            policy: 1
+            name: api
+            classify: { code: body.status }
+            rules:
+              - { name: expired, when: { code: [1401, 1402, 1403] }, then: refresh }
+              - { name: transient, when: { status: [502, 503, 504], method: [GET, PUT] }, then: retry }
+            refresh: { use: http, with: { url: "https://auth.example.com/refresh", token: body.token } }
+            retry: { max-retries: 3, initial: 1s, max-delay: 8s }
+            routes:
+              - { match: { method: [POST, PUT], path: "/upload/*" }, retry: { max-retries: 1 } }
+
+            """)
+        // Ranges for lists, repeats, other orders, a rule override that is the default, a
+        // route's setting and anchors written out, comments. (An override `max-retries: 3`
+        // would be a change: it applies over the route's `max-retries: 1` too.)
+        try dir.write(
+            "new.yaml",
+            """
+            policy: 1   # reviewed
+            name: api
+            classify: { code: body.status }
+            x-limits: &limits { max-retries: 3, initial: 1s }
+            rules:
+              - { name: expired, when: { code: ["1401-1403", 1402] }, then: refresh }
+              - name: transient
+                when: { method: [PUT, GET], status: ["502-503", 504] }
+                then: { do: retry, backoff: exponential }
+            refresh: { with: { token: body.token, url: "https://auth.example.com/refresh" }, use: http }
+            retry: { <<: *limits, max-delay: 8s }
+            routes:
+              - match: { path: "/upload/*", method: [PUT, POST] }
+                retry: { max-retries: 1, initial: 1s }
+
+            """)
+        let result = try await runPolicy(["diff", "old.yaml", "new.yaml"], in: dir.url)
+        expectResult(result, stdout: "no change in behaviour between 'old.yaml' and 'new.yaml'\n", status: 0)
+    }
+
+    @Test func codeRangeChangesAreReported() async throws {
+        let dir = try TemporaryDirectory()
+        let old = """
+            policy: 1
+            name: api
+            classify: { code: body.status }
+            rules:
+              - { name: revoked, when: { code: [1403] }, then: logout }
+              - { name: expired, when: { code: ["1400-1499"] }, then: refresh }
+            refresh: { use: http, with: { url: "https://auth.example.com/refresh", token: body.token } }
+
+            """
+        try dir.write("old.yaml", old)
+        try dir.write("new.yaml", old.replacingOccurrences(of: "1400-1499", with: "1400-1449"))
+        let result = try await runPolicy(["diff", "old.yaml", "new.yaml"], in: dir.url)
+        let expected = """
+            all other requests (top level):
+              rule 'expired': when: code 1400-1499 -> code 1400-1449
+              refreshes on: code 1400-1402, code 1404-1499 -> code 1400-1402, code 1404-1449
+            2 changes in behaviour
+
+            """
+        expectResult(result, stdout: expected, status: 1)
+    }
+
     @Test func invalidMissingAndUsage() async throws {
         let dir = try TemporaryDirectory()
         try dir.write("old.yaml", Self.base)

@@ -60,11 +60,14 @@ package struct PolicyDiff: Sendable {
         }
     }
 
-    /// Scopes by a key that survives reordering routes: the route's match, or `default`.
+    /// Scopes by a key that survives reordering routes (or a route's methods): what the route
+    /// matches, or `default`.
     static func keyed(_ scopes: [RuleGraph.Scope]) -> [(key: String, scope: RuleGraph.Scope)] {
         var seen: [String: Int] = [:]
         return scopes.map { scope in
-            var key = scope.route == nil ? "default" : scope.summary
+            var route = scope.route
+            if let methods = route?.methods { route?.methods = Array(Set(methods)).sorted() }
+            var key = route == nil ? "default" : RuleGraph.Scope.summary(route)
             seen[key, default: 0] += 1
             if let count = seen[key], count > 1 { key += " (\(count))" }
             return (key, scope)
@@ -209,18 +212,38 @@ package struct PolicyDiff: Sendable {
         return RuleGraph.describe(shown)
     }
 
-    /// A condition with its lists in a fixed order and without repeats, so `[503, 502]` and
-    /// `[502, 503, 503]` compare equal.
+    /// A condition with its lists in a fixed order, without repeats, and integer codes and
+    /// statuses as merged ranges, so `[503, 502]`, `[502, 503, 503]` and `["502-503"]` compare
+    /// equal.
     static func normalized(_ when: Condition) -> Condition {
         var out = when
-        out.statuses = when.statuses.map { Array(Set($0)).sorted { ($0.lower, $0.upper) < ($1.lower, $1.upper) } }
-        out.codes = when.codes.map { Array(Set($0)).sorted() }
-        out.codeRanges = when.codeRanges.map { Array(Set($0)).sorted { ($0.lower, $0.upper) < ($1.lower, $1.upper) } }
+        out.statuses = when.statuses.map { ranges in
+            merged(ranges.map { (Int64($0.lower), Int64($0.upper)) }).map { StatusRange(Int($0.0), Int($0.1)) }
+        }
+        if let codes = when.codes {
+            let integers = codes.compactMap(CodeTable.canonicalInteger)
+            out.codes = Array(Set(codes.filter { CodeTable.canonicalInteger($0) == nil })).sorted()
+            let ranges = integers.map { ($0, $0) } + (when.codeRanges ?? []).map { ($0.lower, $0.upper) }
+            out.codeRanges = merged(ranges).map { CodeRange($0.0, $0.1) }
+        }
         out.errors = when.errors.map { errors in
             errors.contains(.any) ? [.any] : Array(Set(errors)).sorted { $0.rawValue < $1.rawValue }
         }
         out.methods = when.methods.map { Array(Set($0)).sorted() }
         out.headers = when.headers.map { $0.sorted { ($0.name.lowercased(), $0.value.pattern) < ($1.name.lowercased(), $1.value.pattern) } }
+        return out
+    }
+
+    /// Integer ranges sorted, overlapping and adjacent ones joined.
+    static func merged(_ ranges: [(Int64, Int64)]) -> [(Int64, Int64)] {
+        var out: [(Int64, Int64)] = []
+        for range in ranges.sorted(by: { $0 < $1 }) {
+            if let last = out.last, last.1 == Int64.max || range.0 <= last.1 + 1 {
+                out[out.count - 1].1 = max(last.1, range.1)
+            } else {
+                out.append(range)
+            }
+        }
         return out
     }
 
@@ -579,12 +602,18 @@ extension PolicyDiff {
             let m = Set(chosen.map(\.method))
             let p = Set(chosen.map(\.path))
             let h = Set(chosen.map(\.headers))
+            // The last method (unless the route lists its methods) and the first path and header
+            // set stand for "every other one";
+            // a set holding it is written as what it leaves out.
+            func describe(_ chosen: Set<Int>, _ all: [String], other: Int?, _ word: String, _ but: String) -> String {
+                guard chosen.count < all.count else { return "" }
+                guard let other, chosen.contains(other) else { return " \(word) " + chosen.sorted().map { all[$0] }.joined(separator: ", ") }
+                return " \(but) " + all.indices.filter { !chosen.contains($0) }.map { all[$0] }.joined(separator: ", ")
+            }
             func parts(_ ms: Set<Int>, _ ps: Set<Int>, _ hs: Set<Int>) -> String {
-                var text = ""
-                if ms.count < methods.count { text += " on " + ms.sorted().map { methods[$0].label }.joined(separator: ", ") }
-                if ps.count < paths.count { text += " at " + ps.sorted().map { paths[$0].label }.joined(separator: ", ") }
-                if hs.count < headers.count { text += " with " + hs.sorted().map { headers[$0].label }.joined(separator: ", ") }
-                return text
+                describe(ms, methods.map(\.label), other: methods.last?.label == "other methods" ? methods.count - 1 : nil, "on", "on any method but")
+                    + describe(ps, paths.map(\.label), other: 0, "at", "at any path but")
+                    + describe(hs, headers.map(\.label), other: 0, "with", "without")
             }
             if m.count * p.count * h.count == list.count { return parts(m, p, h) }
             return " (" + chosen.map { parts([$0.method], [$0.path], [$0.headers]).dropFirst() }.joined(separator: " or ") + ")"
