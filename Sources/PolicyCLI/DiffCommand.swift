@@ -98,9 +98,42 @@ enum DiffCommand {
         case .escalation: return "\(rule)\(change.key) leads to: \(from) -> \(to)"
         case .trigger:
             let verb = ["refresh": "refreshes on", "logout": "logs out on", "retry": "retries on", "fail": "fails on"]
-            return "\(verb[change.key] ?? change.key): \(from) -> \(to)"
+            let label = verb[change.key] ?? change.key
+            let before = items(change.old)
+            let after = items(change.new)
+            // Long lists (a policy with thousands of codes) are written as what they gain and lose.
+            guard before.count + after.count > longList else { return "\(label): \(from) -> \(to)" }
+            let had = Set(before)
+            let has = Set(after)
+            let added = after.filter { !had.contains($0) }
+            let removed = before.filter { !has.contains($0) }
+            var parts: [String] = []
+            if !added.isEmpty { parts.append("+ " + added.joined(separator: ", ")) }
+            if !removed.isEmpty { parts.append("- " + removed.joined(separator: ", ")) }
+            return "\(label): \(parts.joined(separator: "; ")) (\(before.count) -> \(after.count) items)"
         case .worstCase: return "worst case: \(from) -> \(to)"
         }
+    }
+
+    /// Trigger lists longer than this together are shown as their difference.
+    static let longList = 16
+
+    /// A trigger list's items: `status 500-502`, `code 1401 on POST, PUT`, `error timeout`.
+    static func items(_ list: String?) -> [String] {
+        guard let list else { return [] }
+        var out: [String] = []
+        var start = list.startIndex
+        var search = list.startIndex
+        while let comma = list.range(of: ", ", range: search..<list.endIndex) {
+            let next = list[comma.upperBound...]
+            if next.hasPrefix("status ") || next.hasPrefix("code ") || next.hasPrefix("error ") {
+                out.append(String(list[start..<comma.lowerBound]))
+                start = comma.upperBound
+            }
+            search = comma.upperBound
+        }
+        out.append(String(list[start...]))
+        return out
     }
 
     static func json(_ diff: PolicyDiff) -> String {

@@ -79,6 +79,18 @@ package struct PolicyDiff: Sendable {
         add(.setting, scope, nil, Self.scopeSettings(old, new), Self.scopeSettings(new, old))
 
         let pairs = Self.pairs(old.compiled, new.compiled)
+        // Order matters (first match wins), but only relative to the rules both have: each
+        // paired rule's rank among them, before and after.
+        let both = pairs.compactMap { pair -> (Int, Int)? in
+            guard let o = pair.0, let n = pair.1 else { return nil }
+            return (o, n)
+        }
+        var oldRank: [Int: Int] = [:]
+        for (rank, pair) in both.sorted(by: { $0.0 < $1.0 }).enumerated() { oldRank[pair.0] = rank }
+        var newRank: [Int: Int] = [:]
+        for (rank, pair) in both.enumerated() { newRank[pair.1] = rank }
+        let oldNodes = Self.actionNodes(old)
+        let newNodes = Self.actionNodes(new)
         for (oldIndex, newIndex) in pairs {
             switch (oldIndex, newIndex) {
             case (let o?, nil):
@@ -94,7 +106,9 @@ package struct PolicyDiff: Sendable {
                         kind: .ruleAdded, scope: scope, rule: rule.rule.name, key: "rule", old: nil,
                         new: Self.describe(rule)))
             case (let o?, let n?):
-                compareRule(old, old.compiled[o], new, new.compiled[n], scope: scope, pairs: pairs)
+                let moved = oldRank[o] != newRank[n]
+                compareRule(
+                    (old.compiled[o], oldNodes[o]), (new.compiled[n], newNodes[n]), scope: scope, moved: moved)
             case (nil, nil):
                 break
             }
@@ -122,10 +136,13 @@ package struct PolicyDiff: Sendable {
         }
     }
 
-    mutating func compareRule(
-        _ oldScope: RuleGraph.Scope, _ before: RuleGraph.CompiledRule, _ newScope: RuleGraph.Scope,
-        _ after: RuleGraph.CompiledRule, scope: String, pairs: [(Int?, Int?)]
-    ) {
+    /// A compiled rule with its own action node (`nil` for one that ends in a scope's deliver,
+    /// fail or logout node).
+    typealias RuleAndNode = (rule: RuleGraph.CompiledRule, node: RuleGraph.Node?)
+
+    mutating func compareRule(_ old: RuleAndNode, _ new: RuleAndNode, scope: String, moved: Bool) {
+        let before = old.rule
+        let after = new.rule
         let name = after.rule.name
         if before.rule.name != name {
             changes.append(Change(kind: .rule, scope: scope, rule: name, key: "name", old: before.rule.name, new: name))
@@ -136,11 +153,7 @@ package struct PolicyDiff: Sendable {
                     kind: .rule, scope: scope, rule: name, key: "when", old: Self.describe(before.rule.when),
                     new: Self.describe(after.rule.when)))
         }
-        // Order matters (first match wins), but only relative to the rules both have.
-        let both = pairs.compactMap { pair in pair.0 != nil && pair.1 != nil ? pair : nil }
-        let oldRank = both.sorted { $0.0! < $1.0! }.firstIndex { $0.0 == before.index }
-        let newRank = both.sorted { $0.1! < $1.1! }.firstIndex { $0.1 == after.index }
-        if oldRank != newRank {
+        if moved {
             changes.append(
                 Change(
                     kind: .rule, scope: scope, rule: name, key: "position", old: "\(before.index + 1)",
@@ -153,7 +166,7 @@ package struct PolicyDiff: Sendable {
                     new: after.action.rawValue))
             return
         }
-        add(.setting, scope, name, Self.ruleSettings(oldScope, before), Self.ruleSettings(newScope, after))
+        add(.setting, scope, name, Self.ruleSettings(old, new), Self.ruleSettings(new, old))
         add(.escalation, scope, name, Self.escalations(before), Self.escalations(after))
     }
 
@@ -190,8 +203,8 @@ package struct PolicyDiff: Sendable {
             }
         }
         // A renamed rule at the same position is the same rule.
+        let newNames = Set(new.map(\.rule.name))
         for rule in new where match[rule.index] == nil && rule.index < old.count && !taken.contains(rule.index) {
-            let newNames = Set(new.map(\.rule.name))
             guard !newNames.contains(old[rule.index].rule.name) else { continue }
             match[rule.index] = rule.index
             taken.insert(rule.index)
@@ -230,7 +243,9 @@ package struct PolicyDiff: Sendable {
             errors.contains(.any) ? [.any] : Array(Set(errors)).sorted { $0.rawValue < $1.rawValue }
         }
         out.methods = when.methods.map { Array(Set($0)).sorted() }
-        out.headers = when.headers.map { $0.sorted { ($0.name.lowercased(), $0.value.pattern) < ($1.name.lowercased(), $1.value.pattern) } }
+        out.headers = when.headers.map {
+            $0.sorted { ($0.name.lowercased(), $0.value.pattern) < ($1.name.lowercased(), $1.value.pattern) }
+        }
         return out
     }
 
@@ -263,7 +278,8 @@ package struct PolicyDiff: Sendable {
         out.append(("authorize.use", scope.authorize.name))
         out += options("authorize", scope.authorize)
         out += prefixed("retry", RuleGraph.Node.settings(retry: scope.retry).filter { scopeKeys.contains($0.key) })
-        out += prefixed("refresh", RuleGraph.Node.settings(refresh: scope.refresh).filter { scopeKeys.contains($0.key) })
+        out += prefixed(
+            "refresh", RuleGraph.Node.settings(refresh: scope.refresh).filter { scopeKeys.contains($0.key) })
         if let node = logoutNode(scope), logoutNode(other) != nil {
             out += prefixed("logout", node.settings) + options("logout", scope.logout.plugin)
         }
@@ -274,13 +290,23 @@ package struct PolicyDiff: Sendable {
         scope.nodes.last { $0.id == scope.id + ".logout" }
     }
 
+    /// Each rule's action node, by rule index: its own (retry, refresh, a logout with its own
+    /// settings), the scope's logout node for another logout rule, `nil` for deliver and fail.
+    static func actionNodes(_ scope: RuleGraph.Scope) -> [RuleGraph.Node?] {
+        var own: [Int: RuleGraph.Node] = [:]
+        for node in scope.nodes where node.kind == .action {
+            if let rule = node.rule { own[rule] = node }
+        }
+        let shared = logoutNode(scope)
+        return scope.compiled.map { rule in own[rule.index] ?? (rule.action == .logout ? shared : nil) }
+    }
+
     /// A rule's effective settings: its action node's (the graph's texts), less the scope-wide
-    /// keys and the escalation keys, with its plugin's options. A logout rule that runs the
-    /// scope's logout node has that node's settings, compared once per scope.
-    static func ruleSettings(_ scope: RuleGraph.Scope, _ rule: RuleGraph.CompiledRule) -> [(String, String)] {
-        guard rule.actionNode != scope.id + ".logout",
-            let node = scope.nodes.first(where: { $0.id == rule.actionNode && $0.rule == rule.index })
-        else { return [] }
+    /// keys and the escalation keys, with its plugin's options. Two logout rules that both run
+    /// their scope's logout node are compared once, as the scope's.
+    static func ruleSettings(_ pair: RuleAndNode, _ other: RuleAndNode) -> [(String, String)] {
+        let rule = pair.rule
+        guard let node = pair.node, node.rule != nil || other.node?.rule != nil else { return [] }
         let section = rule.action.rawValue
         var out = prefixed(
             section, node.settings.filter { !scopeKeys.contains($0.key) && !edgeKeys.contains($0.key) })
@@ -441,7 +467,9 @@ extension PolicyDiff {
 
             for method in methods.indices {
                 for path in paths.indices {
-                    for header in headers.indices { contexts.append(Context(method: method, path: path, headers: header)) }
+                    for header in headers.indices {
+                        contexts.append(Context(method: method, path: path, headers: header))
+                    }
                 }
             }
         }
@@ -490,12 +518,15 @@ extension PolicyDiff {
                     for (kind, indices) in changed {
                         let everywhere = statuses.indices.filter { byStatus[$0] != kind }
                         let qualifier =
-                            indices == everywhere ? "" : " with " + runs(indices, prefix: "status").joined(separator: ", ")
+                            indices == everywhere
+                            ? "" : " with " + runs(indices, prefix: "status").joined(separator: ", ")
                         record(.code(codeIndex, qualifier), kind, contextIndex)
                     }
                 }
                 for (index, error) in TransportErrorClass.allCases.enumerated() {
-                    record(.error(index), action(scope.classifier.match(error: error, method: method, path: path)), contextIndex)
+                    record(
+                        .error(index), action(scope.classifier.match(error: error, method: method, path: path)),
+                        contextIndex)
                 }
             }
 
@@ -504,7 +535,9 @@ extension PolicyDiff {
             var out: [ActionKind: [(order: [Int], text: String)]] = [:]
             var groups: [ActionKind: [[Int]: [Atom]]] = [:]
             for (atom, byAction) in holds {
-                for (kind, contextList) in byAction { groups[kind, default: [:]][contextList, default: []].append(atom) }
+                for (kind, contextList) in byAction {
+                    groups[kind, default: [:]][contextList, default: []].append(atom)
+                }
             }
             for (kind, byContexts) in groups {
                 for (contextList, atoms) in byContexts {
@@ -520,7 +553,9 @@ extension PolicyDiff {
                     }
                     var codesByQualifier: [String: [Int]] = [:]
                     for atom in atoms {
-                        if case .code(let index, let withStatus) = atom { codesByQualifier[withStatus, default: []].append(index) }
+                        if case .code(let index, let withStatus) = atom {
+                            codesByQualifier[withStatus, default: []].append(index)
+                        }
                     }
                     for (withStatus, indices) in codesByQualifier {
                         for (order, text) in codeTexts(indices.sorted()) {
@@ -536,8 +571,10 @@ extension PolicyDiff {
                 }
             }
             return out.mapValues { items in
-                items.sorted { ($0.order.lexicographicallyPrecedes($1.order)) || ($0.order == $1.order && $0.text < $1.text) }
-                    .map(\.text)
+                items.sorted {
+                    ($0.order.lexicographicallyPrecedes($1.order)) || ($0.order == $1.order && $0.text < $1.text)
+                }
+                .map(\.text)
             }
         }
 
@@ -607,16 +644,21 @@ extension PolicyDiff {
             // a set holding it is written as what it leaves out.
             func describe(_ chosen: Set<Int>, _ all: [String], other: Int?, _ word: String, _ but: String) -> String {
                 guard chosen.count < all.count else { return "" }
-                guard let other, chosen.contains(other) else { return " \(word) " + chosen.sorted().map { all[$0] }.joined(separator: ", ") }
+                guard let other, chosen.contains(other) else {
+                    return " \(word) " + chosen.sorted().map { all[$0] }.joined(separator: ", ")
+                }
                 return " \(but) " + all.indices.filter { !chosen.contains($0) }.map { all[$0] }.joined(separator: ", ")
             }
             func parts(_ ms: Set<Int>, _ ps: Set<Int>, _ hs: Set<Int>) -> String {
-                describe(ms, methods.map(\.label), other: methods.last?.label == "other methods" ? methods.count - 1 : nil, "on", "on any method but")
+                describe(
+                    ms, methods.map(\.label), other: methods.last?.label == "other methods" ? methods.count - 1 : nil,
+                    "on", "on any method but")
                     + describe(ps, paths.map(\.label), other: 0, "at", "at any path but")
                     + describe(hs, headers.map(\.label), other: 0, "with", "without")
             }
             if m.count * p.count * h.count == list.count { return parts(m, p, h) }
-            return " (" + chosen.map { parts([$0.method], [$0.path], [$0.headers]).dropFirst() }.joined(separator: " or ") + ")"
+            return " ("
+                + chosen.map { parts([$0.method], [$0.path], [$0.headers]).dropFirst() }.joined(separator: " or ") + ")"
         }
     }
 }
