@@ -284,6 +284,46 @@ struct DiffCommandTests {
         expectResult(result, stdout: expected, status: 1)
     }
 
+    /// README's `policy diff` example is this run's real output.
+    @Test func readmeExampleIsRealOutput() async throws {
+        let dir = try TemporaryDirectory()
+        try dir.write("old.yaml", Self.base)
+        try dir.write(
+            "new.yaml",
+            Self.base.replacingOccurrences(of: "max-retries: 3", with: "max-retries: 5")
+                .replacingOccurrences(of: "code: [202]", with: "code: [202, \"2000-2099\"]")
+                .replacingOccurrences(
+                    of: "  - { name: transient, when: { status: [503] }, then: retry }",
+                    with: "  - { name: transient, when: { status: [503] }, then: { do: retry, on-exhausted: fail } }\n"
+                        + "  - { name: busy, when: { status: [429], method: [POST] }, then: fail }"))
+        let result = try await runPolicy(["diff", "old.yaml", "new.yaml"], in: dir.url)
+        #expect(result.status == 1)
+        let readme = try String(contentsOf: repositoryRoot.appendingPathComponent("README.md"), encoding: .utf8)
+        let start = try #require(readme.range(of: "$ policy diff old.yaml new.yaml\n"))
+        let end = try #require(readme.range(of: "```", range: start.upperBound..<readme.endIndex))
+        #expect(String(readme[start.upperBound..<end.lowerBound]) == result.stdout)
+    }
+
+    @Test func longTriggerListsShowWhatTheyGainAndLose() async throws {
+        let dir = try TemporaryDirectory()
+        let codes = (0..<20).map { "\(3000 + 2 * $0)" }.joined(separator: ", ")
+        let old = """
+            policy: 1
+            name: api
+            classify: { code: body.status }
+            rules:
+              - { name: revoked, when: { code: [\(codes)] }, then: logout }
+
+            """
+        try dir.write("old.yaml", old)
+        try dir.write("new.yaml", old.replacingOccurrences(of: "[3000, ", with: "[9999, "))
+        let result = try await runPolicy(["diff", "old.yaml", "new.yaml"], in: dir.url)
+        #expect(result.status == 1)
+        #expect(result.stdout.contains("  logs out on: + code 9999; - code 3000 (20 -> 20 items)\n"))
+        let json = try await runPolicy(["diff", "--format", "json", "old.yaml", "new.yaml"], in: dir.url)
+        #expect(json.stdout.contains(#""new":"code 3002, code 3004, "#))
+    }
+
     @Test func invalidMissingAndUsage() async throws {
         let dir = try TemporaryDirectory()
         try dir.write("old.yaml", Self.base)
