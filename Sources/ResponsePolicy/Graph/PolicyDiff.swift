@@ -445,7 +445,12 @@ extension PolicyDiff {
             }
 
             let base = route?.path
-            let baseProbe = base.map { Self.probe($0) } ?? "/"
+            // "Every other path": a text the route matches (any, at the top level) that the rules'
+            // own globs are unlikely to name.
+            let baseProbe =
+                base.map {
+                    $0.pattern.replacingOccurrences(of: "*", with: "~other~").replacingOccurrences(of: "?", with: "~")
+                } ?? "/~other~"
             paths = [(baseProbe, "other paths")]
             let globs = Set(conditions.compactMap(\.path)).sorted { $0.pattern < $1.pattern }
             for glob in globs {
