@@ -52,6 +52,7 @@ enum DiffCommand {
     ///     default (all other requests):
     ///       retry.max-retries: 3 -> 5
     ///       rule 'transient': when: status 503 -> status 502, 503
+    ///       rule 'transient': on-exhausted, budget leads to: deliver -> logout
     ///       refresh on: code 1401 -> code 1401, status 401
     ///       worst case: 4 attempts, … -> 6 attempts, …
     static func text(_ diff: PolicyDiff, old: String, new: String) -> String {
@@ -61,9 +62,23 @@ enum DiffCommand {
         for change in diff.changes where !scopes.contains(change.scope) { scopes.append(change.scope) }
         for scope in scopes {
             out += (scope == "default" ? "all other requests (top level)" : scope) + ":\n"
+            var lines: [String] = []
+            var previous: PolicyDiff.Change?
             for change in diff.changes where change.scope == scope {
-                out += "  " + line(change) + "\n"
+                // Escalation edges of one rule that change alike (on-exhausted, and the budget
+                // and not-retryable edges that follow it) share a line.
+                if change.kind == .escalation, var merged = previous, merged.kind == .escalation,
+                    merged.rule == change.rule, merged.old == change.old, merged.new == change.new
+                {
+                    merged.key += ", " + change.key
+                    lines[lines.count - 1] = line(merged)
+                    previous = merged
+                    continue
+                }
+                lines.append(line(change))
+                previous = change
             }
+            for text in lines { out += "  " + text + "\n" }
         }
         let count = diff.changes.count
         out += "\(count) change\(count == 1 ? "" : "s") in behaviour\n"
@@ -80,11 +95,45 @@ enum DiffCommand {
         case .ruleAdded: return "rule '\(change.rule ?? "?")' added: \(to)"
         case .ruleRemoved: return "rule '\(change.rule ?? "?")' removed: \(from)"
         case .rule, .setting: return "\(rule)\(change.key): \(from) -> \(to)"
+        case .escalation: return "\(rule)\(change.key) leads to: \(from) -> \(to)"
         case .trigger:
             let verb = ["refresh": "refreshes on", "logout": "logs out on", "retry": "retries on", "fail": "fails on"]
-            return "\(verb[change.key] ?? change.key): \(from) -> \(to)"
+            let label = verb[change.key] ?? change.key
+            let before = items(change.old)
+            let after = items(change.new)
+            // Long lists (a policy with thousands of codes) are written as what they gain and lose.
+            guard before.count + after.count > longList else { return "\(label): \(from) -> \(to)" }
+            let had = Set(before)
+            let has = Set(after)
+            let added = after.filter { !had.contains($0) }
+            let removed = before.filter { !has.contains($0) }
+            var parts: [String] = []
+            if !added.isEmpty { parts.append("+ " + added.joined(separator: ", ")) }
+            if !removed.isEmpty { parts.append("- " + removed.joined(separator: ", ")) }
+            return "\(label): \(parts.joined(separator: "; ")) (\(before.count) -> \(after.count) items)"
         case .worstCase: return "worst case: \(from) -> \(to)"
         }
+    }
+
+    /// Trigger lists longer than this together are shown as their difference.
+    static let longList = 16
+
+    /// A trigger list's items: `status 500-502`, `code 1401 on POST, PUT`, `error timeout`.
+    static func items(_ list: String?) -> [String] {
+        guard let list else { return [] }
+        var out: [String] = []
+        var start = list.startIndex
+        var search = list.startIndex
+        while let comma = list.range(of: ", ", range: search..<list.endIndex) {
+            let next = list[comma.upperBound...]
+            if next.hasPrefix("status ") || next.hasPrefix("code ") || next.hasPrefix("error ") {
+                out.append(String(list[start..<comma.lowerBound]))
+                start = comma.upperBound
+            }
+            search = comma.upperBound
+        }
+        out.append(String(list[start...]))
+        return out
     }
 
     static func json(_ diff: PolicyDiff) -> String {

@@ -86,10 +86,14 @@ public struct RuleGraph: Sendable {
             return route.path.map { "\(methods) to \($0.pattern)" } ?? methods
         }
 
-        /// The retry settings a rule runs with.
-        public func retry(for rule: Rule) -> RetrySettings { rule.retry ?? retry }
-        public func refresh(for rule: Rule) -> RefreshSettings { rule.refresh ?? refresh }
-        public func logout(for rule: Rule) -> LogoutSettings { rule.logout ?? logout }
+        /// The settings one of this scope's rules runs with, read off its compiled rule (the
+        /// scope's section for a rule that is not one of this scope's).
+        public func retry(for rule: Rule) -> RetrySettings { compiled(rule)?.retry ?? retry }
+        public func refresh(for rule: Rule) -> RefreshSettings { compiled(rule)?.refresh ?? refresh }
+        public func logout(for rule: Rule) -> LogoutSettings { compiled(rule)?.logout ?? logout }
+
+        /// The compiled form of one of this scope's rules (a scan: for tools and tests).
+        public func compiled(_ rule: Rule) -> CompiledRule? { compiled.first { $0.rule == rule } }
 
         /// The actions a request in this scope can reach, read off the compiled nodes (every
         /// node is the target of an edge from the classifier or a node it reaches).
