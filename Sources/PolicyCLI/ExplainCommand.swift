@@ -163,7 +163,8 @@ package enum PolicyExplainer {
 
     static func condition(_ when: Condition) -> String {
         var response: [String] = []
-        if let codes = when.codes { response.append("the business code is " + list(codes)) }
+        let codes = (when.codes ?? []) + (when.codeRanges ?? []).map(\.description)
+        if !codes.isEmpty { response.append("the business code is " + list(codes)) }
         if let statuses = when.statuses { response.append("the status is " + list(statuses.map(\.description))) }
         if let headers = when.headers {
             response += headers.map { "the '\($0.name)' header matches '\($0.value.pattern)'" }

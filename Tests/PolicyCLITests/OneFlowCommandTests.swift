@@ -110,6 +110,11 @@ struct OneFlowCommandTests {
             ["simulate", "--format", "json"], ranged,
             script: "requests:\n  - { id: a, responses: [{ body: '{\"status\":1417}' }] }\n")
         #expect(simulate.stdout.contains(#""rule":"client","action":"fail""#), "\(simulate.stdout)")
+        // What ops read names the range, as the engine matches it.
+        let explain = try await Self.run(["explain"], ranged)
+        #expect(explain.stdout.contains("1. client: when the business code is 1400-1499, fail the request."))
+        let graph = try await Self.run(["graph", "--format", "json"], ranged)
+        #expect(graph.stdout.contains(#""when":"code 1400-1499""#), "\(graph.stdout)")
 
         let dots = ranged.replacingOccurrences(of: "1400-1499", with: "1400..1499")
         expectResult(

@@ -219,11 +219,7 @@ package struct PolicyDiff: Sendable {
     }
 
     /// The graph's text of a condition, with code ranges among the codes.
-    static func describe(_ when: Condition) -> String {
-        var shown = when
-        if let ranges = when.codeRanges { shown.codes = (when.codes ?? []) + ranges.map(\.description) }
-        return RuleGraph.describe(shown)
-    }
+    static func describe(_ when: Condition) -> String { RuleGraph.describe(when) }
 
     /// A condition with its lists in a fixed order, without repeats, and integer codes and
     /// statuses as merged ranges, so `[503, 502]`, `[502, 503, 503]` and `["502-503"]` compare

@@ -180,7 +180,8 @@ public struct RuleGraph: Sendable {
     /// A condition in short form: `code 1401`, `status 502, 503 or error timeout`.
     public static func describe(_ when: Condition) -> String {
         var response: [String] = []
-        if let codes = when.codes { response.append("code " + codes.joined(separator: ", ")) }
+        let codes = (when.codes ?? []) + (when.codeRanges ?? []).map(\.description)
+        if !codes.isEmpty { response.append("code " + codes.joined(separator: ", ")) }
         if let statuses = when.statuses {
             response.append("status " + statuses.map(\.description).joined(separator: ", "))
         }
