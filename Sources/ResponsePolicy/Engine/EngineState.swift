@@ -65,6 +65,12 @@ struct EngineState {
     var requestCount = 0
     var nextRequest: UInt64 = 0
     var budget = RetryBudgetWindow()
+    /// The per-host queue of `dispatch:`.
+    var dispatcher = Dispatcher()
+    /// The generation of the credentials held, as the ``SessionCoordinator`` numbers them (0:
+    /// none shared yet). Compared with what the coordinator publishes; the local `generation`
+    /// keeps counting every change for the requests' own bookkeeping.
+    var sharedGeneration: UInt64 = 0
     /// Logout calls running in the background, for `waitForBackgroundWork`.
     var background: [UInt64: Task<Void, Never>] = [:]
     var nextBackground: UInt64 = 0
@@ -73,6 +79,13 @@ struct EngineState {
     func isLoggedOut(at now: Duration) -> Bool {
         guard let until = loggedOutUntil else { return false }
         return now < until
+    }
+
+    /// Registers `machine` as waiting for `flight`.
+    func join(insideLock flight: Flight, _ machine: RequestMachine) {
+        flight.waiters.append(machine)
+        machine.awaitedFlight = flight
+        machine.phase = .awaitingRefresh
     }
 
     mutating func register(_ machine: RequestMachine) {
@@ -109,7 +122,7 @@ struct EngineState {
     }
 
     /// Requests still registered or waiting on a refresh: zero once every `send` has returned.
-    var leftovers: Int { requestCount + (flight?.live.count ?? 0) }
+    var leftovers: Int { requestCount + (flight?.live.count ?? 0) + dispatcher.inFlight + dispatcher.queued }
 }
 
 /// Immutable credentials behind one reference (see `EngineState.credentialsBox`).

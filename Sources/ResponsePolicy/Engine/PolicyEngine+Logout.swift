@@ -34,7 +34,10 @@ extension PolicyEngine {
                     flight.waiters.removeAll { $0 !== trigger }
                 }
                 for machine in state.requests where machine !== trigger {
-                    guard settings.cancelInFlight || machine.phase == .backoff else { continue }
+                    // Waiting requests (a backoff, a dispatch queue) end whatever `cancel-in-flight` says.
+                    guard settings.cancelInFlight || machine.phase == .backoff || machine.phase == .queued else {
+                        continue
+                    }
                     if machine.endReason == nil { machine.endReason = .loggedOut }
                     if let attempt = machine.attemptCancellation { attempts.append(attempt) }
                     // A backoff's timer is taken off the heap by the request itself, when its

@@ -24,7 +24,7 @@ extension PolicyEngine {
             if state.isLoggedOut(at: now) { return .loggedOut }
             if state.generation > failedGeneration { return .retryNow }
             if let flight = state.flight {
-                Self.join(flight, machine)
+                state.join(insideLock: flight, machine)
                 return .wait
             }
             if !proactive, let last = state.lastRefresh, now - last < settings.shareWindow { return .retryNow }
@@ -38,7 +38,7 @@ extension PolicyEngine {
             if settings.limit != nil { state.refreshCalls.append(now) }
             let flight = EngineState.Flight(sessionEpoch: state.sessionEpoch)
             state.flight = flight
-            Self.join(flight, machine)
+            state.join(insideLock: flight, machine)
             return .start(flight, credentials: state.credentials)
         }
         switch decision {
@@ -63,13 +63,6 @@ extension PolicyEngine {
             startRefresh(flight, credentials: credentials, settings: settings, plugins: machine.plugins, context)
             return nil
         }
-    }
-
-    /// Registers `machine` as waiting for `flight` (under the engine's lock).
-    private static func join(_ flight: EngineState.Flight, _ machine: RequestMachine) {
-        flight.waiters.append(machine)
-        machine.awaitedFlight = flight
-        machine.phase = .awaitingRefresh
     }
 
     /// Starts the refresh task. It outlives the request that started it.
@@ -108,6 +101,9 @@ extension PolicyEngine {
                     if let parked = machine.parked.take() { woken.append(parked) }
                 }
                 flight.waiters = []
+                // Requests queued for a dispatch slot during the refresh leave now, signed with
+                // its token.
+                state.dispatcher.promoteAll(insideLock: state.flight != nil, into: &woken)
                 return woken
             }
             if refreshed { self.saveCredentials(context.runtime) }

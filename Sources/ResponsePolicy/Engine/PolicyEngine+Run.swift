@@ -22,6 +22,8 @@ extension PolicyEngine {
                 await attempt(machine)
                 step = machine.afterAttempt()
             case .park:
+                // A waiting request gives its dispatch slot to the next one.
+                if machine.host != nil { releaseSlot(machine) }
                 await park(machine)
                 step = machine.afterPark()
             }
@@ -117,6 +119,17 @@ extension PolicyEngine {
         }
     }
 
+    /// Gives back `machine`'s dispatch slot, if it holds one, and lets queued requests out.
+    @inline(never)
+    func releaseSlot(_ machine: RequestMachine) {
+        guard let host = machine.host else { return }
+        var woken: [UnsafeContinuation<Void, Never>] = []
+        state.withLock { state in
+            state.dispatcher.release(insideLock: machine, host: host, refreshing: state.flight != nil, into: &woken)
+        }
+        for continuation in woken { continuation.resume() }
+    }
+
     /// Suspends the request until whatever it waits for (its backoff timer, the refresh in
     /// flight) or `end` wakes it; returns at once when that already happened.
     @inline(never)  // a frame of its own, held only while this is awaited
@@ -163,7 +176,7 @@ extension PolicyEngine {
             case .backoff:
                 machine.wake = .timer
                 return (nil, machine.parked.take())
-            case .running, .awaitingRefresh:
+            case .running, .awaitingRefresh, .queued:
                 return (nil, nil)
             }
         }

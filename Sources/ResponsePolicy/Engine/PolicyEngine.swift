@@ -250,7 +250,16 @@ public final class PolicyEngine: Sendable {
 
     @inline(never)  // its temporaries stay out of `send`'s async frame
     private func outcome(of machine: RequestMachine) throws(PolicyEngineError) -> HTTPResponse {
-        state.withLock { $0.unregister(machine) }
+        if let host = machine.host {
+            var woken: [UnsafeContinuation<Void, Never>] = []
+            state.withLock { state in
+                state.unregister(machine)
+                state.dispatcher.release(insideLock: machine, host: host, refreshing: state.flight != nil, into: &woken)
+            }
+            for continuation in woken { continuation.resume() }
+        } else {
+            state.withLock { $0.unregister(machine) }
+        }
         return try machine.result.get()
     }
 

@@ -28,15 +28,17 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
 
     /// What a park waits for.
     enum Parked {
-        case backoff, refresh(proactive: Bool)
+        /// A backoff; a refresh this request started or joined (`proactive`: one ahead of expiry,
+        /// or one a new request waits for under `hold-new-requests`); a free dispatch slot.
+        case backoff, refresh(proactive: Bool), dispatch
     }
 
     /// Why a park ended, set by whoever ends it.
     enum Wake {
-        case timer, flight(EngineState.Flight)
+        case timer, flight(EngineState.Flight), dispatched
     }
 
-    enum Phase { case running, onWire, backoff, awaitingRefresh }
+    enum Phase { case running, onWire, backoff, awaitingRefresh, queued }
 
     enum AttemptOutcome { case response, error, timedOut, cancelled }
 
@@ -58,6 +60,8 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
     var registered = false
     var next: RequestMachine?
     unowned(unsafe) var previous: RequestMachine?
+    /// Holds one of its host's dispatch slots (see ``Dispatcher``).
+    var holdsSlot = false
 
     // MARK: The loop's own
 
@@ -70,6 +74,10 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
     let retryable: Bool
     let deadline: Duration?
     let request: HTTPRequest
+    /// The host whose dispatch slots this request takes; `nil` when dispatch is unlimited.
+    let host: String?
+    /// `dispatch.max-in-flight-per-host` of the policy it started under (`Int.max`: unlimited).
+    let dispatchLimit: Int
 
     var result: Result<HTTPResponse, PolicyEngineError> = .failure(.cancelled)
     /// The signed request of the attempt about to go out (the unsigned one between attempts),
@@ -113,6 +121,13 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         self.request = request
         pendingRequest = request
         deadline = scope.deadline.map { context.start + $0 }
+        if let limit = context.runtime.policy.dispatch.maxInFlightPerHost {
+            dispatchLimit = limit
+            host = original.url.host.map { host in original.url.port.map { "\(host):\($0)" } ?? host } ?? ""
+        } else {
+            dispatchLimit = .max
+            host = nil
+        }
     }
 
     var method: String { request.method }
@@ -216,12 +231,33 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         // The first turn runs right after `admit`, which read the clock.
         let now = attempt == 0 && !skipProactive ? context.start : engine.clock.now
         let cancelled = Task.isCancelled
-        let (endedOutside, isLoggedOut, box, generation) = engine.state.withLock { state in
+        let hold = scope.refresh.holdNewRequests
+        let (gate, box, generation) = engine.state.withLock { state -> (Gate, CredentialsBox?, UInt64) in
             state.register(self)
-            return (endReason != nil, state.isLoggedOut(at: now), state.credentialsBox, state.generation)
+            if cancelled || endReason != nil { return (.ended, nil, 0) }
+            if state.isLoggedOut(at: now) { return (.loggedOut, nil, 0) }
+            // A refresh in flight: this request has not gone out yet, so it waits for the fresh
+            // token rather than going out with one already known to be stale.
+            if hold, let flight = state.flight {
+                state.join(insideLock: flight, self)
+                return (.held, nil, 0)
+            }
+            if let host, !state.dispatcher.acquire(insideLock: self, host: host, limit: dispatchLimit) {
+                return (.queued, nil, 0)
+            }
+            return (.go, state.credentialsBox, state.generation)
         }
-        if cancelled || endedOutside { return ended() }
-        if isLoggedOut { return cancelledByLogout() }
+        switch gate {
+        case .go: break
+        case .ended: return ended()
+        case .loggedOut: return cancelledByLogout()
+        case .held:
+            waitingFor = .refresh(proactive: true)
+            return .park
+        case .queued:
+            waitingFor = .dispatch
+            return .park
+        }
         let credentials = box?.credentials
         if !skipProactive, let ahead = scope.refreshAhead, plugins.refresh != nil, let expiry = credentials?.expiresAt,
             expiry.timeIntervalSince(engine.clock.date) < ahead.seconds
@@ -252,6 +288,9 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         pendingTimeoutAt = timeoutAt
         return .send
     }
+
+    /// What the top of the loop found under the lock.
+    enum Gate { case go, ended, loggedOut, held, queued }
 
     // MARK: - After an attempt
 
@@ -443,6 +482,10 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
             guard case .flight(let flight) = woken else { return ended() }
             let result = engine.state.withLock { _ in flight.result } ?? .cancelled
             return afterRefresh(result, proactive: proactive)
+        case .dispatch:
+            if endedOutside { return ended() }
+            guard case .dispatched? = woken else { return ended() }
+            return top()
         }
     }
 }

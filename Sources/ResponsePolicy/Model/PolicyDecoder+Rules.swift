@@ -8,6 +8,7 @@ struct SectionScope {
 extension PolicyDecoder {
     static let topLevelKeys = [
         "policy", "name", "classify", "rules", "refresh", "logout", "retry", "authorize", "store", "observe", "routes",
+        "dispatch", "coordination",
     ]
     static let ruleKeys = ["name", "when", "then"]
     static let whenKeys = ["status", "code", "header", "error", "method", "path"]
@@ -336,6 +337,8 @@ struct PolicyParts {
     var store = PluginReference(kind: .store, name: "memory")
     var observe: [PluginReference] = []
     var routes: [Route] = []
+    var dispatch = DispatchSettings()
+    var coordination = PluginReference(kind: .coordination, name: "local")
     /// Which top-level sections were written, with the range of their key (for lint).
     var sections: [String: SourceRange] = [:]
     /// Where section keys were written (see ``PolicyDecoder/locations``).
@@ -407,6 +410,10 @@ extension PolicyDecoder {
                     parts.observe.append(plugin)
                 }
             }
+        }
+        if let node = field("dispatch") { parts.dispatch = dispatch(node) }
+        if let node = field("coordination") {
+            parts.coordination = pluginSection(.coordination, node, what: "'coordination'") ?? parts.coordination
         }
         if let node = field("rules") {
             parts.rules = rules(

@@ -13,6 +13,7 @@ enum BuiltinPlugins {
         registry.register(logout: "none") { _ in NoLogout() }
         registry.register(store: "memory") { _ in MemoryCredentialStore() }
         registry.register(observe: "log") { config in LogObserver(debug: config.string("level") == "debug") }
+        registry.register(coordination: "local") { _ in LocalSessionCoordinator() }
         registerNetworkPlugins(in: &registry)
     }
 }

@@ -59,6 +59,7 @@ public struct PluginRegistry: Sendable {
     var observe: [String: Factory<any PolicyObserver>] = [:]
     var store: [String: Factory<any CredentialStore>] = [:]
     var extract: [String: Factory<any CodeExtractor>] = [:]
+    var coordination: [String: Factory<any SessionCoordinator>] = [:]
 
     /// A registry with the built-in plugins.
     public init() {
@@ -105,6 +106,15 @@ public struct PluginRegistry: Sendable {
     ) {
         extract[name] = make
         declare(.extract, name, schema)
+    }
+
+    /// Registers a ``SessionCoordinator`` for `coordination: { use: name }`. The engine makes
+    /// one when it starts and stops it when it is released.
+    public mutating func register(
+        coordination name: String, schema: PluginSchema? = nil, _ make: @escaping Factory<any SessionCoordinator>
+    ) {
+        coordination[name] = make
+        declare(.coordination, name, schema)
     }
 
     private mutating func declare(_ kind: PluginKind, _ name: String, _ schema: PluginSchema?) {
