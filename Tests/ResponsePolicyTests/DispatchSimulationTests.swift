@@ -98,13 +98,13 @@ struct DispatchSimulationTests {
     @Test func theDispatchSectionIsChecked() throws {
         #expect(
             renderedErrors("policy: 1\nname: d\ndispatch: { max-in-flight-per-host: 0 }\n")
-                == "test.yaml:3:37: error: 'max-in-flight-per-host' must be from 1 to 1000000, not 0 [invalid-value]")
+                == "test.yaml:3:37: error: 'max-in-flight-per-host' must be between 1 and 1000000, not 0 [invalid-value]")
         #expect(
             renderedErrors("policy: 1\nname: d\ndispatch: { max-in-flight: 6 }\n").contains(
                 "test.yaml:3:13: error: unknown key 'max-in-flight'"))
         #expect(
             renderedErrors("policy: 1\nname: d\nrefresh: { hold-new-requests: maybe }\n").hasPrefix(
-                "test.yaml:3:32: error:"))
+                "test.yaml:3:31: error:"))
         let policy = try validPolicy("policy: 1\nname: d\ndispatch: { max-in-flight-per-host: 6 }\n")
         #expect(policy.dispatch.maxInFlightPerHost == 6)
         #expect(policy.refresh.holdNewRequests)

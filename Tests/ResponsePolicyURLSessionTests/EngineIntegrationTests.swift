@@ -112,7 +112,7 @@ struct EngineIntegrationTests {
             let first = await #expect(throws: PolicyEngineError.self) {
                 try await engine.send(HTTPRequest(url: server.url("/api/items")))
             }
-            guard case .loggedOut(let until) = first else {
+            guard case .loggedOut(let until, _) = first else {
                 Issue.record("expected a logout, got \(String(describing: first))")
                 return
             }
@@ -125,7 +125,7 @@ struct EngineIntegrationTests {
             let later = await #expect(throws: PolicyEngineError.self) {
                 try await engine.send(HTTPRequest(url: server.url("/api/items")))
             }
-            guard case .loggedOut(let laterUntil) = later else {
+            guard case .loggedOut(let laterUntil, _) = later else {
                 Issue.record("expected a logout, got \(String(describing: later))")
                 return
             }

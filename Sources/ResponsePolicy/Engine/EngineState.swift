@@ -28,9 +28,14 @@ struct EngineState {
         /// listed but no longer names this flight as the one it awaits.
         var waiters: [RequestMachine] = []
         let sessionEpoch: UInt64
+        /// The coordinator's generation of the credentials being replaced.
+        let sharedGeneration: UInt64
         var result: FlightResult?
 
-        init(sessionEpoch: UInt64) { self.sessionEpoch = sessionEpoch }
+        init(sessionEpoch: UInt64, sharedGeneration: UInt64) {
+            self.sessionEpoch = sessionEpoch
+            self.sharedGeneration = sharedGeneration
+        }
 
         /// The waiters still waiting.
         var live: [RequestMachine] { waiters.filter { $0.awaitedFlight === self } }
@@ -55,6 +60,8 @@ struct EngineState {
     var loggedOutUntil: Duration?
     /// The cooldown's end on the wall clock, fixed at logout so every refusal reports the same.
     var loggedOutUntilDate: Date?
+    /// Why the session in its cooldown ended.
+    var logoutReason: LogoutReason?
     /// Bumped by every logout and sign-in: a refresh that started before either does not
     /// replace the credentials of the session that followed.
     var sessionEpoch: UInt64 = 0
@@ -75,6 +82,12 @@ struct EngineState {
     var background: [UInt64: Task<Void, Never>] = [:]
     var nextBackground: UInt64 = 0
     var finishedBackground: Set<UInt64> = []
+
+    /// The cooldown's end and reason, as a refused request reports them.
+    var cooldown: (Date, LogoutReason)? {
+        guard let until = loggedOutUntilDate else { return nil }
+        return (until, logoutReason ?? .host("logged out"))
+    }
 
     func isLoggedOut(at now: Duration) -> Bool {
         guard let until = loggedOutUntil else { return false }

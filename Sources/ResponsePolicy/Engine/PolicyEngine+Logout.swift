@@ -1,23 +1,69 @@
 import Foundation
 
 extension PolicyEngine {
-    /// Ends the session: starts the cooldown, ends every other request in flight or waiting as
-    /// logged out, and calls the logout plugin once.
+    /// Ends the session because a request's response (or its refresh) said so: starts the
+    /// cooldown, ends every other request in flight or waiting as logged out, calls the logout
+    /// plugin once and tells the coordinator.
     ///
     /// Many logout triggers arriving together make one logout: the first starts the cooldown,
     /// the others find it running and only end their own request.
     func logout(
-        settings: LogoutSettings, plugins: PolicyRuntime.ScopePlugins, trigger: RequestMachine, reason: String
+        settings: LogoutSettings, plugins: PolicyRuntime.ScopePlugins, trigger: RequestMachine, reason: LogoutReason
+    ) {
+        endSession(
+            cooldown: settings.cooldown, cancelInFlight: settings.cancelInFlight, reason: reason, trigger: trigger,
+            plugin: plugins.logout, runtime: trigger.runtime, publish: true)
+    }
+
+    /// Signs the user out because the host says so: the same as a `logout` rule matching (the
+    /// cooldown of the policy's `logout:` section, `cancel-in-flight`, the logout plugin called
+    /// once, the coordinator told), with ``LogoutReason/host(_:)`` as the reason every request
+    /// it ends carries. Does nothing when the session is already in its cooldown.
+    ///
+    /// ```swift
+    /// engine.logout(reason: "the user signed out")
+    /// await engine.waitForBackgroundWork()   // the logout plugin's call, before the app exits
+    /// ```
+    public func logout(reason: String) {
+        let runtime = state.withLock { $0.runtime }
+        let index = runtime.policy.graph.scopes.count - 1
+        let settings = runtime.policy.graph.scopes[index].logout
+        endSession(
+            cooldown: settings.cooldown, cancelInFlight: settings.cancelInFlight, reason: .host(reason), trigger: nil,
+            plugin: runtime.scopes[index].logout, runtime: runtime, publish: true)
+    }
+
+    /// Another process logged the session out (a ``SessionUpdate/loggedOut(until:reason:)``):
+    /// the same cooldown here, without calling the logout plugin or publishing again. A logout
+    /// whose end is not later than the cooldown already kept is old news and ignored.
+    func logoutFromElsewhere(until: Date, reason: String) {
+        let runtime = state.withLock { $0.runtime }
+        let remaining = until.timeIntervalSince(clock.date)
+        guard remaining > 0 else { return }
+        let settings = runtime.policy.logout
+        endSession(
+            cooldown: .seconds(remaining), cancelInFlight: settings.cancelInFlight, reason: .elsewhere(reason),
+            trigger: nil, plugin: nil, runtime: runtime, publish: false, until: until)
+    }
+
+    /// The one place a session ends. (See ``logout(settings:plugins:trigger:reason:)``.)
+    private func endSession(
+        cooldown: Duration, cancelInFlight: Bool, reason: LogoutReason, trigger: RequestMachine?,
+        plugin: (any LogoutPlugin)?, runtime: PolicyRuntime, publish: Bool, until: Date? = nil
     ) {
         let now = clock.now
-        let untilDate = clock.date.addingTimeInterval(settings.cooldown.seconds)
+        let untilDate = until ?? clock.date.addingTimeInterval(cooldown.seconds)
         let taken:
             (
                 attempts: [AttemptCancellation], parked: [UnsafeContinuation<Void, Never>], credentials: Credentials?
             )? = state.withLock { state in
-                if state.isLoggedOut(at: now) { return nil }
-                state.loggedOutUntil = now + settings.cooldown
+                if state.isLoggedOut(at: now) {
+                    // A later end from elsewhere extends the cooldown; anything else is the same logout.
+                    guard until != nil, let current = state.loggedOutUntilDate, untilDate > current else { return nil }
+                }
+                state.loggedOutUntil = now + cooldown
                 state.loggedOutUntilDate = untilDate
+                state.logoutReason = reason
                 state.sessionEpoch += 1
                 var attempts: [AttemptCancellation] = []
                 var parked: [UnsafeContinuation<Void, Never>] = []
@@ -35,9 +81,7 @@ extension PolicyEngine {
                 }
                 for machine in state.requests where machine !== trigger {
                     // Waiting requests (a backoff, a dispatch queue) end whatever `cancel-in-flight` says.
-                    guard settings.cancelInFlight || machine.phase == .backoff || machine.phase == .queued else {
-                        continue
-                    }
+                    guard cancelInFlight || machine.phase == .backoff || machine.phase == .queued else { continue }
                     if machine.endReason == nil { machine.endReason = .loggedOut }
                     if let attempt = machine.attemptCancellation { attempts.append(attempt) }
                     // A backoff's timer is taken off the heap by the request itself, when its
@@ -50,24 +94,35 @@ extension PolicyEngine {
                 return (attempts, parked, state.credentials)
             }
         guard let taken else { return }
-        emit(trigger.runtime) {
-            var event = PolicyEvent(.logout, time: now, request: trigger.context.id)
-            if reason != Self.refreshFailedReason { event.rule = reason }
-            event.reason = reason
+        emit(runtime) {
+            var event = PolicyEvent(.logout, time: now, request: trigger?.context.id)
+            event.rule = reason.ruleName
+            event.reason = reason.eventText
             return event
         }
         for continuation in taken.parked { continuation.resume() }
         for attempt in taken.attempts { attempt.cancel() }
+        let coordinator = coordinatorIsLocal || !publish ? nil : coordinator
+        guard plugin != nil || coordinator != nil else { return }
         let context = LogoutContext(
-            requestID: trigger.context.id, reason: reason, credentials: taken.credentials, transport: transport,
-            clock: clock)
-        let plugin = plugins.logout
+            requestID: trigger?.context.id, reason: reason.eventText, credentials: taken.credentials,
+            transport: transport, clock: clock)
+        let text = reason.eventText
+        runInBackground {
+            // Published first: the other processes stop sending while the plugin ends the session.
+            await coordinator?.publishLogout(until: untilDate, reason: text)
+            await plugin?.logout(context)
+        }
+    }
+
+    /// Runs `work` in a task of its own that ``waitForBackgroundWork()`` waits for.
+    func runInBackground(_ work: @escaping @Sendable () async -> Void) {
         let id = state.withLock { state -> UInt64 in
             state.nextBackground += 1
             return state.nextBackground
         }
         let task = Task(executorPreference: options.taskExecutor) { [weak self] in
-            await plugin.logout(context)
+            await work()
             self?.state.withLock { state in
                 if state.background.removeValue(forKey: id) == nil { state.finishedBackground.insert(id) }
             }
@@ -81,8 +136,9 @@ extension PolicyEngine {
     /// The reason of a logout caused by a failed refresh (a rule name cannot contain a space).
     static let refreshFailedReason = "refresh failed"
 
-    /// Waits until the logout calls the engine started in the background have finished, e.g.
-    /// before a command-line tool exits right after its last request.
+    /// Waits until the work the engine started in the background has finished (logout calls,
+    /// publications to the coordinator), e.g. before a command-line tool exits right after its
+    /// last request.
     public func waitForBackgroundWork() async {
         while true {
             let pending = state.withLock { Array($0.background.values) }

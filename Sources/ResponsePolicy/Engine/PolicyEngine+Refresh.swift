@@ -36,7 +36,7 @@ extension PolicyEngine {
                 }
             }
             if settings.limit != nil { state.refreshCalls.append(now) }
-            let flight = EngineState.Flight(sessionEpoch: state.sessionEpoch)
+            let flight = EngineState.Flight(sessionEpoch: state.sessionEpoch, sharedGeneration: state.sharedGeneration)
             state.flight = flight
             state.join(insideLock: flight, machine)
             return .start(flight, credentials: state.credentials)
@@ -73,7 +73,9 @@ extension PolicyEngine {
         emit(PolicyEvent(.refreshStart, time: clock.now, request: context.id), context.runtime)
         let refreshContext = RefreshContext(credentials: credentials, transport: transport, clock: clock)
         Task(executorPreference: options.taskExecutor) {
-            let outcome = await self.callRefresh(plugins.refresh, refreshContext, timeout: settings.timeout)
+            let (outcome, shared) = await self.coordinatedRefresh(
+                plugins.refresh, refreshContext, settings: settings, failedGeneration: flight.sharedGeneration,
+                context.runtime)
             let now = self.clock.now
             var refreshed = false
             var discarded = false
@@ -81,10 +83,14 @@ extension PolicyEngine {
                 if state.flight === flight { state.flight = nil }
                 switch outcome {
                 case .success(let fresh) where state.sessionEpoch == flight.sessionEpoch:
-                    state.credentials = fresh
-                    state.generation += 1
+                    // Adopted already when the coordinator's news arrived first.
+                    if shared.map({ $0 > state.sharedGeneration }) ?? true {
+                        state.credentials = fresh
+                        state.generation += 1
+                        if let shared { state.sharedGeneration = shared }
+                        refreshed = true
+                    }
                     state.lastRefresh = now
-                    refreshed = true
                     flight.result = .ok
                 case .success:
                     discarded = true
@@ -121,6 +127,65 @@ extension PolicyEngine {
             }
             self.emit(end, context.runtime)
             for waiter in waiters { waiter.resume() }
+        }
+    }
+
+    /// Takes the refresh turn from the coordinator, calls the plugin when the turn is this
+    /// process's, and publishes what it returned. Returns the credentials to use and, when the
+    /// coordinator shares them, their shared generation.
+    ///
+    /// The built-in local coordinator is answered inline: it grants every turn and shares
+    /// nothing, so one process pays nothing for the seam.
+    private func coordinatedRefresh(
+        _ choice: Result<any RefreshPlugin, PluginError>?, _ context: RefreshContext, settings: RefreshSettings,
+        failedGeneration: UInt64, _ runtime: PolicyRuntime
+    ) async -> (Result<Credentials, RefreshFailure>, shared: UInt64?) {
+        guard !coordinatorIsLocal else { return (await callRefresh(choice, context, timeout: settings.timeout), nil) }
+        var failedGeneration = failedGeneration
+        var turn = RefreshTurn.unavailable("not asked")
+        // A "newer" session holding the very credentials that failed only numbers them (a store
+        // that seeded the coordinator learns its generation this way): ask again from there.
+        for _ in 0..<3 {
+            turn = await coordinator.beginRefresh(
+                RefreshTurnRequest(
+                    failedGeneration: failedGeneration, timeout: settings.timeout,
+                    limit: settings.limit.map { ($0.count, $0.per) }))
+            guard case .newer(let session) = turn, session.credentials == context.credentials,
+                session.generation > failedGeneration
+            else { break }
+            failedGeneration = session.generation
+        }
+        switch turn {
+        case .newer(let session), .published(let session):
+            guard let credentials = session.credentials, credentials != context.credentials else {
+                return (.failure(RefreshFailure("the shared session holds no newer credentials")), nil)
+            }
+            return (.success(credentials), session.generation)
+        case .failedElsewhere(let reason):
+            return (.failure(RefreshFailure("the refresh failed in another process: \(reason)")), nil)
+        case .limited:
+            return (.failure(RefreshFailure("refresh.limit is used up across the processes sharing the session")), nil)
+        case .unavailable(let reason):
+            problem("coordination unavailable (\(reason)); refreshing in this process alone", runtime)
+            return (await callRefresh(choice, context, timeout: settings.timeout), nil)
+        case .lease(let lease):
+            let outcome = await callRefresh(choice, context, timeout: settings.timeout)
+            switch outcome {
+            case .failure(let failure):
+                await coordinator.endRefresh(lease, failure: failure.reason)
+                return (outcome, nil)
+            case .success(let credentials):
+                switch await coordinator.publish(credentials, with: lease) {
+                case .published(let session):
+                    return (.success(session.credentials ?? credentials), session.generation)
+                case .leaseLost(let current):
+                    if let current, let shared = current.credentials { return (.success(shared), current.generation) }
+                    return (.failure(RefreshFailure("the refresh lease expired before its token was published")), nil)
+                case .unavailable(let reason):
+                    problem("coordination unavailable (\(reason)); the new token is kept in this process", runtime)
+                    return (outcome, nil)
+                }
+            }
         }
     }
 

@@ -239,8 +239,10 @@ extension PolicyEngine {
         return String(repeating: "0", count: max(0, 32 - hex.count)) + hex
     }
 
-    func cooldownEnd() -> Date {
-        state.withLock { $0.loggedOutUntilDate } ?? clock.date
+    /// The error of a request the current logout ended.
+    func loggedOutError() -> PolicyEngineError {
+        let (until, reason) = state.withLock { $0.cooldown } ?? (clock.date, .host("logged out"))
+        return .loggedOut(until: until, reason: reason)
     }
 
     /// Whether a refresh endpoint's answer matches a `logout` rule of the scope.

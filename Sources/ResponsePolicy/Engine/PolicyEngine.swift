@@ -30,11 +30,16 @@ public final class PolicyEngine: Sendable {
         public var environment: [String: String] = ProcessInfo.processInfo.environment
         /// The executor for tasks the engine starts itself (refreshes, logout calls, requests);
         /// `nil` (the global pool) by default. Simulations pass their scheduler.
-        public var taskExecutor: (any TaskExecutor)?
+        package var taskExecutor: (any TaskExecutor)?
         /// Replaces the policy's refresh plugin (the simulator's scripted refresh).
-        public var refreshPlugin: (any RefreshPlugin)?
+        package var refreshPlugin: (any RefreshPlugin)?
         /// Replaces the policy's logout plugin.
-        public var logoutPlugin: (any LogoutPlugin)?
+        package var logoutPlugin: (any LogoutPlugin)?
+        /// Shares the session (its refresh, its logout, its credentials) with other engines and
+        /// processes. `nil` by default: the coordinator the policy's `coordination:` names,
+        /// ``LocalSessionCoordinator`` when it names none. One given here is shared as given; the
+        /// engine does not stop it.
+        public var coordinator: (any SessionCoordinator)?
         /// How much of a body the code scan reads: `64 KiB` by default, so a huge body costs
         /// no more than a small one.
         public var bodyScanLimit = 65_536
@@ -61,6 +66,12 @@ public final class PolicyEngine: Sendable {
     let timers: TimerService
     /// Serialises credential-store writes; holds the generation last written.
     let saving = Locked<UInt64>(0)
+    /// Where refresh turns, publications and logouts are shared (see ``SessionCoordinator``).
+    let coordinator: any SessionCoordinator
+    /// The coordinator is the built-in local one: answered inline, never awaited.
+    let coordinatorIsLocal: Bool
+    /// The engine made the coordinator from the policy, so it stops it.
+    let ownsCoordinator: Bool
 
     /// - Parameters:
     ///   - policy: a loaded policy.
@@ -97,9 +108,31 @@ public final class PolicyEngine: Sendable {
         } catch {
             loadProblem = "the credential store could not be read (\(Self.describe(error))); requests go out unsigned"
         }
+        var coordinationProblem: String?
+        if let given = options.coordinator {
+            coordinator = given
+            ownsCoordinator = false
+        } else {
+            do {
+                coordinator = try plugins.make(
+                    plugins.coordination, policy.coordination, transport: transport, environment: options.environment)
+            } catch {
+                coordinationProblem = "\(error.description); the session is coordinated in this engine alone"
+                coordinator = LocalSessionCoordinator()
+            }
+            ownsCoordinator = true
+        }
+        coordinatorIsLocal = coordinator is LocalSessionCoordinator
+        let local = initial.credentials
         state = Locked(initial)
         reportProblems(runtime)
         if let loadProblem { problem(loadProblem, runtime) }
+        if let coordinationProblem { problem(coordinationProblem, runtime) }
+        if !coordinatorIsLocal { startCoordination(local: local) }
+    }
+
+    deinit {
+        if ownsCoordinator { coordinator.stop() }
     }
 
     /// Emits a `problem` event.
@@ -164,6 +197,8 @@ public final class PolicyEngine: Sendable {
 
     /// Signs in with new credentials: ends a logout cooldown early and makes every request that
     /// hits a trigger afterwards use these.
+    ///
+    /// The coordinator publishes the sign-in to every engine that shares the session.
     public func signIn(_ credentials: Credentials) {
         let runtime = state.withLock { state in
             state.credentials = credentials
@@ -172,9 +207,16 @@ public final class PolicyEngine: Sendable {
             state.sessionEpoch += 1
             state.loggedOutUntil = nil
             state.loggedOutUntilDate = nil
+            state.logoutReason = nil
             return state.runtime
         }
         saveCredentials(runtime)
+        guard !coordinatorIsLocal else { return }
+        let coordinator = coordinator
+        runInBackground { [weak self] in
+            guard let session = await coordinator.publishSignIn(credentials) else { return }
+            self?.signedIn(session, credentials)
+        }
     }
 
     /// Runs new requests under `policy`; requests in flight finish under the one they started with.
@@ -271,17 +313,17 @@ public final class PolicyEngine: Sendable {
         let (number, runtime, loggedOutUntil) = state.withLock { state in
             state.nextRequest += 1
             state.budget.recordRequest(at: now)
-            let refused = state.isLoggedOut(at: now) ? state.loggedOutUntilDate : nil
+            let refused = state.isLoggedOut(at: now) ? state.cooldown : nil
             return (state.nextRequest, state.runtime, refused)
         }
         let context = RequestContext(number: number, explicitID: request.id, runtime: runtime, start: now)
-        if let until = loggedOutUntil {
+        if let (until, reason) = loggedOutUntil {
             emit(runtime) {
                 var event = PolicyEvent(.outcome, time: now, request: context.id)
                 event.result = .loggedOut
                 return event
             }
-            throw .loggedOut(until: until)
+            throw .loggedOut(until: until, reason: reason)
         }
         if Task.isCancelled {
             emit(runtime) {

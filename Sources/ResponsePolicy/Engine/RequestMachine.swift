@@ -175,7 +175,7 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
     }
 
     @inline(never)
-    func loggedOut() -> Step { finish(.failure(.loggedOut(until: engine.cooldownEnd()))) }
+    func loggedOut() -> Step { finish(.failure(engine.loggedOutError())) }
 
     /// Ended by another request's logout while on the wire or waiting: a `cancel` event, then
     /// the logged-out outcome (the trigger itself and requests refused in the cooldown have no
@@ -337,7 +337,7 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
             guard let lastResponse else { return finish(.failure(.transport(failure ?? TransportError(.connection)))) }
             return finish(.failure(.failed(response: lastResponse, rule: rule.name)))
         case .logout:
-            return logout(scope.logout(for: rule), reason: rule.name)
+            return logout(scope.logout(for: rule), reason: .rule(rule.name, response: lastResponse))
         case .refresh:
             return refreshTrigger(ruleIndex)
         case .retry:
@@ -350,7 +350,7 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         let settings = scope.refresh(for: rule)
         guard refreshResends < settings.maxPerRequest else {
             switch settings.onExhausted {
-            case .logout: return logout(scope.logout, reason: rule.name)
+            case .logout: return logout(scope.logout, reason: .rule(rule.name, response: lastResponse))
             case .deliver: return deliverOrFail()
             default:
                 return finish(
@@ -405,10 +405,13 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
             if let response = refreshFailure.response,
                 engine.endsSession(response, scope: scope, scopeIndex: scopeIndex, runtime, method: method, path: path)
             {
-                return logout(scope.logout, reason: PolicyEngine.refreshFailedReason)
+                return logout(
+                    scope.logout, reason: .refreshFailed(refreshFailure.reason, response: refreshFailure.response))
             }
             switch settings.onFailure {
-            case .logout: return logout(scope.logout, reason: PolicyEngine.refreshFailedReason)
+            case .logout:
+                return logout(
+                    scope.logout, reason: .refreshFailed(refreshFailure.reason, response: refreshFailure.response))
             case .deliver: return deliverOrFail()
             default: return finish(.failure(.refreshFailed(reason: refreshFailure.reason)))
             }
@@ -425,7 +428,7 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         guard allowed else {
             switch settings.onExhausted {
             case .fail: return finish(.failure(.retriesExhausted(lastResponse: lastResponse, lastError: failure)))
-            case .logout: return logout(scope.logout, reason: rule.name)
+            case .logout: return logout(scope.logout, reason: .rule(rule.name, response: lastResponse))
             default:
                 if lastResponse == nil {
                     return finish(.failure(.retriesExhausted(lastResponse: nil, lastError: failure)))
@@ -453,7 +456,7 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
     }
 
     @inline(never)
-    func logout(_ settings: LogoutSettings, reason: String) -> Step {
+    func logout(_ settings: LogoutSettings, reason: LogoutReason) -> Step {
         engine.logout(settings: settings, plugins: plugins, trigger: self, reason: reason)
         return loggedOut()
     }

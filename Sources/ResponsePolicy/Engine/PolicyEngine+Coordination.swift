@@ -1,0 +1,82 @@
+import Foundation
+
+/// What the engine does with its ``SessionCoordinator``: seeds it at start, and turns what it
+/// hears from other engines into the same state changes a local refresh, sign-in or logout makes.
+/// (The refresh turn itself is in `PolicyEngine+Refresh.swift`; the logout publication in
+/// `PolicyEngine+Logout.swift`.)
+///
+/// Concurrency contract: updates may arrive on any thread, late, twice or out of order; each is
+/// applied under the engine's lock and compared with what the engine holds (a generation not
+/// newer, a cooldown not later, is ignored), so a repeated or stale update changes nothing.
+extension PolicyEngine {
+    /// Starts the coordinator with the store's credentials and adopts what it already shares.
+    func startCoordination(local: Credentials?) {
+        let coordinator = coordinator
+        runInBackground { [weak self] in
+            let shared = await coordinator.start(local: local) { [weak self] update in
+                self?.coordinationUpdate(update)
+            }
+            guard let self, let shared else { return }
+            self.coordinationUpdate(.credentials(shared))
+            if let until = shared.loggedOutUntil { self.logoutFromElsewhere(until: until, reason: "logged out") }
+        }
+    }
+
+    /// Applies one piece of news from the coordinator.
+    package func coordinationUpdate(_ update: SessionUpdate) {
+        switch update {
+        case .credentials(let session): adopt(session)
+        case .loggedOut(let until, let reason): logoutFromElsewhere(until: until, reason: reason)
+        case .problem(let reason): problem("coordination: \(reason)", state.withLock { $0.runtime })
+        case .recovered: break
+        }
+    }
+
+    /// Adopts credentials another engine published, when they are newer than those held. Requests
+    /// waiting for this engine's refresh retry with them at once.
+    func adopt(_ session: SharedSession) {
+        guard let credentials = session.credentials else { return }
+        let now = clock.now
+        let adopted = state.withLock { state -> (PolicyRuntime, [UnsafeContinuation<Void, Never>])? in
+            guard session.generation > state.sharedGeneration else { return nil }
+            state.sharedGeneration = session.generation
+            // The credentials held, only numbered: nothing for requests to retry with.
+            guard credentials != state.credentials else { return nil }
+            state.credentials = credentials
+            state.generation += 1
+            var woken: [UnsafeContinuation<Void, Never>] = []
+            if let flight = state.flight, flight.sessionEpoch == state.sessionEpoch {
+                // The refresh this engine awaits is answered: its waiters go on now. (Its own
+                // ending later finds the generation adopted and changes nothing.)
+                state.lastRefresh = now
+                flight.result = .ok
+                for machine in flight.live.sorted(by: { $0.context.number < $1.context.number }) {
+                    machine.awaitedFlight = nil
+                    machine.wake = .flight(flight)
+                    if let parked = machine.parked.take() { woken.append(parked) }
+                }
+                flight.waiters = []
+                state.flight = nil
+                state.dispatcher.promoteAll(insideLock: false, into: &woken)
+            }
+            return (state.runtime, woken)
+        }
+        guard let (runtime, woken) = adopted else { return }
+        saveCredentials(runtime)
+        for continuation in woken { continuation.resume() }
+    }
+
+    /// The coordinator stored this engine's sign-in as `session`: its generation is the one to
+    /// compare later publications with.
+    func signedIn(_ session: SharedSession, _ credentials: Credentials) {
+        let stillOurs = state.withLock { state -> Bool in
+            guard session.generation > state.sharedGeneration else { return true }
+            if session.credentials == nil || session.credentials == credentials {
+                state.sharedGeneration = session.generation
+                return true
+            }
+            return false
+        }
+        if !stillOurs { adopt(session) }
+    }
+}
