@@ -36,6 +36,11 @@ public final class URLSessionTransport: CancellableTransport {
 
     private let session: URLSession
     private let ownsSession: Bool
+    /// The transport for the engine's refresh and logout calls, made on first use: a session of
+    /// its own (the same configuration), so those calls never wait for a connection behind the
+    /// requests already queued in this one.
+    private let control = Locked<URLSessionTransport?>(nil)
+    private let isControl: Bool
 
     /// Creates a transport.
     ///
@@ -54,9 +59,18 @@ public final class URLSessionTransport: CancellableTransport {
     ///   - session: The session to send with; the transport then uses its configuration (cookies, cache, proxies)
     ///     as it is and never invalidates it. Defaults to `nil`: the transport creates an ephemeral session with no
     ///     cookie storage and no URL cache, and invalidates it when the transport is released.
-    public init(timeout: Duration = .seconds(60), session: URLSession? = nil) {
+    public convenience init(timeout: Duration = .seconds(60), session: URLSession? = nil) {
+        self.init(timeout: timeout, session: session, controlConfiguration: nil)
+    }
+
+    /// With `controlConfiguration`: the transport for session calls, on a session of its own.
+    private init(timeout: Duration, session: URLSession?, controlConfiguration: URLSessionConfiguration?) {
+        isControl = controlConfiguration != nil
         self.timeout = timeout
-        if let session {
+        if let controlConfiguration {
+            self.session = URLSession(configuration: controlConfiguration)
+            ownsSession = true
+        } else if let session {
             self.session = session
             ownsSession = false
         } else {
@@ -76,6 +90,20 @@ public final class URLSessionTransport: CancellableTransport {
 
     deinit {
         if ownsSession { session.finishTasksAndInvalidate() }
+    }
+
+    /// A transport with a session of its own (the same configuration and timeout) for the
+    /// engine's refresh and logout calls.
+    public var sessionCallTransport: any Transport {
+        if isControl { return self }
+        let configuration = session.configuration
+        let timeout = timeout
+        return control.withLock { control in
+            if let control { return control }
+            let made = URLSessionTransport(timeout: timeout, session: nil, controlConfiguration: configuration)
+            control = made
+            return made
+        }
     }
 
     /// Sends one request and returns the response, whatever its status.

@@ -106,7 +106,7 @@ extension PolicyEngine {
         guard plugin != nil || coordinator != nil else { return }
         let context = LogoutContext(
             requestID: trigger?.context.id, reason: reason.eventText, credentials: taken.credentials,
-            transport: transport, clock: clock)
+            transport: sessionTransport, clock: clock)
         let text = reason.eventText
         runInBackground {
             // Published first: the other processes stop sending while the plugin ends the session.

@@ -71,7 +71,7 @@ extension PolicyEngine {
         plugins: PolicyRuntime.ScopePlugins, _ context: RequestContext
     ) {
         emit(PolicyEvent(.refreshStart, time: clock.now, request: context.id), context.runtime)
-        let refreshContext = RefreshContext(credentials: credentials, transport: transport, clock: clock)
+        let refreshContext = RefreshContext(credentials: credentials, transport: sessionTransport, clock: clock)
         Task(executorPreference: options.taskExecutor) {
             let (outcome, shared) = await self.coordinatedRefresh(
                 plugins.refresh, refreshContext, settings: settings, failedGeneration: flight.sharedGeneration,

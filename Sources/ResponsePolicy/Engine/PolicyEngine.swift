@@ -54,6 +54,9 @@ public final class PolicyEngine: Sendable {
     }
 
     let transport: any Transport
+    /// The transport of the refresh and logout calls (``Transport/sessionCallTransport``): they
+    /// never queue behind the requests.
+    let sessionTransport: any Transport
     /// The transport as a ``CancellableTransport`` when it is one (`attemptsInline`): attempts
     /// then run inline. (Not an optional: unwrapping one copied the existential on every attempt.)
     let inlineTransport: any CancellableTransport
@@ -85,6 +88,7 @@ public final class PolicyEngine: Sendable {
         credentials: (any CredentialStore)? = nil, options: Options = Options()
     ) {
         self.transport = transport
+        sessionTransport = transport.sessionCallTransport
         if let cancellable = transport as? any CancellableTransport {
             inlineTransport = cancellable
             attemptsInline = true
@@ -97,7 +101,7 @@ public final class PolicyEngine: Sendable {
         self.options = options
         clock = options.clock
         let runtime = PolicyRuntime(
-            policy: policy, registry: plugins, transport: transport, environment: options.environment,
+            policy: policy, registry: plugins, transport: sessionTransport, environment: options.environment,
             overrides: Overrides(
                 refresh: options.refreshPlugin, logout: options.logoutPlugin, observers: options.observers))
         timers = TimerService(clock: options.clock, executor: options.taskExecutor)
@@ -115,7 +119,7 @@ public final class PolicyEngine: Sendable {
         } else {
             do {
                 coordinator = try plugins.make(
-                    plugins.coordination, policy.coordination, transport: transport, environment: options.environment)
+                    plugins.coordination, policy.coordination, transport: sessionTransport, environment: options.environment)
             } catch {
                 coordinationProblem = "\(error.description); the session is coordinated in this engine alone"
                 coordinator = LocalSessionCoordinator()
@@ -260,7 +264,7 @@ public final class PolicyEngine: Sendable {
 
     func makeRuntime(_ policy: Policy) -> PolicyRuntime {
         PolicyRuntime(
-            policy: policy, registry: registry, transport: transport, environment: options.environment,
+            policy: policy, registry: registry, transport: sessionTransport, environment: options.environment,
             overrides: Overrides(
                 refresh: options.refreshPlugin, logout: options.logoutPlugin, observers: options.observers))
     }
