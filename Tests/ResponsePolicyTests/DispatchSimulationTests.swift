@@ -98,7 +98,8 @@ struct DispatchSimulationTests {
     @Test func theDispatchSectionIsChecked() throws {
         #expect(
             renderedErrors("policy: 1\nname: d\ndispatch: { max-in-flight-per-host: 0 }\n")
-                == "test.yaml:3:37: error: 'max-in-flight-per-host' must be between 1 and 1000000, not 0 [invalid-value]")
+                == "test.yaml:3:37: error: 'max-in-flight-per-host' must be between 1 and 1000000, not 0 [invalid-value]"
+        )
         #expect(
             renderedErrors("policy: 1\nname: d\ndispatch: { max-in-flight: 6 }\n").contains(
                 "test.yaml:3:13: error: unknown key 'max-in-flight'"))

@@ -634,7 +634,9 @@ extension FaultInjectionTests {
     /// makes it, and a rule's response reduced to its status.
     static func roundedDates(_ result: SendResult) -> SendResult {
         guard case .failure(.loggedOut(let until, var reason)) = result else { return result }
-        if case .rule(let name, let response?) = reason { reason = .rule(name, response: HTTPResponse(status: response.status)) }
+        if case .rule(let name, let response?) = reason {
+            reason = .rule(name, response: HTTPResponse(status: response.status))
+        }
         let milliseconds = (until.timeIntervalSince(VirtualClock.epoch) * 1000).rounded()
         return loggedOut(until: milliseconds / 1000, reason: reason)
     }

@@ -13,7 +13,8 @@ struct SessionCoordinatorTests {
     /// 1401 for `token-0`, `{"status":0}` for any other token.
     private static func tokenServer() -> RecordingTransport {
         RecordingTransport { request, _ in
-            request.headers["Authorization"] == "Bearer token-0" ? response(#"{"status":1401}"#) : response(#"{"status":0}"#)
+            request.headers["Authorization"] == "Bearer token-0"
+                ? response(#"{"status":1401}"#) : response(#"{"status":0}"#)
         }
     }
 
@@ -122,7 +123,9 @@ struct SessionCoordinatorTests {
             request.id == "trigger" ? response(#"{"status":202}"#) : response(#"{"status":0}"#)
         }
         let engine = try Self.engine(coordinator, transport: transport)
-        await #expect(throws: PolicyEngineError.self) { try await engine.send(HTTPRequest(url: testURL, id: "trigger")) }
+        await #expect(throws: PolicyEngineError.self) {
+            try await engine.send(HTTPRequest(url: testURL, id: "trigger"))
+        }
         await engine.waitForBackgroundWork()
         #expect(coordinator.counts.publishLogout == 1)
         #expect(coordinator.loggedOutReason == "forced-logout")
@@ -274,7 +277,9 @@ final class SharedMemoryCoordinator: SessionCoordinator {
     }
 
     func publish(_ credentials: Credentials, with lease: RefreshLease) async -> PublishResult {
-        typealias Taken = (PublishResult, [CheckedContinuation<RefreshTurn, Never>], [@Sendable (SessionUpdate) -> Void])
+        typealias Taken = (
+            PublishResult, [CheckedContinuation<RefreshTurn, Never>], [@Sendable (SessionUpdate) -> Void]
+        )
         let (result, waiting, subscribers) = state.withLock { state -> Taken in
             state.counts.publish += 1
             guard state.holder == lease.fencingToken else { return (.leaseLost(current: state.session), [], []) }

@@ -119,7 +119,8 @@ public final class PolicyEngine: Sendable {
         } else {
             do {
                 coordinator = try plugins.make(
-                    plugins.coordination, policy.coordination, transport: sessionTransport, environment: options.environment)
+                    plugins.coordination, policy.coordination, transport: sessionTransport,
+                    environment: options.environment)
             } catch {
                 coordinationProblem = "\(error.description); the session is coordinated in this engine alone"
                 coordinator = LocalSessionCoordinator()
