@@ -114,3 +114,50 @@ struct DispatchSimulationTests {
         #expect(unlimited.dispatch.maxInFlightPerHost == nil)
     }
 }
+
+/// No request waits past its deadline, whatever it waits for.
+struct DeadlineWhileWaitingTests {
+    @Test func aRequestQueuedForADispatchSlotFailsAtItsDeadline() async throws {
+        let result = try await simulate(
+            basePolicy + "\ndispatch: { max-in-flight-per-host: 1 }\nretry: { deadline: 100ms }\n"
+                + "routes:\n  - match: { path: /slow }\n    retry: { deadline: 10s }\n",
+            """
+            requests:
+              - { id: slow, path: /slow, responses: [{ body: '{"status":0}', latency: 250ms }] }
+              - { id: queued, at: 10ms, responses: [{ body: '{"status":0}' }] }
+            """)
+        #expect(result.outcome("slow")?.result == .delivered)
+        // Its slot would free at 0.25 s, past its deadline at 0.11 s: it never goes out.
+        #expect(result.timeline("queued") == "cancel@0.11 outcome@0.11")
+        #expect(result.outcome("queued")?.result == .failed)
+    }
+
+    @Test func aRequestWaitingForARefreshFailsAtItsDeadlineAndTheRefreshGoesOn() async throws {
+        let result = try await simulate(
+            basePolicy + "\nretry: { deadline: 1s }\n",
+            """
+            requests:
+              - { id: a, responses: [{ body: '{"status":1401}' }, { body: '{"status":0}' }] }
+              - { id: late, at: 2s, responses: [{ body: '{"status":0}' }] }
+            refresh: [{ after: 1500ms }]
+            """)
+        #expect(result.timeline("a") == "send@0 response@0.05 refresh-start@0.05 cancel@1 outcome@1 refresh-end@1.55")
+        #expect(result.outcome("a")?.result == .failed)
+        // The refresh it started went on, for the requests after it.
+        #expect(result.timeline("late") == "send@2 response@2.05 outcome@2.05")
+        #expect(result.summary.refreshes == 1)
+    }
+
+    @Test func aRequestHeldDuringARefreshFailsAtItsDeadline() async throws {
+        let result = try await simulate(
+            basePolicy + "\nretry: { deadline: 500ms }\n",
+            """
+            requests:
+              - { id: a, responses: [{ body: '{"status":1401}' }, { body: '{"status":0}' }] }
+              - { id: held, at: 100ms, responses: [{ body: '{"status":0}' }] }
+            refresh: [{ after: 1s }]
+            """)
+        #expect(result.timeline("held") == "cancel@0.6 outcome@0.6")
+        #expect(result.outcome("held")?.result == .failed)
+    }
+}

@@ -169,10 +169,13 @@ extension PolicyEngine {
             case .onWire:
                 machine.timedOut = true
                 return (machine.attemptCancellation, nil)
-            case .backoff:
+            case .backoff, .awaitingRefresh, .queued:
+                // A backoff's end, or the deadline of a wait for a refresh or a dispatch slot
+                // (unless the refresh or the slot came first).
+                guard machine.wake == nil else { return (nil, nil) }
                 machine.wake = .timer
                 return (nil, machine.parked.take())
-            case .running, .awaitingRefresh, .queued:
+            case .running:
                 return (nil, nil)
             }
         }

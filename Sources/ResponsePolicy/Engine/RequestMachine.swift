@@ -102,6 +102,8 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
     var signedGeneration: UInt64 = 0
     /// The proactive refresh for this turn of the loop is done.
     var skipProactive = false
+    /// A deadline timer is armed for the wait in progress (see ``parkUntilDeadline()``).
+    var deadlineArmed = false
 
     @inline(never)
     init(engine: PolicyEngine, original: HTTPRequest, context: RequestContext) {
@@ -253,10 +255,10 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         case .loggedOut: return cancelledByLogout()
         case .held:
             waitingFor = .refresh(proactive: true)
-            return .park
+            return parkUntilDeadline()
         case .queued:
             waitingFor = .dispatch
-            return .park
+            return parkUntilDeadline()
         }
         let credentials = box?.credentials
         if !skipProactive, let ahead = scope.refreshAhead, plugins.refresh != nil, let expiry = credentials?.expiresAt,
@@ -287,6 +289,34 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         }
         pendingTimeoutAt = timeoutAt
         return .send
+    }
+
+    /// Parks for a refresh or a dispatch slot, with a timer at the request's deadline: no
+    /// request waits past it (a backoff that would end past it is never started).
+    func parkUntilDeadline() -> Step {
+        guard let deadline else { return .park }
+        let token = nextTimerToken()
+        let armed = engine.state.withLock { _ -> Bool in
+            guard endReason == nil else { return false }
+            armedTimer = token
+            return true
+        }
+        if armed {
+            deadlineArmed = true
+            engine.timers.schedule(self, at: deadline, token: token)
+        }
+        return .park
+    }
+
+    /// The deadline passed while the request waited for a refresh or a dispatch slot.
+    @inline(never)
+    func waitedPastDeadline() -> Step {
+        engine.emit(runtime) {
+            var event = PolicyEvent(.cancel, time: engine.clock.now, request: context.id)
+            event.reason = "deadline"
+            return event
+        }
+        return finish(.failure(.deadlineExceeded))
     }
 
     /// What the top of the loop found under the lock.
@@ -375,7 +405,7 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         guard
             let result = engine.decideRefresh(
                 self, failedGeneration: failedGeneration, settings: refreshSettings, proactive: proactive)
-        else { return .park }
+        else { return parkUntilDeadline() }
         return afterRefresh(result, proactive: proactive)
     }
 
@@ -471,7 +501,14 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
             wake = nil
             phase = .running
             awaitedFlight = nil
+            armedTimer = 0
             return (taken, endReason != nil)
+        }
+        if deadlineArmed {
+            deadlineArmed = false
+            // Woken some other way: the deadline's timer leaves the heap here, in this task.
+            if case .timer? = woken { return endedOutside ? ended() : waitedPastDeadline() }
+            engine.timers.cancel(self)
         }
         switch waitingFor {
         case .backoff:
