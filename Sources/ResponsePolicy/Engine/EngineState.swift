@@ -66,9 +66,12 @@ struct EngineState {
     /// replace the credentials of the session that followed.
     var sessionEpoch: UInt64 = 0
     /// The requests in flight, oldest first: an intrusive list through `RequestMachine.next` and
-    /// `previous`, so registering and removing one costs no allocation and no hashing.
+    /// `previous`, so registering and removing one costs no allocation and no hashing. The back
+    /// links are `unowned` (checked, not `unowned(unsafe)`): each machine in the list is held by
+    /// its predecessor's `next` or by `firstRequest`, so they never dangle, and a bug that broke
+    /// that would trap instead of reading freed memory.
     var firstRequest: RequestMachine?
-    unowned(unsafe) var lastRequest: RequestMachine?
+    unowned var lastRequest: RequestMachine?
     var requestCount = 0
     var nextRequest: UInt64 = 0
     var budget = RetryBudgetWindow()

@@ -59,7 +59,7 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
     /// Registry links (see `EngineState.register`).
     var registered = false
     var next: RequestMachine?
-    unowned(unsafe) var previous: RequestMachine?
+    unowned var previous: RequestMachine?
     /// Holds one of its host's dispatch slots (see ``Dispatcher``).
     var holdsSlot = false
 
