@@ -44,6 +44,28 @@ struct DispatchSimulationTests {
         #expect(result.timeline("r-5") == "send@0.1 response@0.15 outcome@0.15")
     }
 
+    @Test func requestsSentBeforeLeaveAheadOfThoseWaitingForTheirFirstAttempt() async throws {
+        let result = try await simulate(
+            Self.limited(2),
+            """
+            tokens:
+              initial: expired
+              rejected: { status: 200, body: '{"status":1401}' }
+            requests:
+              - { id: r, repeat: 5, responses: [{ status: 200, body: '{"status":0}' }] }
+            refresh: [{ after: 100ms }]
+            """)
+        // r-1 and r-2 met the expired token; after the refresh they go out first, not behind
+        // the three that never went out.
+        #expect(
+            result.timeline("r-1")
+                == "send@0 response@0.05 refresh-start@0.05 refresh-end@0.15 send@0.15 response@0.2 outcome@0.2")
+        #expect(result.timeline("r-2") == "send@0 response@0.05 send@0.15 response@0.2 outcome@0.2")
+        #expect(result.timeline("r-3") == "send@0.2 response@0.25 outcome@0.25")
+        #expect(result.timeline("r-5") == "send@0.25 response@0.3 outcome@0.3")
+        #expect(result.summary.attempts == 7)
+    }
+
     @Test func aRequestMadeDuringARefreshWaitsForItsToken() async throws {
         let script = """
             tokens:

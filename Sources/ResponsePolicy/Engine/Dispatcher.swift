@@ -3,7 +3,9 @@
 ///
 /// A request holds a slot from the moment it is let out until it parks (for a backoff or a
 /// refresh) or ends; an attempt that leads straight to another (a retry with a newer token) keeps
-/// its slot. While a refresh is in flight, queued requests whose scope holds new requests
+/// its slot. A request that has been on the wire before (a retry, a re-send after a refresh)
+/// waits in a queue of its own that leaves first: it is older than every request still waiting
+/// for its first attempt, and the storm behind it must not push it past its deadline. While a refresh is in flight, queued requests whose scope holds new requests
 /// (`refresh.hold-new-requests`, the default) stay queued: they leave when it ends, signed with
 /// its token. (OkHttp's `Dispatcher` promotes queued calls the same way, per host.)
 ///
@@ -13,11 +15,31 @@ struct Dispatcher {
     /// One host's requests on the wire and waiting.
     struct Host {
         var inFlight = 0
-        var queue: [RequestMachine] = []
-        /// The first entry of `queue` still to look at.
+        /// Requests waiting for their first attempt, then those that were sent before.
+        var fresh = Queue()
+        var resent = Queue()
+
+        var isIdle: Bool { inFlight == 0 && fresh.isEmpty && resent.isEmpty }
+    }
+
+    /// A FIFO of requests; taken from the front by index, compacted now and then.
+    struct Queue {
+        var items: [RequestMachine] = []
+        /// The first entry still to look at.
         var head = 0
 
-        var isIdle: Bool { inFlight == 0 && head == queue.count }
+        var isEmpty: Bool { head == items.count }
+        var waiting: ArraySlice<RequestMachine> { items[head...] }
+
+        mutating func compact() {
+            if head == items.count {
+                items.removeAll(keepingCapacity: items.count < 1024)
+                head = 0
+            } else if head > 1024, head * 2 > items.count {
+                items.removeFirst(head)
+                head = 0
+            }
+        }
     }
 
     private(set) var hosts: [String: Host] = [:]
@@ -25,7 +47,7 @@ struct Dispatcher {
     /// Requests waiting for a slot (not those ended while queued, which are skipped later).
     var queued: Int {
         hosts.values.reduce(0) { count, host in
-            count + host.queue[host.head...].count { $0.phase == .queued && $0.endReason == nil }
+            count + (host.fresh.waiting + host.resent.waiting).count { $0.phase == .queued && $0.endReason == nil }
         }
     }
 
@@ -37,14 +59,22 @@ struct Dispatcher {
         if machine.holdsSlot { return true }
         var entry = hosts[host] ?? Host()
         defer { hosts[host] = entry }
-        if entry.inFlight < limit, entry.head == entry.queue.count {
+        if entry.inFlight < limit, entry.fresh.isEmpty, entry.resent.isEmpty {
             entry.inFlight += 1
             machine.holdsSlot = true
             return true
         }
-        entry.queue.append(machine)
+        if machine.attempt > 0 { entry.resent.items.append(machine) } else { entry.fresh.items.append(machine) }
         machine.phase = .queued
         return false
+    }
+
+    /// Takes a free slot for `machine` ahead of the queues, when there is one (a request that
+    /// waited for a refresh after being on the wire).
+    mutating func reserve(insideLock machine: RequestMachine, host: String) {
+        guard !machine.holdsSlot, (hosts[host]?.inFlight ?? 0) < machine.dispatchLimit else { return }
+        hosts[host, default: Host()].inFlight += 1
+        machine.holdsSlot = true
     }
 
     /// Gives back the slot `machine` holds (if any) and lets the next queued requests out.
@@ -70,29 +100,34 @@ struct Dispatcher {
         insideLock host: String, refreshing: Bool, into woken: inout [UnsafeContinuation<Void, Never>]
     ) {
         guard var entry = hosts[host] else { return }
-        while entry.head < entry.queue.count {
-            let machine = entry.queue[entry.head]
-            // Ended while queued (a logout, its caller): it leaves by itself.
+        Self.promote(insideLock: &entry.resent, &entry.inFlight, refreshing: refreshing, into: &woken)
+        if entry.resent.isEmpty {
+            Self.promote(insideLock: &entry.fresh, &entry.inFlight, refreshing: refreshing, into: &woken)
+        }
+        entry.resent.compact()
+        entry.fresh.compact()
+        hosts[host] = entry.isIdle ? nil : entry
+    }
+
+    private static func promote(
+        insideLock queue: inout Queue, _ inFlight: inout Int, refreshing: Bool,
+        into woken: inout [UnsafeContinuation<Void, Never>]
+    ) {
+        while !queue.isEmpty {
+            let machine = queue.items[queue.head]
+            // Ended while queued (a logout, its caller, its deadline): it leaves by itself.
             if machine.endReason != nil || machine.phase != .queued {
-                entry.head += 1
+                queue.head += 1
                 continue
             }
-            guard entry.inFlight < machine.dispatchLimit else { break }
-            if refreshing, machine.scope.refresh.holdNewRequests { break }
-            entry.head += 1
-            entry.inFlight += 1
+            guard inFlight < machine.dispatchLimit else { return }
+            if refreshing, machine.scope.refresh.holdNewRequests { return }
+            queue.head += 1
+            inFlight += 1
             machine.holdsSlot = true
             machine.phase = .running
             machine.wake = .dispatched
             if let parked = machine.parked.take() { woken.append(parked) }
         }
-        if entry.head == entry.queue.count {
-            entry.queue.removeAll(keepingCapacity: entry.queue.count < 1024)
-            entry.head = 0
-        } else if entry.head > 1024, entry.head * 2 > entry.queue.count {
-            entry.queue.removeFirst(entry.head)
-            entry.head = 0
-        }
-        hosts[host] = entry.isIdle ? nil : entry
     }
 }

@@ -104,6 +104,27 @@ struct EngineState {
         machine.phase = .awaitingRefresh
     }
 
+    /// Wakes the requests waiting for `flight` (its result set) and lets queued requests out.
+    /// Returns the continuations to resume after unlocking.
+    ///
+    /// In request order, so a simulation's output is the same every run. A waiter that has been
+    /// on the wire before gets a dispatch slot now when one is free, ahead of the requests still
+    /// waiting for their first attempt; then the queues move, signed with the new token.
+    mutating func endWaits(insideLock flight: Flight) -> [UnsafeContinuation<Void, Never>] {
+        var woken: [UnsafeContinuation<Void, Never>] = []
+        for machine in flight.live.sorted(by: { $0.context.number < $1.context.number }) {
+            machine.awaitedFlight = nil
+            machine.wake = .flight(flight)
+            if let host = machine.host, machine.attempt > 0 {
+                dispatcher.reserve(insideLock: machine, host: host)
+            }
+            if let parked = machine.parked.take() { woken.append(parked) }
+        }
+        flight.waiters = []
+        dispatcher.promoteAll(insideLock: self.flight != nil, into: &woken)
+        return woken
+    }
+
     mutating func register(_ machine: RequestMachine) {
         guard !machine.registered else { return }
         machine.registered = true

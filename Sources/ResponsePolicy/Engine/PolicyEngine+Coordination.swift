@@ -50,14 +50,8 @@ extension PolicyEngine {
                 // ending later finds the generation adopted and changes nothing.)
                 state.lastRefresh = now
                 flight.result = .ok
-                for machine in flight.live.sorted(by: { $0.context.number < $1.context.number }) {
-                    machine.awaitedFlight = nil
-                    machine.wake = .flight(flight)
-                    if let parked = machine.parked.take() { woken.append(parked) }
-                }
-                flight.waiters = []
                 state.flight = nil
-                state.dispatcher.promoteAll(insideLock: false, into: &woken)
+                woken = state.endWaits(insideLock: flight)
             }
             return (state.runtime, woken)
         }

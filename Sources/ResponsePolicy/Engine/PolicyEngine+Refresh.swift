@@ -99,18 +99,7 @@ extension PolicyEngine {
                     // A failure after the session changed is the old session's: decide again.
                     flight.result = state.sessionEpoch == flight.sessionEpoch ? .failed(failure) : .superseded
                 }
-                // In request order, so a simulation's output is the same every run.
-                var woken: [UnsafeContinuation<Void, Never>] = []
-                for machine in flight.live.sorted(by: { $0.context.number < $1.context.number }) {
-                    machine.awaitedFlight = nil
-                    machine.wake = .flight(flight)
-                    if let parked = machine.parked.take() { woken.append(parked) }
-                }
-                flight.waiters = []
-                // Requests queued for a dispatch slot during the refresh leave now, signed with
-                // its token.
-                state.dispatcher.promoteAll(insideLock: state.flight != nil, into: &woken)
-                return woken
+                return state.endWaits(insideLock: flight)
             }
             if refreshed { self.saveCredentials(context.runtime) }
             var end = PolicyEvent(.refreshEnd, time: now, request: context.id)
