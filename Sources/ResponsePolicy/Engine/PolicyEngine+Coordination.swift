@@ -35,25 +35,13 @@ extension PolicyEngine {
     /// Adopts credentials another engine published, when they are newer than those held. Requests
     /// waiting for this engine's refresh retry with them at once.
     func adopt(_ session: SharedSession) {
-        guard let credentials = session.credentials else { return }
         let now = clock.now
         let adopted = state.withLock { state -> (PolicyRuntime, [UnsafeContinuation<Void, Never>])? in
-            guard session.generation > state.sharedGeneration else { return nil }
-            state.sharedGeneration = session.generation
-            // The credentials held, only numbered: nothing for requests to retry with.
-            guard credentials != state.credentials else { return nil }
-            state.credentials = credentials
-            state.generation += 1
-            var woken: [UnsafeContinuation<Void, Never>] = []
-            if let flight = state.flight, flight.sessionEpoch == state.sessionEpoch {
-                // The refresh this engine awaits is answered: its waiters go on now. (Its own
-                // ending later finds the generation adopted and changes nothing.)
-                state.lastRefresh = now
-                flight.result = .ok
-                state.flight = nil
-                woken = state.endWaits(insideLock: flight)
+            switch state.adopt(session, now: now) {
+            case .ignored, .numbered: return nil
+            case .adopted(let answered):
+                return (state.runtime, answered.map { state.endWaits(insideLock: $0) } ?? [])
             }
-            return (state.runtime, woken)
         }
         guard let (runtime, woken) = adopted else { return }
         saveCredentials(runtime)
@@ -63,14 +51,7 @@ extension PolicyEngine {
     /// The coordinator stored this engine's sign-in as `session`: its generation is the one to
     /// compare later publications with.
     func signedIn(_ session: SharedSession, _ credentials: Credentials) {
-        let stillOurs = state.withLock { state -> Bool in
-            guard session.generation > state.sharedGeneration else { return true }
-            if session.credentials == nil || session.credentials == credentials {
-                state.sharedGeneration = session.generation
-                return true
-            }
-            return false
-        }
-        if !stillOurs { adopt(session) }
+        let stored = state.withLock { $0.signInStored(session, credentials) }
+        if !stored { adopt(session) }
     }
 }

@@ -57,14 +57,11 @@ extension PolicyEngine {
             (
                 attempts: [AttemptCancellation], parked: [UnsafeContinuation<Void, Never>], credentials: Credentials?
             )? = state.withLock { state in
-                if state.isLoggedOut(at: now) {
-                    // A later end from elsewhere extends the cooldown; anything else is the same logout.
-                    guard until != nil, let current = state.loggedOutUntilDate, untilDate > current else { return nil }
-                }
-                state.loggedOutUntil = now + cooldown
-                state.loggedOutUntilDate = untilDate
-                state.logoutReason = reason
-                state.sessionEpoch += 1
+                // A later end from elsewhere extends the cooldown; anything else is the same logout.
+                guard
+                    state.startCooldown(
+                        until: now + cooldown, untilDate: untilDate, reason: reason, extendOnly: until != nil, now: now)
+                else { return nil }
                 var attempts: [AttemptCancellation] = []
                 var parked: [UnsafeContinuation<Void, Never>] = []
                 // The refresh in flight runs on; its result is discarded (a new epoch began).

@@ -21,25 +21,19 @@ extension PolicyEngine {
         let context = machine.context
         let decision: Decision = state.withLock { state in
             if machine.endReason != nil { return .cancelled }
-            if state.isLoggedOut(at: now) { return .loggedOut }
-            if state.generation > failedGeneration { return .retryNow }
-            if let flight = state.flight {
+            switch state.decideRefresh(
+                failedGeneration: failedGeneration, settings: settings, proactive: proactive, now: now)
+            {
+            case .loggedOut: return .loggedOut
+            case .retryNow: return .retryNow
+            case .limited(let failure): return .fail(failure)
+            case .join(let flight):
                 state.join(insideLock: flight, machine)
                 return .wait
+            case .start(let flight, let credentials):
+                state.join(insideLock: flight, machine)
+                return .start(flight, credentials: credentials)
             }
-            if !proactive, let last = state.lastRefresh, now - last < settings.shareWindow { return .retryNow }
-            if let limit = settings.limit {
-                state.refreshCalls.removeAll { now - $0 >= limit.per }
-                if state.refreshCalls.count >= limit.count {
-                    return .fail(
-                        RefreshFailure("more than \(limit.count) refreshes in \(limit.per.policyText) (refresh.limit)"))
-                }
-            }
-            if settings.limit != nil { state.refreshCalls.append(now) }
-            let flight = EngineState.Flight(sessionEpoch: state.sessionEpoch, sharedGeneration: state.sharedGeneration)
-            state.flight = flight
-            state.join(insideLock: flight, machine)
-            return .start(flight, credentials: state.credentials)
         }
         switch decision {
         case .retryNow: return .ok
@@ -77,30 +71,11 @@ extension PolicyEngine {
                 plugins.refresh, refreshContext, settings: settings, failedGeneration: flight.sharedGeneration,
                 context.runtime)
             let now = self.clock.now
-            var refreshed = false
-            var discarded = false
-            let waiters = self.state.withLock { state -> [UnsafeContinuation<Void, Never>] in
-                if state.flight === flight { state.flight = nil }
-                switch outcome {
-                case .success(let fresh) where state.sessionEpoch == flight.sessionEpoch:
-                    // Adopted already when the coordinator's news arrived first.
-                    if shared.map({ $0 > state.sharedGeneration }) ?? true {
-                        state.credentials = fresh
-                        state.generation += 1
-                        if let shared { state.sharedGeneration = shared }
-                        refreshed = true
-                    }
-                    state.lastRefresh = now
-                    flight.result = .ok
-                case .success:
-                    discarded = true
-                    flight.result = .superseded
-                case .failure(let failure):
-                    // A failure after the session changed is the old session's: decide again.
-                    flight.result = state.sessionEpoch == flight.sessionEpoch ? .failed(failure) : .superseded
-                }
-                return state.endWaits(insideLock: flight)
+            let (ended, waiters) = self.state.withLock { state in
+                let ended = state.refreshEnded(flight, outcome: outcome, shared: shared, now: now)
+                return (ended, state.endWaits(insideLock: flight))
             }
+            let (refreshed, discarded) = (ended.saved, ended.discarded)
             if refreshed { self.saveCredentials(context.runtime) }
             var end = PolicyEvent(.refreshEnd, time: now, request: context.id)
             switch outcome {

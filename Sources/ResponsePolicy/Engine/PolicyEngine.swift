@@ -206,13 +206,7 @@ public final class PolicyEngine: Sendable {
     /// The coordinator publishes the sign-in to every engine that shares the session.
     public func signIn(_ credentials: Credentials) {
         let runtime = state.withLock { state in
-            state.credentials = credentials
-            state.generation += 1
-            // A refresh in flight belongs to the old session: its token must not replace these.
-            state.sessionEpoch += 1
-            state.loggedOutUntil = nil
-            state.loggedOutUntilDate = nil
-            state.logoutReason = nil
+            state.signIn(credentials)
             return state.runtime
         }
         saveCredentials(runtime)
