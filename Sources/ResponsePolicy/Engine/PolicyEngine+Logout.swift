@@ -53,43 +53,16 @@ extension PolicyEngine {
     ) {
         let now = clock.now
         let untilDate = until ?? clock.date.addingTimeInterval(cooldown.seconds)
-        let taken:
-            (
-                attempts: [AttemptCancellation], parked: [UnsafeContinuation<Void, Never>], credentials: Credentials?
-            )? = state.withLock { state in
-                // A later end from elsewhere extends the cooldown; anything else is the same logout.
-                guard
-                    state.startCooldown(
-                        until: now + cooldown, untilDate: untilDate, reason: reason, extendOnly: until != nil, now: now)
-                else { return nil }
-                var attempts: [AttemptCancellation] = []
-                var parked: [UnsafeContinuation<Void, Never>] = []
-                // The refresh in flight runs on; its result is discarded (a new epoch began).
-                // Its waiters end first, then the other requests, each in request order, so a
-                // simulation's output is the same every run.
-                if let flight = state.flight {
-                    for machine in flight.live.sorted(by: { $0.context.number < $1.context.number })
-                    where machine !== trigger {
-                        if machine.endReason == nil { machine.endReason = .loggedOut }
-                        machine.awaitedFlight = nil
-                        if let continuation = machine.parked.take() { parked.append(continuation) }
-                    }
-                    flight.waiters.removeAll { $0 !== trigger }
-                }
-                for machine in state.requests where machine !== trigger {
-                    // Waiting requests (a backoff, a dispatch queue) end whatever `cancel-in-flight` says.
-                    guard cancelInFlight || machine.phase == .backoff || machine.phase == .queued else { continue }
-                    if machine.endReason == nil { machine.endReason = .loggedOut }
-                    if let attempt = machine.attemptCancellation { attempts.append(attempt) }
-                    // A backoff's timer is taken off the heap by the request itself, when its
-                    // park ends; disarmed here, a firing in between does nothing.
-                    machine.armedTimer = 0
-                    if let continuation = machine.parked.take() { parked.append(continuation) }
-                }
-                // The ending session's credentials, read with the cooldown's start: a sign-in
-                // right after must not make the plugin end the new session instead.
-                return (attempts, parked, state.credentials)
-            }
+        let taken = state.withLock { state -> (effects: Effects, credentials: Credentials?)? in
+            // A later end from elsewhere extends the cooldown; anything else is the same logout.
+            guard
+                state.startCooldown(
+                    until: now + cooldown, untilDate: untilDate, reason: reason, extendOnly: until != nil, now: now)
+            else { return nil }
+            // The ending session's credentials, read with the cooldown's start: a sign-in right
+            // after must not make the plugin end the new session instead.
+            return (state.endRequests(insideLock: trigger, cancelInFlight: cancelInFlight), state.credentials)
+        }
         guard let taken else { return }
         emit(runtime) {
             var event = PolicyEvent(.logout, time: now, request: trigger?.context.id)
@@ -97,8 +70,8 @@ extension PolicyEngine {
             event.reason = reason.eventText
             return event
         }
-        for continuation in taken.parked { continuation.resume() }
-        for attempt in taken.attempts { attempt.cancel() }
+        for continuation in taken.effects.resume { continuation.resume() }
+        for attempt in taken.effects.cancel { attempt.cancel() }
         let coordinator = coordinatorIsLocal || !publish ? nil : coordinator
         guard plugin != nil || coordinator != nil else { return }
         let context = LogoutContext(

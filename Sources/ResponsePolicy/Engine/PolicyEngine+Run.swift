@@ -159,28 +159,11 @@ extension PolicyEngine {
         return started
     }
 
-    /// A request's timer fired: its attempt timed out, or its backoff is over. A stale firing
-    /// (the attempt ended, the request was ended) finds another token armed and does nothing.
+    /// A request's timer fired (see ``EngineState/timerFired(insideLock:token:)``).
     func timerFired(_ machine: RequestMachine, token: UInt64) {
-        let (attempt, parked) = state.withLock { _ -> (AttemptCancellation?, UnsafeContinuation<Void, Never>?) in
-            guard token != 0, machine.armedTimer == token, machine.endReason == nil else { return (nil, nil) }
-            machine.armedTimer = 0
-            switch machine.phase {
-            case .onWire:
-                machine.timedOut = true
-                return (machine.attemptCancellation, nil)
-            case .backoff, .awaitingRefresh, .queued:
-                // A backoff's end, or the deadline of a wait for a refresh or a dispatch slot
-                // (unless the refresh or the slot came first).
-                guard machine.wake == nil else { return (nil, nil) }
-                machine.wake = .timer
-                return (nil, machine.parked.take())
-            case .running:
-                return (nil, nil)
-            }
-        }
-        attempt?.cancel()
-        parked?.resume()
+        let effects = state.withLock { $0.timerFired(insideLock: machine, token: token) }
+        for attempt in effects.cancel { attempt.cancel() }
+        for parked in effects.resume { parked.resume() }
     }
 
     /// A plain transport's call in a task of its own. The attempt ends as soon as it is

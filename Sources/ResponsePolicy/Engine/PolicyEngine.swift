@@ -337,14 +337,9 @@ public final class PolicyEngine: Sendable {
 
     /// Ends a request from outside its loop: marks why, cancels its attempt, ends its park.
     func end(_ machine: RequestMachine, _ reason: EngineState.EndReason) {
-        // A backoff's timer is disarmed here and taken off the heap by the request when its park ends.
-        let (attempt, parked) = state.withLock { _ in
-            if machine.endReason == nil { machine.endReason = reason }
-            machine.armedTimer = 0
-            return (machine.attemptCancellation, machine.parked.take())
-        }
-        attempt?.cancel()
-        parked?.resume()
+        let effects = state.withLock { $0.end(insideLock: machine, reason) }
+        for attempt in effects.cancel { attempt.cancel() }
+        for parked in effects.resume { parked.resume() }
     }
 
     /// Requests still registered or waiting on a refresh: zero once every `send` has returned.
