@@ -128,6 +128,10 @@ struct DispatchSimulationTests {
         #expect(
             renderedErrors("policy: 1\nname: d\nrefresh: { hold-new-requests: maybe }\n").hasPrefix(
                 "test.yaml:3:31: error:"))
+        #expect(
+            renderedErrors("policy: 1\nname: d\ndispatch: { max-in-flight-per-host: many }\n")
+                == "test.yaml:3:37: error: 'max-in-flight-per-host' must be a whole number or unlimited, not 'many' [invalid-type]"
+        )
         let policy = try validPolicy("policy: 1\nname: d\ndispatch: { max-in-flight-per-host: 6 }\n")
         #expect(policy.dispatch.maxInFlightPerHost == 6)
         #expect(policy.refresh.holdNewRequests)

@@ -201,6 +201,12 @@ extension PolicyDecoder {
             if key == "max-in-flight-per-host" {
                 if value.isPlainScalar, value.scalar == "unlimited" {
                     settings.maxInFlightPerHost = nil
+                } else if !value.isPlainScalar || !Self.isInteger(value.scalar ?? "") {
+                    report(
+                        .error(
+                            "invalid-type",
+                            "'\(key)' must be a whole number or unlimited, not \(value.kindDescription)",
+                            at: value.range))
                 } else if let limit = integer(value, key, in: 1...1_000_000) {
                     settings.maxInFlightPerHost = limit
                 }
