@@ -32,10 +32,10 @@ extension PolicyEngine {
             EngineSnapshot(
                 credentials: state.credentials, generation: state.generation,
                 sharedGeneration: state.sharedGeneration, refreshing: state.flight != nil,
-                refreshWaiters: state.flight?.live.count ?? 0,
+                refreshWaiters: state.flight.map { state.live($0).count } ?? 0,
                 refreshCalls: state.refreshCalls.count,
                 backgroundWork: state.background.count + state.finishedBackground.count, leftovers: state.leftovers,
-                dispatchInFlight: state.dispatcher.inFlight, dispatchQueued: state.dispatcher.queued, timers: timers,
+                dispatchInFlight: state.dispatcher.inFlight, dispatchQueued: state.queuedCount, timers: timers,
                 logoutReason: state.logoutReason)
         }
     }

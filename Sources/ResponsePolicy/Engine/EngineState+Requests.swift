@@ -10,62 +10,70 @@ struct Effects {
 /// cancellation, a timer, a logout. Each runs under the engine's lock and returns the
 /// continuations to resume and the attempts to cancel, which the shell performs after unlocking.
 extension EngineState {
-    /// Ends `machine` from outside its loop (its caller, or a logout): marks why, disarms its
+    /// Ends request `id` from outside its loop (its caller, or a logout): marks why, disarms its
     /// timer (a backoff's leaves the heap when the request's park ends, in its own task), and
     /// hands back its attempt and its park.
-    func end(insideLock machine: RequestMachine, _ reason: EndReason) -> Effects {
-        if machine.endReason == nil { machine.endReason = reason }
-        machine.armedTimer = 0
-        var effects = Effects()
-        if let attempt = machine.attemptCancellation { effects.cancel.append(attempt) }
-        if let parked = machine.parked.take() { effects.resume.append(parked) }
-        return effects
+    mutating func end(insideLock id: UInt64, _ reason: EndReason) -> Effects {
+        modifySlot(id) { slot in
+            if slot.endReason == nil { slot.endReason = reason }
+            slot.armedTimer = 0
+            var effects = Effects()
+            if let attempt = slot.attemptCancellation { effects.cancel.append(attempt) }
+            if let parked = slot.parked.take() { effects.resume.append(parked) }
+            return effects
+        } ?? Effects()
     }
 
-    /// A request's timer fired: its attempt timed out, its backoff is over, or its deadline came
-    /// while it waited for a refresh or a dispatch slot. A stale firing (the attempt ended, the
-    /// request was ended, the refresh or the slot came first) finds another token armed, or a
-    /// wake already set, and does nothing.
-    func timerFired(insideLock machine: RequestMachine, token: UInt64) -> Effects {
-        guard token != 0, machine.armedTimer == token, machine.endReason == nil else { return Effects() }
-        machine.armedTimer = 0
-        var effects = Effects()
-        switch machine.phase {
-        case .onWire:
-            machine.timedOut = true
-            if let attempt = machine.attemptCancellation { effects.cancel.append(attempt) }
-        case .backoff, .awaitingRefresh, .queued:
-            guard machine.wake == nil else { break }
-            machine.wake = .timer
-            if let parked = machine.parked.take() { effects.resume.append(parked) }
-        case .running:
-            break
-        }
-        return effects
+    /// Request `id`'s timer fired: its attempt timed out, its backoff is over, or its deadline
+    /// came while it waited for a refresh or a dispatch slot. A stale firing (the attempt ended,
+    /// the request was ended, the refresh or the slot came first) finds another token armed, or
+    /// a wake already set, and does nothing.
+    mutating func timerFired(insideLock id: UInt64, token: UInt64) -> Effects {
+        modifySlot(id) { slot in
+            var effects = Effects()
+            guard token != 0, slot.armedTimer == token, slot.endReason == nil else { return effects }
+            slot.armedTimer = 0
+            switch slot.phase {
+            case .onWire:
+                slot.timedOut = true
+                if let attempt = slot.attemptCancellation { effects.cancel.append(attempt) }
+            case .backoff, .awaitingRefresh, .queued:
+                guard slot.wake == nil else { break }
+                slot.wake = .timer
+                if let parked = slot.parked.take() { effects.resume.append(parked) }
+            case .running:
+                break
+            }
+            return effects
+        } ?? Effects()
     }
 
     /// A logout (its cooldown just started) ends every request but `trigger`: those waiting for
     /// the refresh in flight first (it runs on; its result is discarded, a new epoch began), then
     /// the others, each in request order so a simulation's output is the same every run. Waiting
     /// requests (a backoff, a dispatch queue) end whatever `cancelInFlight` says.
-    func endRequests(insideLock trigger: RequestMachine?, cancelInFlight: Bool) -> Effects {
+    mutating func endRequests(insideLock trigger: UInt64?, cancelInFlight: Bool) -> Effects {
         var effects = Effects()
         if let flight {
-            for machine in flight.live.sorted(by: { $0.context.number < $1.context.number }) where machine !== trigger {
-                if machine.endReason == nil { machine.endReason = .loggedOut }
-                machine.awaitedFlight = nil
-                if let continuation = machine.parked.take() { effects.resume.append(continuation) }
+            for id in live(flight) where id != trigger {
+                modifySlot(id) { slot in
+                    if slot.endReason == nil { slot.endReason = .loggedOut }
+                    slot.awaitedFlight = nil
+                    if let continuation = slot.parked.take() { effects.resume.append(continuation) }
+                }
             }
-            flight.waiters.removeAll { $0 !== trigger }
+            flight.waiters.removeAll { $0 != trigger }
         }
-        for machine in requests where machine !== trigger {
-            guard cancelInFlight || machine.phase == .backoff || machine.phase == .queued else { continue }
-            if machine.endReason == nil { machine.endReason = .loggedOut }
-            if let attempt = machine.attemptCancellation { effects.cancel.append(attempt) }
-            // A backoff's timer is taken off the heap by the request itself, when its park
-            // ends; disarmed here, a firing in between does nothing.
-            machine.armedTimer = 0
-            if let continuation = machine.parked.take() { effects.resume.append(continuation) }
+        for id in requestNumbers where id != trigger {
+            modifySlot(id) { slot in
+                guard cancelInFlight || slot.phase == .backoff || slot.phase == .queued else { return }
+                if slot.endReason == nil { slot.endReason = .loggedOut }
+                if let attempt = slot.attemptCancellation { effects.cancel.append(attempt) }
+                // A backoff's timer is taken off the heap by the request itself, when its park
+                // ends; disarmed here, a firing in between does nothing.
+                slot.armedTimer = 0
+                if let continuation = slot.parked.take() { effects.resume.append(continuation) }
+            }
         }
         return effects
     }

@@ -1,8 +1,36 @@
 import Foundation
 
-/// The engine's mutable state, all of it, behind one `Locked` pthread mutex (see `PolicyEngine`).
-/// The fields of each ``RequestMachine`` marked "under the engine's lock" belong to it too.
+/// The engine's mutable state, all of it, behind one `Locked` pthread mutex (see `PolicyEngine`):
+/// the session (credentials, generations, the refresh in flight, the cooldown), one ``Slot`` per
+/// request in flight (what others reach it by), the dispatcher's queues and the retry budget.
+/// A request's loop keeps only its own fields on its ``RequestMachine``.
 struct EngineState {
+    /// One request's part of the shared state: what a logout, a timer, the refresh it waits for,
+    /// the dispatcher and its caller's cancellation reach it by.
+    struct Slot {
+        var phase = RequestMachine.Phase.running
+        var endReason: EndReason?
+        /// The attempt on the wire, cancelled by a logout, a timeout or the caller.
+        var attemptCancellation: AttemptCancellation?
+        var timedOut = false
+        /// The park in progress, resumed by whoever sets `wake`, or by `end`.
+        var parked: UnsafeContinuation<Void, Never>?
+        var wake: RequestMachine.Wake?
+        /// The refresh this request waits for, while it does.
+        var awaitedFlight: Flight?
+        /// The token of the timer that counts (0: none): a stale firing carries an older one.
+        var armedTimer: UInt64 = 0
+        /// Holds one of its host's dispatch slots (see ``Dispatcher``).
+        var holdsSlot = false
+        /// Has been on the wire (it leaves a dispatch queue ahead of those that have not).
+        var sent = false
+        /// The host whose dispatch slots it takes; `nil` when dispatch is unlimited.
+        let host: String?
+        let dispatchLimit: Int
+        /// Its scope's `refresh.hold-new-requests`.
+        let holdsNewRequests: Bool
+    }
+
     /// Why a request was ended from outside its own loop.
     enum EndReason { case loggedOut, cancelled }
 
@@ -24,9 +52,9 @@ struct EngineState {
     ///
     /// Concurrency contract: every field is read and written under the engine's lock.
     final class Flight: @unchecked Sendable {
-        /// In the order they began waiting; a waiter that left (cancelled, logged out) stays
-        /// listed but no longer names this flight as the one it awaits.
-        var waiters: [RequestMachine] = []
+        /// Request numbers, in the order they began waiting; a waiter that left (cancelled,
+        /// logged out) stays listed but its slot no longer names this flight.
+        var waiters: [UInt64] = []
         let sessionEpoch: UInt64
         /// The coordinator's generation of the credentials being replaced.
         let sharedGeneration: UInt64
@@ -36,9 +64,6 @@ struct EngineState {
             self.sessionEpoch = sessionEpoch
             self.sharedGeneration = sharedGeneration
         }
-
-        /// The waiters still waiting.
-        var live: [RequestMachine] { waiters.filter { $0.awaitedFlight === self } }
     }
 
     var runtime: PolicyRuntime
@@ -65,14 +90,8 @@ struct EngineState {
     /// Bumped by every logout and sign-in: a refresh that started before either does not
     /// replace the credentials of the session that followed.
     var sessionEpoch: UInt64 = 0
-    /// The requests in flight, oldest first: an intrusive list through `RequestMachine.next` and
-    /// `previous`, so registering and removing one costs no allocation and no hashing. The back
-    /// links are `unowned` (checked, not `unowned(unsafe)`): each machine in the list is held by
-    /// its predecessor's `next` or by `firstRequest`, so they never dangle, and a bug that broke
-    /// that would trap instead of reading freed memory.
-    var firstRequest: RequestMachine?
-    unowned var lastRequest: RequestMachine?
-    var requestCount = 0
+    /// One slot per request in flight, by request number.
+    var slots: [UInt64: Slot] = [:]
     var nextRequest: UInt64 = 0
     var budget = RetryBudgetWindow()
     /// The per-host queue of `dispatch:`.
@@ -97,11 +116,25 @@ struct EngineState {
         return now < until
     }
 
-    /// Registers `machine` as waiting for `flight`.
-    func join(insideLock flight: Flight, _ machine: RequestMachine) {
-        flight.waiters.append(machine)
-        machine.awaitedFlight = flight
-        machine.phase = .awaitingRefresh
+    /// The requests still waiting for `flight`, oldest first.
+    func live(_ flight: Flight) -> [UInt64] {
+        flight.waiters.filter { slots[$0]?.awaitedFlight === flight }.sorted()
+    }
+
+    /// Runs `body` on request `id`'s slot in place (one lookup); `nil` when it has none.
+    @inline(__always)
+    mutating func modifySlot<R>(_ id: UInt64, _ body: (inout Slot) -> R) -> R? {
+        guard let index = slots.index(forKey: id) else { return nil }
+        return body(&slots.values[index])
+    }
+
+    /// Registers request `id` as waiting for `flight`.
+    mutating func join(insideLock flight: Flight, _ id: UInt64) {
+        flight.waiters.append(id)
+        modifySlot(id) { slot in
+            slot.awaitedFlight = flight
+            slot.phase = .awaitingRefresh
+        }
     }
 
     /// Wakes the requests waiting for `flight` (its result set) and lets queued requests out.
@@ -112,54 +145,31 @@ struct EngineState {
     /// waiting for their first attempt; then the queues move, signed with the new token.
     mutating func endWaits(insideLock flight: Flight) -> [UnsafeContinuation<Void, Never>] {
         var woken: [UnsafeContinuation<Void, Never>] = []
-        for machine in flight.live.sorted(by: { $0.context.number < $1.context.number }) {
-            machine.awaitedFlight = nil
-            machine.wake = .flight(flight)
-            if let host = machine.host, machine.attempt > 0 {
-                dispatcher.reserve(insideLock: machine, host: host)
+        for id in live(flight) {
+            let sent = modifySlot(id) { slot -> Bool in
+                slot.awaitedFlight = nil
+                slot.wake = .flight(flight)
+                if let parked = slot.parked.take() { woken.append(parked) }
+                return slot.sent && slot.host != nil
             }
-            if let parked = machine.parked.take() { woken.append(parked) }
+            if sent == true { reserveDispatchSlot(insideLock: id) }
         }
         flight.waiters = []
-        dispatcher.promoteAll(insideLock: self.flight != nil, into: &woken)
+        promoteAll(insideLock: &woken)
         return woken
     }
 
-    mutating func register(_ machine: RequestMachine) {
-        guard !machine.registered else { return }
-        machine.registered = true
-        machine.previous = lastRequest
-        machine.next = nil
-        if let last = lastRequest { last.next = machine } else { firstRequest = machine }
-        lastRequest = machine
-        requestCount += 1
+    /// Gives request `id` its slot, once.
+    mutating func register(_ id: UInt64, host: String?, dispatchLimit: Int, holdsNewRequests: Bool) {
+        guard slots[id] == nil else { return }
+        slots[id] = Slot(host: host, dispatchLimit: dispatchLimit, holdsNewRequests: holdsNewRequests)
     }
 
-    mutating func unregister(_ machine: RequestMachine) {
-        guard machine.registered else { return }
-        machine.registered = false
-        let next = machine.next
-        if let previous = machine.previous { previous.next = next } else { firstRequest = next }
-        if let next { next.previous = machine.previous } else { lastRequest = machine.previous }
-        machine.next = nil
-        machine.previous = nil
-        requestCount -= 1
-    }
-
-    /// The requests in flight, oldest (lowest number) first.
-    var requests: [RequestMachine] {
-        var all: [RequestMachine] = []
-        all.reserveCapacity(requestCount)
-        var current = firstRequest
-        while let machine = current {
-            all.append(machine)
-            current = machine.next
-        }
-        return all
-    }
+    /// The request numbers in flight, oldest first.
+    var requestNumbers: [UInt64] { slots.keys.sorted() }
 
     /// Requests still registered or waiting on a refresh: zero once every `send` has returned.
-    var leftovers: Int { requestCount + (flight?.live.count ?? 0) + dispatcher.inFlight + dispatcher.queued }
+    var leftovers: Int { slots.count + (flight.map { live($0).count } ?? 0) + dispatcher.inFlight + queuedCount }
 }
 
 /// Immutable credentials behind one reference (see `EngineState.credentialsBox`).

@@ -61,7 +61,10 @@ extension PolicyEngine {
             else { return nil }
             // The ending session's credentials, read with the cooldown's start: a sign-in right
             // after must not make the plugin end the new session instead.
-            return (state.endRequests(insideLock: trigger, cancelInFlight: cancelInFlight), state.credentials)
+            return (
+                state.endRequests(insideLock: trigger?.context.number, cancelInFlight: cancelInFlight),
+                state.credentials
+            )
         }
         guard let taken else { return }
         emit(runtime) {

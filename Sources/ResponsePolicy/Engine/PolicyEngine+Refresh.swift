@@ -20,7 +20,8 @@ extension PolicyEngine {
         let now = clock.now
         let context = machine.context
         let decision: Decision = state.withLock { state in
-            if machine.endReason != nil { return .cancelled }
+            let id = context.number
+            if state.slots[id]?.endReason != nil { return .cancelled }
             switch state.decideRefresh(
                 failedGeneration: failedGeneration, settings: settings, proactive: proactive, now: now)
             {
@@ -28,10 +29,10 @@ extension PolicyEngine {
             case .retryNow: return .retryNow
             case .limited(let failure): return .fail(failure)
             case .join(let flight):
-                state.join(insideLock: flight, machine)
+                state.join(insideLock: flight, id)
                 return .wait
             case .start(let flight, let credentials):
-                state.join(insideLock: flight, machine)
+                state.join(insideLock: flight, id)
                 return .start(flight, credentials: credentials)
             }
         }

@@ -59,7 +59,7 @@ extension PolicyEngine {
         let result = await withTaskCancellationHandler {
             await callInTask(machine, cancellation)
         } onCancel: {
-            end(machine, .cancelled)
+            end(machine.context.number, .cancelled)
         }
         endAttempt(machine, result)
     }
@@ -70,13 +70,16 @@ extension PolicyEngine {
         let cancellation = AttemptCancellation()
         let timeoutAt = machine.pendingTimeoutAt
         let token = timeoutAt == nil ? 0 : machine.nextTimerToken()
-        let started = state.withLock { _ -> Bool in
-            guard machine.endReason == nil else { return false }
-            machine.attemptCancellation = cancellation
-            machine.timedOut = false
-            machine.phase = .onWire
-            machine.armedTimer = token
-            return true
+        let started = state.withLock { state -> Bool in
+            state.modifySlot(machine.context.number) { slot in
+                guard slot.endReason == nil else { return false }
+                slot.attemptCancellation = cancellation
+                slot.timedOut = false
+                slot.phase = .onWire
+                slot.armedTimer = token
+                slot.sent = true
+                return true
+            } ?? false
         }
         guard started else { return nil }
         if let timeoutAt { timers.schedule(machine, at: timeoutAt, token: token) }
@@ -87,11 +90,13 @@ extension PolicyEngine {
     @inline(never)
     func endAttempt(_ machine: RequestMachine, _ result: AttemptResult) {
         if machine.pendingTimeoutAt != nil { timers.cancel(machine) }
-        let (timedOut, endedOutside) = state.withLock { _ -> (Bool, Bool) in
-            machine.attemptCancellation = nil
-            machine.armedTimer = 0
-            machine.phase = .running
-            return (machine.timedOut, machine.endReason != nil)
+        let (timedOut, endedOutside) = state.withLock { state -> (Bool, Bool) in
+            state.modifySlot(machine.context.number) { slot in
+                slot.attemptCancellation = nil
+                slot.armedTimer = 0
+                slot.phase = .running
+                return (slot.timedOut, slot.endReason != nil)
+            } ?? (false, true)
         }
         // Ended from outside (logout, the caller) wins over a timeout at the same instant. An
         // inline attempt learns of its caller's cancellation as task cancellation.
@@ -129,39 +134,43 @@ extension PolicyEngine {
                 // critical section. (Done here, in a synchronous closure, rather than in the
                 // driver: a call there grew every waiting request's async frame by 1 KB.)
                 var woken: [UnsafeContinuation<Void, Never>] = []
+                let id = machine.context.number
                 let now = state.withLock { state -> Bool in
-                    if machine.wake != nil || machine.endReason != nil { return true }
-                    machine.parked = continuation
-                    if let host = machine.host {
-                        state.dispatcher.release(
-                            insideLock: machine, host: host, refreshing: state.flight != nil, into: &woken)
-                    }
-                    return false
+                    let ready =
+                        state.modifySlot(id) { slot -> Bool in
+                            if slot.wake != nil || slot.endReason != nil { return true }
+                            slot.parked = continuation
+                            return false
+                        } ?? true
+                    if !ready, machine.host != nil { state.releaseDispatchSlot(insideLock: id, into: &woken) }
+                    return ready
                 }
                 if now { continuation.resume() }
                 for other in woken { other.resume() }
             }
         } onCancel: {
-            end(machine, .cancelled)
+            end(machine.context.number, .cancelled)
         }
     }
 
     /// Starts a backoff wait until `deadline`; `false` when the request was already ended.
     func startBackoff(_ machine: RequestMachine, until deadline: Duration) -> Bool {
         let token = machine.nextTimerToken()
-        let started = state.withLock { _ -> Bool in
-            guard machine.endReason == nil else { return false }
-            machine.phase = .backoff
-            machine.armedTimer = token
-            return true
+        let started = state.withLock { state -> Bool in
+            state.modifySlot(machine.context.number) { slot in
+                guard slot.endReason == nil else { return false }
+                slot.phase = .backoff
+                slot.armedTimer = token
+                return true
+            } ?? false
         }
         if started { timers.schedule(machine, at: deadline, token: token) }
         return started
     }
 
     /// A request's timer fired (see ``EngineState/timerFired(insideLock:token:)``).
-    func timerFired(_ machine: RequestMachine, token: UInt64) {
-        let effects = state.withLock { $0.timerFired(insideLock: machine, token: token) }
+    func timerFired(_ id: UInt64, token: UInt64) {
+        let effects = state.withLock { $0.timerFired(insideLock: id, token: token) }
         for attempt in effects.cancel { attempt.cancel() }
         for parked in effects.resume { parked.resume() }
     }

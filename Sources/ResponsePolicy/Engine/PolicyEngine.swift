@@ -291,15 +291,16 @@ public final class PolicyEngine: Sendable {
 
     @inline(never)  // its temporaries stay out of `send`'s async frame
     private func outcome(of machine: RequestMachine) throws(PolicyEngineError) -> HTTPResponse {
-        if let host = machine.host {
+        let id = machine.context.number
+        if machine.host != nil {
             var woken: [UnsafeContinuation<Void, Never>] = []
             state.withLock { state in
-                state.unregister(machine)
-                state.dispatcher.release(insideLock: machine, host: host, refreshing: state.flight != nil, into: &woken)
+                state.releaseDispatchSlot(insideLock: id, into: &woken)
+                state.slots.removeValue(forKey: id)
             }
             for continuation in woken { continuation.resume() }
         } else {
-            state.withLock { $0.unregister(machine) }
+            state.withLock { _ = $0.slots.removeValue(forKey: id) }
         }
         return try machine.result.get()
     }
@@ -336,8 +337,8 @@ public final class PolicyEngine: Sendable {
     }
 
     /// Ends a request from outside its loop: marks why, cancels its attempt, ends its park.
-    func end(_ machine: RequestMachine, _ reason: EngineState.EndReason) {
-        let effects = state.withLock { $0.end(insideLock: machine, reason) }
+    func end(_ id: UInt64, _ reason: EngineState.EndReason) {
+        let effects = state.withLock { $0.end(insideLock: id, reason) }
         for attempt in effects.cancel { attempt.cancel() }
         for parked in effects.resume { parked.resume() }
     }

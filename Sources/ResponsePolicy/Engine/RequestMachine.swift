@@ -15,11 +15,14 @@ import Foundation
 /// A class, so the driver holds one reference, the steps mutate it in place, and the engine's
 /// registry, the refresh's waiter list and the timer heap can point at it without allocating.
 ///
-/// Concurrency contract: the loop's own fields are touched only by the request's task (one step
-/// at a time). The fields under "Shared" are read and written only under the engine's lock.
-/// The timer node's fields belong to the engine's `TimerService`.
+/// Concurrency contract: its fields are the loop's own, touched only by the request's task (one
+/// step at a time). What others reach the request by (its phase, its park, its armed timer, its
+/// attempt) is its ``EngineState/Slot``, in the engine's state. The timer node's fields belong
+/// to the engine's `TimerService`.
 final class RequestMachine: TimerNode, @unchecked Sendable {
-    // @unchecked: see the concurrency contract above; every shared field is lock-guarded.
+    // @unchecked: a `TimerNode` (the timer service's fields are under its lock); the driver's
+    // task is the only one that reads or writes the fields declared here, and the cancellation
+    // handlers and the timer read only the immutable `context`.
 
     /// What the driver awaits next.
     enum Step {
@@ -41,27 +44,6 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
     enum Phase { case running, onWire, backoff, awaitingRefresh, queued }
 
     enum AttemptOutcome { case response, error, timedOut, cancelled }
-
-    // MARK: Shared (under the engine's lock)
-
-    /// The attempt on the wire, cancelled by a logout, a timeout or the caller.
-    var attemptCancellation: AttemptCancellation?
-    var timedOut = false
-    var phase = Phase.running
-    var endReason: EngineState.EndReason?
-    /// The park in progress, resumed by `wake` or `end`.
-    var parked: UnsafeContinuation<Void, Never>?
-    var wake: Wake?
-    /// The refresh this request waits for, while it does.
-    var awaitedFlight: EngineState.Flight?
-    /// The token of the timer that counts (0: none): a stale firing carries an older one.
-    var armedTimer: UInt64 = 0
-    /// Registry links (see `EngineState.register`).
-    var registered = false
-    var next: RequestMachine?
-    unowned var previous: RequestMachine?
-    /// Holds one of its host's dispatch slots (see ``Dispatcher``).
-    var holdsSlot = false
 
     // MARK: The loop's own
 
@@ -104,6 +86,8 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
     var skipProactive = false
     /// A deadline timer is armed for the wait in progress (see ``parkUntilDeadline()``).
     var deadlineArmed = false
+    /// Its slot exists in the engine's state.
+    var registered = false
 
     @inline(never)
     init(engine: PolicyEngine, original: HTTPRequest, context: RequestContext) {
@@ -136,7 +120,7 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
 
     var runtime: PolicyRuntime { context.runtime }
 
-    override func fire(token: UInt64) { engine.timerFired(self, token: token) }
+    override func fire(token: UInt64) { engine.timerFired(context.number, token: token) }
 
     /// A token for the next timer this request arms.
     func nextTimerToken() -> UInt64 {
@@ -195,7 +179,7 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
     /// The request was ended from outside its loop: by a logout, or by its caller.
     @inline(never)
     func ended() -> Step {
-        let reason = engine.state.withLock { _ in endReason }
+        let reason = engine.state.withLock { $0.slots[context.number]?.endReason }
         if reason == .loggedOut { return cancelledByLogout() }
         engine.emit(runtime) {
             var event = PolicyEvent(.cancel, time: engine.clock.now, request: context.id)
@@ -234,19 +218,23 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         let now = attempt == 0 && !skipProactive ? context.start : engine.clock.now
         let cancelled = Task.isCancelled
         let hold = scope.refresh.holdNewRequests
+        let id = context.number
+        let first = !registered
+        registered = true
         let (gate, box, generation) = engine.state.withLock { state -> (Gate, CredentialsBox?, UInt64) in
-            state.register(self)
-            if cancelled || endReason != nil { return (.ended, nil, 0) }
+            if first {
+                state.register(
+                    id, host: host, dispatchLimit: dispatchLimit, holdsNewRequests: scope.refresh.holdNewRequests)
+            }
+            if cancelled || state.slots[id]?.endReason != nil { return (.ended, nil, 0) }
             if state.isLoggedOut(at: now) { return (.loggedOut, nil, 0) }
             // A refresh in flight: this request has not gone out yet, so it waits for the fresh
             // token rather than going out with one already known to be stale.
             if hold, let flight = state.flight {
-                state.join(insideLock: flight, self)
+                state.join(insideLock: flight, id)
                 return (.held, nil, 0)
             }
-            if let host, !state.dispatcher.acquire(insideLock: self, host: host, limit: dispatchLimit) {
-                return (.queued, nil, 0)
-            }
+            if host != nil, !state.acquireDispatchSlot(insideLock: id) { return (.queued, nil, 0) }
             return (.go, state.credentialsBox, state.generation)
         }
         switch gate {
@@ -296,10 +284,12 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
     func parkUntilDeadline() -> Step {
         guard let deadline else { return .park }
         let token = nextTimerToken()
-        let armed = engine.state.withLock { _ -> Bool in
-            guard endReason == nil else { return false }
-            armedTimer = token
-            return true
+        let armed = engine.state.withLock { state -> Bool in
+            state.modifySlot(context.number) { slot in
+                guard slot.endReason == nil else { return false }
+                slot.armedTimer = token
+                return true
+            } ?? false
         }
         if armed {
             deadlineArmed = true
@@ -496,13 +486,15 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
     /// The park ended: the backoff's timer, the refresh's end, or the request was ended.
     @inline(never)
     func afterPark() -> Step {
-        let (woken, endedOutside) = engine.state.withLock { _ -> (Wake?, Bool) in
-            let taken = wake
-            wake = nil
-            phase = .running
-            awaitedFlight = nil
-            armedTimer = 0
-            return (taken, endReason != nil)
+        let (woken, endedOutside) = engine.state.withLock { state -> (Wake?, Bool) in
+            state.modifySlot(context.number) { slot in
+                let taken = slot.wake
+                slot.wake = nil
+                slot.phase = .running
+                slot.awaitedFlight = nil
+                slot.armedTimer = 0
+                return (taken, slot.endReason != nil)
+            } ?? (nil, true)
         }
         if deadlineArmed {
             deadlineArmed = false
