@@ -43,8 +43,8 @@ struct RequestSlotsModelTests {
                 state.register(next, host: "h", dispatchLimit: limit, holdsNewRequests: hold)
                 if state.isLoggedOut(at: now) {
                     _ = state.end(insideLock: next, .loggedOut)
-                } else if hold, let flight = state.flight {
-                    state.join(insideLock: flight, next)
+                } else if hold, state.flight != nil {
+                    state.join(insideLock: next)
                 } else if state.acquireDispatchSlot(insideLock: next) {
                     token += 1
                     state.modifySlot(next) { slot in
@@ -67,7 +67,7 @@ struct RequestSlotsModelTests {
                     switch state.decideRefresh(
                         failedGeneration: state.generation, settings: settings, proactive: false, now: now)
                     {
-                    case .join(let flight), .start(let flight, _): state.join(insideLock: flight, id)
+                    case .join, .start: state.join(insideLock: id)
                     default: break
                     }
                 case 1:
@@ -85,11 +85,12 @@ struct RequestSlotsModelTests {
             case 4:
                 // The refresh ends: every waiter is woken.
                 guard let flight = state.flight else { continue }
-                _ = state.refreshEnded(
+                let end = state.refreshEnded(
                     flight, outcome: .success(Credentials(accessToken: "t\(step)")), shared: nil, now: now)
-                _ = state.endWaits(insideLock: flight)
-                #expect(state.live(flight).isEmpty, "\(context): a waiter left behind by the refresh's end")
-                for id in state.slots.keys where state.slots[id]?.awaitedFlight === flight {
+                let waiting = try #require(end.waiting, "\(context): the flight in flight was not the one ended")
+                _ = state.endWaits(insideLock: waiting, end.result)
+                #expect(state.flight == nil, "\(context)")
+                for id in state.slots.keys where state.slots[id]?.awaitedFlight == flight.id {
                     Issue.record("\(context): request \(id) still waits for an ended refresh")
                 }
             case 5:
@@ -154,7 +155,7 @@ struct RequestSlotsModelTests {
                     #expect(queuedIDs.contains(id), "\(context): request \(id) queued in no queue")
                 }
                 if let awaited = slot.awaitedFlight {
-                    #expect(awaited === state.flight, "\(context): request \(id) waits for a refresh not in flight")
+                    #expect(awaited == state.flight?.id, "\(context): request \(id) waits for a refresh not in flight")
                 }
                 // A timer is armed only where one is needed.
                 if slot.armedTimer != 0 {

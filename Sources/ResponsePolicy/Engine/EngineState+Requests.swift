@@ -62,7 +62,7 @@ extension EngineState {
                     if let continuation = slot.parked.take() { effects.resume.append(continuation) }
                 }
             }
-            flight.waiters.removeAll { $0 != trigger }
+            self.flight?.waiters.removeAll { $0 != trigger }
         }
         for id in requestNumbers where id != trigger {
             modifySlot(id) { slot in

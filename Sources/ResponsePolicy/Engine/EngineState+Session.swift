@@ -43,7 +43,8 @@ extension EngineState {
             }
             refreshCalls.append(now)
         }
-        let started = Flight(sessionEpoch: sessionEpoch, sharedGeneration: sharedGeneration)
+        nextFlight += 1
+        let started = Flight(id: nextFlight, sessionEpoch: sessionEpoch, sharedGeneration: sharedGeneration)
         flight = started
         return .start(started, credentials: credentials)
     }
@@ -54,16 +55,25 @@ extension EngineState {
         var saved = false
         /// The refresh succeeded for a session that has since ended: its token was dropped.
         var discarded = false
+        /// What its waiters find.
+        var result = FlightResult.cancelled
+        /// The flight as the state held it, with its waiters (`nil`: already answered, by a
+        /// coordinator's publication).
+        var waiting: Flight?
     }
 
-    /// Ends `flight` with what the refresh produced (`shared`: the generation the coordinator gave
-    /// the credentials) and sets the result its waiters find. A result for a session that has
-    /// since been logged out or signed in again is dropped: its waiters decide again.
+    /// Ends `ended` (the refresh task's copy) with what the refresh produced (`shared`: the
+    /// generation the coordinator gave the credentials) and says what its waiters find. A result
+    /// for a session that has since been logged out or signed in again is dropped: its waiters
+    /// decide again.
     mutating func refreshEnded(
         _ ended: Flight, outcome: Result<Credentials, RefreshFailure>, shared: UInt64?, now: Duration
     ) -> RefreshEnd {
-        if flight === ended { flight = nil }
         var end = RefreshEnd()
+        if flight?.id == ended.id {
+            end.waiting = flight
+            flight = nil
+        }
         switch outcome {
         case .success(let fresh) where sessionEpoch == ended.sessionEpoch:
             // Adopted already when the coordinator's news arrived first.
@@ -74,13 +84,13 @@ extension EngineState {
                 end.saved = true
             }
             lastRefresh = now
-            ended.result = .ok
+            end.result = .ok
         case .success:
             end.discarded = true
-            ended.result = .superseded
+            end.result = .superseded
         case .failure(let failure):
             // A failure after the session changed is the old session's: decide again.
-            ended.result = sessionEpoch == ended.sessionEpoch ? .failed(failure) : .superseded
+            end.result = sessionEpoch == ended.sessionEpoch ? .failed(failure) : .superseded
         }
         return end
     }
@@ -134,7 +144,6 @@ extension EngineState {
         generation += 1
         guard let answered = flight, answered.sessionEpoch == sessionEpoch else { return .adopted(answered: nil) }
         lastRefresh = now
-        answered.result = .ok
         flight = nil
         return .adopted(answered: answered)
     }

@@ -16,8 +16,8 @@ struct EngineState {
         /// The park in progress, resumed by whoever sets `wake`, or by `end`.
         var parked: UnsafeContinuation<Void, Never>?
         var wake: RequestMachine.Wake?
-        /// The refresh this request waits for, while it does.
-        var awaitedFlight: Flight?
+        /// The id of the refresh this request waits for, while it does.
+        var awaitedFlight: UInt64?
         /// The token of the timer that counts (0: none): a stale firing carries an older one.
         var armedTimer: UInt64 = 0
         /// Holds one of its host's dispatch slots (see ``Dispatcher``).
@@ -47,23 +47,16 @@ struct EngineState {
 
     /// The refresh in progress and the requests waiting for it.
     ///
-    /// A class so that a waiter holds a reference and reads the result once: the result (which
-    /// may carry the refresh endpoint's response) is stored once, not in every waiter.
-    ///
-    /// Concurrency contract: every field is read and written under the engine's lock.
-    final class Flight: @unchecked Sendable {
-        /// Request numbers, in the order they began waiting; a waiter that left (cancelled,
-        /// logged out) stays listed but its slot no longer names this flight.
-        var waiters: [UInt64] = []
+    /// A value: the refresh task keeps a copy of what it needs (its id, its session); the
+    /// waiters list lives in the state's copy; each waiter finds the result in its wake.
+    struct Flight: Sendable {
+        let id: UInt64
         let sessionEpoch: UInt64
         /// The coordinator's generation of the credentials being replaced.
         let sharedGeneration: UInt64
-        var result: FlightResult?
-
-        init(sessionEpoch: UInt64, sharedGeneration: UInt64) {
-            self.sessionEpoch = sessionEpoch
-            self.sharedGeneration = sharedGeneration
-        }
+        /// Request numbers, in the order they began waiting; a waiter that left (cancelled,
+        /// logged out) stays listed but its slot no longer names this flight.
+        var waiters: [UInt64] = []
     }
 
     var runtime: PolicyRuntime
@@ -78,6 +71,7 @@ struct EngineState {
     /// generation that hits a trigger retries at once with the newer token.
     var generation: UInt64 = 0
     var flight: Flight?
+    var nextFlight: UInt64 = 0
     /// When the last successful refresh ended (for `share-window`).
     var lastRefresh: Duration?
     /// When refresh calls started (for `limit`), oldest first.
@@ -118,7 +112,7 @@ struct EngineState {
 
     /// The requests still waiting for `flight`, oldest first.
     func live(_ flight: Flight) -> [UInt64] {
-        flight.waiters.filter { slots[$0]?.awaitedFlight === flight }.sorted()
+        flight.waiters.filter { slots[$0]?.awaitedFlight == flight.id }.sorted()
     }
 
     /// Runs `body` on request `id`'s slot in place (one lookup); `nil` when it has none.
@@ -128,11 +122,12 @@ struct EngineState {
         return body(&slots.values[index])
     }
 
-    /// Registers request `id` as waiting for `flight`.
-    mutating func join(insideLock flight: Flight, _ id: UInt64) {
-        flight.waiters.append(id)
+    /// Registers request `id` as waiting for the refresh in flight.
+    mutating func join(insideLock id: UInt64) {
+        guard let current = flight?.id else { return }
+        flight?.waiters.append(id)
         modifySlot(id) { slot in
-            slot.awaitedFlight = flight
+            slot.awaitedFlight = current
             slot.phase = .awaitingRefresh
         }
     }
@@ -143,18 +138,17 @@ struct EngineState {
     /// In request order, so a simulation's output is the same every run. A waiter that has been
     /// on the wire before gets a dispatch slot now when one is free, ahead of the requests still
     /// waiting for their first attempt; then the queues move, signed with the new token.
-    mutating func endWaits(insideLock flight: Flight) -> [UnsafeContinuation<Void, Never>] {
+    mutating func endWaits(insideLock flight: Flight, _ result: FlightResult) -> [UnsafeContinuation<Void, Never>] {
         var woken: [UnsafeContinuation<Void, Never>] = []
         for id in live(flight) {
             let sent = modifySlot(id) { slot -> Bool in
                 slot.awaitedFlight = nil
-                slot.wake = .flight(flight)
+                slot.wake = .flight(result)
                 if let parked = slot.parked.take() { woken.append(parked) }
                 return slot.sent && slot.host != nil
             }
             if sent == true { reserveDispatchSlot(insideLock: id) }
         }
-        flight.waiters = []
         promoteAll(insideLock: &woken)
         return woken
     }

@@ -40,7 +40,7 @@ extension PolicyEngine {
             switch state.adopt(session, now: now) {
             case .ignored, .numbered: return nil
             case .adopted(let answered):
-                return (state.runtime, answered.map { state.endWaits(insideLock: $0) } ?? [])
+                return (state.runtime, answered.map { state.endWaits(insideLock: $0, .ok) } ?? [])
             }
         }
         guard let (runtime, woken) = adopted else { return }

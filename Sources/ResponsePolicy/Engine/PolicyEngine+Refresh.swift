@@ -28,11 +28,11 @@ extension PolicyEngine {
             case .loggedOut: return .loggedOut
             case .retryNow: return .retryNow
             case .limited(let failure): return .fail(failure)
-            case .join(let flight):
-                state.join(insideLock: flight, id)
+            case .join:
+                state.join(insideLock: id)
                 return .wait
             case .start(let flight, let credentials):
-                state.join(insideLock: flight, id)
+                state.join(insideLock: id)
                 return .start(flight, credentials: credentials)
             }
         }
@@ -74,7 +74,7 @@ extension PolicyEngine {
             let now = self.clock.now
             let (ended, waiters) = self.state.withLock { state in
                 let ended = state.refreshEnded(flight, outcome: outcome, shared: shared, now: now)
-                return (ended, state.endWaits(insideLock: flight))
+                return (ended, ended.waiting.map { state.endWaits(insideLock: $0, ended.result) } ?? [])
             }
             let (refreshed, discarded) = (ended.saved, ended.discarded)
             if refreshed { self.saveCredentials(context.runtime) }

@@ -38,7 +38,7 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
 
     /// Why a park ended, set by whoever ends it.
     enum Wake {
-        case timer, flight(EngineState.Flight), dispatched
+        case timer, flight(EngineState.FlightResult), dispatched
     }
 
     enum Phase { case running, onWire, backoff, awaitingRefresh, queued }
@@ -230,8 +230,8 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
             if state.isLoggedOut(at: now) { return (.loggedOut, nil, 0) }
             // A refresh in flight: this request has not gone out yet, so it waits for the fresh
             // token rather than going out with one already known to be stale.
-            if hold, let flight = state.flight {
-                state.join(insideLock: flight, id)
+            if hold, state.flight != nil {
+                state.join(insideLock: id)
                 return (.held, nil, 0)
             }
             if host != nil, !state.acquireDispatchSlot(insideLock: id) { return (.queued, nil, 0) }
@@ -511,8 +511,7 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
             return top()
         case .refresh(let proactive):
             if endedOutside { return ended() }
-            guard case .flight(let flight) = woken else { return ended() }
-            let result = engine.state.withLock { _ in flight.result } ?? .cancelled
+            guard case .flight(let result) = woken else { return ended() }
             return afterRefresh(result, proactive: proactive)
         case .dispatch:
             if endedOutside { return ended() }
