@@ -56,10 +56,11 @@ extension PolicyEngine {
     /// A plain transport's attempt, in a task of its own that the caller's cancellation ends.
     @inline(never)  // keeps its frame out of the inline path's
     func attemptInTask(_ machine: RequestMachine, _ cancellation: AttemptCancellation) async {
+        let id = machine.context.number
         let result = await withTaskCancellationHandler {
             await callInTask(machine, cancellation)
         } onCancel: {
-            end(machine.context.number, .cancelled)
+            end(id, .cancelled)
         }
         endAttempt(machine, result)
     }
@@ -82,14 +83,14 @@ extension PolicyEngine {
             } ?? false
         }
         guard started else { return nil }
-        if let timeoutAt { timers.schedule(machine, at: timeoutAt, token: token) }
+        if let timeoutAt { timers.schedule(machine.timer, at: timeoutAt, token: token) }
         return cancellation
     }
 
     /// Disarms the attempt and stores what came of it.
     @inline(never)
     func endAttempt(_ machine: RequestMachine, _ result: AttemptResult) {
-        if machine.pendingTimeoutAt != nil { timers.cancel(machine) }
+        if machine.pendingTimeoutAt != nil { timers.cancel(machine.timer) }
         let (timedOut, endedOutside) = state.withLock { state -> (Bool, Bool) in
             state.modifySlot(machine.context.number) { slot in
                 slot.attemptCancellation = nil
@@ -126,6 +127,7 @@ extension PolicyEngine {
     /// flight) or `end` wakes it; returns at once when that already happened.
     @inline(never)  // a frame of its own, held only while this is awaited
     func park(_ machine: RequestMachine) async {
+        let id = machine.context.number
         await withTaskCancellationHandler {
             await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
                 // Under the lock `end` takes: either it finds this continuation, or this sees
@@ -134,7 +136,6 @@ extension PolicyEngine {
                 // critical section. (Done here, in a synchronous closure, rather than in the
                 // driver: a call there grew every waiting request's async frame by 1 KB.)
                 var woken: [UnsafeContinuation<Void, Never>] = []
-                let id = machine.context.number
                 let now = state.withLock { state -> Bool in
                     let ready =
                         state.modifySlot(id) { slot -> Bool in
@@ -149,7 +150,7 @@ extension PolicyEngine {
                 for other in woken { other.resume() }
             }
         } onCancel: {
-            end(machine.context.number, .cancelled)
+            end(id, .cancelled)
         }
     }
 
@@ -164,7 +165,7 @@ extension PolicyEngine {
                 return true
             } ?? false
         }
-        if started { timers.schedule(machine, at: deadline, token: token) }
+        if started { timers.schedule(machine.timer, at: deadline, token: token) }
         return started
     }
 

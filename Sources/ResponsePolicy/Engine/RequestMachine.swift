@@ -15,14 +15,11 @@ import Foundation
 /// A class, so the driver holds one reference, the steps mutate it in place, and the engine's
 /// registry, the refresh's waiter list and the timer heap can point at it without allocating.
 ///
-/// Concurrency contract: its fields are the loop's own, touched only by the request's task (one
-/// step at a time). What others reach the request by (its phase, its park, its armed timer, its
-/// attempt) is its ``EngineState/Slot``, in the engine's state. The timer node's fields belong
-/// to the engine's `TimerService`.
-final class RequestMachine: TimerNode, @unchecked Sendable {
-    // @unchecked: a `TimerNode` (the timer service's fields are under its lock); the driver's
-    // task is the only one that reads or writes the fields declared here, and the cancellation
-    // handlers and the timer read only the immutable `context`.
+/// Concurrency contract: not `Sendable`. Its fields are the loop's own, touched only by the
+/// request's task (one step at a time). What others reach the request by (its phase, its park,
+/// its armed timer, its attempt) is its ``EngineState/Slot``, in the engine's state, found by
+/// its number; its timer is a ``RequestTimer`` that knows only that number.
+final class RequestMachine {
 
     /// What the driver awaits next.
     enum Step {
@@ -120,7 +117,9 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
 
     var runtime: PolicyRuntime { context.runtime }
 
-    override func fire(token: UInt64) { engine.timerFired(context.number, token: token) }
+    /// Its timer (attempt timeout, backoff, the deadline of a wait), made on first use: a
+    /// request has at most one armed at a time.
+    lazy var timer = RequestTimer(engine: engine, id: context.number)
 
     /// A token for the next timer this request arms.
     func nextTimerToken() -> UInt64 {
@@ -293,7 +292,7 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         }
         if armed {
             deadlineArmed = true
-            engine.timers.schedule(self, at: deadline, token: token)
+            engine.timers.schedule(timer, at: deadline, token: token)
         }
         return .park
     }
@@ -500,13 +499,13 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
             deadlineArmed = false
             // Woken some other way: the deadline's timer leaves the heap here, in this task.
             if case .timer? = woken { return endedOutside ? ended() : waitedPastDeadline() }
-            engine.timers.cancel(self)
+            engine.timers.cancel(timer)
         }
         switch waitingFor {
         case .backoff:
             // Ended some other way (a logout, the caller): take the timer off the heap here, in
             // the task that scheduled it, so no ordering of the two can leave it behind.
-            if case .timer? = woken {} else { engine.timers.cancel(self) }
+            if case .timer? = woken {} else { engine.timers.cancel(timer) }
             if endedOutside { return ended() }
             return top()
         case .refresh(let proactive):
