@@ -41,11 +41,13 @@ struct RequestSlotsModelTests {
                 next += 1
                 let hold = random.int(0...3) != 0
                 state.register(next, host: "h", dispatchLimit: limit, holdsNewRequests: hold)
-                if state.isLoggedOut(at: now) {
+                let refreshing = state.flight != nil
+                let (gate, _, _) = state.gate(insideLock: next, cancelled: false, now: now)
+                #expect(gate != .held || (hold && refreshing), "\(context): held with no refresh to wait for")
+                #expect(gate != .go || !state.isLoggedOut(at: now), "\(context): sent during the cooldown")
+                if gate == .loggedOut {
                     _ = state.end(insideLock: next, .loggedOut)
-                } else if hold, state.flight != nil {
-                    state.join(insideLock: next)
-                } else if state.acquireDispatchSlot(insideLock: next) {
+                } else if gate == .go {
                     token += 1
                     state.modifySlot(next) { slot in
                         slot.phase = .onWire

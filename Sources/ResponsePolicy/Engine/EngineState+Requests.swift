@@ -10,6 +10,25 @@ struct Effects {
 /// cancellation, a timer, a logout. Each runs under the engine's lock and returns the
 /// continuations to resume and the attempts to cancel, which the shell performs after unlocking.
 extension EngineState {
+    /// What the top of a request's loop may do (``gate(insideLock:cancelled:now:)``).
+    enum Gate { case go, ended, loggedOut, held, queued }
+
+    /// The top of request `id`'s loop: it goes out now with the credentials and generation
+    /// returned, or it was ended, or the session is in its cooldown, or it waits. It waits for
+    /// the refresh in flight when its scope holds new requests (it has not gone out yet, so it
+    /// waits for the fresh token rather than going out with one already known to be stale), and
+    /// in its host's dispatch queue when the host's slots are taken.
+    mutating func gate(insideLock id: UInt64, cancelled: Bool, now: Duration) -> (Gate, CredentialsBox?, UInt64) {
+        guard let slot = slots[id], !cancelled, slot.endReason == nil else { return (.ended, nil, 0) }
+        if isLoggedOut(at: now) { return (.loggedOut, nil, 0) }
+        if slot.holdsNewRequests, flight != nil {
+            join(insideLock: id)
+            return (.held, nil, 0)
+        }
+        if slot.host != nil, !acquireDispatchSlot(insideLock: id) { return (.queued, nil, 0) }
+        return (.go, credentialsBox, generation)
+    }
+
     /// Ends request `id` from outside its loop (its caller, or a logout): marks why, disarms its
     /// timer (a backoff's leaves the heap when the request's park ends, in its own task), and
     /// hands back its attempt and its park.

@@ -220,21 +220,11 @@ final class RequestMachine {
         let id = context.number
         let first = !registered
         registered = true
-        let (gate, box, generation) = engine.state.withLock { state -> (Gate, CredentialsBox?, UInt64) in
+        let (gate, box, generation) = engine.state.withLock { state in
             if first {
-                state.register(
-                    id, host: host, dispatchLimit: dispatchLimit, holdsNewRequests: scope.refresh.holdNewRequests)
+                state.register(id, host: host, dispatchLimit: dispatchLimit, holdsNewRequests: hold)
             }
-            if cancelled || state.slots[id]?.endReason != nil { return (.ended, nil, 0) }
-            if state.isLoggedOut(at: now) { return (.loggedOut, nil, 0) }
-            // A refresh in flight: this request has not gone out yet, so it waits for the fresh
-            // token rather than going out with one already known to be stale.
-            if hold, state.flight != nil {
-                state.join(insideLock: id)
-                return (.held, nil, 0)
-            }
-            if host != nil, !state.acquireDispatchSlot(insideLock: id) { return (.queued, nil, 0) }
-            return (.go, state.credentialsBox, state.generation)
+            return state.gate(insideLock: id, cancelled: cancelled, now: now)
         }
         switch gate {
         case .go: break
@@ -307,9 +297,6 @@ final class RequestMachine {
         }
         return finish(.failure(.deadlineExceeded))
     }
-
-    /// What the top of the loop found under the lock.
-    enum Gate { case go, ended, loggedOut, held, queued }
 
     // MARK: - After an attempt
 
