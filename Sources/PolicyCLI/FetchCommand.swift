@@ -284,7 +284,7 @@ enum FetchCommand {
         case .failure(let error):
             let status = record.status.map(String.init) ?? "-"
             line += " \(status) code=\(record.code ?? "-") attempts=\(record.attempts) \(ms)ms "
-            if case .loggedOut(let until) = error {
+            if case .loggedOut(let until, _) = error {
                 line += "logged-out: " + (recorder.logoutNote(until: until) ?? error.description)
             } else if error == .cancelled {
                 line += "cancelled"
@@ -295,7 +295,7 @@ enum FetchCommand {
         output.stdout(line + "\n")
         switch outcome {
         case .success: return RequestResult(delivered: true)
-        case .failure(.loggedOut(let until)): return RequestResult(delivered: false, loggedOutUntil: until)
+        case .failure(.loggedOut(let until, _)): return RequestResult(delivered: false, loggedOutUntil: until)
         case .failure: return RequestResult(delivered: false)
         }
     }

@@ -55,6 +55,11 @@ public final class URLSessionTransport: CancellableTransport {
 
     private let session: URLSession
     private let delegate: SessionDelegate
+    /// The transport for the engine's refresh and logout calls, made on first use: a session of
+    /// its own (the same configuration), so those calls never wait for a connection behind the
+    /// requests already queued in this one.
+    private let control = Locked<URLSessionTransport?>(nil)
+    private let isControl: Bool
 
     /// Creates a transport.
     ///
@@ -76,11 +81,9 @@ public final class URLSessionTransport: CancellableTransport {
     ///     sends through a session of its own made from that configuration, because it must be the session's
     ///     delegate to keep redirects and body sizes in hand; cookies and the URL cache stay off in the default
     ///     configuration. Defaults to `nil`: an ephemeral configuration with no cookie storage and no URL cache.
-    public init(
+    public convenience init(
         timeout: Duration = .seconds(60), maxBody: Int? = URLSessionTransport.defaultMaxBody, session: URLSession? = nil
     ) {
-        self.timeout = timeout
-        self.maxBody = maxBody
         let configuration: URLSessionConfiguration
         if let session {
             configuration = session.configuration
@@ -92,6 +95,14 @@ public final class URLSessionTransport: CancellableTransport {
             configuration.urlCache = nil
             configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
         }
+        self.init(timeout: timeout, maxBody: maxBody, configuration: configuration, isControl: false)
+    }
+
+    /// With `isControl`: the transport for session calls, on a session of its own.
+    private init(timeout: Duration, maxBody: Int?, configuration: URLSessionConfiguration, isControl: Bool) {
+        self.timeout = timeout
+        self.maxBody = maxBody
+        self.isControl = isControl
         // Only a backstop: `send` enforces `timeout` itself, and URLSession must never fire first.
         configuration.timeoutIntervalForRequest = Self.backstopInterval(for: timeout)
         configuration.timeoutIntervalForResource = Self.backstopInterval(for: timeout)
@@ -101,6 +112,20 @@ public final class URLSessionTransport: CancellableTransport {
 
     deinit {
         session.finishTasksAndInvalidate()
+    }
+
+    /// A transport with a session of its own (the same configuration and timeout) for the
+    /// engine's refresh and logout calls.
+    public var sessionCallTransport: any Transport {
+        if isControl { return self }
+        let (configuration, timeout, maxBody) = (session.configuration, timeout, maxBody)
+        return control.withLock { control in
+            if let control { return control }
+            let made = URLSessionTransport(
+                timeout: timeout, maxBody: maxBody, configuration: configuration, isControl: true)
+            control = made
+            return made
+        }
     }
 
     /// Sends one request and returns the response, whatever its status.

@@ -41,6 +41,7 @@ var results: [BenchResult] = []
 if wanted("classify") { results += Benchmarks.classify(quick: quick) }
 if wanted("decide") { results.append(Benchmarks.decide(quick: quick)) }
 if wanted("storm") { results.append(await Benchmarks.storm(quick: quick)) }
+if wanted("storm") { results.append(await Benchmarks.storm(quick: quick, dispatch: 6)) }
 if wanted("engine") { results.append(await Benchmarks.engineOverhead(quick: quick)) }
 if wanted("load") { results.append(Benchmarks.loadDefault(quick: quick)) }
 

@@ -16,8 +16,8 @@ struct BenchmarkSmokeTests {
         let names = results.compactMap { $0["name"] as? String }
         #expect(
             names == [
-                "classify-1k-first", "classify-1k-last", "decide-20k-rules", "storm-10k", "engine-overhead",
-                "load-default",
+                "classify-1k-first", "classify-1k-last", "decide-20k-rules", "storm-10k", "storm-10k-dispatch-6",
+                "engine-overhead", "load-default",
             ])
         for entry in results {
             #expect(entry["value"] is NSNumber && entry["unit"] is String, "\(entry)")
@@ -25,6 +25,10 @@ struct BenchmarkSmokeTests {
         let storm = try #require(results.first { $0["name"] as? String == "storm-10k" })
         #expect(storm["refreshes"] as? Int == 1)
         #expect(storm["delivered"] as? Int == storm["requests"] as? Int)
+        let dispatched = try #require(results.first { $0["name"] as? String == "storm-10k-dispatch-6" })
+        #expect(dispatched["refreshes"] as? Int == 1)
+        #expect(dispatched["delivered"] as? Int == dispatched["requests"] as? Int)
+        #expect((dispatched["stale_attempts"] as? Int ?? .max) <= 12)
         let classify = try #require(results.first { $0["name"] as? String == "classify-1k-last" })
         #expect(classify["baseline"] is NSNumber && classify["ratio"] is NSNumber)
     }

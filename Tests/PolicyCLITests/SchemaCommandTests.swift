@@ -78,7 +78,7 @@ struct SchemaCommandTests {
         for key in keys { #expect(PolicySchema.valueSchemas[key] != nil, "'\(key)' has no type in the schema") }
         let structural: Set = [
             "policy", "name", "rules", "observe", "routes", "classify", "retry", "refresh", "logout", "authorize",
-            "store",
+            "store", "coordination",
         ]
         for key in PolicyDecoder.topLevelKeys {
             #expect(

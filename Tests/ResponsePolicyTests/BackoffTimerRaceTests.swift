@@ -74,8 +74,8 @@ import Testing
                     group.addTask { _ = try? await engine.send(HTTPRequest(url: testURL, id: id)) }
                 }
             }
-            #expect(engine.leftovers == 0)
-            let left = engine.timers.count
+            #expect(engine.debugSnapshot.leftovers == 0)
+            let left = engine.debugSnapshot.timers
             if left > 0 {
                 leakedRounds += 1
                 leakedTimers += left

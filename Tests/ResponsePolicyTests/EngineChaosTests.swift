@@ -172,14 +172,14 @@ import Testing
         #expect(chaos.stalls.value > 0 && refresh.calls > 0)
         #expect(log.events.contains { $0.kind == .logout })
         await engine.waitForBackgroundWork()
-        #expect(engine.leftovers == 0, "requests or refresh waiters left registered")
+        #expect(engine.debugSnapshot.leftovers == 0, "requests or refresh waiters left registered")
         // A refresh whose waiters all left may still be running; its timeout timer goes with it.
         var spins = 0
-        while engine.state.withLock({ $0.flight != nil }) || engine.timers.count > 0, spins < 100_000 {
+        while engine.debugSnapshot.refreshing || engine.debugSnapshot.timers > 0, spins < 100_000 {
             await Task.yield()
             spins += 1
         }
-        #expect(engine.timers.count == 0, "a timer outlived the work it times")
-        #expect(engine.state.withLock { $0.flight == nil })
+        #expect(engine.debugSnapshot.timers == 0, "a timer outlived the work it times")
+        #expect(!engine.debugSnapshot.refreshing)
     }
 }

@@ -40,7 +40,7 @@ struct EngineConcurrencyTests {
         }
         #expect(delivered == 10_000)
         #expect(refresh.calls == 1)
-        #expect(engine.leftovers == 0 && engine.state.withLock { $0.flight == nil })
+        #expect(engine.debugSnapshot.leftovers == 0 && !engine.debugSnapshot.refreshing)
     }
 
     @Test func cancellingHalfTheCallersStillEndsEverySendOnce() async throws {
@@ -59,7 +59,7 @@ struct EngineConcurrencyTests {
         }
         #expect(ended.value == 2_000)
         #expect(refresh.calls <= 1)
-        #expect(engine.leftovers == 0 && engine.state.withLock { $0.flight == nil })
+        #expect(engine.debugSnapshot.leftovers == 0 && !engine.debugSnapshot.refreshing)
     }
 
     @Test func logoutDuringAStormEndsEveryRequest() async throws {
@@ -92,7 +92,7 @@ struct EngineConcurrencyTests {
         }
         #expect(count == 1_000)
         #expect(engine.isLoggedOut)
-        #expect(engine.leftovers == 0)
+        #expect(engine.debugSnapshot.leftovers == 0)
     }
 }
 

@@ -88,7 +88,7 @@ struct EngineProblemTests {
         _ = try? await engine.send(HTTPRequest(url: testURL))
         await engine.waitForBackgroundWork()
         #expect(plugin.calls.value == 1)
-        #expect(engine.state.withLock { $0.background.isEmpty && $0.finishedBackground.isEmpty })
+        #expect(engine.debugSnapshot.backgroundWork == 0)
     }
 
     @Test func everyRefusalInOneCooldownReportsTheSameEnd() async throws {
@@ -100,7 +100,7 @@ struct EngineProblemTests {
             do throws(PolicyEngineError) {
                 _ = try await engine.send(HTTPRequest(url: testURL))
             } catch {
-                if case .loggedOut(let until) = error { ends.append(until) }
+                if case .loggedOut(let until, _) = error { ends.append(until) }
             }
         }
         #expect(ends.count == 3)

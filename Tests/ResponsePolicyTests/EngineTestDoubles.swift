@@ -85,7 +85,7 @@ struct SimulatedEngine {
     func run<T: Sendable>(_ body: @escaping @Sendable (PolicyEngine) async throws -> T) async throws -> T {
         let engine = self.engine
         let result = try await scheduler.runDetached { try await body(engine) }
-        let leftovers = engine.leftovers
+        let leftovers = engine.debugSnapshot.leftovers
         #expect(leftovers == 0, "requests or refresh waiters leaked")
         return result
     }

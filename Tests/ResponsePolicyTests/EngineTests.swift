@@ -43,7 +43,7 @@ struct EngineTests {
         let sim = try SimulatedEngine(unauthorizedPolicy, transport: transport, refresh: CountingRefresh())
         let timersLeft = try await sim.run { engine in
             _ = try await engine.send(HTTPRequest(url: testURL))
-            return engine.timers.count
+            return engine.debugSnapshot.timers
         }
         #expect(timersLeft == 0)
     }

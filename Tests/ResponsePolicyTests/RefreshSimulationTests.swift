@@ -34,9 +34,10 @@ struct RefreshSimulationTests {
     }
 
     @Test func aRequestWithAnOlderTokenRetriesAtOnceWithoutRefreshing() async throws {
-        // share-window 0s isolates the generation check.
+        // share-window 0s isolates the generation check; c goes out during the refresh only
+        // when new requests are not held for it.
         let result = try await simulate(
-            basePolicy + "\n  share-window: 0s\n",
+            basePolicy + "\n  share-window: 0s\n  hold-new-requests: false\n",
             """
             requests:
               - id: a

@@ -130,7 +130,9 @@ struct SecretRedactionTests {
     /// Every `PolicyEngineError` case, those with a response given one whose headers and body
     /// carry every secret.
     static let errors: [PolicyEngineError] = [
-        .loggedOut(until: VirtualClock.epoch),
+        .loggedOut(until: VirtualClock.epoch, reason: .rule("forced-logout", response: Planted.response)),
+        .loggedOut(until: VirtualClock.epoch, reason: .refreshFailed("invalid_grant", response: Planted.response)),
+        .loggedOut(until: VirtualClock.epoch, reason: .host("the user signed out")),
         .retriesExhausted(lastResponse: Planted.response, lastError: nil),
         .retriesExhausted(lastResponse: Planted.response, lastError: TransportError(.timeout)),
         .retriesExhausted(lastResponse: nil, lastError: TransportError(.connection, "reset")),
@@ -557,7 +559,7 @@ extension SecretRedactionTests {
                 }
                 return outcomes
             }
-            #expect(engine.leftovers == 0)
+            #expect(engine.debugSnapshot.leftovers == 0)
             return outcomes
         }
 

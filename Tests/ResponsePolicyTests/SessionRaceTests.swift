@@ -25,7 +25,7 @@ import Testing
             try await clock.sleep(until: .seconds(1))  // the refresh is in flight
             engine.signIn(Credentials(accessToken: "signed-in", refreshToken: "new-session"))
             _ = await a.value  // the refresh ends at 5 s
-            let token = engine.state.withLock { $0.credentials?.accessToken }
+            let token = engine.debugSnapshot.credentials?.accessToken
             let saved = try? engine.store?.load()?.accessToken
             return (token, saved)
         }
@@ -46,7 +46,7 @@ import Testing
         let refresh = CountingRefresh { try await clock.sleep(until: clock.now + .seconds(5)) }
         let policy =
             basePolicy + "\n  max-per-request: 1\n  on-exhausted: fail\n  share-window: 0ms\n"
-            + "logout: { cooldown: 1s }\n"
+            + "  hold-new-requests: false\n" + "logout: { cooldown: 1s }\n"
         let sim = try SimulatedEngine(policy, transport: transport, refresh: refresh, clock: clock)
         let scheduler = sim.scheduler
         let result = try await sim.run { engine -> String in
@@ -123,7 +123,7 @@ extension SessionRaceTests {
             if credentials.accessToken == "token-1" {
                 // A bounded wait on a condition, not on time: at most 2 s if it never holds.
                 for _ in 0..<20_000 {
-                    if engine.withLock({ $0 })?.state.withLock({ $0.generation }) ?? 0 >= 2 { break }
+                    if engine.withLock({ $0 })?.debugSnapshot.generation ?? 0 >= 2 { break }
                     usleep(100)
                 }
             }
@@ -147,12 +147,12 @@ extension SessionRaceTests {
         store.engine.withLock { $0 = engine }
         // a: 1401 → refresh 1 → token-1, whose write to the store is slow.
         let a = Task { try? await engine.send(HTTPRequest(url: testURL, id: "a")) }
-        while engine.state.withLock({ $0.credentials?.accessToken }) != "token-1" { await Task.yield() }
+        while engine.debugSnapshot.credentials?.accessToken != "token-1" { await Task.yield() }
         // b: signed with token-1, 1401 → refresh 2 → token-2, written at once.
         let b = try? await engine.send(HTTPRequest(url: testURL, id: "b"))
         _ = await a.value
         #expect(b?.status == 200)
-        let inMemory = engine.state.withLock { $0.credentials?.accessToken }
+        let inMemory = engine.debugSnapshot.credentials?.accessToken
         #expect(inMemory == "token-2")
         #expect(try store.load()?.accessToken == inMemory, "the store holds an older token than the engine")
         #expect(store.concurrent.withLock { $0.most } == 1, "two writes to the store overlapped")

@@ -49,7 +49,10 @@ import Foundation
 public protocol SessionCoordinator: Sendable {
     /// Starts coordinating. `local` is what this process's credential store holds. Returns the
     /// session the coordinator already shares (nil when it shares none yet: it then seeds itself
-    /// from `local`, and the store becomes a cache of what it publishes).
+    /// from `local`, and the store becomes a cache of what it publishes). After a nil the engine
+    /// does not know the generation the seed was given: a `.newer` answer to its first
+    /// `beginRefresh` that holds the very credentials that failed only numbers them, and the
+    /// engine asks again from that generation.
     func start(local: Credentials?, updates: @escaping @Sendable (SessionUpdate) -> Void) async -> SharedSession?
 
     /// Asks for the right to refresh, because a request signed with `failedGeneration` met a

@@ -1,8 +1,36 @@
 import Foundation
 
-/// The engine's mutable state, all of it, behind one `Locked` pthread mutex (see `PolicyEngine`).
-/// The fields of each ``RequestMachine`` marked "under the engine's lock" belong to it too.
+/// The engine's mutable state, all of it, behind one `Locked` pthread mutex (see `PolicyEngine`):
+/// the session (credentials, generations, the refresh in flight, the cooldown), one ``Slot`` per
+/// request in flight (what others reach it by), the dispatcher's queues and the retry budget.
+/// A request's loop keeps only its own fields on its ``RequestMachine``.
 struct EngineState {
+    /// One request's part of the shared state: what a logout, a timer, the refresh it waits for,
+    /// the dispatcher and its caller's cancellation reach it by.
+    struct Slot {
+        var phase = RequestMachine.Phase.running
+        var endReason: EndReason?
+        /// The attempt on the wire, cancelled by a logout, a timeout or the caller.
+        var attemptCancellation: AttemptCancellation?
+        var timedOut = false
+        /// The park in progress, resumed by whoever sets `wake`, or by `end`.
+        var parked: UnsafeContinuation<Void, Never>?
+        var wake: RequestMachine.Wake?
+        /// The id of the refresh this request waits for, while it does.
+        var awaitedFlight: UInt64?
+        /// The token of the timer that counts (0: none): a stale firing carries an older one.
+        var armedTimer: UInt64 = 0
+        /// Holds one of its host's dispatch slots (see ``Dispatcher``).
+        var holdsSlot = false
+        /// Has been on the wire (it leaves a dispatch queue ahead of those that have not).
+        var sent = false
+        /// The host whose dispatch slots it takes; `nil` when dispatch is unlimited.
+        let host: String?
+        let dispatchLimit: Int
+        /// Its scope's `refresh.hold-new-requests`.
+        let holdsNewRequests: Bool
+    }
+
     /// Why a request was ended from outside its own loop.
     enum EndReason { case loggedOut, cancelled }
 
@@ -19,26 +47,18 @@ struct EngineState {
 
     /// The refresh in progress and the requests waiting for it.
     ///
-    /// A class so that a waiter holds a reference and reads the result once: the result (which
-    /// may carry the refresh endpoint's response) is stored once, not in every waiter.
-    ///
-    /// Concurrency contract: every field is read and written under the engine's lock.
-    final class Flight: @unchecked Sendable {
-        /// In the order they began waiting; a waiter that left (cancelled, logged out) stays
-        /// listed but no longer names this flight as the one it awaits.
-        var waiters: [RequestMachine] = []
+    /// A value: the refresh task keeps a copy of what it needs (its id, its session); the
+    /// waiters list lives in the state's copy; each waiter finds the result in its wake.
+    struct Flight: Sendable {
+        let id: UInt64
         let sessionEpoch: UInt64
         /// ``EngineState/signInEpoch`` when the refresh started.
         let signInEpoch: UInt64
-        var result: FlightResult?
-
-        init(sessionEpoch: UInt64, signInEpoch: UInt64 = 0) {
-            self.sessionEpoch = sessionEpoch
-            self.signInEpoch = signInEpoch
-        }
-
-        /// The waiters still waiting.
-        var live: [RequestMachine] { waiters.filter { $0.awaitedFlight === self } }
+        /// The coordinator's generation of the credentials being replaced.
+        let sharedGeneration: UInt64
+        /// Request numbers, in the order they began waiting; a waiter that left (cancelled,
+        /// logged out) stays listed but its slot no longer names this flight.
+        var waiters: [UInt64] = []
     }
 
     var runtime: PolicyRuntime
@@ -53,6 +73,7 @@ struct EngineState {
     /// generation that hits a trigger retries at once with the newer token.
     var generation: UInt64 = 0
     var flight: Flight?
+    var nextFlight: UInt64 = 0
     /// When the last successful refresh ended (for `share-window`).
     var lastRefresh: Duration?
     /// When refresh calls started (for `limit`), oldest first.
@@ -60,6 +81,8 @@ struct EngineState {
     var loggedOutUntil: Duration?
     /// The cooldown's end on the wall clock, fixed at logout so every refusal reports the same.
     var loggedOutUntilDate: Date?
+    /// Why the session in its cooldown ended.
+    var logoutReason: LogoutReason?
     /// Bumped by every logout and sign-in: a refresh that started before either does not
     /// replace the credentials of the session that followed.
     var sessionEpoch: UInt64 = 0
@@ -67,58 +90,86 @@ struct EngineState {
     /// it started, still holds the newest tokens the server issued (a rotated refresh token the
     /// old one no longer replaces), so they are kept; the session stays logged out.
     var signInEpoch: UInt64 = 0
-    /// The requests in flight, oldest first: an intrusive list through `RequestMachine.next` and
-    /// `previous`, so registering and removing one costs no allocation and no hashing.
-    var firstRequest: RequestMachine?
-    unowned(unsafe) var lastRequest: RequestMachine?
-    var requestCount = 0
+    /// One slot per request in flight, by request number.
+    var slots: [UInt64: Slot] = [:]
     var nextRequest: UInt64 = 0
     var budget = RetryBudgetWindow()
+    /// The per-host queue of `dispatch:`.
+    var dispatcher = Dispatcher()
+    /// The generation of the credentials held, as the ``SessionCoordinator`` numbers them (0:
+    /// none shared yet). Compared with what the coordinator publishes; the local `generation`
+    /// keeps counting every change for the requests' own bookkeeping.
+    var sharedGeneration: UInt64 = 0
     /// Logout calls running in the background, for `waitForBackgroundWork`.
     var background: [UInt64: Task<Void, Never>] = [:]
     var nextBackground: UInt64 = 0
     var finishedBackground: Set<UInt64> = []
+
+    /// The cooldown's end and reason, as a refused request reports them.
+    var cooldown: (Date, LogoutReason)? {
+        guard let until = loggedOutUntilDate else { return nil }
+        return (until, logoutReason ?? .host("logged out"))
+    }
 
     func isLoggedOut(at now: Duration) -> Bool {
         guard let until = loggedOutUntil else { return false }
         return now < until
     }
 
-    mutating func register(_ machine: RequestMachine) {
-        guard !machine.registered else { return }
-        machine.registered = true
-        machine.previous = lastRequest
-        machine.next = nil
-        if let last = lastRequest { last.next = machine } else { firstRequest = machine }
-        lastRequest = machine
-        requestCount += 1
+    /// The requests still waiting for `flight`, oldest first.
+    func live(_ flight: Flight) -> [UInt64] {
+        flight.waiters.filter { slots[$0]?.awaitedFlight == flight.id }.sorted()
     }
 
-    mutating func unregister(_ machine: RequestMachine) {
-        guard machine.registered else { return }
-        machine.registered = false
-        let next = machine.next
-        if let previous = machine.previous { previous.next = next } else { firstRequest = next }
-        if let next { next.previous = machine.previous } else { lastRequest = machine.previous }
-        machine.next = nil
-        machine.previous = nil
-        requestCount -= 1
+    /// Runs `body` on request `id`'s slot in place (one lookup); `nil` when it has none.
+    @inline(__always)
+    mutating func modifySlot<R>(_ id: UInt64, _ body: (inout Slot) -> R) -> R? {
+        guard let index = slots.index(forKey: id) else { return nil }
+        return body(&slots.values[index])
     }
 
-    /// The requests in flight, oldest (lowest number) first.
-    var requests: [RequestMachine] {
-        var all: [RequestMachine] = []
-        all.reserveCapacity(requestCount)
-        var current = firstRequest
-        while let machine = current {
-            all.append(machine)
-            current = machine.next
+    /// Registers request `id` as waiting for the refresh in flight.
+    mutating func join(insideLock id: UInt64) {
+        guard let current = flight?.id else { return }
+        flight?.waiters.append(id)
+        modifySlot(id) { slot in
+            slot.awaitedFlight = current
+            slot.phase = .awaitingRefresh
         }
-        return all
     }
+
+    /// Wakes the requests waiting for `flight` (its result set) and lets queued requests out.
+    /// Returns the continuations to resume after unlocking.
+    ///
+    /// In request order, so a simulation's output is the same every run. A waiter that has been
+    /// on the wire before gets a dispatch slot now when one is free, ahead of the requests still
+    /// waiting for their first attempt; then the queues move, signed with the new token.
+    mutating func endWaits(insideLock flight: Flight, _ result: FlightResult) -> [UnsafeContinuation<Void, Never>] {
+        var woken: [UnsafeContinuation<Void, Never>] = []
+        for id in live(flight) {
+            let sent = modifySlot(id) { slot -> Bool in
+                slot.awaitedFlight = nil
+                slot.wake = .flight(result)
+                if let parked = slot.parked.take() { woken.append(parked) }
+                return slot.sent && slot.host != nil
+            }
+            if sent == true { reserveDispatchSlot(insideLock: id) }
+        }
+        promoteAll(insideLock: &woken)
+        return woken
+    }
+
+    /// Gives request `id` its slot, once.
+    mutating func register(_ id: UInt64, host: String?, dispatchLimit: Int, holdsNewRequests: Bool) {
+        guard slots[id] == nil else { return }
+        slots[id] = Slot(host: host, dispatchLimit: dispatchLimit, holdsNewRequests: holdsNewRequests)
+    }
+
+    /// The request numbers in flight, oldest first.
+    var requestNumbers: [UInt64] { slots.keys.sorted() }
 
     /// Requests still registered or waiting on a refresh: zero once every `send` has returned.
-    var leftovers: Int { requestCount + (flight?.live.count ?? 0) }
+    var leftovers: Int { slots.count + (flight.map { live($0).count } ?? 0) + dispatcher.inFlight + queuedCount }
 }
 
 /// Immutable credentials behind one reference (see `EngineState.credentialsBox`).

@@ -1,70 +1,101 @@
 import Foundation
 
 extension PolicyEngine {
-    /// Ends the session: starts the cooldown, ends every other request in flight or waiting as
-    /// logged out, and calls the logout plugin once.
+    /// Ends the session because a request's response (or its refresh) said so: starts the
+    /// cooldown, ends every other request in flight or waiting as logged out, calls the logout
+    /// plugin once and tells the coordinator.
     ///
     /// Many logout triggers arriving together make one logout: the first starts the cooldown,
     /// the others find it running and only end their own request.
     func logout(
-        settings: LogoutSettings, plugins: PolicyRuntime.ScopePlugins, trigger: RequestMachine, reason: String
+        settings: LogoutSettings, plugins: PolicyRuntime.ScopePlugins, trigger: RequestMachine, reason: LogoutReason
+    ) {
+        endSession(
+            cooldown: settings.cooldown, cancelInFlight: settings.cancelInFlight, reason: reason, trigger: trigger,
+            plugin: plugins.logout, runtime: trigger.runtime, publish: true)
+    }
+
+    /// Signs the user out because the host says so: the same as a `logout` rule matching (the
+    /// cooldown of the policy's `logout:` section, `cancel-in-flight`, the logout plugin called
+    /// once, the coordinator told), with ``LogoutReason/host(_:)`` as the reason every request
+    /// it ends carries. Does nothing when the session is already in its cooldown.
+    ///
+    /// ```swift
+    /// engine.logout(reason: "the user signed out")
+    /// await engine.waitForBackgroundWork()   // the logout plugin's call, before the app exits
+    /// ```
+    public func logout(reason: String) {
+        let runtime = state.withLock { $0.runtime }
+        let index = runtime.policy.graph.scopes.count - 1
+        let settings = runtime.policy.graph.scopes[index].logout
+        endSession(
+            cooldown: settings.cooldown, cancelInFlight: settings.cancelInFlight, reason: .host(reason), trigger: nil,
+            plugin: runtime.scopes[index].logout, runtime: runtime, publish: true)
+    }
+
+    /// Another process logged the session out (a ``SessionUpdate/loggedOut(until:reason:)``):
+    /// the same cooldown here, without calling the logout plugin or publishing again. A logout
+    /// whose end is not later than the cooldown already kept is old news and ignored.
+    func logoutFromElsewhere(until: Date, reason: String) {
+        let runtime = state.withLock { $0.runtime }
+        let remaining = until.timeIntervalSince(clock.date)
+        guard remaining > 0 else { return }
+        let settings = runtime.policy.logout
+        endSession(
+            cooldown: .seconds(remaining), cancelInFlight: settings.cancelInFlight, reason: .elsewhere(reason),
+            trigger: nil, plugin: nil, runtime: runtime, publish: false, until: until)
+    }
+
+    /// The one place a session ends. (See ``logout(settings:plugins:trigger:reason:)``.)
+    private func endSession(
+        cooldown: Duration, cancelInFlight: Bool, reason: LogoutReason, trigger: RequestMachine?,
+        plugin: (any LogoutPlugin)?, runtime: PolicyRuntime, publish: Bool, until: Date? = nil
     ) {
         let now = clock.now
-        let untilDate = clock.date.addingTimeInterval(settings.cooldown.seconds)
-        let taken:
-            (
-                attempts: [AttemptCancellation], parked: [UnsafeContinuation<Void, Never>], credentials: Credentials?
-            )? = state.withLock { state in
-                if state.isLoggedOut(at: now) { return nil }
-                state.loggedOutUntil = now + settings.cooldown
-                state.loggedOutUntilDate = untilDate
-                state.sessionEpoch += 1
-                var attempts: [AttemptCancellation] = []
-                var parked: [UnsafeContinuation<Void, Never>] = []
-                // The refresh in flight runs on; its result is discarded (a new epoch began).
-                // Its waiters end first, then the other requests, each in request order, so a
-                // simulation's output is the same every run.
-                if let flight = state.flight {
-                    for machine in flight.live.sorted(by: { $0.context.number < $1.context.number })
-                    where machine !== trigger {
-                        if machine.endReason == nil { machine.endReason = .loggedOut }
-                        machine.awaitedFlight = nil
-                        if let continuation = machine.parked.take() { parked.append(continuation) }
-                    }
-                    flight.waiters.removeAll { $0 !== trigger }
-                }
-                for machine in state.requests where machine !== trigger {
-                    guard settings.cancelInFlight || machine.phase == .backoff else { continue }
-                    if machine.endReason == nil { machine.endReason = .loggedOut }
-                    if let attempt = machine.attemptCancellation { attempts.append(attempt) }
-                    // A backoff's timer is taken off the heap by the request itself, when its
-                    // park ends; disarmed here, a firing in between does nothing.
-                    machine.armedTimer = 0
-                    if let continuation = machine.parked.take() { parked.append(continuation) }
-                }
-                // The ending session's credentials, read with the cooldown's start: a sign-in
-                // right after must not make the plugin end the new session instead.
-                return (attempts, parked, state.credentials)
-            }
+        let untilDate = until ?? clock.date.addingTimeInterval(cooldown.seconds)
+        let taken = state.withLock { state -> (effects: Effects, credentials: Credentials?)? in
+            // A later end from elsewhere extends the cooldown; anything else is the same logout.
+            guard
+                state.startCooldown(
+                    until: now + cooldown, untilDate: untilDate, reason: reason, extendOnly: until != nil, now: now)
+            else { return nil }
+            // The ending session's credentials, read with the cooldown's start: a sign-in right
+            // after must not make the plugin end the new session instead.
+            return (
+                state.endRequests(insideLock: trigger?.context.number, cancelInFlight: cancelInFlight),
+                state.credentials
+            )
+        }
         guard let taken else { return }
-        emit(trigger.runtime) {
-            var event = PolicyEvent(.logout, time: now, request: trigger.context.id)
-            if !reason.hasPrefix(Self.refreshFailedReason) { event.rule = reason }
-            event.reason = reason
+        emit(runtime) {
+            var event = PolicyEvent(.logout, time: now, request: trigger?.context.id)
+            event.rule = reason.ruleName
+            event.reason = reason.eventText
             return event
         }
-        for continuation in taken.parked { continuation.resume() }
-        for attempt in taken.attempts { attempt.cancel() }
+        for continuation in taken.effects.resume { continuation.resume() }
+        for attempt in taken.effects.cancel { attempt.cancel() }
+        let coordinator = coordinatorIsLocal || !publish ? nil : coordinator
+        guard plugin != nil || coordinator != nil else { return }
         let context = LogoutContext(
-            requestID: trigger.context.id, reason: reason, credentials: taken.credentials, transport: transport,
-            clock: clock)
-        let plugin = plugins.logout
+            requestID: trigger?.context.id, reason: reason.eventText, credentials: taken.credentials,
+            transport: sessionTransport, clock: clock)
+        let text = reason.eventText
+        runInBackground {
+            // Published first: the other processes stop sending while the plugin ends the session.
+            await coordinator?.publishLogout(until: untilDate, reason: text)
+            await plugin?.logout(context)
+        }
+    }
+
+    /// Runs `work` in a task of its own that ``waitForBackgroundWork()`` waits for.
+    func runInBackground(_ work: @escaping @Sendable () async -> Void) {
         let id = state.withLock { state -> UInt64 in
             state.nextBackground += 1
             return state.nextBackground
         }
         let task = Task(executorPreference: options.taskExecutor) { [weak self] in
-            await plugin.logout(context)
+            await work()
             self?.state.withLock { state in
                 if state.background.removeValue(forKey: id) == nil { state.finishedBackground.insert(id) }
             }
@@ -78,8 +109,9 @@ extension PolicyEngine {
     /// The reason of a logout caused by a failed refresh (a rule name cannot contain a space).
     static let refreshFailedReason = "refresh failed"
 
-    /// Waits until the logout calls the engine started in the background have finished, e.g.
-    /// before a command-line tool exits right after its last request.
+    /// Waits until the work the engine started in the background has finished (logout calls,
+    /// publications to the coordinator), e.g. before a command-line tool exits right after its
+    /// last request.
     public func waitForBackgroundWork() async {
         while true {
             let pending = state.withLock { Array($0.background.values) }

@@ -20,26 +20,21 @@ extension PolicyEngine {
         let now = clock.now
         let context = machine.context
         let decision: Decision = state.withLock { state in
-            if machine.endReason != nil { return .cancelled }
-            if state.isLoggedOut(at: now) { return .loggedOut }
-            if state.generation > failedGeneration { return .retryNow }
-            if let flight = state.flight {
-                Self.join(flight, machine)
+            let id = context.number
+            if state.slots[id]?.endReason != nil { return .cancelled }
+            switch state.decideRefresh(
+                failedGeneration: failedGeneration, settings: settings, proactive: proactive, now: now)
+            {
+            case .loggedOut: return .loggedOut
+            case .retryNow: return .retryNow
+            case .limited(let failure): return .fail(failure)
+            case .join:
+                state.join(insideLock: id)
                 return .wait
+            case .start(let flight, let credentials):
+                state.join(insideLock: id)
+                return .start(flight, credentials: credentials)
             }
-            if !proactive, let last = state.lastRefresh, now - last < settings.shareWindow { return .retryNow }
-            if let limit = settings.limit {
-                state.refreshCalls.removeAll { now - $0 >= limit.per }
-                if state.refreshCalls.count >= limit.count {
-                    return .fail(
-                        RefreshFailure("more than \(limit.count) refreshes in \(limit.per.policyText) (refresh.limit)"))
-                }
-            }
-            if settings.limit != nil { state.refreshCalls.append(now) }
-            let flight = EngineState.Flight(sessionEpoch: state.sessionEpoch, signInEpoch: state.signInEpoch)
-            state.flight = flight
-            Self.join(flight, machine)
-            return .start(flight, credentials: state.credentials)
         }
         switch decision {
         case .retryNow: return .ok
@@ -67,13 +62,6 @@ extension PolicyEngine {
         }
     }
 
-    /// Registers `machine` as waiting for `flight` (under the engine's lock).
-    private static func join(_ flight: EngineState.Flight, _ machine: RequestMachine) {
-        flight.waiters.append(machine)
-        machine.awaitedFlight = flight
-        machine.phase = .awaitingRefresh
-    }
-
     /// Starts the refresh task. It outlives the request that started it.
     private func startRefresh(
         _ flight: EngineState.Flight, credentials: Credentials?, settings: RefreshSettings,
@@ -81,48 +69,18 @@ extension PolicyEngine {
     ) {
         emit(PolicyEvent(.refreshStart, time: clock.now, request: context.id), context.runtime)
         let refreshContext = RefreshContext(
-            credentials: credentials, transport: transport, clock: clock, reason: reason)
+            credentials: credentials, transport: sessionTransport, clock: clock, reason: reason)
         Task(executorPreference: options.taskExecutor) {
-            let outcome = await self.callRefresh(plugins.refresh, refreshContext, timeout: settings.timeout)
+            let (outcome, shared) = await self.coordinatedRefresh(
+                plugins.refresh, refreshContext, settings: settings, failedGeneration: flight.sharedGeneration,
+                context.runtime)
             let now = self.clock.now
-            var refreshed = false
-            var discarded = false
-            var keptAfterLogout = false
-            let waiters = self.state.withLock { state -> [UnsafeContinuation<Void, Never>] in
-                if state.flight === flight { state.flight = nil }
-                switch outcome {
-                case .success(let fresh) where state.sessionEpoch == flight.sessionEpoch:
-                    state.credentials = fresh
-                    state.generation += 1
-                    state.lastRefresh = now
-                    refreshed = true
-                    flight.result = .ok
-                case .success(let fresh) where state.signInEpoch == flight.signInEpoch:
-                    // A logout ended the session during the refresh, and nobody signed in since:
-                    // the server has already rotated the refresh token, so the old one is dead.
-                    // Keep the new tokens (saved below); the session stays logged out.
-                    state.credentials = fresh
-                    state.generation += 1
-                    keptAfterLogout = true
-                    flight.result = .superseded
-                case .success:
-                    discarded = true
-                    flight.result = .superseded
-                case .failure(let failure):
-                    // A failure after the session changed is the old session's: decide again.
-                    flight.result = state.sessionEpoch == flight.sessionEpoch ? .failed(failure) : .superseded
-                }
-                // In request order, so a simulation's output is the same every run.
-                var woken: [UnsafeContinuation<Void, Never>] = []
-                for machine in flight.live.sorted(by: { $0.context.number < $1.context.number }) {
-                    machine.awaitedFlight = nil
-                    machine.wake = .flight(flight)
-                    if let parked = machine.parked.take() { woken.append(parked) }
-                }
-                flight.waiters = []
-                return woken
+            let (ended, waiters) = self.state.withLock { state in
+                let ended = state.refreshEnded(flight, outcome: outcome, shared: shared, now: now)
+                return (ended, ended.waiting.map { state.endWaits(insideLock: $0, ended.result) } ?? [])
             }
-            if refreshed || keptAfterLogout { self.saveCredentials(context.runtime) }
+            let (refreshed, discarded, keptAfterLogout) = (ended.saved, ended.discarded, ended.keptAfterLogout)
+            if refreshed { self.saveCredentials(context.runtime) }
             var end = PolicyEvent(.refreshEnd, time: now, request: context.id)
             switch outcome {
             case .success where discarded:
@@ -140,6 +98,65 @@ extension PolicyEngine {
             }
             self.emit(end, context.runtime)
             for waiter in waiters { waiter.resume() }
+        }
+    }
+
+    /// Takes the refresh turn from the coordinator, calls the plugin when the turn is this
+    /// process's, and publishes what it returned. Returns the credentials to use and, when the
+    /// coordinator shares them, their shared generation.
+    ///
+    /// The built-in local coordinator is answered inline: it grants every turn and shares
+    /// nothing, so one process pays nothing for the seam.
+    private func coordinatedRefresh(
+        _ choice: Result<any RefreshPlugin, PluginError>?, _ context: RefreshContext, settings: RefreshSettings,
+        failedGeneration: UInt64, _ runtime: PolicyRuntime
+    ) async -> (Result<Credentials, RefreshFailure>, shared: UInt64?) {
+        guard !coordinatorIsLocal else { return (await callRefresh(choice, context, timeout: settings.timeout), nil) }
+        var failedGeneration = failedGeneration
+        var turn = RefreshTurn.unavailable("not asked")
+        // A "newer" session holding the very credentials that failed only numbers them (a store
+        // that seeded the coordinator learns its generation this way): ask again from there.
+        for _ in 0..<3 {
+            turn = await coordinator.beginRefresh(
+                RefreshTurnRequest(
+                    failedGeneration: failedGeneration, timeout: settings.timeout,
+                    limit: settings.limit.map { ($0.count, $0.per) }))
+            guard case .newer(let session) = turn, session.credentials == context.credentials,
+                session.generation > failedGeneration
+            else { break }
+            failedGeneration = session.generation
+        }
+        switch turn {
+        case .newer(let session), .published(let session):
+            guard let credentials = session.credentials, credentials != context.credentials else {
+                return (.failure(RefreshFailure("the shared session holds no newer credentials")), nil)
+            }
+            return (.success(credentials), session.generation)
+        case .failedElsewhere(let reason):
+            return (.failure(RefreshFailure("the refresh failed in another process: \(reason)")), nil)
+        case .limited:
+            return (.failure(RefreshFailure("refresh.limit is used up across the processes sharing the session")), nil)
+        case .unavailable(let reason):
+            problem("coordination unavailable (\(reason)); refreshing in this process alone", runtime)
+            return (await callRefresh(choice, context, timeout: settings.timeout), nil)
+        case .lease(let lease):
+            let outcome = await callRefresh(choice, context, timeout: settings.timeout)
+            switch outcome {
+            case .failure(let failure):
+                await coordinator.endRefresh(lease, failure: failure.reason)
+                return (outcome, nil)
+            case .success(let credentials):
+                switch await coordinator.publish(credentials, with: lease) {
+                case .published(let session):
+                    return (.success(session.credentials ?? credentials), session.generation)
+                case .leaseLost(let current):
+                    if let current, let shared = current.credentials { return (.success(shared), current.generation) }
+                    return (.failure(RefreshFailure("the refresh lease expired before its token was published")), nil)
+                case .unavailable(let reason):
+                    problem("coordination unavailable (\(reason)); the new token is kept in this process", runtime)
+                    return (outcome, nil)
+                }
+            }
         }
     }
 

@@ -56,10 +56,11 @@ extension PolicyEngine {
     /// A plain transport's attempt, in a task of its own that the caller's cancellation ends.
     @inline(never)  // keeps its frame out of the inline path's
     func attemptInTask(_ machine: RequestMachine, _ cancellation: AttemptCancellation) async {
+        let id = machine.context.number
         let result = await withTaskCancellationHandler {
             await callInTask(machine, cancellation)
         } onCancel: {
-            end(machine, .cancelled)
+            end(id, .cancelled)
         }
         endAttempt(machine, result)
     }
@@ -70,28 +71,33 @@ extension PolicyEngine {
         let cancellation = AttemptCancellation()
         let timeoutAt = machine.pendingTimeoutAt
         let token = timeoutAt == nil ? 0 : machine.nextTimerToken()
-        let started = state.withLock { _ -> Bool in
-            guard machine.endReason == nil else { return false }
-            machine.attemptCancellation = cancellation
-            machine.timedOut = false
-            machine.phase = .onWire
-            machine.armedTimer = token
-            return true
+        let started = state.withLock { state -> Bool in
+            state.modifySlot(machine.context.number) { slot in
+                guard slot.endReason == nil else { return false }
+                slot.attemptCancellation = cancellation
+                slot.timedOut = false
+                slot.phase = .onWire
+                slot.armedTimer = token
+                slot.sent = true
+                return true
+            } ?? false
         }
         guard started else { return nil }
-        if let timeoutAt { timers.schedule(machine, at: timeoutAt, token: token) }
+        if let timeoutAt { timers.schedule(machine.timer, at: timeoutAt, token: token) }
         return cancellation
     }
 
     /// Disarms the attempt and stores what came of it.
     @inline(never)
     func endAttempt(_ machine: RequestMachine, _ result: AttemptResult) {
-        if machine.pendingTimeoutAt != nil { timers.cancel(machine) }
-        let (timedOut, endedOutside) = state.withLock { _ -> (Bool, Bool) in
-            machine.attemptCancellation = nil
-            machine.armedTimer = 0
-            machine.phase = .running
-            return (machine.timedOut, machine.endReason != nil)
+        if machine.pendingTimeoutAt != nil { timers.cancel(machine.timer) }
+        let (timedOut, endedOutside) = state.withLock { state -> (Bool, Bool) in
+            state.modifySlot(machine.context.number) { slot in
+                slot.attemptCancellation = nil
+                slot.armedTimer = 0
+                slot.phase = .running
+                return (slot.timedOut, slot.endReason != nil)
+            } ?? (false, true)
         }
         // Ended from outside (logout, the caller) wins over a timeout at the same instant. An
         // inline attempt learns of its caller's cancellation as task cancellation.
@@ -121,54 +127,53 @@ extension PolicyEngine {
     /// flight) or `end` wakes it; returns at once when that already happened.
     @inline(never)  // a frame of its own, held only while this is awaited
     func park(_ machine: RequestMachine) async {
+        let id = machine.context.number
         await withTaskCancellationHandler {
             await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
                 // Under the lock `end` takes: either it finds this continuation, or this sees
                 // that the request was ended (the handler runs at once on a cancelled task).
-                let now = state.withLock { _ -> Bool in
-                    if machine.wake != nil || machine.endReason != nil { return true }
-                    machine.parked = continuation
-                    return false
+                // A request that waits gives its dispatch slot to the next one, in the same
+                // critical section. (Done here, in a synchronous closure, rather than in the
+                // driver: a call there grew every waiting request's async frame by 1 KB.)
+                var woken: [UnsafeContinuation<Void, Never>] = []
+                let now = state.withLock { state -> Bool in
+                    let ready =
+                        state.modifySlot(id) { slot -> Bool in
+                            if slot.wake != nil || slot.endReason != nil { return true }
+                            slot.parked = continuation
+                            return false
+                        } ?? true
+                    if !ready, machine.host != nil { state.releaseDispatchSlot(insideLock: id, into: &woken) }
+                    return ready
                 }
                 if now { continuation.resume() }
+                for other in woken { other.resume() }
             }
         } onCancel: {
-            end(machine, .cancelled)
+            end(id, .cancelled)
         }
     }
 
     /// Starts a backoff wait until `deadline`; `false` when the request was already ended.
     func startBackoff(_ machine: RequestMachine, until deadline: Duration) -> Bool {
         let token = machine.nextTimerToken()
-        let started = state.withLock { _ -> Bool in
-            guard machine.endReason == nil else { return false }
-            machine.phase = .backoff
-            machine.armedTimer = token
-            return true
+        let started = state.withLock { state -> Bool in
+            state.modifySlot(machine.context.number) { slot in
+                guard slot.endReason == nil else { return false }
+                slot.phase = .backoff
+                slot.armedTimer = token
+                return true
+            } ?? false
         }
-        if started { timers.schedule(machine, at: deadline, token: token) }
+        if started { timers.schedule(machine.timer, at: deadline, token: token) }
         return started
     }
 
-    /// A request's timer fired: its attempt timed out, or its backoff is over. A stale firing
-    /// (the attempt ended, the request was ended) finds another token armed and does nothing.
-    func timerFired(_ machine: RequestMachine, token: UInt64) {
-        let (attempt, parked) = state.withLock { _ -> (AttemptCancellation?, UnsafeContinuation<Void, Never>?) in
-            guard token != 0, machine.armedTimer == token, machine.endReason == nil else { return (nil, nil) }
-            machine.armedTimer = 0
-            switch machine.phase {
-            case .onWire:
-                machine.timedOut = true
-                return (machine.attemptCancellation, nil)
-            case .backoff:
-                machine.wake = .timer
-                return (nil, machine.parked.take())
-            case .running, .awaitingRefresh:
-                return (nil, nil)
-            }
-        }
-        attempt?.cancel()
-        parked?.resume()
+    /// A request's timer fired (see ``EngineState/timerFired(insideLock:token:)``).
+    func timerFired(_ id: UInt64, token: UInt64) {
+        let effects = state.withLock { $0.timerFired(insideLock: id, token: token) }
+        for attempt in effects.cancel { attempt.cancel() }
+        for parked in effects.resume { parked.resume() }
     }
 
     /// A plain transport's call in a task of its own. The attempt ends as soon as it is
@@ -226,8 +231,10 @@ extension PolicyEngine {
         return String(repeating: "0", count: max(0, 32 - hex.count)) + hex
     }
 
-    func cooldownEnd() -> Date {
-        state.withLock { $0.loggedOutUntilDate } ?? clock.date
+    /// The error of a request the current logout ended.
+    func loggedOutError() -> PolicyEngineError {
+        let (until, reason) = state.withLock { $0.cooldown } ?? (clock.date, .host("logged out"))
+        return .loggedOut(until: until, reason: reason)
     }
 
     /// Whether a refresh endpoint's answer matches a `logout` rule of the scope.

@@ -30,11 +30,16 @@ public final class PolicyEngine: Sendable {
         public var environment: [String: String] = ProcessInfo.processInfo.environment
         /// The executor for tasks the engine starts itself (refreshes, logout calls, requests);
         /// `nil` (the global pool) by default. Simulations pass their scheduler.
-        public var taskExecutor: (any TaskExecutor)?
+        package var taskExecutor: (any TaskExecutor)?
         /// Replaces the policy's refresh plugin (the simulator's scripted refresh).
-        public var refreshPlugin: (any RefreshPlugin)?
+        package var refreshPlugin: (any RefreshPlugin)?
         /// Replaces the policy's logout plugin.
-        public var logoutPlugin: (any LogoutPlugin)?
+        package var logoutPlugin: (any LogoutPlugin)?
+        /// Shares the session (its refresh, its logout, its credentials) with other engines and
+        /// processes. `nil` by default: the coordinator the policy's `coordination:` names,
+        /// ``LocalSessionCoordinator`` when it names none. One given here is shared as given; the
+        /// engine does not stop it.
+        public var coordinator: (any SessionCoordinator)?
         /// How much of a body the code scan reads: `64 KiB` by default, so a huge body costs
         /// no more than a small one.
         public var bodyScanLimit = 65_536
@@ -49,6 +54,9 @@ public final class PolicyEngine: Sendable {
     }
 
     let transport: any Transport
+    /// The transport of the refresh and logout calls (``Transport/sessionCallTransport``): they
+    /// never queue behind the requests.
+    let sessionTransport: any Transport
     /// The transport as a ``CancellableTransport`` when it is one (`attemptsInline`): attempts
     /// then run inline. (Not an optional: unwrapping one copied the existential on every attempt.)
     let inlineTransport: any CancellableTransport
@@ -61,6 +69,12 @@ public final class PolicyEngine: Sendable {
     let timers: TimerService
     /// Serialises credential-store writes; holds the generation last written.
     let saving = Locked<UInt64>(0)
+    /// Where refresh turns, publications and logouts are shared (see ``SessionCoordinator``).
+    let coordinator: any SessionCoordinator
+    /// The coordinator is the built-in local one: answered inline, never awaited.
+    let coordinatorIsLocal: Bool
+    /// The engine made the coordinator from the policy, so it stops it.
+    let ownsCoordinator: Bool
 
     /// - Parameters:
     ///   - policy: a loaded policy.
@@ -74,6 +88,7 @@ public final class PolicyEngine: Sendable {
         credentials: (any CredentialStore)? = nil, options: Options = Options()
     ) {
         self.transport = transport
+        sessionTransport = transport.sessionCallTransport
         if let cancellable = transport as? any CancellableTransport {
             inlineTransport = cancellable
             attemptsInline = true
@@ -86,7 +101,7 @@ public final class PolicyEngine: Sendable {
         self.options = options
         clock = options.clock
         let runtime = PolicyRuntime(
-            policy: policy, registry: plugins, transport: transport, environment: options.environment,
+            policy: policy, registry: plugins, transport: sessionTransport, environment: options.environment,
             overrides: Overrides(
                 refresh: options.refreshPlugin, logout: options.logoutPlugin, observers: options.observers))
         timers = TimerService(clock: options.clock, executor: options.taskExecutor)
@@ -97,9 +112,32 @@ public final class PolicyEngine: Sendable {
         } catch {
             loadProblem = "the credential store could not be read (\(Self.describe(error))); requests go out unsigned"
         }
+        var coordinationProblem: String?
+        if let given = options.coordinator {
+            coordinator = given
+            ownsCoordinator = false
+        } else {
+            do {
+                coordinator = try plugins.make(
+                    plugins.coordination, policy.coordination, transport: sessionTransport,
+                    environment: options.environment)
+            } catch {
+                coordinationProblem = "\(error.description); the session is coordinated in this engine alone"
+                coordinator = LocalSessionCoordinator()
+            }
+            ownsCoordinator = true
+        }
+        coordinatorIsLocal = coordinator is LocalSessionCoordinator
+        let local = initial.credentials
         state = Locked(initial)
         reportProblems(runtime)
         if let loadProblem { problem(loadProblem, runtime) }
+        if let coordinationProblem { problem(coordinationProblem, runtime) }
+        if !coordinatorIsLocal { startCoordination(local: local) }
+    }
+
+    deinit {
+        if ownsCoordinator { coordinator.stop() }
     }
 
     /// Emits a `problem` event.
@@ -164,18 +202,20 @@ public final class PolicyEngine: Sendable {
 
     /// Signs in with new credentials: ends a logout cooldown early and makes every request that
     /// hits a trigger afterwards use these.
+    ///
+    /// The coordinator publishes the sign-in to every engine that shares the session.
     public func signIn(_ credentials: Credentials) {
         let runtime = state.withLock { state in
-            state.credentials = credentials
-            state.generation += 1
-            // A refresh in flight belongs to the old session: its token must not replace these.
-            state.sessionEpoch += 1
-            state.signInEpoch += 1
-            state.loggedOutUntil = nil
-            state.loggedOutUntilDate = nil
+            state.signIn(credentials)
             return state.runtime
         }
         saveCredentials(runtime)
+        guard !coordinatorIsLocal else { return }
+        let coordinator = coordinator
+        runInBackground { [weak self] in
+            guard let session = await coordinator.publishSignIn(credentials) else { return }
+            self?.signedIn(session, credentials)
+        }
     }
 
     /// Makes an engine, refusing a policy whose plugins cannot be made: an unset `{env:…}` or
@@ -265,7 +305,7 @@ public final class PolicyEngine: Sendable {
 
     func makeRuntime(_ policy: Policy) -> PolicyRuntime {
         PolicyRuntime(
-            policy: policy, registry: registry, transport: transport, environment: options.environment,
+            policy: policy, registry: registry, transport: sessionTransport, environment: options.environment,
             overrides: Overrides(
                 refresh: options.refreshPlugin, logout: options.logoutPlugin, observers: options.observers))
     }
@@ -319,7 +359,17 @@ public final class PolicyEngine: Sendable {
 
     @inline(never)  // its temporaries stay out of `send`'s async frame
     private func outcome(of machine: RequestMachine) throws(PolicyEngineError) -> HTTPResponse {
-        state.withLock { $0.unregister(machine) }
+        let id = machine.context.number
+        if machine.host != nil {
+            var woken: [UnsafeContinuation<Void, Never>] = []
+            state.withLock { state in
+                state.releaseDispatchSlot(insideLock: id, into: &woken)
+                state.slots.removeValue(forKey: id)
+            }
+            for continuation in woken { continuation.resume() }
+        } else {
+            state.withLock { _ = $0.slots.removeValue(forKey: id) }
+        }
         return try machine.result.get()
     }
 
@@ -331,11 +381,11 @@ public final class PolicyEngine: Sendable {
         let (number, runtime, loggedOutUntil) = state.withLock { state in
             state.nextRequest += 1
             state.budget.recordRequest(at: now)
-            let refused = state.isLoggedOut(at: now) ? state.loggedOutUntilDate : nil
+            let refused = state.isLoggedOut(at: now) ? state.cooldown : nil
             return (state.nextRequest, state.runtime, refused)
         }
         let context = RequestContext(number: number, explicitID: request.id, runtime: runtime, start: now)
-        if let until = loggedOutUntil {
+        if let (until, reason) = loggedOutUntil {
             emit(runtime) {
                 var event = PolicyEvent(.outcome, time: now, request: context.id)
                 event.result = .loggedOut
@@ -343,7 +393,7 @@ public final class PolicyEngine: Sendable {
                 event.path = request.path
                 return event
             }
-            throw .loggedOut(until: until)
+            throw .loggedOut(until: until, reason: reason)
         }
         if Task.isCancelled {
             emit(runtime) {
@@ -359,15 +409,10 @@ public final class PolicyEngine: Sendable {
     }
 
     /// Ends a request from outside its loop: marks why, cancels its attempt, ends its park.
-    func end(_ machine: RequestMachine, _ reason: EngineState.EndReason) {
-        // A backoff's timer is disarmed here and taken off the heap by the request when its park ends.
-        let (attempt, parked) = state.withLock { _ in
-            if machine.endReason == nil { machine.endReason = reason }
-            machine.armedTimer = 0
-            return (machine.attemptCancellation, machine.parked.take())
-        }
-        attempt?.cancel()
-        parked?.resume()
+    func end(_ id: UInt64, _ reason: EngineState.EndReason) {
+        let effects = state.withLock { $0.end(insideLock: id, reason) }
+        for attempt in effects.cancel { attempt.cancel() }
+        for parked in effects.resume { parked.resume() }
     }
 
     /// Requests still registered or waiting on a refresh: zero once every `send` has returned.

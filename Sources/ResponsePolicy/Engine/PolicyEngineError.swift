@@ -4,9 +4,10 @@ import Foundation
 ///
 /// Descriptions show statuses and reasons, never headers, bodies or tokens.
 public enum PolicyEngineError: Error, Sendable, Equatable, CustomStringConvertible {
-    /// The session was logged out (by this request's response, another's, or a failed refresh),
-    /// or is in its cooldown. `until` is when the cooldown ends, on the wall clock.
-    case loggedOut(until: Date)
+    /// The session was logged out (by this request's response, another's, a failed refresh, the
+    /// host or another process), or is in its cooldown. `until` is when the cooldown ends, on the
+    /// wall clock; `reason` says why the session ended (the same for every request it ended).
+    case loggedOut(until: Date, reason: LogoutReason)
     /// Retries ran out, were not allowed (method, budget) or `on-exhausted: fail` applied.
     /// Carries the last response when there was one, else the last transport error.
     case retriesExhausted(lastResponse: HTTPResponse?, lastError: TransportError?)
@@ -23,8 +24,8 @@ public enum PolicyEngineError: Error, Sendable, Equatable, CustomStringConvertib
 
     public var description: String {
         switch self {
-        case .loggedOut(let until):
-            return "logged out; new requests fail until \(ISO8601DateFormatter().string(from: until))"
+        case .loggedOut(let until, let reason):
+            return "logged out by \(reason); new requests fail until \(ISO8601DateFormatter().string(from: until))"
         case .retriesExhausted(let response?, _): return "retries exhausted; last response \(response)"
         case .retriesExhausted(nil, let error?): return "retries exhausted; last attempt: \(error)"
         case .retriesExhausted: return "retries exhausted"

@@ -15,11 +15,11 @@ import Foundation
 /// A class, so the driver holds one reference, the steps mutate it in place, and the engine's
 /// registry, the refresh's waiter list and the timer heap can point at it without allocating.
 ///
-/// Concurrency contract: the loop's own fields are touched only by the request's task (one step
-/// at a time). The fields under "Shared" are read and written only under the engine's lock.
-/// The timer node's fields belong to the engine's `TimerService`.
-final class RequestMachine: TimerNode, @unchecked Sendable {
-    // @unchecked: see the concurrency contract above; every shared field is lock-guarded.
+/// Concurrency contract: not `Sendable`. Its fields are the loop's own, touched only by the
+/// request's task (one step at a time). What others reach the request by (its phase, its park,
+/// its armed timer, its attempt) is its ``EngineState/Slot``, in the engine's state, found by
+/// its number; its timer is a ``RequestTimer`` that knows only that number.
+final class RequestMachine {
 
     /// What the driver awaits next.
     enum Step {
@@ -28,36 +28,19 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
 
     /// What a park waits for.
     enum Parked {
-        case backoff, refresh(proactive: Bool)
+        /// A backoff; a refresh this request started or joined (`proactive`: one ahead of expiry,
+        /// or one a new request waits for under `hold-new-requests`); a free dispatch slot.
+        case backoff, refresh(proactive: Bool), dispatch
     }
 
     /// Why a park ended, set by whoever ends it.
     enum Wake {
-        case timer, flight(EngineState.Flight)
+        case timer, flight(EngineState.FlightResult), dispatched
     }
 
-    enum Phase { case running, onWire, backoff, awaitingRefresh }
+    enum Phase { case running, onWire, backoff, awaitingRefresh, queued }
 
     enum AttemptOutcome { case response, error, timedOut, cancelled }
-
-    // MARK: Shared (under the engine's lock)
-
-    /// The attempt on the wire, cancelled by a logout, a timeout or the caller.
-    var attemptCancellation: AttemptCancellation?
-    var timedOut = false
-    var phase = Phase.running
-    var endReason: EngineState.EndReason?
-    /// The park in progress, resumed by `wake` or `end`.
-    var parked: UnsafeContinuation<Void, Never>?
-    var wake: Wake?
-    /// The refresh this request waits for, while it does.
-    var awaitedFlight: EngineState.Flight?
-    /// The token of the timer that counts (0: none): a stale firing carries an older one.
-    var armedTimer: UInt64 = 0
-    /// Registry links (see `EngineState.register`).
-    var registered = false
-    var next: RequestMachine?
-    unowned(unsafe) var previous: RequestMachine?
 
     // MARK: The loop's own
 
@@ -69,6 +52,10 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
     let path: String
     let deadline: Duration?
     let request: HTTPRequest
+    /// The host whose dispatch slots this request takes; `nil` when dispatch is unlimited.
+    let host: String?
+    /// `dispatch.max-in-flight-per-host` of the policy it started under (`Int.max`: unlimited).
+    let dispatchLimit: Int
 
     var result: Result<HTTPResponse, PolicyEngineError> = .failure(.cancelled)
     /// The signed request of the attempt about to go out (the unsigned one between attempts),
@@ -95,6 +82,8 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
     var refusal: RuleGraph.EdgeKind?
     /// The reason of the refresh that failed, for the outcome and the logout it leads to.
     var refreshFailureReason: String?
+    /// The token endpoint's answer to that refresh, when it answered.
+    var refreshFailureResponse: HTTPResponse?
     /// The token generation the last attempt was signed with.
     var signedGeneration: UInt64 = 0
     /// The proactive refresh for this turn of the loop is done.
@@ -126,6 +115,11 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         return refreshRule.map { scope.rules[$0].name } ?? "refresh"
     }
 
+    /// A deadline timer is armed for the wait in progress (see ``parkUntilDeadline()``).
+    var deadlineArmed = false
+    /// Its slot exists in the engine's state.
+    var registered = false
+
     @inline(never)
     init(engine: PolicyEngine, original: HTTPRequest, context: RequestContext) {
         self.engine = engine
@@ -144,13 +138,22 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         self.request = request
         pendingRequest = request
         deadline = scope.deadline.map { context.start + $0 }
+        if let limit = context.runtime.policy.dispatch.maxInFlightPerHost {
+            dispatchLimit = limit
+            host = original.url.host.map { host in original.url.port.map { "\(host):\($0)" } ?? host } ?? ""
+        } else {
+            dispatchLimit = .max
+            host = nil
+        }
     }
 
     var method: String { request.method }
 
     var runtime: PolicyRuntime { context.runtime }
 
-    override func fire(token: UInt64) { engine.timerFired(self, token: token) }
+    /// Its timer (attempt timeout, backoff, the deadline of a wait), made on first use: a
+    /// request has at most one armed at a time.
+    lazy var timer = RequestTimer(engine: engine, id: context.number)
 
     /// A token for the next timer this request arms.
     func nextTimerToken() -> UInt64 {
@@ -197,7 +200,7 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
     }
 
     @inline(never)
-    func loggedOut() -> Step { finish(.failure(.loggedOut(until: engine.cooldownEnd()))) }
+    func loggedOut() -> Step { finish(.failure(engine.loggedOutError())) }
 
     /// Ended by another request's logout while on the wire or waiting: a `cancel` event, then
     /// the logged-out outcome (the trigger itself and requests refused in the cooldown have no
@@ -215,7 +218,7 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
     /// The request was ended from outside its loop: by a logout, or by its caller.
     @inline(never)
     func ended() -> Step {
-        let reason = engine.state.withLock { _ in endReason }
+        let reason = engine.state.withLock { $0.slots[context.number]?.endReason }
         if reason == .loggedOut { return cancelledByLogout() }
         engine.emit(runtime) {
             var event = PolicyEvent(.cancel, time: engine.clock.now, request: context.id)
@@ -260,12 +263,27 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         // The first turn runs right after `admit`, which read the clock.
         let now = attempt == 0 && !skipProactive ? context.start : engine.clock.now
         let cancelled = Task.isCancelled
-        let (endedOutside, isLoggedOut, box, generation) = engine.state.withLock { state in
-            state.register(self)
-            return (endReason != nil, state.isLoggedOut(at: now), state.credentialsBox, state.generation)
+        let hold = scope.refresh.holdNewRequests
+        let id = context.number
+        let first = !registered
+        registered = true
+        let (gate, box, generation) = engine.state.withLock { state in
+            if first {
+                state.register(id, host: host, dispatchLimit: dispatchLimit, holdsNewRequests: hold)
+            }
+            return state.gate(insideLock: id, cancelled: cancelled, now: now)
         }
-        if cancelled || endedOutside { return ended() }
-        if isLoggedOut { return cancelledByLogout() }
+        switch gate {
+        case .go: break
+        case .ended: return ended()
+        case .loggedOut: return cancelledByLogout()
+        case .held:
+            waitingFor = .refresh(proactive: true)
+            return parkUntilDeadline()
+        case .queued:
+            waitingFor = .dispatch
+            return parkUntilDeadline()
+        }
         let credentials = box?.credentials
         // With no credentials, a plugin that can sign in (client_credentials, a login) gets the
         // first token before the request goes out, rather than sending it unsigned.
@@ -304,6 +322,36 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         }
         pendingTimeoutAt = timeoutAt
         return .send
+    }
+
+    /// Parks for a refresh or a dispatch slot, with a timer at the request's deadline: no
+    /// request waits past it (a backoff that would end past it is never started).
+    func parkUntilDeadline() -> Step {
+        guard let deadline else { return .park }
+        let token = nextTimerToken()
+        let armed = engine.state.withLock { state -> Bool in
+            state.modifySlot(context.number) { slot in
+                guard slot.endReason == nil else { return false }
+                slot.armedTimer = token
+                return true
+            } ?? false
+        }
+        if armed {
+            deadlineArmed = true
+            engine.timers.schedule(timer, at: deadline, token: token)
+        }
+        return .park
+    }
+
+    /// The deadline passed while the request waited for a refresh or a dispatch slot.
+    @inline(never)
+    func waitedPastDeadline() -> Step {
+        engine.emit(runtime) {
+            var event = PolicyEvent(.cancel, time: engine.clock.now, request: context.id)
+            event.reason = "deadline"
+            return event
+        }
+        return finish(.failure(.deadlineExceeded))
     }
 
     // MARK: - After an attempt
@@ -357,7 +405,7 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
             return finish(.failure(.failed(response: lastResponse, rule: flow.rule.name)))
         case .logout:
             emitResponse(rule: flow.rule)
-            return logout(flow.logout, reason: flow.rule.name)
+            return logout(flow.logout, reason: .rule(flow.rule.name, response: lastResponse))
         case .refresh:
             return refreshTrigger(flow)
         case .retry:
@@ -384,7 +432,7 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         }
         switch escalation.action {
         case .logout:
-            return logout(escalation.logout, reason: flow.rule.name)
+            return logout(escalation.logout, reason: .rule(flow.rule.name, response: lastResponse))
         case .deliver:
             if lastResponse == nil, case .retriesExhausted = error() { return finish(.failure(error())) }
             return deliverOrFail()
@@ -424,7 +472,7 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         guard
             let result = engine.decideRefresh(
                 self, failedGeneration: failedGeneration, settings: refreshSettings, proactive: proactive)
-        else { return .park }
+        else { return parkUntilDeadline() }
         return afterRefresh(result, proactive: proactive)
     }
 
@@ -438,13 +486,12 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
             switch result {
             case .loggedOut: return cancelledByLogout()
             case .cancelled: return ended()
-            case .failed where signingIn:
-                // No token to try instead: the failure edges decide, as for a refresh trigger.
-                signingIn = false
             case .failed(let refreshFailure):
-                let (expiry, generation) = engine.state.withLock { ($0.credentials?.expiresAt, $0.generation) }
-                if let expiry, expiry <= engine.clock.date {
-                    // The token has expired: sending it would only fetch a refresh trigger.
+                let (credentials, generation) = engine.state.withLock { ($0.credentials, $0.generation) }
+                if signingIn || credentials == nil || credentials?.expiresAt.map({ $0 <= engine.clock.date }) == true {
+                    // No token, or an expired one (signing in, or held for a refresh that failed):
+                    // sending would only fetch a refresh trigger. The failure edges decide.
+                    signingIn = false
                     return afterRefresh(.failed(refreshFailure), proactive: false)
                 }
                 // The token is still valid for a moment: try it, but remember the failure.
@@ -465,6 +512,7 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
         case .failed(let refreshFailure):
             // The refresh's own reason goes with every way this ends (a logout names it too).
             refreshFailureReason = refreshFailure.reason
+            refreshFailureResponse = refreshFailure.response
             let error = PolicyEngineError.refreshFailed(reason: refreshFailure.reason)
             guard let flow, let onFailure = flow.onFailure else {
                 // A refresh before sending (ahead of expiry, signing in) has no rule: the
@@ -472,7 +520,10 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
                 guard let escalation = scope.beforeSendingFailure else { return finish(.failure(error)) }
                 lastEdge = escalation.edge
                 switch escalation.action {
-                case .logout: return logout(escalation.logout, reason: PolicyEngine.refreshFailedReason)
+                case .logout:
+                    return logout(
+                        escalation.logout,
+                        reason: .refreshFailed(refreshFailure.reason, response: refreshFailure.response))
                 case .deliver where lastResponse != nil: return deliverOrFail()
                 default: return finish(.failure(error))
                 }
@@ -532,8 +583,10 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
     }
 
     @inline(never)
-    func logout(_ settings: LogoutSettings, reason: String) -> Step {
-        let reason = refreshFailureReason.map { "\(PolicyEngine.refreshFailedReason): \($0)" } ?? reason
+    func logout(_ settings: LogoutSettings, reason: LogoutReason) -> Step {
+        // A logout that a failed refresh led to names the refresh's reason, whichever edge led there.
+        let reason =
+            refreshFailureReason.map { LogoutReason.refreshFailed($0, response: refreshFailureResponse) } ?? reason
         engine.logout(settings: settings, plugins: plugins, trigger: self, reason: reason)
         return loggedOut()
     }
@@ -543,25 +596,37 @@ final class RequestMachine: TimerNode, @unchecked Sendable {
     /// The park ended: the backoff's timer, the refresh's end, or the request was ended.
     @inline(never)
     func afterPark() -> Step {
-        let (woken, endedOutside) = engine.state.withLock { _ -> (Wake?, Bool) in
-            let taken = wake
-            wake = nil
-            phase = .running
-            awaitedFlight = nil
-            return (taken, endReason != nil)
+        let (woken, endedOutside) = engine.state.withLock { state -> (Wake?, Bool) in
+            state.modifySlot(context.number) { slot in
+                let taken = slot.wake
+                slot.wake = nil
+                slot.phase = .running
+                slot.awaitedFlight = nil
+                slot.armedTimer = 0
+                return (taken, slot.endReason != nil)
+            } ?? (nil, true)
+        }
+        if deadlineArmed {
+            deadlineArmed = false
+            // Woken some other way: the deadline's timer leaves the heap here, in this task.
+            if case .timer? = woken { return endedOutside ? ended() : waitedPastDeadline() }
+            engine.timers.cancel(timer)
         }
         switch waitingFor {
         case .backoff:
             // Ended some other way (a logout, the caller): take the timer off the heap here, in
             // the task that scheduled it, so no ordering of the two can leave it behind.
-            if case .timer? = woken {} else { engine.timers.cancel(self) }
+            if case .timer? = woken {} else { engine.timers.cancel(timer) }
             if endedOutside { return ended() }
             return top()
         case .refresh(let proactive):
             if endedOutside { return ended() }
-            guard case .flight(let flight) = woken else { return ended() }
-            let result = engine.state.withLock { _ in flight.result } ?? .cancelled
+            guard case .flight(let result) = woken else { return ended() }
             return afterRefresh(result, proactive: proactive)
+        case .dispatch:
+            if endedOutside { return ended() }
+            guard case .dispatched? = woken else { return ended() }
+            return top()
         }
     }
 }

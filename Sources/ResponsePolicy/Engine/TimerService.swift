@@ -6,8 +6,8 @@ import Dispatch
 /// it almost always. With a closure per timer and lazy deletion, every attempt cost an
 /// allocation and two dictionary operations, and cancelled entries stayed in the heap until their
 /// deadline (ten seconds of traffic). A node knows its heap position, so cancelling removes it at
-/// once and the heap only ever holds live timers; a `RequestMachine` is its own node (a request
-/// has at most one timer at a time: its attempt timeout or its backoff wake).
+/// once and the heap only ever holds live timers; a request has one `RequestTimer` node (at most
+/// one timer at a time: its attempt timeout, its backoff wake or the deadline of a wait).
 ///
 /// Concurrency contract: the scheduling fields belong to the service's lock; subclasses guard
 /// their own state. `fire(token:)` runs on the service's driver task, outside its lock.
@@ -21,6 +21,21 @@ class TimerNode: @unchecked Sendable {
     /// The timer is due. `token` is the one it was scheduled with: a node rescheduled while its
     /// earlier firing was on its way can tell the stale call from the current one.
     func fire(token: UInt64) {}
+}
+
+/// A request's timer: its attempt timeout, its backoff's end, or the deadline of a wait. It
+/// knows only the request's number; what firing does is ``EngineState/timerFired(insideLock:token:)``.
+final class RequestTimer: TimerNode, @unchecked Sendable {
+    // @unchecked: the inherited fields are the service's (under its lock); these are immutable.
+    let engine: PolicyEngine
+    let id: UInt64
+
+    init(engine: PolicyEngine, id: UInt64) {
+        self.engine = engine
+        self.id = id
+    }
+
+    override func fire(token: UInt64) { engine.timerFired(id, token: token) }
 }
 
 /// A timer that runs a closure (for the rare timers: the refresh timeout).

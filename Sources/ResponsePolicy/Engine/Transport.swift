@@ -41,6 +41,16 @@ public struct TransportError: Error, Sendable, Hashable, CustomStringConvertible
 /// treated as a `connection` error.
 public protocol Transport: Sendable {
     func send(_ request: HTTPRequest) async throws -> HTTPResponse
+
+    /// The transport for the engine's own calls: the refresh and logout plugins'. A transport
+    /// that pools connections returns one with a pool of its own, so a token refresh never
+    /// queues behind a storm of requests waiting for a connection (`URLSessionTransport` does).
+    /// `self` by default.
+    var sessionCallTransport: any Transport { get }
+}
+
+extension Transport {
+    public var sessionCallTransport: any Transport { self }
 }
 
 /// A one-shot cancellation signal for one attempt, which the engine raises on a forced logout,
@@ -94,6 +104,11 @@ public struct AttemptCancellation: Sendable {
 /// that takes a task per attempt, whose hand-off between threads is most of the engine's cost.
 /// A transport adopting this protocol is called inline in the caller's task, and the engine
 /// cancels the attempt through `cancellation`.
+///
+/// Why it stays public, beside task cancellation: a logout or an attempt timeout must end an
+/// attempt that runs inline in its *caller's* task, which the engine cannot cancel without
+/// cancelling the caller. Task cancellation remains the one path for callers; this protocol is
+/// for transport authors only.
 ///
 /// Contract: when `cancellation` is cancelled, or the calling task is (as for any
 /// ``Transport``), stop promptly and throw `CancellationError`. The engine signals its own

@@ -29,6 +29,10 @@ public struct Policy: Sendable {
     public let store: PluginReference
     public let observe: [PluginReference]
     public let routes: [Route]
+    /// The `dispatch:` section: how many requests go out at once per host.
+    public let dispatch: DispatchSettings
+    /// The `coordination:` section: the ``SessionCoordinator`` plugin (`local` by default).
+    public let coordination: PluginReference
     /// The compiled graph the engine runs.
     public let graph: RuleGraph
     /// Lint warnings (errors make loading fail).
@@ -47,6 +51,8 @@ public struct Policy: Sendable {
         store = parts.store
         observe = parts.observe
         routes = parts.routes
+        dispatch = parts.dispatch
+        coordination = parts.coordination
         self.graph = graph
         self.warnings = warnings
         self.file = file

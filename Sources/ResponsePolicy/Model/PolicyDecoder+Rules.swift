@@ -8,6 +8,7 @@ struct SectionScope {
 extension PolicyDecoder {
     package static let topLevelKeys = [
         "policy", "name", "classify", "rules", "refresh", "logout", "retry", "authorize", "store", "observe", "routes",
+        "dispatch", "coordination",
     ]
     package static let ruleKeys = ["name", "when", "then"]
     package static let whenKeys = ["status", "code", "header", "error", "method", "path"]
@@ -398,6 +399,8 @@ struct PolicyParts {
     var store = PluginReference(kind: .store, name: "memory")
     var observe: [PluginReference] = []
     var routes: [Route] = []
+    var dispatch = DispatchSettings()
+    var coordination = PluginReference(kind: .coordination, name: "local")
     /// Which top-level sections were written, with the range of their key (for lint).
     var sections: [String: SourceRange] = [:]
     /// Where section keys were written (see ``PolicyDecoder/locations``).
@@ -472,6 +475,10 @@ extension PolicyDecoder {
                     parts.observe.append(plugin)
                 }
             }
+        }
+        if let node = field("dispatch") { parts.dispatch = dispatch(node) }
+        if let node = field("coordination") {
+            parts.coordination = pluginSection(.coordination, node, what: "'coordination'") ?? parts.coordination
         }
         if let node = field("rules") {
             parts.rules = rules(

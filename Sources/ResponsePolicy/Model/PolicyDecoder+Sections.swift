@@ -7,7 +7,9 @@ extension PolicyDecoder {
     ]
     package static let refreshTuningKeys = [
         "timeout", "share-window", "max-per-request", "on-exhausted", "on-failure", "limit", "ahead",
+        "hold-new-requests",
     ]
+    package static let dispatchKeys = ["max-in-flight-per-host"]
     package static let logoutTuningKeys = ["cancel-in-flight", "cooldown"]
     package static let budgetKeys = ["ratio", "min"]
     package static let limitKeys = ["count", "per"]
@@ -161,6 +163,7 @@ extension PolicyDecoder {
                     settings.limit = limit
                 }
             case "ahead": if let d = duration(value, key, allowNone: true) { settings.ahead = d }
+            case "hold-new-requests": settings.holdNewRequests = boolean(value, key) ?? settings.holdNewRequests
             default: break
             }
         }
@@ -185,6 +188,31 @@ extension PolicyDecoder {
             case "cancel-in-flight": settings.cancelInFlight = boolean(value, key) ?? settings.cancelInFlight
             case "cooldown": settings.cooldown = duration(value, key).flatMap { $0 } ?? settings.cooldown
             default: break
+            }
+        }
+        return settings
+    }
+
+    // MARK: - dispatch
+
+    /// The `dispatch:` section.
+    mutating func dispatch(_ node: YAMLNode) -> DispatchSettings {
+        var settings = DispatchSettings()
+        guard let fields = mappingFields(node, "'dispatch'", allowed: Self.dispatchKeys) else { return settings }
+        for (key, _, value) in fields {
+            locations["dispatch.\(key)"] = value.range
+            if key == "max-in-flight-per-host" {
+                if value.isPlainScalar, value.scalar == "unlimited" {
+                    settings.maxInFlightPerHost = nil
+                } else if !value.isPlainScalar || !Self.isInteger(value.scalar ?? "") {
+                    report(
+                        .error(
+                            "invalid-type",
+                            "'\(key)' must be a whole number or unlimited, not \(value.kindDescription)",
+                            at: value.range))
+                } else if let limit = integer(value, key, in: 1...1_000_000) {
+                    settings.maxInFlightPerHost = limit
+                }
             }
         }
         return settings

@@ -36,6 +36,7 @@ package enum PolicySchema {
             ("logout", pluginSection(.logout, catalog, tuning: PolicyDecoder.logoutTuningKeys)),
             ("authorize", pluginSection(.authorize, catalog, tuning: [])),
             ("store", pluginSection(.store, catalog, tuning: [])),
+            ("coordination", pluginSection(.coordination, catalog, tuning: [])),
             ("observer", pluginSection(.observe, catalog, tuning: [])),
             ("route", route(sections: routeSections)),
         ]
@@ -74,7 +75,7 @@ package enum PolicySchema {
         case "rules": return ref("rules")
         case "observe": return .object([("type", "array"), ("items", ref("observer"))])
         case "routes": return .object([("type", "array"), ("items", ref("route"))])
-        case "classify", "retry", "refresh", "logout", "authorize", "store": return ref(key)
+        case "classify", "retry", "refresh", "logout", "authorize", "store", "coordination": return ref(key)
         default: return valueSchemas[key] ?? .object([])
         }
     }
@@ -299,7 +300,7 @@ package enum PolicySchema {
             "status": listOrOne(status),
             "code": listOrOne(code),
             "header": .object([("type", "object"), ("additionalProperties", text)]),
-            "error": listOrOne(enumeration(["timeout", "connection", "dns", "tls", "any"])),
+            "error": listOrOne(enumeration(Condition.ErrorMatch.allCases.map(\.rawValue))),
             "method": listOrOne(method),
             "path": .object([("description", "a glob; * matches any text"), ("type", textTypes)]),
             // retry
@@ -369,6 +370,33 @@ package enum PolicySchema {
             "ahead": durationOrNone,
             // logout
             "cancel-in-flight": .object([("type", "boolean")]),
+            "hold-new-requests": .object([
+                ("description", "requests not yet sent wait for a refresh in flight; true by default"),
+                ("type", "boolean"),
+            ]),
+            // dispatch
+            "dispatch": .object([
+                ("type", "object"),
+                (
+                    "properties",
+                    .object(
+                        PolicyDecoder.dispatchKeys.map {
+                            (
+                                $0,
+                                .object([
+                                    (
+                                        "anyOf",
+                                        .array([
+                                            .object([("type", "integer"), ("minimum", 1)]),
+                                            .object([("const", "unlimited")]),
+                                        ])
+                                    )
+                                ])
+                            )
+                        })
+                ),
+                ("additionalProperties", false),
+            ]),
             "cooldown": duration,
         ]
     }()

@@ -30,6 +30,10 @@ public struct RefreshSettings: Sendable, Hashable {
     public var limit: Limit? = Limit(count: 5, per: .seconds(30))
     /// `30s` by default: refresh before sending when the token expires this soon.
     public var ahead: Duration? = .seconds(30)
+    /// `true` by default: while a refresh is in flight, a request that has not gone out yet (a new
+    /// one, or one queued by `dispatch:`) waits for it and is signed with the fresh token, instead
+    /// of going out with a token already known to be stale. `false` sends it with the old token.
+    public var holdNewRequests = true
 
     public init() {}
 }

@@ -22,6 +22,7 @@ enum BuiltinPlugins {
             }
             return LogObserver(level: level, format: format)
         }
+        registry.register(coordination: "local") { _ in LocalSessionCoordinator() }
         registerNetworkPlugins(in: &registry)
     }
 }

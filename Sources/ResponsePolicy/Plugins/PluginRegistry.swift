@@ -69,6 +69,7 @@ public struct PluginRegistry: Sendable {
     var observe: [String: Factory<any PolicyObserver>] = [:]
     var store: [String: Factory<any CredentialStore>] = [:]
     var extract: [String: Factory<any CodeExtractor>] = [:]
+    var coordination: [String: Factory<any SessionCoordinator>] = [:]
 
     /// A registry with the built-in plugins.
     public init() {
@@ -117,6 +118,15 @@ public struct PluginRegistry: Sendable {
         declare(.extract, name, schema)
     }
 
+    /// Registers a ``SessionCoordinator`` for `coordination: { use: name }`. The engine makes
+    /// one when it starts and stops it when it is released.
+    public mutating func register(
+        coordination name: String, schema: PluginSchema? = nil, _ make: @escaping Factory<any SessionCoordinator>
+    ) {
+        coordination[name] = make
+        declare(.coordination, name, schema)
+    }
+
     private mutating func declare(_ kind: PluginKind, _ name: String, _ schema: PluginSchema?) {
         // Built-ins keep the schema the catalog ships for them.
         if !catalog.isBuiltin(kind, name) || !catalog.contains(kind, name) {
@@ -153,6 +163,7 @@ public struct PluginRegistry: Sendable {
         case .observe: return observe[name] != nil
         case .store: return store[name] != nil
         case .extract: return extract[name] != nil
+        case .coordination: return coordination[name] != nil
         }
     }
 

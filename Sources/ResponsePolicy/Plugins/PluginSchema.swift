@@ -167,5 +167,8 @@ public struct PluginCatalog: Sendable, Hashable {
             "memory": PluginSchema.none,
             "file": PluginSchema([.init("path", .string, required: true, "the credentials JSON file")]),
         ],
+        .coordination: [
+            "local": PluginSchema.none
+        ],
     ]
 }

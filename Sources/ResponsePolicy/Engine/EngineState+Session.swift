@@ -1,0 +1,174 @@
+import Foundation
+
+/// The session's transitions: what a refresh trigger, a refresh's end, a logout, a sign-in and
+/// a coordinator's publication do to the credentials, their generations, the refresh in flight
+/// and the cooldown.
+///
+/// Each is a `mutating func` that takes the time as an argument and returns what it decided; it
+/// never awaits, locks or reads a clock. The shell (`PolicyEngine`) runs it under the engine's
+/// lock and then performs the outcome (joins the request to the flight, starts the refresh task,
+/// emits events, saves credentials, wakes waiters). So these rules are tested as a value, with
+/// random event sequences and no threads (`SessionStateModelTests`).
+extension EngineState {
+    /// What a refresh trigger leads to (``decideRefresh(failedGeneration:settings:proactive:now:)``).
+    enum RefreshDecision {
+        /// The session is in its cooldown.
+        case loggedOut
+        /// A newer token exists (or one within `share-window`): retry with it now.
+        case retryNow
+        /// Wait for the refresh in flight.
+        case join(Flight)
+        /// This trigger starts a refresh: the flight, and the credentials it replaces.
+        case start(Flight, credentials: Credentials?)
+        /// `refresh.limit` is used up: a failed refresh, without a call.
+        case limited(RefreshFailure)
+    }
+
+    /// Decides what a refresh trigger does. A request whose token is already older than the
+    /// current one retries at once; within `share-window` after a refresh it retries without
+    /// refreshing; beyond `limit` the refresh fails without a call; otherwise it joins the
+    /// refresh in flight or starts one.
+    mutating func decideRefresh(
+        failedGeneration: UInt64, settings: RefreshSettings, proactive: Bool, now: Duration
+    ) -> RefreshDecision {
+        if isLoggedOut(at: now) { return .loggedOut }
+        if generation > failedGeneration { return .retryNow }
+        if let flight { return .join(flight) }
+        if !proactive, let last = lastRefresh, now - last < settings.shareWindow { return .retryNow }
+        if let limit = settings.limit {
+            refreshCalls.removeAll { now - $0 >= limit.per }
+            if refreshCalls.count >= limit.count {
+                return .limited(
+                    RefreshFailure("more than \(limit.count) refreshes in \(limit.per.policyText) (refresh.limit)"))
+            }
+            refreshCalls.append(now)
+        }
+        nextFlight += 1
+        let started = Flight(
+            id: nextFlight, sessionEpoch: sessionEpoch, signInEpoch: signInEpoch, sharedGeneration: sharedGeneration)
+        flight = started
+        return .start(started, credentials: credentials)
+    }
+
+    /// What a refresh's end did (``refreshEnded(_:outcome:shared:now:)``).
+    struct RefreshEnd {
+        /// New credentials were taken: save them.
+        var saved = false
+        /// The refresh succeeded for a session that has since ended: its token was dropped.
+        var discarded = false
+        /// The refresh succeeded after a logout with no sign-in since: its tokens were kept (the
+        /// server has rotated the refresh token), and the session stays logged out.
+        var keptAfterLogout = false
+        /// What its waiters find.
+        var result = FlightResult.cancelled
+        /// The flight as the state held it, with its waiters (`nil`: already answered, by a
+        /// coordinator's publication).
+        var waiting: Flight?
+    }
+
+    /// Ends `ended` (the refresh task's copy) with what the refresh produced (`shared`: the
+    /// generation the coordinator gave the credentials) and says what its waiters find. A result
+    /// for a session that has since been logged out or signed in again is dropped: its waiters
+    /// decide again.
+    mutating func refreshEnded(
+        _ ended: Flight, outcome: Result<Credentials, RefreshFailure>, shared: UInt64?, now: Duration
+    ) -> RefreshEnd {
+        var end = RefreshEnd()
+        if flight?.id == ended.id {
+            end.waiting = flight
+            flight = nil
+        }
+        switch outcome {
+        case .success(let fresh) where sessionEpoch == ended.sessionEpoch:
+            // Adopted already when the coordinator's news arrived first.
+            if shared.map({ $0 > sharedGeneration }) ?? true {
+                credentials = fresh
+                generation += 1
+                if let shared { sharedGeneration = shared }
+                end.saved = true
+            }
+            lastRefresh = now
+            end.result = .ok
+        case .success(let fresh) where signInEpoch == ended.signInEpoch:
+            // A logout ended the session during the refresh, and nobody signed in since: the
+            // server has already rotated the refresh token, so the old one is dead. Keep the new
+            // tokens (saved by the shell); the session stays logged out.
+            credentials = fresh
+            generation += 1
+            if let shared, shared > sharedGeneration { sharedGeneration = shared }
+            end.saved = true
+            end.keptAfterLogout = true
+            end.result = .superseded
+        case .success:
+            end.discarded = true
+            end.result = .superseded
+        case .failure(let failure):
+            // A failure after the session changed is the old session's: decide again.
+            end.result = sessionEpoch == ended.sessionEpoch ? .failed(failure) : .superseded
+        }
+        return end
+    }
+
+    /// Starts a cooldown until `until` (`untilDate` on the wall clock). `false` when the session
+    /// is already in one: many triggers make one logout. With `extendOnly` (news from another
+    /// process), a cooldown already running is extended when `untilDate` is later.
+    mutating func startCooldown(
+        until: Duration, untilDate: Date, reason: LogoutReason, extendOnly: Bool, now: Duration
+    ) -> Bool {
+        if isLoggedOut(at: now) {
+            guard extendOnly, let current = loggedOutUntilDate, untilDate > current else { return false }
+        }
+        loggedOutUntil = until
+        loggedOutUntilDate = untilDate
+        logoutReason = reason
+        // A refresh in flight belongs to the ended session: its token must not sign back in.
+        sessionEpoch += 1
+        return true
+    }
+
+    /// A sign-in: new credentials, the cooldown over, and a refresh in flight made the old
+    /// session's (its token must not replace these).
+    mutating func signIn(_ signedIn: Credentials) {
+        credentials = signedIn
+        generation += 1
+        sessionEpoch += 1
+        signInEpoch += 1
+        loggedOutUntil = nil
+        loggedOutUntilDate = nil
+        logoutReason = nil
+    }
+
+    /// What a coordinator's publication did (``adopt(_:now:)``).
+    enum Adoption {
+        /// Not newer than what is held: old news.
+        case ignored
+        /// The credentials held, only numbered.
+        case numbered
+        /// New credentials; the refresh in flight, when there was one, is answered by them.
+        case adopted(answered: Flight?)
+    }
+
+    /// Adopts credentials another engine published, when their generation is newer than the one
+    /// held. A refresh this engine awaits is answered by them (its waiters go on now; its own
+    /// end later finds the generation adopted and changes nothing).
+    mutating func adopt(_ session: SharedSession, now: Duration) -> Adoption {
+        guard let published = session.credentials, session.generation > sharedGeneration else { return .ignored }
+        sharedGeneration = session.generation
+        guard published != credentials else { return .numbered }
+        credentials = published
+        generation += 1
+        guard let answered = flight, answered.sessionEpoch == sessionEpoch else { return .adopted(answered: nil) }
+        lastRefresh = now
+        flight = nil
+        return .adopted(answered: answered)
+    }
+
+    /// The coordinator stored this engine's sign-in of `signedIn` as `session`. `false` when it
+    /// stored other credentials (a later sign-in elsewhere won), which are then to be adopted.
+    mutating func signInStored(_ session: SharedSession, _ signedIn: Credentials) -> Bool {
+        guard session.generation > sharedGeneration else { return true }
+        guard session.credentials == nil || session.credentials == signedIn else { return false }
+        sharedGeneration = session.generation
+        return true
+    }
+}

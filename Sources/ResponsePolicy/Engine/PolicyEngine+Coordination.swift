@@ -1,0 +1,57 @@
+import Foundation
+
+/// What the engine does with its ``SessionCoordinator``: seeds it at start, and turns what it
+/// hears from other engines into the same state changes a local refresh, sign-in or logout makes.
+/// (The refresh turn itself is in `PolicyEngine+Refresh.swift`; the logout publication in
+/// `PolicyEngine+Logout.swift`.)
+///
+/// Concurrency contract: updates may arrive on any thread, late, twice or out of order; each is
+/// applied under the engine's lock and compared with what the engine holds (a generation not
+/// newer, a cooldown not later, is ignored), so a repeated or stale update changes nothing.
+extension PolicyEngine {
+    /// Starts the coordinator with the store's credentials and adopts what it already shares.
+    func startCoordination(local: Credentials?) {
+        let coordinator = coordinator
+        runInBackground { [weak self] in
+            let shared = await coordinator.start(local: local) { [weak self] update in
+                self?.coordinationUpdate(update)
+            }
+            guard let self, let shared else { return }
+            self.coordinationUpdate(.credentials(shared))
+            if let until = shared.loggedOutUntil { self.logoutFromElsewhere(until: until, reason: "logged out") }
+        }
+    }
+
+    /// Applies one piece of news from the coordinator.
+    package func coordinationUpdate(_ update: SessionUpdate) {
+        switch update {
+        case .credentials(let session): adopt(session)
+        case .loggedOut(let until, let reason): logoutFromElsewhere(until: until, reason: reason)
+        case .problem(let reason): problem("coordination: \(reason)", state.withLock { $0.runtime })
+        case .recovered: break
+        }
+    }
+
+    /// Adopts credentials another engine published, when they are newer than those held. Requests
+    /// waiting for this engine's refresh retry with them at once.
+    func adopt(_ session: SharedSession) {
+        let now = clock.now
+        let adopted = state.withLock { state -> (PolicyRuntime, [UnsafeContinuation<Void, Never>])? in
+            switch state.adopt(session, now: now) {
+            case .ignored, .numbered: return nil
+            case .adopted(let answered):
+                return (state.runtime, answered.map { state.endWaits(insideLock: $0, .ok) } ?? [])
+            }
+        }
+        guard let (runtime, woken) = adopted else { return }
+        saveCredentials(runtime)
+        for continuation in woken { continuation.resume() }
+    }
+
+    /// The coordinator stored this engine's sign-in as `session`: its generation is the one to
+    /// compare later publications with.
+    func signedIn(_ session: SharedSession, _ credentials: Credentials) {
+        let stored = state.withLock { $0.signInStored(session, credentials) }
+        if !stored { adopt(session) }
+    }
+}

@@ -1,0 +1,149 @@
+import Foundation
+import Testing
+
+@testable import ResponsePolicy
+
+/// The session's transitions (`EngineState+Session.swift`) driven as a value: random sequences
+/// of refresh triggers, refresh ends, logouts, sign-ins and coordinator publications, no threads,
+/// no clock, checked after every step against what must always hold.
+struct SessionStateModelTests {
+    private static func runtime() throws -> PolicyRuntime {
+        PolicyRuntime(
+            policy: try Policy.loadDefault(), registry: PluginRegistry(),
+            transport: RecordingTransport { _, _ in response("") }, environment: [:],
+            overrides: PolicyEngine.Overrides(refresh: nil, logout: nil, observers: []))
+    }
+
+    private static let epoch = Date(timeIntervalSince1970: 1_700_000_000)
+
+    /// What the test remembers besides the state.
+    private struct Model {
+        var now: Duration = .zero
+        var open: EngineState.Flight?
+        var starts: [Duration] = []
+        var cooldownUntil: Duration?
+        var tokens = 0
+    }
+
+    @Test(arguments: 0..<40)
+    func randomSequencesKeepTheSessionInvariants(seed: Int) throws {
+        var random = SplitMix64(seed: UInt64(seed) &* 0x9E37_79B9 &+ 1)
+        var state = EngineState(runtime: try Self.runtime())
+        state.credentials = Credentials(accessToken: "token-0")
+        var model = Model()
+        var settings = RefreshSettings()
+        settings.limit = RefreshSettings.Limit(count: 3, per: .seconds(10))
+
+        for step in 0..<400 {
+            let before = (state.generation, state.sharedGeneration, state.sessionEpoch)
+            let loggedOut = state.isLoggedOut(at: model.now)
+            let context = "seed \(seed) step \(step)"
+            switch random.int(0...9) {
+            case 0, 1, 2:
+                // A refresh trigger, signed with the current token or an older one.
+                let failed = state.generation - UInt64(random.int(0...min(2, Int(state.generation))))
+                settings.shareWindow = random.int(0...1) == 0 ? .zero : .seconds(1)
+                let proactive = random.int(0...4) == 0
+                let hadFlight = state.flight
+                let decision = state.decideRefresh(
+                    failedGeneration: failed, settings: settings, proactive: proactive, now: model.now)
+                switch decision {
+                case .loggedOut:
+                    #expect(loggedOut, "\(context): refused outside a cooldown")
+                case .retryNow:
+                    #expect(!loggedOut, "\(context)")
+                case .join(let flight):
+                    #expect(!loggedOut && failed == state.generation, "\(context)")
+                    #expect(hadFlight?.id == flight.id, "\(context): joined a flight that was not in flight")
+                case .start(let flight, let credentials):
+                    #expect(!loggedOut, "\(context): a refresh started during the cooldown")
+                    #expect(failed == state.generation, "\(context): an older token started a refresh")
+                    #expect(hadFlight == nil, "\(context): a second refresh in flight")
+                    #expect(state.flight?.id == flight.id && credentials == state.credentials, "\(context)")
+                    model.open = flight
+                    model.starts.append(model.now)
+                case .limited:
+                    #expect(hadFlight == nil && !loggedOut, "\(context)")
+                    let recent = model.starts.filter { model.now - $0 < .seconds(10) }
+                    #expect(recent.count >= 3, "\(context): limited below the limit")
+                }
+                let recent = model.starts.filter { model.now - $0 < .seconds(10) }
+                #expect(recent.count <= 3, "\(context): more refreshes than refresh.limit in its window")
+            case 3, 4:
+                // The refresh in flight ends.
+                guard let flight = model.open else { continue }
+                let succeeded = random.int(0...3) != 0
+                model.tokens += 1
+                let fresh = Credentials(accessToken: "token-\(model.tokens)")
+                let sameSession = flight.sessionEpoch == state.sessionEpoch
+                // Ended by a logout with no sign-in since: the server rotated the refresh token,
+                // so the new tokens are kept, though the session stays logged out.
+                let noSignInSince = flight.signInEpoch == state.signInEpoch
+                let held = state.credentials
+                let end = state.refreshEnded(
+                    flight, outcome: succeeded ? .success(fresh) : .failure(RefreshFailure("no")), shared: nil,
+                    now: model.now)
+                model.open = nil
+                #expect(state.flight == nil, "\(context): the flight outlived its end")
+                if state.flight?.id == flight.id { Issue.record("\(context): the flight outlived its end") }
+                if succeeded && sameSession {
+                    #expect(end.saved && state.credentials == fresh && state.generation == before.0 + 1, "\(context)")
+                } else if succeeded && noSignInSince {
+                    #expect(end.saved && end.keptAfterLogout && state.credentials == fresh, "\(context)")
+                    #expect(state.generation == before.0 + 1, "\(context)")
+                    if case .ok = end.result { Issue.record("\(context): an old session's refresh succeeded") }
+                } else {
+                    #expect(!end.saved && state.credentials == held && state.generation == before.0, "\(context)")
+                    if case .ok = end.result { Issue.record("\(context): an old session's refresh succeeded") }
+                }
+            case 5:
+                // A logout here (or, from elsewhere, one that may only extend the cooldown).
+                let extendOnly = random.int(0...1) == 0
+                let cooldown = Duration.seconds(random.int(1...20))
+                let started = state.startCooldown(
+                    until: model.now + cooldown, untilDate: Self.epoch.addingTimeInterval(cooldown.seconds),
+                    reason: .host("test"), extendOnly: extendOnly, now: model.now)
+                if loggedOut && !extendOnly { #expect(!started, "\(context): two logouts for one") }
+                if started {
+                    #expect(state.sessionEpoch == before.2 + 1 && state.isLoggedOut(at: model.now), "\(context)")
+                    model.cooldownUntil = model.now + cooldown
+                } else {
+                    #expect(state.sessionEpoch == before.2, "\(context)")
+                }
+            case 6:
+                model.tokens += 1
+                state.signIn(Credentials(accessToken: "signed-\(model.tokens)"))
+                #expect(!state.isLoggedOut(at: model.now) && state.generation == before.0 + 1, "\(context)")
+            case 7:
+                // A publication from elsewhere: newer, as old, or older; new credentials or the same.
+                let generation = UInt64(max(0, Int(state.sharedGeneration) + random.int(-1...2)))
+                model.tokens += 1
+                let credentials =
+                    random.int(0...2) == 0 ? state.credentials : Credentials(accessToken: "shared-\(model.tokens)")
+                let flight = state.flight
+                let adoption = state.adopt(
+                    SharedSession(credentials: credentials, generation: generation), now: model.now)
+                switch adoption {
+                case .ignored:
+                    #expect(generation <= before.1 || credentials == nil, "\(context): newer news ignored")
+                    #expect(state.generation == before.0 && state.sharedGeneration == before.1, "\(context)")
+                case .numbered:
+                    #expect(state.generation == before.0 && state.sharedGeneration == generation, "\(context)")
+                case .adopted(let answered):
+                    #expect(generation > before.1 && state.credentials == credentials, "\(context)")
+                    if let answered {
+                        #expect(answered.id == flight?.id && state.flight == nil, "\(context)")
+                        // Its own end comes later and must change nothing.
+                        model.open = answered
+                    }
+                }
+            default:
+                model.now += .milliseconds(random.int(0...3_000))
+            }
+            #expect(state.generation >= before.0, "\(context): the generation went back")
+            #expect(state.sharedGeneration >= before.1, "\(context): the shared generation went back")
+            #expect(state.sessionEpoch >= before.2, "\(context): the session epoch went back")
+            #expect((state.flight == nil) || (state.flight?.id == model.open?.id), "\(context): an unknown flight")
+        }
+    }
+}
