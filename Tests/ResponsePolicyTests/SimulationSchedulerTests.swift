@@ -221,8 +221,10 @@ struct SimulationSchedulerTests {
     @Test(.loadGate(.realTime)) func executorInheritance() async throws {
         let clock = VirtualClock()
         // `Task {}` and `Task.detached` run on the global pool; the body awaiting them is resumed from there, so give
-        // that pool (slow under sanitizers) time before quiescence counts as a deadlock.
-        let scheduler = SimulationScheduler(clock: clock, externalWorkGracePeriod: .seconds(10))
+        // that pool time before quiescence counts as a deadlock. Generous: the test is about executors, not time, and
+        // the full suite keeps the pool's two CI threads busy for longer than 10 s (it failed here under load). The
+        // wait ends as soon as the job arrives; only a real deadlock waits it out.
+        let scheduler = SimulationScheduler(clock: clock, externalWorkGracePeriod: .seconds(120))
         let facts = try await scheduler.runDetached { () async throws -> [String: Bool] in
             let facts = Facts(scheduler)
             facts.record("body")
