@@ -1,6 +1,6 @@
 /// The kinds of plugin a policy can name with `use:`.
 public enum PluginKind: String, Sendable, Hashable, CaseIterable, Codable {
-    case refresh, authorize, logout, extract, observe, store
+    case refresh, authorize, logout, extract, observe, store, coordination
 }
 
 /// A `use:` with its `with:` options, as written in the policy.

@@ -20,6 +20,8 @@ public struct Policy: Sendable {
     public let authorize: PluginReference
     public let store: PluginReference
     public let observe: [PluginReference]
+    /// `coordination:`: who shares the session with this process; `local` (nobody) by default.
+    public let coordination: PluginReference
     public let routes: [Route]
     /// The compiled graph the engine runs.
     public let graph: RuleGraph
@@ -38,6 +40,7 @@ public struct Policy: Sendable {
         authorize = parts.authorize
         store = parts.store
         observe = parts.observe
+        coordination = parts.coordination
         routes = parts.routes
         self.graph = graph
         self.warnings = warnings

@@ -8,6 +8,7 @@ struct SectionScope {
 extension PolicyDecoder {
     static let topLevelKeys = [
         "policy", "name", "classify", "rules", "refresh", "logout", "retry", "authorize", "store", "observe", "routes",
+        "coordination",
     ]
     static let ruleKeys = ["name", "when", "then"]
     static let whenKeys = ["status", "code", "header", "error", "method", "path"]
@@ -335,6 +336,7 @@ struct PolicyParts {
     var authorize = PluginReference(kind: .authorize, name: "bearer")
     var store = PluginReference(kind: .store, name: "memory")
     var observe: [PluginReference] = []
+    var coordination = PluginReference(kind: .coordination, name: "local")
     var routes: [Route] = []
     /// Which top-level sections were written, with the range of their key (for lint).
     var sections: [String: SourceRange] = [:]
@@ -408,6 +410,7 @@ extension PolicyDecoder {
                 }
             }
         }
+        if let node = field("coordination") { parts.coordination = coordination(node) ?? parts.coordination }
         if let node = field("rules") {
             parts.rules = rules(
                 node, scope: SectionScope(retry: parts.retry, refresh: parts.refresh, logout: parts.logout))

@@ -14,6 +14,7 @@ enum BuiltinPlugins {
         registry.register(store: "memory") { _ in MemoryCredentialStore() }
         registry.register(observe: "log") { config in LogObserver(debug: config.string("level") == "debug") }
         registerNetworkPlugins(in: &registry)
+        CoordinationPlugins.register(in: &registry)
     }
 }
 

@@ -59,6 +59,7 @@ public struct PluginRegistry: Sendable {
     var observe: [String: Factory<any PolicyObserver>] = [:]
     var store: [String: Factory<any CredentialStore>] = [:]
     var extract: [String: Factory<any CodeExtractor>] = [:]
+    var coordination: [String: CoordinatorFactory] = [:]
 
     /// A registry with the built-in plugins.
     public init() {
@@ -105,6 +106,14 @@ public struct PluginRegistry: Sendable {
     ) {
         extract[name] = make
         declare(.extract, name, schema)
+    }
+
+    /// A coordinator for `coordination: { use: name }`; see ``makeCoordinator(for:environment:credentialsPath:)``.
+    public mutating func register(
+        coordination name: String, schema: PluginSchema? = nil, _ make: @escaping CoordinatorFactory
+    ) {
+        coordination[name] = make
+        declare(.coordination, name, schema)
     }
 
     private mutating func declare(_ kind: PluginKind, _ name: String, _ schema: PluginSchema?) {

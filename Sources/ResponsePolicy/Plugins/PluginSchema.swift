@@ -118,5 +118,6 @@ public struct PluginCatalog: Sendable, Hashable {
             "memory": PluginSchema.none,
             "file": PluginSchema([.init("path", .string, required: true, "the credentials JSON file")]),
         ],
+        .coordination: CoordinationPlugins.schemas,
     ]
 }
