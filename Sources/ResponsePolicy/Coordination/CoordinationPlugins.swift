@@ -157,3 +157,11 @@ extension Policy {
         }
     }
 }
+
+/// Whether `PolicyEngine` and `policy fetch` already call the policy's coordinator. The engine core
+/// is rewritten in parallel (it will ask `beginRefresh` before the refresh plugin, publish after,
+/// and feed updates in as events); whoever wires it sets this to `true`, which turns on the
+/// multi-process `policy fetch` end-to-end tests.
+package enum CoordinationWiring {
+    package static let engineUsesCoordinator = false
+}
