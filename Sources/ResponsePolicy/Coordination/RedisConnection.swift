@@ -10,7 +10,7 @@ import Foundation
 #endif
 
 /// A Redis reply, copied out of hiredis so no C type leaves this file.
-enum RedisReply: Sendable, Equatable {
+package enum RedisReply: Sendable, Equatable {
     /// A bulk or status string.
     case string(String)
     case integer(Int64)
@@ -18,7 +18,7 @@ enum RedisReply: Sendable, Equatable {
     case null
     case error(String)
 
-    var text: String? {
+    package var text: String? {
         switch self {
         case .string(let text): return text
         case .integer(let value): return String(value)
@@ -26,7 +26,7 @@ enum RedisReply: Sendable, Equatable {
         }
     }
 
-    var integer: Int64? {
+    package var integer: Int64? {
         switch self {
         case .integer(let value): return value
         case .string(let text): return Int64(text)
@@ -34,7 +34,7 @@ enum RedisReply: Sendable, Equatable {
         }
     }
 
-    var items: [RedisReply] {
+    package var items: [RedisReply] {
         if case .array(let items) = self { return items }
         return []
     }
@@ -42,14 +42,14 @@ enum RedisReply: Sendable, Equatable {
 
 /// Why a Redis call failed. Never carries the password or a command's arguments (they may be
 /// tokens): only what hiredis or the server said about the connection.
-struct RedisError: Error, Sendable, Equatable, CustomStringConvertible {
-    var message: String
-    var description: String { message }
+package struct RedisError: Error, Sendable, Equatable, CustomStringConvertible {
+    package var message: String
+    package var description: String { message }
 }
 
 /// Where a Redis server is, parsed from `redis://[user@]host[:port][/db]`. A password in the URL
 /// is refused by lint; it comes from `password-env`.
-struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
+package struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
     var host: String
     var port: Int
     var database: Int
@@ -57,7 +57,7 @@ struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
     var tls: Bool
 
     /// `nil` with a reason when `text` is not a Redis URL.
-    static func parse(_ text: String) -> Result<RedisEndpoint, RedisError> {
+    package static func parse(_ text: String) -> Result<RedisEndpoint, RedisError> {
         guard let components = URLComponents(string: text), let scheme = components.scheme?.lowercased(),
             scheme == "redis" || scheme == "rediss"
         else { return .failure(RedisError(message: "'url' must be redis://host[:port][/db] or rediss://…")) }
@@ -86,7 +86,7 @@ struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
     }
 
     /// `host:port/db`, never with credentials.
-    var description: String { "\(tls ? "rediss" : "redis")://\(host):\(port)/\(database)" }
+    package var description: String { "\(tls ? "rediss" : "redis")://\(host):\(port)/\(database)" }
 }
 
 /// One blocking hiredis connection.
@@ -98,12 +98,12 @@ struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
 ///
 /// Concurrency contract: not thread-safe. Each instance is used by one thread at a time (the
 /// coordinator keeps its command connection behind a lock, the subscriber owns its own).
-final class RedisConnection {
+package final class RedisConnection {
     private let context: UnsafeMutablePointer<redisContext>
     let endpoint: RedisEndpoint
 
     /// Connects, authenticates and selects the database, each bounded by `timeout`.
-    init(_ endpoint: RedisEndpoint, password: String?, timeout: Duration) throws(RedisError) {
+    package init(_ endpoint: RedisEndpoint, password: String?, timeout: Duration) throws(RedisError) {
         self.endpoint = endpoint
         let time = Self.timeValue(timeout)
         guard let made = redisConnectWithTimeout(endpoint.host, Int32(endpoint.port), time) else {
@@ -137,7 +137,7 @@ final class RedisConnection {
 
     /// Sends one command and waits for its reply. A server error comes back as `.error`; a broken
     /// or timed-out connection throws, and the connection must then be dropped.
-    func command(_ arguments: [String]) throws(RedisError) -> RedisReply {
+    package func command(_ arguments: [String]) throws(RedisError) -> RedisReply {
         let raw = withArguments(arguments) { count, pointers, lengths in
             redisCommandArgv(context, count, pointers, lengths)
         }
