@@ -17,9 +17,10 @@ import ResponsePolicy
 ///   engine with 8 coordinators subscribed to the key (must be 0: news is pushed, never polled).
 extension Benchmarks {
     static func coordination(quick: Bool) async -> [BenchResult] {
-        guard let executable = ["/usr/bin/redis-server", "/usr/local/bin/redis-server"].first(where: {
-            FileManager.default.isExecutableFile(atPath: $0)
-        })
+        guard
+            let executable = ["/usr/bin/redis-server", "/usr/local/bin/redis-server"].first(where: {
+                FileManager.default.isExecutableFile(atPath: $0)
+            })
         else {
             FileHandle.standardError.write(Data("coordination: redis-server is not installed; skipped\n".utf8))
             return []

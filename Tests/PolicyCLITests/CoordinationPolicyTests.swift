@@ -7,7 +7,8 @@ import Testing
 /// The `coordination:` section: lint checks it, the registry makes its coordinator, explain says
 /// what is shared and where.
 struct CoordinationPolicyTests {
-    static let rules = "rules: [{ name: expired, when: { status: [401] }, then: refresh }]\n"
+    static let rules =
+        "rules: [{ name: expired, when: { status: [401] }, then: refresh }]\n"
         + "refresh: { use: oauth2, with: { token-url: \"https://a.example.com/t\", client-id: app } }\n"
 
     func lint(_ yaml: String) throws -> CLIResult {
@@ -59,7 +60,9 @@ struct CoordinationPolicyTests {
             })
         #expect(
             lines.contains {
-                $0.hasSuffix("p.yaml:11:5: error: coordination plugin 'redis' has no option 'leese'; did you mean 'lease'? [unknown-plugin-option]")
+                $0.hasSuffix(
+                    "p.yaml:11:5: error: coordination plugin 'redis' has no option 'leese'; did you mean 'lease'? [unknown-plugin-option]"
+                )
             }, "\(lines)")
         #expect(!result.stdout.contains("hunter2"))
     }
@@ -71,7 +74,9 @@ struct CoordinationPolicyTests {
             result.stdout.contains(
                 "p.yaml:5:42: warning: 'url' reaches '10.1.2.3' over plain TCP; the shared tokens would cross the network in clear: use rediss:// or a TLS tunnel [coordination-without-tls]"
             ), "\(result.stdout)")
-        #expect(try lint("coordination: { use: redis, with: { url: \"redis://10.1.2.3:6379/0\", key: api } }\n").status == 0)
+        #expect(
+            try lint("coordination: { use: redis, with: { url: \"redis://10.1.2.3:6379/0\", key: api } }\n").status == 0
+        )
         let strict = try TemporaryDirectory()
         let file = try strict.write(
             "p.yaml",

@@ -33,7 +33,9 @@ struct FleetEndToEndTests {
         #expect(try refresh("refresh-0").0 == 400)  // reuse: the family is revoked
         #expect(try refresh("refresh-1").0 == 400)
         let stats = try server.get("/stats").1
-        #expect(stats.contains("\"refreshes\": 1") && stats.contains("\"reuses\": 1") && stats.contains("\"revoked\": true"))
+        #expect(
+            stats.contains("\"refreshes\": 1") && stats.contains("\"reuses\": 1") && stats.contains("\"revoked\": true")
+        )
     }
 
     @Test(
@@ -61,7 +63,8 @@ struct FleetEndToEndTests {
                 try process.run()
                 redis = process
                 usleep(200_000)
-                section = "coordination: { use: redis, with: { url: \"redis://127.0.0.1:\(port)/0\", key: t\(trial) } }\n"
+                section =
+                    "coordination: { use: redis, with: { url: \"redis://127.0.0.1:\(port)/0\", key: t\(trial) } }\n"
             }
             defer {
                 if let redis { kill(redis.processIdentifier, SIGKILL) }
@@ -107,7 +110,9 @@ func runConcurrently<T: Sendable>(_ count: Int, _ job: @escaping @Sendable (Int)
     }
     group.wait()
     return try (0..<count).map { index in
-        guard let result = results.withLock({ $0[index] }) else { throw CLITestError.timedOut(arguments: [], seconds: 0) }
+        guard let result = results.withLock({ $0[index] }) else {
+            throw CLITestError.timedOut(arguments: [], seconds: 0)
+        }
         return try result.get()
     }
 }
@@ -169,7 +174,8 @@ final class TokenServer: @unchecked Sendable {
         guard connected == 0 else { throw CLITestError.timedOut(arguments: [path], seconds: 0) }
         var text = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
         if let body {
-            text += "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)"
+            text +=
+                "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)"
         } else {
             text += "\r\n"
         }

@@ -16,8 +16,10 @@ final class RedisServerFixture: @unchecked Sendable {
 
     static var isInstalled: Bool { executable != nil }
 
-    static let executable: String? = ["/usr/bin/redis-server", "/usr/local/bin/redis-server", "/opt/homebrew/bin/redis-server"]
-        .first { FileManager.default.isExecutableFile(atPath: $0) }
+    static let executable: String? = [
+        "/usr/bin/redis-server", "/usr/local/bin/redis-server", "/opt/homebrew/bin/redis-server",
+    ]
+    .first { FileManager.default.isExecutableFile(atPath: $0) }
 
     init(password: String? = nil) throws {
         port = Self.freePort()
@@ -177,7 +179,9 @@ final class UpdateLog: Sendable {
 }
 
 func testCredentials(_ name: String) -> Credentials {
-    Credentials(accessToken: "access-\(name)", refreshToken: "refresh-\(name)", expiresAt: Date(timeIntervalSince1970: 2_000_000_000))
+    Credentials(
+        accessToken: "access-\(name)", refreshToken: "refresh-\(name)",
+        expiresAt: Date(timeIntervalSince1970: 2_000_000_000))
 }
 
 /// A refresh server double: counts the refreshes the lease holders make.

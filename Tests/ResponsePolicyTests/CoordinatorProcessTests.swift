@@ -20,7 +20,9 @@ struct CoordinatorProcessTests {
         let server = backend == .redis ? try RedisServerFixture() : nil
         for trial in 0..<3 {
             let counter = folder.path("counter-\(trial)")
-            let target = backend == .redis ? ["redis", server?.url ?? "", "key-\(trial)"] : ["file", folder.path("credentials-\(trial).json")]
+            let target =
+                backend == .redis
+                ? ["redis", server?.url ?? "", "key-\(trial)"] : ["file", folder.path("credentials-\(trial).json")]
             let probes = try (0..<4).map { _ in try Probe(target + ["--counter", counter]) }
             for probe in probes { #expect(probe.waitFor("ready")) }
             for probe in probes { probe.send("go") }
@@ -29,7 +31,9 @@ struct CoordinatorProcessTests {
             #expect(refreshes == 1, "trial \(trial): \(probes.map(\.output))")
             let outputs = probes.map(\.output)
             #expect(outputs.filter { $0.contains("published 1") && $0.contains("turn lease") }.count == 1)
-            #expect(outputs.filter { $0.contains("turn published 1") || $0.contains("turn newer 1") }.count == 3, "\(outputs)")
+            #expect(
+                outputs.filter { $0.contains("turn published 1") || $0.contains("turn newer 1") }.count == 3,
+                "\(outputs)")
         }
     }
 
@@ -80,12 +84,15 @@ final class Probe: @unchecked Sendable {
         var folders = [Bundle.main.bundleURL, Bundle.main.bundleURL.deletingLastPathComponent()]
         if let executable = Bundle.main.executableURL { folders.append(executable.deletingLastPathComponent()) }
         var root = URL(fileURLWithPath: #filePath)
-        while root.path != "/" && !FileManager.default.fileExists(atPath: root.appendingPathComponent("Package.swift").path) {
+        while root.path != "/"
+            && !FileManager.default.fileExists(atPath: root.appendingPathComponent("Package.swift").path)
+        {
             root.deleteLastPathComponent()
         }
         folders.append(root.appendingPathComponent(".build/debug"))
         for folder in folders {
-            for name in names where FileManager.default.isExecutableFile(atPath: folder.appendingPathComponent(name).path) {
+            for name in names
+            where FileManager.default.isExecutableFile(atPath: folder.appendingPathComponent(name).path) {
                 return folder.appendingPathComponent(name)
             }
         }

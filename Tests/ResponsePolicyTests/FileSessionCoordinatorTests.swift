@@ -22,7 +22,9 @@ struct FileSessionCoordinatorTests {
 
     @Test func manyCoordinatorsMeetingOneExpiredTokenMakeOneRefresh() async throws {
         let coordinators = try (0..<6).map { _ in try coordinator() }
-        for coordinator in coordinators { _ = await coordinator.start(local: testCredentials("seed"), updates: { _ in }) }
+        for coordinator in coordinators {
+            _ = await coordinator.start(local: testCredentials("seed"), updates: { _ in })
+        }
         defer { coordinators.forEach { $0.stop() } }
         let counter = RefreshCounter()
         let turns = await withTaskGroup(of: RefreshTurn.self) { group in
@@ -64,7 +66,9 @@ struct FileSessionCoordinatorTests {
         let log = UpdateLog()
         _ = await publisher.start(local: testCredentials("seed"), updates: { _ in })
         _ = await listener.start(local: nil, updates: log.sink)
-        guard case .lease(let lease) = await publisher.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
+        guard
+            case .lease(let lease) = await publisher.beginRefresh(
+                .init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
         else { return recordFailure("no lease") }
         _ = await publisher.publish(testCredentials("new"), with: lease)
         let update = await log.first(within: .seconds(2)) { if case .credentials = $0 { true } else { false } }
@@ -76,10 +80,14 @@ struct FileSessionCoordinatorTests {
         let next = try coordinator(lease: .milliseconds(150))
         defer { slow.stop(); next.stop() }
         _ = await slow.start(local: testCredentials("seed"), updates: { _ in })
-        guard case .lease(let stale) = await slow.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(2), limit: nil))
+        guard
+            case .lease(let stale) = await slow.beginRefresh(
+                .init(failedGeneration: 0, timeout: .seconds(2), limit: nil))
         else { return recordFailure("no lease") }
         let started = ContinuousClock.now
-        guard case .lease(let fresh) = await next.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(2), limit: nil))
+        guard
+            case .lease(let fresh) = await next.beginRefresh(
+                .init(failedGeneration: 0, timeout: .seconds(2), limit: nil))
         else { return recordFailure("no lease after expiry") }
         let waited = ContinuousClock.now - started
         #expect(waited >= .milliseconds(100) && waited < .milliseconds(1000), "waited \(waited)")
@@ -98,7 +106,9 @@ struct FileSessionCoordinatorTests {
         defer { holder.stop(); waiter.stop() }
         _ = await holder.start(local: testCredentials("seed"), updates: { _ in })
         _ = await waiter.start(local: nil, updates: { _ in })
-        guard case .lease(let lease) = await holder.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
+        guard
+            case .lease(let lease) = await holder.beginRefresh(
+                .init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
         else { return recordFailure("no lease") }
         async let waiting = waiter.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(3), limit: nil))
         try await Task.sleep(for: .milliseconds(50))

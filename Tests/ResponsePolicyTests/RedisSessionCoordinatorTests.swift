@@ -17,7 +17,9 @@ struct RedisSessionCoordinatorTests {
     @Test func manyCoordinatorsMeetingOneExpiredTokenMakeOneRefresh() async throws {
         let server = try RedisServerFixture()
         let coordinators = try (0..<6).map { _ in try coordinator(server) }
-        for coordinator in coordinators { _ = await coordinator.start(local: testCredentials("seed"), updates: { _ in }) }
+        for coordinator in coordinators {
+            _ = await coordinator.start(local: testCredentials("seed"), updates: { _ in })
+        }
         defer { coordinators.forEach { $0.stop() } }
         let counter = RefreshCounter()
         let turns = await withTaskGroup(of: RefreshTurn.self) { group in
@@ -40,7 +42,8 @@ struct RedisSessionCoordinatorTests {
             }
         }
         // A process whose request carried the old token later retries with the new one.
-        let late = await coordinators[0].beginRefresh(RefreshTurnRequest(failedGeneration: 0, timeout: .seconds(1), limit: nil))
+        let late = await coordinators[0].beginRefresh(
+            RefreshTurnRequest(failedGeneration: 0, timeout: .seconds(1), limit: nil))
         #expect(late == .newer(expected))
     }
 
@@ -67,9 +70,13 @@ struct RedisSessionCoordinatorTests {
         _ = await publisher.start(local: testCredentials("seed"), updates: { _ in })
         _ = await listener.start(local: nil, updates: log.sink)
         try await Task.sleep(for: .milliseconds(100))  // the subscription is in place
-        guard case .lease(let lease) = await publisher.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
+        guard
+            case .lease(let lease) = await publisher.beginRefresh(
+                .init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
         else { return recordFailure("no lease") }
-        #expect(await publisher.publish(testCredentials("new"), with: lease) == .published(SharedSession(credentials: testCredentials("new"), generation: 1)))
+        #expect(
+            await publisher.publish(testCredentials("new"), with: lease)
+                == .published(SharedSession(credentials: testCredentials("new"), generation: 1)))
         let update = await log.first(within: .seconds(2)) { if case .credentials = $0 { true } else { false } }
         #expect(update?.0 == .credentials(SharedSession(credentials: testCredentials("new"), generation: 1)))
     }
@@ -81,17 +88,25 @@ struct RedisSessionCoordinatorTests {
         defer { slow.stop(); next.stop() }
         _ = await slow.start(local: testCredentials("seed"), updates: { _ in })
         _ = await next.start(local: nil, updates: { _ in })
-        guard case .lease(let stale) = await slow.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(2), limit: nil))
+        guard
+            case .lease(let stale) = await slow.beginRefresh(
+                .init(failedGeneration: 0, timeout: .seconds(2), limit: nil))
         else { return recordFailure("no lease") }
         let started = ContinuousClock.now
         // The holder never ends (as if it died): the next one is granted a lease once it expires.
-        guard case .lease(let fresh) = await next.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(2), limit: nil))
+        guard
+            case .lease(let fresh) = await next.beginRefresh(
+                .init(failedGeneration: 0, timeout: .seconds(2), limit: nil))
         else { return recordFailure("no lease after expiry") }
         let waited = ContinuousClock.now - started
         #expect(waited >= .milliseconds(100) && waited < .milliseconds(1000), "waited \(waited)")
         #expect(fresh.fencingToken > stale.fencingToken)
-        #expect(await slow.publish(testCredentials("late"), with: stale) == .leaseLost(current: SharedSession(credentials: testCredentials("seed"), generation: 0)))
-        #expect(await next.publish(testCredentials("fresh"), with: fresh) == .published(SharedSession(credentials: testCredentials("fresh"), generation: 1)))
+        #expect(
+            await slow.publish(testCredentials("late"), with: stale)
+                == .leaseLost(current: SharedSession(credentials: testCredentials("seed"), generation: 0)))
+        #expect(
+            await next.publish(testCredentials("fresh"), with: fresh)
+                == .published(SharedSession(credentials: testCredentials("fresh"), generation: 1)))
     }
 
     @Test func aFailedRefreshFailsTheWaitersOnce() async throws {
@@ -102,7 +117,9 @@ struct RedisSessionCoordinatorTests {
         _ = await holder.start(local: testCredentials("seed"), updates: { _ in })
         _ = await waiter.start(local: nil, updates: { _ in })
         try await Task.sleep(for: .milliseconds(100))
-        guard case .lease(let lease) = await holder.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
+        guard
+            case .lease(let lease) = await holder.beginRefresh(
+                .init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
         else { return recordFailure("no lease") }
         async let waiting = waiter.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(3), limit: nil))
         try await Task.sleep(for: .milliseconds(50))
@@ -116,7 +133,8 @@ struct RedisSessionCoordinatorTests {
         let waiter = try coordinator(server)
         defer { holder.stop(); waiter.stop() }
         _ = await holder.start(local: testCredentials("seed"), updates: { _ in })
-        guard case .lease = await holder.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(1), limit: nil)) else {
+        guard case .lease = await holder.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
+        else {
             return recordFailure("no lease")
         }
         let started = ContinuousClock.now
@@ -179,9 +197,13 @@ struct RedisSessionCoordinatorTests {
         defer { coordinator.stop() }
         let log = UpdateLog()
         _ = await coordinator.start(local: testCredentials("seed"), updates: log.sink)
-        guard case .lease(let lease) = await coordinator.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
+        guard
+            case .lease(let lease) = await coordinator.beginRefresh(
+                .init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
         else { return recordFailure("no lease") }
-        #expect(await coordinator.publish(testCredentials("one"), with: lease) == .published(SharedSession(credentials: testCredentials("one"), generation: 1)))
+        #expect(
+            await coordinator.publish(testCredentials("one"), with: lease)
+                == .published(SharedSession(credentials: testCredentials("one"), generation: 1)))
 
         server.kill()
         let problem = await log.first(within: .seconds(2)) { if case .problem = $0 { true } else { false } }
@@ -222,7 +244,9 @@ struct RedisSessionCoordinatorTests {
         let server = try RedisServerFixture()
         let coordinators = try (0..<3).map { _ in try coordinator(server) }
         defer { coordinators.forEach { $0.stop() } }
-        for coordinator in coordinators { _ = await coordinator.start(local: testCredentials("seed"), updates: { _ in }) }
+        for coordinator in coordinators {
+            _ = await coordinator.start(local: testCredentials("seed"), updates: { _ in })
+        }
         try await Task.sleep(for: .milliseconds(200))
         let before = try server.commandCalls()
         try await Task.sleep(for: .milliseconds(500))
@@ -247,7 +271,8 @@ struct RedisSessionCoordinatorTests {
         let right = try RedisSessionCoordinator(.init(url: server.url, key: "k", password: "s3cret-pass"))
         defer { right.stop() }
         #expect(await right.start(local: testCredentials("seed"), updates: { _ in }) == nil)
-        guard case .lease = await right.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(1), limit: nil)) else {
+        guard case .lease = await right.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
+        else {
             return recordFailure("no lease with the right password")
         }
     }

@@ -62,7 +62,8 @@ enum CoordinationPlugins {
         registry.register(coordination: "file") { config in
             guard let path = config.string("path") ?? config.credentialsPath else {
                 throw CoordinationError(
-                    "'file' coordination shares a credentials file: use 'store: file', pass --credentials, or set 'path'")
+                    "'file' coordination shares a credentials file: use 'store: file', pass --credentials, or set 'path'"
+                )
             }
             return try FileSessionCoordinator(
                 .init(

@@ -44,8 +44,10 @@ final class ChangeSignal: Sendable {
                 return state.nextID
             }
             guard let id else { return continuation.resume() }
-            let nanoseconds = max(0, Int(timeout.components.seconds) * 1_000_000_000
-                + Int(timeout.components.attoseconds / 1_000_000_000))
+            let nanoseconds = max(
+                0,
+                Int(timeout.components.seconds) * 1_000_000_000
+                    + Int(timeout.components.attoseconds / 1_000_000_000))
             DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(nanoseconds)) { [state] in
                 let expired = state.withLock { $0.waiters.removeValue(forKey: id) }
                 expired?.resume()

@@ -245,13 +245,16 @@ public final class FileSessionCoordinator: SessionCoordinator {
     private func transactOnQueue<R>(_ body: (inout Shared) -> R) -> Result<R, CoordinationError> {
         let descriptor = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else {
-            return .failure(CoordinationError("cannot open the lock file '\(lockPath)': \(String(cString: strerror(errno)))"))
+            return .failure(
+                CoordinationError("cannot open the lock file '\(lockPath)': \(String(cString: strerror(errno)))"))
         }
         defer { close(descriptor) }
         let deadline = ContinuousClock.now + configuration.connectTimeout
         while flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
             guard errno == EWOULDBLOCK || errno == EINTR, ContinuousClock.now < deadline else {
-                return .failure(CoordinationError("the lock file '\(lockPath)' stayed locked longer than \(configuration.connectTimeout)"))
+                return .failure(
+                    CoordinationError(
+                        "the lock file '\(lockPath)' stayed locked longer than \(configuration.connectTimeout)"))
             }
             usleep(500)
         }
@@ -316,7 +319,8 @@ public final class FileSessionCoordinator: SessionCoordinator {
         let temporary = path + ".tmp-\(getpid())"
         let descriptor = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else {
-            return CoordinationError("cannot write the shared session file '\(path)': \(String(cString: strerror(errno)))")
+            return CoordinationError(
+                "cannot write the shared session file '\(path)': \(String(cString: strerror(errno)))")
         }
         let written = data.withUnsafeBytes { bytes in Glibc.write(descriptor, bytes.baseAddress, bytes.count) }
         close(descriptor)
