@@ -123,6 +123,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
         var holder: UInt64?
         let leaseMs = configuration.lease.milliseconds()
         while true {
+            if Task.isCancelled { return .unavailable("the refresh was cancelled while it waited for its turn") }
             let seen = signal.version
             let remaining = deadline - ContinuousClock.now
             if waited, remaining <= .zero {

@@ -135,20 +135,27 @@ public final class RedisSessionCoordinator: SessionCoordinator {
             defer { state.subscriberRunning = true }
             return !state.subscriberRunning
         }
-        let seeded = await run(seedCommand(local))
+        var shared: SharedSession?
+        if case .success(let reply) = await run(seedCommand(local)) {
+            let items = reply.items
+            // {1}: seeded from `local`; {0, …} with no credentials: nothing shared yet.
+            if items.count >= 4, items[0].integer == 0 {
+                let session = SharedSession(
+                    credentials: items[2].text.flatMap(SharedCredentialsCodec.decode),
+                    generation: UInt64(items[1].integer ?? 0), loggedOutUntil: Self.until(items[3]))
+                if session.credentials != nil || session.loggedOutUntil != nil {
+                    remember(session)
+                    shared = session
+                }
+            }
+        }
+        // After `remember`: the subscriber's first read must not announce what start returns.
         if startSubscriber {
             let thread = Thread { [self] in subscriberLoop() }
             thread.name = "response-policy.redis-subscriber"
             thread.start()
         }
-        guard case .success(let reply) = seeded else { return nil }
-        let items = reply.items
-        guard items.count >= 4, items[0].integer == 0 else { return nil }  // seeded from `local`, or empty
-        let session = SharedSession(
-            credentials: items[2].text.flatMap(SharedCredentialsCodec.decode),
-            generation: UInt64(items[1].integer ?? 0), loggedOutUntil: Self.until(items[3]))
-        remember(session)
-        return session
+        return shared
     }
 
     public func beginRefresh(_ request: RefreshTurnRequest) async -> RefreshTurn {
@@ -156,6 +163,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         var waited = false
         var holder: UInt64?
         while true {
+            if Task.isCancelled { return .unavailable("the refresh was cancelled while it waited for its turn") }
             let seen = signal.version
             if waited {
                 let (latest, failure) = state.withLock { state in
@@ -193,7 +201,8 @@ public final class RedisSessionCoordinator: SessionCoordinator {
                     holder = items[1].integer.map { UInt64($0) }
                     waited = true
                     let leaseLeft = Duration.milliseconds(max(1, items[2].integer ?? 1)) + .milliseconds(5)
-                    await signal.wait(after: seen, timeout: min(remaining, leaseLeft))
+                    // At most 500 ms between looks at Redis, in case a message was lost in a reconnect.
+                    await signal.wait(after: seen, timeout: min(remaining, leaseLeft, .milliseconds(500)))
                 case 3:
                     return .limited
                 default:
