@@ -3,6 +3,10 @@ import ResponsePolicy
 import TestGate
 import Testing
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// The Redis coordinator against a real `redis-server` per test (`.ci/run` installs it).
 @Suite(.loadGate(.realTime), .enabled(if: RedisServerFixture.isInstalled, "redis-server is not installed"))
 struct RedisSessionCoordinatorTests {
@@ -239,6 +243,40 @@ struct RedisSessionCoordinatorTests {
         #expect(await log.first(within: .seconds(1)) { if case .problem = $0 { true } else { false } } != nil)
         let turn = await coordinator.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
         guard case .unavailable = turn else { return recordFailure("expected unavailable, got \(turn)") }
+    }
+
+    @Test func aServerThatNeverAnswersCostsAtMostTheConnectTimeoutPerCall() async throws {
+        // A listening socket that is never read: connects succeed (the backlog), replies never come.
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(listener) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) }
+        }
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) }
+        }
+        listen(listener, 16)
+        let port = Int(UInt16(bigEndian: address.sin_port))
+        let coordinator = try RedisSessionCoordinator(
+            .init(url: "redis://127.0.0.1:\(port)/0", key: "k", connectTimeout: .milliseconds(150)))
+        defer { coordinator.stop() }
+        let log = UpdateLog()
+        let started = ContinuousClock.now
+        #expect(await coordinator.start(local: testCredentials("seed"), updates: log.sink) == nil)
+        let startTook = ContinuousClock.now - started
+        #expect(startTook >= .milliseconds(140) && startTook < .seconds(1), "start took \(startTook)")
+        #expect(log.updates.contains { if case .problem = $0 { true } else { false } })
+        let asked = ContinuousClock.now
+        guard
+            case .unavailable = await coordinator.beginRefresh(
+                .init(failedGeneration: 0, timeout: .seconds(5), limit: nil))
+        else { return recordFailure("expected unavailable") }
+        // Known down: later calls do not wait for the dead server again.
+        #expect(ContinuousClock.now - asked < .milliseconds(100))
     }
 
     @Test func anIdleCoordinatorSendsNoCommands() async throws {

@@ -92,6 +92,8 @@ public final class RedisSessionCoordinator: SessionCoordinator {
     private final class ConnectionBox: @unchecked Sendable {
         // @unchecked: read and written only by blocks running on the coordinator's serial queue.
         var connection: RedisConnection?
+        /// The SHA1 of each script the server has loaded (`SCRIPT LOAD`), so calls send `EVALSHA`.
+        var scripts: [String: String] = [:]
     }
 
     public let configuration: Configuration
@@ -297,7 +299,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
             let connection: RedisConnection
             if let open = box.connection { connection = open } else { connection = try connect() }
             box.connection = connection
-            let reply = try connection.command(arguments)
+            let reply = try evaluate(arguments, on: connection)
             if case .error(let message) = reply {
                 let problem = "\(endpoint) refused a coordination command: \(message)"
                 send(.problem(problem))
@@ -309,6 +311,30 @@ public final class RedisSessionCoordinator: SessionCoordinator {
             fail(error.message)
             return .failure(error)
         }
+    }
+
+    /// Sends `EVAL script …` as `EVALSHA sha …` (the script text crosses the network once per
+    /// server), loading the script first when the server does not know it (`NOSCRIPT` after a
+    /// restart or `SCRIPT FLUSH`).
+    private func evaluate(_ arguments: [String], on connection: RedisConnection) throws(RedisError) -> RedisReply {
+        guard arguments.count > 1, arguments[0] == "EVAL" else { return try connection.command(arguments) }
+        let script = arguments[1]
+        for _ in 0..<2 {
+            let sha: String
+            if let known = box.scripts[script] {
+                sha = known
+            } else {
+                guard case .string(let loaded) = try connection.command(["SCRIPT", "LOAD", script]) else {
+                    return try connection.command(arguments)
+                }
+                box.scripts[script] = loaded
+                sha = loaded
+            }
+            let reply = try connection.command(["EVALSHA", sha] + arguments.dropFirst(2))
+            guard case .error(let message) = reply, message.hasPrefix("NOSCRIPT") else { return reply }
+            box.scripts[script] = nil
+        }
+        return try connection.command(arguments)
     }
 
     private func connect() throws(RedisError) -> RedisConnection {
