@@ -220,7 +220,9 @@ struct LintCommandTests {
             message: "Invalid plugin 'bad'; write KIND:NAME, like refresh:my-sso"),
         .init(
             name: "plugin of an unknown kind", arguments: ["lint", "--plugin", "foo:bar", "policies"],
-            message: "Unknown plugin kind 'foo'; use one of refresh, authorize, logout, extract, observe, store, coordination"),
+            message:
+                "Unknown plugin kind 'foo'; use one of refresh, authorize, logout, extract, observe, store, "
+                + "coordination"),
         .init(name: "no path", arguments: ["lint"], message: "Missing expected argument 'PATH'"),
         .init(
             name: "value for a flag", arguments: ["lint", "--strict=yes", "policies"],
