@@ -49,7 +49,7 @@ struct CoordinatorProcessTests {
         #expect(holder.waitFor("ready"))
         holder.send("go")
         #expect(holder.waitFor("refreshing"))
-        let next = try Probe(target + options + ["--hold", "10"])
+        let next = try Probe(target + ["--counter", counter, "--hold", "10"])  // a long lease of its own
         #expect(next.waitFor("ready"))
         holder.kill()
         let killed = ContinuousClock.now
