@@ -108,13 +108,18 @@ public final class FileSessionCoordinator: SessionCoordinator {
             guard shared.credentials != nil || shared.loggedOutUntil != nil else { return nil }
             return Self.session(shared)
         }
+        var shared: SharedSession?
+        if case .success(let session) = result, let session {
+            state.withLock { $0.seen.generation = max($0.seen.generation, session.generation) }
+            shared = session
+        }
+        // After `seen`: the watcher's first look must not announce what start returns.
         if startWatcher {
             let thread = Thread { [self] in watchLoop() }
             thread.name = "response-policy.file-coordinator-watch"
             thread.start()
         }
-        if case .success(let session) = result { return session }
-        return nil
+        return shared
     }
 
     public func beginRefresh(_ request: RefreshTurnRequest) async -> RefreshTurn {
@@ -349,7 +354,9 @@ public final class FileSessionCoordinator: SessionCoordinator {
 
     /// Re-reads the state file when it was replaced, and tells the engine what changed.
     private func watchLoop() {
-        var identity = Self.identity(statePath)
+        // Nothing seen yet: the first look reads the file, so a publication made between `start`
+        // and this thread's first run is not missed.
+        var identity: [Int] = [-1]
         while !state.withLock({ $0.stopped }) {
             Thread.sleep(forTimeInterval: Double(configuration.watchInterval.milliseconds()) / 1000)
             let current = Self.identity(statePath)
