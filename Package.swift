@@ -16,11 +16,20 @@ let package = Package(
             pkgConfig: "yaml-0.1",
             providers: [.apt(["libyaml-dev"])]
         ),
-        .target(name: "ResponsePolicy", dependencies: ["CYAML"]),
+        // No pkgConfig: hiredis.pc adds -D_FILE_OFFSET_BITS=64, which SwiftPM refuses with a
+        // warning on every build; the header is found as <hiredis/hiredis.h> in the system path.
+        .systemLibrary(
+            name: "CHiredis",
+            providers: [.apt(["libhiredis-dev"])]
+        ),
+        .target(name: "ResponsePolicy", dependencies: ["CYAML", "CHiredis"]),
         .target(name: "ResponsePolicyURLSession", dependencies: ["ResponsePolicy"]),
         .target(name: "PolicyCLI", dependencies: ["ResponsePolicy", "ResponsePolicyURLSession"]),
         .executableTarget(name: "policy", dependencies: ["PolicyCLI"]),
         .executableTarget(name: "policy-bench", dependencies: ["ResponsePolicy"]),
+        // Test helper: one coordinator in a child process, driven over stdin/stdout by the
+        // multi-process coordination tests (killed with SIGKILL mid-refresh).
+        .executableTarget(name: "coordinator-probe", dependencies: ["ResponsePolicy"], path: "Tests/CoordinatorProbe"),
         // libFuzzer harness; scripts/fuzz.sh builds it with -sanitize=fuzzer,address. A plain build
         // is a replayer: `swift run policy-fuzz FILE...`.
         .executableTarget(name: "policy-fuzz", dependencies: ["ResponsePolicy"]),

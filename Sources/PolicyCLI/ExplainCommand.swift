@@ -50,6 +50,9 @@ package enum PolicyExplainer {
             }
             out += describe(scope).map { "  " + $0 + "\n" }.joined()
         }
+        if let shared = policy.coordinationSummary {
+            out += "\nShared session (coordination: \(policy.coordination.name)):\n  \(shared)\n"
+        }
         for warning in policy.warnings {
             out += "\nWarning (line \(warning.range.start.line)): \(warning.message)."
         }

@@ -311,11 +311,14 @@ private func milliseconds(_ duration: Duration) -> Int64 {
 
 /// A file store that remembers why saves failed, so `fetch` can say the rotated tokens were not
 /// written back (the engine itself goes on with them in memory).
-final class ReportingStore: CredentialStore {
+final class ReportingStore: CredentialStore, FileBackedCredentialStore {
     private let base: FileCredentialStore
     private let failed = Locked<[String]>([])
 
     init(_ base: FileCredentialStore) { self.base = base }
+
+    /// The file, for a `file` coordinator: `--credentials` is the file the processes share.
+    var credentialsFilePath: String { base.credentialsFilePath }
 
     var failures: [String] { failed.withLock { $0 } }
 

@@ -26,6 +26,8 @@ if arguments.contains("--help") || arguments.contains("-h") {
           --quick                 Tiny counts: checks the benchmark runs, measures nothing.
           --only <name>           Run only the benchmarks whose name starts with <name>,
                                   or the one named <name> (engine-overhead, storm-10k, ...).
+                                  'coordination' (not in the default run) measures fleet
+                                  coordination against a redis-server it starts.
           -h, --help              Show help information.
         """)
     exit(0)
@@ -44,6 +46,10 @@ if wanted("storm") { results.append(await Benchmarks.storm(quick: quick)) }
 if wanted("storm") { results.append(await Benchmarks.storm(quick: quick, dispatch: 6)) }
 if wanted("engine") { results.append(await Benchmarks.engineOverhead(quick: quick)) }
 if wanted("load") { results.append(Benchmarks.loadDefault(quick: quick)) }
+// Needs a redis-server it starts itself, so only on request: `--only coordination`.
+if only.map({ "coordination".hasPrefix($0) || $0.hasPrefix("coordination") }) == true {
+    results += await Benchmarks.coordination(quick: quick)
+}
 
 if json {
     print("{\"results\":[" + results.map(\.json).joined(separator: ",") + "]}")

@@ -18,7 +18,12 @@ struct EngineConcurrencyTests {
         }
     }
 
-    func engine(refresh: CountingRefresh, policy: String = basePolicy) throws -> PolicyEngine {
+    /// The base policy without its clocks: no attempt timeout, no deadline and an hour for the
+    /// refresh. These tests count outcomes; under ThreadSanitizer a 10,000-task storm takes longer
+    /// than the default 10 s timeouts, and timers fire on time even while the pool is saturated.
+    static let untimedPolicy = basePolicy + "\n  timeout: 1h\nretry: { attempt-timeout: none, deadline: none }\n"
+
+    func engine(refresh: CountingRefresh, policy: String = untimedPolicy) throws -> PolicyEngine {
         var options = PolicyEngine.Options()
         options.refreshPlugin = refresh
         return PolicyEngine(

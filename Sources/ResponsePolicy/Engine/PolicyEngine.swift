@@ -118,9 +118,10 @@ public final class PolicyEngine: Sendable {
             ownsCoordinator = false
         } else {
             do {
-                coordinator = try plugins.make(
-                    plugins.coordination, policy.coordination, transport: sessionTransport,
-                    environment: options.environment)
+                // A `file` coordinator shares the file this engine's store keeps its tokens in.
+                coordinator = try plugins.makeCoordinator(
+                    for: policy, environment: options.environment,
+                    credentialsPath: (credentials as? any FileBackedCredentialStore)?.credentialsFilePath)
             } catch {
                 coordinationProblem = "\(error.description); the session is coordinated in this engine alone"
                 coordinator = LocalSessionCoordinator()

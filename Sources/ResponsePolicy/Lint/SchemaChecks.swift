@@ -185,5 +185,19 @@ enum SchemaChecks {
         describe(
             "conflicting-keys", "two keys that exclude each other", "Only one of them can apply.",
             triggering: [exampleHeader + "classify: { code: body.status, use: custom }\n"]),
+        LintRuleDescription(
+            id: "coordination-without-tls", summary: "a redis:// coordination URL that leaves this machine without TLS",
+            rationale:
+                "The coordinator shares the tokens themselves through Redis; over plain TCP to another host anyone on "
+                + "the path can read them. Use rediss:// or a TLS tunnel; loopback is fine.",
+            severity: .warning,
+            triggering: [
+                exampleHeader + "coordination: { use: redis, with: { url: \"redis://10.0.0.5:6379/0\", key: api } }\n"
+            ],
+            nonTriggering: [
+                exampleHeader + "coordination: { use: redis, with: { url: \"redis://127.0.0.1:6379/0\", key: api } }\n",
+                exampleHeader
+                    + "coordination: { use: redis, with: { url: \"rediss://cache.internal:6380/0\", key: api } }\n",
+            ]),
     ]
 }

@@ -28,11 +28,11 @@ public struct Policy: Sendable {
     public let authorize: PluginReference
     public let store: PluginReference
     public let observe: [PluginReference]
+    /// `coordination:`: who shares the session with this process; `local` (nobody) by default.
+    public let coordination: PluginReference
     public let routes: [Route]
     /// The `dispatch:` section: how many requests go out at once per host.
     public let dispatch: DispatchSettings
-    /// The `coordination:` section: the ``SessionCoordinator`` plugin (`local` by default).
-    public let coordination: PluginReference
     /// The compiled graph the engine runs.
     public let graph: RuleGraph
     /// Lint warnings (errors make loading fail).
@@ -50,9 +50,9 @@ public struct Policy: Sendable {
         authorize = parts.authorize
         store = parts.store
         observe = parts.observe
+        coordination = parts.coordination
         routes = parts.routes
         dispatch = parts.dispatch
-        coordination = parts.coordination
         self.graph = graph
         self.warnings = warnings
         self.file = file

@@ -398,9 +398,9 @@ struct PolicyParts {
     var authorize = PluginReference(kind: .authorize, name: "bearer")
     var store = PluginReference(kind: .store, name: "memory")
     var observe: [PluginReference] = []
+    var coordination = PluginReference(kind: .coordination, name: "local")
     var routes: [Route] = []
     var dispatch = DispatchSettings()
-    var coordination = PluginReference(kind: .coordination, name: "local")
     /// Which top-level sections were written, with the range of their key (for lint).
     var sections: [String: SourceRange] = [:]
     /// Where section keys were written (see ``PolicyDecoder/locations``).
@@ -477,9 +477,7 @@ extension PolicyDecoder {
             }
         }
         if let node = field("dispatch") { parts.dispatch = dispatch(node) }
-        if let node = field("coordination") {
-            parts.coordination = pluginSection(.coordination, node, what: "'coordination'") ?? parts.coordination
-        }
+        if let node = field("coordination") { parts.coordination = coordination(node) ?? parts.coordination }
         if let node = field("rules") {
             parts.rules = rules(
                 node, scope: SectionScope(retry: parts.retry, refresh: parts.refresh, logout: parts.logout))

@@ -22,8 +22,8 @@ enum BuiltinPlugins {
             }
             return LogObserver(level: level, format: format)
         }
-        registry.register(coordination: "local") { _ in LocalSessionCoordinator() }
         registerNetworkPlugins(in: &registry)
+        CoordinationPlugins.register(in: &registry)
     }
 }
 

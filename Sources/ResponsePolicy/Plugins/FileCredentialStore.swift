@@ -70,9 +70,16 @@ public enum CredentialStoreError: Error, Sendable, Equatable, CustomStringConver
 /// serialized by a lock (so they land in call order), and saves from different stores or
 /// processes are safe as described above. Both block on file I/O; the engine calls them only at
 /// start and after a refresh.
-public final class FileCredentialStore: CredentialStore, CustomStringConvertible {
+/// A credential store kept in a file: the file a `file` coordinator shares with the other
+/// processes on the host (see ``FileSessionCoordinator``).
+package protocol FileBackedCredentialStore {
+    var credentialsFilePath: String { get }
+}
+
+public final class FileCredentialStore: CredentialStore, CustomStringConvertible, FileBackedCredentialStore {
     /// The credentials file, with `~` expanded.
     public let path: String
+    package var credentialsFilePath: String { path }
     /// Serializes this store's saves.
     private let saving = Locked(())
     /// Where warnings go (a credentials file others could read).

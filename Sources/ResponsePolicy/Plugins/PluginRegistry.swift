@@ -69,7 +69,7 @@ public struct PluginRegistry: Sendable {
     var observe: [String: Factory<any PolicyObserver>] = [:]
     var store: [String: Factory<any CredentialStore>] = [:]
     var extract: [String: Factory<any CodeExtractor>] = [:]
-    var coordination: [String: Factory<any SessionCoordinator>] = [:]
+    var coordination: [String: CoordinatorFactory] = [:]
 
     /// A registry with the built-in plugins.
     public init() {
@@ -118,10 +118,9 @@ public struct PluginRegistry: Sendable {
         declare(.extract, name, schema)
     }
 
-    /// Registers a ``SessionCoordinator`` for `coordination: { use: name }`. The engine makes
-    /// one when it starts and stops it when it is released.
+    /// A coordinator for `coordination: { use: name }`; see ``makeCoordinator(for:environment:credentialsPath:)``.
     public mutating func register(
-        coordination name: String, schema: PluginSchema? = nil, _ make: @escaping Factory<any SessionCoordinator>
+        coordination name: String, schema: PluginSchema? = nil, _ make: @escaping CoordinatorFactory
     ) {
         coordination[name] = make
         declare(.coordination, name, schema)

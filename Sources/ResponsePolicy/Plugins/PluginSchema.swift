@@ -167,8 +167,6 @@ public struct PluginCatalog: Sendable, Hashable {
             "memory": PluginSchema.none,
             "file": PluginSchema([.init("path", .string, required: true, "the credentials JSON file")]),
         ],
-        .coordination: [
-            "local": PluginSchema.none
-        ],
+        .coordination: CoordinationPlugins.schemas,
     ]
 }

@@ -1,0 +1,167 @@
+import Foundation
+
+/// What a coordinator factory is given: the policy's `coordination.with:` options, where this
+/// process keeps its credentials, and the environment (for `password-env`).
+public struct CoordinatorConfiguration: Sendable {
+    public let name: String
+    public let options: [String: PluginOption]
+    /// The credentials file (`store: file`, or `--credentials` for `policy fetch`), when there is one.
+    public let credentialsPath: String?
+    /// The policy's name: the default session key.
+    public let policyName: String
+    public let environment: [String: String]
+
+    public init(
+        name: String, options: [String: PluginOption], credentialsPath: String?, policyName: String,
+        environment: [String: String]
+    ) {
+        self.name = name
+        self.options = options
+        self.credentialsPath = credentialsPath
+        self.policyName = policyName
+        self.environment = environment
+    }
+
+    public func string(_ key: String) -> String? { options[key]?.string }
+
+    /// A duration option (`15s`, `250ms`), or `fallback` when absent.
+    public func duration(_ key: String, default fallback: Duration) throws(CoordinationError) -> Duration {
+        guard let text = string(key) else { return fallback }
+        guard let duration = Duration.parsePolicy(text) else {
+            throw CoordinationError("'\(key)' is not a duration: '\(text)'")
+        }
+        return duration
+    }
+}
+
+/// Makes a coordinator from a policy's `coordination:` section.
+public typealias CoordinatorFactory = @Sendable (CoordinatorConfiguration) throws -> any SessionCoordinator
+
+/// The built-in coordinators, `local`, `file` and `redis`, with their option schemas.
+enum CoordinationPlugins {
+    static let schemas: [String: PluginSchema?] = [
+        "local": PluginSchema.none,
+        "file": PluginSchema([
+            .init("path", .string, "the credentials file to share; the store's file (or --credentials) by default"),
+            .init("lease", .duration, "how long a refresh lease lasts if its holder dies, 15s by default"),
+            .init("connect-timeout", .duration, "the most a call waits for the lock file, 250ms by default"),
+        ]),
+        "redis": PluginSchema(
+            [
+                .init("url", .string, required: true, "redis://host[:port][/db]"),
+                .init("key", .string, "processes with the same key share one session; the policy name by default"),
+                .init("lease", .duration, "how long a refresh lease lasts if its holder dies, 15s by default"),
+                .init("connect-timeout", .duration, "the most any call waits for Redis, 250ms by default"),
+                .init("password-env", .string, "the environment variable holding the Redis password"),
+            ],
+            forbiddenSecrets: ["password": "password-env"]),
+    ]
+
+    static func register(in registry: inout PluginRegistry) {
+        registry.register(coordination: "local") { _ in LocalSessionCoordinator() }
+        registry.register(coordination: "file") { config in
+            guard let path = config.string("path") ?? config.credentialsPath else {
+                throw CoordinationError(
+                    "'file' coordination shares a credentials file: use 'store: file', pass --credentials, or set 'path'"
+                )
+            }
+            return try FileSessionCoordinator(
+                .init(
+                    path: path, lease: try config.duration("lease", default: .seconds(15)),
+                    connectTimeout: try config.duration("connect-timeout", default: .milliseconds(250))))
+        }
+        registry.register(coordination: "redis") { config in
+            guard let url = config.string("url") else { throw CoordinationError("'redis' coordination needs 'url'") }
+            var password: String?
+            if let variable = config.string("password-env") {
+                guard let value = config.environment[variable], !value.isEmpty else {
+                    throw CoordinationError("the environment variable '\(variable)' (password-env) is not set")
+                }
+                password = value
+            }
+            return try RedisSessionCoordinator(
+                .init(
+                    url: url, key: config.string("key") ?? config.policyName,
+                    lease: try config.duration("lease", default: .seconds(15)),
+                    connectTimeout: try config.duration("connect-timeout", default: .milliseconds(250)),
+                    password: password))
+        }
+    }
+}
+
+extension PluginRegistry {
+    /// The coordinator the policy's `coordination:` names, ready for `start`: what `PolicyEngine`
+    /// and `policy fetch` call at engine start.
+    ///
+    /// ```swift
+    /// let coordinator = try registry.makeCoordinator(for: policy, credentialsPath: "credentials.json")
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - policy: its `coordination:` section (`local` when absent).
+    ///   - environment: where `password-env` is looked up; the process environment by default.
+    ///   - credentialsPath: the credentials file this process uses (`--credentials`); the `file`
+    ///     store's `path` when nil.
+    /// - Throws: ``PluginError`` (kind `coordination`) when the plugin is unknown or its options
+    ///   cannot be used (a password variable that is not set, a URL it cannot reach).
+    public func makeCoordinator(
+        for policy: Policy, environment: [String: String] = ProcessInfo.processInfo.environment,
+        credentialsPath: String? = nil
+    ) throws(PluginError) -> any SessionCoordinator {
+        let reference = policy.coordination
+        guard let factory = coordination[reference.name] else {
+            throw PluginError(
+                kind: .coordination, name: reference.name, reason: "no such plugin is registered in this program")
+        }
+        let storePath = policy.store.name == "file" ? policy.store.options["path"]?.string : nil
+        let configuration = CoordinatorConfiguration(
+            name: reference.name, options: reference.options, credentialsPath: credentialsPath ?? storePath,
+            policyName: policy.name, environment: environment)
+        do {
+            return try factory(configuration)
+        } catch let error as PluginError {
+            throw error
+        } catch {
+            throw PluginError(kind: .coordination, name: reference.name, reason: "\(error)")
+        }
+    }
+}
+
+extension Policy {
+    /// What `policy explain` says about `coordination:`: what is shared, and where. `nil` for
+    /// `local` (nothing is shared).
+    package var coordinationSummary: String? {
+        let reference = coordination
+        func text(_ key: String) -> String? { reference.options[key]?.string }
+        let lease = text("lease") ?? "15s"
+        let timeout = text("connect-timeout") ?? "250ms"
+        switch reference.name {
+        case "local":
+            return nil
+        case "file":
+            let path = text("path").map { "'\($0)'" } ?? "the credentials file"
+            return "Processes on this host that use \(path) share one session: its credentials and their generation, "
+                + "one refresh at a time (a lease of \(lease)), the logout cooldown and refresh.limit, kept in "
+                + "\(path).shared under the lock \(path).lock. A request that triggers no refresh or logout never "
+                + "touches these files; when the lock stays busy past \(timeout) the process refreshes on its own "
+                + "and reports a problem."
+        case "redis":
+            let url = text("url").flatMap { try? RedisEndpoint.parse($0).get() }.map { "\($0)" } ?? "Redis"
+            let key = text("key") ?? name
+            return "Every process using key '\(key)' on \(url) shares one session: its credentials and their "
+                + "generation, one refresh at a time (a lease of \(lease); a holder that dies delays the others by "
+                + "at most that), the logout cooldown and refresh.limit. A request that triggers no refresh or "
+                + "logout never contacts Redis (news arrives by subscription); when Redis does not answer within "
+                + "\(timeout) each process refreshes on its own and reports a problem until Redis is back."
+        default:
+            return "The session is shared through the host's coordination plugin '\(reference.name)'."
+        }
+    }
+}
+
+/// Whether `PolicyEngine` and `policy fetch` call the policy's coordinator (they do: the engine asks
+/// `beginRefresh` before the refresh plugin, publishes after, and takes updates in as events). It
+/// turns on the multi-process `policy fetch` end-to-end tests.
+package enum CoordinationWiring {
+    package static let engineUsesCoordinator = true
+}

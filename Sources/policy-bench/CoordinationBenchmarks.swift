@@ -1,0 +1,200 @@
+import Foundation
+import ResponsePolicy
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// `--only coordination`: what fleet coordination through Redis costs, against a `redis-server`
+/// the benchmark starts on a free loopback port (skipped with a note when none is installed).
+///
+/// - `coordination-refresh`: one uncontended refresh turn (`beginRefresh` + `publish`, the
+///   plugin itself instant), against one Redis round trip (`PING`) as the baseline; the Redis
+///   commands it sends per refresh come from `INFO commandstats`.
+/// - `coordination-storm`: 8 coordinators × 100 requests meet one expired token at once; the time
+///   until every one has its answer, and how many refreshes were made (must be 1).
+/// - `coordination-hot-path`: Redis commands sent while 10,000 ordinary requests run through an
+///   engine with 8 coordinators subscribed to the key (must be 0: news is pushed, never polled).
+extension Benchmarks {
+    static func coordination(quick: Bool) async -> [BenchResult] {
+        guard
+            let executable = ["/usr/bin/redis-server", "/usr/local/bin/redis-server"].first(where: {
+                FileManager.default.isExecutableFile(atPath: $0)
+            })
+        else {
+            FileHandle.standardError.write(Data("coordination: redis-server is not installed; skipped\n".utf8))
+            return []
+        }
+        let port = freePort()
+        let server = Process()
+        server.executableURL = URL(fileURLWithPath: executable)
+        server.arguments = ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        server.standardOutput = FileHandle.nullDevice
+        guard (try? server.run()) != nil else { return [] }
+        defer {
+            kill(server.processIdentifier, SIGKILL)
+            server.waitUntilExit()
+        }
+        let url = "redis://127.0.0.1:\(port)/0"
+        guard case .success(let endpoint) = RedisEndpoint.parse(url) else { return [] }
+        var admin: RedisConnection?
+        for _ in 0..<200 where admin == nil {
+            admin = try? RedisConnection(endpoint, password: nil, timeout: .seconds(1))
+            if admin == nil { usleep(10_000) }
+        }
+        guard let admin else { return [] }
+        func calls() -> [String: Int] {
+            guard let text = (try? admin.command(["INFO", "commandstats"]))?.text else { return [:] }
+            var result: [String: Int] = [:]
+            for line in text.split(separator: "\r\n") where line.hasPrefix("cmdstat_") {
+                let name = String(line.dropFirst(8).prefix { $0 != ":" })
+                if let range = line.range(of: "calls=") {
+                    result[name] = Int(line[range.upperBound...].prefix { $0.isNumber })
+                }
+            }
+            return result
+        }
+        func sent(since before: [String: Int]) -> Int {
+            calls().filter { $0.key != "info" }.reduce(0) { $0 + $1.value - (before[$1.key] ?? 0) }
+        }
+
+        // One round trip, the baseline.
+        let iterations = quick ? 5 : 2000
+        var pings: [Double] = []
+        for _ in 0..<iterations {
+            let start = ContinuousClock.now
+            _ = try? admin.command(["PING"])
+            pings.append((ContinuousClock.now - start).nanoseconds / 1000)
+        }
+
+        // An uncontended refresh turn.
+        guard let single = try? RedisSessionCoordinator(.init(url: url, key: "bench")) else { return [] }
+        _ = await single.start(local: Credentials(accessToken: "a", refreshToken: "r"), updates: { _ in })
+        try? await Task.sleep(for: .milliseconds(200))  // the subscriber's own start-up read is done
+        var generation: UInt64 = 0
+        // One turn to warm up: the scripts are loaded once per connection (SCRIPT LOAD).
+        if case .lease(let lease) = await single.beginRefresh(
+            .init(failedGeneration: 0, timeout: .seconds(5), limit: nil)),
+            case .published(let session) = await single.publish(Credentials(accessToken: "w"), with: lease)
+        {
+            generation = session.generation
+        }
+        var turns: [Double] = []
+        let before = calls()
+        for index in 0..<iterations {
+            let start = ContinuousClock.now
+            let turn = await single.beginRefresh(.init(failedGeneration: generation, timeout: .seconds(5), limit: nil))
+            guard case .lease(let lease) = turn else { continue }
+            if case .published(let session) = await single.publish(
+                Credentials(accessToken: "a\(index)", refreshToken: "r\(index)"), with: lease)
+            {
+                generation = session.generation
+            }
+            turns.append((ContinuousClock.now - start).nanoseconds / 1000)
+        }
+        let after = calls()
+        let refreshCount = Double(max(1, turns.count))
+        // commandstats counts the commands inside a script too; the client sends only EVALSHAs (and
+        // a SCRIPT LOAD per script and connection, before the first turn).
+        let roundTrips =
+            Double(
+                ["eval", "evalsha", "script|load", "script"].reduce(0) { $0 + (after[$1] ?? 0) - (before[$1] ?? 0) })
+            / refreshCount
+        let serverCommands =
+            Double(after.filter { $0.key != "info" }.reduce(0) { $0 + $1.value - (before[$1.key] ?? 0) })
+            / refreshCount
+        single.stop()
+
+        // A storm: many coordinators, many requests, one expired token.
+        let processes = quick ? 2 : 8
+        let perProcess = quick ? 5 : 100
+        let fleet = (0..<processes).compactMap { _ in try? RedisSessionCoordinator(.init(url: url, key: "storm")) }
+        for coordinator in fleet {
+            _ = await coordinator.start(local: Credentials(accessToken: "a", refreshToken: "r"), updates: { _ in })
+        }
+        let stormStart = ContinuousClock.now
+        let answers = await withTaskGroup(of: RefreshTurn.self) { group in
+            for coordinator in fleet {
+                for _ in 0..<perProcess {
+                    group.addTask {
+                        let turn = await coordinator.beginRefresh(
+                            .init(failedGeneration: 0, timeout: .seconds(10), limit: nil))
+                        if case .lease(let lease) = turn {
+                            _ = await coordinator.publish(Credentials(accessToken: "b", refreshToken: "s"), with: lease)
+                        }
+                        return turn
+                    }
+                }
+            }
+            return await group.reduce(into: [RefreshTurn]()) { $0.append($1) }
+        }
+        let stormMs = (ContinuousClock.now - stormStart).nanoseconds / 1_000_000
+        let refreshes = answers.filter { if case .lease = $0 { true } else { false } }.count
+
+        // The hot path: ordinary requests with the fleet subscribed.
+        let requests = quick ? 200 : 10_000
+        var hotPathCommands = -1
+        if let policy = try? Policy.load(yaml: Policy.defaultPolicyText) {
+            let engine = PolicyEngine(
+                policy: policy, transport: InstantCancellableTransport(),
+                credentials: MemoryCredentialStore(Credentials(accessToken: "t")))
+            let request = HTTPRequest(url: URL(fileURLWithPath: "/profile"))
+            let quiet = calls()
+            for _ in 0..<requests { blackHole(try? await engine.send(request)) }
+            hotPathCommands = sent(since: quiet)
+        }
+        fleet.forEach { $0.stop() }
+
+        let ping = median(pings)
+        let turn = median(turns)
+        return [
+            BenchResult(
+                name: "coordination-refresh", value: turn, unit: "us", baseline: ping,
+                baselineName: "one Redis round trip (PING)", ratio: turn / ping,
+                ratioMeaning: "refresh turn latency / one PING round trip, lower is better",
+                extra: [
+                    ("round_trips_per_refresh", roundTrips), ("server_commands_per_refresh", serverCommands),
+                    ("p99_us", percentile(turns, 0.99)),
+                ],
+                goal: "2 round trips (beginRefresh + publish) added to a refresh"),
+            BenchResult(
+                name: "coordination-storm", value: stormMs, unit: "ms", baseline: nil, baselineName: nil, ratio: nil,
+                ratioMeaning: "",
+                extra: [
+                    ("processes", Double(processes)), ("requests", Double(processes * perProcess)),
+                    ("refreshes", Double(refreshes)),
+                ],
+                goal: "refreshes == 1"),
+            BenchResult(
+                name: "coordination-hot-path", value: Double(hotPathCommands), unit: "commands", baseline: nil,
+                baselineName: nil, ratio: nil, ratioMeaning: "", extra: [("requests", Double(requests))],
+                goal: "0 Redis commands for requests that trigger no refresh or logout"),
+        ]
+    }
+
+    static func median(_ values: [Double]) -> Double { percentile(values, 0.5) }
+
+    static func percentile(_ values: [Double], _ fraction: Double) -> Double {
+        guard !values.isEmpty else { return .nan }
+        let sorted = values.sorted()
+        return sorted[min(sorted.count - 1, Int(Double(sorted.count) * fraction))]
+    }
+
+    static func freePort() -> Int {
+        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(descriptor) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        _ = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) }
+        }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+}
