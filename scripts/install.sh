@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds a release `policy` with the Swift standard library and Foundation linked statically and
 # installs it as PREFIX/bin/policy, so machines without a Swift toolchain can run it. At run time
-# the binary needs only libyaml (libyaml-0-2) and libcurl (libcurl4) from Debian.
+# the binary needs only libyaml (libyaml-0-2), hiredis (libhiredis0.14) and libcurl (libcurl4) from Debian.
 #
 # Building needs the toolchain, libyaml-dev, pkgconf and libcurl4-openssl-dev (the static
 # FoundationNetworking links against libcurl). Missing Debian packages are installed when running

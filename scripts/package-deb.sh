@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Wraps the statically linked `policy` (scripts/install.sh) in a Debian package for ops machines:
-# /usr/bin/policy, Depends: libyaml-0-2, libcurl4 (and libstdc++6, which the static Swift runtime
+# /usr/bin/policy, Depends: libyaml-0-2, libhiredis0.14, libcurl4 (and libstdc++6, which the static Swift runtime
 # still loads). No Swift toolchain is needed where it is installed.
 #
 # Usage: scripts/package-deb.sh [OUTDIR]      (default: dist/)
@@ -28,7 +28,7 @@ Version: $version
 Section: devel
 Priority: optional
 Architecture: $arch
-Depends: libyaml-0-2, libcurl4, libstdc++6
+Depends: libyaml-0-2, libhiredis0.14, libcurl4, libstdc++6
 Installed-Size: $size
 Maintainer: ResponsePolicy maintainers <noreply@example.invalid>
 Description: lint, test, diff and explain declarative HTTP response policies
