@@ -2,13 +2,13 @@ import Foundation
 import ResponsePolicy
 
 /// Where a command writes. The binary uses the process's stdout and stderr; tests capture both.
-public struct CommandOutput: Sendable {
-    public var stdout: @Sendable (String) -> Void
-    public var stderr: @Sendable (String) -> Void
+package struct CommandOutput: Sendable {
+    package var stdout: @Sendable (String) -> Void
+    package var stderr: @Sendable (String) -> Void
     /// Whether stdout is a terminal: colour and source snippets only then.
-    public var isTerminal: Bool
+    package var isTerminal: Bool
 
-    public init(
+    package init(
         stdout: @escaping @Sendable (String) -> Void, stderr: @escaping @Sendable (String) -> Void,
         isTerminal: Bool = false
     ) {
@@ -18,7 +18,7 @@ public struct CommandOutput: Sendable {
     }
 
     /// The process's own streams, unbuffered line by line.
-    public static var standard: CommandOutput {
+    package static var standard: CommandOutput {
         CommandOutput(
             stdout: { text in FileHandle.standardOutput.write(Data(text.utf8)) },
             stderr: { text in FileHandle.standardError.write(Data(text.utf8)) },

@@ -3,7 +3,7 @@ import ResponsePolicy
 
 /// The `policy` command line: dispatches to the subcommands and owns the usage-error contract
 /// (message on stderr, exit 64).
-public enum PolicyCommand {
+package enum PolicyCommand {
     static let top = CommandSpec(
         name: "policy",
         overview: "Check, explain and run declarative response policies (token refresh, forced logout, retries).",
@@ -31,7 +31,7 @@ public enum PolicyCommand {
     static let version = "1.0.0"
 
     /// Runs the command line `arguments` (without the program name) and returns the exit code.
-    public static func run(_ arguments: [String], output: CommandOutput = .standard) async -> Int32 {
+    package static func run(_ arguments: [String], output: CommandOutput = .standard) async -> Int32 {
         guard let first = arguments.first else {
             output.stdout(top.helpText)
             return ExitCode.success
