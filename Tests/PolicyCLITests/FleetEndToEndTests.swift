@@ -58,16 +58,30 @@ struct FleetEndToEndTests {
             // machine a slow answer would make a process fall back to refreshing alone, by design.
             var section = "coordination: { use: file, with: { connect-timeout: 5s } }\n"
             if backend == "redis" {
-                let port = Int.random(in: 20000...60000)
-                let process = Process()
-                process.executableURL = URL(fileURLWithPath: "/usr/bin/redis-server")
-                process.arguments = ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-                process.standardOutput = FileHandle.nullDevice
-                try process.run()
+                // A free port from the kernel, not a random guess that may be taken; one more try
+                // if another process takes it before redis-server binds it.
+                var started: (Process, Int)?
+                for _ in 0..<3 where started == nil {
+                    let port = freeLoopbackPort()
+                    let process = Process()
+                    process.executableURL = URL(fileURLWithPath: "/usr/bin/redis-server")
+                    process.arguments = [
+                        "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                    ]
+                    process.standardOutput = FileHandle.nullDevice
+                    try process.run()
+                    // Started processes must find Redis up, or they coordinate locally (by design)
+                    // and the trial measures the fallback instead.
+                    if (try? waitUntilListening(port: port)) != nil {
+                        started = (process, port)
+                    } else {
+                        kill(process.processIdentifier, SIGKILL)
+                    }
+                }
+                guard let (process, port) = started else {
+                    throw CLITestError.timedOut(arguments: ["redis-server"], seconds: 30)
+                }
                 redis = process
-                // Started processes must find Redis up, or they coordinate locally (by design) and
-                // the trial measures the fallback instead.
-                try waitUntilListening(port: port)
                 section =
                     "coordination: { use: redis, with: { url: \"redis://127.0.0.1:\(port)/0\", key: t\(trial), connect-timeout: 5s } }\n"
             }
@@ -99,6 +113,23 @@ struct FleetEndToEndTests {
             }
         }
     }
+}
+
+/// A loopback port the kernel reports free (bound to port 0, then released).
+func freeLoopbackPort() -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
+    }
+    _ = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+    }
+    return Int(UInt16(bigEndian: address.sin_port))
 }
 
 /// Waits (up to 10 s) until something accepts connections on the loopback `port`.

@@ -68,7 +68,7 @@ extension PolicyEngine {
         }
         guard let taken else { return }
         emit(runtime) {
-            var event = PolicyEvent(.logout, time: now, request: trigger?.context.id)
+            var event = PolicyEvent(.logout, time: now, context: trigger?.context)
             event.rule = reason.ruleName
             event.reason = reason.eventText
             return event

@@ -43,12 +43,12 @@ extension PolicyEngine {
         case .wait: return nil
         case .fail(let failure):
             emit(context.runtime) {
-                var start = PolicyEvent(.refreshStart, time: now, request: context.id)
+                var start = PolicyEvent(.refreshStart, time: now, context: context)
                 start.reason = "limit"
                 return start
             }
             emit(context.runtime) {
-                var end = PolicyEvent(.refreshEnd, time: now, request: context.id)
+                var end = PolicyEvent(.refreshEnd, time: now, context: context)
                 end.ok = false
                 end.reason = failure.reason
                 return end
@@ -67,7 +67,7 @@ extension PolicyEngine {
         _ flight: EngineState.Flight, credentials: Credentials?, settings: RefreshSettings,
         plugins: PolicyRuntime.ScopePlugins, _ context: RequestContext, reason: String
     ) {
-        emit(PolicyEvent(.refreshStart, time: clock.now, request: context.id), context.runtime)
+        emit(PolicyEvent(.refreshStart, time: clock.now, context: context), context.runtime)
         let refreshContext = RefreshContext(
             credentials: credentials, transport: sessionTransport, clock: clock, reason: reason)
         Task(executorPreference: options.taskExecutor) {
@@ -81,7 +81,7 @@ extension PolicyEngine {
             }
             let (refreshed, discarded, keptAfterLogout) = (ended.saved, ended.discarded, ended.keptAfterLogout)
             if refreshed { self.saveCredentials(context.runtime) }
-            var end = PolicyEvent(.refreshEnd, time: now, request: context.id)
+            var end = PolicyEvent(.refreshEnd, time: now, context: context)
             switch outcome {
             case .success where discarded:
                 end.ok = false

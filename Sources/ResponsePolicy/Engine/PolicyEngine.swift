@@ -311,16 +311,12 @@ public final class PolicyEngine: Sendable {
                 refresh: options.refreshPlugin, logout: options.logoutPlugin, observers: options.observers))
     }
 
-    /// Hands `event` to the observers with the wall-clock time and, when it is about the request
-    /// whose task emits it, that request's method and path (see ``EmittingRequest``).
+    /// Hands `event` to the observers with the wall-clock time. (Events about a request carry its
+    /// method and path from its ``RequestContext``.)
     func emit(_ event: PolicyEvent, _ runtime: PolicyRuntime) {
         guard !runtime.observers.isEmpty else { return }
         var event = event
         event.date = clock.date
-        if event.request != nil, event.method == nil, let label = EmittingRequest.current {
-            event.method = label.method
-            event.path = label.path
-        }
         for observer in runtime.observers { observer.observe(event) }
     }
 
@@ -341,21 +337,8 @@ public final class PolicyEngine: Sendable {
         // cancellation (a transport must honour it); a park or an attempt in a task of its own
         // installs a handler for as long as it lasts. (One handler around the whole loop cost
         // 125 ns per send, most of it on requests that never wait.)
-        if machine.runtime.observers.isEmpty {
-            await drive(machine)
-        } else {
-            await driveLabelled(machine)
-        }
+        await drive(machine)
         return try outcome(of: machine)
-    }
-
-    /// `drive` with the request's method and path bound for the events it emits (the refresh task
-    /// it may start inherits them). Its own frame, so `send`'s stays as small as before.
-    @inline(never)
-    private func driveLabelled(_ machine: RequestMachine) async {
-        await EmittingRequest.$current.withValue(.init(method: machine.method, path: machine.path)) {
-            await drive(machine)
-        }
     }
 
     @inline(never)  // its temporaries stay out of `send`'s async frame
@@ -385,23 +368,22 @@ public final class PolicyEngine: Sendable {
             let refused = state.isLoggedOut(at: now) ? state.cooldown : nil
             return (state.nextRequest, state.runtime, refused)
         }
-        let context = RequestContext(number: number, explicitID: request.id, runtime: runtime, start: now)
+        // The path is computed once: `URL.path` builds a new string on every call.
+        let context = RequestContext(
+            number: number, explicitID: request.id, runtime: runtime, start: now, method: request.method,
+            path: request.path)
         if let (until, reason) = loggedOutUntil {
             emit(runtime) {
-                var event = PolicyEvent(.outcome, time: now, request: context.id)
+                var event = PolicyEvent(.outcome, time: now, context: context)
                 event.result = .loggedOut
-                event.method = request.method
-                event.path = request.path
                 return event
             }
             throw .loggedOut(until: until, reason: reason)
         }
         if Task.isCancelled {
             emit(runtime) {
-                var event = PolicyEvent(.outcome, time: now, request: context.id)
+                var event = PolicyEvent(.outcome, time: now, context: context)
                 event.result = .cancelled
-                event.method = request.method
-                event.path = request.path
                 return event
             }
             throw .cancelled
@@ -420,20 +402,6 @@ public final class PolicyEngine: Sendable {
     var leftovers: Int { state.withLock { $0.leftovers } }
 }
 
-/// The request whose task is running, for the `method` and `path` of the events it emits.
-///
-/// A task-local rather than a field on every event's construction: every event about a request
-/// is emitted from that request's task, or from the refresh task it started (which inherits task
-/// locals), so the engine's emission sites stay as they are. Bound only when someone observes.
-enum EmittingRequest {
-    struct Label: Sendable {
-        let method: String
-        let path: String
-    }
-
-    @TaskLocal static var current: Label?
-}
-
 /// One request's identity and the runtime it started under.
 struct RequestContext: Sendable {
     let number: UInt64
@@ -441,6 +409,9 @@ struct RequestContext: Sendable {
     let explicitID: String?
     let runtime: PolicyRuntime
     let start: Duration
+    /// The request's method and path (never its query), for the machine and for events.
+    let method: String
+    let path: String
 
     /// The id events use: the caller's, or `r<number>` (made only when an event needs it).
     var id: String { explicitID ?? "r\(number)" }

@@ -75,6 +75,13 @@ public struct PolicyEvent: Sendable, Hashable {
     /// engine against the graph; not part of the printed event.
     package var edge: String?
 
+    /// An event about the request of `context` (none when `nil`), with its id, method and path.
+    init(_ kind: Kind, time: Duration, context: RequestContext?) {
+        self.init(kind, time: time, request: context?.id)
+        method = context?.method
+        path = context?.path
+    }
+
     public init(_ kind: Kind, time: Duration, request: String? = nil) {
         self.kind = kind
         self.time = time

@@ -125,9 +125,8 @@ final class RequestMachine {
         self.engine = engine
         self.context = context
         let graph = context.runtime.policy.graph
-        // Computed once: `URL.path` builds a new string on every call.
-        let method = original.method
-        let path = original.path
+        let method = context.method
+        let path = context.path
         let index = graph.scopeIndex(method: method, path: path)
         scopeIndex = index
         scope = graph.scopes[index]
@@ -171,7 +170,7 @@ final class RequestMachine {
     }
 
     func outcomeEvent(_ result: Result<HTTPResponse, PolicyEngineError>) -> PolicyEvent {
-        var event = PolicyEvent(.outcome, time: engine.clock.now, request: context.id)
+        var event = PolicyEvent(.outcome, time: engine.clock.now, context: context)
         event.edge = lastEdge?.id
         switch result {
         case .success(let response):
@@ -208,7 +207,7 @@ final class RequestMachine {
     @inline(never)
     func cancelledByLogout() -> Step {
         engine.emit(runtime) {
-            var event = PolicyEvent(.cancel, time: engine.clock.now, request: context.id)
+            var event = PolicyEvent(.cancel, time: engine.clock.now, context: context)
             event.reason = "logout"
             return event
         }
@@ -221,7 +220,7 @@ final class RequestMachine {
         let reason = engine.state.withLock { $0.slots[context.number]?.endReason }
         if reason == .loggedOut { return cancelledByLogout() }
         engine.emit(runtime) {
-            var event = PolicyEvent(.cancel, time: engine.clock.now, request: context.id)
+            var event = PolicyEvent(.cancel, time: engine.clock.now, context: context)
             event.reason = "the caller cancelled the request"
             return event
         }
@@ -242,7 +241,7 @@ final class RequestMachine {
         edge: @autoclosure () -> RuleGraph.Edge? = nil
     ) {
         engine.emit(runtime) {
-            var event = PolicyEvent(.response, time: engine.clock.now, request: context.id)
+            var event = PolicyEvent(.response, time: engine.clock.now, context: context)
             event.attempt = attempt
             event.status = lastResponse?.status
             event.code = lastCode
@@ -310,7 +309,7 @@ final class RequestMachine {
         attempt += 1
         let attempt = attempt
         engine.emit(runtime) {
-            var event = PolicyEvent(.send, time: engine.clock.now, request: context.id)
+            var event = PolicyEvent(.send, time: engine.clock.now, context: context)
             event.attempt = attempt
             return event
         }
@@ -347,7 +346,7 @@ final class RequestMachine {
     @inline(never)
     func waitedPastDeadline() -> Step {
         engine.emit(runtime) {
-            var event = PolicyEvent(.cancel, time: engine.clock.now, request: context.id)
+            var event = PolicyEvent(.cancel, time: engine.clock.now, context: context)
             event.reason = "deadline"
             return event
         }
@@ -565,7 +564,7 @@ final class RequestMachine {
         retries += 1
         let attempt = attempt
         engine.emit(runtime) {
-            var event = PolicyEvent(.wait, time: now, request: context.id)
+            var event = PolicyEvent(.wait, time: now, context: context)
             event.delay = delay
             event.attempt = attempt
             return event
