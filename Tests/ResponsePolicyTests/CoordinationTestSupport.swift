@@ -131,8 +131,15 @@ final class RedisServerFixture: @unchecked Sendable {
     }
 
     static func freePort() -> Int {
+        let (descriptor, port) = boundLoopbackSocket()
+        close(descriptor)
+        return port
+    }
+
+    /// A TCP socket bound to a free loopback port, not listening yet: connections to it are
+    /// refused until the caller listens. The caller closes it.
+    static func boundLoopbackSocket() -> (descriptor: Int32, port: Int) {
         let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(descriptor) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = 0
@@ -146,7 +153,7 @@ final class RedisServerFixture: @unchecked Sendable {
         _ = withUnsafeMutablePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(descriptor, $0, &length) }
         }
-        return Int(UInt16(bigEndian: address.sin_port))
+        return (descriptor, Int(UInt16(bigEndian: address.sin_port)))
     }
 }
 

@@ -237,19 +237,8 @@ struct RedisSessionCoordinatorTests {
     @Test func anUnreachableServerAtStartCostsAtMostTheConnectTimeout() async throws {
         // A loopback port bound but not listening: connections are refused. (Tests send traffic to
         // loopback only; a server that accepts and never answers is the next test.)
-        let refused = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let (refused, port) = RedisServerFixture.boundLoopbackSocket()
         defer { close(refused) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(refused, $0, length) }
-        }
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(refused, $0, &length) }
-        }
-        let port = Int(UInt16(bigEndian: address.sin_port))
         let coordinator = try RedisSessionCoordinator(
             .init(url: "redis://127.0.0.1:\(port)/0", key: "k", connectTimeout: .milliseconds(150)))
         defer { coordinator.stop() }
@@ -265,20 +254,9 @@ struct RedisSessionCoordinatorTests {
 
     @Test func aServerThatNeverAnswersCostsAtMostTheConnectTimeoutPerCall() async throws {
         // A listening socket that is never read: connects succeed (the backlog), replies never come.
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let (listener, port) = RedisServerFixture.boundLoopbackSocket()
         defer { close(listener) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) }
-        }
-        _ = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) }
-        }
         listen(listener, 16)
-        let port = Int(UInt16(bigEndian: address.sin_port))
         let coordinator = try RedisSessionCoordinator(
             .init(url: "redis://127.0.0.1:\(port)/0", key: "k", connectTimeout: .milliseconds(150)))
         defer { coordinator.stop() }
