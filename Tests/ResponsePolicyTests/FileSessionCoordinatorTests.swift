@@ -5,7 +5,7 @@ import Testing
 
 /// The lock-file coordinator: several coordinators on one credentials file, as processes on one
 /// host would use it (the multi-process cases are in ``CoordinatorProcessTests``).
-@Suite(.loadGate(.realTime))
+@Suite(.realTimeStep, .loadGate(.realTime))
 struct FileSessionCoordinatorTests {
     let folder: URL
 

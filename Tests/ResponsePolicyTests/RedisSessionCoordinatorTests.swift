@@ -8,7 +8,8 @@ import Testing
 #endif
 
 /// The Redis coordinator against a real `redis-server` per test (`.ci/run` installs it).
-@Suite(.loadGate(.realTime), .enabled(if: RedisServerFixture.isInstalled, "redis-server is not installed"))
+@Suite(
+    .realTimeStep, .loadGate(.realTime), .enabled(if: RedisServerFixture.isInstalled, "redis-server is not installed"))
 struct RedisSessionCoordinatorTests {
     func coordinator(
         _ server: RedisServerFixture, key: String = "mobile-api", lease: Duration = .seconds(15),

@@ -88,3 +88,21 @@ final class LoadGate: @unchecked Sendable {
         for continuation in woken { continuation.resume() }
     }
 }
+
+/// Suites whose assertions bound wall time across the cooperative pool (a coordinator answering
+/// within its connect timeout, a logout heard within a second) cannot share two cores with the
+/// rest of the suite: CPU-bound tests keep the pool busy for seconds. `.ci/run` runs them in a
+/// step of their own: it sets `POLICY_TESTS_DEFER_REALTIME=1` for the full `swift test`, which
+/// then skips them, and runs them alone afterwards. A plain `swift test` runs everything.
+public enum RealTimeSuites {
+    public static var deferred: Bool {
+        ProcessInfo.processInfo.environment["POLICY_TESTS_DEFER_REALTIME"] == "1"
+    }
+}
+
+extension Trait where Self == ConditionTrait {
+    /// Skips the suite when `.ci/run` runs it in a step of its own (see ``RealTimeSuites``).
+    public static var realTimeStep: Self {
+        .enabled(if: !RealTimeSuites.deferred, "runs in .ci/run's real-time step, alone")
+    }
+}
