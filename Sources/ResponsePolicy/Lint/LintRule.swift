@@ -73,6 +73,26 @@ extension LintContext {
         return parts.locations[prefix(scope, section) + "." + key] != nil
     }
 
+    /// The compiled rules of every scope that `matches`, each with where to report it: the first
+    /// of `keys` the rule's own `then:` writes, else the first key in its scope's `section`.
+    /// Rules that share that place (they inherit one section's setting) are reported once, there.
+    func compiledRules(
+        _ section: String, keys: [String], where matches: (RuleGraph.CompiledRule) -> Bool
+    ) -> [(flow: RuleGraph.CompiledRule, range: SourceRange)] {
+        var found: [(flow: RuleGraph.CompiledRule, range: SourceRange)] = []
+        var seen = Set<String>()
+        for scope in graph.scopes {
+            for flow in scope.compiled where matches(flow) {
+                let range =
+                    keys.lazy.compactMap { flow.rule.source.keys[$0] }.first
+                    ?? location(prefix(scope, section) + "." + (keys.first ?? ""))
+                guard seen.insert("\(range.start.line):\(range.start.column)").inserted else { continue }
+                found.append((flow, range))
+            }
+        }
+        return found
+    }
+
     /// The dotted prefix of a scope's sections: `retry` or `routes.2.retry`.
     func prefix(_ scope: RuleGraph.Scope, _ section: String) -> String {
         guard scope.route != nil, let number = scope.id.split(separator: "-").last else { return section }

@@ -21,22 +21,15 @@ struct InitialAboveMaxDelayRule: LintRule {
         ])
 
     func check(_ context: LintContext) -> [Diagnostic] {
-        var findings: [Diagnostic] = []
-        var seen = Set<String>()
-        for scope in context.graph.scopes {
-            for flow in scope.compiled where flow.action == .retry {
-                guard let cap = flow.retry.maxDelay, flow.retry.initial > cap else { continue }
-                let range =
-                    flow.rule.source.keys["initial"] ?? flow.rule.source.keys["max-delay"]
-                    ?? context.location(context.prefix(scope, "retry") + ".initial")
-                guard seen.insert("\(range.start.line):\(range.start.column)").inserted else { continue }
-                findings.append(
-                    .warning(
-                        Self.description.id,
-                        "'initial: \(flow.retry.initial.policyText)' is longer than 'max-delay: \(cap.policyText)', so every wait is \(cap.policyText); lower 'initial' or raise 'max-delay'",
-                        at: range))
-            }
+        context.compiledRules("retry", keys: ["initial", "max-delay"]) { flow in
+            guard flow.action == .retry, let cap = flow.retry.maxDelay else { return false }
+            return flow.retry.initial > cap
+        }.map { flow, range in
+            let cap = flow.retry.maxDelay?.policyText ?? "none"
+            return .warning(
+                Self.description.id,
+                "'initial: \(flow.retry.initial.policyText)' is longer than 'max-delay: \(cap)', so every wait is \(cap); lower 'initial' or raise 'max-delay'",
+                at: range)
         }
-        return findings
     }
 }

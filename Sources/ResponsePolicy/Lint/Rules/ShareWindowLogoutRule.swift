@@ -35,23 +35,14 @@ struct ShareWindowLogoutRule: LintRule {
         ])
 
     func check(_ context: LintContext) -> [Diagnostic] {
-        var findings: [Diagnostic] = []
-        var seen = Set<String>()
-        for scope in context.graph.scopes {
-            for flow in scope.compiled where flow.action == .refresh {
-                let r = flow.refresh
-                guard r.shareWindow > .zero, flow.onExhausted?.action == .logout else { continue }
-                let ruleKey = flow.rule.source.keys["share-window"] ?? flow.rule.source.keys["on-exhausted"]
-                let path = context.prefix(scope, "refresh") + ".share-window"
-                let range = ruleKey ?? context.location(path)
-                guard seen.insert("\(range.start.line):\(range.start.column)").inserted else { continue }
-                findings.append(
-                    .warning(
-                        Self.description.id,
-                        "with 'share-window: \(r.shareWindow.policyText)' a token that expires again within \(r.shareWindow.policyText) of a refresh is re-sent unchanged, uses up 'max-per-request' (\(r.maxPerRequest)) and logs the user out; use 'share-window: 0s' (requests on an older token are re-sent with the new one anyway) or 'on-exhausted: fail'",
-                        at: range))
-            }
+        context.compiledRules("refresh", keys: ["share-window", "on-exhausted"]) { flow in
+            flow.action == .refresh && flow.refresh.shareWindow > .zero && flow.onExhausted?.action == .logout
+        }.map { flow, range in
+            let r = flow.refresh
+            return .warning(
+                Self.description.id,
+                "with 'share-window: \(r.shareWindow.policyText)' a token that expires again within \(r.shareWindow.policyText) of a refresh is re-sent unchanged, uses up 'max-per-request' (\(r.maxPerRequest)) and logs the user out; use 'share-window: 0s' (requests on an older token are re-sent with the new one anyway) or 'on-exhausted: fail'",
+                at: range)
         }
-        return findings
     }
 }

@@ -24,21 +24,13 @@ struct UnboundedRetryAfterRule: LintRule {
         ])
 
     func check(_ context: LintContext) -> [Diagnostic] {
-        var findings: [Diagnostic] = []
-        var seen = Set<String>()
-        for scope in context.graph.scopes {
-            for flow in scope.compiled where flow.canRetry && flow.retry.honorRetryAfter && flow.retry.maxDelay == nil {
-                let range =
-                    flow.rule.source.keys["max-delay"] ?? flow.rule.source.keys["retry-after"]
-                    ?? context.location(context.prefix(scope, "retry") + ".max-delay")
-                guard seen.insert("\(range.start.line):\(range.start.column)").inserted else { continue }
-                findings.append(
-                    .warning(
-                        Self.description.id,
-                        "'retry-after: honor' with 'max-delay: none' lets a server ask for any wait (an HTTP-date can be 31 years away); set 'max-delay' or 'retry-after: ignore'",
-                        at: range))
-            }
+        context.compiledRules("retry", keys: ["max-delay", "retry-after"]) { flow in
+            flow.canRetry && flow.retry.honorRetryAfter && flow.retry.maxDelay == nil
+        }.map { _, range in
+            .warning(
+                Self.description.id,
+                "'retry-after: honor' with 'max-delay: none' lets a server ask for any wait (an HTTP-date can be 31 years away); set 'max-delay' or 'retry-after: ignore'",
+                at: range)
         }
-        return findings
     }
 }
