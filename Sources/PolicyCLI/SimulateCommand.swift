@@ -7,9 +7,12 @@ enum SimulateCommand {
         name: "simulate",
         overview: "Run the real engine against a scripted server on a virtual clock (no sleeping, no network).",
         usage: "policy simulate FILE --script SCRIPT [--format text|json]",
-        arguments: [("FILE", "The policy file; may be left out when the script names one with 'policy:'.")],
+        arguments: [
+            ("FILE", "The policy file; it wins over the script's 'policy:', which is used when FILE is left out.")
+        ],
         options: [
-            .init(names: ["--script"], valueName: "script", help: "The simulation script (YAML, see docs/commands.md)."),
+            .init(
+                names: ["--script"], valueName: "script", help: "The simulation script (YAML, see docs/commands.md)."),
             .init(
                 names: ["--format"], valueName: "format",
                 help: "text (default) or json: one event per line, then a summary."),
@@ -26,15 +29,27 @@ enum SimulateCommand {
         guard let scriptPath = arguments.value("--script") else {
             throw UsageError(message: "Missing expected option '--script <script>'")
         }
+        // The policy named on the command line wins over the script's own `policy:` (as with
+        // `policy test --policy`); which one ran is a note on stderr, beside the warning about a
+        // script naming another, so stdout stays the events and the summary in either format.
+        let named = scriptPolicy(scriptPath)
         let path: String
-        if arguments.positional.isEmpty, let named = scriptPolicy(scriptPath) {
-            path = named
+        if arguments.positional.isEmpty, let named {
+            path = normalized(named.path)
         } else {
             path = try singleFile(arguments)
+            if let named, !samePath(named.path, path) {
+                let at = named.range.map { "\(scriptPath):\($0.start.line):\($0.start.column)" } ?? scriptPath
+                output.stderr(
+                    "\(at): warning: the script names policy '\(named.written)'; it runs with '\(path)' "
+                        + "given on the command line\n")
+            }
         }
         let catalog = try catalog(from: arguments.all("--plugin"))
         let (loaded, code) = loadPolicy(path, catalog: catalog, output: output)
         guard let policy = loaded else { return code }
+        let ran = "policy '\(path)' (name '\(policy.name)')"
+        output.stderr("note: running \(ran)\n")
 
         let bytes: [UInt8]
         do {
@@ -79,15 +94,15 @@ enum SimulateCommand {
         return ExitCode.success
     }
 
-    /// The policy a script names with `policy:`, relative to the script; `nil` when it names none
-    /// (or cannot be read: the run reports that).
-    static func scriptPolicy(_ scriptPath: String) -> String? {
+    /// The policy a script names with `policy:`: as written, resolved against the script's
+    /// folder, and where; `nil` when it names none (or cannot be read: the run reports that).
+    static func scriptPolicy(_ scriptPath: String) -> (written: String, path: String, range: SourceRange?)? {
         guard let bytes = try? Policy.readFile(scriptPath, limits: .default) else { return nil }
         let (expectations, _) = SimulationExpectations.parse(Policy.parse(bytes: bytes, limits: .default), file: nil)
         guard let named = expectations.policy else { return nil }
-        if named.hasPrefix("/") { return named }
-        let directory = URL(fileURLWithPath: scriptPath).deletingLastPathComponent().path
-        return directory == "." ? named : directory + "/" + named
+        if named.hasPrefix("/") { return (named, named, expectations.policyRange) }
+        let directory = folder(of: scriptPath)
+        return (named, directory == "." ? named : directory + "/" + named, expectations.policyRange)
     }
 
     /// One event as a readable line: `  0.050s  a  response #1: 200 code 1401 -> token-expired: refresh`.

@@ -20,7 +20,7 @@ enum TestCommand {
                 help: "text (default) or junit (JUnit XML on stdout, for CI dashboards)."),
             .init(
                 names: ["--policy"], valueName: "file",
-                help: "The policy for scripts that name none with 'policy:'."),
+                help: "The policy every script runs with, instead of the one its 'policy:' names."),
             .init(
                 names: ["--plugin"], valueName: "kind:name", help: "Declare a host plugin. Repeatable.",
                 repeatable: true),
@@ -36,6 +36,10 @@ enum TestCommand {
         /// Problems that stopped the script from running (invalid script or policy, stall).
         var errors: [String] = []
         var failures: [ExpectationChecker.Failure] = []
+        /// Findings that do not fail the script (a `policy:` that `--policy` overrides).
+        var warnings: [String] = []
+        /// The policy the script ran with, as the user would write its path.
+        var policy: String?
         var checked = 0
         var seconds = 0.0
         var passed: Bool { errors.isEmpty && failures.isEmpty }
@@ -48,7 +52,7 @@ enum TestCommand {
         }
         guard !arguments.positional.isEmpty else { throw UsageError(message: "Missing expected argument 'PATH'") }
         let catalog = try catalog(from: arguments.all("--plugin"))
-        let fallbackPolicy = arguments.value("--policy")
+        let policyOverride = arguments.value("--policy")
 
         var outcomes: [Outcome] = []
         var unreadable = false
@@ -71,7 +75,8 @@ enum TestCommand {
                     let parsed = Policy.parse(bytes: bytes, limits: .default)
                     if searched, !SimulationScript.isScript(parsed.root) { continue }
                     let outcome = await runScript(
-                        parsed, file: file, fallbackPolicy: fallbackPolicy, catalog: catalog)
+                        parsed, file: file, policyOverride: policyOverride, catalog: catalog)
+                    for warning in outcome.warnings { output.stderr(warning + "\n") }
                     outcomes.append(outcome)
                     if format == "text" { output.stdout(text(outcome)) }
                 }
@@ -93,16 +98,20 @@ enum TestCommand {
     }
 
     /// Checks, runs and judges one script, timing it for JUnit.
-    static func runScript(_ parsed: Policy.Parsed, file: String, fallbackPolicy: String?, catalog: PluginCatalog) async
-        -> Outcome
+    static func runScript(_ parsed: Policy.Parsed, file: String, policyOverride: String?, catalog: PluginCatalog)
+        async -> Outcome
     {
         let start = ContinuousClock.now
-        var outcome = await judge(parsed, file: file, fallbackPolicy: fallbackPolicy, catalog: catalog)
+        var outcome = await judge(parsed, file: file, policyOverride: policyOverride, catalog: catalog)
         outcome.seconds = (ContinuousClock.now - start).seconds
         return outcome
     }
 
-    static func judge(_ parsed: Policy.Parsed, file: String, fallbackPolicy: String?, catalog: PluginCatalog) async
+    /// Runs one script. The policy named on the command line wins over the script's own
+    /// `policy:` (as with `simulate FILE --script`), so `--policy candidate.yaml` tests the
+    /// candidate and not what each script was written against; a script whose `policy:` names
+    /// another file gets a warning saying which one ran.
+    static func judge(_ parsed: Policy.Parsed, file: String, policyOverride: String?, catalog: PluginCatalog) async
         -> Outcome
     {
         var outcome = Outcome(path: file)
@@ -121,21 +130,28 @@ enum TestCommand {
                 "\(file):1:1: error: the script states no expectations; add 'expect:' to a request or at the top level")
             return outcome
         }
-        let directory = URL(fileURLWithPath: file).deletingLastPathComponent().path
+        let directory = folder(of: file)
         @Sendable func relative(_ path: String) -> String {
             path.hasPrefix("/") ? path : (directory == "." ? path : directory + "/" + path)
         }
         let policyPath: String
-        if let named = expectations.policy {
-            policyPath = relative(named)
-        } else if let fallbackPolicy {
-            policyPath = fallbackPolicy
+        if let policyOverride {
+            policyPath = policyOverride
+            if let named = expectations.policy, !samePath(relative(named), policyOverride) {
+                let at = expectations.policyRange.map { "\(file):\($0.start.line):\($0.start.column)" } ?? file
+                outcome.warnings.append(
+                    "\(at): warning: the script names policy '\(named)'; it runs with '\(policyOverride)' "
+                        + "given by --policy")
+            }
+        } else if let named = expectations.policy {
+            policyPath = normalized(relative(named))
         } else {
             outcome.errors.append(
                 "\(file):1:1: error: the script names no policy; add 'policy: PATH' (relative to the script) "
                     + "or pass --policy")
             return outcome
         }
+        outcome.policy = policyPath
         let policy: Policy
         do {
             policy = try Policy.load(path: policyPath, plugins: catalog)
@@ -168,10 +184,11 @@ enum TestCommand {
 
     /// `PASS file (N expectations)`, or `FAIL file` and each failure with its context.
     static func text(_ outcome: Outcome) -> String {
+        let with = outcome.policy.map { " with \($0)" } ?? ""
         guard !outcome.passed else {
-            return "PASS \(outcome.path) (\(outcome.checked) expectation\(outcome.checked == 1 ? "" : "s"))\n"
+            return "PASS \(outcome.path)\(with) (\(outcome.checked) expectation\(outcome.checked == 1 ? "" : "s"))\n"
         }
-        return "FAIL \(outcome.path)\n" + details(outcome)
+        return "FAIL \(outcome.path)\(with)\n" + details(outcome)
     }
 
     /// The failure lines: `FILE:LINE:COL: expected …, got …`, then the events that show where
@@ -198,16 +215,19 @@ enum TestCommand {
         out += " time=\"\(time(total))\">\n"
         for outcome in outcomes {
             out += "    <testcase classname=\"policy-test\" name=\"\(xml(outcome.path))\" file=\"\(xml(outcome.path))\""
-            out += " time=\"\(time(outcome.seconds))\""
+            out += " time=\"\(time(outcome.seconds))\">\n"
+            if let policy = outcome.policy {
+                out += "      <properties><property name=\"policy\" value=\"\(xml(policy))\"/></properties>\n"
+            }
             if outcome.passed {
-                out += "/>\n"
+                out += "    </testcase>\n"
                 continue
             }
             let first =
                 outcome.errors.first ?? outcome.failures.first.map {
                     "\(outcome.path):\($0.range.start.line):\($0.range.start.column): \($0.message)"
                 } ?? ""
-            out += ">\n      <failure message=\"\(xml(first))\">\(xml(details(outcome)))</failure>\n    </testcase>\n"
+            out += "      <failure message=\"\(xml(first))\">\(xml(details(outcome)))</failure>\n    </testcase>\n"
         }
         return out + "  </testsuite>\n</testsuites>\n"
     }
@@ -234,4 +254,34 @@ enum TestCommand {
         }
         return out
     }
+}
+
+/// Whether two paths name the same file (after `.`/`..` and symbolic links are resolved).
+func samePath(_ a: String, _ b: String) -> Bool {
+    URL(fileURLWithPath: a).standardizedFileURL.resolvingSymlinksInPath().path
+        == URL(fileURLWithPath: b).standardizedFileURL.resolvingSymlinksInPath().path
+}
+
+/// The folder part of `path` as written (`.` when it has none), so paths built from it stay
+/// relative when the user's were.
+func folder(of path: String) -> String {
+    guard let slash = path.lastIndex(of: "/") else { return "." }
+    return slash == path.startIndex ? "/" : String(path[..<slash])
+}
+
+/// `path` without `.` segments and with `dir/..` pairs folded, kept relative when it was:
+/// `./scripts/../policy.yaml` is `policy.yaml`, as a user would write it.
+func normalized(_ path: String) -> String {
+    let absolute = path.hasPrefix("/")
+    var parts: [Substring] = []
+    for part in path.split(separator: "/") {
+        switch part {
+        case ".": continue
+        case "..":
+            if let last = parts.last, last != ".." { parts.removeLast() } else if !absolute { parts.append(part) }
+        default: parts.append(part)
+        }
+    }
+    let joined = parts.joined(separator: "/")
+    return absolute ? "/" + joined : (joined.isEmpty ? "." : joined)
 }

@@ -135,7 +135,7 @@ struct SecretRedactionCLITests {
         let result = await Self.runInProcess(
             ["simulate", policy, "--script", script, "--format", format], terminal: false)
         #expect(result.status == 0, "\(result.stderr)")
-        #expect(result.stderr == "")
+        #expect(result.stderr == "note: running policy '\(policy)' (name 'sim')\n")
         let summary =
             format == "json"
             ? #"{"event":"summary","requests":4,"delivered":1,"failed":2,"logged-out":1,"refreshes":2,"logouts":1,"#

@@ -38,7 +38,8 @@ struct TestCommandTests {
         try dir.write("policy.yaml", Self.policy)
         try dir.write("ok.yaml", Self.passing)
         let result = try await runPolicy(["test", "ok.yaml"], in: dir.url)
-        expectResult(result, stdout: "PASS ok.yaml (7 expectations)\n1 script: 1 passed, 0 failed\n", status: 0)
+        expectResult(
+            result, stdout: "PASS ok.yaml with policy.yaml (7 expectations)\n1 script: 1 passed, 0 failed\n", status: 0)
     }
 
     @Test func failureNamesTheLineWhatWasExpectedAndWhatHappened() async throws {
@@ -60,7 +61,7 @@ struct TestCommandTests {
             """)
         let result = try await runPolicy(["test", "bad.yaml"], in: dir.url)
         let expected = """
-            FAIL bad.yaml
+            FAIL bad.yaml with policy.yaml
             bad.yaml:5:13: request 'a': expected outcome 'delivered', got 'logged-out'; expected 2 attempts, got 1
               last events of 'a':
                   0.000s  a         send #1
@@ -111,7 +112,80 @@ struct TestCommandTests {
         try dir.write("k8s.yaml", "apiVersion: v1\nkind: ConfigMap\n")
         let result = try await runPolicy(["test", "."], in: dir.url)
         expectResult(
-            result, stdout: "PASS ./scripts/ok.yaml (7 expectations)\n1 script: 1 passed, 0 failed\n", status: 0)
+            result, stdout: "PASS ./scripts/ok.yaml with policy.yaml (7 expectations)\n1 script: 1 passed, 0 failed\n",
+            status: 0)
+    }
+
+    /// A retry policy and a candidate that retries twice as often, and a script written against
+    /// the first: 3 retries, so 4 attempts.
+    static let retryPolicy = """
+        policy: 1
+        name: retries
+        rules: [{ name: transient, when: { status: [503] }, then: retry }]
+        retry: { max-retries: 3, backoff: constant, initial: 1s, deadline: 60s }
+
+        """
+    static let retryScript = """
+        policy: policy.yaml
+        requests:
+          - { id: a, responses: [{ status: 503 }], expect: { outcome: delivered, status: 503, attempts: 4 } }
+
+        """
+
+    /// The issue's false green: `--policy candidate.yaml` used to run each script with its own
+    /// `policy:`, so a candidate passed whatever it did. The command line wins now, says which
+    /// policy ran, and warns that the script names another.
+    @Test func thePolicyOnTheCommandLineWinsOverTheScriptsOwn() async throws {
+        let dir = try TemporaryDirectory()
+        try dir.write("policy.yaml", Self.retryPolicy)
+        try dir.write(
+            "candidate.yaml", Self.retryPolicy.replacingOccurrences(of: "max-retries: 3", with: "max-retries: 5"))
+        try dir.write(
+            "tests/retry.yaml", Self.retryScript.replacingOccurrences(of: "policy.yaml", with: "../policy.yaml"))
+
+        let own = try await runPolicy(["test", "tests/retry.yaml"], in: dir.url)
+        expectResult(
+            own, stdout: "PASS tests/retry.yaml with policy.yaml (1 expectation)\n1 script: 1 passed, 0 failed\n",
+            status: 0)
+
+        let candidate = try await runPolicy(["test", "--policy", "candidate.yaml", "tests/retry.yaml"], in: dir.url)
+        #expect(candidate.status == 1)
+        #expect(candidate.stdout.hasPrefix("FAIL tests/retry.yaml with candidate.yaml\n"))
+        #expect(candidate.stdout.contains("expected 4 attempts, got 6"))
+        #expect(
+            candidate.stderr
+                == "tests/retry.yaml:1:9: warning: the script names policy '../policy.yaml'; it runs with "
+                + "'candidate.yaml' given by --policy\n")
+
+        // simulate has the same precedence and says so the same way.
+        let simulated = try await runPolicy(
+            ["simulate", "candidate.yaml", "--script", "tests/retry.yaml"], in: dir.url)
+        #expect(simulated.status == 0)
+        #expect(simulated.stdout.hasSuffix("6 attempts\n"))
+        #expect(
+            simulated.stderr
+                == "tests/retry.yaml:1:9: warning: the script names policy '../policy.yaml'; it runs with "
+                + "'candidate.yaml' given on the command line\n"
+                + "note: running policy 'candidate.yaml' (name 'retries')\n")
+
+        // Naming the script's own policy, however the path is written, is no warning.
+        let same = try await runPolicy(["test", "--policy", "./tests/../policy.yaml", "tests/retry.yaml"], in: dir.url)
+        expectResult(
+            same,
+            stdout: "PASS tests/retry.yaml with ./tests/../policy.yaml (1 expectation)\n1 script: 1 passed, 0 failed\n",
+            status: 0)
+        let leftOut = try await runPolicy(["simulate", "--script", "tests/retry.yaml"], in: dir.url)
+        #expect(leftOut.stdout.hasSuffix("4 attempts\n"))
+        #expect(leftOut.stderr == "note: running policy 'policy.yaml' (name 'retries')\n")
+    }
+
+    @Test func junitNamesThePolicyEachScriptRanWith() async throws {
+        let dir = try TemporaryDirectory()
+        try dir.write("policy.yaml", Self.retryPolicy)
+        try dir.write("retry.yaml", Self.retryScript)
+        let result = try await runPolicy(["test", "--format", "junit", "retry.yaml"], in: dir.url)
+        #expect(result.status == 0)
+        #expect(result.stdout.contains("<properties><property name=\"policy\" value=\"policy.yaml\"/></properties>"))
     }
 
     @Test func scriptWithoutPolicyOrExpectationsFails() async throws {
@@ -131,7 +205,8 @@ struct TestCommandTests {
         expectResult(result, stdout: expected, status: 1)
         let withPolicy = try await runPolicy(["test", "--policy", "policy.yaml", "nopolicy.yaml"], in: dir.url)
         expectResult(
-            withPolicy, stdout: "PASS nopolicy.yaml (1 expectation)\n1 script: 1 passed, 0 failed\n", status: 0)
+            withPolicy, stdout: "PASS nopolicy.yaml with policy.yaml (1 expectation)\n1 script: 1 passed, 0 failed\n",
+            status: 0)
     }
 
     @Test func badExpectationIsAPositionedError() async throws {
