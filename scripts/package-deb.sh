@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Wraps the statically linked `policy` (scripts/install.sh) in a Debian package for ops machines:
-# /usr/bin/policy, Depends: libyaml-0-2, libhiredis0.14, libcurl4 (and libstdc++6, which the static Swift runtime
+# /usr/bin/policy, the man page policy(1), README.md and docs/ in /usr/share/doc/policy. Depends: libyaml-0-2, libhiredis0.14, libcurl4 (and libstdc++6, which the static Swift runtime
 # still loads). No Swift toolchain is needed where it is installed.
 #
 # Usage: scripts/package-deb.sh [OUTDIR]      (default: dist/)
@@ -23,6 +23,9 @@ mkdir -p "$staging/root/DEBIAN" "$doc/docs" "$doc/policies" "$outdir"
 cp README.md "$doc/README.md"
 cp docs/*.md docs/policy.schema.json "$doc/docs/"
 cp policies/*.yaml "$doc/policies/"
+# policy(1), printed from the same command table as --help and docs/commands.md.
+mkdir -p "$staging/root/usr/share/man/man1"
+"$staging/root/usr/bin/policy" help --man | gzip -9n > "$staging/root/usr/share/man/man1/policy.1.gz"
 size=$(du -sk "$staging/root/usr" | cut -f1)
 cat > "$staging/root/DEBIAN/control" <<CONTROL
 Package: policy

@@ -4,34 +4,34 @@ import ResponsePolicy
 /// `policy diff [--format text|json] [--plugin KIND:NAME]... OLD NEW`: what a policy change does
 /// to behaviour, for review. Exit 0 when behaviour is the same, 1 when it differs.
 enum DiffCommand {
+    enum Format: String, CaseIterable, Sendable { case text, json }
+
+    static let format = Option.choice(["--format"], "format", default: Format.text, help: "text (default) or json.")
+    static let plugin = Option.plugin()
+
     static let spec = CommandSpec(
         name: "diff",
+        summary: "Show what changes in behaviour between two policies.",
         overview: "Show what changes in behaviour between two policies (not in text).",
-        usage: "policy diff [--format text|json] [--plugin KIND:NAME]... OLD NEW",
-        arguments: [("OLD", "The policy before the change."), ("NEW", "The policy after the change.")],
-        options: [
-            .init(names: ["--format"], valueName: "format", help: "text (default) or json."),
-            .init(
-                names: ["--plugin"], valueName: "kind:name", help: "Declare a host plugin. Repeatable.",
-                repeatable: true),
+        arguments: [
+            .init(name: "OLD", help: "The policy before the change."),
+            .init(name: "NEW", help: "The policy after the change."),
         ],
+        options: [format.declaration, plugin.declaration],
         exitCodes: [
             (0, "the two policies behave the same"), (1, "behaviour differs"), (64, "usage error"),
             (65, "a policy has errors (run 'policy lint')"), (66, "a policy cannot be read"),
         ])
 
     static func run(_ arguments: ParsedArguments, output: CommandOutput) throws(UsageError) -> Int32 {
-        let format = arguments.value("--format") ?? "text"
-        guard format == "text" || format == "json" else {
-            throw UsageError(message: "Unknown format '\(format)'; use text or json")
-        }
+        let format = arguments[Self.format]
         guard arguments.positional.count == 2 else {
             throw UsageError(
                 message: arguments.positional.count < 2
                     ? "Missing expected argument '\(arguments.positional.isEmpty ? "OLD" : "NEW")'"
                     : "Unexpected argument '\(arguments.positional[2])'")
         }
-        let catalog = try catalog(from: arguments.all("--plugin"))
+        let catalog = try catalog(from: arguments[plugin])
         var policies: [Policy] = []
         for path in arguments.positional {
             let (policy, code) = loadPolicy(path, catalog: catalog, output: output)
@@ -39,7 +39,7 @@ enum DiffCommand {
             policies.append(policy)
         }
         let diff = PolicyDiff(old: policies[0], new: policies[1])
-        if format == "json" {
+        if format == .json {
             output.stdout(json(diff) + "\n")
         } else {
             output.stdout(text(diff, old: arguments.positional[0], new: arguments.positional[1]))

@@ -2,20 +2,19 @@ import ResponsePolicy
 
 /// `policy explain FILE`: the policy in plain sentences, with the worst case.
 enum ExplainCommand {
+    static let plugin = Option.plugin()
+
     static let spec = CommandSpec(
         name: "explain",
+        summary: "Describe a policy in plain sentences, with its worst case.",
         overview: "Describe what a policy does in plain sentences, with the worst-case attempts and total wait.",
-        usage: "policy explain FILE",
-        arguments: [("FILE", "The policy file.")],
-        options: [
-            .init(
-                names: ["--plugin"], valueName: "kind:name", help: "Declare a host plugin. Repeatable.",
-                repeatable: true)
-        ])
+        arguments: [.init(name: "FILE", help: "The policy file.")],
+        options: [plugin.declaration],
+        exitCodes: policyFileExitCodes(done: "the explanation was printed"))
 
     static func run(_ arguments: ParsedArguments, output: CommandOutput) throws(UsageError) -> Int32 {
         let path = try singleFile(arguments)
-        let (loaded, code) = loadPolicy(path, catalog: try catalog(from: arguments.all("--plugin")), output: output)
+        let (loaded, code) = loadPolicy(path, catalog: try catalog(from: arguments[plugin]), output: output)
         guard let policy = loaded else { return code }
         output.stdout(PolicyExplainer.explain(policy))
         return ExitCode.success

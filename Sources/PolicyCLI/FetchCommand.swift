@@ -18,30 +18,34 @@ import ResponsePolicyURLSession
 /// policy or the credentials file cannot be read; 65 when the credentials file is malformed.
 /// Tokens are never printed: lines carry statuses, business codes and the engine's reasons.
 enum FetchCommand {
+    static let policy = Option.required(["--policy"], "file", help: "The policy file (required).")
+    static let credentials = Option.value(
+        ["--credentials"], "file",
+        help: "Credentials JSON; rotated tokens are written back (mode 0600). Default: store: file.")
+    static let concurrency = Option.positiveInteger(
+        ["--concurrency"], "n", help: "Requests in flight at once; 1 by default.")
+    static let count = Option.positiveInteger(["--count"], "m", help: "How many times to send the URL; 1 by default.")
+    static let method = Option.value(["-X", "--request"], "method", help: "The method; GET by default, POST with -d.")
+    static let header = Option.repeated(
+        ["-H", "--header"], "header", help: "A request header, 'Name: value'. Repeatable.")
+    static let data = Option.value(["-d", "--data"], "body", help: "The request body, sent as given.")
+    static let maxBody = Option.value(
+        ["--max-body"], "size", help: "The largest response body read (bytes, or with KiB, MiB, GiB); 64MiB by default."
+    )
+    static let verbose = Option.flag(["--verbose"], help: "Also print every engine event as a JSON line on stderr.")
+
     static let spec = CommandSpec(
         name: "fetch",
+        summary: "Send real HTTP requests through the engine.",
         overview: "Send real HTTP requests through the engine and the URLSession transport.",
-        usage: "policy fetch --policy FILE [--credentials FILE] [--concurrency N] [--count M] [-X METHOD] "
-            + "[-H 'K: V']... [-d BODY] [--max-body SIZE] URL",
-        arguments: [("URL", "The http:// or https:// URL to request.")],
+        arguments: [.init(name: "URL", help: "The http:// or https:// URL to request.")],
         options: [
-            .init(names: ["--policy"], valueName: "file", help: "The policy file (required)."),
-            .init(
-                names: ["--credentials"], valueName: "file",
-                help: "Credentials JSON; rotated tokens are written back (mode 0600). Default: store: file."),
-            .init(names: ["--concurrency"], valueName: "n", help: "Requests in flight at once; 1 by default."),
-            .init(names: ["--count"], valueName: "m", help: "How many times to send the URL; 1 by default."),
-            .init(names: ["-X", "--request"], valueName: "method", help: "The method; GET by default, POST with -d."),
-            .init(
-                names: ["-H", "--header"], valueName: "header", help: "A request header, 'Name: value'. Repeatable.",
-                repeatable: true),
-            .init(names: ["-d", "--data"], valueName: "body", help: "The request body, sent as given."),
-            .init(
-                names: ["--max-body"], valueName: "size",
-                help: "The largest response body read (bytes, or with KiB, MiB, GiB); 64MiB by default."),
-            .init(
-                names: ["--verbose"], valueName: nil,
-                help: "Also print every engine event as a JSON line on stderr."),
+            policy.declaration, credentials.declaration, concurrency.declaration, count.declaration,
+            method.declaration, header.declaration, data.declaration, maxBody.declaration, verbose.declaration,
+        ],
+        exitCodes: [
+            (0, "every request was delivered"), (1, "a request was not delivered"), (64, "usage error"),
+            (65, "the credentials file is malformed"), (66, "the policy or the credentials file cannot be read"),
         ])
 
     /// What the command line asked for.
@@ -113,9 +117,7 @@ enum FetchCommand {
     // MARK: - Arguments
 
     static func parse(_ arguments: ParsedArguments) throws(UsageError) -> Invocation {
-        guard let policyPath = arguments.value("--policy") else {
-            throw UsageError(message: "Missing expected option '--policy <file>'")
-        }
+        let policyPath = arguments[policy]
         guard let urlText = arguments.positional.first else {
             throw UsageError(message: "Missing expected argument 'URL'")
         }
@@ -127,11 +129,11 @@ enum FetchCommand {
         else {
             throw UsageError(message: "Invalid URL '\(urlText)'; expected an http:// or https:// URL")
         }
-        let concurrency = try positive(arguments.value("--concurrency"), "--concurrency <n>") ?? 1
-        let count = try positive(arguments.value("--count"), "--count <m>") ?? 1
+        let concurrency = arguments[Self.concurrency] ?? 1
+        let count = arguments[Self.count] ?? 1
 
         var headers = HTTPHeaders()
-        for field in arguments.all("--header") {
+        for field in arguments[header] {
             // The value may be a secret (`-H 'Authorization Bearer …'` without its colon): an error
             // names the header by its first word only.
             let firstWord = String(field.prefix { isToken(String($0)) }.prefix(64))
@@ -145,17 +147,17 @@ enum FetchCommand {
             }
             headers.add(name, field[field.index(after: colon)...].trimmingCharacters(in: .whitespaces))
         }
-        let body = arguments.value("--data").map { Data($0.utf8) }
-        let method = (arguments.value("--request") ?? (body == nil ? "GET" : "POST")).uppercased()
+        let body = arguments[data].map { Data($0.utf8) }
+        let method = (arguments[Self.method] ?? (body == nil ? "GET" : "POST")).uppercased()
         guard isToken(method) else { throw UsageError(message: "Invalid method '\(method)'") }
         if method == "GET", body != nil {
             throw UsageError(message: "A GET request cannot have a body (-d); add -X POST or another method")
         }
         var invocation = Invocation(
-            policyPath: policyPath, credentialsPath: arguments.value("--credentials"), concurrency: concurrency,
+            policyPath: policyPath, credentialsPath: arguments[credentials], concurrency: concurrency,
             count: count, request: HTTPRequest(method: method, url: url, headers: headers, body: body),
-            verbose: arguments.flags.contains("--verbose"))
-        if let text = arguments.value("--max-body") {
+            verbose: arguments[verbose])
+        if let text = arguments[maxBody] {
             guard let size = byteSize(text) else {
                 throw UsageError(
                     message:
@@ -182,14 +184,6 @@ enum FetchCommand {
     }
 
     /// A positive whole number option; `nil` when absent.
-    private static func positive(_ text: String?, _ option: String) throws(UsageError) -> Int? {
-        guard let text else { return nil }
-        guard let value = Int(text), value > 0 else {
-            throw UsageError(message: "Invalid value '\(text)' for '\(option)'; expected a positive whole number")
-        }
-        return value
-    }
-
     /// An RFC 9110 token: what a method or a header name must be.
     private static func isToken(_ text: String) -> Bool {
         !text.isEmpty

@@ -3,35 +3,37 @@ import ResponsePolicy
 
 /// `policy graph [--format dot|mermaid|json] FILE`
 enum GraphCommand {
+    enum Format: String, CaseIterable, Sendable { case dot, mermaid, json }
+
+    static let format = Option.choice(
+        ["--format"], "format", default: Format.dot,
+        help: "dot (default, for Graphviz), mermaid, or json (nodes and edges with ids, kinds and settings).")
+    static let plugin = Option.plugin()
+
     static let spec = CommandSpec(
         name: "graph",
+        summary: "Print a policy's rule graph as DOT, Mermaid or JSON.",
         overview: "Print a policy's rule graph: classifier, rules, actions and outcomes.",
-        usage: "policy graph [--format dot|mermaid|json] FILE",
-        arguments: [("FILE", "The policy file.")],
-        options: [
-            .init(
-                names: ["--format"], valueName: "format",
-                help: "dot (default, for Graphviz), mermaid, or json (nodes and edges with ids, kinds and settings)."),
-            .init(
-                names: ["--plugin"], valueName: "kind:name", help: "Declare a host plugin. Repeatable.",
-                repeatable: true),
-        ])
+        arguments: [.init(name: "FILE", help: "The policy file.")],
+        options: [format.declaration, plugin.declaration],
+        exitCodes: policyFileExitCodes(done: "the graph was printed"))
 
     static func run(_ arguments: ParsedArguments, output: CommandOutput) throws(UsageError) -> Int32 {
-        let format = arguments.value("--format") ?? "dot"
-        guard format == "dot" || format == "mermaid" || format == "json" else {
-            throw UsageError(message: "Unknown format '\(format)'; use dot, mermaid or json")
-        }
         let path = try singleFile(arguments)
-        let (loaded, code) = loadPolicy(path, catalog: try catalog(from: arguments.all("--plugin")), output: output)
+        let (loaded, code) = loadPolicy(path, catalog: try catalog(from: arguments[plugin]), output: output)
         guard let policy = loaded else { return code }
-        switch format {
-        case "json": output.stdout(GraphRenderer.json(policy))
-        case "mermaid": output.stdout(GraphRenderer.mermaid(policy))
-        default: output.stdout(GraphRenderer.dot(policy))
+        switch arguments[format] {
+        case .json: output.stdout(GraphRenderer.json(policy))
+        case .mermaid: output.stdout(GraphRenderer.mermaid(policy))
+        case .dot: output.stdout(GraphRenderer.dot(policy))
         }
         return ExitCode.success
     }
+}
+
+/// The exit codes of a command that reads one policy file and prints something about it.
+func policyFileExitCodes(done: String) -> [(Int32, String)] {
+    [(0, done), (1, "the policy has errors (they are printed)"), (64, "usage error"), (66, "the file cannot be read")]
 }
 
 func singleFile(_ arguments: ParsedArguments) throws(UsageError) -> String {

@@ -1,56 +1,49 @@
 import Foundation
 import ResponsePolicy
 
-/// `policy lint [--format text|json|sarif|github] [--strict] [--check-env] [--disable RULE]...
-/// [--exclude GLOB]... [--plugin KIND:NAME]... [--plugins FILE] PATH...`
+/// `policy lint PATH...`: checks policy files (and simulation scripts, plugin schema files) and
+/// reports every finding at `file:line:col`.
 enum LintCommand {
+    enum Format: String, CaseIterable, Sendable { case text, json, sarif, github }
+
+    static let format = Option.choice(
+        ["--format"], "format", default: Format.text,
+        help: "text (default), json, sarif (SARIF 2.1.0) or github (workflow annotations).")
+    static let strict = Option.flag(["--strict"], help: "Treat warnings as errors (exit 1 when there are any).")
+    static let disable = Option.repeated(
+        ["--disable"], "rule", help: "Suppress a warning rule everywhere (counted as suppressed). Repeatable.")
+    static let exclude = Option.repeated(
+        ["--exclude"], "glob",
+        help: "Skip files a folder search finds whose path in the folder matches (* matches any text). Repeatable.")
+    static let listRules = Option.flag(
+        ["--list-rules"], help: "Print the reference of every check (Markdown) and exit.")
+    static let plugin = Option.plugin()
+    static let plugins = Option.value(
+        ["--plugins"], "file",
+        help: "Declare the host plugins, with their option schemas, of a file written by "
+            + "PluginRegistry.exportSchemas().")
+    static let checkEnv = Option.flag(
+        ["--check-env"],
+        help: "Also make each built-in plugin as the engine would here: report unset {env:} and *-env "
+            + "variables, unreadable {file:} and *-file secrets, missing exec commands.")
+
     static let spec = CommandSpec(
         name: "lint",
-        overview: "Check policy files for errors and risky settings.",
-        usage:
-            "policy lint [--format text|json|sarif|github] [--strict] [--disable RULE]... [--exclude GLOB]... "
-            + "[--plugin KIND:NAME]... PATH...",
+        summary: "Check policy files for errors and risky settings.",
         arguments: [
-            (
-                "PATH",
-                "A policy file, a folder searched for *.yaml and *.yml files, or - for standard input."
-            )
+            .init(
+                name: "PATH",
+                help: "A policy file, a folder searched for *.yaml and *.yml files, or - for standard input.",
+                variadic: true)
         ],
         options: [
-            .init(
-                names: ["--format"], valueName: "format",
-                help: "text (default), json, sarif (SARIF 2.1.0) or github (workflow annotations)."),
-            .init(names: ["--strict"], valueName: nil, help: "Treat warnings as errors (exit 1 when there are any)."),
-            .init(
-                names: ["--disable"], valueName: "rule",
-                help: "Suppress a warning rule everywhere (counted as suppressed). Repeatable.", repeatable: true),
-            .init(
-                names: ["--exclude"], valueName: "glob",
-                help: "Skip files a folder search finds whose path in the folder matches (* matches any text). "
-                    + "Repeatable.",
-                repeatable: true),
-            .init(
-                names: ["--list-rules"], valueName: nil, help: "Print the reference of every check (Markdown) and exit."
-            ),
-            .init(
-                names: ["--plugin"], valueName: "kind:name",
-                help: "Declare a host plugin, like refresh:my-sso, so 'use:' may name it. Repeatable.",
-                repeatable: true),
-            .init(
-                names: ["--plugins"], valueName: "file",
-                help: "Declare the host plugins, with their option schemas, of a file written by "
-                    + "PluginRegistry.exportSchemas()."),
-            .init(
-                names: ["--check-env"], valueName: nil,
-                help: "Also make each built-in plugin as the engine would here: report unset {env:} and *-env "
-                    + "variables, unreadable {file:} and *-file secrets, missing exec commands."),
+            format.declaration, strict.declaration, disable.declaration, exclude.declaration, listRules.declaration,
+            plugin.declaration, plugins.declaration, checkEnv.declaration,
         ],
         exitCodes: [
             (0, "no errors (warnings allowed unless --strict)"), (1, "errors found, or warnings with --strict"),
             (64, "usage error"), (66, "a PATH cannot be read"),
         ])
-
-    static let formats = ["text", "json", "sarif", "github"]
 
     struct FileResult {
         var path: String
@@ -67,17 +60,14 @@ enum LintCommand {
     }
 
     static func run(_ arguments: ParsedArguments, output: CommandOutput) throws(UsageError) -> Int32 {
-        let format = arguments.value("--format") ?? "text"
-        guard formats.contains(format) else {
-            throw UsageError(message: "Unknown format '\(format)'; use text, json, sarif or github")
-        }
-        if arguments.flags.contains("--list-rules") {
+        let format = arguments[Self.format]
+        if arguments[listRules] {
             output.stdout(ruleReference())
             return ExitCode.success
         }
         guard !arguments.positional.isEmpty else { throw UsageError(message: "Missing expected argument 'PATH'") }
-        var catalog = try catalog(from: arguments.all("--plugin"))
-        if let schemas = arguments.value("--plugins") {
+        var catalog = try catalog(from: arguments[plugin])
+        if let schemas = arguments[plugins] {
             guard let text = try? String(contentsOfFile: schemas, encoding: .utf8) else {
                 output.stderr("error: cannot read '\(schemas)'\n")
                 return ExitCode.noInput
@@ -89,10 +79,10 @@ enum LintCommand {
                 throw UsageError(message: "The plugin schema file '\(schemas)' is not valid")
             }
         }
-        let strict = arguments.flags.contains("--strict")
+        let strict = arguments[Self.strict]
         let known = knownRules
         var disabled = Set<String>()
-        for rule in arguments.all("--disable") {
+        for rule in arguments[disable] {
             guard let severity = known[rule] else {
                 let hint = Suggestion.closest(to: rule, in: known.keys.sorted()).map { "; did you mean '\($0)'?" }
                 throw UsageError(message: "Unknown rule '\(rule)'" + (hint ?? ""))
@@ -102,8 +92,8 @@ enum LintCommand {
             }
             disabled.insert(rule)
         }
-        let excludes = arguments.all("--exclude").map(Glob.init)
-        let checkEnvironment = arguments.flags.contains("--check-env")
+        let excludes = arguments[exclude].map(Glob.init)
+        let checkEnvironment = arguments[checkEnv]
 
         var results: [FileResult] = []
         var unreadable: [(String, String)] = []
@@ -158,13 +148,13 @@ enum LintCommand {
             results: results, unreadable: unreadable, errors: errors + unreadable.count, warnings: warnings,
             suppressed: suppressedCount)
         switch format {
-        case "json": output.stdout(report.json() + "\n")
-        case "sarif": output.stdout(report.sarif())
-        case "github":
+        case .json: output.stdout(report.json() + "\n")
+        case .sarif: output.stdout(report.sarif())
+        case .github:
             output.stdout(report.github())
             output.stdout(
                 summary(files: results.count, errors: errors, warnings: warnings, suppressed: suppressedCount) + "\n")
-        default:
+        case .text:
             let renderer = DiagnosticRenderer(colour: output.isTerminal, showSource: output.isTerminal)
             for (path, reason) in unreadable {
                 output.stderr("error: cannot read '\(path)': \(reason)\n")

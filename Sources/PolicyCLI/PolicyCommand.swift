@@ -4,29 +4,20 @@ import ResponsePolicy
 /// The `policy` command line: dispatches to the subcommands and owns the usage-error contract
 /// (message on stderr, exit 64).
 package enum PolicyCommand {
+    static let versionFlag = Option.flag(["--version"], help: "Show the version.")
+
     static let top = CommandSpec(
         name: "policy",
-        overview: "Check, explain and run declarative response policies (token refresh, forced logout, retries).",
-        usage: "policy <subcommand> [options]",
-        arguments: [],
-        options: [.init(names: ["--version"], valueName: nil, help: "Show the version.")],
-        subcommands: [
-            ("lint", "Check policy files for errors and risky settings."),
-            ("graph", "Print a policy's rule graph as DOT or Mermaid."),
-            ("explain", "Describe a policy in plain sentences, with its worst case."),
-            ("simulate", "Run the engine against a scripted server on a virtual clock."),
-            ("fetch", "Send real HTTP requests through the engine."),
-            ("test", "Run simulation scripts with expectations, like a test runner."),
-            ("diff", "Show what changes in behaviour between two policies."),
-            ("schema", "Print the JSON Schema of the policy file, for editor completion."),
-            ("help", "Show help for a subcommand."),
-        ])
+        summary: "Check, explain and run declarative response policies (token refresh, forced logout, retries).",
+        options: [versionFlag.declaration],
+        exitCodes: [(0, "help or the version was printed"), (64, "usage error")],
+        subcommands: CommandTable.commands.map { ($0.name, $0.spec.summary) }
+            + [("help", "Show help for a subcommand.")],
+        usage: "policy <subcommand> [options]")
 
-    static let subcommands: [String: CommandSpec] = [
-        "lint": LintCommand.spec, "graph": GraphCommand.spec, "explain": ExplainCommand.spec,
-        "simulate": SimulateCommand.spec, "fetch": FetchCommand.spec, "test": TestCommand.spec,
-        "schema": SchemaCommand.spec, "diff": DiffCommand.spec,
-    ]
+    /// Every subcommand's declaration by name (from ``CommandTable``).
+    static let subcommands: [String: CommandSpec] = Dictionary(
+        uniqueKeysWithValues: CommandTable.commands.map { ($0.name, $0.spec) })
 
     static let version = "1.0.0"
 
@@ -49,46 +40,40 @@ package enum PolicyCommand {
                 output.stdout(top.helpText)
                 return ExitCode.success
             }
-            guard let spec = subcommands[name] else {
+            switch name {
+            case "--markdown":
+                output.stdout(CommandReference.markdown())
+                return ExitCode.success
+            case "--man":
+                output.stdout(CommandReference.manPage())
+                return ExitCode.success
+            default: break
+            }
+            guard let command = CommandTable.named(name) else {
                 return usageError("Unknown subcommand '\(name)'\(subcommandHint(name))", spec: top, output: output)
             }
-            output.stdout(spec.helpText)
+            output.stdout(command.spec.helpText)
             return ExitCode.success
         default:
-            guard let spec = subcommands[first] else {
+            guard let command = CommandTable.named(first) else {
                 if first.hasPrefix("-") { return usageError("Unknown option '\(first)'", spec: top, output: output) }
                 return usageError("Unknown subcommand '\(first)'\(subcommandHint(first))", spec: top, output: output)
             }
-            let parsed: ParsedArguments
             do {
-                parsed = try spec.parse(rest)
-            } catch {
-                return usageError(error.message, spec: spec, output: output)
-            }
-            if parsed.wantsHelp {
-                output.stdout(spec.helpText)
-                return ExitCode.success
-            }
-            do {
-                switch first {
-                case "lint": return try LintCommand.run(parsed, output: output)
-                case "graph": return try GraphCommand.run(parsed, output: output)
-                case "explain": return try ExplainCommand.run(parsed, output: output)
-                case "simulate": return try await SimulateCommand.run(parsed, output: output)
-                case "fetch": return try await FetchCommand.run(parsed, output: output)
-                case "test": return try await TestCommand.run(parsed, output: output)
-                case "schema": return try SchemaCommand.run(parsed, output: output)
-                case "diff": return try DiffCommand.run(parsed, output: output)
-                default: return ExitCode.usage
+                let parsed = try command.spec.parse(rest)
+                if parsed.wantsHelp {
+                    output.stdout(command.spec.helpText)
+                    return ExitCode.success
                 }
+                return try await command.run(parsed, output)
             } catch {
-                return usageError(error.message, spec: spec, output: output)
+                return usageError(error.message, spec: command.spec, output: output)
             }
         }
     }
 
     static func subcommandHint(_ name: String) -> String {
-        Suggestion.closest(to: name, in: subcommands.keys.sorted()).map { "; did you mean '\($0)'?" } ?? ""
+        Suggestion.closest(to: name, in: CommandTable.commands.map(\.name)).map { "; did you mean '\($0)'?" } ?? ""
     }
 
     static func usageError(_ message: String, spec: CommandSpec, output: CommandOutput) -> Int32 {

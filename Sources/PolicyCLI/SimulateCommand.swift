@@ -3,32 +3,35 @@ import ResponsePolicy
 
 /// `policy simulate FILE --script SCRIPT [--format text|json]`
 enum SimulateCommand {
+    enum Format: String, CaseIterable, Sendable { case text, json }
+
+    static let script = Option.required(
+        ["--script"], "script", help: "The simulation script (YAML, see docs/commands.md).")
+    static let format = Option.choice(
+        ["--format"], "format", default: Format.text,
+        help: "text (default) or json: one event per line, then a summary.")
+    static let plugin = Option.plugin()
+
     static let spec = CommandSpec(
         name: "simulate",
+        summary: "Run the engine against a scripted server on a virtual clock.",
         overview: "Run the real engine against a scripted server on a virtual clock (no sleeping, no network).",
-        usage: "policy simulate FILE --script SCRIPT [--format text|json]",
         arguments: [
-            ("FILE", "The policy file; it wins over the script's 'policy:', which is used when FILE is left out.")
+            .init(
+                name: "FILE",
+                help: "The policy file; it wins over the script's 'policy:', which is used when FILE is left out.",
+                optional: true)
         ],
-        options: [
-            .init(
-                names: ["--script"], valueName: "script", help: "The simulation script (YAML, see docs/commands.md)."),
-            .init(
-                names: ["--format"], valueName: "format",
-                help: "text (default) or json: one event per line, then a summary."),
-            .init(
-                names: ["--plugin"], valueName: "kind:name", help: "Declare a host plugin. Repeatable.",
-                repeatable: true),
+        options: [script.declaration, format.declaration, plugin.declaration],
+        exitCodes: [
+            (0, "the simulation ran to its end"),
+            (1, "the policy or the script has errors, or the run was stopped (a bound was reached)"),
+            (64, "usage error"), (66, "the policy or the script cannot be read"),
         ])
 
     static func run(_ arguments: ParsedArguments, output: CommandOutput) async throws(UsageError) -> Int32 {
-        let format = arguments.value("--format") ?? "text"
-        guard format == "text" || format == "json" else {
-            throw UsageError(message: "Unknown format '\(format)'; use text or json")
-        }
-        guard let scriptPath = arguments.value("--script") else {
-            throw UsageError(message: "Missing expected option '--script <script>'")
-        }
+        let format = arguments[Self.format]
+        let scriptPath = arguments[script]
         // The policy named on the command line wins over the script's own `policy:` (as with
         // `policy test --policy`); which one ran is a note on stderr, beside the warning about a
         // script naming another, so stdout stays the events and the summary in either format.
@@ -45,7 +48,7 @@ enum SimulateCommand {
                         + "given on the command line\n")
             }
         }
-        let catalog = try catalog(from: arguments.all("--plugin"))
+        let catalog = try catalog(from: arguments[plugin])
         let (loaded, code) = loadPolicy(path, catalog: catalog, output: output)
         guard let policy = loaded else { return code }
         let ran = "policy '\(path)' (name '\(policy.name)')"
@@ -65,7 +68,7 @@ enum SimulateCommand {
         let directory = URL(fileURLWithPath: scriptPath).deletingLastPathComponent().path
         // Events go out as they happen (buffered), none is kept: memory does not grow with the run.
         let writer = BufferedWriter(output.stdout)
-        let json = format == "json"
+        let json = format == .json
         // One column width for every line, from the script's ids (known before any event).
         let width = max(8, script.requests.map(\.id.count).max() ?? 0)
         let result: Simulator.Result
@@ -82,7 +85,7 @@ enum SimulateCommand {
             return ExitCode.failure
         }
         writer.flush()
-        if format == "json" {
+        if format == .json {
             output.stdout(result.summary.jsonLine + "\n")
         } else {
             let s = result.summary

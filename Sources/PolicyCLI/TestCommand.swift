@@ -1,30 +1,29 @@
 import Foundation
 import ResponsePolicy
 
-/// `policy test [--format text|junit] [--policy FILE] [--plugin KIND:NAME]... PATH...`: runs
-/// simulation scripts that state what must happen and fails like a test runner when it does not.
+/// `policy test PATH...`: runs simulation scripts that state what must happen and fails like a test runner when it does not.
 enum TestCommand {
+    enum Format: String, CaseIterable, Sendable { case text, junit }
+
+    static let format = Option.choice(
+        ["--format"], "format", default: Format.text,
+        help: "text (default) or junit (JUnit XML on stdout, for CI dashboards).")
+    static let policy = Option.value(
+        ["--policy"], "file", help: "The policy every script runs with, instead of the one its 'policy:' names.")
+    static let plugin = Option.plugin()
+
     static let spec = CommandSpec(
         name: "test",
+        summary: "Run simulation scripts with expectations, like a test runner.",
         overview: "Run simulation scripts with expectations; exit 1 when one is not met.",
-        usage: "policy test [--format text|junit] [--policy FILE] [--plugin KIND:NAME]... PATH...",
         arguments: [
-            (
-                "PATH",
-                "A script, or a folder searched for scripts (*.yaml, *.yml with 'requests:'); other YAML is skipped."
-            )
+            .init(
+                name: "PATH",
+                help: "A script, or a folder searched for scripts (*.yaml, *.yml with 'requests:'); "
+                    + "other YAML is skipped.",
+                variadic: true)
         ],
-        options: [
-            .init(
-                names: ["--format"], valueName: "format",
-                help: "text (default) or junit (JUnit XML on stdout, for CI dashboards)."),
-            .init(
-                names: ["--policy"], valueName: "file",
-                help: "The policy every script runs with, instead of the one its 'policy:' names."),
-            .init(
-                names: ["--plugin"], valueName: "kind:name", help: "Declare a host plugin. Repeatable.",
-                repeatable: true),
-        ],
+        options: [format.declaration, policy.declaration, plugin.declaration],
         exitCodes: [
             (0, "every script met its expectations"), (1, "an expectation was not met, or a script is invalid"),
             (64, "usage error"), (66, "a PATH cannot be read"),
@@ -46,13 +45,10 @@ enum TestCommand {
     }
 
     static func run(_ arguments: ParsedArguments, output: CommandOutput) async throws(UsageError) -> Int32 {
-        let format = arguments.value("--format") ?? "text"
-        guard format == "text" || format == "junit" else {
-            throw UsageError(message: "Unknown format '\(format)'; use text or junit")
-        }
+        let format = arguments[Self.format]
         guard !arguments.positional.isEmpty else { throw UsageError(message: "Missing expected argument 'PATH'") }
-        let catalog = try catalog(from: arguments.all("--plugin"))
-        let policyOverride = arguments.value("--policy")
+        let catalog = try catalog(from: arguments[plugin])
+        let policyOverride = arguments[policy]
 
         var outcomes: [Outcome] = []
         var unreadable = false
@@ -78,12 +74,12 @@ enum TestCommand {
                         parsed, file: file, policyOverride: policyOverride, catalog: catalog)
                     for warning in outcome.warnings { output.stderr(warning + "\n") }
                     outcomes.append(outcome)
-                    if format == "text" { output.stdout(text(outcome)) }
+                    if format == .text { output.stdout(text(outcome)) }
                 }
             }
         }
         let failed = outcomes.filter { !$0.passed }.count
-        if format == "junit" {
+        if format == .junit {
             output.stdout(junit(outcomes))
         } else {
             func plural(_ n: Int, _ word: String) -> String { "\(n) \(word)\(n == 1 ? "" : "s")" }

@@ -260,7 +260,8 @@ func usageError(_ message: String, usage: String, help: String) -> String {
     "Error: \(message)\nUsage: \(usage)\n  See '\(help)' for more information.\n"
 }
 
+/// Usage lines are built from each command's declared options and arguments.
 let lintUsage =
-    "policy lint [--format text|json|sarif|github] [--strict] [--disable RULE]... [--exclude GLOB]... "
-    + "[--plugin KIND:NAME]... PATH..."
+    "policy lint [--format text|json|sarif|github] [--strict] [--disable RULE]... [--exclude GLOB]... [--list-rules] "
+    + "[--plugin KIND:NAME]... [--plugins FILE] [--check-env] PATH..."
 let topUsage = "policy <subcommand> [options]"

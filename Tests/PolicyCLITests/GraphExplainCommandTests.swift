@@ -108,7 +108,7 @@ struct GraphExplainCommandTests {
             result, stdout: "",
             stderr: usageError(
                 "Unknown format 'svg'; use dot, mermaid or json",
-                usage: "policy graph [--format dot|mermaid|json] FILE",
+                usage: "policy graph [--format dot|mermaid|json] [--plugin KIND:NAME]... FILE",
                 help: "policy graph --help"),
             status: 64)
     }
@@ -118,7 +118,8 @@ struct GraphExplainCommandTests {
         expectResult(
             result, stdout: "",
             stderr: usageError(
-                "Unexpected argument 'policies/transient.yaml'", usage: "policy graph [--format dot|mermaid|json] FILE",
+                "Unexpected argument 'policies/transient.yaml'",
+                usage: "policy graph [--format dot|mermaid|json] [--plugin KIND:NAME]... FILE",
                 help: "policy graph --help"),
             status: 64)
     }
@@ -199,7 +200,8 @@ struct GraphExplainCommandTests {
         expectResult(
             result, stdout: "",
             stderr: usageError(
-                "Missing expected argument 'FILE'", usage: "policy explain FILE", help: "policy explain --help"),
+                "Missing expected argument 'FILE'", usage: "policy explain [--plugin KIND:NAME]... FILE",
+                help: "policy explain --help"),
             status: 64)
     }
 
