@@ -71,7 +71,11 @@ final class PolicyRuntime: Sendable {
         }
         self.scopes = scopes
         observers = policy.observe.compactMap { make(registry.observe, $0) } + overrides.observers
-        self.problems = problems
+        // Every scope (each route, then the top level) makes its own plugins, most of them from
+        // the same `use:`: one problem is reported once, not once per route.
+        var unique: [PluginError] = []
+        for problem in problems where !unique.contains(problem) { unique.append(problem) }
+        self.problems = unique
     }
 
     /// The business code of a response under a scope, `nil` when it has none.

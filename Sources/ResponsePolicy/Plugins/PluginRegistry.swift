@@ -147,6 +147,9 @@ public struct PluginRegistry: Sendable {
             return try factory(configuration)
         } catch var error as PluginError {
             error.range = error.range ?? reference.range
+            // Name every unreadable secret at once, not one per run.
+            let others = SecretSource.problems(in: configuration, kind: reference.kind).filter { $0 != error.reason }
+            if !others.isEmpty { error.reason += "; also " + others.joined(separator: "; ") }
             throw error
         } catch {
             throw PluginError(kind: reference.kind, name: reference.name, reason: "\(error)", range: reference.range)

@@ -87,6 +87,51 @@ enum SecretSource {
     }
 }
 
+extension SecretSource {
+    /// Every secret a plugin's options name that cannot be read, each as the reason the plugin's
+    /// factory would give: `*-env` and `*-file` options, and `{env:…}` / `{file:…}` in any text
+    /// (the `http` plugin's `body:` fields and `headers:` named as it names them).
+    ///
+    /// Why: a factory stops at the first secret it cannot read, so fixing a deployment took one
+    /// run of `policy lint --check-env` per missing variable. This lists them all at once; the
+    /// factory still decides whether the plugin can be made.
+    static func problems(in configuration: PluginConfiguration, kind: PluginKind) -> [String] {
+        var reasons: [String] = []
+        func note(_ error: PluginError) {
+            if !reasons.contains(error.reason) { reasons.append(error.reason) }
+        }
+        func scan(_ option: PluginOption, _ what: String) {
+            switch option {
+            case .string(let text) where text.contains("{env:") || text.contains("{file:"):
+                do { _ = try TemplateText(text, configuration, kind: kind, in: what) } catch { note(error) }
+            case .list(let items):
+                for item in items { scan(item, what) }
+            case .map(let fields):
+                for name in fields.keys.sorted() {
+                    if let value = fields[name] { scan(value, what) }
+                }
+            default: break
+            }
+        }
+        for key in configuration.options.keys.sorted() {
+            guard let option = configuration.options[key] else { continue }
+            if key.hasSuffix("-env"), let name = option.string {
+                do { _ = try environment(name, configuration, kind: kind, namedBy: "'\(key)'") } catch { note(error) }
+            } else if key.hasSuffix("-file"), let path = option.string {
+                do { _ = try file(path, configuration, kind: kind, namedBy: "'\(key)'") } catch { note(error) }
+            } else if case .map(let fields) = option, key == "body" || key == "headers" {
+                for name in fields.keys.sorted() {
+                    guard let value = fields[name] else { continue }
+                    scan(value, key == "body" ? "the body field '\(name)'" : "the header '\(name)'")
+                }
+            } else {
+                scan(option, "the option '\(key)'")
+            }
+        }
+        return reasons
+    }
+}
+
 /// A text from a policy with its placeholders resolved as far as they can be when the plugin is
 /// made: `{env:NAME}` and `{file:PATH}` are read then (and fail then); `{refresh_token}` and
 /// `{access_token}` stay as parts filled in per request.
