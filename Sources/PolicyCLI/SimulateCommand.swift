@@ -101,7 +101,10 @@ enum SimulateCommand {
     /// folder, and where; `nil` when it names none (or cannot be read: the run reports that).
     static func scriptPolicy(_ scriptPath: String) -> (written: String, path: String, range: SourceRange?)? {
         guard let bytes = try? Policy.readFile(scriptPath, limits: .default) else { return nil }
-        let (expectations, _) = SimulationExpectations.parse(Policy.parse(bytes: bytes, limits: .default), file: nil)
+        let parsed = Policy.parse(bytes: bytes, limits: .default)
+        // `policy: 1` is a schema version, not a path: the script's own parse reports it.
+        guard SimulationScript.versionInsteadOfPolicyPath(parsed.root, file: nil) == nil else { return nil }
+        let (expectations, _) = SimulationExpectations.parse(parsed, file: nil)
         guard let named = expectations.policy else { return nil }
         if named.hasPrefix("/") { return (named, named, expectations.policyRange) }
         let directory = folder(of: scriptPath)
@@ -137,7 +140,13 @@ enum SimulateCommand {
         case .refreshEnd:
             what = "refresh " + (event.ok == true ? "ok" : "failed") + (event.reason.map { " (\($0))" } ?? "")
         case .logout: what = "logout (\(event.rule ?? event.reason ?? "no reason given"))"
-        case .cancel: what = "cancelled" + (event.reason.map { " (\($0))" } ?? "")
+        case .cancel:
+            // A request another request's logout ends has the outcome logged-out (SPEC §5); say so
+            // here, so 'cancelled' on this line is not read as the outcome.
+            what =
+                event.reason == "logout"
+                ? "cancelled by the logout (its outcome is logged-out)"
+                : "cancelled" + (event.reason.map { " (\($0))" } ?? "")
         case .reload: what = "reload " + (event.ok == true ? "ok" : "refused") + (event.reason.map { " (\($0))" } ?? "")
         case .problem: what = "problem: \(event.reason ?? "?")"
         case .outcome:
@@ -154,7 +163,12 @@ enum SimulateCommand {
         switch reason {
         case "budget": return "retry refused: budget"
         case "not-retryable": return "not retried: method not in retry.methods"
-        case "on-exhausted": return "retries exhausted"
+        case "on-exhausted":
+            // The edge says whose: a refresh rule runs out of refreshes (max-per-request), not retries.
+            if event.edge?.contains(".refresh>on-exhausted>") == true {
+                return "refreshes exhausted: refresh.max-per-request reached"
+            }
+            return "retries exhausted"
         case "deadline": return "the wait would pass the deadline"
         case "on-failure": return "refresh failed"
         default: return reason

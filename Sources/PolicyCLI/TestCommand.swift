@@ -112,6 +112,10 @@ enum TestCommand {
     {
         var outcome = Outcome(path: file)
         guard SimulationScript.isScript(parsed.root) else {
+            if let mistake = SimulationScript.versionInsteadOfPolicyPath(parsed.root, file: file) {
+                outcome.errors.append(mistake.description)
+                return outcome
+            }
             outcome.errors.append(
                 "\(file):1:1: error: not a simulation script: it has no top-level 'requests:'")
             return outcome

@@ -373,8 +373,8 @@ struct LintCommandTests {
         ),
         .init(
             name: "tab indent", bytes: Array("policy: 1\nname: x\nretry:\n\tmax-retries: 3\n".utf8),
-            line: "hostile.yaml:4:1: error: a tab character is not allowed here; YAML indents with spaces "
-                + "while scanning for the next token [yaml-syntax]"),
+            line: "hostile.yaml:4:1: error: a tab indents this line; YAML indents with spaces only: replace the tab "
+                + "with spaces [yaml-syntax]"),
         .init(
             name: "binary garbage", bytes: (0..<4096).map { UInt8(truncatingIfNeeded: $0 * 7919 + 13) },
             line: "hostile.yaml:1:2: error: the file is not valid UTF-8 (invalid leading UTF-8 octet) [yaml-syntax]"),

@@ -176,10 +176,13 @@ struct YAMLLoaderTests {
         ),
         (
             "tab", "policy: 1\nretry:\n\tmax-retries: 3\n", "yaml-syntax", 3, 1,
-            "a tab character is not allowed here; YAML indents with spaces while scanning for the next token"
+            "a tab indents this line; YAML indents with spaces only: replace the tab with spaces"
         ),
-        ("unclosed", "rules: [\n", "yaml-syntax", 2, 1, "did not find expected node content while parsing a flow node"),
-        ("bad indent", "a:\n  b: 1\n c: 2\n", "yaml-syntax", 3, 2, "did not find expected key"),
+        ("unclosed", "rules: [\n", "yaml-syntax", 2, 1, "a value is missing here, or a '[' or '{' is not closed"),
+        (
+            "bad indent", "a:\n  b: 1\n c: 2\n", "yaml-syntax", 3, 2,
+            "this line does not line up with the keys of the mapping that starts on line 1: indent it like them"
+        ),
     ])
     func syntaxErrorsArePositioned(
         _ name: String, _ text: String, _ rule: String, _ line: Int, _ column: Int, _ message: String

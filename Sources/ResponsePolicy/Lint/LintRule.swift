@@ -18,6 +18,15 @@ package struct LintContext {
     /// Whether decoding reported an error. Findings that would only follow from it (a rule
     /// dropped for an unknown action leaves its section "unused") are not shown then.
     var decodeFailed = false
+    /// Where decoding reported errors. A rule with an error inside it was decoded without the
+    /// broken part (an invalid code dropped), so it is wider than written: comparisons with it
+    /// (shadowing) would be follow-ons of that error and are not reported.
+    var errorPositions: [SourcePosition] = []
+
+    /// Whether decoding reported an error inside `range`.
+    func hasError(in range: SourceRange) -> Bool {
+        errorPositions.contains { range.start <= $0 && $0 <= range.end }
+    }
 }
 
 /// One semantic check run after the schema decode. One rule per file under `Lint/Rules/`.

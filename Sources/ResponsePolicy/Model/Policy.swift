@@ -176,7 +176,9 @@ public struct Policy: Sendable {
         diagnostics += decoder.diagnostics
         let graph = RuleGraph(parts: parts, catalog: catalog)
         diagnostics += Linter.check(
-            LintContext(parts: parts, graph: graph, catalog: catalog, decodeFailed: decoder.diagnostics.hasErrors))
+            LintContext(
+                parts: parts, graph: graph, catalog: catalog, decodeFailed: decoder.diagnostics.hasErrors,
+                errorPositions: decoder.diagnostics.filter { $0.severity == .error }.map(\.range.start)))
         let sorted = finish(diagnostics, file)
         let policy = Policy(parts: parts, graph: graph, warnings: sorted.filter { $0.severity == .warning }, file: file)
         return Analysis(policy: policy, diagnostics: sorted, source: source)

@@ -53,10 +53,48 @@ package struct PolicyDecoder {
         return result
     }
 
+    /// The sections a key may have been meant for, to point at when it is written in another
+    /// one (`cooldown:` under `retry:`). Read from the decoder's own key lists.
+    static var sectionsByKey: [(section: String, keys: [String])] {
+        [
+            ("retry", retryKeys), ("refresh", refreshTuningKeys), ("logout", logoutTuningKeys),
+            ("dispatch", dispatchKeys), ("when", whenKeys), ("classify", classifyKeys),
+        ]
+    }
+
+    /// An unknown key, with the likeliest fix: a typo (`retyr` → `retry`), a shortened name
+    /// (`retries` → `max-retries`), a key of another section (`cooldown` in `retry` belongs in
+    /// `logout`), a section indented into another, or else every key allowed here.
     static func unknownKey(_ key: String, in what: String, allowed: [String], at range: SourceRange) -> Diagnostic {
+        let shown = key.truncatedForMessage
         if let suggestion = Suggestion.closest(to: key, in: allowed) {
+            return .error("unknown-key", "unknown key '\(shown)'; did you mean '\(suggestion)'?", at: range)
+        }
+        // A word of a longer key: `retries` for `max-retries`, `timeout` for `attempt-timeout`.
+        let containing = allowed.filter { $0.split(separator: "-").contains(Substring(key)) }
+        if key.count >= 4, containing.count == 1, let suggestion = containing.first {
+            return .error("unknown-key", "unknown key '\(shown)'; did you mean '\(suggestion)'?", at: range)
+        }
+        if what == "a policy", key == "requests" {
             return .error(
-                "unknown-key", "unknown key '\(key.truncatedForMessage)'; did you mean '\(suggestion)'?", at: range)
+                "unknown-key",
+                "unknown key 'requests' in a policy; a simulation script has 'requests:' and names the policy file "
+                    + "to run with 'policy: PATH' (a number after 'policy:' makes this file a policy)",
+                at: range)
+        }
+        if what != "a policy", topLevelKeys.contains(key) {
+            return .error(
+                "unknown-key",
+                "unknown key '\(shown)' in \(what); '\(key)' is a top-level section: move it out (check its indentation)",
+                at: range)
+        }
+        if let home = sectionsByKey.first(where: { $0.keys.contains(key) && "'\($0.section)'" != what }) {
+            let fix =
+                home.section == "when"
+                ? "write it under 'when:', as in when: { \(key): … }" : "move it to the '\(home.section)' section"
+            return .error(
+                "unknown-key", "unknown key '\(shown)' in \(what); '\(key)' is a key of '\(home.section)': \(fix)",
+                at: range)
         }
         return .error(
             "unknown-key",
@@ -101,7 +139,12 @@ package struct PolicyDecoder {
             return nil
         }
         guard let value = Int(text) else {
-            report(.error("invalid-value", "'\(key)' is too large: \(text.truncatedForMessage)", at: node.range))
+            // Past Int's range: say which range is allowed, as for any other value outside it.
+            report(
+                .error(
+                    "invalid-value",
+                    "'\(key)' must be between \(range.lowerBound) and \(range.upperBound), not \(text.truncatedForMessage)",
+                    at: node.range))
             return nil
         }
         guard range.contains(value) else {
@@ -176,6 +219,15 @@ package struct PolicyDecoder {
         return nil
     }
 
+    /// `'cooldown' cannot be negative: '-5s'; a duration is 0s or more, like 5s`.
+    static func negativeDuration(_ key: String, _ text: String, suggest: String, at range: SourceRange) -> Diagnostic {
+        .error(
+            "invalid-duration",
+            "'\(key)' cannot be negative: '\(text.truncatedForMessage)'; a duration is 0s or more, like "
+                + suggest.truncatedForMessage,
+            at: range)
+    }
+
     /// A duration with a unit. `allowNone` accepts `none` (returned as `.some(nil)`).
     mutating func duration(_ node: YAMLNode, _ key: String, allowNone: Bool = false) -> Duration?? {
         guard case .scalar(let text, _) = node.value, !node.isNull else {
@@ -189,10 +241,7 @@ package struct PolicyDecoder {
         if let duration = Duration.parsePolicy(text) { return .some(duration) }
         if Double(text) != nil {
             if text.hasPrefix("-") {
-                report(
-                    .error(
-                        "invalid-duration", "'\(key)' cannot be negative: '\(text.truncatedForMessage)'", at: node.range
-                    ))
+                report(Self.negativeDuration(key, text, suggest: "\(text.dropFirst())s", at: node.range))
             } else {
                 report(
                     .error(
@@ -201,9 +250,7 @@ package struct PolicyDecoder {
                         at: node.range))
             }
         } else if text.hasPrefix("-"), Duration.parsePolicy(String(text.dropFirst())) != nil {
-            report(
-                .error("invalid-duration", "'\(key)' cannot be negative: '\(text.truncatedForMessage)'", at: node.range)
-            )
+            report(Self.negativeDuration(key, text, suggest: String(text.dropFirst()), at: node.range))
         } else if let unit = ["ms", "s", "m", "h"].first(where: { text.hasSuffix($0) }),
             let value = Double(text.dropLast(unit.count)), value >= 0
         {

@@ -82,7 +82,13 @@ package struct ExpectationChecker: Sendable {
             }
             var wrong: [String] = []
             if let expected = request.outcome, outcome.result != expected {
-                wrong.append("outcome '\(expected.rawValue)', got '\(outcome.result?.rawValue ?? "none")'")
+                var text = "outcome '\(expected.rawValue)', got '\(outcome.result?.rawValue ?? "none")'"
+                if expected == .cancelled, outcome.result == .loggedOut {
+                    text +=
+                        " (a request a logout ends, on the wire, waiting or refused during the cooldown, has the "
+                        + "outcome 'logged-out'; 'cancelled' is for a caller that cancels its own request)"
+                }
+                wrong.append(text)
             }
             if let expected = request.status, outcome.status != expected {
                 wrong.append("status \(expected), got \(outcome.status.map(String.init) ?? "no response")")

@@ -77,6 +77,11 @@ package struct SimulationScript: Sendable {
             var decoder = PolicyDecoder(catalog: PluginCatalog())
             script = decoder.script(root)
             diagnostics += decoder.diagnostics
+            // A warning here: `simulate FILE` runs the script with FILE all the same.
+            if var mistake = versionInsteadOfPolicyPath(root, file: nil) {
+                mistake.severity = .warning
+                diagnostics.append(mistake)
+            }
         } else if !diagnostics.hasErrors {
             diagnostics.append(.error("empty-file", "the script is empty; it needs 'requests:'", at: .fileStart))
         }
@@ -96,6 +101,23 @@ package struct SimulationScript: Sendable {
         guard pairs.contains(where: { $0.key.scalar == "requests" }) else { return false }
         guard let version = pairs.first(where: { $0.key.scalar == "policy" })?.value else { return true }
         return !(version.isPlainScalar && version.scalar.map(PolicyDecoder.isInteger) == true)
+    }
+
+    /// Why a document with `requests:` is not a script: its `policy:` is the schema version of a
+    /// policy file (`policy: 1`), where a script names the policy file to run. `nil` when that is
+    /// not the case. Positioned at the `policy:` value.
+    package static func versionInsteadOfPolicyPath(_ root: YAMLNode?, file: String?) -> Diagnostic? {
+        guard let pairs = root?.pairs, pairs.contains(where: { $0.key.scalar == "requests" }),
+            let version = pairs.first(where: { $0.key.scalar == "policy" })?.value, !isScript(root)
+        else { return nil }
+        var diagnostic = Diagnostic.error(
+            "invalid-value",
+            "this file has 'requests:' like a simulation script, but 'policy: \(version.scalar ?? "")' is a policy "
+                + "file's schema version; in a script, 'policy:' names the policy file to run, like "
+                + "policy: ../policies/default.yaml (or leave it out and pass the policy on the command line)",
+            at: version.range)
+        diagnostic.file = file
+        return diagnostic
     }
 
     /// ``isScript(_:)`` on raw bytes (parses them).
@@ -194,7 +216,7 @@ extension PolicyDecoder {
             case "method": request.method = (string(value, key) ?? "GET").uppercased()
             case "path": request.path = string(value, key) ?? "/"
             case "headers": request.headers = stringPairs(value, key)
-            case "body": request.body = string(value, key)
+            case "body": request.body = bodyText(value, key)
             case "repeat":
                 count = integer(value, key, in: 1...100_000) ?? 1
                 hasRepeat = true
@@ -223,6 +245,53 @@ extension PolicyDecoder {
         }
     }
 
+    /// A `body:` is the text sent or answered, as written. A body written as a YAML mapping
+    /// (`body: { status: 1401 }`) is a common slip, so the error gives the JSON text to write.
+    mutating func bodyText(_ node: YAMLNode, _ key: String) -> String? {
+        guard node.pairs != nil || node.items != nil else { return string(node, key) }
+        let json = Self.json(node, budget: 100)
+        let example = json.map { "body: '\($0)'" } ?? "body: '{\"status\":1401}'"
+        report(
+            .error(
+                "invalid-type",
+                "'\(key)' is the body's text, not \(node.kindDescription); write its JSON in quotes: \(example)",
+                at: node.range))
+        return nil
+    }
+
+    /// A small YAML value as one line of JSON (plain numbers, booleans and null unquoted), or
+    /// `nil` when it would be longer than `budget` characters.
+    static func json(_ node: YAMLNode, budget: Int) -> String? {
+        var out = ""
+        func write(_ node: YAMLNode) -> Bool {
+            guard out.count <= budget else { return false }
+            if let pairs = node.pairs {
+                out += "{"
+                for (index, pair) in pairs.enumerated() {
+                    if index > 0 { out += "," }
+                    out += PolicyEvent.quote(pair.key.scalar ?? "")
+                    out += ":"
+                    guard write(pair.value) else { return false }
+                }
+                out += "}"
+            } else if let items = node.items {
+                out += "["
+                for (index, item) in items.enumerated() {
+                    if index > 0 { out += "," }
+                    guard write(item) else { return false }
+                }
+                out += "]"
+            } else if let text = node.scalar {
+                let bare =
+                    node.isPlainScalar
+                    && (Double(text) != nil || ["true", "false", "null"].contains(text))
+                out += bare ? text : PolicyEvent.quote(text)
+            }
+            return out.count <= budget
+        }
+        return write(node) ? out : nil
+    }
+
     mutating func scriptResponse(_ node: YAMLNode) -> SimulationScript.Response? {
         guard
             let fields = mappingFields(node, "a response", allowed: ["status", "body", "headers", "latency", "error"])
@@ -231,7 +300,7 @@ extension PolicyDecoder {
         for (key, _, value) in fields {
             switch key {
             case "status": response.status = integer(value, key, in: 100...599) ?? 200
-            case "body": response.body = string(value, key) ?? ""
+            case "body": response.body = bodyText(value, key) ?? ""
             case "headers": response.headers = stringPairs(value, key)
             case "latency": response.latency = duration(value, key).flatMap { $0 }
             case "error": response.error = choice(value, key, TransportErrorClass.self)
@@ -269,7 +338,7 @@ extension PolicyDecoder {
             case "after": step.after = duration(value, key).flatMap { $0 } ?? step.after
             case "result": step.result = choice(value, key, SimulationScript.RefreshStep.Result.self) ?? step.result
             case "status": step.status = integer(value, key, in: 100...599)
-            case "body": step.body = string(value, key)
+            case "body": step.body = bodyText(value, key)
             case "expires-in": step.expiresIn = duration(value, key).flatMap { $0 }
             default: break
             }

@@ -94,22 +94,79 @@ package struct YAMLLoader {
         }
         let mark = parser.problem_mark
         let position = SourcePosition(line: Int(mark.line) + 1, column: Int(mark.column) + 1)
-        var message = problem
         // libyaml's `index` counts characters, not bytes: find the character by line and column.
-        if DiagnosticRenderer.character(in: String(decoding: bytes, as: UTF8.self), at: position) == "\t" {
-            message = "a tab character is not allowed here; YAML indents with spaces"
-        }
+        let character = DiagnosticRenderer.character(in: String(decoding: bytes, as: UTF8.self), at: position)
+        let context = parser.context.map { String(cString: $0) }
+        let cm = parser.context_mark
+        let contextPosition = SourcePosition(line: Int(cm.line) + 1, column: Int(cm.column) + 1)
+        var message = explain(problem, context: context, contextLine: contextPosition.line, character: character)
         var notes: [Diagnostic.Note] = []
-        if let context = parser.context.map({ String(cString: $0) }) {
-            let cm = parser.context_mark
-            let contextPosition = SourcePosition(line: Int(cm.line) + 1, column: Int(cm.column) + 1)
+        if let context {
+            let said = contextNote(context)
             if contextPosition != position {
-                notes.append(.init(range: SourceRange(start: contextPosition, end: contextPosition), message: context))
-            } else {
+                notes.append(.init(range: SourceRange(start: contextPosition, end: contextPosition), message: said))
+            } else if said == context, message == problem {
                 message += " \(context)"
             }
         }
         return .error("yaml-syntax", message, at: SourceRange(start: position, end: position), notes: notes)
+    }
+
+    /// libyaml's problem in words that say how to fix it. libyaml describes its parser's state
+    /// ("mapping values are not allowed in this context"); a reader needs to know that a line is
+    /// indented too far or a value needs quotes. Unknown problems keep libyaml's text.
+    static func explain(_ problem: String, context: String?, contextLine: Int, character: Unicode.Scalar?) -> String {
+        if character == "\t" || problem.contains("tab character") {
+            return "a tab indents this line; YAML indents with spaces only: replace the tab with spaces"
+        }
+        switch problem {
+        case "found character that cannot start any token":
+            let shown = character.map { "'\($0)'" } ?? "this character"
+            return "\(shown) cannot start a value here; put the value in quotes"
+        case "mapping values are not allowed in this context":
+            return "unexpected ':' here: this line is indented more than the keys above it "
+                + "(line it up with them), or a value holds ': ' and needs quotes"
+        case "did not find expected key":
+            return "this line does not line up with the keys of the mapping that starts on line \(contextLine): "
+                + "indent it like them"
+        case "did not find expected '-' indicator":
+            return "this line does not line up with the list that starts on line \(contextLine): "
+                + "start a new item with '- ' or indent it like the item's other keys"
+        case "could not find expected ':'":
+            return "a key needs ':' after it; if this line continues a long value, put the value in quotes"
+        case "found unexpected end of stream":
+            return context == "while scanning a quoted scalar"
+                ? "a quoted text is not closed: add the closing quote" : "the file ends in the middle of a value"
+        case "did not find expected node content":
+            return context == "while parsing a flow node"
+                ? "a value is missing here, or a '[' or '{' is not closed" : "a value is missing here"
+        case "did not find expected ',' or ']'":
+            return "a '[' list is not closed with ']', or two of its items have no ',' between them"
+        case "did not find expected ',' or '}'":
+            return "a '{' mapping is not closed with '}', or two of its entries have no ',' between them"
+        case "block sequence entries are not allowed in this context":
+            return "a list item ('- ') cannot start here: put the list on the next lines, indented under its key"
+        case "found unknown escape character while parsing a quoted scalar", "found unknown escape character":
+            return "unknown escape in a double-quoted text: write \\\\ for a backslash, or use single quotes"
+        case "did not find expected <document start>":
+            return "more follows the policy's mapping: a policy file holds one mapping (check the indentation)"
+        default:
+            return problem
+        }
+    }
+
+    /// libyaml's context ("while parsing a block mapping") as what its position is.
+    static func contextNote(_ context: String) -> String {
+        switch context {
+        case "while parsing a block mapping": return "the mapping starts here"
+        case "while parsing a block collection": return "the list starts here"
+        case "while scanning a simple key": return "the key starts here"
+        case "while scanning a quoted scalar": return "the quoted text starts here"
+        case "while parsing a flow sequence": return "the '[' list starts here"
+        case "while parsing a flow mapping": return "the '{' mapping starts here"
+        case "while parsing a flow node", "while parsing a block node": return "the value starts here"
+        default: return context
+        }
     }
 
     private static func hex(_ value: Int32) -> String {

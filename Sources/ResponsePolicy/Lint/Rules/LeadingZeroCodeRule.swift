@@ -5,7 +5,9 @@ struct LeadingZeroCodeRule: LintRule {
         summary: "a business code has a leading zero",
         rationale: """
             Codes compare by their text, so '0202' matches a body with "0202" but not the number \
-            202 (which a JSON body sends as 202). Write the code as the server sends it.
+            202 (which a JSON body sends as 202). Write the code as the server sends it. A code read \
+            from a header (classify: { code: header.<Name> }) is always text, so a leading zero there \
+            is what the server sends and is not reported.
             """,
         severity: .warning,
         triggering: [
@@ -20,12 +22,19 @@ struct LeadingZeroCodeRule: LintRule {
                 classify: { code: body.status }
                 rules:
                   - { name: gone, when: { code: [202, "0"] }, then: logout }
-                """
+                """,
+            exampleHeader + """
+                classify: { code: header.X-Status }
+                rules:
+                  - { name: gone, when: { code: ["0202"] }, then: logout }
+                """,
         ])
 
     func check(_ context: LintContext) -> [Diagnostic] {
         var findings: [Diagnostic] = []
-        for (rules, _) in context.ruleSets {
+        for (rules, scope) in context.ruleSets {
+            // A header's value is text as sent: '0202' there is the code the server sends.
+            if case .header? = scope.classify { continue }
             for rule in rules {
                 for code in rule.when.codes ?? [] where Self.hasLeadingZero(code) {
                     let digits = code.drop { $0 == "0" || $0 == "-" }

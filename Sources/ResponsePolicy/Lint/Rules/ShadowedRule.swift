@@ -28,8 +28,11 @@ struct ShadowedRule: LintRule {
             for position in rules.indices {
                 let rule = rules[position]
                 let candidates = index.candidates(for: rule.when)
-                if let earlier = candidates.first(where: { Self.covers(rules[$0].when, rule.when, budget: &budget) })
-                    .map({ rules[$0] })
+                if !context.hasError(in: rule.range),
+                    let earlier = candidates.first(where: {
+                        !context.hasError(in: rules[$0].range)
+                            && Self.covers(rules[$0].when, rule.when, budget: &budget)
+                    }).map({ rules[$0] })
                 {
                     findings.append(
                         .warning(

@@ -111,8 +111,9 @@ if let target = ProcessInfo.processInfo.environment["BILLING_URL"].flatMap(URL.i
     do {
         let response = try await engine.send(HTTPRequest(url: target))
         print("HTTP \(response.status)")
-    } catch .loggedOut(let until) {
-        print("logged out until \(until)")
+    } catch PolicyEngineError.loggedOut(let until, let reason) {
+        // Name the type: `catch .loggedOut` compiles only while `send` is the block's only `try`.
+        print("logged out until \(until): \(reason)")
     } catch {
         print("failed: \(error)")
     }
