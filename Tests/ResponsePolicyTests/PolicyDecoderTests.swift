@@ -214,7 +214,8 @@ struct PolicyDecoderTests {
     @Test func integerOverflowIsAPositionedError() {
         #expect(
             renderedErrors(header + "retry: { max-retries: 99999999999999999999999 }\n")
-                == "test.yaml:3:23: error: 'max-retries' is too large: 99999999999999999999999 [invalid-value]")
+                == "test.yaml:3:23: error: 'max-retries' must be between 0 and 100, not 99999999999999999999999 [invalid-value]"
+        )
     }
 
     @Test func everyProblemIsReportedNotJustTheFirst() {
