@@ -3,31 +3,43 @@
 # installs it as PREFIX/bin/policy, so machines without a Swift toolchain can run it. At run time
 # the binary needs only libyaml (libyaml-0-2), hiredis (libhiredis0.14) and libcurl (libcurl4) from Debian.
 #
-# Building needs the toolchain, libyaml-dev, pkgconf and libcurl4-openssl-dev (the static
-# FoundationNetworking links against libcurl). Missing Debian packages are installed when running
-# as root with apt-get; otherwise the script says what to install and stops.
+# Building needs the toolchain, libyaml-dev, libhiredis-dev, pkgconf and libcurl4-openssl-dev (the
+# static FoundationNetworking links against libcurl); all are checked before building. Missing
+# Debian packages are installed when running as root with apt-get; otherwise the script says what
+# to install and stops. A cold release build takes about 9 minutes on 2 cores.
 #
 # Usage: scripts/install.sh PREFIX            e.g. scripts/install.sh /usr/local
+#        scripts/install.sh --check           only check the build dependencies (exit 0 or 2)
 #        SCRATCH=.build-static scripts/install.sh ~/.local   (where SwiftPM builds; the default)
 # Exit status: 0 installed, 1 build failed, 2 usage or setup error.
 set -euo pipefail
 
 if [ $# -ne 1 ] || [ -z "$1" ]; then
-    echo "usage: scripts/install.sh PREFIX   (installs PREFIX/bin/policy)" >&2
+    echo "usage: scripts/install.sh PREFIX   (installs PREFIX/bin/policy; --check only checks the build dependencies)" >&2
     exit 2
 fi
 prefix=$1
 cd "$(dirname "$0")/.."
 scratch=${SCRATCH:-.build-static}
 
+# Every build dependency is checked before anything is built, so a clean machine stops here with
+# what to install, not minutes later on a missing header. The Debian packages: every system
+# library target's provider in Package.swift (InstallScriptTests keeps this list in step with
+# it), libcurl for the static FoundationNetworking, pkg-config for libyaml's flags.
+build_packages=(libyaml-dev libhiredis-dev libcurl4-openssl-dev)
+if ! command -v swift >/dev/null 2>&1; then
+    echo "error: building needs the Swift toolchain (swift 6 or later): https://www.swift.org/install/linux/" >&2
+    exit 2
+fi
+if [ "${1:-}" = --check ]; then check_only=1; else check_only=; fi
 if [ "$(uname -s)" = Linux ]; then
     missing=()
-    for package in libyaml-dev libcurl4-openssl-dev; do
+    for package in "${build_packages[@]}"; do
         dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
     done
     command -v pkg-config >/dev/null 2>&1 || missing+=(pkgconf)
     if [ ${#missing[@]} -gt 0 ]; then
-        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        if [ -z "$check_only" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
             echo "== installing ${missing[*]}"
             apt-get update -qq
             DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
@@ -37,7 +49,12 @@ if [ "$(uname -s)" = Linux ]; then
         fi
     fi
 fi
+if [ -n "$check_only" ]; then
+    echo "every build dependency is installed: swift, ${build_packages[*]}, pkg-config"
+    exit 0
+fi
 
+echo "== a cold release build takes about 9 minutes on 2 cores (a rebuild after a change, 1-2 minutes)"
 echo "== swift build -c release --static-swift-stdlib --product policy"
 swift build -c release --static-swift-stdlib --product policy --scratch-path "$scratch"
 binary="$(swift build -c release --static-swift-stdlib --product policy --scratch-path "$scratch" --show-bin-path)/policy"
