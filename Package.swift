@@ -39,6 +39,10 @@ let package = Package(
             path: "examples/embedding",
             exclude: ["policy.yaml"]
         ),
+        // The Swift snippets of README.md and docs/, compiled by every build; DocsTests checks that
+        // each block the documentation shows is a region of these files.
+        .target(
+            name: "DocsSnippets", dependencies: ["ResponsePolicy", "ResponsePolicyURLSession"], path: "docs/snippets"),
         // Shared by the test targets only: keeps real-time tests apart from storm tests.
         .target(name: "TestGate", path: "Tests/TestGate"),
         .testTarget(name: "ResponsePolicyTests", dependencies: ["ResponsePolicy", "policy-fuzz", "TestGate"]),

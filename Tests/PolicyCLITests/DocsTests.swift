@@ -87,4 +87,97 @@ struct DocsTests {
             Issue.record("\(block) does not load as a policy: \(diagnostics.filter { $0.severity == .error })")
         }
     }
+
+    // MARK: - Swift
+
+    /// A ```` ```swift ```` block and the marker on the line before it.
+    struct SwiftBlock: CustomStringConvertible, Sendable {
+        var file: String
+        var line: Int
+        var text: String
+        /// `<!-- snippet: PATH#NAME -->` or `<!-- not compiled: WHY -->`, as written.
+        var marker: String
+        var description: String { "\(file):\(line)" }
+    }
+
+    static let swiftBlocks: [SwiftBlock] = {
+        var files = ["README.md"]
+        let names =
+            (try? FileManager.default.contentsOfDirectory(atPath: repositoryRoot.appendingPathComponent("docs").path))
+            ?? []
+        files += names.filter { $0.hasSuffix(".md") }.sorted().map { "docs/" + $0 }
+        var blocks: [SwiftBlock] = []
+        for file in files {
+            guard let text = try? String(contentsOf: repositoryRoot.appendingPathComponent(file), encoding: .utf8)
+            else { continue }
+            let lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+            var index = 0
+            while index < lines.count {
+                guard lines[index] == "```swift" else {
+                    index += 1
+                    continue
+                }
+                let start = index
+                var body: [String] = []
+                index += 1
+                while index < lines.count, lines[index] != "```" {
+                    body.append(lines[index])
+                    index += 1
+                }
+                blocks.append(
+                    SwiftBlock(
+                        file: file, line: start + 1, text: body.joined(separator: "\n"),
+                        marker: start > 0 ? lines[start - 1] : ""))
+                index += 1
+            }
+        }
+        return blocks
+    }()
+
+    /// The regions of a Swift file between `// snippet: NAME` and `// snippet end`, each dedented;
+    /// the pieces of one name joined by a blank line (imports at the top, code in a function).
+    static func regions(in path: String) throws -> [String: String] {
+        let text = try String(contentsOf: repositoryRoot.appendingPathComponent(path), encoding: .utf8)
+        var pieces: [String: [String]] = [:]
+        var current: (name: String, lines: [String])?
+        for line in text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init) {
+            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            if trimmed.hasPrefix("// snippet: ") {
+                current = (String(trimmed.dropFirst("// snippet: ".count)), [])
+            } else if trimmed == "// snippet end", let region = current {
+                let indent =
+                    region.lines.filter { !$0.trimmingCharacters(in: .whitespaces).isEmpty }
+                    .map { $0.prefix { $0 == " " }.count }.min() ?? 0
+                let piece = region.lines.map { String($0.dropFirst(min(indent, $0.count))) }
+                    .joined(separator: "\n").trimmingCharacters(in: .newlines)
+                pieces[region.name, default: []].append(piece)
+                current = nil
+            } else {
+                current?.lines.append(line)
+            }
+        }
+        return pieces.mapValues { $0.joined(separator: "\n\n") }
+    }
+
+    @Test func theDocumentationHasSwiftBlocksToCheck() {
+        #expect(Self.swiftBlocks.count >= 10)
+        #expect(Self.swiftBlocks.contains { $0.file == "README.md" })
+    }
+
+    /// Every Swift block is a region of a file the build compiles (docs/snippets is a target of
+    /// the package; examples/service is built by .ci/run), word for word; a block that cannot be
+    /// compiled says why.
+    @Test(arguments: swiftBlocks) func everySwiftBlockIsCompiledCode(_ block: SwiftBlock) throws {
+        if block.marker.hasPrefix("<!-- not compiled: ") { return }
+        let marker = try #require(
+            block.marker.firstMatch(of: /^<!-- snippet: ([^#]+)#(\S+) -->$/),
+            "\(block): a Swift block needs <!-- snippet: PATH#NAME --> (or <!-- not compiled: WHY -->) above it")
+        let path = String(marker.1)
+        #expect(
+            path.hasPrefix("docs/snippets/") || path.hasPrefix("examples/service/"),
+            "\(block): \(path) is not compiled by the build or CI")
+        let regions = try Self.regions(in: path)
+        let region = try #require(regions[String(marker.2)], "\(block): no region '\(marker.2)' in \(path)")
+        #expect(block.text == region, "\(block) differs from \(path)#\(marker.2)")
+    }
 }

@@ -20,6 +20,7 @@ import ResponsePolicyURLSession
 
 /// Hands every engine event to a swift-log `Logger`, at the event's level, with its fields as
 /// metadata. Events carry no tokens, headers, bodies or queries.
+// snippet: swift-log-bridge
 struct SwiftLogObserver: PolicyObserver {
     let logger: Logger
 
@@ -41,6 +42,7 @@ struct SwiftLogObserver: PolicyObserver {
         logger.log(level: level, "\(event.kind.rawValue)", metadata: metadata)
     }
 }
+// snippet end
 
 // MARK: - The host's logout
 
