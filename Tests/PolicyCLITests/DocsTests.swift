@@ -88,6 +88,28 @@ struct DocsTests {
         }
     }
 
+    /// Every key the decoder accepts is in docs/policy.md (written as a YAML key or in code
+    /// quotes), so a key added to the policy file cannot be left out of its reference.
+    @Test func thePolicyReferenceNamesEveryKeyTheDecoderAccepts() throws {
+        let reference = try String(
+            contentsOf: repositoryRoot.appendingPathComponent("docs/policy.md"), encoding: .utf8)
+        let lists: [(String, [String])] = [
+            ("top level", PolicyDecoder.topLevelKeys), ("retry", PolicyDecoder.retryKeys),
+            ("refresh", PolicyDecoder.refreshTuningKeys), ("logout", PolicyDecoder.logoutTuningKeys),
+            ("dispatch", PolicyDecoder.dispatchKeys), ("when", PolicyDecoder.whenKeys),
+            ("classify", PolicyDecoder.classifyKeys), ("route", PolicyDecoder.routeKeys),
+            ("match", PolicyDecoder.matchKeys), ("budget", PolicyDecoder.budgetKeys),
+            ("limit", PolicyDecoder.limitKeys), ("rule", PolicyDecoder.ruleKeys),
+        ]
+        for (section, keys) in lists {
+            for key in keys {
+                #expect(
+                    reference.contains("\(key):") || reference.contains("`\(key)`"),
+                    "docs/policy.md does not mention the \(section) key '\(key)'")
+            }
+        }
+    }
+
     // MARK: - Swift
 
     /// A ```` ```swift ```` block and the marker on the line before it.
