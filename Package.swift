@@ -7,6 +7,8 @@ let package = Package(
     products: [
         .library(name: "ResponsePolicy", targets: ["ResponsePolicy"]),
         .library(name: "ResponsePolicyURLSession", targets: ["ResponsePolicyURLSession"]),
+        // For a service's own tests: a virtual clock, seeded randomness, the simulator.
+        .library(name: "ResponsePolicyTesting", targets: ["ResponsePolicyTesting"]),
         .executable(name: "policy", targets: ["policy"]),
         .executable(name: "policy-bench", targets: ["policy-bench"]),
     ],
@@ -24,7 +26,9 @@ let package = Package(
         ),
         .target(name: "ResponsePolicy", dependencies: ["CYAML", "CHiredis"]),
         .target(name: "ResponsePolicyURLSession", dependencies: ["ResponsePolicy"]),
-        .target(name: "PolicyCLI", dependencies: ["ResponsePolicy", "ResponsePolicyURLSession"]),
+        .target(name: "ResponsePolicyTesting", dependencies: ["ResponsePolicy"]),
+        .target(
+            name: "PolicyCLI", dependencies: ["ResponsePolicy", "ResponsePolicyURLSession", "ResponsePolicyTesting"]),
         .executableTarget(name: "policy", dependencies: ["PolicyCLI"]),
         .executableTarget(name: "policy-bench", dependencies: ["ResponsePolicy"]),
         // Test helper: one coordinator in a child process, driven over stdin/stdout by the
@@ -32,7 +36,7 @@ let package = Package(
         .executableTarget(name: "coordinator-probe", dependencies: ["ResponsePolicy"], path: "Tests/CoordinatorProbe"),
         // libFuzzer harness; scripts/fuzz.sh builds it with -sanitize=fuzzer,address. A plain build
         // is a replayer: `swift run policy-fuzz FILE...`.
-        .executableTarget(name: "policy-fuzz", dependencies: ["ResponsePolicy"]),
+        .executableTarget(name: "policy-fuzz", dependencies: ["ResponsePolicy", "ResponsePolicyTesting"]),
         .executableTarget(
             name: "embedding-example",
             dependencies: ["ResponsePolicy", "ResponsePolicyURLSession"],
@@ -45,11 +49,14 @@ let package = Package(
             name: "DocsSnippets", dependencies: ["ResponsePolicy", "ResponsePolicyURLSession"], path: "docs/snippets"),
         // Shared by the test targets only: keeps real-time tests apart from storm tests.
         .target(name: "TestGate", path: "Tests/TestGate"),
-        .testTarget(name: "ResponsePolicyTests", dependencies: ["ResponsePolicy", "policy-fuzz", "TestGate"]),
-        .testTarget(name: "PolicyCLITests", dependencies: ["PolicyCLI", "ResponsePolicy", "TestGate"]),
+        .testTarget(
+            name: "ResponsePolicyTests",
+            dependencies: ["ResponsePolicy", "ResponsePolicyTesting", "policy-fuzz", "TestGate"]),
+        .testTarget(
+            name: "PolicyCLITests", dependencies: ["PolicyCLI", "ResponsePolicy", "ResponsePolicyTesting", "TestGate"]),
         .testTarget(
             name: "ResponsePolicyURLSessionTests",
-            dependencies: ["ResponsePolicyURLSession", "ResponsePolicy", "TestGate"],
+            dependencies: ["ResponsePolicyURLSession", "ResponsePolicy", "ResponsePolicyTesting", "TestGate"],
             resources: [.copy("Fixtures")]
         ),
     ],

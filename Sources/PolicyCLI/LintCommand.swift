@@ -1,5 +1,6 @@
 import Foundation
 import ResponsePolicy
+import ResponsePolicyTesting
 
 /// `policy lint PATH...`: checks policy files (and simulation scripts, plugin schema files) and
 /// reports every finding at `file:line:col`.

@@ -1,5 +1,6 @@
 import Foundation
 import ResponsePolicy
+import ResponsePolicyTesting
 
 /// `policy simulate FILE --script SCRIPT [--format text|json]`
 enum SimulateCommand {

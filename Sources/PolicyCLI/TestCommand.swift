@@ -1,5 +1,6 @@
 import Foundation
 import ResponsePolicy
+import ResponsePolicyTesting
 
 /// `policy test PATH...`: runs simulation scripts that state what must happen and fails like a test runner when it does not.
 enum TestCommand {

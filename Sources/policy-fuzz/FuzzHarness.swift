@@ -1,4 +1,5 @@
 import ResponsePolicy
+import ResponsePolicyTesting
 
 /// What one input did, for the replay mode and the regression tests.
 package struct FuzzReport: Sendable {

@@ -399,7 +399,7 @@ public final class PolicyEngine: Sendable {
     }
 
     /// Requests still registered or waiting on a refresh: zero once every `send` has returned.
-    var leftovers: Int { state.withLock { $0.leftovers } }
+    package var leftovers: Int { state.withLock { $0.leftovers } }
 }
 
 /// One request's identity and the runtime it started under.

@@ -102,20 +102,6 @@ package struct SimulationExpectations: Sendable {
         }
         return (expectations, diagnostics)
     }
-
-    /// A summary counter by its script name.
-    static func value(_ key: String, in summary: Simulator.Summary) -> Int {
-        switch key {
-        case "requests": return summary.requests
-        case "delivered": return summary.delivered
-        case "failed": return summary.failed
-        case "logged-out": return summary.loggedOut
-        case "cancelled": return summary.cancelled
-        case "refreshes": return summary.refreshes
-        case "logouts": return summary.logouts
-        default: return summary.attempts
-        }
-    }
 }
 
 extension PolicyDecoder {

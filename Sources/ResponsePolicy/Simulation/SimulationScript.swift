@@ -32,6 +32,8 @@ package struct SimulationScript: Sendable {
         package var body: String?
         /// The new token's lifetime.
         package var expiresIn: Duration?
+
+        package init() {}
     }
 
     package struct Reload: Sendable {

@@ -1,4 +1,5 @@
 import Foundation
+import ResponsePolicy
 
 /// A ``PolicyClock`` whose time only moves when a driver calls ``advance(to:)``.
 ///

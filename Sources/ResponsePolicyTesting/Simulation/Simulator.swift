@@ -1,4 +1,5 @@
 import Foundation
+import ResponsePolicy
 
 /// Runs the real engine against a scripted server on a virtual clock: no sleeping, no network,
 /// the same events for the same script every time.
@@ -18,6 +19,20 @@ package enum Simulator {
         package var refreshes = 0
         package var logouts = 0
         package var attempts = 0
+
+        package init(
+            requests: Int = 0, delivered: Int = 0, failed: Int = 0, loggedOut: Int = 0, cancelled: Int = 0,
+            refreshes: Int = 0, logouts: Int = 0, attempts: Int = 0
+        ) {
+            self.requests = requests
+            self.delivered = delivered
+            self.failed = failed
+            self.loggedOut = loggedOut
+            self.cancelled = cancelled
+            self.refreshes = refreshes
+            self.logouts = logouts
+            self.attempts = attempts
+        }
 
         package var jsonLine: String {
             "{\"event\":\"summary\",\"requests\":\(requests),\"delivered\":\(delivered),\"failed\":\(failed),"

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import ResponsePolicy
 
 /// Why a simulation stopped without a result.
 package enum SimulationError: Error, Equatable {

@@ -1,3 +1,5 @@
+import ResponsePolicy
+
 /// Checks a run against ``SimulationExpectations`` as its events arrive.
 ///
 /// It keeps only what the expectations need: per expected request its attempt count, its
@@ -31,7 +33,7 @@ package struct ExpectationChecker: Sendable {
     }
 
     /// How many events of a request, or after the last matched event, a failure shows.
-    static let contextSize = 6
+    package static let contextSize = 6
 
     let expectations: SimulationExpectations
     private var tracks: [String: Track] = [:]
@@ -140,5 +142,21 @@ extension ExpectationChecker.Failure {
     struct Context {
         var events: [PolicyEvent]
         var title: String
+    }
+}
+
+extension SimulationExpectations {
+    /// A summary counter by its script name.
+    static func value(_ key: String, in summary: Simulator.Summary) -> Int {
+        switch key {
+        case "requests": return summary.requests
+        case "delivered": return summary.delivered
+        case "failed": return summary.failed
+        case "logged-out": return summary.loggedOut
+        case "cancelled": return summary.cancelled
+        case "refreshes": return summary.refreshes
+        case "logouts": return summary.logouts
+        default: return summary.attempts
+        }
     }
 }
