@@ -364,8 +364,8 @@ struct ExecCommand: Sendable {
 /// and the pipes are created close-on-exec so other spawns cannot inherit them.
 ///
 /// Concurrency contract: `start` once; `cancel` from any thread, any number of times. The
-/// completion is called exactly once, on a dispatch thread, never on the cooperative pool, since
-/// waiting for a process blocks.
+/// completion is called exactly once, on a thread of the run's own, never on the cooperative pool
+/// or dispatch's, since waiting for a process blocks.
 final class CommandRun: Sendable {
     enum End: Sendable, Equatable {
         case exited(Int32)
@@ -429,7 +429,7 @@ final class CommandRun: Sendable {
         Self.read(spawned.stderr, into: errors, limit: Self.stderrLimit, errorsOverflow, readers)
         Self.write(input, to: spawned.stdin)
         let exited = DispatchSemaphore(value: 0)
-        DispatchQueue.global().async {
+        Self.onThread {
             // Waits for the leader to exit without reaping it (WNOWAIT), so its ids stay its own
             // while the group is killed below.
             var info = siginfo_t()
@@ -438,7 +438,7 @@ final class CommandRun: Sendable {
         }
         let deadline = DispatchTime.now() + .nanoseconds(Int(command.timeout.wholeNanoseconds))
         let state = self.state
-        DispatchQueue.global().async {
+        Self.onThread {
             let timedOut = exited.wait(timeout: deadline) == .timedOut
             if timedOut {
                 kill(-pid, SIGKILL)
@@ -479,12 +479,21 @@ final class CommandRun: Sendable {
         }
     }
 
-    /// Reads `fd` to EOF on a dispatch thread, keeping at most `limit` bytes, then closes it.
+    /// Runs `work` on a thread of its own. Every wait here blocks (a read, `waitid`, the timeout):
+    /// on dispatch's global queue, which runs as many blocked items at once as there are cores,
+    /// the timeout's wait could sit behind two readers and fire seconds late.
+    private static func onThread(_ work: @escaping @Sendable () -> Void) {
+        let thread = Thread(block: work)
+        thread.stackSize = 256 << 10
+        thread.start()
+    }
+
+    /// Reads `fd` to EOF on a thread of its own, keeping at most `limit` bytes, then closes it.
     private static func read(
         _ fd: Int32, into buffer: Locked<Data>, limit: Int, _ overflow: Locked<Bool>, _ group: DispatchGroup
     ) {
         group.enter()
-        DispatchQueue.global().async {
+        Self.onThread {
             defer {
                 close(fd)
                 group.leave()
