@@ -77,7 +77,7 @@ struct FetchCredentialSafetyTests {
                     server.url("/api/items").absoluteString,
                 ])
                 // The folder goes away while the token call is in flight (as root too, unlike a chmod).
-                try await server.waitForCounter("token_calls", toReach: 1)
+                try await waitFor(server, "token_calls")
                 try FileManager.default.moveItem(atPath: folder, toPath: directory + "/moved")
                 try await server.control(["token_gate": "open"])
                 let run = try await running
@@ -147,7 +147,7 @@ struct FetchCredentialSafetyTests {
                 process.executableURL = try policyBinary()
                 process.arguments = [
                     "fetch", "--policy", policy, "--credentials", credentials,
-                    server.url("/stall?seconds=4").absoluteString,
+                    server.url("/stall?seconds=60").absoluteString,
                 ]
                 var environment = ProcessInfo.processInfo.environment
                 environment.removeValue(forKey: "SWIFT_BACKTRACE")
@@ -159,20 +159,26 @@ struct FetchCredentialSafetyTests {
                 process.standardInput = FileHandle.nullDevice
                 try process.run()
                 // Blocking reads on threads of their own, never on the cooperative pool.
-                let output = readToEnd(stderr.fileHandleForReading)
-                let ignored = readToEnd(stdout.fileHandleForReading)
-                // The request, signed with the access token, is on the wire: crash now.
-                // (Started under load, the binary may take a while to send: wait up to 60 s.)
+                let errors = Locked(Data())
+                let output = readToEnd(stderr.fileHandleForReading, into: errors)
+                let ignored = readToEnd(stdout.fileHandleForReading, into: Locked(Data()))
+                // The request, signed with the access token, is on the wire (it stalls 60 s): crash now.
+                try await waitFor(server, "stall_calls")
+                kill(process.processIdentifier, SIGSEGV)
+                // The report is written once `Backtrace took` is; a SIGSEGV sent with kill(2) is
+                // reported like a fault, then the process goes on (there was no faulting
+                // instruction to repeat), so it is stopped here.
                 let deadline = ContinuousClock.now + .seconds(60)
-                while try await server.stats().counters["stall_calls", default: 0] < 1, ContinuousClock.now < deadline {
+                while !String(decoding: errors.withLock { $0 }, as: UTF8.self).contains("Backtrace took"),
+                    ContinuousClock.now < deadline
+                {
                     try await Task.sleep(for: .milliseconds(20))
                 }
-                kill(process.processIdentifier, SIGSEGV)
-                let report = String(decoding: await output.value, as: UTF8.self)
-                _ = await ignored.value
+                kill(process.processIdentifier, SIGKILL)
+                await output.value
+                await ignored.value
                 await offThePool { process.waitUntilExit() }
-                // A SIGSEGV sent with kill(2) is reported like a fault; the process then goes on
-                // (there was no faulting instruction to repeat) and ends when the stall does.
+                let report = String(decoding: errors.withLock { $0 }, as: UTF8.self)
                 #expect(report.contains("Program crashed"), "the backtracer did not run:\n\(report)")
                 #expect(!report.contains("Registers:"), "\(report)")
                 #expect(!report.contains("CRASHTEST"), "\(report)")
@@ -188,12 +194,29 @@ struct FetchCredentialSafetyTests {
     }
 }
 
-/// Reads `handle` to its end on a thread of its own.
-private func readToEnd(_ handle: FileHandle) -> Task<Data, Never> {
+/// Reads `handle` to its end on a thread of its own, into `buffer` as the bytes arrive.
+private func readToEnd(_ handle: FileHandle, into buffer: Locked<Data>) -> Task<Void, Never> {
     Task {
         await withCheckedContinuation { continuation in
-            Thread { continuation.resume(returning: handle.readDataToEndOfFile()) }.start()
+            Thread {
+                while true {
+                    let chunk = handle.availableData
+                    if chunk.isEmpty { break }
+                    buffer.withLock { $0.append(chunk) }
+                }
+                continuation.resume()
+            }.start()
         }
+    }
+}
+
+/// Waits until the server's `counter` is at least 1: the binary, started on a loaded machine,
+/// may take seconds to get there (at most 60 s).
+private func waitFor(_ server: TestServer, _ counter: String) async throws {
+    let deadline = ContinuousClock.now + .seconds(60)
+    while try await server.stats().counters[counter, default: 0] < 1 {
+        guard ContinuousClock.now < deadline else { throw TestServer.Failure(description: "\(counter) stayed 0") }
+        try await Task.sleep(for: .milliseconds(20))
     }
 }
 
