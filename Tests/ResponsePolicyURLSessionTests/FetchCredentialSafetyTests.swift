@@ -132,7 +132,10 @@ struct FetchCredentialSafetyTests {
         }
     }
 
-    @Test func aCrashReportCarriesNoToken() async throws {
+    /// With an entry to lend (`SHLVL`), the settings are in place before the runtime reads them
+    /// and the process is not restarted; with none, it restarts itself with them.
+    @Test(arguments: [true, false])
+    func aCrashReportCarriesNoToken(_ lender: Bool) async throws {
         try await withTestServer { server in
             try await withScratch { directory in
                 let policy = directory + "/policy.yaml"
@@ -149,8 +152,8 @@ struct FetchCredentialSafetyTests {
                     "fetch", "--policy", policy, "--credentials", credentials,
                     server.url("/stall?seconds=60").absoluteString,
                 ]
-                var environment = ProcessInfo.processInfo.environment
-                environment.removeValue(forKey: "SWIFT_BACKTRACE")
+                var environment = ["PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"]
+                if lender { environment["SHLVL"] = "1" }
                 process.environment = environment
                 let stdout = Pipe()
                 let stderr = Pipe()
@@ -164,6 +167,11 @@ struct FetchCredentialSafetyTests {
                 let ignored = readToEnd(stdout.fileHandleForReading, into: Locked(Data()))
                 // The request, signed with the access token, is on the wire (it stalls 60 s): crash now.
                 try await waitFor(server, "stall_calls")
+                // The environment the process was started with (a restart replaces it).
+                let initial = try String(
+                    decoding: Data(contentsOf: URL(fileURLWithPath: "/proc/\(process.processIdentifier)/environ")),
+                    as: UTF8.self)
+                #expect(initial.contains("SWIFT_BACKTRACE=") == !lender, "\(initial)")
                 kill(process.processIdentifier, SIGSEGV)
                 // The report is written once `Backtrace took` is; a SIGSEGV sent with kill(2) is
                 // reported like a fault, then the process goes on (there was no faulting
