@@ -60,7 +60,8 @@ struct HostileInputTests {
     @Test func aReloadedPolicyOverTheLimitIsRefusedAndTheRunningOneStays() async throws {
         let folder = try TemporaryDirectory()
         let policy = try folder.write("policy.yaml", "policy: 1\nname: small\nrules: []\n")
-        let padding = String(repeating: "# padding padding padding padding padding padding padding padding\n", count: 17_000)
+        let padding = String(
+            repeating: "# padding padding padding padding padding padding padding padding\n", count: 17_000)
         try folder.write("big.yaml", "policy: 1\nname: big\nrules: []\n" + padding)
         let script = try folder.write(
             "script.yaml",

@@ -28,14 +28,18 @@ struct ExecProcessTests {
             #expect(ended.0 == .timedOut)
             #expect(ended.1 >= .milliseconds(950), "\(ended.1)")
             #expect(ended.1 < .seconds(2), "the command must be stopped within its timeout + 1 s, took \(ended.1)")
-            let group = try #require(Int32(try String(contentsOfFile: directory + "/pid", encoding: .utf8)
-                .trimmingCharacters(in: .whitespacesAndNewlines)))
+            let group = try #require(
+                Int32(
+                    try String(contentsOfFile: directory + "/pid", encoding: .utf8)
+                        .trimmingCharacters(in: .whitespacesAndNewlines)))
             #expect(await liveProcesses(inGroup: group) == [], "the script's children outlived the run")
             // Through the plugin: the refresh fails with the plugin's own timeout, nothing left.
             let failure = await refreshFailure(plugin)
             #expect(failure == "the credential command 'get-token' took longer than 1s and was killed")
-            let again = try #require(Int32(try String(contentsOfFile: directory + "/pid", encoding: .utf8)
-                .trimmingCharacters(in: .whitespacesAndNewlines)))
+            let again = try #require(
+                Int32(
+                    try String(contentsOfFile: directory + "/pid", encoding: .utf8)
+                        .trimmingCharacters(in: .whitespacesAndNewlines)))
             #expect(again != group)
             #expect(await liveProcesses(inGroup: again) == [], "the script's children outlived the refresh")
         }
@@ -54,8 +58,10 @@ struct ExecProcessTests {
             let plugin = try ExecRefresh(configuration: execConfiguration([script], timeout: "5s"))
             let credentials = try await plugin.refresh(refreshContext())
             #expect(credentials.accessToken == "fresh")
-            let group = try #require(Int32(try String(contentsOfFile: directory + "/pid", encoding: .utf8)
-                .trimmingCharacters(in: .whitespacesAndNewlines)))
+            let group = try #require(
+                Int32(
+                    try String(contentsOfFile: directory + "/pid", encoding: .utf8)
+                        .trimmingCharacters(in: .whitespacesAndNewlines)))
             #expect(await liveProcesses(inGroup: group) == [])
         }
     }
