@@ -139,7 +139,9 @@ struct FetchCredentialSafetyTests {
         try await withTestServer { server in
             try await withScratch { directory in
                 let policy = directory + "/policy.yaml"
-                try Data("policy: 1\nname: x\nrules: []\n".utf8).write(to: URL(fileURLWithPath: policy))
+                // The attempt outlives any wait for it here, however loaded the machine.
+                try Data("policy: 1\nname: x\nrules: []\nretry: { attempt-timeout: 600s, deadline: 600s }\n".utf8)
+                    .write(to: URL(fileURLWithPath: policy))
                 let access = "access-CRASHTEST-0123456789abcdefghijklmnop"
                 let refresh = "refresh-CRASHTEST-0123456789abcdefghijklmnop"
                 let credentials = directory + "/credentials.json"
@@ -150,7 +152,7 @@ struct FetchCredentialSafetyTests {
                 process.executableURL = try policyBinary()
                 process.arguments = [
                     "fetch", "--policy", policy, "--credentials", credentials,
-                    server.url("/stall?seconds=60").absoluteString,
+                    server.url("/stall?seconds=300").absoluteString,
                 ]
                 var environment = ["PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"]
                 if lender { environment["SHLVL"] = "1" }
@@ -165,7 +167,7 @@ struct FetchCredentialSafetyTests {
                 let errors = Locked(Data())
                 let output = readToEnd(stderr.fileHandleForReading, into: errors)
                 let ignored = readToEnd(stdout.fileHandleForReading, into: Locked(Data()))
-                // The request, signed with the access token, is on the wire (it stalls 60 s): crash now.
+                // The request, signed with the access token, is on the wire (it stalls 300 s): crash now.
                 try await waitFor(server, "stall_calls")
                 // The environment the process was started with (a restart replaces it).
                 let initial = try String(
