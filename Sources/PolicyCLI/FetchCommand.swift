@@ -77,6 +77,12 @@ enum FetchCommand {
             do {
                 try store.checkWritable()
             } catch {
+                // The `problem` event the engine would emit at the save, as `--verbose` prints events.
+                if invocation.verbose {
+                    var event = PolicyEvent(.problem, time: .zero)
+                    event.reason = "the credential store could not be written (\(error))"
+                    output.stderr(event.jsonLine + "\n")
+                }
                 output.stderr(
                     "error: \(error); a refresh would spend the refresh token and its replacement could not be "
                         + "saved, so nothing was sent (make the folder writable, or give another --credentials file)\n")

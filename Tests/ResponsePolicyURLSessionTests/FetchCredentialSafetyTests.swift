@@ -102,11 +102,16 @@ struct FetchCredentialSafetyTests {
                 let undo = try makeUnwritable(folder)
                 defer { undo() }
                 let run = try await runPolicy([
-                    "fetch", "--policy", policy, "--credentials", credentials, server.url("/api/items").absoluteString,
+                    "fetch", "--verbose", "--policy", policy, "--credentials", credentials,
+                    server.url("/api/items").absoluteString,
                 ])
                 #expect(run.status == 73, "\(run.stdout)\(run.stderr)")
                 #expect(
                     run.stderr.hasPrefix(
+                        #"{"t":0,"event":"problem","reason":"the credential store could not be written (cannot write the credentials file "#
+                    ), "\(run.stderr)")
+                #expect(
+                    run.stderr.contains(
                         "error: cannot write the credentials file '\(credentials)': cannot create a temporary file in '\(folder)': "
                     ), "\(run.stderr)")
                 #expect(run.stderr.contains("so nothing was sent"), "\(run.stderr)")
