@@ -470,8 +470,9 @@ final class CommandRun: Sendable {
             if overflow.withLock({ $0 }), case .exited = end { end = .outputTooLarge }
             let bytes = errors.withLock { $0 }
             let text = String(decoding: bytes, as: UTF8.self)
-            let first = text.split(omittingEmptySubsequences: false, whereSeparator: \.isNewline).first ?? ""
-            let cut = errorsOverflow.withLock { $0 } && first.count == text.count
+            // The first line that says something; cut when it runs to the end of what was kept.
+            let first = text.split(whereSeparator: \.isNewline).first ?? ""
+            let cut = errorsOverflow.withLock { $0 } && first.endIndex == text.endIndex
             completion(
                 Result(
                     end: end, stdout: output.withLock { $0 }, stderrFirstLine: String(first),
