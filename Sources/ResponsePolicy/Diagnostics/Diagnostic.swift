@@ -16,7 +16,7 @@ public struct Diagnostic: Sendable, Hashable, CustomStringConvertible {
     public struct Note: Sendable, Hashable {
         public var range: SourceRange
         public var message: String
-        public init(range: SourceRange, message: String) {
+        package init(range: SourceRange, message: String) {
             self.range = range
             self.message = message
         }
@@ -30,7 +30,7 @@ public struct Diagnostic: Sendable, Hashable, CustomStringConvertible {
     /// The file the finding is in, as the user named it; `nil` for in-memory sources.
     public var file: String?
 
-    public init(
+    package init(
         _ severity: Severity, _ rule: String, _ message: String, at range: SourceRange, notes: [Note] = [],
         file: String? = nil
     ) {
@@ -42,11 +42,11 @@ public struct Diagnostic: Sendable, Hashable, CustomStringConvertible {
         self.file = file
     }
 
-    public static func error(_ rule: String, _ message: String, at range: SourceRange, notes: [Note] = []) -> Self {
+    package static func error(_ rule: String, _ message: String, at range: SourceRange, notes: [Note] = []) -> Self {
         Diagnostic(.error, rule, message, at: range, notes: notes)
     }
 
-    public static func warning(_ rule: String, _ message: String, at range: SourceRange, notes: [Note] = []) -> Self {
+    package static func warning(_ rule: String, _ message: String, at range: SourceRange, notes: [Note] = []) -> Self {
         Diagnostic(.warning, rule, message, at: range, notes: notes)
     }
 
@@ -57,7 +57,7 @@ public struct Diagnostic: Sendable, Hashable, CustomStringConvertible {
 }
 
 extension Array where Element == Diagnostic {
-    public var hasErrors: Bool { contains { $0.severity == .error } }
+    package var hasErrors: Bool { contains { $0.severity == .error } }
 
     /// Sorted by position, errors before warnings at the same place, in a stable order.
     package func sortedByPosition() -> [Diagnostic] {

@@ -3,7 +3,7 @@ public struct SourcePosition: Sendable, Hashable, Comparable, CustomStringConver
     public var line: Int
     public var column: Int
 
-    public init(line: Int, column: Int) {
+    package init(line: Int, column: Int) {
         self.line = line
         self.column = column
     }
@@ -20,18 +20,18 @@ public struct SourceRange: Sendable, Hashable, CustomStringConvertible {
     public var start: SourcePosition
     public var end: SourcePosition
 
-    public init(start: SourcePosition, end: SourcePosition) {
+    package init(start: SourcePosition, end: SourcePosition) {
         self.start = start
         self.end = end
     }
 
-    public init(line: Int, column: Int) {
+    package init(line: Int, column: Int) {
         start = SourcePosition(line: line, column: column)
         end = start
     }
 
     /// Position 1:1, for findings about a whole file.
-    public static let fileStart = SourceRange(line: 1, column: 1)
+    package static let fileStart = SourceRange(line: 1, column: 1)
 
     public var description: String { start.description }
 }

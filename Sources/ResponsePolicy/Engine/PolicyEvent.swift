@@ -82,14 +82,14 @@ public struct PolicyEvent: Sendable, Hashable {
         path = context?.path
     }
 
-    public init(_ kind: Kind, time: Duration, request: String? = nil) {
+    package init(_ kind: Kind, time: Duration, request: String? = nil) {
         self.kind = kind
         self.time = time
         self.request = request
     }
 
     /// How ``logLine(_:)`` writes an event.
-    public enum LogFormat: String, Sendable, Hashable, CaseIterable {
+    package enum LogFormat: String, Sendable, Hashable, CaseIterable {
         /// One JSON object per line, `time` and `level` first.
         case json
         /// `key=value` pairs (Heroku / Go `slog` text style), values quoted when they need it.
@@ -103,7 +103,7 @@ public struct PolicyEvent: Sendable, Hashable {
     /// {"time":"2026-01-01T00:00:00.050Z","level":"info","t":0.05,"event":"refresh-end","request":"r1","method":"GET","path":"/profile","ok":true}
     /// time=2026-01-01T00:00:00.050Z level=info t=0.05 event=refresh-end request=r1 method=GET path=/profile ok=true
     /// ```
-    public func logLine(_ format: LogFormat) -> String {
+    package func logLine(_ format: LogFormat) -> String {
         var fields: [(String, String, quoted: Bool)] = []
         if let date { fields.append(("time", Self.iso8601(date), true)) }
         fields.append(("level", level.rawValue, true))

@@ -3,7 +3,7 @@ extension RuleGraph {
     ///
     /// Every transition a request can make is one of these, from one node to another; `policy
     /// graph --format json` prints the raw values, and simulation events name the edge they took.
-    public enum EdgeKind: String, Sendable, Hashable, CaseIterable {
+    package enum EdgeKind: String, Sendable, Hashable, CaseIterable {
         /// Classifier → rule: the rule is the first to match.
         case match
         /// Classifier → deliver (a response) or fail (a failed attempt): no rule matches.
@@ -36,24 +36,24 @@ extension RuleGraph {
 
     /// A node of the compiled graph. Ids are stable for the same policy text: `default.classify`,
     /// `route-1.rule.3`, `default.rule.3.retry`, `default.logout`, `delivered`.
-    public struct Node: Sendable, Hashable {
-        public enum Kind: String, Sendable, Hashable { case classifier, rule, action, outcome }
-        public let id: String
-        public let kind: Kind
-        public let label: String
+    package struct Node: Sendable, Hashable {
+        package enum Kind: String, Sendable, Hashable { case classifier, rule, action, outcome }
+        package let id: String
+        package let kind: Kind
+        package let label: String
         /// The scope it belongs to (`nil` for the shared outcomes).
-        public let scope: String?
+        package let scope: String?
         /// For a rule node and a rule's own action node: the rule's 0-based position in its scope.
-        public let rule: Int?
+        package let rule: Int?
         /// For an action node: the action.
-        public let action: ActionKind?
+        package let action: ActionKind?
         /// What ``settings`` are read from (kept as the settings themselves: texts are made only
         /// when a tool asks, so compiling a 20,000-rule policy builds none).
         let source: SettingsSource
 
         /// For an action node: its effective settings (section, then route, then rule override),
         /// as policy text, in a fixed order.
-        public var settings: [Setting] {
+        package var settings: [Setting] {
             switch source {
             case .none: return []
             case .retry(let r): return Self.settings(retry: r)
@@ -84,29 +84,29 @@ extension RuleGraph {
     }
 
     /// One effective setting, as it would be written in the policy: `max-retries` = `2`.
-    public struct Setting: Sendable, Hashable {
-        public let key: String
-        public let value: String
+    package struct Setting: Sendable, Hashable {
+        package let key: String
+        package let value: String
     }
 
     /// A transition the engine can take.
-    public struct Edge: Sendable, Hashable {
-        public let from: String
-        public let to: String
-        public let kind: EdgeKind
+    package struct Edge: Sendable, Hashable {
+        package let from: String
+        package let to: String
+        package let kind: EdgeKind
         /// A short text for drawings (`on-exhausted`, `cooldown 20s`); may be empty.
-        public let label: String
+        package let label: String
 
         /// Stable and unique within a graph: `default.rule.1.retry>on-exhausted>default.logout`.
-        public var id: String { from + ">" + kind.rawValue + ">" + to }
+        package var id: String { from + ">" + kind.rawValue + ">" + to }
     }
 
     /// Where an escalation edge leads, as the engine follows it: deliver, fail or logout (with
     /// that logout's settings), and the edge itself so the engine can say which it took.
-    public struct Escalation: Sendable {
-        public let action: ActionKind
-        public let edge: Edge
-        public let logout: LogoutSettings
+    package struct Escalation: Sendable {
+        package let action: ActionKind
+        package let edge: Edge
+        package let logout: LogoutSettings
     }
 
     /// One rule as the engine runs it in one scope: its effective settings and every edge that
@@ -117,40 +117,40 @@ extension RuleGraph {
     /// classified response with a retain, not a copy of three settings structs.
     ///
     /// Concurrency contract: immutable; share it freely.
-    public final class CompiledRule: Sendable {
+    package final class CompiledRule: Sendable {
         /// The 0-based position in its scope's rules (drawings number rules from 1).
-        public let index: Int
-        public let rule: Rule
+        package let index: Int
+        package let rule: Rule
         /// Effective settings: the section, then the route's, then the rule's override.
-        public let retry: RetrySettings
-        public let refresh: RefreshSettings
-        public let logout: LogoutSettings
+        package let retry: RetrySettings
+        package let refresh: RefreshSettings
+        package let logout: LogoutSettings
         /// The rule's node, and the node of its action (its own for retry, refresh and a logout
         /// with overrides; the scope's deliver, fail or logout node otherwise).
-        public let node: String
-        public let actionNode: String
+        package let node: String
+        package let actionNode: String
         /// The edges leaving the rule node and its own action node.
-        public let edges: [Edge]
+        package let edges: [Edge]
         /// `retry` and `refresh`: where running out leads.
-        public let onExhausted: Escalation?
+        package let onExhausted: Escalation?
         /// `refresh`: where a failed refresh leads.
-        public let onFailure: Escalation?
+        package let onFailure: Escalation?
         /// `refresh`: the refresh endpoint answered with a response a `logout` rule matches.
-        public let refreshAnswer: Escalation?
+        package let refreshAnswer: Escalation?
         /// `retry`: the budget refused the retry.
-        public let budget: Escalation?
+        package let budget: Escalation?
         /// `retry`: the request cannot be retried (method, no idempotency key).
-        public let notRetryable: Escalation?
+        package let notRetryable: Escalation?
         /// `retry`: the wait would end past the deadline.
-        public let deadline: Escalation?
+        package let deadline: Escalation?
         /// `retry` and `refresh`: the loop edge (sent again), `nil` when it can never be taken.
-        public let again: Edge?
+        package let again: Edge?
         /// `retry`: the methods this rule can see (rule and route `method:` together); `nil`
         /// when any method can reach it.
-        public let methods: [String]?
+        package let methods: [String]?
         /// `retry`: the methods it sees that are never retried (not in `methods`, and no
         /// idempotency key can make them retryable). All of them when the rule never retries.
-        public let neverRetried: [String]
+        package let neverRetried: [String]
 
         init(
             index: Int, rule: Rule, retry: RetrySettings, refresh: RefreshSettings, logout: LogoutSettings,
@@ -176,10 +176,10 @@ extension RuleGraph {
             self.neverRetried = neverRetried
         }
 
-        public var action: ActionKind { rule.action }
+        package var action: ActionKind { rule.action }
 
         /// Whether a request can ever be sent again under this rule.
-        public var canRetry: Bool { rule.action == .retry && again != nil }
+        package var canRetry: Bool { rule.action == .retry && again != nil }
     }
 
     struct Escalations {

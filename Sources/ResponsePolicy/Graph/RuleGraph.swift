@@ -7,38 +7,38 @@
 /// settings (section, then route, then rule override) and every edge the engine can take.
 ///
 /// Concurrency contract: an immutable value; share it freely.
-public struct RuleGraph: Sendable {
+package struct RuleGraph: Sendable {
     /// Where rules and settings apply: a route, or the top level, compiled: each rule with its
     /// effective settings and edges (``compiled``), the scope's own nodes and edges.
     ///
     /// A class (immutable, so `Sendable`): the engine picks a scope per request, and passing a
     /// reference costs one retain where copying this many settings would cost dozens.
-    public final class Scope: Sendable {
+    package final class Scope: Sendable {
         /// `default` for the top level, `route-N` for the N-th route.
-        public let id: String
-        public let route: Route?
+        package let id: String
+        package let route: Route?
         /// The rules in order, their `then:` overrides resolved over this scope's sections.
-        public let rules: [Rule]
+        package let rules: [Rule]
         /// The rules compiled, in the same order: effective settings and every edge.
-        public let compiled: [CompiledRule]
-        public let classify: CodeSource?
-        public let retry: RetrySettings
-        public let refresh: RefreshSettings
-        public let logout: LogoutSettings
-        public let authorize: PluginReference
+        package let compiled: [CompiledRule]
+        package let classify: CodeSource?
+        package let retry: RetrySettings
+        package let refresh: RefreshSettings
+        package let logout: LogoutSettings
+        package let authorize: PluginReference
         /// The scope's nodes (classifier, rules, actions) and edges, in rule order.
-        public let nodes: [Node]
-        public let edges: [Edge]
+        package let nodes: [Node]
+        package let edges: [Edge]
         /// Classifier → deliver: a response no rule matches.
-        public let noMatchResponse: Edge
+        package let noMatchResponse: Edge
         /// Classifier → fail: a failed attempt no rule matches.
-        public let noMatchError: Edge
+        package let noMatchError: Edge
         /// Classifier → fail: an attempt that ran into the deadline (`nil` without a deadline).
-        public let attemptDeadline: Edge?
+        package let attemptDeadline: Edge?
         /// Where a failed refresh before sending leads (ahead of expiry, or signing in): the
         /// section's `on-failure`, from the scope's `refresh-before-send` node. `nil` without a
         /// refresh plugin.
-        public let beforeSendingFailure: Escalation?
+        package let beforeSendingFailure: Escalation?
         package let classifier: Classifier
         package let codePath: JSONPath?
         /// Read on every attempt; kept apart so that reading them copies no settings struct.
@@ -78,7 +78,7 @@ public struct RuleGraph: Sendable {
         }
 
         /// What the scope covers, for people: `all requests` or `POST /upload/*`.
-        public var summary: String { Self.summary(route) }
+        package var summary: String { Self.summary(route) }
 
         static func summary(_ route: Route?) -> String {
             guard let route else { return "all other requests" }
@@ -88,28 +88,28 @@ public struct RuleGraph: Sendable {
 
         /// The settings one of this scope's rules runs with, read off its compiled rule (the
         /// scope's section for a rule that is not one of this scope's).
-        public func retry(for rule: Rule) -> RetrySettings { compiled(rule)?.retry ?? retry }
-        public func refresh(for rule: Rule) -> RefreshSettings { compiled(rule)?.refresh ?? refresh }
-        public func logout(for rule: Rule) -> LogoutSettings { compiled(rule)?.logout ?? logout }
+        package func retry(for rule: Rule) -> RetrySettings { compiled(rule)?.retry ?? retry }
+        package func refresh(for rule: Rule) -> RefreshSettings { compiled(rule)?.refresh ?? refresh }
+        package func logout(for rule: Rule) -> LogoutSettings { compiled(rule)?.logout ?? logout }
 
         /// The compiled form of one of this scope's rules (a scan: for tools and tests).
-        public func compiled(_ rule: Rule) -> CompiledRule? { compiled.first { $0.rule == rule } }
+        package func compiled(_ rule: Rule) -> CompiledRule? { compiled.first { $0.rule == rule } }
 
         /// The actions a request in this scope can reach, read off the compiled nodes (every
         /// node is the target of an edge from the classifier or a node it reaches).
-        public var reachableActions: Set<ActionKind> { Set(nodes.compactMap(\.action)) }
+        package var reachableActions: Set<ActionKind> { Set(nodes.compactMap(\.action)) }
     }
 
     /// Routes in their order, then the top level: the first whose route matches a request applies.
-    public let scopes: [Scope]
+    package let scopes: [Scope]
     /// Every node: the shared outcomes (those some edge reaches), then each scope's classifier,
     /// rules, the rules' own action nodes and the scope's deliver, fail and logout nodes.
-    public let nodes: [Node]
+    package let nodes: [Node]
     /// Every edge of every scope, in scope and rule order.
-    public let edges: [Edge]
+    package let edges: [Edge]
 
     /// The scope for a request: the first matching route, else the top level.
-    public func scope(method: String, path: String) -> Scope {
+    package func scope(method: String, path: String) -> Scope {
         scopes[scopeIndex(method: method, path: path)]
     }
 
@@ -125,7 +125,7 @@ public struct RuleGraph: Sendable {
 
     /// The edge with this ``Edge/id``, if the graph has it (a scan: for tools and tests, not
     /// the engine, which holds its edges in ``CompiledRule``).
-    public func edge(id: String) -> Edge? { edges.first { $0.id == id } }
+    package func edge(id: String) -> Edge? { edges.first { $0.id == id } }
 
     init(parts: PolicyParts, catalog: PluginCatalog) {
         var scopes: [Scope] = []
@@ -178,7 +178,7 @@ public struct RuleGraph: Sendable {
     }
 
     /// A condition in short form: `code 1401`, `status 502, 503 or error timeout`.
-    public static func describe(_ when: Condition) -> String {
+    package static func describe(_ when: Condition) -> String {
         var response: [String] = []
         let codes = (when.codes ?? []) + (when.codeRanges ?? []).map(\.description)
         if !codes.isEmpty { response.append("code " + codes.joined(separator: ", ")) }

@@ -7,26 +7,26 @@
 /// Waits are the policy's own backoff (at its longest jitter). A server's `Retry-After` can
 /// stretch each wait up to `max-delay`; that is reported apart (``totalWithRetryAfter``),
 /// since it is the server's doing and the deadline is what bounds it.
-public struct WorstCase: Sendable, Hashable {
+package struct WorstCase: Sendable, Hashable {
     /// Attempts put on the wire: the first, every retry, every re-send after a refresh trigger.
-    public var attempts: Int
-    public var retries: Int
-    public var refreshResends: Int
+    package var attempts: Int
+    package var retries: Int
+    package var refreshResends: Int
     /// The longest each retry's backoff wait can be, in order.
-    public var waits: [Duration]
+    package var waits: [Duration]
     /// The sum of the backoff waits.
-    public var totalWait: Duration
+    package var totalWait: Duration
     /// Attempts × attempt-timeout + waits + refresh timeouts; `nil` without an attempt timeout.
-    public var total: Duration?
+    package var total: Duration?
     /// Whether Retry-After can set the waits (`retry-after: honor` and retries reachable).
-    public var honorsRetryAfter: Bool
+    package var honorsRetryAfter: Bool
     /// The waits when the server asks for the longest it may (each up to `max-delay`); `nil`
     /// when unbounded (`max-delay: none`).
-    public var totalWaitWithRetryAfter: Duration?
+    package var totalWaitWithRetryAfter: Duration?
     /// ``total`` with those waits; `nil` when unbounded.
-    public var totalWithRetryAfter: Duration?
+    package var totalWithRetryAfter: Duration?
 
-    public init(scope: RuleGraph.Scope) {
+    package init(scope: RuleGraph.Scope) {
         // Read off the compiled rules: only a rule that can retry adds retries, each with its
         // effective settings (a rule's override, not the section's).
         let retrying = scope.compiled.filter(\.canRetry)

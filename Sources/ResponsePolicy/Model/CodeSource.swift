@@ -1,5 +1,5 @@
 /// Where a response's business code lives: `classify: { code: body.status }`.
-public enum CodeSource: Sendable, Hashable, CustomStringConvertible {
+package enum CodeSource: Sendable, Hashable, CustomStringConvertible {
     /// A JSON path into the body: `body.status`, `body.errors.0.code`.
     case body(String)
     /// A response header: `header.X-Error-Code`.
@@ -7,7 +7,7 @@ public enum CodeSource: Sendable, Hashable, CustomStringConvertible {
     /// A host-registered `extract` plugin.
     case plugin(PluginReference)
 
-    public var description: String {
+    package var description: String {
         switch self {
         case .body(let path): return "body.\(path)"
         case .header(let name): return "header.\(name)"

@@ -5,18 +5,18 @@
 /// the response keys and `error` are alternatives: `{ status: [503], error: [timeout] }` matches
 /// a 503 *or* a timeout. A rule with neither response keys nor `error` matches every response
 /// (never a failed attempt: name the error classes, or `any`, for that).
-public struct Condition: Sendable, Hashable {
-    public struct HeaderMatch: Sendable, Hashable {
-        public var name: String
-        public var value: Glob
-        public init(name: String, value: Glob) {
+package struct Condition: Sendable, Hashable {
+    package struct HeaderMatch: Sendable, Hashable {
+        package var name: String
+        package var value: Glob
+        package init(name: String, value: Glob) {
             self.name = name
             self.value = value
         }
     }
 
     /// The `error:` classes; `any` matches every class.
-    public enum ErrorMatch: String, Sendable, Hashable, CaseIterable {
+    package enum ErrorMatch: String, Sendable, Hashable, CaseIterable {
         case timeout, connection, dns, tls, any
         case tooLarge = "too-large"
 
@@ -25,19 +25,19 @@ public struct Condition: Sendable, Hashable {
         }
     }
 
-    public var statuses: [StatusRange]?
+    package var statuses: [StatusRange]?
     /// The business codes matched as text (`1401` matches `"1401"`). Non-`nil` whenever the
     /// condition constrains the code, also when it names only ranges (then it is empty).
-    public var codes: [String]?
+    package var codes: [String]?
     /// Integer business code ranges, written `"1400-1499"`: a code matches when its text is an
     /// integer (no leading zero) within one of them.
-    public var codeRanges: [CodeRange]?
-    public var headers: [HeaderMatch]?
-    public var errors: [ErrorMatch]?
-    public var methods: [String]?
-    public var path: Glob?
+    package var codeRanges: [CodeRange]?
+    package var headers: [HeaderMatch]?
+    package var errors: [ErrorMatch]?
+    package var methods: [String]?
+    package var path: Glob?
 
-    public init(
+    package init(
         statuses: [StatusRange]? = nil, codes: [String]? = nil, headers: [HeaderMatch]? = nil,
         errors: [ErrorMatch]? = nil, methods: [String]? = nil, path: Glob? = nil, codeRanges: [CodeRange]? = nil
     ) {
@@ -51,12 +51,12 @@ public struct Condition: Sendable, Hashable {
     }
 
     /// True when the condition says something about responses (or says nothing about errors).
-    public var matchesResponses: Bool { statuses != nil || codes != nil || headers != nil || errors == nil }
+    package var matchesResponses: Bool { statuses != nil || codes != nil || headers != nil || errors == nil }
 
-    public var matchesErrors: Bool { errors != nil }
+    package var matchesErrors: Bool { errors != nil }
 
     /// Whether a business code's text satisfies the `code:` constraint (`true` without one).
-    public func codeMatches(_ code: String?) -> Bool {
+    package func codeMatches(_ code: String?) -> Bool {
         guard codes != nil || codeRanges != nil else { return true }
         guard let code else { return false }
         if codes?.contains(code) == true { return true }
@@ -67,7 +67,7 @@ public struct Condition: Sendable, Hashable {
     /// The reference answer to "does this condition hold for this response": a plain reading of
     /// the rules' semantics, one condition at a time. The engine uses the ``Classifier``'s
     /// tables; `shadowed-rule`, the soundness test and the fuzz oracle check against this.
-    public func matches(
+    package func matches(
         status: Int, code: String?, headers responseHeaders: HTTPHeaders, method: String, path requestPath: String
     ) -> Bool {
         guard matchesResponses, requestMatches(method: method, path: requestPath) else { return false }
@@ -76,7 +76,7 @@ public struct Condition: Sendable, Hashable {
     }
 
     /// The reference answer for an attempt that got no response.
-    public func matches(error errorClass: TransportErrorClass, method: String, path requestPath: String) -> Bool {
+    package func matches(error errorClass: TransportErrorClass, method: String, path requestPath: String) -> Bool {
         errorMatches(errorClass) && requestMatches(method: method, path: requestPath)
     }
 

@@ -5,11 +5,11 @@
 /// host). Set it to the transport's connection count per host (URLSession's
 /// `httpMaximumConnectionsPerHost`, 6 by default): more only queues inside the transport, where
 /// a token refresh would wait behind the storm.
-public struct DispatchSettings: Sendable, Hashable {
+package struct DispatchSettings: Sendable, Hashable {
     /// `nil` (unlimited) by default, which sends every request as soon as it is made.
-    public var maxInFlightPerHost: Int?
+    package var maxInFlightPerHost: Int?
 
-    public init(maxInFlightPerHost: Int? = nil) {
+    package init(maxInFlightPerHost: Int? = nil) {
         self.maxInFlightPerHost = maxInFlightPerHost
     }
 }

@@ -2,7 +2,7 @@ import Foundation
 
 extension Duration {
     /// The duration in seconds as a `Double`.
-    public var seconds: Double {
+    package var seconds: Double {
         let (s, attoseconds) = components
         return Double(s) + Double(attoseconds) / 1e18
     }
@@ -25,7 +25,7 @@ extension Duration {
     }
 
     /// The shortest policy spelling: `250ms`, `1s`, `1.5s`, `2m`, `1h`.
-    public var policyText: String {
+    package var policyText: String {
         let ms = Int64((seconds * 1000).rounded())
         if ms == 0 { return "0s" }
         if ms % 3_600_000 == 0 { return "\(ms / 3_600_000)h" }

@@ -9,7 +9,7 @@
 /// minutes on a 300 KB policy.) Only a piece holding a `?` is searched naively, which costs at most
 /// its length per character of text; ``maxLength`` bounds that, and the policy decoder refuses a
 /// longer pattern with a positioned error.
-public struct Glob: Sendable, Hashable, CustomStringConvertible {
+package struct Glob: Sendable, Hashable, CustomStringConvertible {
     /// Everything in one immutable object, so that copying a glob (rules and conditions are
     /// copied often, in lint above all) costs one reference count.
     private final class Storage: Sendable {
@@ -48,13 +48,13 @@ public struct Glob: Sendable, Hashable, CustomStringConvertible {
 
     private let storage: Storage
 
-    public var pattern: String { storage.pattern }
+    package var pattern: String { storage.pattern }
     private var scalars: [Unicode.Scalar] { storage.scalars }
     private var isLiteral: Bool { storage.isLiteral }
     private var pieces: [Piece]? { storage.pieces }
 
     /// The longest pattern a policy may hold, in characters (Unicode scalars): 1,024.
-    public static let maxLength = 1024
+    package static let maxLength = 1024
 
     /// How many comparison steps one lint run may spend on glob-against-glob covering checks
     /// (`shadowed-rule`) before it stops proving coverage: 20 million, about 0.1 s. Real policies
@@ -85,7 +85,7 @@ public struct Glob: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
-    public init(_ pattern: String) {
+    package init(_ pattern: String) {
         storage = Storage(pattern)
     }
 
@@ -96,19 +96,19 @@ public struct Glob: Sendable, Hashable, CustomStringConvertible {
         storage = Storage(rejected: pattern)
     }
 
-    public var description: String { pattern }
+    package var description: String { pattern }
 
-    public static func == (a: Glob, b: Glob) -> Bool {
+    package static func == (a: Glob, b: Glob) -> Bool {
         a.storage === b.storage
             || (!a.storage.rejected && !b.storage.rejected && a.storage.patternHash == b.storage.patternHash
                 && a.pattern == b.pattern)
     }
 
-    public func hash(into hasher: inout Hasher) {
+    package func hash(into hasher: inout Hasher) {
         hasher.combine(storage.patternHash)
     }
 
-    public func matches(_ text: String) -> Bool {
+    package func matches(_ text: String) -> Bool {
         if storage.rejected { return false }
         if isLiteral { return text == pattern }
         var budget = Int.max

@@ -1,11 +1,11 @@
 /// The `logout:` section: what ending a session does.
-public struct LogoutSettings: Sendable, Hashable {
+package struct LogoutSettings: Sendable, Hashable {
     /// `none` by default: the engine only changes its own state.
-    public var plugin = PluginReference(kind: .logout, name: "none")
+    package var plugin = PluginReference(kind: .logout, name: "none")
     /// `true` by default: requests on the wire are cancelled, not left to finish.
-    public var cancelInFlight = true
+    package var cancelInFlight = true
     /// `20s` by default: how long new requests fail fast and refreshes and retries are suppressed.
-    public var cooldown: Duration = .seconds(20)
+    package var cooldown: Duration = .seconds(20)
 
-    public init() {}
+    package init() {}
 }

@@ -4,25 +4,25 @@ public enum PluginKind: String, Sendable, Hashable, CaseIterable, Codable {
 }
 
 /// A `use:` with its `with:` options, as written in the policy.
-public struct PluginReference: Sendable, Hashable {
-    public var kind: PluginKind
-    public var name: String
-    public var options: [String: PluginOption]
+package struct PluginReference: Sendable, Hashable {
+    package var kind: PluginKind
+    package var name: String
+    package var options: [String: PluginOption]
     /// Where `use:` was written; `nil` for defaults.
-    public var range: SourceRange?
+    package var range: SourceRange?
 
-    public init(kind: PluginKind, name: String, options: [String: PluginOption] = [:], range: SourceRange? = nil) {
+    package init(kind: PluginKind, name: String, options: [String: PluginOption] = [:], range: SourceRange? = nil) {
         self.kind = kind
         self.name = name
         self.options = options
         self.range = range
     }
 
-    public static func == (a: Self, b: Self) -> Bool {
+    package static func == (a: Self, b: Self) -> Bool {
         a.kind == b.kind && a.name == b.name && a.options == b.options
     }
 
-    public func hash(into hasher: inout Hasher) {
+    package func hash(into hasher: inout Hasher) {
         hasher.combine(kind)
         hasher.combine(name)
     }

@@ -1,7 +1,7 @@
 extension Policy {
     /// The shipped default policy (policies/default.yaml), embedded so a program can run
     /// without the file. A test keeps this text identical to the file.
-    public static let defaultPolicyText = """
+    package static let defaultPolicyText = """
         # The business-code scheme of our mobile API, as shipped.
         #
         # 200 {"status":1401}  access token expired   -> refresh once, send again

@@ -20,21 +20,21 @@ import Foundation
 /// ```
 public struct Policy: Sendable {
     public let name: String
-    public let classify: CodeSource?
-    public let rules: [Rule]
-    public let refresh: RefreshSettings
-    public let logout: LogoutSettings
-    public let retry: RetrySettings
-    public let authorize: PluginReference
-    public let store: PluginReference
-    public let observe: [PluginReference]
+    package let classify: CodeSource?
+    package let rules: [Rule]
+    package let refresh: RefreshSettings
+    package let logout: LogoutSettings
+    package let retry: RetrySettings
+    package let authorize: PluginReference
+    package let store: PluginReference
+    package let observe: [PluginReference]
     /// `coordination:`: who shares the session with this process; `local` (nobody) by default.
-    public let coordination: PluginReference
-    public let routes: [Route]
+    package let coordination: PluginReference
+    package let routes: [Route]
     /// The `dispatch:` section: how many requests go out at once per host.
-    public let dispatch: DispatchSettings
+    package let dispatch: DispatchSettings
     /// The compiled graph the engine runs.
-    public let graph: RuleGraph
+    package let graph: RuleGraph
     /// Lint warnings (errors make loading fail).
     public let warnings: [Diagnostic]
     /// The file it was loaded from, as named by the caller.

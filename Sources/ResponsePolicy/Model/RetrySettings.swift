@@ -1,6 +1,6 @@
 /// The `retry:` section: how often, after how long, and which requests may be sent again.
-public struct RetrySettings: Sendable, Hashable {
-    public enum Backoff: String, Sendable, Hashable, CaseIterable {
+package struct RetrySettings: Sendable, Hashable {
+    package enum Backoff: String, Sendable, Hashable, CaseIterable {
         /// Every wait is `initial`.
         case constant
         /// Wait n is `initial × n`.
@@ -9,7 +9,7 @@ public struct RetrySettings: Sendable, Hashable {
         case exponential
     }
 
-    public enum Jitter: Sendable, Hashable, CustomStringConvertible {
+    package enum Jitter: Sendable, Hashable, CustomStringConvertible {
         case none
         /// A uniform draw from [0, d].
         case full
@@ -18,7 +18,7 @@ public struct RetrySettings: Sendable, Hashable {
         /// A uniform draw from [d(1−p), d(1+p)], `p` a fraction (`"20%"` is 0.2).
         case proportional(Double)
 
-        public var description: String {
+        package var description: String {
             switch self {
             case .none: return "none"
             case .full: return "full"
@@ -28,48 +28,48 @@ public struct RetrySettings: Sendable, Hashable {
         }
     }
 
-    public struct Budget: Sendable, Hashable {
-        public var ratio: Double
-        public var min: Int
-        public init(ratio: Double, min: Int) {
+    package struct Budget: Sendable, Hashable {
+        package var ratio: Double
+        package var min: Int
+        package init(ratio: Double, min: Int) {
             self.ratio = ratio
             self.min = min
         }
     }
 
     /// `3` by default.
-    public var maxRetries: Int = 3
-    public var backoff: Backoff = .exponential
+    package var maxRetries: Int = 3
+    package var backoff: Backoff = .exponential
     /// `1s` by default.
-    public var initial: Duration = .seconds(1)
+    package var initial: Duration = .seconds(1)
     /// `2` by default.
-    public var multiplier: Double = 2
+    package var multiplier: Double = 2
     /// `30s` by default; `nil` (`max-delay: none`) leaves the delay uncapped.
-    public var maxDelay: Duration? = .seconds(30)
-    public var jitter: Jitter = .none
+    package var maxDelay: Duration? = .seconds(30)
+    package var jitter: Jitter = .none
     /// `honor` by default: a `Retry-After` header (seconds or HTTP-date) sets the wait, up to `max-delay`.
-    public var honorRetryAfter: Bool = true
+    package var honorRetryAfter: Bool = true
     /// `10s` by default; a slower attempt counts as `error: timeout`.
-    public var attemptTimeout: Duration? = .seconds(10)
+    package var attemptTimeout: Duration? = .seconds(10)
     /// The methods that may be retried. GET, HEAD, PUT, DELETE and OPTIONS are idempotent by
     /// RFC 9110 §9.2.2, so sending them twice is safe; POST and PATCH are not, so they are left
     /// out unless listed or the request carries an idempotency key.
-    public var methods: [String] = ["GET", "HEAD", "PUT", "DELETE", "OPTIONS"]
+    package var methods: [String] = ["GET", "HEAD", "PUT", "DELETE", "OPTIONS"]
     /// `Idempotency-Key` by default; `nil` (`idempotency-key: none`) turns the feature off.
-    public var idempotencyKey: String? = "Idempotency-Key"
+    package var idempotencyKey: String? = "Idempotency-Key"
     /// `deliver` by default. Also accepts any action so lint can report a looping value.
-    public var onExhausted: ActionKind = .deliver
+    package var onExhausted: ActionKind = .deliver
     /// `60s` by default; `nil` (`deadline: none`) for no deadline.
-    public var deadline: Duration? = .seconds(60)
+    package var deadline: Duration? = .seconds(60)
     /// `{ratio: 0.2, min: 100}` by default: in a sliding 10 s window retries may add 20 % of the
     /// requests plus 100 (10 per second), Finagle's default. Enough that a burst of requests
     /// meeting one transient error each is retried, not delivered as the error.
-    public var budget: Budget? = Budget(ratio: 0.2, min: 100)
+    package var budget: Budget? = Budget(ratio: 0.2, min: 100)
 
-    public init() {}
+    package init() {}
 
     /// The wait before retry `n` (1-based) before jitter and `Retry-After`.
-    public func delay(forRetry n: Int) -> Duration {
+    package func delay(forRetry n: Int) -> Duration {
         let base: Double
         let initialSeconds = initial.seconds
         switch backoff {
@@ -83,7 +83,7 @@ public struct RetrySettings: Sendable, Hashable {
     }
 
     /// The longest wait jitter can turn `delay` into.
-    public func worstCaseJittered(_ delay: Duration) -> Duration {
+    package func worstCaseJittered(_ delay: Duration) -> Duration {
         if case .proportional(let p) = jitter { return delay * (1 + p) }
         return delay
     }

@@ -1,20 +1,20 @@
 /// One entry of `rules:`: a condition and what to do when it holds.
-public struct Rule: Sendable, Hashable {
-    public var name: String
-    public var when: Condition
-    public var action: ActionKind
+package struct Rule: Sendable, Hashable {
+    package var name: String
+    package var when: Condition
+    package var action: ActionKind
     /// The settings this rule's `then:` mapping overrides, resolved over its section; `nil`
     /// when `then:` is a plain action.
-    public var retry: RetrySettings?
-    public var refresh: RefreshSettings?
-    public var logout: LogoutSettings?
-    public var range: SourceRange
+    package var retry: RetrySettings?
+    package var refresh: RefreshSettings?
+    package var logout: LogoutSettings?
+    package var range: SourceRange
     /// The `then:` mapping as written, re-applied over each route's sections.
     package var overrides: YAMLNode?
     /// Where the parts of the rule were written, for findings that point at them.
     package var source = RuleSource()
 
-    public init(name: String, when: Condition, action: ActionKind, range: SourceRange = .fileStart) {
+    package init(name: String, when: Condition, action: ActionKind, range: SourceRange = .fileStart) {
         self.name = name
         self.when = when
         self.action = action

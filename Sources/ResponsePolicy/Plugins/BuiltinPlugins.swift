@@ -28,31 +28,31 @@ enum BuiltinPlugins {
 }
 
 /// `Authorization: Bearer <token>`, replacing any earlier Authorization header.
-public struct BearerAuthorizer: AuthorizePlugin {
-    public init() {}
-    public func authorize(_ request: inout HTTPRequest, with credentials: Credentials) {
+package struct BearerAuthorizer: AuthorizePlugin {
+    package init() {}
+    package func authorize(_ request: inout HTTPRequest, with credentials: Credentials) {
         request.headers.set("Authorization", "Bearer " + credentials.accessToken)
     }
 }
 
 /// `<name>: <prefix><token>`, e.g. `auth_token: abc`.
-public struct HeaderAuthorizer: AuthorizePlugin {
-    public let name: String
-    public let prefix: String
-    public init(name: String, prefix: String = "") {
+package struct HeaderAuthorizer: AuthorizePlugin {
+    package let name: String
+    package let prefix: String
+    package init(name: String, prefix: String = "") {
         self.name = name
         self.prefix = prefix
     }
-    public func authorize(_ request: inout HTTPRequest, with credentials: Credentials) {
+    package func authorize(_ request: inout HTTPRequest, with credentials: Credentials) {
         request.headers.set(name, prefix + credentials.accessToken)
     }
 }
 
 /// `?<name>=<token>`, replacing an earlier value of that parameter.
-public struct QueryAuthorizer: AuthorizePlugin {
-    public let name: String
-    public init(name: String) { self.name = name }
-    public func authorize(_ request: inout HTTPRequest, with credentials: Credentials) {
+package struct QueryAuthorizer: AuthorizePlugin {
+    package let name: String
+    package init(name: String) { self.name = name }
+    package func authorize(_ request: inout HTTPRequest, with credentials: Credentials) {
         guard var components = URLComponents(url: request.url, resolvingAgainstBaseURL: false) else { return }
         var items = (components.queryItems ?? []).filter { $0.name != name }
         items.append(URLQueryItem(name: name, value: credentials.accessToken))
@@ -62,9 +62,9 @@ public struct QueryAuthorizer: AuthorizePlugin {
 }
 
 /// Logout that only changes the engine's own state.
-public struct NoLogout: LogoutPlugin {
-    public init() {}
-    public func logout(_ context: LogoutContext) async {}
+package struct NoLogout: LogoutPlugin {
+    package init() {}
+    package func logout(_ context: LogoutContext) async {}
 }
 
 /// Credentials held in memory for the life of the process.
@@ -85,19 +85,19 @@ public final class MemoryCredentialStore: CredentialStore {
 /// `level` (`info` by default) is the lowest level written: `debug` adds every attempt (`send`,
 /// `response`, `wait`); `warning` keeps failed refreshes, logouts and failed outcomes; `error`
 /// only problems and refused reloads.
-public struct LogObserver: PolicyObserver {
-    public let level: PolicyEvent.Level
-    public let format: PolicyEvent.LogFormat
+package struct LogObserver: PolicyObserver {
+    package let level: PolicyEvent.Level
+    package let format: PolicyEvent.LogFormat
     private let write: @Sendable (String) -> Void
 
     /// Whether attempts (`send`, `response`, `wait`) are written.
-    public var debug: Bool { level == .debug }
+    package var debug: Bool { level == .debug }
 
     /// - Parameters:
     ///   - level: the lowest level written; `.info` by default.
     ///   - format: `.json` by default.
     ///   - write: where lines go; stderr by default.
-    public init(
+    package init(
         level: PolicyEvent.Level = .info, format: PolicyEvent.LogFormat = .json,
         write: (@Sendable (String) -> Void)? = nil
     ) {
@@ -107,11 +107,11 @@ public struct LogObserver: PolicyObserver {
     }
 
     /// The observer of earlier versions: `debug` writes every event.
-    public init(debug: Bool, write: (@Sendable (String) -> Void)? = nil) {
+    package init(debug: Bool, write: (@Sendable (String) -> Void)? = nil) {
         self.init(level: debug ? .debug : .info, write: write)
     }
 
-    public func observe(_ event: PolicyEvent) {
+    package func observe(_ event: PolicyEvent) {
         guard event.level >= level else { return }
         write(event.logLine(format))
     }

@@ -60,7 +60,7 @@ import Foundation
 /// Concurrency contract: immutable and `Sendable`. Each call starts one process group; cancelling
 /// the calling task (the engine's `refresh.timeout`) kills it. The timeout is wall-clock time,
 /// since the command is a real process.
-public struct ExecRefresh: RefreshPlugin, CustomStringConvertible {
+package struct ExecRefresh: RefreshPlugin, CustomStringConvertible {
     let command: ExecCommand
 
     /// Makes the plugin from a policy's `with:` options.
@@ -72,14 +72,14 @@ public struct ExecRefresh: RefreshPlugin, CustomStringConvertible {
     }
 
     /// A credential command gets credentials with nothing stored.
-    public var canSignIn: Bool { true }
+    package var canSignIn: Bool { true }
 
-    public var description: String { "ExecRefresh(\(command.arguments.first ?? ""))" }
+    package var description: String { "ExecRefresh(\(command.arguments.first ?? ""))" }
 
     /// Runs the command and reads the new credentials from its output.
     ///
     /// - Throws: ``RefreshFailure`` as described on the type; `CancellationError` when cancelled.
-    public func refresh(_ context: RefreshContext) async throws -> Credentials {
+    package func refresh(_ context: RefreshContext) async throws -> Credentials {
         let input = command.input(kind: "refresh", reason: context.reason, credentials: context.credentials)
         let (output, stderrLine) = try await command.run(input: input, credentials: context.credentials)
         // Bad output is reported with what the command said on stderr, as a failed exit is.
@@ -114,14 +114,14 @@ public struct ExecRefresh: RefreshPlugin, CustomStringConvertible {
 /// The `exec` logout plugin: runs a command when the session ends (revoke a token, clear a
 /// keychain entry). Its input is described on ``ExecRefresh``; its output and exit status are
 /// ignored, and it is killed at `timeout` (`5s` by default).
-public struct ExecLogout: LogoutPlugin {
+package struct ExecLogout: LogoutPlugin {
     let command: ExecCommand
 
     init(configuration: PluginConfiguration) throws(PluginError) {
         command = try ExecCommand(configuration, kind: .logout, defaultTimeout: .seconds(5))
     }
 
-    public func logout(_ context: LogoutContext) async {
+    package func logout(_ context: LogoutContext) async {
         let input = command.input(kind: "logout", reason: context.reason, credentials: context.credentials)
         _ = try? await command.run(input: input, credentials: context.credentials)
     }

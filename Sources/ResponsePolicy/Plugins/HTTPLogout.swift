@@ -24,14 +24,14 @@ import Foundation
 /// Concurrency contract: immutable and `Sendable`. The engine calls ``logout(_:)`` once per logout
 /// in a task of its own and does not wait for it; the call returns after the answer, a transport
 /// error, `timeout`, or the cancellation of its task, whichever comes first.
-public struct HTTPLogout: LogoutPlugin {
+package struct HTTPLogout: LogoutPlugin {
     /// Where the logout request is POSTed.
-    public let url: URL
+    package let url: URL
     /// How long the POST may take; `5s` by default.
-    public let timeout: Duration
+    package let timeout: Duration
     /// Which redirects of the logout endpoint are followed: ``RedirectPolicy/none`` by default
     /// (`follow-redirects:` in the policy; `same-origin` follows those within the endpoint's origin).
-    public var followRedirects: RedirectPolicy = .none
+    package var followRedirects: RedirectPolicy = .none
 
     /// Creates the plugin.
     ///
@@ -42,7 +42,7 @@ public struct HTTPLogout: LogoutPlugin {
     /// - Parameters:
     ///   - url: Where the logout request is POSTed.
     ///   - timeout: How long to wait for it; `5s` by default.
-    public init(url: URL, timeout: Duration = .seconds(5)) {
+    package init(url: URL, timeout: Duration = .seconds(5)) {
         self.url = url
         self.timeout = timeout
     }
@@ -67,7 +67,7 @@ public struct HTTPLogout: LogoutPlugin {
     /// Sends the logout POST and returns once it is answered, has failed, or `timeout` passed.
     ///
     /// - Parameter context: The rule that logged out and the engine's transport.
-    public func logout(_ context: LogoutContext) async {
+    package func logout(_ context: LogoutContext) async {
         var request = HTTPRequest(
             method: "POST", url: url,
             headers: ["Content-Type": "application/json", "Accept": "application/json"],

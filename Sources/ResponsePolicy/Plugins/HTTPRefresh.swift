@@ -39,13 +39,13 @@ import Foundation
 ///
 /// Concurrency contract: immutable and `Sendable`; safe to call from any task. Cancelling the
 /// calling task cancels the request and ``refresh(_:)`` throws `CancellationError`.
-public struct HTTPRefresh: RefreshPlugin {
+package struct HTTPRefresh: RefreshPlugin {
     /// Where the refresh request is POSTed.
-    public let url: URL
+    package let url: URL
     /// The JSON body's fields, as written (placeholders unresolved).
-    public let body: [String: PluginOption]
+    package let body: [String: PluginOption]
     /// Extra request headers, as written (placeholders unresolved).
-    public let headers: [String: String]
+    package let headers: [String: String]
     let bodyTemplate: [String: BodyValue]
     let headerTemplates: [(name: String, value: TemplateText)]
     let token: ValuePath
@@ -54,7 +54,7 @@ public struct HTTPRefresh: RefreshPlugin {
     var expiresInPath: (path: ValuePath, text: String)?
     /// Which redirects of the refresh endpoint are followed: ``RedirectPolicy/none`` by default
     /// (`follow-redirects:` in the policy; `same-origin` follows those within the endpoint's origin).
-    public var followRedirects: RedirectPolicy = .none
+    package var followRedirects: RedirectPolicy = .none
 
     /// A `body:` value with its texts resolved as far as they can be at creation.
     indirect enum BodyValue: Sendable {
@@ -68,7 +68,7 @@ public struct HTTPRefresh: RefreshPlugin {
     /// Whether the request can be made with no stored credentials (a login with `{env:…}` or
     /// `{file:…}` values, no `{refresh_token}`): then the engine gets the first token with it
     /// before the first request goes out.
-    public var canSignIn: Bool {
+    package var canSignIn: Bool {
         func uses(_ value: BodyValue) -> Bool {
             switch value {
             case .text(let text): return text.usesCredentials
@@ -98,7 +98,7 @@ public struct HTTPRefresh: RefreshPlugin {
     ///   - expiresIn: Where the token's lifetime in seconds is; `nil` (no known expiry) by default.
     /// - Throws: ``PluginError`` when a path is not `body.<path>` or `header.<Name>`, or an
     ///   `{env:…}` or `{file:…}` cannot be read.
-    public init(
+    package init(
         url: URL, body: [String: PluginOption] = ["refresh_token": .string("{refresh_token}")],
         headers: [String: String] = [:], token: String, refreshToken: String? = nil, expiresIn: String? = nil
     ) throws(PluginError) {
@@ -193,7 +193,7 @@ public struct HTTPRefresh: RefreshPlugin {
     /// - Returns: The new access token, the rotated refresh token or else the old one, and the
     ///   expiry when `expires-in:` found one.
     /// - Throws: ``RefreshFailure`` as described on the type; `CancellationError` when cancelled.
-    public func refresh(_ context: RefreshContext) async throws -> Credentials {
+    package func refresh(_ context: RefreshContext) async throws -> Credentials {
         let request = try request(for: context.credentials)
         let response = try await TokenEndpoint.post(request, via: context.transport, redirects: followRedirects)
         guard (200..<300).contains(response.status) else {

@@ -73,42 +73,42 @@ import Foundation
 /// Concurrency contract: immutable and `Sendable`; the engine calls ``refresh(_:)`` at most once at
 /// a time, but concurrent calls are safe. Cancelling the calling task cancels the token request
 /// and ``refresh(_:)`` throws `CancellationError`.
-public struct OAuth2Refresh: RefreshPlugin, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
+package struct OAuth2Refresh: RefreshPlugin, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
     /// The grant the plugin performs.
-    public enum Grant: String, Sendable, Hashable, CaseIterable {
+    package enum Grant: String, Sendable, Hashable, CaseIterable {
         case refreshToken = "refresh_token"
         case clientCredentials = "client_credentials"
         case password
     }
 
     /// How the client authenticates to the token endpoint (RFC 7591 `token_endpoint_auth_method`).
-    public enum ClientAuthentication: String, Sendable, Hashable, CaseIterable {
+    package enum ClientAuthentication: String, Sendable, Hashable, CaseIterable {
         case basic = "client_secret_basic"
         case post = "client_secret_post"
     }
 
     /// The token endpoint (RFC 6749 §3.2).
-    public let tokenURL: URL
+    package let tokenURL: URL
     /// Sent as `client_id`.
-    public let clientID: String
+    package let clientID: String
     /// Sent as the client's authentication when present; `nil` for a public client.
     let clientSecret: String?
     /// Sent as `scope` when present; `nil` (the scope granted before, or the server's default) by default.
-    public let scope: String?
+    package let scope: String?
     /// `refresh_token` by default.
-    public let grant: Grant
+    package let grant: Grant
     /// `client_secret_basic` by default.
-    public let clientAuthentication: ClientAuthentication
+    package let clientAuthentication: ClientAuthentication
     /// Sent as `audience` when present.
-    public let audience: String?
+    package let audience: String?
     /// Sent as `resource` (RFC 8707) when present.
-    public let resource: String?
+    package let resource: String?
     /// The resource owner's credentials for the `password` grant.
     let username: String?
     let password: String?
     /// Which redirects of the token endpoint are followed: ``RedirectPolicy/none`` by default
     /// (`follow-redirects:` in the policy; `same-origin` follows those within the endpoint's origin).
-    public var followRedirects: RedirectPolicy = .none
+    package var followRedirects: RedirectPolicy = .none
 
     /// Creates the plugin.
     ///
@@ -129,7 +129,7 @@ public struct OAuth2Refresh: RefreshPlugin, CustomStringConvertible, CustomDebug
     ///   - resource: The resource indicator to send; `nil` by default.
     ///   - username: The `password` grant's user name; `nil` by default.
     ///   - password: The `password` grant's password; `nil` by default.
-    public init(
+    package init(
         tokenURL: URL, clientID: String, grant: Grant = .refreshToken, clientSecret: String? = nil,
         clientAuthentication: ClientAuthentication = .basic, scope: String? = nil, audience: String? = nil,
         resource: String? = nil, username: String? = nil, password: String? = nil
@@ -206,20 +206,20 @@ public struct OAuth2Refresh: RefreshPlugin, CustomStringConvertible, CustomDebug
     }
 
     /// `client_credentials` and `password` get a token with nothing stored.
-    public var canSignIn: Bool { grant != .refreshToken }
+    package var canSignIn: Bool { grant != .refreshToken }
 
     /// Names the endpoint, client and grant; says whether secrets are set without showing them.
-    public var description: String {
+    package var description: String {
         "OAuth2Refresh(\(TokenEndpoint.redacted(tokenURL)), client '\(clientID)'"
             + (grant == .refreshToken ? "" : ", grant \(grant.rawValue)")
             + (clientSecret == nil ? "" : ", client secret <redacted>")
             + (password == nil ? ")" : ", password <redacted>)")
     }
 
-    public var debugDescription: String { description }
+    package var debugDescription: String { description }
 
     /// The public parts only, so `dump(plugin)` cannot show a secret.
-    public var customMirror: Mirror {
+    package var customMirror: Mirror {
         Mirror(
             self,
             children: [
@@ -234,7 +234,7 @@ public struct OAuth2Refresh: RefreshPlugin, CustomStringConvertible, CustomDebug
     /// - Returns: The new credentials: the new access token, its expiry when the server gave
     ///   `expires_in`, and the rotated refresh token or else the old one.
     /// - Throws: ``RefreshFailure`` as described on the type; `CancellationError` when cancelled.
-    public func refresh(_ context: RefreshContext) async throws -> Credentials {
+    package func refresh(_ context: RefreshContext) async throws -> Credentials {
         var refreshToken: String?
         if grant == .refreshToken {
             guard let token = context.credentials?.refreshToken, !token.isEmpty else {

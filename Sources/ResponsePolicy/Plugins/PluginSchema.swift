@@ -71,7 +71,7 @@ public struct PluginCatalog: Sendable, Hashable {
         (entries[kind] ?? [:]).keys.sorted()
     }
 
-    public func isBuiltin(_ kind: PluginKind, _ name: String) -> Bool {
+    package func isBuiltin(_ kind: PluginKind, _ name: String) -> Bool {
         Self.builtins[kind]?[name] != nil
     }
 
