@@ -50,6 +50,8 @@ package enum PolicyExplainer {
             }
             out += describe(scope).map { "  " + $0 + "\n" }.joined()
         }
+        out += "\nDispatch (max-in-flight-per-host: \(policy.dispatch.maxInFlightPerHost)):\n  "
+        out += dispatchSummary(policy.dispatch.maxInFlightPerHost) + "\n"
         if let shared = policy.coordinationSummary {
             out += "\nShared session (coordination: \(policy.coordination.name)):\n  \(shared)\n"
         }
@@ -58,6 +60,26 @@ package enum PolicyExplainer {
         }
         if !policy.warnings.isEmpty { out += "\n" }
         return out
+    }
+
+    /// What `dispatch.max-in-flight-per-host` does, in one paragraph.
+    static func dispatchSummary(_ limit: DispatchSettings.Limit) -> String {
+        let held =
+            "the others wait in the engine in arrival order (those sent before first), are signed when they leave, "
+            + "wait for a refresh in flight, and end at once on a logout."
+        switch limit {
+        case .auto:
+            return "At most as many requests per host are on the wire as the transport has connections per host "
+                + "(URLSessionTransport: its configuration's httpMaximumConnectionsPerHost, 6 by default; "
+                + "a transport that does not say is not limited); " + held
+        case .unlimited:
+            return "Every request goes out as soon as it is made; requests beyond the transport's connections "
+                + "per host wait inside the transport, where they cannot be held for a refresh, re-signed "
+                + "or cancelled by a logout."
+        case .perHost(let count):
+            return "At most \(count) request\(count == 1 ? "" : "s") per host \(count == 1 ? "is" : "are") on the "
+                + "wire; " + held
+        }
     }
 
     static func describe(_ scope: RuleGraph.Scope) -> [String] {
@@ -105,7 +127,7 @@ package enum PolicyExplainer {
         if reachable.contains(.logout) {
             let l = scope.logout
             lines.append(
-                "Logout: \(l.cancelInFlight ? "every request in flight or waiting is cancelled" : "requests in flight finish"), "
+                "Logout: \(l.cancelInFlight ? "every request in flight or waiting is cancelled (a response that has already arrived is still handled by its rule)" : "requests in flight finish"), "
                     + "the logout plugin '\(l.plugin.name)' is called once, and for \(l.cooldown.policyText) new requests fail at once "
                     + "without touching the network; refreshes and retries are suppressed.")
         }
@@ -116,7 +138,12 @@ package enum PolicyExplainer {
                 text += " and to any request carrying an '\(key)' header (kept the same on every attempt)"
             }
             text += "."
-            if let timeout = r.attemptTimeout { text += " Each attempt times out after \(timeout.policyText)." }
+            if let timeout = r.attemptTimeout {
+                text +=
+                    " Each attempt times out after \(timeout.policyText)."
+                    + " The time counts from the moment the attempt leaves the engine: waiting for a dispatch slot"
+                    + " or a refresh counts against the deadline only."
+            }
             if let budget = r.budget {
                 text +=
                     " Retries may add at most \(budget.min) + \(formatNumber(budget.ratio * 100))% of requests in a sliding 10s window; a retry the budget refuses goes where the rule's retries run out."

@@ -128,6 +128,15 @@ public final class URLSessionTransport: CancellableTransport {
         }
     }
 
+    /// The session configuration's `httpMaximumConnectionsPerHost` (6 by default): requests
+    /// beyond it would queue inside URLSession, so `dispatch.max-in-flight-per-host: auto` keeps
+    /// them in the engine instead. The refresh and logout calls go through a session of their
+    /// own (``sessionCallTransport``), so they never wait for one of these connections.
+    public var connectionsPerHost: Int? {
+        let count = session.configuration.httpMaximumConnectionsPerHost
+        return count > 0 ? count : nil
+    }
+
     /// Sends one request and returns the response, whatever its status.
     ///
     /// Any HTTP status, 4xx and 5xx included, is a response, not an error: judging it is the policy's job.

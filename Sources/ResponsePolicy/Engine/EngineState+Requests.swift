@@ -43,6 +43,38 @@ extension EngineState {
         } ?? Effects()
     }
 
+    /// What a request does with the attempt that just ended (``attemptEnded(insideLock:responseArrived:callerCancelled:)``).
+    enum AttemptDisposition: Equatable {
+        /// Its result counts (a response, an error, or a timeout when `timedOut`).
+        case result(timedOut: Bool)
+        /// A response arrived, but a logout was decided while it was on its way in: the
+        /// response is still classified, and delivered (or failed) when its rule says so; a
+        /// refresh or retry it asks for ends the request logged out.
+        case arrivedAfterLogout
+        /// The request was ended (its caller, or a logout before any response): the result is dropped.
+        case ended
+    }
+
+    /// Request `id`'s attempt ended (`responseArrived`: the transport returned a response):
+    /// disarms it and says what counts. A response that has arrived is the server's answer,
+    /// which a logout decided a moment later does not unsay; only the caller's cancellation
+    /// drops it.
+    mutating func attemptEnded(insideLock id: UInt64, responseArrived: Bool, callerCancelled: Bool)
+        -> AttemptDisposition
+    {
+        modifySlot(id) { slot in
+            slot.attemptCancellation = nil
+            slot.armedTimer = 0
+            slot.phase = .running
+            if callerCancelled { return .ended }
+            switch slot.endReason {
+            case nil: return .result(timedOut: slot.timedOut)
+            case .loggedOut? where responseArrived: return .arrivedAfterLogout
+            default: return .ended
+            }
+        } ?? .ended
+    }
+
     /// Request `id`'s timer fired: its attempt timed out, its backoff is over, or its deadline
     /// came while it waited for a refresh or a dispatch slot. A stale firing (the attempt ended,
     /// the request was ended, the refresh or the slot came first) finds another token armed, or

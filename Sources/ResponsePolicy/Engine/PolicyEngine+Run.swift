@@ -91,20 +91,28 @@ extension PolicyEngine {
     @inline(never)
     func endAttempt(_ machine: RequestMachine, _ result: AttemptResult) {
         if machine.pendingTimeoutAt != nil { timers.cancel(machine.timer) }
-        let (timedOut, endedOutside) = state.withLock { state -> (Bool, Bool) in
-            state.modifySlot(machine.context.number) { slot in
-                slot.attemptCancellation = nil
-                slot.armedTimer = 0
-                slot.phase = .running
-                return (slot.timedOut, slot.endReason != nil)
-            } ?? (false, true)
+        var arrived = false
+        if case .response = result { arrived = true }
+        // An inline attempt learns of its caller's cancellation as task cancellation.
+        let callerCancelled = attemptsInline && Task.isCancelled
+        let disposition = state.withLock {
+            $0.attemptEnded(
+                insideLock: machine.context.number, responseArrived: arrived, callerCancelled: callerCancelled)
         }
-        // Ended from outside (logout, the caller) wins over a timeout at the same instant. An
-        // inline attempt learns of its caller's cancellation as task cancellation.
-        // A cancelled attempt leaves the last response or error of the one before it.
-        if endedOutside || (attemptsInline && Task.isCancelled) {
+        // Ended from outside (logout, the caller) wins over a timeout at the same instant; a
+        // response that arrived before a logout reached it is still handled (see
+        // ``EngineState/AttemptDisposition``). A cancelled attempt leaves the last response or
+        // error of the one before it.
+        let timedOut: Bool
+        switch disposition {
+        case .ended:
             machine.attemptOutcome = .cancelled
             return
+        case .arrivedAfterLogout:
+            machine.arrivedAfterLogout = true
+            timedOut = false
+        case .result(let timed):
+            timedOut = timed
         }
         switch result {
         case .response(let response):

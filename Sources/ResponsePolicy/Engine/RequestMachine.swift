@@ -54,7 +54,8 @@ final class RequestMachine {
     let request: HTTPRequest
     /// The host whose dispatch slots this request takes; `nil` when dispatch is unlimited.
     let host: String?
-    /// `dispatch.max-in-flight-per-host` of the policy it started under (`Int.max`: unlimited).
+    /// `dispatch.max-in-flight-per-host` of the policy it started under, `auto` resolved against
+    /// the transport (`Int.max`: unlimited).
     let dispatchLimit: Int
 
     var result: Result<HTTPResponse, PolicyEngineError> = .failure(.cancelled)
@@ -115,6 +116,10 @@ final class RequestMachine {
         return refreshRule.map { scope.rules[$0].name } ?? "refresh"
     }
 
+    /// The last response arrived although a logout had ended the request meanwhile: its rule
+    /// may deliver or fail it, nothing else (the session is over).
+    var arrivedAfterLogout = false
+
     /// A deadline timer is armed for the wait in progress (see ``parkUntilDeadline()``).
     var deadlineArmed = false
     /// Its slot exists in the engine's state.
@@ -137,7 +142,9 @@ final class RequestMachine {
         self.request = request
         pendingRequest = request
         deadline = scope.deadline.map { context.start + $0 }
-        if let limit = context.runtime.policy.dispatch.maxInFlightPerHost {
+        if let limit = context.runtime.policy.dispatch.maxInFlightPerHost.resolved(
+            connectionsPerHost: engine.transportConnectionsPerHost)
+        {
             dispatchLimit = limit
             host = original.url.host.map { host in original.url.port.map { "\(host):\($0)" } ?? host } ?? ""
         } else {
@@ -259,12 +266,14 @@ final class RequestMachine {
     /// Checks the request may go on, refreshes ahead of expiry, then signs and sends.
     @inline(never)
     func top() -> Step {
-        // The first turn runs right after `admit`, which read the clock.
-        let now = attempt == 0 && !skipProactive ? context.start : engine.clock.now
+        let first = !registered
+        // The first turn runs right after `admit`, which read the clock. Every later one (after a
+        // dispatch queue, a refresh, a backoff) reads it again: the attempt timeout runs from the
+        // moment the attempt leaves the engine, and a wait is bounded by the deadline alone.
+        let now = first ? context.start : engine.clock.now
         let cancelled = Task.isCancelled
         let hold = scope.refresh.holdNewRequests
         let id = context.number
-        let first = !registered
         registered = true
         let (gate, box, generation) = engine.state.withLock { state in
             if first {
@@ -281,6 +290,12 @@ final class RequestMachine {
             return parkUntilDeadline()
         case .queued:
             waitingFor = .dispatch
+            let next = self.attempt + 1
+            engine.emit(runtime) {
+                var event = PolicyEvent(.queued, time: now, context: context)
+                event.attempt = next
+                return event
+            }
             return parkUntilDeadline()
         }
         let credentials = box?.credentials
@@ -405,6 +420,10 @@ final class RequestMachine {
         case .logout:
             emitResponse(rule: flow.rule)
             return logout(flow.logout, reason: .rule(flow.rule.name, response: lastResponse))
+        case .refresh where arrivedAfterLogout, .retry where arrivedAfterLogout:
+            // The session ended while this response came in: no refresh or retry follows.
+            emitResponse(rule: flow.rule)
+            return cancelledByLogout()
         case .refresh:
             return refreshTrigger(flow)
         case .retry:

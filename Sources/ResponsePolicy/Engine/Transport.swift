@@ -47,10 +47,19 @@ public protocol Transport: Sendable {
     /// queues behind a storm of requests waiting for a connection (`URLSessionTransport` does).
     /// `self` by default.
     var sessionCallTransport: any Transport { get }
+
+    /// How many connections this transport opens to one host at most, when it limits them:
+    /// requests beyond that wait inside it, where the engine can no longer hold, re-sign or
+    /// cancel them. `dispatch.max-in-flight-per-host: auto` (the default) lets exactly this many
+    /// requests per host out of the engine and keeps the rest in its own queue.
+    /// `URLSessionTransport` reports its configuration's `httpMaximumConnectionsPerHost`.
+    /// `nil` by default: the transport does not say, and `auto` sets no limit.
+    var connectionsPerHost: Int? { get }
 }
 
 extension Transport {
     public var sessionCallTransport: any Transport { self }
+    public var connectionsPerHost: Int? { nil }
 }
 
 /// A one-shot cancellation signal for one attempt, which the engine raises on a forced logout,

@@ -203,15 +203,17 @@ extension PolicyDecoder {
             locations["dispatch.\(key)"] = value.range
             if key == "max-in-flight-per-host" {
                 if value.isPlainScalar, value.scalar == "unlimited" {
-                    settings.maxInFlightPerHost = nil
+                    settings.maxInFlightPerHost = .unlimited
+                } else if value.isPlainScalar, value.scalar == "auto" {
+                    settings.maxInFlightPerHost = .auto
                 } else if !value.isPlainScalar || !Self.isInteger(value.scalar ?? "") {
                     report(
                         .error(
                             "invalid-type",
-                            "'\(key)' must be a whole number or unlimited, not \(value.kindDescription)",
+                            "'\(key)' must be a whole number, auto or unlimited, not \(value.kindDescription)",
                             at: value.range))
                 } else if let limit = integer(value, key, in: 1...1_000_000) {
-                    settings.maxInFlightPerHost = limit
+                    settings.maxInFlightPerHost = .perHost(limit)
                 }
             }
         }

@@ -385,12 +385,20 @@ package enum PolicySchema {
                                 $0,
                                 .object([
                                     (
+                                        "description",
+                                        .string(
+                                            "requests per host on the wire at once; the rest wait in the engine. "
+                                                + "auto (the default): the transport's connections per host")
+                                    ),
+                                    ("default", "auto"),
+                                    (
                                         "anyOf",
                                         .array([
-                                            .object([("type", "integer"), ("minimum", 1)]),
+                                            .object([("type", "integer"), ("minimum", 1), ("maximum", 1_000_000)]),
+                                            .object([("const", "auto")]),
                                             .object([("const", "unlimited")]),
                                         ])
-                                    )
+                                    ),
                                 ])
                             )
                         })
