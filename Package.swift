@@ -26,7 +26,7 @@ let package = Package(
         .target(name: "ResponsePolicyURLSession", dependencies: ["ResponsePolicy"]),
         .target(name: "PolicyCLI", dependencies: ["ResponsePolicy", "ResponsePolicyURLSession"]),
         .executableTarget(name: "policy", dependencies: ["PolicyCLI"]),
-        .executableTarget(name: "policy-bench", dependencies: ["ResponsePolicy"]),
+        .executableTarget(name: "policy-bench", dependencies: ["ResponsePolicy", "ResponsePolicyURLSession"]),
         // Test helper: one coordinator in a child process, driven over stdin/stdout by the
         // multi-process coordination tests (killed with SIGKILL mid-refresh).
         .executableTarget(name: "coordinator-probe", dependencies: ["ResponsePolicy"], path: "Tests/CoordinatorProbe"),

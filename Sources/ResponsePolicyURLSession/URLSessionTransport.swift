@@ -176,7 +176,9 @@ public final class URLSessionTransport: CancellableTransport {
         }
         // A HEAD answer has no body, whatever its Content-Length announces.
         let limit = request.method == "HEAD" ? nil : request.maxResponseBytes.map { min($0, maxBody ?? $0) } ?? maxBody
-        let slot = CallSlot()
+        var arriving: (@Sendable () -> Void)?
+        if let cancellation { arriving = { cancellation.responseArriving() } }
+        let slot = CallSlot(arriving: arriving)
         cancellation?.onCancel { slot.stop(throwing: CancellationError()) }
         let timeout = timeout
         let timer = Task {
@@ -208,7 +210,8 @@ public final class URLSessionTransport: CancellableTransport {
     /// One exchange on the wire, without following redirects.
     private func once(_ request: HTTPRequest, limit: Int?, slot: CallSlot) async throws -> HTTPResponse {
         let call = DataTaskCall(
-            label: "\(request.method) \(Self.redacted(request.url))", url: request.url, limit: limit)
+            label: "\(request.method) \(Self.redacted(request.url))", url: request.url, limit: limit,
+            arriving: slot.arriving)
         let urlRequest = makeURLRequest(request)
         let session = session
         let delegate = delegate
@@ -378,6 +381,12 @@ private final class CallSlot: Sendable {
     }
 
     private let state = Locked(State())
+    /// Tells the engine the response has begun to arrive (``AttemptCancellation/responseArriving()``).
+    let arriving: (@Sendable () -> Void)?
+
+    init(arriving: (@Sendable () -> Void)?) {
+        self.arriving = arriving
+    }
 
     func attach(_ call: DataTaskCall) {
         let stopped: (any Error)? = state.withLock { state in
@@ -425,7 +434,9 @@ private final class SessionDelegate: NSObject, URLSessionDataDelegate, @unchecke
         _ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
         completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
     ) {
-        let tooLarge = call(for: dataTask)?.announced(response.expectedContentLength) ?? false
+        let call = call(for: dataTask)
+        let tooLarge = call?.announced(response.expectedContentLength) ?? false
+        if !tooLarge, let status = (response as? HTTPURLResponse)?.statusCode { call?.received(status: status) }
         completionHandler(tooLarge ? .cancel : .allow)
     }
 
@@ -461,11 +472,19 @@ private final class DataTaskCall: Sendable {
     private let label: String
     private let url: URL
     private let limit: Int?
+    private let arriving: (@Sendable () -> Void)?
 
-    init(label: String, url: URL, limit: Int?) {
+    init(label: String, url: URL, limit: Int?, arriving: (@Sendable () -> Void)?) {
         self.label = label
         self.url = url
         self.limit = limit
+        self.arriving = arriving
+    }
+
+    /// The status and headers are in: unless the transport will follow it as a redirect, the
+    /// response is arriving, and a logout leaves it to finish.
+    func received(status: Int) {
+        if ![301, 302, 303, 307, 308].contains(status) { arriving?() }
     }
 
     func start(_ task: URLSessionDataTask, _ continuation: CheckedContinuation<HTTPResponse, any Error>) {

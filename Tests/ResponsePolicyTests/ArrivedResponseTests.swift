@@ -32,6 +32,14 @@ struct ArrivedResponseTests {
                 }
                 throw CancellationError()
             }
+            if request.url.path.hasSuffix("/arriving") {
+                // Its status and headers are in, the body still coming, when the logout is decided:
+                // the attempt is left to finish.
+                cancellation.responseArriving()
+                engine.withLock { $0 }?.logout(reason: "the user signed out")
+                #expect(!cancellation.isCancelled, "a logout leaves an arriving response alone")
+                return answer
+            }
             // The answer is here; the logout is decided before the engine reads it.
             let arrived = answer
             engine.withLock { $0 }?.logout(reason: "the user signed out")
@@ -88,6 +96,25 @@ struct ArrivedResponseTests {
         let outcomes = simulated.events.events.filter { $0.kind == .outcome }.compactMap(\.result)
         #expect(outcomes.count == 2)
         #expect(outcomes.filter { $0 == .delivered }.count == (example.delivered ? 1 : 0))
+    }
+
+    /// A transport that says its response is arriving (as `URLSessionTransport` does once the
+    /// headers are in) is not cancelled by a logout: the response is read and its rule decides.
+    @Test func aResponseAlreadyArrivingIsNotCancelledByALogout() async throws {
+        let transport = LogoutOnArrival(answer: response(#"{"status":0}"#))
+        let simulated = try SimulatedEngine(basePolicy + "\nlogout: { cancel-in-flight: true }\n", transport: transport)
+        transport.engine.withLock { $0 = simulated.engine }
+        let url = try #require(URL(string: "https://api.example.com/arriving"))
+        let result = try await simulated.run { engine in await Self.outcome(engine, url) }
+        #expect(try result.get().status == 200)
+        #expect(simulated.engine.isLoggedOut)
+        // A request made now fails at once, without the network.
+        let later = try await simulated.run { engine in await Self.outcome(engine, url) }
+        guard case .failure(.loggedOut) = later else {
+            Issue.record("expected logged out, got \(later)")
+            return
+        }
+        #expect(transport.attemptsOnWire == 1)
     }
 
     static func outcome(_ engine: PolicyEngine, _ url: URL) async -> Result<HTTPResponse, PolicyEngineError> {

@@ -82,7 +82,10 @@ extension EngineState {
     mutating func timerFired(insideLock id: UInt64, token: UInt64) -> Effects {
         modifySlot(id) { slot in
             var effects = Effects()
-            guard token != 0, slot.armedTimer == token, slot.endReason == nil else { return effects }
+            // An attempt a logout left to finish (its response was arriving) still times out.
+            guard token != 0, slot.armedTimer == token, slot.endReason == nil || slot.phase == .onWire else {
+                return effects
+            }
             slot.armedTimer = 0
             switch slot.phase {
             case .onWire:
@@ -102,7 +105,9 @@ extension EngineState {
     /// A logout (its cooldown just started) ends every request but `trigger`: those waiting for
     /// the refresh in flight first (it runs on; its result is discarded, a new epoch began), then
     /// the others, each in request order so a simulation's output is the same every run. Waiting
-    /// requests (a backoff, a dispatch queue) end whatever `cancelInFlight` says.
+    /// requests (a backoff, a dispatch queue) end whatever `cancelInFlight` says. An attempt
+    /// whose response is arriving (``AttemptCancellation/responseArriving()``) is not cancelled:
+    /// it is marked ended and handled by its rule when its response is in.
     mutating func endRequests(insideLock trigger: UInt64?, cancelInFlight: Bool) -> Effects {
         var effects = Effects()
         if let flight {
@@ -119,6 +124,12 @@ extension EngineState {
             modifySlot(id) { slot in
                 guard cancelInFlight || slot.phase == .backoff || slot.phase == .queued else { return }
                 if slot.endReason == nil { slot.endReason = .loggedOut }
+                if slot.phase == .onWire, let attempt = slot.attemptCancellation, attempt.isArriving {
+                    // Its response is coming in: the server answered before it knew of the
+                    // logout. It is read to the end (its timer stays armed) and handled by its
+                    // rule (``attemptEnded(insideLock:responseArrived:callerCancelled:)``).
+                    return
+                }
                 if let attempt = slot.attemptCancellation { effects.cancel.append(attempt) }
                 // A backoff's timer is taken off the heap by the request itself, when its park
                 // ends; disarmed here, a firing in between does nothing.

@@ -70,7 +70,10 @@ extension PolicyEngine {
         emit(PolicyEvent(.refreshStart, time: clock.now, context: context), context.runtime)
         let refreshContext = RefreshContext(
             credentials: credentials, transport: sessionTransport, clock: clock, reason: reason)
-        Task(executorPreference: options.taskExecutor) {
+        // High priority: in a storm the pool's queue holds thousands of requests starting or
+        // waking, and the refresh they all wait for must not queue behind them (its transport
+        // has a connection pool of its own for the same reason).
+        Task(executorPreference: options.taskExecutor, priority: .high) {
             let (outcome, shared) = await self.coordinatedRefresh(
                 plugins.refresh, refreshContext, settings: settings, failedGeneration: flight.sharedGeneration,
                 context.runtime)
@@ -181,7 +184,7 @@ extension PolicyEngine {
         return await withCheckedContinuation {
             (continuation: CheckedContinuation<Result<Credentials, RefreshFailure>, Never>) in
             let once = ResumeOnce(continuation)
-            let task = Task(executorPreference: executor) {
+            let task = Task(executorPreference: executor, priority: .high) {
                 do {
                     once.resume(.success(try await plugin.refresh(context)))
                 } catch let failure as RefreshFailure {

@@ -74,6 +74,7 @@ extension Transport {
 public struct AttemptCancellation: Sendable {
     private struct State {
         var cancelled = false
+        var arriving = false
         var handlers: [@Sendable () -> Void] = []
     }
 
@@ -83,6 +84,19 @@ public struct AttemptCancellation: Sendable {
 
     /// Whether the attempt has been cancelled.
     public var isCancelled: Bool { state.withLock { $0.cancelled } }
+
+    /// Says that the response has begun to arrive (its status and headers are in, and the
+    /// transport will not follow it as a redirect). From then on a logout does not cancel the
+    /// attempt: the server answered before it knew of the logout, so the response is read to its
+    /// end and handled by its rule (see `logout.cancel-in-flight`). The attempt timeout and the
+    /// caller's cancellation still end it. Optional for a transport: one that never calls it
+    /// has every attempt on the wire cancelled by a logout, as before.
+    public func responseArriving() {
+        state.withLock { $0.arriving = true }
+    }
+
+    /// Whether ``responseArriving()`` was called.
+    package var isArriving: Bool { state.withLock { $0.arriving } }
 
     /// Runs `handler` when the attempt is cancelled (at once if it already is).
     public func onCancel(_ handler: @escaping @Sendable () -> Void) {
