@@ -22,23 +22,31 @@ import ResponsePolicyURLSession
 /// Heavy (tens of thousands of requests): never in the default run, and the test suite runs it
 /// only with `--quick` (N = 50, one repetition).
 extension Benchmarks {
-    static func stormHTTP(quick: Bool, repetitions: Int) async -> [BenchResult] {
+    static func stormHTTP(
+        quick: Bool, repetitions: Int, baselineRepetitions: Int? = nil, sizes chosen: [Int]? = nil
+    ) async -> [BenchResult] {
         guard let server = StormServer.start() else {
             FileHandle.standardError.write(
                 Data("storm-http: could not start scripts/storm-server.py (python3, run from the repository)\n".utf8))
             return []
         }
         defer { server.stop() }
-        let sizes = quick ? [50] : [1_000, 5_000]
+        let sizes = quick ? [50] : chosen ?? [1_000, 5_000]
         let reps = quick ? 1 : repetitions
+        let baseReps = quick ? 1 : max(0, baselineRepetitions ?? repetitions)
         var results: [BenchResult] = []
         for size in sizes {
             for expired in ["401", "1401"] {
                 var ours: [StormRun] = []
                 var baseline: [StormRun] = []
-                for _ in 0..<reps {
-                    ours.append(await expiredStorm(server, size: size, expired: expired, dispatch: nil))
-                    baseline.append(await expiredStorm(server, size: size, expired: expired, dispatch: "unlimited"))
+                for rep in 0..<max(reps, baseReps) {
+                    if rep < reps {
+                        ours.append(await expiredStorm(server, size: size, expired: expired, dispatch: nil))
+                    }
+                    if rep < baseReps {
+                        baseline.append(
+                            await expiredStorm(server, size: size, expired: expired, dispatch: "unlimited"))
+                    }
                 }
                 let lag = stormMedian(ours.map(\.lagMs))
                 let baseLag = stormMedian(baseline.map(\.lagMs))
@@ -64,9 +72,9 @@ extension Benchmarks {
             }
             var ours: [LogoutRun] = []
             var baseline: [LogoutRun] = []
-            for _ in 0..<reps {
-                ours.append(await logoutStorm(server, size: size, dispatch: nil))
-                baseline.append(await logoutStorm(server, size: size, dispatch: "unlimited"))
+            for rep in 0..<max(reps, baseReps) {
+                if rep < reps { ours.append(await logoutStorm(server, size: size, dispatch: nil)) }
+                if rep < baseReps { baseline.append(await logoutStorm(server, size: size, dispatch: "unlimited")) }
             }
             let lost = Double(ours.map(\.okLost).max() ?? 0)
             let late = Double(ours.map(\.lateArrivals).max() ?? 0)

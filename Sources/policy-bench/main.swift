@@ -32,6 +32,8 @@ if arguments.contains("--help") || arguments.contains("-h") {
                                   URLSessionTransport against scripts/storm-server.py
                                   (run from the repository root).
           --reps <n>              Repetitions of each storm-http storm (median): 5.
+          --baseline-reps <n>     Repetitions of its baseline (dispatch: unlimited): as --reps.
+          --sizes <n,n>           storm-http's storm sizes: 1000,5000.
           -h, --help              Show help information.
         """)
     exit(0)
@@ -51,8 +53,12 @@ let stormHTTP = only.map { $0.hasPrefix("storm-http") } == true
 if wanted("storm"), !stormHTTP { results.append(await Benchmarks.storm(quick: quick)) }
 if wanted("storm"), !stormHTTP { results.append(await Benchmarks.storm(quick: quick, dispatch: 6)) }
 if stormHTTP {
-    let reps = argv.firstIndex(of: "--reps").flatMap { $0 + 1 < argv.count ? Int(argv[$0 + 1]) : nil } ?? 5
-    results += await Benchmarks.stormHTTP(quick: quick, repetitions: max(1, reps))
+    func value(_ option: String) -> String? { argv.firstIndex(of: option).flatMap { $0 + 1 < argv.count ? argv[$0 + 1] : nil } }
+    let reps = value("--reps").flatMap { Int($0) } ?? 5
+    let sizes = value("--sizes").map { $0.split(separator: ",").compactMap { Int($0) } }
+    results += await Benchmarks.stormHTTP(
+        quick: quick, repetitions: max(1, reps), baselineRepetitions: value("--baseline-reps").flatMap { Int($0) },
+        sizes: sizes)
 }
 if wanted("engine") { results.append(await Benchmarks.engineOverhead(quick: quick)) }
 if wanted("load") { results.append(Benchmarks.loadDefault(quick: quick)) }

@@ -84,6 +84,15 @@ extension PolicyEngine {
         }
         guard started else { return nil }
         if let timeoutAt { timers.schedule(machine.timer, at: timeoutAt, token: token) }
+        if machine.host != nil, options.taskExecutor == nil {
+            // Under a dispatch limit, the few requests on the wire decide for all the others (a
+            // refresh trigger, a slot to free): when its answer comes, this task must not wait in
+            // the pool's queue behind thousands of requests just made (at N = 5,000 that queue
+            // delayed the refresh by 130-170 ms). So it runs at high priority from its first
+            // attempt on (the caller's task keeps that priority). Not in a simulation, whose
+            // scheduler orders tasks itself.
+            withUnsafeCurrentTask { $0?.escalatePriority(to: .high) }
+        }
         return cancellation
     }
 

@@ -390,7 +390,6 @@ package enum PolicySchema {
                                             "requests per host on the wire at once; the rest wait in the engine. "
                                                 + "auto (the default): the transport's connections per host")
                                     ),
-                                    ("default", "auto"),
                                     (
                                         "anyOf",
                                         .array([
