@@ -53,7 +53,9 @@ let stormHTTP = only.map { $0.hasPrefix("storm-http") } == true
 if wanted("storm"), !stormHTTP { results.append(await Benchmarks.storm(quick: quick)) }
 if wanted("storm"), !stormHTTP { results.append(await Benchmarks.storm(quick: quick, dispatch: 6)) }
 if stormHTTP {
-    func value(_ option: String) -> String? { argv.firstIndex(of: option).flatMap { $0 + 1 < argv.count ? argv[$0 + 1] : nil } }
+    func value(_ option: String) -> String? {
+        argv.firstIndex(of: option).flatMap { $0 + 1 < argv.count ? argv[$0 + 1] : nil }
+    }
     let reps = value("--reps").flatMap { Int($0) } ?? 5
     let sizes = value("--sizes").map { $0.split(separator: ",").compactMap { Int($0) } }
     results += await Benchmarks.stormHTTP(

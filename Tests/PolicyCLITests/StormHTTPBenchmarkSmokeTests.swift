@@ -14,7 +14,10 @@ struct StormHTTPBenchmarkSmokeTests {
         #expect(result.status == 0, "stderr: \(result.stderr)")
         let json = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
         let results = try #require(json["results"] as? [[String: Any]])
-        #expect(results.compactMap { $0["name"] as? String } == ["storm-http-401-50", "storm-http-1401-50", "storm-http-202-50"])
+        #expect(
+            results.compactMap { $0["name"] as? String } == [
+                "storm-http-401-50", "storm-http-1401-50", "storm-http-202-50",
+            ])
         for name in ["storm-http-401-50", "storm-http-1401-50"] {
             let entry = try #require(results.first { $0["name"] as? String == name })
             #expect(entry["refreshes_max"] as? Int == 1, "\(entry)")

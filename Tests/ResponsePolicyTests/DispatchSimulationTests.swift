@@ -148,7 +148,8 @@ struct DispatchSimulationTests {
             // Never exactly the timeout: a response and the timer at one instant is a tie.
             let drawn = 50 + random.next() % 400
             let latency = drawn == 300 ? 301 : drawn
-            lines.append("  - { id: r\(index), at: \(at)ms, responses: [{ body: '{\"status\":0}', latency: \(latency)ms }] }")
+            lines.append(
+                "  - { id: r\(index), at: \(at)ms, responses: [{ body: '{\"status\":0}', latency: \(latency)ms }] }")
         }
         let limit = Int(1 + random.next() % 3)
         let result = try await simulate(
