@@ -62,7 +62,11 @@ extension PolicyEngine {
         }
     }
 
-    /// Starts the refresh task. It outlives the request that started it.
+    /// Starts the refresh task. It outlives the request that started it, and it is background
+    /// work: ``waitForBackgroundWork()`` waits for it (bounded by `refresh.timeout`), so a tool
+    /// that exits right after its last request (a logout ended them all during the refresh)
+    /// still saves the pair the token endpoint returned — with rotation the old refresh token
+    /// is already spent.
     private func startRefresh(
         _ flight: EngineState.Flight, credentials: Credentials?, settings: RefreshSettings,
         plugins: PolicyRuntime.ScopePlugins, _ context: RequestContext, reason: String
@@ -73,7 +77,7 @@ extension PolicyEngine {
         // High priority: in a storm the pool's queue holds thousands of requests starting or
         // waking, and the refresh they all wait for must not queue behind them (its transport
         // has a connection pool of its own for the same reason).
-        Task(executorPreference: options.taskExecutor, priority: .high) {
+        runInBackground(priority: .high) {
             let (outcome, shared) = await self.coordinatedRefresh(
                 plugins.refresh, refreshContext, settings: settings, failedGeneration: flight.sharedGeneration,
                 context.runtime)
