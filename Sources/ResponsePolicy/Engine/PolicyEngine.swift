@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// Applies a policy to every request: signs it, sends it, classifies the response with the
 /// compiled rule graph, and refreshes, logs out, retries or delivers as the matching rule says.
@@ -66,6 +67,8 @@ public final class PolicyEngine: Sendable {
     let options: Options
     let clock: any PolicyClock
     let state: Locked<EngineState>
+    /// The newest accepted generation already noted in `state` (a hint read without the lock).
+    let acceptedHint = Atomic<UInt64>(0)
     let timers: TimerService
     /// Serialises credential-store writes; holds the generation last written.
     let saving = Locked<UInt64>(0)
