@@ -72,6 +72,7 @@ enum FetchCommand {
 
         let recorder = FetchRecorder()
         var options = PolicyEngine.Options()
+        options.userAgent = PolicyCommand.userAgent
         options.observers = [recorder]
         if invocation.verbose {
             let stderr = output.stderr

@@ -44,6 +44,11 @@ public final class PolicyEngine: Sendable {
         /// How much of a body the code scan reads: `64 KiB` by default, so a huge body costs
         /// no more than a small one.
         public var bodyScanLimit = 65_536
+        /// The `User-Agent` of the engine's own calls (the refresh and logout plugins' token and
+        /// logout requests) when they set none: ``ResponsePolicyVersion/userAgent``
+        /// (`ResponsePolicy/<version>`) by default; the `policy` command sends `policy/<version>`.
+        /// Requests the host sends keep whatever the host and its transport give them.
+        public var userAgent = ResponsePolicyVersion.userAgent
 
         public init() {}
     }
@@ -91,7 +96,7 @@ public final class PolicyEngine: Sendable {
         credentials: (any CredentialStore)? = nil, options: Options = Options()
     ) {
         self.transport = transport
-        sessionTransport = transport.sessionCallTransport
+        sessionTransport = UserAgentTransport(transport.sessionCallTransport, userAgent: options.userAgent)
         if let cancellable = transport as? any CancellableTransport {
             inlineTransport = cancellable
             attemptsInline = true

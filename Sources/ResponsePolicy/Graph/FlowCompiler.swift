@@ -146,7 +146,7 @@ struct FlowCompiler {
                 again = edge(actionNode, classifierID, .resend, "re-send with the new token")
             }
             escalations.onExhausted = escalation(f.onExhausted, from: actionNode, .onExhausted, "on-exhausted")
-            escalations.onFailure = escalation(f.onFailure, from: actionNode, .onFailure, "on-failure (definitive)")
+            escalations.onFailure = escalation(f.onFailure, from: actionNode, .onFailure, "on-failure")
             escalations.onTransient = escalation(
                 .fail, from: actionNode, .transient, "transient trouble past timeout \(f.timeout.policyText)")
             if f.onFailure != .logout, hasLogoutResponseRule {
@@ -188,7 +188,7 @@ struct FlowCompiler {
                     id: id, kind: .action, label: label, scope: scope, rule: nil, action: .refresh,
                     settings: .refresh(refresh)))
             _ = edge(classifierID, id, .then, "before sending")
-            beforeSending = escalation(refresh.onFailure, from: id, .onFailure, "on-failure (definitive)")
+            beforeSending = escalation(refresh.onFailure, from: id, .onFailure, "on-failure")
             _ = edge(id, terminal(.fail).1, .transient, "transient trouble past timeout \(refresh.timeout.policyText)")
         }
         let deliver = terminal(.deliver).1
