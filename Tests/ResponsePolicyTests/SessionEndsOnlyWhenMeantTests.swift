@@ -33,6 +33,18 @@ struct SessionEndsOnlyWhenMeantTests {
         #expect(retries.first?.delay == .milliseconds(500), "refresh.transient.initial")
     }
 
+    @Test func transientBackoffDoublesUpToItsCapAndNeverLoopsTightly() {
+        var transient = RefreshSettings.Transient()
+        let waits = (1...6).map { transient.delay(afterCall: $0, requested: nil) }
+        #expect(waits == [.milliseconds(500), .seconds(1), .seconds(2), .seconds(4), .seconds(5), .seconds(5)])
+        #expect(transient.delay(afterCall: 1, requested: .seconds(60)) == .seconds(5), "Retry-After up to max-delay")
+        #expect(transient.delay(afterCall: 3, requested: .zero) == .milliseconds(50), "Retry-After: 0 is not a loop")
+        transient.honorRetryAfter = false
+        #expect(transient.delay(afterCall: 1, requested: .seconds(3)) == .milliseconds(500))
+        transient.initial = .zero
+        #expect(transient.delay(afterCall: 4, requested: nil) == RefreshSettings.Transient.minimumDelay)
+    }
+
     @Test func retryAfterSetsTheWaitBeforeTheNextCall() async throws {
         let result = try await simulate(
             basePolicy,

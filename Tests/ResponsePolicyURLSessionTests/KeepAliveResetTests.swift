@@ -76,6 +76,30 @@ struct KeepAliveResetTests {
         print("KeepAliveResetTests:", lines.joined(separator: "; "))
     }
 
+    /// What a fresh connection per request with a body costs, printed for the record (no
+    /// assertion on time): 100 sequential POSTs on kept-alive connections and on fresh ones, to a
+    /// server that never resets. Both must deliver every body.
+    @Test func theCostOfAFreshConnectionPerPost() async throws {
+        var elapsed: [URLSessionTransport.BodyMode: Duration] = [:]
+        try await withFixtureServer("reset_server", arguments: ["600"]) { server in
+            for mode in [URLSessionTransport.BodyMode.data, .freshConnection] {
+                let transport = URLSessionTransport(timeout: .seconds(5), bodyMode: mode)
+                let body = Data(String(repeating: "b", count: 107).utf8)
+                let started = ContinuousClock.now
+                for _ in 0..<100 {
+                    let response = try await transport.send(
+                        HTTPRequest(method: "POST", url: server.url("/token"), body: body))
+                    let answer = try JSONDecoder().decode(Answer.self, from: response.body)
+                    #expect(answer.received == body.count)
+                }
+                elapsed[mode] = ContinuousClock.now - started
+            }
+        }
+        if let kept = elapsed[.data], let fresh = elapsed[.freshConnection] {
+            print("KeepAliveResetTests: 100 POSTs kept-alive \(kept), fresh connections \(fresh), ratio \(fresh / kept)")
+        }
+    }
+
     /// The token call as the `oauth2` plugin makes it, through the control transport, with the
     /// connection reset before each: every call carries its whole form.
     @Test func tokenCallsThroughTheControlTransport() async throws {

@@ -62,7 +62,9 @@ extension EngineState {
             }
             lastDefinitive = nil
         }
-        if let limit = settings.limit, !proactive, acceptedGeneration < generation || generation == 0 {
+        // A refresh that did not help: of a token no server accepted (a loop). Only these count.
+        let unhelped = !proactive && (acceptedGeneration < generation || generation == 0)
+        if let limit = settings.limit, unhelped {
             refreshCalls.removeAll { now - $0 >= limit.per }
             if refreshCalls.count >= limit.count {
                 return .limited(
@@ -72,7 +74,8 @@ extension EngineState {
         }
         nextFlight += 1
         let started = Flight(
-            id: nextFlight, sessionEpoch: sessionEpoch, signInEpoch: signInEpoch, sharedGeneration: sharedGeneration)
+            id: nextFlight, sessionEpoch: sessionEpoch, signInEpoch: signInEpoch, sharedGeneration: sharedGeneration,
+            countsTowardLimit: unhelped)
         flight = started
         return .start(started, credentials: credentials)
     }

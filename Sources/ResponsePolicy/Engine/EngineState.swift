@@ -56,6 +56,9 @@ struct EngineState {
         let signInEpoch: UInt64
         /// The coordinator's generation of the credentials being replaced.
         let sharedGeneration: UInt64
+        /// A refresh that did not help (of a token no server accepted): counted by `limit`, here
+        /// and across the fleet; a healthy rotation is not.
+        var countsTowardLimit = true
         /// Request numbers, in the order they began waiting; a waiter that left (cancelled,
         /// logged out) stays listed but its slot no longer names this flight.
         var waiters: [UInt64] = []

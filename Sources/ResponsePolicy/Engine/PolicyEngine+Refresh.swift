@@ -88,7 +88,7 @@ extension PolicyEngine {
         let refreshContext = RefreshContext(
             credentials: credentials, transport: sessionTransport, clock: clock, reason: reason)
         let calls = RefreshCalls(
-            settings: settings, judge: judge, context: context,
+            settings: settings, countsTowardLimit: flight.countsTowardLimit, judge: judge, context: context,
             stillWanted: { [self] in state.withLock { $0.flight?.id == flight.id } })
         Task(executorPreference: options.taskExecutor) {
             let (outcome, shared) = await self.coordinatedRefresh(
@@ -145,7 +145,7 @@ extension PolicyEngine {
             turn = await coordinator.beginRefresh(
                 RefreshTurnRequest(
                     failedGeneration: failedGeneration, timeout: settings.timeout,
-                    limit: settings.limit.map { ($0.count, $0.per) }))
+                    limit: calls.countsTowardLimit ? settings.limit.map { ($0.count, $0.per) } : nil))
             guard case .newer(let session) = turn, session.credentials == context.credentials,
                 session.generation > failedGeneration
             else { break }
@@ -196,12 +196,17 @@ extension PolicyEngine {
         let settings = calls.settings
         let deadline = clock.now + settings.timeout
         var call = 0
+        /// The last call's own trouble: when the next call is cut short by the timeout, its
+        /// reason says more than "took longer than".
+        var previous: RefreshFailure?
         while true {
             call += 1
             let outcome = await callRefreshOnce(choice, context, timeout: deadline - clock.now, total: settings.timeout)
             guard case .failure(let raw) = outcome else { return outcome }
-            let failure = calls.judged(raw)
+            var failure = calls.judged(raw)
             guard !failure.isDefinitive, let transient = settings.transient else { return .failure(failure) }
+            if clock.now >= deadline, let previous { failure = previous }
+            previous = failure
             let requested =
                 failure.retryAfter
                 ?? failure.response?.headers["Retry-After"].flatMap { RetryTiming.retryAfter($0, now: clock.date) }
@@ -211,7 +216,7 @@ extension PolicyEngine {
                 var outlasted = failure
                 if call > 1 || now < deadline {
                     outlasted.reason =
-                        "\(failure.reason); the token endpoint's trouble outlasted refresh.timeout"
+                        "\(failure.reason); transient trouble outlasted refresh.timeout"
                         + " (\(settings.timeout.policyText), \(call) call\(call == 1 ? "" : "s"))"
                 }
                 return .failure(outlasted)
@@ -281,6 +286,8 @@ extension PolicyEngine {
 /// the one in flight (a logout or an adoption may have answered it: no more calls then).
 struct RefreshCalls: Sendable {
     let settings: RefreshSettings
+    /// Whether `refresh.limit` counts this refresh (fleet-wide too): see `Flight.countsTowardLimit`.
+    let countsTowardLimit: Bool
     let judge: @Sendable (HTTPResponse) -> ActionKind?
     let context: RequestContext
     let stillWanted: @Sendable () -> Bool

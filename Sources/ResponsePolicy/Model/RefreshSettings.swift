@@ -25,13 +25,17 @@ public struct RefreshSettings: Sendable, Hashable {
 
         public init() {}
 
+        /// The shortest wait between two calls, whatever `initial` or a `Retry-After: 0` say:
+        /// an endpoint that keeps failing at once is not called in a tight loop.
+        public static let minimumDelay = Duration.milliseconds(50)
+
         /// The wait before call `call + 1`, after `call` calls: `initial × 2^(call−1)`, or the
-        /// server's `requested` wait, capped at `max-delay`.
+        /// server's `requested` wait, capped at `max-delay`, and never below ``minimumDelay``.
         public func delay(afterCall call: Int, requested: Duration?) -> Duration {
-            if honorRetryAfter, let requested { return min(max(requested, .zero), maxDelay) }
+            if honorRetryAfter, let requested { return max(min(requested, maxDelay), Self.minimumDelay) }
             var delay = initial
             for _ in 1..<max(call, 1) where delay < maxDelay { delay = delay * 2 }
-            return min(delay, maxDelay)
+            return max(min(delay, maxDelay), Self.minimumDelay)
         }
     }
 
