@@ -78,7 +78,11 @@ extension PolicyEngine {
         }
     }
 
-    /// Starts the refresh task. It outlives the request that started it.
+    /// Starts the refresh task. It outlives the request that started it, and it is background
+    /// work: ``waitForBackgroundWork()`` waits for it (bounded by `refresh.timeout`), so a tool
+    /// that exits right after its last request (a logout ended them all during the refresh)
+    /// still saves the pair the token endpoint returned — with rotation the old refresh token
+    /// is already spent.
     private func startRefresh(
         _ flight: EngineState.Flight, credentials: Credentials?, settings: RefreshSettings,
         plugins: PolicyRuntime.ScopePlugins, _ context: RequestContext, reason: String,
@@ -90,7 +94,7 @@ extension PolicyEngine {
         let calls = RefreshCalls(
             settings: settings, countsTowardLimit: flight.countsTowardLimit, judge: judge, context: context,
             stillWanted: { [self] in state.withLock { $0.flight?.id == flight.id } })
-        Task(executorPreference: options.taskExecutor) {
+        runInBackground {
             let (outcome, shared) = await self.coordinatedRefresh(
                 plugins.refresh, refreshContext, calls, failedGeneration: flight.sharedGeneration, context.runtime)
             let now = self.clock.now
