@@ -22,7 +22,7 @@ prints `PORT <n>` first, and serves until its stdin closes or HARD_TIMEOUT passe
   given, idle resets, API answers by status.
 """
 
-import json
+import logging
 import os
 import secrets
 import select
@@ -272,6 +272,8 @@ class ResettingHandler(WSGIRequestHandler):
 
 
 def main():
+    # One line per request on stderr would drown the test output.
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
     httpd = make_server("127.0.0.1", 0, app, threaded=True, request_handler=ResettingHandler)
     httpd.daemon_threads = True
     print("PORT %d" % httpd.server_port, flush=True)
