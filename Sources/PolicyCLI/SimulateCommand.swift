@@ -115,6 +115,7 @@ enum SimulateCommand {
             }
             if event.rule != nil, let reason = event.reason { what += " (\(reasonText(reason, event)))" }
         case .wait: what = "wait \(event.delay.map { PolicyEvent.secondsText($0) } ?? "?")s"
+        case .held: what = "held (\(event.reason ?? "refresh in flight"))"
         case .refreshStart: what = "refresh started"
         case .refreshEnd:
             what = "refresh " + (event.ok == true ? "ok" : "failed") + (event.reason.map { " (\($0))" } ?? "")

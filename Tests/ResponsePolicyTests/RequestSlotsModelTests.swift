@@ -42,7 +42,8 @@ struct RequestSlotsModelTests {
                 let hold = random.int(0...3) != 0
                 state.register(next, host: "h", dispatchLimit: limit, holdsNewRequests: hold)
                 let refreshing = state.flight != nil
-                let (gate, _, _) = state.gate(insideLock: next, cancelled: false, now: now)
+                let (gate, _, _) = state.gate(
+                    insideLock: next, cancelled: false, mayHold: true, beforeSending: nil, now: now, date: Date())
                 #expect(gate != .held || (hold && refreshing), "\(context): held with no refresh to wait for")
                 #expect(gate != .go || !state.isLoggedOut(at: now), "\(context): sent during the cooldown")
                 if gate == .loggedOut {
@@ -69,7 +70,7 @@ struct RequestSlotsModelTests {
                     switch state.decideRefresh(
                         failedGeneration: state.generation, settings: settings, proactive: false, now: now)
                     {
-                    case .join, .start: state.join(insideLock: id)
+                    case .join, .start: state.join(insideLock: id, route: nil)
                     default: break
                     }
                 case 1:

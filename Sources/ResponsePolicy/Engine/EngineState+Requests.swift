@@ -1,3 +1,5 @@
+import Foundation
+
 /// What the shell does after a transition that ends or wakes requests, once it has unlocked.
 struct Effects {
     /// Parked requests to resume.
@@ -18,11 +20,21 @@ extension EngineState {
     /// the refresh in flight when its scope holds new requests (it has not gone out yet, so it
     /// waits for the fresh token rather than going out with one already known to be stale), and
     /// in its host's dispatch queue when the host's slots are taken.
-    mutating func gate(insideLock id: UInt64, cancelled: Bool, now: Duration) -> (Gate, CredentialsBox?, UInt64) {
+    ///
+    /// A request is held at most once before each attempt (`mayHold`: it has not yet waited for
+    /// a refresh before this attempt), so every attempt waits for at most one refresh before it
+    /// goes out: the bound ``WorstCase`` states. Held with no usable token (none, or expired at
+    /// `date`), a failure of the refresh leads it along `beforeSending` (the scope's
+    /// `on-failure`); with a valid one it is sent with it.
+    mutating func gate(
+        insideLock id: UInt64, cancelled: Bool, mayHold: Bool, beforeSending: RefreshRoute?, now: Duration,
+        date: Date
+    ) -> (Gate, CredentialsBox?, UInt64) {
         guard let slot = slots[id], !cancelled, slot.endReason == nil else { return (.ended, nil, 0) }
         if isLoggedOut(at: now) { return (.loggedOut, nil, 0) }
-        if slot.holdsNewRequests, flight != nil {
-            join(insideLock: id)
+        if mayHold, slot.holdsNewRequests, flight != nil {
+            let usable = credentials.map { credentials in credentials.expiresAt.map { $0 > date } ?? true } ?? false
+            join(insideLock: id, route: usable ? nil : beforeSending)
             return (.held, nil, 0)
         }
         if slot.host != nil, !acquireDispatchSlot(insideLock: id) { return (.queued, nil, 0) }

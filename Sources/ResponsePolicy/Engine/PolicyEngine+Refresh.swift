@@ -10,7 +10,8 @@ extension PolicyEngine {
     /// for the others.
     @inline(never)
     func decideRefresh(
-        _ machine: RequestMachine, failedGeneration: UInt64, settings: RefreshSettings, proactive: Bool
+        _ machine: RequestMachine, failedGeneration: UInt64, settings: RefreshSettings, proactive: Bool,
+        route: EngineState.RefreshRoute?
     ) -> EngineState.FlightResult? {
         enum Decision {
             case retryNow, wait, loggedOut, cancelled
@@ -29,10 +30,10 @@ extension PolicyEngine {
             case .retryNow: return .retryNow
             case .limited(let failure): return .fail(failure)
             case .join:
-                state.join(insideLock: id)
+                state.join(insideLock: id, route: route)
                 return .wait
             case .start(let flight, let credentials):
-                state.join(insideLock: id)
+                state.join(insideLock: id, route: route)
                 return .start(flight, credentials: credentials)
             }
         }
@@ -55,9 +56,23 @@ extension PolicyEngine {
             }
             return .failed(failure)
         case .start(let flight, let credentials):
+            let scope = machine.scope
+            let (scopeIndex, method, path) = (machine.scopeIndex, machine.method, machine.path)
+            let options = self.options
+            // Whether the token endpoint's answer matches a logout rule: classified as the answer
+            // to the request that started the refresh, outside the lock (it scans the body).
+            let answerLogsOut: @Sendable (HTTPResponse) -> Bool = { response in
+                guard scope.compiled.contains(where: { $0.refreshAnswer != nil }) else { return false }
+                let code = context.runtime.code(of: response, scopeIndex: scopeIndex, scanLimit: options.bodyScanLimit)
+                guard
+                    let index = scope.classifier.match(
+                        status: response.status, code: code, headers: response.headers, method: method, path: path)
+                else { return false }
+                return scope.rules[index].action == .logout
+            }
             startRefresh(
                 flight, credentials: credentials, settings: settings, plugins: machine.plugins, context,
-                reason: machine.refreshReason)
+                reason: machine.refreshReason, answerLogsOut: answerLogsOut)
             return nil
         }
     }
@@ -65,7 +80,8 @@ extension PolicyEngine {
     /// Starts the refresh task. It outlives the request that started it.
     private func startRefresh(
         _ flight: EngineState.Flight, credentials: Credentials?, settings: RefreshSettings,
-        plugins: PolicyRuntime.ScopePlugins, _ context: RequestContext, reason: String
+        plugins: PolicyRuntime.ScopePlugins, _ context: RequestContext, reason: String,
+        answerLogsOut: @escaping @Sendable (HTTPResponse) -> Bool
     ) {
         emit(PolicyEvent(.refreshStart, time: clock.now, context: context), context.runtime)
         let refreshContext = RefreshContext(
@@ -75,9 +91,19 @@ extension PolicyEngine {
                 plugins.refresh, refreshContext, settings: settings, failedGeneration: flight.sharedGeneration,
                 context.runtime)
             let now = self.clock.now
-            let (ended, waiters) = self.state.withLock { state in
+            let date = self.clock.date
+            var logsOut = false
+            if case .failure(let failure) = outcome, let response = failure.response { logsOut = answerLogsOut(response) }
+            let (ended, waiters, logout) = self.state.withLock { state in
                 let ended = state.refreshEnded(flight, outcome: outcome, shared: shared, now: now)
-                return (ended, ended.waiting.map { state.endWaits(insideLock: $0, ended.result) } ?? [])
+                // A failure that logs out does so here, before any waiter is woken.
+                var logout: Effects?
+                if let waiting = ended.waiting, case .failed(let failure) = ended.result {
+                    logout =
+                        state.logOutForFailedRefresh(
+                            insideLock: waiting, failure, answerLogsOut: logsOut, now: now, date: date)?.effects
+                }
+                return (ended, ended.waiting.map { state.endWaits(insideLock: $0, ended.result) } ?? [], logout)
             }
             let (refreshed, discarded, keptAfterLogout) = (ended.saved, ended.discarded, ended.keptAfterLogout)
             if refreshed { self.saveCredentials(context.runtime) }
@@ -98,6 +124,10 @@ extension PolicyEngine {
             }
             self.emit(end, context.runtime)
             for waiter in waiters { waiter.resume() }
+            if let logout {
+                for continuation in logout.resume { continuation.resume() }
+                for attempt in logout.cancel { attempt.cancel() }
+            }
         }
     }
 

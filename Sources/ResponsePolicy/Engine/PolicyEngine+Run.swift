@@ -210,18 +210,20 @@ extension PolicyEngine {
         return .error(TransportError(.connection, String(describing: type(of: error))))
     }
 
-    /// Adds the idempotency key where needed; returns whether the request may be retried.
+    /// Adds the idempotency keys the scope's compiled retry rules need (see
+    /// ``RuleGraph/Scope/idempotencyKeys``) and returns the headers it generated.
     ///
-    /// A request the caller gave an idempotency key is retryable whatever its method, and keeps
-    /// that key. A listed method that is not idempotent by nature (POST, PATCH) gets one
-    /// generated value, sent on every attempt, so the server can recognise a repeat.
-    func prepareIdempotency(_ request: inout HTTPRequest, _ retry: RetrySettings) -> Bool {
-        if let header = retry.idempotencyKey, request.headers[header] != nil { return true }
-        guard retry.methods.contains(request.method) else { return false }
-        if let header = retry.idempotencyKey, request.method == "POST" || request.method == "PATCH" {
+    /// A request the caller gave a key keeps it. A rule that lists POST or PATCH in its own
+    /// `methods` gets one generated value per request, sent on every attempt, so the server can
+    /// recognise a repeat; a rule that does not list it does not retry it, whatever the key.
+    func prepareIdempotency(_ request: inout HTTPRequest, _ scope: RuleGraph.Scope) -> [String] {
+        guard let headers = scope.idempotencyKeys[request.method] else { return [] }
+        var generated: [String] = []
+        for header in headers where request.headers[header] == nil {
             request.headers.set(header, Self.idempotencyValue(options.random))
+            generated.append(header)
         }
-        return true
+        return generated
     }
 
     static func idempotencyValue(_ random: any RandomSource) -> String {

@@ -7,6 +7,9 @@ import Foundation
 public struct PolicyEvent: Sendable, Hashable {
     public enum Kind: String, Sendable, Hashable {
         case send, response, wait, cancel, outcome, logout, reload
+        /// A request about to go out (a first attempt or a retry) waits for the refresh in
+        /// flight, to be signed with the fresh token.
+        case held
         /// Something the engine could not do that does not end a request: a plugin that could
         /// not be made, a credential store that could not be read or written.
         case problem
@@ -58,7 +61,7 @@ public struct PolicyEvent: Sendable, Hashable {
     /// `problem` and a refused reload (something an operator must fix).
     public var level: Level {
         switch kind {
-        case .send, .response, .wait: return .debug
+        case .send, .response, .wait, .held: return .debug
         case .cancel, .refreshStart: return .info
         case .refreshEnd: return ok == false ? .warning : .info
         case .reload: return ok == false ? .error : .info

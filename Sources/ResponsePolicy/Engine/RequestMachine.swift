@@ -52,6 +52,9 @@ final class RequestMachine {
     let path: String
     let deadline: Duration?
     let request: HTTPRequest
+    /// The idempotency headers the engine generated (not the caller's): they carry a rule's key
+    /// on every attempt but do not make a method retryable that the rule does not list.
+    let generatedKeys: [String]
     /// The host whose dispatch slots this request takes; `nil` when dispatch is unlimited.
     let host: String?
     /// `dispatch.max-in-flight-per-host` of the policy it started under (`Int.max`: unlimited).
@@ -115,6 +118,14 @@ final class RequestMachine {
         return refreshRule.map { scope.rules[$0].name } ?? "refresh"
     }
 
+    /// The request has waited for a refresh before the attempt about to go out (held, ahead of
+    /// expiry, signing in): it is not held again before that attempt, so each attempt waits for
+    /// at most one refresh before it goes out (the bound ``WorstCase`` states).
+    var preSendWaited = false
+    /// The logout its awaited refresh's failure led to, started by the refresh's end (see
+    /// ``EngineState/Slot/decidedLogout``): this request performs its effects.
+    var decidedLogout: RuleGraph.Escalation?
+
     /// A deadline timer is armed for the wait in progress (see ``parkUntilDeadline()``).
     var deadlineArmed = false
     /// Its slot exists in the engine's state.
@@ -133,7 +144,7 @@ final class RequestMachine {
         plugins = context.runtime.scopes[index]
         self.path = path
         var request = original
-        _ = engine.prepareIdempotency(&request, scope.retry)
+        generatedKeys = engine.prepareIdempotency(&request, scope)
         self.request = request
         pendingRequest = request
         deadline = scope.deadline.map { context.start + $0 }
@@ -266,18 +277,33 @@ final class RequestMachine {
         let id = context.number
         let first = !registered
         registered = true
+        let mayHold = !preSendWaited
+        let beforeSending = EngineState.RefreshRoute(scope: scope, rule: nil)
+        let date = engine.clock.date
         let (gate, box, generation) = engine.state.withLock { state in
             if first {
                 state.register(id, host: host, dispatchLimit: dispatchLimit, holdsNewRequests: hold)
             }
-            return state.gate(insideLock: id, cancelled: cancelled, now: now)
+            return state.gate(
+                insideLock: id, cancelled: cancelled, mayHold: mayHold, beforeSending: beforeSending, now: now,
+                date: date)
         }
         switch gate {
         case .go: break
         case .ended: return ended()
         case .loggedOut: return cancelledByLogout()
         case .held:
+            // About to go out (a first attempt or a retry) while a refresh is in flight: it waits
+            // for the fresh token, and says so.
+            let attempt = attempt
+            engine.emit(runtime) {
+                var event = PolicyEvent(.held, time: now, context: context)
+                event.attempt = attempt + 1
+                event.reason = "refresh in flight"
+                return event
+            }
             waitingFor = .refresh(proactive: true)
+            refreshRule = nil
             return parkUntilDeadline()
         case .queued:
             waitingFor = .dispatch
@@ -306,6 +332,7 @@ final class RequestMachine {
         if let credentials, let authorize = plugins.authorize { authorize.authorize(&signed, with: credentials) }
         pendingRequest = consume signed
         signedGeneration = generation
+        preSendWaited = false
         attempt += 1
         let attempt = attempt
         engine.emit(runtime) {
@@ -326,6 +353,7 @@ final class RequestMachine {
     /// Parks for a refresh or a dispatch slot, with a timer at the request's deadline: no
     /// request waits past it (a backoff that would end past it is never started).
     func parkUntilDeadline() -> Step {
+        if case .refresh(proactive: true) = waitingFor { preSendWaited = true }
         guard let deadline else { return .park }
         let token = nextTimerToken()
         let armed = engine.state.withLock { state -> Bool in
@@ -468,14 +496,44 @@ final class RequestMachine {
     /// the refresh in flight ends.
     @inline(never)
     func awaitRefresh(failedGeneration: UInt64, proactive: Bool) -> Step {
+        // Where this request goes when the refresh fails: its rule's failure edges, or (before
+        // sending, with no usable token) the scope's; with a token still valid, nowhere yet (it
+        // is sent with it).
+        let route: EngineState.RefreshRoute?
+        if !proactive {
+            route = EngineState.RefreshRoute(scope: scope, rule: refreshRule)
+        } else if signingIn || !tokenUsable() {
+            route = EngineState.RefreshRoute(scope: scope, rule: nil)
+        } else {
+            route = nil
+        }
         guard
             let result = engine.decideRefresh(
-                self, failedGeneration: failedGeneration, settings: refreshSettings, proactive: proactive)
+                self, failedGeneration: failedGeneration, settings: refreshSettings, proactive: proactive, route: route)
         else { return parkUntilDeadline() }
         return afterRefresh(result, proactive: proactive)
     }
 
+    /// Whether the credentials held now can still be sent (present and not expired).
+    func tokenUsable() -> Bool {
+        let credentials = engine.state.withLock { $0.credentials }
+        guard let credentials else { return false }
+        return credentials.expiresAt.map { $0 > engine.clock.date } ?? true
+    }
+
     func afterRefresh(_ result: EngineState.FlightResult, proactive: Bool) -> Step {
+        if let decided = decidedLogout, case .failed(let failure) = result {
+            // The refresh's end already logged the session out on this request's edge (the
+            // cooldown runs, every other request was ended): perform the logout's effects.
+            decidedLogout = nil
+            lastEdge = decided.edge
+            refreshFailureReason = failure.reason
+            refreshFailureResponse = failure.response
+            engine.logout(
+                settings: decided.logout, plugins: plugins, trigger: self,
+                reason: .refreshFailed(failure.reason, response: failure.response), started: true)
+            return loggedOut()
+        }
         if case .superseded = result {
             // The refresh belonged to a session that has since ended: decide again, without
             // counting another re-send (a sign-in's token is newer and retried at once).
@@ -574,10 +632,10 @@ final class RequestMachine {
     }
 
     /// Whether this request may be sent again under a rule's effective retry settings: its
-    /// method is listed, or it carries the idempotency key (the caller's, or one the engine set).
+    /// method is listed, or the caller gave it the rule's idempotency key.
     func isRetryable(_ settings: RetrySettings) -> Bool {
         if settings.methods.contains(method) { return true }
-        guard let header = settings.idempotencyKey else { return false }
+        guard let header = settings.idempotencyKey, !generatedKeys.contains(header) else { return false }
         return request.headers[header] != nil
     }
 
@@ -595,16 +653,21 @@ final class RequestMachine {
     /// The park ended: the backoff's timer, the refresh's end, or the request was ended.
     @inline(never)
     func afterPark() -> Step {
-        let (woken, endedOutside) = engine.state.withLock { state -> (Wake?, Bool) in
+        let (woken, endedOutside, decided) = engine.state.withLock {
+            state -> (Wake?, Bool, RuleGraph.Escalation?) in
             state.modifySlot(context.number) { slot in
                 let taken = slot.wake
                 slot.wake = nil
                 slot.phase = .running
                 slot.awaitedFlight = nil
                 slot.armedTimer = 0
-                return (taken, slot.endReason != nil)
-            } ?? (nil, true)
+                slot.refreshRoute = nil
+                let decided = slot.decidedLogout
+                slot.decidedLogout = nil
+                return (taken, slot.endReason != nil, decided)
+            } ?? (nil, true, nil)
         }
+        decidedLogout = decided
         if deadlineArmed {
             deadlineArmed = false
             // Woken some other way: the deadline's timer leaves the heap here, in this task.
@@ -619,6 +682,9 @@ final class RequestMachine {
             if endedOutside { return ended() }
             return top()
         case .refresh(let proactive):
+            // The logout this request's edge led to was started with the refresh's end: its
+            // effects are this request's to perform, even when it was ended meanwhile.
+            if decided != nil, case .flight(let result)? = woken { return afterRefresh(result, proactive: proactive) }
             if endedOutside { return ended() }
             guard case .flight(let result) = woken else { return ended() }
             return afterRefresh(result, proactive: proactive)
