@@ -41,6 +41,36 @@ extension EngineState {
         return (.go, credentialsBox, generation)
     }
 
+    /// What a retry's backoff start came to (``startBackoff(insideLock:budget:until:deadline:token:now:)``).
+    enum BackoffStart {
+        /// The request waits until its timer (armed with the token given) fires.
+        case started
+        /// The retry budget refused the retry.
+        case refused
+        /// The wait would end past the request's deadline: it is not started.
+        case pastDeadline
+        /// The request was ended from outside (a logout, its caller).
+        case ended
+    }
+
+    /// Request `id` retries after a backoff until `end`: the budget is asked (when the rule has
+    /// a budget edge), a wait ending past `deadline` is refused, and otherwise the request is in
+    /// its backoff with the timer `token` armed. In the order of the edges' precedence: budget,
+    /// then deadline.
+    mutating func startBackoff(
+        insideLock id: UInt64, budget: RetrySettings.Budget?, until end: Duration, deadline: Duration?,
+        token: UInt64, now: Duration
+    ) -> BackoffStart {
+        guard let slot = slots[id], slot.endReason == nil else { return .ended }
+        if let budget, !self.budget.takeRetry(at: now, budget: budget) { return .refused }
+        if let deadline, end > deadline { return .pastDeadline }
+        modifySlot(id) { slot in
+            slot.phase = .backoff
+            slot.armedTimer = token
+        }
+        return .started
+    }
+
     /// Ends request `id` from outside its loop (its caller, or a logout): marks why, disarms its
     /// timer (a backoff's leaves the heap when the request's park ends, in its own task), and
     /// hands back its attempt and its park.

@@ -154,21 +154,6 @@ extension PolicyEngine {
         }
     }
 
-    /// Starts a backoff wait until `deadline`; `false` when the request was already ended.
-    func startBackoff(_ machine: RequestMachine, until deadline: Duration) -> Bool {
-        let token = machine.nextTimerToken()
-        let started = state.withLock { state -> Bool in
-            state.modifySlot(machine.context.number) { slot in
-                guard slot.endReason == nil else { return false }
-                slot.phase = .backoff
-                slot.armedTimer = token
-                return true
-            } ?? false
-        }
-        if started { timers.schedule(machine.timer, at: deadline, token: token) }
-        return started
-    }
-
     /// A request's timer fired (see ``EngineState/timerFired(insideLock:token:)``).
     func timerFired(_ id: UInt64, token: UInt64) {
         let effects = state.withLock { $0.timerFired(insideLock: id, token: token) }

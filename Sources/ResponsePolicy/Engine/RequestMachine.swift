@@ -36,6 +36,14 @@ final class RequestMachine {
     /// Why a park ended, set by whoever ends it.
     enum Wake {
         case timer, flight(EngineState.FlightResult), dispatched
+
+        /// Whether both are the same kind of wake (a flight's result aside).
+        func sameKind(as other: Wake) -> Bool {
+            switch (self, other) {
+            case (.timer, .timer), (.dispatched, .dispatched), (.flight, .flight): return true
+            default: return false
+            }
+        }
     }
 
     enum Phase { case running, onWire, backoff, awaitingRefresh, queued }
@@ -269,9 +277,11 @@ final class RequestMachine {
 
     /// Checks the request may go on, refreshes ahead of expiry, then signs and sends.
     @inline(never)
-    func top() -> Step {
+    /// `gated`: the gate already passed under the lock that ended a park (a backoff's timer, a
+    /// dispatch slot), at `gatedAt`: one lock for waking and going on.
+    func top(gated: Gated? = nil, at gatedAt: Duration? = nil) -> Step {
         // The first turn runs right after `admit`, which read the clock.
-        let now = attempt == 0 && !skipProactive ? context.start : engine.clock.now
+        let now = gatedAt ?? (attempt == 0 && !skipProactive ? context.start : engine.clock.now)
         let cancelled = Task.isCancelled
         let hold = scope.refresh.holdNewRequests
         let id = context.number
@@ -280,7 +290,7 @@ final class RequestMachine {
         let mayHold = !preSendWaited
         let beforeSending = EngineState.RefreshRoute(scope: scope, rule: nil)
         let date = engine.clock.date
-        let (gate, box, generation) = engine.state.withLock { state in
+        let (gate, box, generation) = gated ?? engine.state.withLock { state in
             if first {
                 state.register(id, host: host, dispatchLimit: dispatchLimit, holdsNewRequests: hold)
             }
@@ -606,17 +616,32 @@ final class RequestMachine {
             return follow(edge, of: flow, failing: .retriesExhausted(lastResponse: lastResponse, lastError: failure))
         }
         let now = engine.clock.now
-        if let budget = settings.budget, let refused = flow.budget,
-            !engine.state.withLock({ $0.budget.takeRetry(at: now, budget: budget) })
-        {
-            return follow(refused, of: flow, failing: .retriesExhausted(lastResponse: lastResponse, lastError: failure))
-        }
         let delay = RetryTiming.delay(
             forRetry: retries + 1, settings: settings, response: lastResponse, now: engine.clock.date,
             random: engine.options.random)
-        if let deadline, now + delay > deadline, let edge = flow.deadline {
+        // One transition takes the budget, refuses a wait past the deadline and starts the
+        // backoff: one lock for the decision.
+        let token = nextTimerToken()
+        let budget = flow.budget == nil ? nil : settings.budget
+        let waitDeadline = flow.deadline == nil ? nil : deadline
+        let id = context.number
+        let start = engine.state.withLock { state in
+            state.startBackoff(
+                insideLock: id, budget: budget, until: now + delay, deadline: waitDeadline, token: token, now: now)
+        }
+        switch start {
+        case .refused:
+            guard let refused = flow.budget else { return ended() }
+            return follow(refused, of: flow, failing: .retriesExhausted(lastResponse: lastResponse, lastError: failure))
+        case .pastDeadline:
             // A wait that would end past the deadline is not started.
+            guard let edge = flow.deadline else { return ended() }
             return follow(edge, of: flow, failing: .deadlineExceeded)
+        case .ended:
+            emitResponse(rule: flow.rule, edge: again)
+            return ended()
+        case .started:
+            break
         }
         emitResponse(rule: flow.rule, edge: again)
         retries += 1
@@ -628,7 +653,8 @@ final class RequestMachine {
             return event
         }
         waitingFor = .backoff
-        return engine.startBackoff(self, until: now + delay) ? .park : ended()
+        engine.timers.schedule(timer, at: now + delay, token: token)
+        return .park
     }
 
     /// Whether this request may be sent again under a rule's effective retry settings: its
@@ -650,22 +676,45 @@ final class RequestMachine {
 
     // MARK: - After a park
 
+    typealias Gated = (EngineState.Gate, CredentialsBox?, UInt64)
+
     /// The park ended: the backoff's timer, the refresh's end, or the request was ended.
     @inline(never)
     func afterPark() -> Step {
-        let (woken, endedOutside, decided) = engine.state.withLock {
-            state -> (Wake?, Bool, RuleGraph.Escalation?) in
-            state.modifySlot(context.number) { slot in
-                let taken = slot.wake
-                slot.wake = nil
-                slot.phase = .running
-                slot.awaitedFlight = nil
-                slot.armedTimer = 0
-                slot.refreshRoute = nil
-                let decided = slot.decidedLogout
-                slot.decidedLogout = nil
-                return (taken, slot.endReason != nil, decided)
-            } ?? (nil, true, nil)
+        // A backoff's timer or a dispatch slot sends the request on: the gate at the top of its
+        // loop runs under the same lock as the wake.
+        let goesOn: Wake?
+        switch waitingFor {
+        case .backoff: goesOn = .timer
+        case .dispatch: goesOn = .dispatched
+        case .refresh: goesOn = nil
+        }
+        let now = engine.clock.now
+        let date = engine.clock.date
+        let cancelled = Task.isCancelled
+        let (mayHold, beforeSending) = (!preSendWaited, EngineState.RefreshRoute(scope: scope, rule: nil))
+        let id = context.number
+        let (woken, endedOutside, decided, gated) = engine.state.withLock {
+            state -> (Wake?, Bool, RuleGraph.Escalation?, Gated?) in
+            let (woken, endedOutside, decided) =
+                state.modifySlot(id) { slot in
+                    let taken = slot.wake
+                    slot.wake = nil
+                    slot.phase = .running
+                    slot.awaitedFlight = nil
+                    slot.armedTimer = 0
+                    slot.refreshRoute = nil
+                    let decided = slot.decidedLogout
+                    slot.decidedLogout = nil
+                    return (taken, slot.endReason != nil, decided)
+                } ?? (nil, true, nil)
+            var gated: Gated?
+            if !endedOutside, let goesOn, let woken, woken.sameKind(as: goesOn) {
+                gated = state.gate(
+                    insideLock: id, cancelled: cancelled, mayHold: mayHold, beforeSending: beforeSending, now: now,
+                    date: date)
+            }
+            return (woken, endedOutside, decided, gated)
         }
         decidedLogout = decided
         if deadlineArmed {
@@ -680,7 +729,7 @@ final class RequestMachine {
             // the task that scheduled it, so no ordering of the two can leave it behind.
             if case .timer? = woken {} else { engine.timers.cancel(timer) }
             if endedOutside { return ended() }
-            return top()
+            return top(gated: gated, at: gated == nil ? nil : now)
         case .refresh(let proactive):
             // The logout this request's edge led to was started with the refresh's end: its
             // effects are this request's to perform, even when it was ended meanwhile.
@@ -691,7 +740,7 @@ final class RequestMachine {
         case .dispatch:
             if endedOutside { return ended() }
             guard case .dispatched? = woken else { return ended() }
-            return top()
+            return top(gated: gated, at: gated == nil ? nil : now)
         }
     }
 }
