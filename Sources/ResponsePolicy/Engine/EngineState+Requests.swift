@@ -41,6 +41,84 @@ extension EngineState {
         return (.go, credentialsBox, generation)
     }
 
+    /// Request `id` goes on the wire with `cancellation` (what a logout, a timeout or its caller
+    /// cancel it by) and its attempt timer `token` (0: none). `false` when it was already ended.
+    mutating func attemptBegan(insideLock id: UInt64, cancellation: AttemptCancellation, token: UInt64) -> Bool {
+        modifySlot(id) { slot in
+            guard slot.endReason == nil else { return false }
+            slot.attemptCancellation = cancellation
+            slot.timedOut = false
+            slot.phase = .onWire
+            slot.armedTimer = token
+            slot.sent = true
+            return true
+        } ?? false
+    }
+
+    /// Request `id`'s attempt came back (answered, failed, timed out or cancelled): its timer is
+    /// disarmed. Returns whether its timer had fired (a timeout) and whether it was ended from
+    /// outside meanwhile (which wins over a timeout at the same instant).
+    mutating func attemptEnded(insideLock id: UInt64) -> (timedOut: Bool, endedOutside: Bool) {
+        modifySlot(id) { slot in
+            slot.attemptCancellation = nil
+            slot.armedTimer = 0
+            slot.phase = .running
+            return (slot.timedOut, slot.endReason != nil)
+        } ?? (false, true)
+    }
+
+    /// Request `id` waits (for a refresh, a dispatch slot) with a timer at its deadline, armed
+    /// with `token`. `false` when it was already ended.
+    mutating func deadlineArmed(insideLock id: UInt64, token: UInt64) -> Bool {
+        modifySlot(id) { slot in
+            guard slot.endReason == nil else { return false }
+            slot.armedTimer = token
+            return true
+        } ?? false
+    }
+
+    /// Request `id` parks with `continuation`, resumed by whoever sets its wake or ends it; a
+    /// request that waits gives its dispatch slot to the next one (resumed from `woken` after
+    /// unlocking). Returns `true` when there is nothing to wait for (already woken or ended):
+    /// the caller resumes the continuation at once.
+    mutating func parking(
+        insideLock id: UInt64, _ continuation: UnsafeContinuation<Void, Never>,
+        into woken: inout [UnsafeContinuation<Void, Never>]
+    ) -> Bool {
+        let ready =
+            modifySlot(id) { slot -> Bool in
+                if slot.wake != nil || slot.endReason != nil { return true }
+                slot.parked = continuation
+                return false
+            } ?? true
+        if !ready, slots[id]?.host != nil { releaseDispatchSlot(insideLock: id, into: &woken) }
+        return ready
+    }
+
+    /// Request `id`'s park ended: takes why (its wake), whether it was ended from outside, and
+    /// the logout a failed refresh decided on its behalf; its timer is disarmed and it no longer
+    /// waits for a refresh.
+    mutating func woke(insideLock id: UInt64) -> (RequestMachine.Wake?, endedOutside: Bool, RuleGraph.Escalation?) {
+        modifySlot(id) { slot in
+            let taken = slot.wake
+            slot.wake = nil
+            slot.phase = .running
+            slot.awaitedFlight = nil
+            slot.armedTimer = 0
+            slot.refreshRoute = nil
+            let decided = slot.decidedLogout
+            slot.decidedLogout = nil
+            return (taken, slot.endReason != nil, decided)
+        } ?? (nil, true, nil)
+    }
+
+    /// Request `id` has its outcome: its dispatch slot goes to the next request (resumed from
+    /// `woken` after unlocking) and its slot is removed.
+    mutating func finished(insideLock id: UInt64, into woken: inout [UnsafeContinuation<Void, Never>]) {
+        if slots[id]?.host != nil { releaseDispatchSlot(insideLock: id, into: &woken) }
+        slots.removeValue(forKey: id)
+    }
+
     /// What a retry's backoff start came to (``startBackoff(insideLock:budget:until:deadline:token:now:)``).
     enum BackoffStart {
         /// The request waits until its timer (armed with the token given) fires.

@@ -71,17 +71,8 @@ extension PolicyEngine {
         let cancellation = AttemptCancellation()
         let timeoutAt = machine.pendingTimeoutAt
         let token = timeoutAt == nil ? 0 : machine.nextTimerToken()
-        let started = state.withLock { state -> Bool in
-            state.modifySlot(machine.context.number) { slot in
-                guard slot.endReason == nil else { return false }
-                slot.attemptCancellation = cancellation
-                slot.timedOut = false
-                slot.phase = .onWire
-                slot.armedTimer = token
-                slot.sent = true
-                return true
-            } ?? false
-        }
+        let id = machine.context.number
+        let started = state.withLock { $0.attemptBegan(insideLock: id, cancellation: cancellation, token: token) }
         guard started else { return nil }
         if let timeoutAt { timers.schedule(machine.timer, at: timeoutAt, token: token) }
         return cancellation
@@ -91,14 +82,8 @@ extension PolicyEngine {
     @inline(never)
     func endAttempt(_ machine: RequestMachine, _ result: AttemptResult) {
         if machine.pendingTimeoutAt != nil { timers.cancel(machine.timer) }
-        let (timedOut, endedOutside) = state.withLock { state -> (Bool, Bool) in
-            state.modifySlot(machine.context.number) { slot in
-                slot.attemptCancellation = nil
-                slot.armedTimer = 0
-                slot.phase = .running
-                return (slot.timedOut, slot.endReason != nil)
-            } ?? (false, true)
-        }
+        let id = machine.context.number
+        let (timedOut, endedOutside) = state.withLock { $0.attemptEnded(insideLock: id) }
         // Ended from outside (logout, the caller) wins over a timeout at the same instant. An
         // inline attempt learns of its caller's cancellation as task cancellation.
         // A cancelled attempt leaves the last response or error of the one before it.
@@ -136,16 +121,7 @@ extension PolicyEngine {
                 // critical section. (Done here, in a synchronous closure, rather than in the
                 // driver: a call there grew every waiting request's async frame by 1 KB.)
                 var woken: [UnsafeContinuation<Void, Never>] = []
-                let now = state.withLock { state -> Bool in
-                    let ready =
-                        state.modifySlot(id) { slot -> Bool in
-                            if slot.wake != nil || slot.endReason != nil { return true }
-                            slot.parked = continuation
-                            return false
-                        } ?? true
-                    if !ready, machine.host != nil { state.releaseDispatchSlot(insideLock: id, into: &woken) }
-                    return ready
-                }
+                let now = state.withLock { $0.parking(insideLock: id, continuation, into: &woken) }
                 if now { continuation.resume() }
                 for other in woken { other.resume() }
             }

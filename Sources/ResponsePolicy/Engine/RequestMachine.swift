@@ -366,13 +366,8 @@ final class RequestMachine {
         if case .refresh(proactive: true) = waitingFor { preSendWaited = true }
         guard let deadline else { return .park }
         let token = nextTimerToken()
-        let armed = engine.state.withLock { state -> Bool in
-            state.modifySlot(context.number) { slot in
-                guard slot.endReason == nil else { return false }
-                slot.armedTimer = token
-                return true
-            } ?? false
-        }
+        let id = context.number
+        let armed = engine.state.withLock { $0.deadlineArmed(insideLock: id, token: token) }
         if armed {
             deadlineArmed = true
             engine.timers.schedule(timer, at: deadline, token: token)
@@ -696,18 +691,7 @@ final class RequestMachine {
         let id = context.number
         let (woken, endedOutside, decided, gated) = engine.state.withLock {
             state -> (Wake?, Bool, RuleGraph.Escalation?, Gated?) in
-            let (woken, endedOutside, decided) =
-                state.modifySlot(id) { slot in
-                    let taken = slot.wake
-                    slot.wake = nil
-                    slot.phase = .running
-                    slot.awaitedFlight = nil
-                    slot.armedTimer = 0
-                    slot.refreshRoute = nil
-                    let decided = slot.decidedLogout
-                    slot.decidedLogout = nil
-                    return (taken, slot.endReason != nil, decided)
-                } ?? (nil, true, nil)
+            let (woken, endedOutside, decided) = state.woke(insideLock: id)
             var gated: Gated?
             if !endedOutside, let goesOn, let woken, woken.sameKind(as: goesOn) {
                 gated = state.gate(
