@@ -224,11 +224,14 @@ package enum PolicyExplainer {
                 return
                     "not retried: \(list(methods)) \(methods.count == 1 ? "is" : "are") not in retry.methods (and idempotency-key is none); \(escalation(flow.onExhausted))"
             }
-            let waits = (1...min(r.maxRetries, 6)).map { r.longestWait(forRetry: $0).policyText }.joined(separator: ", ")
+            let waits = (1...min(r.maxRetries, 6)).map { r.longestWait(forRetry: $0).policyText }.joined(
+                separator: ", ")
             var text =
                 "retry up to \(r.maxRetries) time\(r.maxRetries == 1 ? "" : "s"), waiting \(r.jitter == .none ? "" : "at most ")\(waits)\(r.maxRetries > 6 ? ", …" : "")"
             text += " (\(r.backoff.rawValue)"
-            if let cap = r.maxDelay { text += ", capped at \(cap.policyText)\(r.jitter == .none ? "" : " after jitter")" }
+            if let cap = r.maxDelay {
+                text += ", capped at \(cap.policyText)\(r.jitter == .none ? "" : " after jitter")"
+            }
             text += r.jitter == .none ? ", no jitter" : ", jitter \(r.jitter)"
             text += r.honorRetryAfter ? ", Retry-After honoured" : ", Retry-After ignored"
             if let budget = r.budget {

@@ -8,12 +8,13 @@ import Testing
 struct CompiledSettingsTests {
     /// A retry rule 503 → constant 100ms and a refresh rule 1401 whose refresh fails into a
     /// logout; the logout has its own section so nothing is hidden.
-    static let heldPolicy = basePolicy + """
+    static let heldPolicy =
+        basePolicy + """
 
-          on-failure: logout
-        retry: { backoff: constant, initial: 100ms }
-        logout: { cooldown: 20s }
-        """
+              on-failure: logout
+            retry: { backoff: constant, initial: 100ms }
+            logout: { cooldown: 20s }
+            """
 
     /// A request whose backoff ends while a refresh is in flight is held (an event says so);
     /// when the refresh fails into a logout it is never sent: the logout starts in the same step

@@ -17,7 +17,8 @@ struct EngineLockCountTests {
 
     /// Lock acquisitions of one request whose first `failures` attempts meet 503.
     static func acquisitions(failures: Int, budget: String) async throws -> Int {
-        let transport = RecordingTransport { _, count in count <= failures ? response("", status: 503) : response("ok") }
+        let transport = RecordingTransport { _, count in count <= failures ? response("", status: 503) : response("ok")
+        }
         let sim = try SimulatedEngine(Self.policy(budget: budget), transport: transport)
         let before = sim.engine.state.acquisitions
         _ = try await sim.run { engine in try await engine.send(HTTPRequest(url: testURL)) }
@@ -33,7 +34,8 @@ struct EngineLockCountTests {
         let one = try await Self.acquisitions(failures: 0, budget: budget)
         let three = try await Self.acquisitions(failures: 2, budget: budget)
         let perRetry = (three - one) / 2
-        print("engine lock acquisitions (budget \(budget)): a one-attempt request \(one), each retry attempt \(perRetry)")
+        print(
+            "engine lock acquisitions (budget \(budget)): a one-attempt request \(one), each retry attempt \(perRetry)")
         #expect(one <= 5, "a request delivered at the first attempt took the lock \(one) times")
         #expect(perRetry <= 6, "each retry took the lock \(perRetry) times")
     }

@@ -220,7 +220,8 @@ struct FlowSoundnessTests {
             }
         }
         // The shortest cooldown any logout of the policy has.
-        let cooldowns = graph.scopes.flatMap { scope in [scope.logout.cooldown] + scope.compiled.map(\.logout.cooldown) }
+        let cooldowns = graph.scopes.flatMap { scope in [scope.logout.cooldown] + scope.compiled.map(\.logout.cooldown)
+        }
         let shortest = cooldowns.min() ?? .zero
         var failedRefreshAt: Duration?
         var sentSinceFailure: [String] = []
@@ -234,12 +235,14 @@ struct FlowSoundnessTests {
                 if failedRefreshAt == event.time { sentSinceFailure.append(event.request ?? "?") }
                 if let at = loggedOutAt, event.time < at + shortest {
                     failures.append(
-                        "\(event.request ?? "?"): sent at \(event.time.policyText), in the cooldown of the logout at \(at.policyText)")
+                        "\(event.request ?? "?"): sent at \(event.time.policyText), in the cooldown of the logout at \(at.policyText)"
+                    )
                 }
             case .logout:
                 if event.rule == nil, failedRefreshAt == event.time, !sentSinceFailure.isEmpty {
                     failures.append(
-                        "\(sentSinceFailure.joined(separator: ", ")): sent between the failed refresh and the logout it caused")
+                        "\(sentSinceFailure.joined(separator: ", ")): sent between the failed refresh and the logout it caused"
+                    )
                 }
                 loggedOutAt = event.time
             default: break

@@ -93,7 +93,9 @@ extension PolicyEngine {
             let now = self.clock.now
             let date = self.clock.date
             var logsOut = false
-            if case .failure(let failure) = outcome, let response = failure.response { logsOut = answerLogsOut(response) }
+            if case .failure(let failure) = outcome, let response = failure.response {
+                logsOut = answerLogsOut(response)
+            }
             let (ended, waiters, logout) = self.state.withLock { state in
                 let ended = state.refreshEnded(flight, outcome: outcome, shared: shared, now: now)
                 // A failure that logs out does so here, before any waiter is woken.

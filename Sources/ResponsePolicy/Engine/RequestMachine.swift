@@ -290,14 +290,16 @@ final class RequestMachine {
         let mayHold = !preSendWaited
         let beforeSending = EngineState.RefreshRoute(scope: scope, rule: nil)
         let date = engine.clock.date
-        let (gate, box, generation) = gated ?? engine.state.withLock { state in
-            if first {
-                state.register(id, host: host, dispatchLimit: dispatchLimit, holdsNewRequests: hold)
+        let (gate, box, generation) =
+            gated
+            ?? engine.state.withLock { state in
+                if first {
+                    state.register(id, host: host, dispatchLimit: dispatchLimit, holdsNewRequests: hold)
+                }
+                return state.gate(
+                    insideLock: id, cancelled: cancelled, mayHold: mayHold, beforeSending: beforeSending, now: now,
+                    date: date)
             }
-            return state.gate(
-                insideLock: id, cancelled: cancelled, mayHold: mayHold, beforeSending: beforeSending, now: now,
-                date: date)
-        }
         switch gate {
         case .go: break
         case .ended: return ended()

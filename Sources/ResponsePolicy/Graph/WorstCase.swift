@@ -105,16 +105,32 @@ public struct WorstCase: Sendable, Hashable {
     public var terms: [(name: String, duration: Duration)] {
         var out: [(String, Duration)] = []
         if let attemptTimeout {
-            out.append(("\(attempts) attempt\(attempts == 1 ? "" : "s") × attempt-timeout \(attemptTimeout.policyText)", attemptTimeout * attempts))
+            out.append(
+                (
+                    "\(attempts) attempt\(attempts == 1 ? "" : "s") × attempt-timeout \(attemptTimeout.policyText)",
+                    attemptTimeout * attempts
+                ))
         }
         if heldWaits > 0 {
-            out.append(("\(heldWaits) wait\(heldWaits == 1 ? "" : "s") for a refresh before sending × refresh.timeout \(heldWait.policyText)", heldWait * heldWaits))
+            out.append(
+                (
+                    "\(heldWaits) wait\(heldWaits == 1 ? "" : "s") for a refresh before sending × refresh.timeout \(heldWait.policyText)",
+                    heldWait * heldWaits
+                ))
         }
         if refreshResends > 0 {
-            out.append(("\(refreshResends) refresh\(refreshResends == 1 ? "" : "es") for a trigger × refresh.timeout \(refreshWait.policyText)", refreshWait * refreshResends))
+            out.append(
+                (
+                    "\(refreshResends) refresh\(refreshResends == 1 ? "" : "es") for a trigger × refresh.timeout \(refreshWait.policyText)",
+                    refreshWait * refreshResends
+                ))
         }
         if retries > 0 {
-            out.append(("\(retries) backoff wait\(retries == 1 ? "" : "s") (\(waits.map(\.policyText).joined(separator: " + ")))", totalWait))
+            out.append(
+                (
+                    "\(retries) backoff wait\(retries == 1 ? "" : "s") (\(waits.map(\.policyText).joined(separator: " + ")))",
+                    totalWait
+                ))
         }
         return out.sorted { $0.1 > $1.1 }
     }

@@ -57,7 +57,8 @@ struct ConflictingCodesRule: LintRule {
             func conflict(_ earlierIndex: Int, _ earlierText: String, _ index: Int, _ text: String) {
                 let earlier = rules[earlierIndex]
                 let rule = rules[index]
-                let what = earlierText == text ? "code '\(text)' is" : "code '\(text)' overlaps '\(earlierText)', which is"
+                let what =
+                    earlierText == text ? "code '\(text)' is" : "code '\(text)' overlaps '\(earlierText)', which is"
                 var fix = "remove it from one of them"
                 if earlierText != text, let value = CodeTable.canonicalInteger(earlierText),
                     let range = rule.when.codeRanges?.first(where: { $0.description == text })

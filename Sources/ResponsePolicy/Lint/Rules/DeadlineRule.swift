@@ -31,7 +31,8 @@ struct DeadlineRule: LintRule {
             let worst = scope.worstCase
             guard let total = worst.total, total > deadline else { continue }
             let path = context.prefix(scope, "retry") + ".deadline"
-            findings.append(.warning(Self.description.id, Self.message(worst, total, deadline), at: context.location(path)))
+            findings.append(
+                .warning(Self.description.id, Self.message(worst, total, deadline), at: context.location(path)))
         }
         return findings
     }
@@ -43,7 +44,8 @@ struct DeadlineRule: LintRule {
             let share = Int((term.duration.seconds / total.seconds * 100).rounded())
             return "\(term.name) = \(term.duration.policyText) (\(share)%)"
         }
-        return "in the worst case a request takes \(total.policyText), longer than the deadline of \(deadline.policyText): "
+        return
+            "in the worst case a request takes \(total.policyText), longer than the deadline of \(deadline.policyText): "
             + terms.joined(separator: ", ")
             + "; lower 'attempt-timeout' or 'max-retries', or raise 'deadline'"
     }
