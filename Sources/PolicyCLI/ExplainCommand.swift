@@ -100,6 +100,10 @@ package enum PolicyExplainer {
             if let ahead = r.ahead {
                 text += " Tokens expiring within \(ahead.policyText) are refreshed before sending."
             }
+            if r.holdNewRequests {
+                text +=
+                    " A request about to go out (a first attempt, a retry or a re-send) while a refresh is in flight waits for it (a `held` event) and is signed with the new token; when that refresh fails into a logout, it is never sent."
+            }
             lines.append(text)
         }
         if reachable.contains(.logout) {
@@ -117,10 +121,6 @@ package enum PolicyExplainer {
             }
             text += "."
             if let timeout = r.attemptTimeout { text += " Each attempt times out after \(timeout.policyText)." }
-            if scope.refresh.holdNewRequests, scope.worstCase.heldWaits > 0 {
-                text +=
-                    " A request about to go out (first attempt or retry) while a refresh is in flight waits for it (a `held` event) and is signed with the new token."
-            }
             if let budget = r.budget {
                 text +=
                     " Retries may add at most \(budget.min) + \(formatNumber(budget.ratio * 100))% of requests in a sliding 10s window; a retry the budget refuses goes where the rule's retries run out."
