@@ -98,7 +98,7 @@ extension EngineState {
     /// Request `id`'s park ended: takes why (its wake), whether it was ended from outside, and
     /// the logout a failed refresh decided on its behalf; its timer is disarmed and it no longer
     /// waits for a refresh.
-    mutating func woke(insideLock id: UInt64) -> (RequestMachine.Wake?, endedOutside: Bool, RuleGraph.Escalation?) {
+    mutating func woke(insideLock id: UInt64) -> (RequestMachine.Wake?, endedOutside: Bool, DecidedLogout?) {
         modifySlot(id) { slot in
             let taken = slot.wake
             slot.wake = nil

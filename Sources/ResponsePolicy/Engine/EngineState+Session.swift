@@ -150,7 +150,7 @@ extension EngineState {
         let others = endRequests(insideLock: trigger, cancelInFlight: escalation.logout.cancelInFlight)
         effects.resume += others.resume
         effects.cancel += others.cancel
-        modifySlot(trigger) { $0.decidedLogout = escalation }
+        modifySlot(trigger) { $0.decidedLogout = DecidedLogout(escalation) }
         return (trigger, effects)
     }
 

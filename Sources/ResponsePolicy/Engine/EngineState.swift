@@ -35,7 +35,14 @@ struct EngineState {
         /// The logout its refresh's failure led to, decided and started (cooldown, the other
         /// requests ended) in the transition that ended the refresh; this request performs its
         /// effects (the event, the logout plugin) when it wakes.
-        var decidedLogout: RuleGraph.Escalation?
+        var decidedLogout: DecidedLogout?
+    }
+
+    /// A logout decided for a request (see ``Slot/decidedLogout``), boxed: every slot carries the
+    /// field, and an escalation inline (edge texts, logout settings) would grow each by ~100 bytes.
+    final class DecidedLogout: Sendable {
+        let escalation: RuleGraph.Escalation
+        init(_ escalation: RuleGraph.Escalation) { self.escalation = escalation }
     }
 
     /// Which compiled edges a waiter follows when the refresh it waits for fails: its rule's

@@ -132,7 +132,7 @@ final class RequestMachine {
     var preSendWaited = false
     /// The logout its awaited refresh's failure led to, started by the refresh's end (see
     /// ``EngineState/Slot/decidedLogout``): this request performs its effects.
-    var decidedLogout: RuleGraph.Escalation?
+    var decidedLogout: EngineState.DecidedLogout?
 
     /// A deadline timer is armed for the wait in progress (see ``parkUntilDeadline()``).
     var deadlineArmed = false
@@ -529,7 +529,7 @@ final class RequestMachine {
     }
 
     func afterRefresh(_ result: EngineState.FlightResult, proactive: Bool) -> Step {
-        if let decided = decidedLogout, case .failed(let failure) = result {
+        if let decided = decidedLogout?.escalation, case .failed(let failure) = result {
             // The refresh's end already logged the session out on this request's edge (the
             // cooldown runs, every other request was ended): perform the logout's effects.
             decidedLogout = nil
@@ -692,7 +692,7 @@ final class RequestMachine {
         let (mayHold, beforeSending) = (!preSendWaited, EngineState.RefreshRoute(scope: scope, rule: nil))
         let id = context.number
         let (woken, endedOutside, decided, gated) = engine.state.withLock {
-            state -> (Wake?, Bool, RuleGraph.Escalation?, Gated?) in
+            state -> (Wake?, Bool, EngineState.DecidedLogout?, Gated?) in
             let (woken, endedOutside, decided) = state.woke(insideLock: id)
             var gated: Gated?
             if !endedOutside, let goesOn, let woken, woken.sameKind(as: goesOn) {
