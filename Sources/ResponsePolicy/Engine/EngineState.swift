@@ -131,7 +131,7 @@ struct EngineState {
     /// none shared yet). Compared with what the coordinator publishes; the local `generation`
     /// keeps counting every change for the requests' own bookkeeping.
     var sharedGeneration: UInt64 = 0
-    /// Logout calls running in the background, for `waitForBackgroundWork`.
+    /// Refreshes and logout calls running in the background, for `waitForBackgroundWork`.
     var background: [UInt64: Task<Void, Never>] = [:]
     var nextBackground: UInt64 = 0
     var finishedBackground: Set<UInt64> = []
