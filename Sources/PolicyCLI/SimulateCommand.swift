@@ -119,6 +119,9 @@ enum SimulateCommand {
         case .wait: what = "wait \(event.delay.map { PolicyEvent.secondsText($0) } ?? "?")s"
         case .held: what = "held (\(event.reason ?? "refresh in flight"))"
         case .refreshStart: what = "refresh started"
+        case .refreshRetry:
+            what = "refresh retry in \(event.delay.map { PolicyEvent.secondsText($0) } ?? "?")s"
+                + (event.reason.map { " (\($0))" } ?? "")
         case .refreshEnd:
             what = "refresh " + (event.ok == true ? "ok" : "failed") + (event.reason.map { " (\($0))" } ?? "")
         case .logout: what = "logout (\(event.rule ?? event.reason ?? "no reason given"))"

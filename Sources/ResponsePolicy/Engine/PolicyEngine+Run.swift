@@ -207,12 +207,20 @@ extension PolicyEngine {
         _ response: HTTPResponse, scope: RuleGraph.Scope, scopeIndex: Int, _ runtime: PolicyRuntime, method: String,
         path: String
     ) -> Bool {
+        ruleAction(for: response, scope: scope, scopeIndex: scopeIndex, runtime, method: method, path: path) == .logout
+    }
+
+    /// The action of the rule `response` matches in `scope`, `nil` when none matches.
+    func ruleAction(
+        for response: HTTPResponse, scope: RuleGraph.Scope, scopeIndex: Int, _ runtime: PolicyRuntime, method: String,
+        path: String
+    ) -> ActionKind? {
         let code = runtime.code(of: response, scopeIndex: scopeIndex, scanLimit: options.bodyScanLimit)
         guard
             let index = scope.classifier.match(
                 status: response.status, code: code, headers: response.headers, method: method, path: path)
-        else { return false }
-        return scope.rules[index].action == .logout
+        else { return nil }
+        return scope.rules[index].action
     }
 }
 

@@ -15,6 +15,9 @@ public struct PolicyEvent: Sendable, Hashable {
         case problem
         case refreshStart = "refresh-start"
         case refreshEnd = "refresh-end"
+        /// A refresh met transient trouble (`status`, `reason`) and calls its plugin again after
+        /// `delay`, within `refresh.timeout`; `attempt` is the call that failed.
+        case refreshRetry = "refresh-retry"
     }
 
     /// How a request ended.
@@ -64,6 +67,7 @@ public struct PolicyEvent: Sendable, Hashable {
         case .send, .response, .wait, .held: return .debug
         case .cancel, .refreshStart: return .info
         case .refreshEnd: return ok == false ? .warning : .info
+        case .refreshRetry: return .warning
         case .reload: return ok == false ? .error : .info
         case .logout: return .warning
         case .problem: return .error

@@ -330,9 +330,9 @@ final class RequestMachine {
             refreshRule = nil
             return awaitRefresh(failedGeneration: generation, proactive: true)
         }
-        if !skipProactive, proactiveFailure?.generation != generation, let ahead = scope.refreshAhead,
-            plugins.refresh != nil, let expiry = credentials?.expiresAt,
-            expiry.timeIntervalSince(engine.clock.date) < ahead.seconds
+        if !skipProactive, proactiveFailure?.generation != generation, plugins.refresh != nil,
+            let ahead = box?.effectiveAhead(scope.refreshAhead), let expiry = credentials?.expiresAt,
+            expiry.timeIntervalSince(engine.clock.date) < ahead
         {
             waitingFor = .refresh(proactive: true)
             refreshRule = nil
@@ -404,6 +404,10 @@ final class RequestMachine {
             lastCode = runtime.code(of: response, scopeIndex: scopeIndex, scanLimit: engine.options.bodyScanLimit)
             ruleIndex = scope.classifier.match(
                 status: response.status, code: lastCode, headers: response.headers, method: method, path: path)
+            if ruleIndex.map({ scope.rules[$0].action != .refresh && scope.rules[$0].action != .logout }) ?? true {
+                // The server accepted this token: a later refresh of it is a healthy rotation.
+                engine.noteAccepted(signedGeneration)
+            }
         case .timedOut, .error:
             lastCode = nil
             if outcome == .timedOut {
@@ -476,6 +480,13 @@ final class RequestMachine {
     }
 
     func refreshTrigger(_ flow: RuleGraph.CompiledRule) -> Step {
+        // The generation first: refused with a token older than the current one, the request is
+        // re-sent with the current one at once, and that re-send is not counted (no refresh was
+        // waited for; the same holds for credentials adopted from the fleet).
+        if engine.state.withLock({ $0.generation }) > signedGeneration {
+            emitResponse(rule: flow.rule)
+            return top()
+        }
         guard refreshResends < flow.refresh.maxPerRequest else {
             let error = PolicyEngineError.refreshFailed(
                 reason: "the request was re-sent \(refreshResends) time(s) for refresh triggers")
@@ -573,6 +584,12 @@ final class RequestMachine {
         case .ok, .superseded: return top()
         case .loggedOut: return cancelledByLogout()
         case .cancelled: return ended()
+        case .failed(let refreshFailure) where !refreshFailure.isDefinitive:
+            // Transient trouble outlasted refresh.timeout (or a definitive answer is still fresh:
+            // see `EngineState.decideRefresh`): the request fails with the reason, the session
+            // goes on. Only a definitive answer reaches on-failure.
+            lastEdge = flow?.onTransient?.edge
+            return finish(.failure(.refreshFailed(reason: refreshFailure.reason)))
         case .failed(let refreshFailure):
             // The refresh's own reason goes with every way this ends (a logout names it too).
             refreshFailureReason = refreshFailure.reason

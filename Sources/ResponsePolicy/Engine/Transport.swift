@@ -117,3 +117,22 @@ public struct AttemptCancellation: Sendable {
 public protocol CancellableTransport: Transport {
     func send(_ request: HTTPRequest, cancellation: AttemptCancellation) async throws -> HTTPResponse
 }
+
+/// The engine's own calls (refresh, logout) with a `User-Agent` of the engine's when they set
+/// none, so an identity provider's logs name the client instead of libcurl.
+struct UserAgentTransport: Transport {
+    let base: any Transport
+    let userAgent: String
+
+    init(_ base: any Transport, userAgent: String) {
+        self.base = base
+        self.userAgent = userAgent
+    }
+
+    func send(_ request: HTTPRequest) async throws -> HTTPResponse {
+        guard request.headers["User-Agent"] == nil, !userAgent.isEmpty else { return try await base.send(request) }
+        var request = request
+        request.headers.set("User-Agent", userAgent)
+        return try await base.send(request)
+    }
+}

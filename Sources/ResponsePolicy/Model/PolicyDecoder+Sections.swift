@@ -7,8 +7,9 @@ extension PolicyDecoder {
     ]
     package static let refreshTuningKeys = [
         "timeout", "share-window", "max-per-request", "on-exhausted", "on-failure", "limit", "ahead",
-        "hold-new-requests",
+        "hold-new-requests", "transient",
     ]
+    package static let transientKeys = ["initial", "max-delay", "retry-after"]
     package static let dispatchKeys = ["max-in-flight-per-host"]
     package static let logoutTuningKeys = ["cancel-in-flight", "cooldown"]
     package static let budgetKeys = ["ratio", "min"]
@@ -164,6 +165,36 @@ extension PolicyDecoder {
                 }
             case "ahead": if let d = duration(value, key, allowNone: true) { settings.ahead = d }
             case "hold-new-requests": settings.holdNewRequests = boolean(value, key) ?? settings.holdNewRequests
+            case "transient":
+                if value.scalar == "none", value.isPlainScalar {
+                    settings.transient = nil
+                } else if let transientFields = mappingFields(value, "'transient'", allowed: Self.transientKeys) {
+                    var transient = settings.transient ?? RefreshSettings.Transient()
+                    for (transientKey, _, transientValue) in transientFields {
+                        locations["\(path).transient.\(transientKey)"] = transientValue.range
+                        switch transientKey {
+                        case "initial":
+                            transient.initial = duration(transientValue, transientKey).flatMap { $0 } ?? transient.initial
+                        case "max-delay":
+                            transient.maxDelay =
+                                duration(transientValue, transientKey).flatMap { $0 } ?? transient.maxDelay
+                        case "retry-after":
+                            if let text = transientValue.scalar, transientValue.isPlainScalar,
+                                text == "honor" || text == "ignore"
+                            {
+                                transient.honorRetryAfter = text == "honor"
+                            } else {
+                                report(
+                                    .error(
+                                        "invalid-value",
+                                        "'retry-after' must be honor or ignore, not \(transientValue.kindDescription)",
+                                        at: transientValue.range))
+                            }
+                        default: break
+                        }
+                    }
+                    settings.transient = transient
+                }
             default: break
             }
         }

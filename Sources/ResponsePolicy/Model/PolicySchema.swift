@@ -374,6 +374,26 @@ package enum PolicySchema {
                 )
             ]),
             "ahead": durationOrNone,
+            "transient": .object([
+                ("description", "retries of transient token-endpoint trouble within refresh.timeout, or none"),
+                (
+                    "anyOf",
+                    .array([
+                        .object([("const", "none")]),
+                        .object([
+                            ("type", "object"),
+                            (
+                                "properties",
+                                .object(
+                                    PolicyDecoder.transientKeys.map {
+                                        ($0, $0 == "retry-after" ? enumeration(["honor", "ignore"]) : duration)
+                                    })
+                            ),
+                            ("additionalProperties", false),
+                        ]),
+                    ])
+                ),
+            ]),
             // logout
             "cancel-in-flight": .object([("type", "boolean")]),
             "hold-new-requests": .object([
