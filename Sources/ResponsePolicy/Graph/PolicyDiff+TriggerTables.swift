@@ -162,6 +162,22 @@ extension PolicyDiff.TriggerSpace {
             statusIndex.append(row)
         }
         func kindOf(_ index: Int32) -> ActionKind { index < 0 ? .deliver : actions[Int(index)] }
+        // Which dimensions each status's answers depend on (1: method, 2: path, 4: header
+        // set). When each depends on one at most (502 on paths, 429 on header values), a code's
+        // effect is worked out per dimension and combined, instead of per class of all three.
+        let (mN, pN, hN) = (byStatus.methods.count, byStatus.paths.count, byStatus.headers.count)
+        var dependence = [Int](repeating: 0, count: statuses.count)
+        for (s, row) in statusIndex.enumerated() {
+            for index in 0..<byStatus.count {
+                let h = index % hN
+                let p = (index / hN) % pN
+                let m = index / (hN * pN)
+                if row[index] != row[(m * pN + p) * hN] { dependence[s] |= 4 }
+                if row[index] != row[m * pN * hN + h] { dependence[s] |= 2 }
+                if row[index] != row[p * hN + h] { dependence[s] |= 1 }
+            }
+        }
+        let factored = dependence.allSatisfy { $0.nonzeroBitCount <= 1 }
         for (s, row) in statusIndex.enumerated() {
             var sets: [ActionKind: ContextSet] = [:]
             for (context, cls) in classOfContext.enumerated() {
@@ -200,15 +216,114 @@ extension PolicyDiff.TriggerSpace {
             // Joint classes (status class, own class), each with the records it makes; classes
             // that make the same records share a key (a code usually has a handful of keys).
             let keyWidth = 2 * kinds.count * maskWords
+            let half = kinds.count * maskWords
+            var records: [(atom: Atom, kind: ActionKind)] = []
+            var recordIndex: [String: Int] = [:]
+            /// The records a key (changed masks, then everywhere masks) makes.
+            func recordsOf(_ key: [UInt64]) -> [Int] {
+                var list: [Int] = []
+                for (k, kind) in kinds.enumerated() {
+                    let changed = key[(k * maskWords)..<((k + 1) * maskWords)]
+                    guard changed.contains(where: { $0 != 0 }) else { continue }
+                    let everywhere = key[(half + k * maskWords)..<(half + (k + 1) * maskWords)]
+                    let indices = (0..<statusCount).filter { key[k * maskWords + $0 >> 6] & (1 << UInt64($0 & 63)) != 0 }
+                    let qualifier =
+                        changed.elementsEqual(everywhere)
+                        ? "" : " with " + runs(indices, prefix: "status").joined(separator: ", ")
+                    let name = "\(k)|" + qualifier
+                    if let existing = recordIndex[name] {
+                        list.append(existing)
+                    } else {
+                        recordIndex[name] = records.count
+                        list.append(records.count)
+                        records.append((.code(codeIndex, qualifier), kind))
+                    }
+                }
+                return list
+            }
+            /// Adds status `s`'s part of the key at status class `cls` (own class `ownClass`).
+            func addBits(_ s: Int, _ cls: Int, _ ownClass: Int, into key: inout [UInt64], at offset: Int) {
+                let without = statusIndex[s][cls]
+                let fromCode = codeIndexTable[s * own.count + ownClass]
+                let with: Int32 = without < 0 ? fromCode : (fromCode < 0 ? without : min(without, fromCode))
+                let before = kindOf(without)
+                let after = kindOf(with)
+                let bit: UInt64 = 1 << UInt64(s & 63)
+                for (k, kind) in kinds.enumerated() {
+                    if after == kind, after != before { key[offset + k * maskWords + s >> 6] |= bit }
+                    if before != kind { key[offset + half + k * maskWords + s >> 6] |= bit }
+                }
+            }
+            if factored && own.count == 1 {
+                // Each dimension's classes get the bits of the statuses that depend on it; a
+                // context's key is the union of its three classes' bits and the constant ones.
+                var constant = [UInt64](repeating: 0, count: keyWidth)
+                var perDimension = [
+                    [UInt64](repeating: 0, count: mN * keyWidth), [UInt64](repeating: 0, count: pN * keyWidth),
+                    [UInt64](repeating: 0, count: hN * keyWidth),
+                ]
+                for s in 0..<statusCount {
+                    switch dependence[s] {
+                    case 1: for v in 0..<mN { addBits(s, v * pN * hN, 0, into: &perDimension[0], at: v * keyWidth) }
+                    case 2: for v in 0..<pN { addBits(s, v * hN, 0, into: &perDimension[1], at: v * keyWidth) }
+                    case 4: for v in 0..<hN { addBits(s, v, 0, into: &perDimension[2], at: v * keyWidth) }
+                    default: addBits(s, 0, 0, into: &constant, at: 0)
+                    }
+                }
+                // Distinct bits per dimension, and each class's.
+                var distinct: [[[UInt64]]] = [[], [], []]
+                var idOf: [[Int]] = [[], [], []]
+                for d in 0..<3 {
+                    let size = [mN, pN, hN][d]
+                    for v in 0..<size {
+                        let slice = Array(perDimension[d][(v * keyWidth)..<((v + 1) * keyWidth)])
+                        if let known = distinct[d].firstIndex(of: slice) {
+                            idOf[d].append(known)
+                        } else {
+                            idOf[d].append(distinct[d].count)
+                            distinct[d].append(slice)
+                        }
+                    }
+                }
+                let (nM, nP, nH) = (distinct[0].count, distinct[1].count, distinct[2].count)
+                if nM * nP * nH <= 4_096 {
+                    var recordsOfCombination: [[Int]] = []
+                    for a in 0..<nM {
+                        for b in 0..<nP {
+                            for c in 0..<nH {
+                                var key = constant
+                                for word in 0..<keyWidth {
+                                    key[word] |= distinct[0][a][word] | distinct[1][b][word] | distinct[2][c][word]
+                                }
+                                recordsOfCombination.append(recordsOf(key))
+                            }
+                        }
+                    }
+                    guard !records.isEmpty else { continue }
+                    var sets = [ContextSet](repeating: ContextSet(count: count), count: records.count)
+                    if recordsOfCombination.count == 1 {
+                        for record in recordsOfCombination[0] { sets[record] = ContextSet(all: count) }
+                    } else {
+                        let mOf = byStatus.methods.of.map { idOf[0][$0] }
+                        let pOf = byStatus.paths.of.map { idOf[1][$0] }
+                        let hOf = byStatus.headers.of.map { idOf[2][$0] }
+                        for (context, c) in contexts.enumerated() {
+                            let combination = (mOf[c.method] * nP + pOf[c.path]) * nH + hOf[c.headers]
+                            for record in recordsOfCombination[combination] { sets[record].insert(context) }
+                        }
+                    }
+                    for (index, record) in records.enumerated() {
+                        holds[record.atom, default: [:]][record.kind] = sets[index]
+                    }
+                    continue
+                }
+            }
             var keyOfPair = [Int32](repeating: -1, count: byStatus.count * own.count)
             var keyStore: [UInt64] = []
             var keyIndex: [[UInt64]: Int] = [:]
             var recordsOfKey: [[Int]] = []  // indices into `records`
-            var records: [(atom: Atom, kind: ActionKind)] = []
-            var recordIndex: [String: Int] = [:]
             var contextKey = [Int32](repeating: 0, count: count)
             var key = [UInt64](repeating: 0, count: keyWidth)  // changed masks, then everywhere masks
-            let half = kinds.count * maskWords
             for (context, cls) in classOfContext.enumerated() {
                 let c = contexts[context]
                 let ownClass = own.count == 1 ? 0 : own.of(method: c.method, path: c.path, header: c.headers)
@@ -219,18 +334,7 @@ extension PolicyDiff.TriggerSpace {
                 }
                 // What each status answers here without the code and with it.
                 for index in key.indices { key[index] = 0 }
-                for s in 0..<statusCount {
-                    let without = statusIndex[s][cls]
-                    let fromCode = codeIndexTable[s * own.count + ownClass]
-                    let with: Int32 = without < 0 ? fromCode : (fromCode < 0 ? without : min(without, fromCode))
-                    let before = kindOf(without)
-                    let after = kindOf(with)
-                    let bit: UInt64 = 1 << UInt64(s & 63)
-                    for (k, kind) in kinds.enumerated() {
-                        if after == kind, after != before { key[k * maskWords + s >> 6] |= bit }
-                        if before != kind { key[half + k * maskWords + s >> 6] |= bit }
-                    }
-                }
+                for s in 0..<statusCount { addBits(s, cls, ownClass, into: &key, at: 0) }
                 var found = -1
                 let known = recordsOfKey.count
                 if known <= 16 {
@@ -246,24 +350,7 @@ extension PolicyDiff.TriggerSpace {
                     found = known
                     keyStore += key
                     keyIndex[key] = found
-                    var list: [Int] = []
-                    for (k, kind) in kinds.enumerated() {
-                        let changed = key[(k * maskWords)..<((k + 1) * maskWords)]
-                        guard changed.contains(where: { $0 != 0 }) else { continue }
-                        let everywhere = key[(half + k * maskWords)..<(half + (k + 1) * maskWords)]
-                        let indices = (0..<statusCount).filter { key[k * maskWords + $0 >> 6] & (1 << UInt64($0 & 63)) != 0 }
-                        let qualifier =
-                            changed.elementsEqual(everywhere)
-                            ? "" : " with " + runs(indices, prefix: "status").joined(separator: ", ")
-                        let name = "\(k)|" + qualifier
-                        if let existing = recordIndex[name] {
-                            list.append(existing)
-                        } else {
-                            recordIndex[name] = records.count
-                            list.append(records.count)
-                            records.append((.code(codeIndex, qualifier), kind))
-                        }
-                    }
+                    let list = recordsOf(key)
                     recordsOfKey.append(list)
                 }
                 keyOfPair[pair] = Int32(found)
