@@ -50,7 +50,7 @@ struct PolicyDiffTriggerTests {
         var random = SplitMix64(seed: 23_06)
         var compared = 0
         var different: [String] = []
-        for _ in 0..<150 {
+        for _ in 0..<300 {
             let oldText = Self.randomPolicy(&random)
             let newText = Self.randomPolicy(&random)
             guard let old = Self.scope(oldText), let new = Self.scope(newText) else { continue }
@@ -60,7 +60,7 @@ struct PolicyDiffTriggerTests {
             }
             compared += 1
         }
-        #expect(compared > 120)
+        #expect(compared > 250)
         #expect(different.isEmpty, "\(different.first ?? "")")
     }
 

@@ -165,7 +165,7 @@ extension PolicyDiff.TriggerSpace {
         // Which dimensions each status's answers depend on (1: method, 2: path, 4: header
         // set). When each depends on one at most (502 on paths, 429 on header values), a code's
         // effect is worked out per dimension and combined, instead of per class of all three.
-        let (mN, pN, hN) = (byStatus.methods.count, byStatus.paths.count, byStatus.headers.count)
+        let (pN, hN) = (byStatus.paths.count, byStatus.headers.count)
         var dependence = [Int](repeating: 0, count: statuses.count)
         for (s, row) in statusIndex.enumerated() {
             for index in 0..<byStatus.count {
@@ -254,46 +254,60 @@ extension PolicyDiff.TriggerSpace {
                     if before != kind { key[offset + half + k * maskWords + s >> 6] |= bit }
                 }
             }
-            if factored && own.count == 1 {
-                // Each dimension's classes get the bits of the statuses that depend on it; a
-                // context's key is the union of its three classes' bits and the constant ones.
-                var constant = [UInt64](repeating: 0, count: keyWidth)
-                var perDimension = [
-                    [UInt64](repeating: 0, count: mN * keyWidth), [UInt64](repeating: 0, count: pN * keyWidth),
-                    [UInt64](repeating: 0, count: hN * keyWidth),
-                ]
-                for s in 0..<statusCount {
-                    switch dependence[s] {
-                    case 1: for v in 0..<mN { addBits(s, v * pN * hN, 0, into: &perDimension[0], at: v * keyWidth) }
-                    case 2: for v in 0..<pN { addBits(s, v * hN, 0, into: &perDimension[1], at: v * keyWidth) }
-                    case 4: for v in 0..<hN { addBits(s, v, 0, into: &perDimension[2], at: v * keyWidth) }
-                    default: addBits(s, 0, 0, into: &constant, at: 0)
-                    }
+            // The code's own rules constrain one dimension at most (a method, or a path).
+            let ownSizes = [own.methods.count, own.paths.count, own.headers.count]
+            let ownDimension = ownSizes.firstIndex { $0 > 1 }
+            if factored && ownSizes.filter({ $0 > 1 }).count <= 1 {
+                // Per dimension and value (a method, a path, a header set): the bits of the
+                // statuses that depend on that dimension, for each class of the code's own rules.
+                // A context's key is the union of its three values' bits and the constant ones,
+                // for the own class its value in the own rules' dimension picks.
+                let ownCount = own.count
+                let sizes = [methods.count, paths.count, headers.count]
+                let statusClassOf = [byStatus.methods.of, byStatus.paths.of, byStatus.headers.of]
+                let ownClassOf = [own.methods.of, own.paths.of, own.headers.of]
+                var constant = [UInt64](repeating: 0, count: ownCount * keyWidth)
+                for s in 0..<statusCount where dependence[s] == 0 {
+                    for o in 0..<ownCount { addBits(s, 0, o, into: &constant, at: o * keyWidth) }
                 }
-                // Distinct bits per dimension, and each class's.
-                var distinct: [[[UInt64]]] = [[], [], []]
-                var idOf: [[Int]] = [[], [], []]
+                var partial: [[[UInt64]]] = [[], [], []]  // [dimension][id]: ownCount keys
+                var idOf: [[Int]] = [[], [], []]  // [dimension][value]
+                var ownOfId: [[Int]] = [[], [], []]
                 for d in 0..<3 {
-                    let size = [mN, pN, hN][d]
-                    for v in 0..<size {
-                        let slice = Array(perDimension[d][(v * keyWidth)..<((v + 1) * keyWidth)])
-                        if let known = distinct[d].firstIndex(of: slice) {
+                    let bit = 1 << d
+                    var index: [[UInt64]: Int] = [:]
+                    for v in 0..<sizes[d] {
+                        let cls = statusClassOf[d][v]
+                        let statusClass = d == 0 ? cls * pN * hN : (d == 1 ? cls * hN : cls)
+                        var bits = [UInt64](repeating: 0, count: ownCount * keyWidth + 1)
+                        for s in 0..<statusCount where dependence[s] == bit {
+                            for o in 0..<ownCount { addBits(s, statusClass, o, into: &bits, at: o * keyWidth) }
+                        }
+                        let ownClass = d == ownDimension ? ownClassOf[d][v] : 0
+                        bits[ownCount * keyWidth] = UInt64(ownClass)
+                        if let known = index[bits] {
                             idOf[d].append(known)
                         } else {
-                            idOf[d].append(distinct[d].count)
-                            distinct[d].append(slice)
+                            index[bits] = partial[d].count
+                            idOf[d].append(partial[d].count)
+                            partial[d].append(bits)
+                            ownOfId[d].append(ownClass)
                         }
                     }
                 }
-                let (nM, nP, nH) = (distinct[0].count, distinct[1].count, distinct[2].count)
-                if nM * nP * nH <= 4_096 {
+                let (nM, nP, nH) = (partial[0].count, partial[1].count, partial[2].count)
+                if nM * nP * nH <= 65_536 {
                     var recordsOfCombination: [[Int]] = []
+                    var key = [UInt64](repeating: 0, count: keyWidth)
                     for a in 0..<nM {
                         for b in 0..<nP {
                             for c in 0..<nH {
-                                var key = constant
+                                let o = ownDimension.map { [ownOfId[0][a], ownOfId[1][b], ownOfId[2][c]][$0] } ?? 0
+                                let base = o * keyWidth
                                 for word in 0..<keyWidth {
-                                    key[word] |= distinct[0][a][word] | distinct[1][b][word] | distinct[2][c][word]
+                                    key[word] =
+                                        constant[base + word] | partial[0][a][base + word] | partial[1][b][base + word]
+                                        | partial[2][c][base + word]
                                 }
                                 recordsOfCombination.append(recordsOf(key))
                             }
@@ -301,14 +315,11 @@ extension PolicyDiff.TriggerSpace {
                     }
                     guard !records.isEmpty else { continue }
                     var sets = [ContextSet](repeating: ContextSet(count: count), count: records.count)
-                    if recordsOfCombination.count == 1 {
+                    if recordsOfCombination.allSatisfy({ $0 == recordsOfCombination[0] }) {
                         for record in recordsOfCombination[0] { sets[record] = ContextSet(all: count) }
                     } else {
-                        let mOf = byStatus.methods.of.map { idOf[0][$0] }
-                        let pOf = byStatus.paths.of.map { idOf[1][$0] }
-                        let hOf = byStatus.headers.of.map { idOf[2][$0] }
                         for (context, c) in contexts.enumerated() {
-                            let combination = (mOf[c.method] * nP + pOf[c.path]) * nH + hOf[c.headers]
+                            let combination = (idOf[0][c.method] * nP + idOf[1][c.path]) * nH + idOf[2][c.headers]
                             for record in recordsOfCombination[combination] { sets[record].insert(context) }
                         }
                     }
@@ -317,6 +328,8 @@ extension PolicyDiff.TriggerSpace {
                     }
                     continue
                 }
+                records = []
+                recordIndex = [:]
             }
             var keyOfPair = [Int32](repeating: -1, count: byStatus.count * own.count)
             var keyStore: [UInt64] = []
