@@ -8,6 +8,10 @@ extension PolicyDiff.TriggerSpace {
             words = [UInt64](repeating: 0, count: (count + 63) / 64)
         }
 
+        init(words: [UInt64]) {
+            self.words = words
+        }
+
         /// Every context of `count`.
         init(all count: Int) {
             words = [UInt64](repeating: ~0, count: (count + 63) / 64)
@@ -318,10 +322,24 @@ extension PolicyDiff.TriggerSpace {
                     if recordsOfCombination.allSatisfy({ $0 == recordsOfCombination[0] }) {
                         for record in recordsOfCombination[0] { sets[record] = ContextSet(all: count) }
                     } else {
-                        for (context, c) in contexts.enumerated() {
-                            let combination = (idOf[0][c.method] * nP + idOf[1][c.path]) * nH + idOf[2][c.headers]
-                            for record in recordsOfCombination[combination] { sets[record].insert(context) }
+                        // Flat arrays: nested ones cost a retain and a release per context.
+                        let (mIds, pIds, hIds) = (idOf[0], idOf[1], idOf[2])
+                        var start = [0]
+                        var flat: [Int] = []
+                        for list in recordsOfCombination {
+                            flat += list
+                            start.append(flat.count)
                         }
+                        var recordWords = sets.map(\.words)
+                        for (context, c) in contexts.enumerated() {
+                            let combination = (mIds[c.method] * nP + pIds[c.path]) * nH + hIds[c.headers]
+                            var position = start[combination]
+                            while position < start[combination + 1] {
+                                recordWords[flat[position]][context >> 6] |= 1 << UInt64(context & 63)
+                                position += 1
+                            }
+                        }
+                        sets = recordWords.map(ContextSet.init(words:))
                     }
                     for (index, record) in records.enumerated() {
                         holds[record.atom, default: [:]][record.kind] = sets[index]

@@ -116,11 +116,15 @@ package struct PolicyDiff: Sendable {
 
         // What each action is triggered by.
         let space = TriggerSpace(old, new)
-        let oldTriggers = space.triggers(old)
-        let newTriggers = space.triggers(new)
+        let oldHolds = space.holds(old)
+        let newHolds = space.holds(new)
         for action in [ActionKind.refresh, .logout, .retry, .fail] {
-            let before = oldTriggers[action] ?? []
-            let after = newTriggers[action] ?? []
+            // The same atoms in the same contexts read the same: only an action whose triggers
+            // changed is written out (its text can be long; building it for both was most of a
+            // 1,000-rule diff).
+            guard oldHolds.mapValues({ $0[action] }) != newHolds.mapValues({ $0[action] }) else { continue }
+            let before = space.describe(oldHolds, only: action)[action] ?? []
+            let after = space.describe(newHolds, only: action)[action] ?? []
             if before != after {
                 changes.append(
                     Change(
@@ -543,13 +547,13 @@ extension PolicyDiff {
         }
 
         /// The atoms that lead to each action, grouped and written as text.
-        func describe(_ holds: [Atom: [ActionKind: ContextSet]]) -> [ActionKind: [String]] {
+        func describe(_ holds: [Atom: [ActionKind: ContextSet]], only: ActionKind? = nil) -> [ActionKind: [String]] {
             // Per action, atoms that hold in the same contexts are written together, adjacent
             // intervals as one range.
             var out: [ActionKind: [(order: [Int], text: String)]] = [:]
             var groups: [ActionKind: [ContextSet: [Atom]]] = [:]
             for (atom, byAction) in holds {
-                for (kind, contextList) in byAction {
+                for (kind, contextList) in byAction where only == nil || kind == only {
                     groups[kind, default: [:]][contextList, default: []].append(atom)
                 }
             }
