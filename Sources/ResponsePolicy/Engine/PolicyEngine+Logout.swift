@@ -89,12 +89,13 @@ extension PolicyEngine {
     }
 
     /// Runs `work` in a task of its own that ``waitForBackgroundWork()`` waits for.
-    func runInBackground(_ work: @escaping @Sendable () async -> Void) {
+    /// `priority`: `nil` (the caller's) by default; the refresh runs at `.high`.
+    func runInBackground(priority: TaskPriority? = nil, _ work: @escaping @Sendable () async -> Void) {
         let id = state.withLock { state -> UInt64 in
             state.nextBackground += 1
             return state.nextBackground
         }
-        let task = Task(executorPreference: options.taskExecutor) { [weak self] in
+        let task = Task(executorPreference: options.taskExecutor, priority: priority) { [weak self] in
             await work()
             self?.state.withLock { state in
                 if state.background.removeValue(forKey: id) == nil { state.finishedBackground.insert(id) }
@@ -109,9 +110,11 @@ extension PolicyEngine {
     /// The reason of a logout caused by a failed refresh (a rule name cannot contain a space).
     static let refreshFailedReason = "refresh failed"
 
-    /// Waits until the work the engine started in the background has finished (logout calls,
-    /// publications to the coordinator), e.g. before a command-line tool exits right after its
-    /// last request.
+    /// Waits until the work the engine started in the background has finished (refreshes in
+    /// flight, each bounded by its `refresh.timeout`, and the saving of what they returned;
+    /// logout calls; publications to the coordinator), e.g. before a command-line tool exits
+    /// right after its last request. A refresh that a logout overtook still ends and its
+    /// rotated tokens are saved: exiting before would leave a spent refresh token in the store.
     public func waitForBackgroundWork() async {
         while true {
             let pending = state.withLock { Array($0.background.values) }

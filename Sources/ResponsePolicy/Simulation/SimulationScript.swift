@@ -24,7 +24,10 @@ package struct SimulationScript: Sendable {
     }
 
     package struct RefreshStep: Sendable {
-        package enum Result: String, Sendable, CaseIterable { case ok, fail }
+        /// `ok`: new tokens. `fail`: a failed call, definitive unless its `status`/`body` answer
+        /// is transient (a 5xx, 429, `temporarily_unavailable`; see `RefreshFailure.kind(of:)`)
+        /// and no rule makes it definitive. `transient`: no answer at all (a reset connection).
+        package enum Result: String, Sendable, CaseIterable { case ok, fail, transient }
         package var after: Duration = .milliseconds(100)
         package var result: Result = .ok
         /// A failed refresh's HTTP answer, classified by the policy's rules.
@@ -32,6 +35,8 @@ package struct SimulationScript: Sendable {
         package var body: String?
         /// The new token's lifetime.
         package var expiresIn: Duration?
+        /// The wait a failed call asks for (`Retry-After`).
+        package var retryAfter: Duration?
     }
 
     package struct Reload: Sendable {
@@ -60,6 +65,13 @@ package struct SimulationScript: Sendable {
     package var reload: [Reload] = []
     /// The most requests a script may send, `repeat` and aliases included.
     package static let maxRequests = 100_000
+    /// The most `reload:` steps a script may have: 100.
+    package static let maxReloads = 100
+    /// The most different policy files its `reload:` steps may name: 8.
+    package static let maxReloadFiles = 8
+    /// The largest policy file a `reload:` step loads: 1 MiB (a larger one is refused, as a
+    /// policy failing lint is).
+    package static let maxReloadPolicyBytes = 1 << 20
 
     /// Seeds jitter; `1` by default, so runs repeat.
     package var seed: UInt64 = 1
@@ -173,6 +185,25 @@ extension PolicyDecoder {
                     report(.error("missing-key", "a reload step needs 'at:' and 'policy:'", at: item.range))
                     continue
                 }
+                // Each reload compiles a policy: bounded in count and in distinct files (each file
+                // is compiled once), so a script cannot buy minutes of work.
+                if script.reload.count == SimulationScript.maxReloads {
+                    report(
+                        .error(
+                            "too-many-reloads",
+                            "the script reloads more than \(SimulationScript.maxReloads) times; reload less often",
+                            at: item.range))
+                    break
+                }
+                let files = Set(script.reload.map(\.policy))
+                if !files.contains(policy), files.count == SimulationScript.maxReloadFiles {
+                    report(
+                        .error(
+                            "too-many-reloads",
+                            "the script reloads more than \(SimulationScript.maxReloadFiles) different policy files",
+                            at: item.range))
+                    break
+                }
                 script.reload.append(.init(at: at, policy: policy, range: item.range))
             }
         }
@@ -261,7 +292,7 @@ extension PolicyDecoder {
     mutating func refreshStep(_ node: YAMLNode) -> SimulationScript.RefreshStep? {
         guard
             let fields = mappingFields(
-                node, "a refresh step", allowed: ["after", "result", "status", "body", "expires-in"])
+                node, "a refresh step", allowed: ["after", "result", "status", "body", "expires-in", "retry-after"])
         else { return nil }
         var step = SimulationScript.RefreshStep()
         for (key, _, value) in fields {
@@ -271,6 +302,7 @@ extension PolicyDecoder {
             case "status": step.status = integer(value, key, in: 100...599)
             case "body": step.body = string(value, key)
             case "expires-in": step.expiresIn = duration(value, key).flatMap { $0 }
+            case "retry-after": step.retryAfter = duration(value, key).flatMap { $0 }
             default: break
             }
         }
