@@ -182,6 +182,10 @@ package enum PolicyExplainer {
                 text +=
                     "Tokens expiring within \(ahead.policyText), and never sooner than half their lifetime as issued, are refreshed before sending; a token the last refresh just issued is never refreshed ahead."
             }
+            if r.holdNewRequests {
+                text +=
+                    " A request about to go out (a first attempt, a retry or a re-send) while a refresh is in flight waits for it (a `held` event) and is signed with the new token; when that refresh fails into a logout, it is never sent."
+            }
             lines.append(text.trimmingCharacters(in: .whitespaces))
         }
         if reachable.contains(.logout) {
@@ -210,7 +214,7 @@ package enum PolicyExplainer {
             }
             lines.append(text)
         }
-        let worst = WorstCase(scope: scope)
+        let worst = scope.worstCase
         var text = "Worst case: \(worst.attempts) attempt\(worst.attempts == 1 ? "" : "s")"
         var parts: [String] = []
         if worst.retries > 0 { parts.append("\(worst.retries) retr\(worst.retries == 1 ? "y" : "ies")") }
@@ -218,7 +222,15 @@ package enum PolicyExplainer {
             parts.append("\(worst.refreshResends) re-send\(worst.refreshResends == 1 ? "" : "s") after a refresh")
         }
         if !parts.isEmpty { text += " (1 + " + parts.joined(separator: " + ") + ")" }
-        if worst.retries > 0 { text += ", waiting at most \(worst.totalWait.policyText) in total" }
+        if worst.retries > 0 {
+            // Per retry: the longest wait of any rule that can retry that many times.
+            let each = worst.waits.count > 1 ? " (" + worst.waits.map(\.policyText).joined(separator: " + ") + ")" : ""
+            text += ", waiting at most \(worst.totalWait.policyText) in total\(each)"
+        }
+        if worst.heldWaits > 0 {
+            text +=
+                "; each attempt may first wait up to \(worst.heldWait.policyText) for a refresh (held while one is in flight, or refreshing before sending)"
+        }
         if let total = worst.total {
             text += "; with every attempt and refresh timing out, \(total.policyText)"
         }
@@ -299,11 +311,14 @@ package enum PolicyExplainer {
                 return
                     "not retried: \(list(methods)) \(methods.count == 1 ? "is" : "are") not in retry.methods (and idempotency-key is none); \(escalation(flow.onExhausted))"
             }
-            let waits = (1...min(r.maxRetries, 6)).map { r.delay(forRetry: $0).policyText }.joined(separator: ", ")
+            let waits = (1...min(r.maxRetries, 6)).map { r.longestWait(forRetry: $0).policyText }.joined(
+                separator: ", ")
             var text =
-                "retry up to \(r.maxRetries) time\(r.maxRetries == 1 ? "" : "s"), waiting \(waits)\(r.maxRetries > 6 ? ", …" : "")"
+                "retry up to \(r.maxRetries) time\(r.maxRetries == 1 ? "" : "s"), waiting \(r.jitter == .none ? "" : "at most ")\(waits)\(r.maxRetries > 6 ? ", …" : "")"
             text += " (\(r.backoff.rawValue)"
-            if let cap = r.maxDelay { text += ", capped at \(cap.policyText)" }
+            if let cap = r.maxDelay {
+                text += ", capped at \(cap.policyText)\(r.jitter == .none ? "" : " after jitter")"
+            }
             text += r.jitter == .none ? ", no jitter" : ", jitter \(r.jitter)"
             if !r.honorRetryAfter {
                 text += ", Retry-After ignored"
@@ -332,6 +347,13 @@ package enum PolicyExplainer {
                 text += "; a request whose method is not in retry.methods"
                 if let key = r.idempotencyKey { text += " and that carries no '\(key)' header" }
                 text += " is not retried"
+            }
+            if r.methods != scope.retry.methods || r.idempotencyKey != scope.retry.idempotencyKey {
+                // The rule's own methods and key, where they differ from the section's.
+                text += "; this rule retries \(list(r.methods)) requests"
+                text +=
+                    r.idempotencyKey.map { " and any request carrying an '\($0)' header" }
+                    ?? " (idempotency-key none: no other request)"
             }
             text += "; when retries run out, \(escalation(flow.onExhausted))"
             return text

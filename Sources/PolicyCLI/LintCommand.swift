@@ -214,7 +214,7 @@ enum LintCommand {
             diagnostic.file = file
             return FileResult(path: file, diagnostics: [diagnostic], source: parsed.source)
         }
-        let analysis = Policy.analyze(parsed, file: file, catalog: catalog)
+        let analysis = Policy.analyze(consume parsed, file: file, catalog: catalog)
         var diagnostics = analysis.diagnostics
         if checkEnvironment, let policy = analysis.policy {
             // Only what this program can make: host plugins are the host's to check.

@@ -38,6 +38,9 @@ struct LintSuppressions {
 
     /// Finds the suppression comments in a file's text.
     init(source: String) {
+        // Most files have no such comment: a byte search decides that without splitting the
+        // text into lines of Characters (a tenth of lint's time on a 20,000-rule file).
+        guard Self.mentionsMarker(source) else { return }
         let lines = source.split(separator: "\n", omittingEmptySubsequences: false)
         for (index, line) in lines.enumerated() {
             guard let comment = Self.comment(in: line) else { continue }
@@ -75,6 +78,25 @@ struct LintSuppressions {
                 offset += name.unicodeScalars.count + 1
             }
         }
+    }
+
+    /// Whether `policy-lint:` occurs anywhere in `source`, by its UTF-8 bytes.
+    static func mentionsMarker(_ source: String) -> Bool {
+        let needle = Array(marker.utf8)
+        return source.utf8.withContiguousStorageIfAvailable { bytes -> Bool in
+            guard bytes.count >= needle.count else { return false }
+            var index = 0
+            let last = bytes.count - needle.count
+            while index <= last {
+                if bytes[index] == needle[0] {
+                    var matched = 1
+                    while matched < needle.count, bytes[index + matched] == needle[matched] { matched += 1 }
+                    if matched == needle.count { return true }
+                }
+                index += 1
+            }
+            return false
+        } ?? source.contains(marker)
     }
 
     /// The `#` of a `# policy-lint:` comment on `line` and where its directive starts; `nil`

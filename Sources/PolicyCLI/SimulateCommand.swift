@@ -140,6 +140,7 @@ enum SimulateCommand {
             if event.rule != nil, let reason = event.reason { what += " (\(reasonText(reason, event)))" }
         case .wait: what = "wait \(event.delay.map { PolicyEvent.secondsText($0) } ?? "?")s"
         case .queued: what = "queued for a dispatch slot"
+        case .held: what = "held (\(event.reason ?? "refresh in flight"))"
         case .refreshStart: what = "refresh started"
         case .refreshRetry:
             what = "refresh retry in \(event.delay.map { PolicyEvent.secondsText($0) } ?? "?")s"

@@ -90,3 +90,9 @@ func residentMemory() -> (current: Double, peak: Double) {
     }
     return (field("VmRSS:"), field("VmHWM:"))
 }
+
+/// The 1, 5 and 15 minute load averages, as /proc/loadavg prints them (`?` where there is none).
+func machineLoad() -> String {
+    guard let text = try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8) else { return "?" }
+    return text.split(separator: " ").prefix(3).joined(separator: " ")
+}

@@ -25,7 +25,11 @@ if arguments.contains("--help") || arguments.contains("-h") {
           --json                  Print {"results":[...]} instead of a table.
           --quick                 Tiny counts: checks the benchmark runs, measures nothing.
           --only <name>           Run only the benchmarks whose name starts with <name>,
-                                  or the one named <name> (engine-overhead, storm-10k, ...).
+                                  or the one named <name> (engine-overhead, storm-10k,
+                                  lint-20k, lint-100k, diff-1k, hostile-header, ...).
+                                  lint-100k runs in a full run or on request, not with --quick.
+                                  Every row has a baseline from the same run and its ratio;
+                                  the machine's load at start and end is printed with them.
                                   'coordination' (not in the default run) measures fleet
                                   coordination against a redis-server it starts.
                                   'storm-http' (not in the default run) storms through
@@ -39,12 +43,21 @@ if arguments.contains("--help") || arguments.contains("-h") {
     exit(0)
 }
 
+if let index = argv.firstIndex(of: "--peak-rss"), index + 2 < argv.count {
+    // The child process of the lint row's memory figures.
+    print(Int(Benchmarks.peakRSS(mode: argv[index + 1], path: argv[index + 2])))
+    exit(0)
+}
+
 if let index = argv.firstIndex(of: "--bare-task-bytes"), index + 1 < argv.count, let count = Int(argv[index + 1]) {
     // The child process of storm-10k's memory baseline.
     print(await Benchmarks.bareTaskBytes(count: count))
     exit(0)
 }
 
+// The machine's load at the start and the end, printed with the results: these machines are
+// shared, and a ratio measured while something else ran is read with that in mind.
+let loadAtStart = machineLoad()
 var results: [BenchResult] = []
 if wanted("classify") { results += Benchmarks.classify(quick: quick) }
 if wanted("decide") { results.append(Benchmarks.decide(quick: quick)) }
@@ -64,13 +77,26 @@ if stormHTTP {
 }
 if wanted("engine") { results.append(await Benchmarks.engineOverhead(quick: quick)) }
 if wanted("load") { results.append(Benchmarks.loadDefault(quick: quick)) }
+if wanted("lint-20k") { results.append(Benchmarks.lint(quick: quick, count: 20_000, memory: true)) }
+// 100,000 rules: seconds, so only on request (`--only lint-100k`) or in a full run without --quick.
+if only.map({ "lint-100k".hasPrefix($0) }) ?? !quick {
+    results.append(Benchmarks.lint(quick: quick, count: 100_000, memory: false))
+}
+if wanted("diff") { results.append(Benchmarks.diff(quick: quick)) }
+if wanted("hostile") { results.append(Benchmarks.hostileHeader(quick: quick)) }
 // Needs a redis-server it starts itself, so only on request: `--only coordination`.
 if only.map({ "coordination".hasPrefix($0) || $0.hasPrefix("coordination") }) == true {
     results += await Benchmarks.coordination(quick: quick)
 }
 
+let loadAtEnd = machineLoad()
 if json {
-    print("{\"results\":[" + results.map(\.json).joined(separator: ",") + "]}")
+    print(
+        "{\"load\":{\"start\":\"\(loadAtStart)\",\"end\":\"\(loadAtEnd)\",\"cores\":\(ProcessInfo.processInfo.activeProcessorCount)},"
+            + "\"results\":[" + results.map(\.json).joined(separator: ",") + "]}")
 } else {
+    print(
+        "machine load (1, 5, 15 min averages; /proc/loadavg) at start: \(loadAtStart), at end: \(loadAtEnd), "
+            + "cores: \(ProcessInfo.processInfo.activeProcessorCount)")
     print(BenchResult.table(results))
 }

@@ -17,8 +17,16 @@ struct BenchmarkSmokeTests {
         #expect(
             names == [
                 "classify-1k-first", "classify-1k-last", "decide-20k-rules", "storm-10k", "storm-10k-dispatch-6",
-                "engine-overhead", "load-default",
+                "engine-overhead", "load-default", "lint-20k", "diff-1k", "hostile-header",
             ])
+        // Every row of these has its baseline from the same run, and the machine's load is printed.
+        for entry in results where ["load-default", "lint-20k", "diff-1k", "hostile-header"].contains(entry["name"] as? String) {
+            #expect(entry["baseline"] is NSNumber && entry["ratio"] is NSNumber, "\(entry)")
+        }
+        let load = try #require(json["load"] as? [String: Any])
+        #expect(load["start"] is String && load["end"] is String)
+        let lint = try #require(results.first { $0["name"] as? String == "lint-20k" })
+        #expect((lint["peak_rss_mib"] as? NSNumber)?.doubleValue ?? 0 > 0)
         for entry in results {
             #expect(entry["value"] is NSNumber && entry["unit"] is String, "\(entry)")
         }

@@ -9,7 +9,8 @@ import Testing
 struct CoordinationPolicyTests {
     static let rules =
         "rules: [{ name: expired, when: { status: [401] }, then: refresh }]\n"
-        + "refresh: { use: oauth2, with: { token-url: \"https://a.example.com/t\", client-id: app } }\n"
+        + "refresh: { use: oauth2, with: { token-url: \"https://a.example.com/t\", client-id: app }, "
+        + "on-failure: logout, on-exhausted: logout }\n"
 
     func lint(_ yaml: String) async throws -> CLIResult {
         let folder = try TemporaryDirectory()

@@ -74,7 +74,7 @@ struct DiffCommandTests {
               rule 'busy' added: #4: status 429 -> fail
               logs out on: code 202 -> code 202, code 203
               fails on: none -> status 429
-              worst case: 5 attempts, waits 1s + 2s + 4s = 7s, total 67s (with Retry-After 84s) -> 3 attempts, waits 1s, total 41s (with Retry-After 48s)
+              worst case: 5 attempts, waits 1s + 2s + 4s = 7s, total 117s (with Retry-After 134s) -> 3 attempts, waits 1s, total 71s (with Retry-After 78s)
             6 changes in behaviour
 
             """
@@ -267,16 +267,16 @@ struct DiffCommandTests {
             classify: { code: body.status }
             rules:
               - { name: revoked, when: { code: [1403] }, then: logout }
-              - { name: expired, when: { code: ["1400-1499"] }, then: refresh }
+              - { name: expired, when: { code: ["1400-1402", "1404-1499"] }, then: refresh }
             refresh: { use: http, with: { url: "https://auth.example.com/refresh", token: body.token } }
 
             """
         try dir.write("old.yaml", old)
-        try dir.write("new.yaml", old.replacingOccurrences(of: "1400-1499", with: "1400-1449"))
+        try dir.write("new.yaml", old.replacingOccurrences(of: "1404-1499", with: "1404-1449"))
         let result = try await runPolicy(["diff", "old.yaml", "new.yaml"], in: dir.url)
         let expected = """
             all other requests (top level):
-              rule 'expired': when: code 1400-1499 -> code 1400-1449
+              rule 'expired': when: code 1400-1402, 1404-1499 -> code 1400-1402, 1404-1449
               refreshes on: code 1400-1402, code 1404-1499 -> code 1400-1402, code 1404-1449
             2 changes in behaviour
 

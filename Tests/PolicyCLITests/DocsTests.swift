@@ -57,6 +57,20 @@ struct DocsTests {
         #expect(Self.blocks.contains { $0.file == "docs/policy.md" })
     }
 
+    /// The README's policy is what a new user copies and checks with `lint --strict`: at the
+    /// shipped defaults (deadline, attempt timeout, retries) its worst case fits the deadline and
+    /// nothing else warns.
+    @Test func theReadmePolicyPassesStrictLint() throws {
+        let block = try #require(Self.blocks.first { $0.file == "README.md" && $0.text.hasPrefix("policy: 1") })
+        let policy = try Policy.load(yaml: block.text, file: block.description)
+        #expect(policy.warnings.map(\.description) == [])
+        // The defaults are what makes it fit: the worst case is stated and below the deadline.
+        let scope = try #require(policy.graph.scopes.last)
+        let total = try #require(scope.worstCase.total)
+        let deadline = try #require(scope.retry.deadline)
+        #expect(total <= deadline)
+    }
+
     @Test(arguments: blocks) func everyYAMLBlockIsValid(_ block: Block) throws {
         let parsed = Policy.parse(bytes: Array(block.text.utf8), limits: .default)
         let syntax = parsed.diagnostics.filter { $0.severity == .error }

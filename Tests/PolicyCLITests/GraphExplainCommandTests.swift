@@ -149,9 +149,15 @@ struct GraphExplainCommandTests {
                 + "in retry.methods and that carries no 'Idempotency-Key' header is not retried; when retries run out, "
                 + "the last response is delivered.",
             "  Any other response is delivered; any other failed attempt fails the request.",
-            "  Worst case: 5 attempts (1 + 3 retries + 1 re-send after a refresh), waiting at most 7s in total; "
-                + "with every attempt and refresh timing out, 67s (84s if the server's Retry-After asks for the "
-                + "longest waits); the deadline is 90s.",
+            // Every term of the bound: 5 attempts × 10s, each possibly held 10s for a refresh, the
+            // trigger's own refresh of 10s, and the waits.
+            "  Worst case: 5 attempts (1 + 3 retries + 1 re-send after a refresh), waiting at most 7s in total "
+                + "(1s + 2s + 4s); each attempt may first wait up to 10s for a refresh (held while one is in flight, "
+                + "or refreshing before sending); with every attempt and refresh timing out, 117s (134s if the "
+                + "server's Retry-After asks for the longest waits); the deadline is 2m.",
+            "  Worst case: 1 attempt; each attempt may first wait up to 10s for a refresh (held while one is in "
+                + "flight, or refreshing before sending); with every attempt and refresh timing out, 20s; the "
+                + "deadline is 2m.",
         ] {
             #expect(lines.contains(expected), "missing line: \(expected)")
         }
@@ -163,7 +169,7 @@ struct GraphExplainCommandTests {
         #expect(result.stderr == "")
         #expect(
             result.stdoutLines.contains(
-                "  Worst case: 5 attempts (1 + 4 retries), waiting at most 9s in total; "
+                "  Worst case: 5 attempts (1 + 4 retries), waiting at most 9s in total (600ms + 1.2s + 2.4s + 4.8s); "
                     + "with every attempt and refresh timing out, 34s (65s if the server's Retry-After asks for "
                     + "the longest waits); the deadline is 70s."))
     }

@@ -22,6 +22,7 @@ struct LintCommandTests {
           initial: 5
           max-delay: 8s
           attempt-timeout: 5s
+        logout: { cooldown: 20s }
 
         """
 
@@ -78,6 +79,7 @@ struct LintCommandTests {
         refresh:
           use: my-sso
           with: { realm: staff }
+        logout: { cooldown: 20s }
 
         """
 

@@ -58,6 +58,7 @@ struct PluginSchemaFileTests {
             name: sso
             rules: [{ when: { status: [401] }, then: refresh }]
             refresh: { use: my-sso, with: { realm: corp, mod: fast } }
+            logout: { cooldown: 20s }
             observe: [{ use: metrics, with: { anything: goes } }]
             """)
         let declaredOnly = try await runPolicy([

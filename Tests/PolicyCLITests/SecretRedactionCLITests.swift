@@ -25,6 +25,7 @@ struct SecretRedactionCLITests {
             token-url: https://auth.example.com/token
             client-id: app
             client-secret: \(secret)
+        logout: { use: none }
 
         """
 

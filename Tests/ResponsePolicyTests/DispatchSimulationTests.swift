@@ -77,8 +77,9 @@ struct DispatchSimulationTests {
             refresh: [{ after: 200ms }]
             """
         let held = try await simulate(Self.policy, script)
-        // The refresh runs from 0.05 to 0.25: b is signed when it ends, and goes out once.
-        #expect(held.timeline("b") == "send@0.25 response@0.3 outcome@0.3")
+        // The refresh runs from 0.05 to 0.25: b is held (an event says so), signed when it ends,
+        // and goes out once.
+        #expect(held.timeline("b") == "held@0.1 send@0.25 response@0.3 outcome@0.3")
         #expect(held.summary.attempts == 3)
         let sent = try await simulate(Self.policy + "  hold-new-requests: false\n", script)
         // Today's behaviour on request: b goes out with the stale token and is re-sent.
@@ -244,7 +245,7 @@ struct DeadlineWhileWaitingTests {
               - { id: held, at: 100ms, responses: [{ body: '{"status":0}' }] }
             refresh: [{ after: 1s }]
             """)
-        #expect(result.timeline("held") == "cancel@0.6 outcome@0.6")
+        #expect(result.timeline("held") == "held@0.1 cancel@0.6 outcome@0.6")
         #expect(result.outcome("held")?.result == .failed)
     }
 }

@@ -577,8 +577,8 @@ struct FaultInjectionTests {
         #expect(peak.withLock { $0 } <= 2)
     }
 
-    /// Every refresh appends its start time to the list `refresh.limit` counts in; with
-    /// `limit: none` nothing ever prunes it.
+    /// Every refresh appends its start time to the list `refresh.limit` counts in; the window
+    /// prunes it, so 50 refreshes 30 s apart under a 1 s window keep at most one entry.
     @Test func refreshBookkeepingStaysBoundedWithoutALimit() async throws {
         let count = 50
         var scripts: [String: [Fault]] = [:]
@@ -589,7 +589,8 @@ struct FaultInjectionTests {
             calls.append(Call("e\(index)", at: .seconds(30) * index))
         }
         let harness = try FaultHarness(
-            Self.faultPolicy + "\n  limit: none\n", scripts: scripts, refresh: .succeedAfter(.milliseconds(100)))
+            Self.faultPolicy + "\n  limit: { count: 100, per: 1s }\n", scripts: scripts,
+            refresh: .succeedAfter(.milliseconds(100)))
         let results = try await harness.run(calls)
         #expect(results.values.allSatisfy { $0 == .success(Self.okResponse) })
         #expect(harness.refresh.calls == count)

@@ -13,10 +13,12 @@ import Testing
 /// every request, every transition the engine took must be an edge of the compiled graph, the
 /// transitions must chain (each starts where the previous one left the request), the outcome
 /// must be where the last edge leads, and `unused-section` must not fire on a section the run
-/// used.
+/// used. Each request must end within the worst case `explain` states for its scope (and its
+/// deadline), and nothing may be sent once a logout is decided: not in the instant a failed
+/// refresh logs out, nor during the cooldown.
 struct FlowSoundnessTests {
-    /// Cases per seed batch; four batches run in parallel, 1,200 valid policies in all.
-    static let casesPerBatch = 300
+    /// Cases per seed batch; four batches run in parallel, 2,400 valid policies in all.
+    static let casesPerBatch = 600
 
     @Test(arguments: [1, 2, 3, 4] as [UInt64])
     func everyTransitionTheEngineTakesIsAnEdgeOfTheCompiledGraph(_ batch: UInt64) async throws {
@@ -182,6 +184,7 @@ struct FlowSoundnessTests {
                 }
             }
         }
+        failures += boundsHold(policy, script, result)
         // unused-section must stay silent about every section the run used.
         let analysis = Policy.analyze(
             bytes: Array(yaml.utf8), file: "random.yaml", catalog: PluginCatalog(), limits: .default)
@@ -189,6 +192,60 @@ struct FlowSoundnessTests {
             for section in used where diagnostic.message.hasPrefix("'\(section)' is set") {
                 failures.append(
                     "unused-section fired on '\(section)', which the simulation used: \(diagnostic.message)")
+            }
+        }
+        return failures
+    }
+
+    /// Each request's time from its start to its outcome is within its scope's worst case (the
+    /// compiled bound `explain` states) and its deadline; no request is sent once a logout is
+    /// decided (between a failed refresh's end and the logout it causes, or in the cooldown).
+    static func boundsHold(_ policy: Policy, _ script: SimulationScript, _ result: Simulator.Result) -> [String] {
+        var failures: [String] = []
+        let graph = policy.graph
+        for request in script.requests {
+            let scope = graph.scope(method: request.method, path: request.path)
+            guard let outcome = result.events.first(where: { $0.request == request.id && $0.kind == .outcome })
+            else {
+                failures.append("\(request.id): no outcome")
+                continue
+            }
+            let took = outcome.time - request.at
+            if let bound = scope.worstCase.totalWithRetryAfter ?? scope.worstCase.total, took > bound {
+                failures.append(
+                    "\(request.id): took \(took.policyText), beyond the worst case \(bound.policyText) explain states")
+            }
+            if let deadline = scope.retry.deadline, took > deadline {
+                failures.append("\(request.id): took \(took.policyText), beyond its deadline \(deadline.policyText)")
+            }
+        }
+        // The shortest cooldown any logout of the policy has.
+        let cooldowns = graph.scopes.flatMap { scope in [scope.logout.cooldown] + scope.compiled.map(\.logout.cooldown)
+        }
+        let shortest = cooldowns.min() ?? .zero
+        var failedRefreshAt: Duration?
+        var sentSinceFailure: [String] = []
+        var loggedOutAt: Duration?
+        for event in result.events {
+            switch event.kind {
+            case .refreshEnd where event.ok == false:
+                failedRefreshAt = event.time
+                sentSinceFailure = []
+            case .send:
+                if failedRefreshAt == event.time { sentSinceFailure.append(event.request ?? "?") }
+                if let at = loggedOutAt, event.time < at + shortest {
+                    failures.append(
+                        "\(event.request ?? "?"): sent at \(event.time.policyText), in the cooldown of the logout at \(at.policyText)"
+                    )
+                }
+            case .logout:
+                if event.rule == nil, failedRefreshAt == event.time, !sentSinceFailure.isEmpty {
+                    failures.append(
+                        "\(sentSinceFailure.joined(separator: ", ")): sent between the failed refresh and the logout it caused"
+                    )
+                }
+                loggedOutAt = event.time
+            default: break
             }
         }
         return failures
@@ -355,7 +412,11 @@ enum RandomPolicy {
         text += "  on-exhausted: \(r.pick(endings))\n  on-failure: \(r.pick(endings))\n"
         if r.chance(30) { text += "  share-window: 300ms\n" }
         text += "logout: { cooldown: \(r.pick(["500ms", "2s", "30s"])) }\n"
-        text += "retry:\n  backoff: constant\n  initial: \(r.pick(["100ms", "300ms", "1s"]))\n"
+        text += "retry:\n  backoff: \(r.pick(["constant", "constant", "linear", "exponential"]))\n"
+        text += "  initial: \(r.pick(["100ms", "300ms", "1s"]))\n"
+        if r.chance(40) { text += "  jitter: \(r.pick(["full", "equal", "\"20%\"", "\"50%\""]))\n" }
+        if r.chance(40) { text += "  max-delay: \(r.pick(["200ms", "500ms", "1s"]))\n" }
+        if r.chance(30) { text += "  retry-after: ignore\n" }
         text += "  max-retries: \(r.int(0...3))\n  on-exhausted: \(r.pick(endings))\n  attempt-timeout: 1s\n"
         if r.chance(30) { text += "  deadline: \(r.pick(["1s", "2s"]))\n" }
         if r.chance(40) { text += "  budget: { ratio: 0, min: \(r.int(0...1)) }\n" }
@@ -395,8 +456,15 @@ enum RandomPolicy {
                     "{ do: refresh, max-per-request: \(r.int(1...2)), on-exhausted: \(r.pick(endings)), on-failure: \(r.pick(endings)) }"
             case 6: then = "retry"
             default:
+                // Each rule its own backoff: a request's waits take, retry by retry, the settings of
+                // the rule that matched, which the worst case must bound.
+                var own = ""
+                if r.chance(50) { own += ", initial: \(r.pick(["50ms", "400ms", "1200ms"]))" }
+                if r.chance(30) { own += ", backoff: \(r.pick(["linear", "exponential"]))" }
+                if r.chance(30) { own += ", jitter: \"\(r.pick(["10", "30"]))%\"" }
+                if r.chance(20) { own += ", max-delay: \(r.pick(["300ms", "2s"]))" }
                 then =
-                    "{ do: retry, max-retries: \(r.int(0...3)), on-exhausted: \(r.pick(endings))\(r.chance(30) ? ", methods: [POST]" : "") }"
+                    "{ do: retry, max-retries: \(r.int(0...3)), on-exhausted: \(r.pick(endings))\(r.chance(30) ? ", methods: [POST]" : "")\(own) }"
             }
             text += "\(indent)- { name: \(prefix)\(index), when: { \(when.joined(separator: ", ")) }, then: \(then) }\n"
         }
@@ -443,6 +511,8 @@ enum RandomScript {
         default:
             response.status = r.pick([200, 200, 401, 403, 429, 500, 502, 503])
             response.body = "{\"status\":0}"
+            // The server may ask for its own wait (up to max-delay when honoured).
+            if r.chance(15) { response.headers = [("Retry-After", r.pick(["0", "1", "3"]))] }
         }
         return response
     }

@@ -63,8 +63,8 @@ struct FuzzRegressionTests {
         rules:
           - { name: expired, when: { code: [1401] }, then: refresh }
           - { name: quota, when: { status: [429], header: { X-Reason: "quota-*" }, method: [GET] }, then: retry }
-        refresh: { use: oauth2, with: { token-url: "https://auth.example.com/token", client-id: c } }
-        retry: { deadline: 90s }
+        refresh: { use: oauth2, with: { token-url: "https://auth.example.com/token", client-id: c }, on-failure: logout, on-exhausted: logout }
+        retry: { deadline: 120s }
         routes:
           - match: { path: "/oauth/*" }
             rules: []

@@ -119,9 +119,11 @@ struct HostileGlobTests {
     }
 
     @Test func theCoveringBudgetStopsAHostileSearchAndProvesNothing() {
+        // Linear now: the 401-character `?` piece costs 7 words per character of the 1,000, so
+        // the search needs about 7,000 steps; 1,000 stop it.
         let glob = Glob("*" + String(repeating: "a?", count: 200) + "b*")
         let literal = Glob("/" + String(repeating: "a", count: 1_000))
-        var budget = 10_000
+        var budget = 1_000
         #expect(!literal.isCovered(by: glob, budget: &budget))
         #expect(budget <= 0)
     }
@@ -178,6 +180,116 @@ struct HostileGlobTests {
             let limit = 2.0
         #endif
         #expect(seconds < limit, "\(seconds) s of CPU time for \(text.utf8.count) bytes")
+    }
+}
+
+/// The work of matching one response's header or path against a rule's glob is linear in the
+/// text, whatever the pattern: a hostile server chooses the text, and the engine matches it
+/// against every glob rule. Measured in steps (deterministic), never in wall time.
+struct GlobWorkBoundTests {
+    /// The bound the matcher documents: `(n + m) × (1 + ⌈m / 64⌉)` steps.
+    static func bound(text n: Int, pattern m: Int) -> Int { (n + m) * (1 + (m + 63) / 64) }
+
+    /// Patterns whose `?` pieces the old matcher tried at every start of the text (piece length ×
+    /// text length steps), with the texts that made it fail late.
+    static let hostile: [(pattern: String, text: String)] = {
+        let a64k = String(repeating: "a", count: 64 << 10)
+        return [
+            ("*" + String(repeating: "a?", count: 499) + "b*", a64k),
+            ("*" + String(repeating: "a", count: 1_000) + "?b*", a64k),
+            ("x*" + String(repeating: "?", count: 60) + "b*c", "x" + a64k + "c"),
+            ("*" + String(repeating: "a?a", count: 20) + "*" + String(repeating: "?a", count: 100) + "b*", a64k),
+            ("*é?" + String(repeating: "é", count: 200) + "b*", String(repeating: "é", count: 64 << 10)),
+        ]
+    }()
+
+    @Test(arguments: 0..<5)
+    func aHostileHeaderCostsStepsLinearInItsLength(_ index: Int) {
+        let (pattern, text) = Self.hostile[index]
+        let glob = Glob(pattern)
+        let (matched, steps) = glob.matchWithSteps(text)
+        let n = text.unicodeScalars.count
+        let m = pattern.unicodeScalars.count
+        #expect(!matched)
+        #expect(steps <= Self.bound(text: n, pattern: m), "\(steps) steps for n = \(n), m = \(m)")
+        // What the old matcher paid: at least the `?` piece's length at each start.
+        #expect(steps * 8 < n * m, "\(steps) steps is not far below n × m")
+    }
+
+    /// Doubling the text doubles the steps (within rounding), for every hostile pattern.
+    @Test func stepsGrowLinearlyWithTheText() {
+        for (pattern, _) in Self.hostile {
+            let glob = Glob(pattern)
+            let filler: String = pattern.hasPrefix("*é") ? "é" : "a"
+            let prefix = pattern.hasPrefix("x*") ? "x" : ""
+            let suffix = pattern.hasPrefix("x*") ? "c" : ""
+            let small = glob.matchWithSteps(prefix + String(repeating: filler, count: 8_000) + suffix).steps
+            let large = glob.matchWithSteps(prefix + String(repeating: filler, count: 16_000) + suffix).steps
+            #expect(large <= 2 * small + 2 * pattern.unicodeScalars.count, "'\(pattern.prefix(20))…': \(small) → \(large)")
+        }
+    }
+
+    /// The repro: a lint-clean policy with 20 glob header rules and a server-chosen
+    /// 64 KiB header. Classification gives the first-match answer, and the glob work of all
+    /// 20 rules stays within 20 times the linear bound.
+    @Test func twentyHeaderGlobRulesAgainstA64KiBHeader() throws {
+        var yaml = "policy: 1\nname: hostile-header\nrules:\n"
+        var globs: [Glob] = []
+        for index in 0..<20 {
+            let pattern = "*" + String(repeating: "a?", count: 400 + index) + "b\(index)*"
+            globs.append(Glob(pattern))
+            yaml += "  - { name: h\(index), when: { status: [200], header: { X-Reason: \"\(pattern)\" } }, then: fail }\n"
+        }
+        yaml += "  - { name: last, when: { status: [200], header: { X-Reason: \"*c\" } }, then: deliver }\n"
+        #expect(findings(yaml).filter { $0.severity == .error } == [])
+        let policy = try Policy.load(yaml: yaml)
+        let scope = policy.graph.scope(method: "GET", path: "/")
+        let value = String(repeating: "a", count: (64 << 10) - 1) + "c"
+        let headers = HTTPHeaders([("X-Reason", value)])
+        let answer = scope.classifier.match(status: 200, code: nil, headers: headers, method: "GET", path: "/")
+        let reference = scope.rules.firstIndex {
+            $0.when.matches(status: 200, code: nil, headers: headers, method: "GET", path: "/")
+        }
+        #expect(answer == reference)
+        #expect(answer.map { scope.rules[$0].name } == "last")
+        var total = 0
+        for glob in globs { total += glob.matchWithSteps(value).steps }
+        let n = value.unicodeScalars.count
+        #expect(total <= 20 * Self.bound(text: n, pattern: 1_000), "\(total) steps")
+    }
+
+    /// Long `?` pieces (more than one machine word) agree with the textbook matcher.
+    @Test func longQuestionPiecesAgreeWithTheTextbookMatcher() {
+        var random = SplitMix64(seed: 2_024)
+        let alphabet: [Unicode.Scalar] = ["a", "b", "?", "ü"]
+        var disagreements: [String] = []
+        for _ in 0..<400 {
+            var pattern: [Unicode.Scalar] = Bool.random(using: &random) ? ["*"] : []
+            for _ in 0..<Int.random(in: 1...3, using: &random) {
+                pattern += (0..<Int.random(in: 1...150, using: &random)).map { _ in
+                    alphabet[Int.random(in: 0..<4, using: &random)]
+                }
+                pattern.append("*")
+            }
+            if Bool.random(using: &random) { pattern.removeLast() }
+            // Texts the pattern nearly matches: its own characters with `?` filled in, mutated.
+            var text: [Unicode.Scalar] = pattern.flatMap { scalar -> [Unicode.Scalar] in
+                switch scalar {
+                case "*": return (0..<Int.random(in: 0...5, using: &random)).map { _ in "b" }
+                case "?": return [Bool.random(using: &random) ? "a" : "ü"]
+                default: return [scalar]
+                }
+            }
+            if !text.isEmpty, Bool.random(using: &random) {
+                text[Int.random(in: 0..<text.count, using: &random)] = "b"
+            }
+            let p = String(String.UnicodeScalarView(pattern))
+            let t = String(String.UnicodeScalarView(text))
+            if Glob(p).matches(t) != HostileGlobTests.reference(pattern, text) {
+                disagreements.append("\(p) ~ \(t)")
+            }
+        }
+        #expect(disagreements == [])
     }
 }
 

@@ -18,7 +18,7 @@ struct PolicyDecoderTests {
         #expect(policy.retry.methods == ["GET", "HEAD", "PUT", "DELETE", "OPTIONS"])
         #expect(policy.retry.idempotencyKey == "Idempotency-Key")
         #expect(policy.retry.onExhausted == .deliver)
-        #expect(policy.retry.deadline == .seconds(60))
+        #expect(policy.retry.deadline == .seconds(120))
         #expect(policy.retry.budget == .init(ratio: 0.2, min: 100))
         #expect(policy.refresh.plugin == nil)
         #expect(policy.refresh.timeout == .seconds(10))
@@ -146,6 +146,7 @@ struct PolicyDecoderTests {
                 refresh:
                   use: oauth2
                   with: { token-url: "https://auth.example.com/token", client-idd: app }
+                logout: { use: none }
                 rules: [{ when: { status: [401] }, then: refresh }]
                 """
         #expect(
@@ -173,7 +174,7 @@ struct PolicyDecoderTests {
     func tokenURLsAreCheckedAsThePluginWillUseThem(url: String, rule: String?) {
         let text =
             header + "refresh: { use: oauth2, with: { token-url: \"\(url)\", client-id: app } }\n"
-            + "rules: [{ when: { status: [401] }, then: refresh }]\n"
+            + "logout: { use: none }\nrules: [{ when: { status: [401] }, then: refresh }]\n"
         #expect(findings(text).map(\.rule) == (rule.map { [$0] } ?? []))
         if rule == nil {
             #expect(throws: Never.self) {
@@ -192,7 +193,7 @@ struct PolicyDecoderTests {
         func headers(_ map: String) -> String {
             header
                 + "refresh: { use: http, with: { url: \"https://a.example.com/r\", token: body.token, headers: \(map) } }\n"
-                + "rules: [{ when: { status: [401] }, then: refresh }]\n"
+                + "logout: { use: none }\nrules: [{ when: { status: [401] }, then: refresh }]\n"
         }
         #expect(findings(headers("{ X-Api-Key: hunter2 }")).map(\.rule) == ["secret-in-policy"])
         #expect(findings(headers("{ authorization: \"Basic aHVudGVyMg==\" }")).map(\.rule) == ["secret-in-policy"])
@@ -204,7 +205,7 @@ struct PolicyDecoderTests {
     @Test func hostPluginsAreAcceptedOnceDeclared() {
         let text =
             header
-            + "refresh: { use: my-sso, with: { realm: x } }\nrules: [{ when: { status: [401] }, then: refresh }]\n"
+            + "refresh: { use: my-sso, with: { realm: x } }\nlogout: { use: none }\nrules: [{ when: { status: [401] }, then: refresh }]\n"
         #expect(findings(text).map(\.rule) == ["unknown-plugin"])
         var catalog = PluginCatalog()
         catalog.declare(.refresh, "my-sso")

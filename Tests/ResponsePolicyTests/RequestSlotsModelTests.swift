@@ -4,8 +4,10 @@ import Testing
 @testable import ResponsePolicy
 
 /// The request-side transitions of ``EngineState`` (slots, the dispatcher, a refresh's waiters,
-/// timers, a caller's cancellation, a logout's sweep) driven as a value: random event sequences,
-/// no threads, no continuations, checked after every step.
+/// timers, a caller's cancellation, a logout's sweep, a failed refresh's logout) driven as a
+/// value: random event sequences, no threads, no continuations, checked after every step. Every
+/// change to a slot is one of the transitions the shell calls (`gate`, `attemptBegan`,
+/// `attemptEnded`, `startBackoff`, `deadlineArmed`, `woke`, `finished`, …): no copy of shell code.
 struct RequestSlotsModelTests {
     private static func runtime() throws -> PolicyRuntime {
         PolicyRuntime(
@@ -18,6 +20,9 @@ struct RequestSlotsModelTests {
     func randomSequencesKeepTheRequestInvariants(seed: Int) throws {
         var random = SplitMix64(seed: UInt64(seed) &* 0x5851_F42D &+ 7)
         var state = EngineState(runtime: try Self.runtime())
+        // The default policy's top-level scope and its first refresh rule, for a waiter's route.
+        let scope = try #require(state.runtime.policy.graph.scopes.last)
+        let refreshRule = try #require(scope.compiled.first { $0.action == .refresh }?.index)
         let limit = random.int(1...4)
         var settings = RefreshSettings()
         settings.limit = nil
@@ -42,54 +47,71 @@ struct RequestSlotsModelTests {
                 let hold = random.int(0...3) != 0
                 state.register(next, host: "h", dispatchLimit: limit, holdsNewRequests: hold)
                 let refreshing = state.flight != nil
-                let (gate, _, _) = state.gate(insideLock: next, cancelled: false, now: now)
+                let (gate, _, _) = state.gate(
+                    insideLock: next, cancelled: false, mayHold: true, beforeSending: nil, now: now, date: Date())
                 #expect(gate != .held || (hold && refreshing), "\(context): held with no refresh to wait for")
                 #expect(gate != .go || !state.isLoggedOut(at: now), "\(context): sent during the cooldown")
                 if gate == .loggedOut {
                     _ = state.end(insideLock: next, .loggedOut)
                 } else if gate == .go {
                     token += 1
-                    state.modifySlot(next) { slot in
-                        slot.phase = .onWire
-                        slot.sent = true
-                        slot.armedTimer = token
-                    }
+                    let began = state.attemptBegan(insideLock: next, cancellation: AttemptCancellation(), token: token)
+                    #expect(began, "\(context)")
+                } else if random.int(0...1) == 0 {
+                    // Held or queued with a deadline: its timer is armed while it waits.
+                    token += 1
+                    let armed = state.deadlineArmed(insideLock: next, token: token)
+                    #expect(armed, "\(context)")
                 }
             case 2, 3:
                 // An attempt ends; it triggers a refresh, backs off, or the request finishes.
                 guard let id = pick(), state.slots[id]?.phase == .onWire else { continue }
-                state.modifySlot(id) { slot in
-                    slot.phase = .running
-                    slot.armedTimer = 0
-                    slot.attemptCancellation = nil
-                }
+                _ = state.attemptEnded(insideLock: id, responseArrived: random.int(0...1) == 0, callerCancelled: false)
                 var woken: [UnsafeContinuation<Void, Never>] = []
                 switch random.int(0...2) {
                 case 0:
                     switch state.decideRefresh(
                         failedGeneration: state.generation, settings: settings, proactive: false, now: now)
                     {
-                    case .join, .start: state.join(insideLock: id)
+                    case .join, .start:
+                        // Its rule's failure edges (the default policy's refresh rule logs out).
+                        state.join(insideLock: id, route: EngineState.RefreshRoute(scope: scope, rule: refreshRule))
                     default: break
                     }
                 case 1:
                     token += 1
-                    state.modifySlot(id) { slot in
-                        slot.phase = .backoff
-                        slot.armedTimer = token
-                    }
+                    let start = state.startBackoff(
+                        insideLock: id, budget: nil, until: now + .seconds(1), deadline: nil, token: token, now: now)
+                    #expect(start == .started || state.slots[id]?.endReason != nil, "\(context)")
                 default:
                     ended.insert(id)
                 }
-                // It parks, or ends: either way its dispatch slot goes to the next request.
-                state.releaseDispatchSlot(insideLock: id, into: &woken)
-                if ended.contains(id) { state.slots.removeValue(forKey: id) }
+                // It parks (its dispatch slot goes to the next request), or ends.
+                if ended.contains(id) {
+                    state.finished(insideLock: id, into: &woken)
+                } else {
+                    state.releaseDispatchSlot(insideLock: id, into: &woken)
+                }
             case 4:
-                // The refresh ends: every waiter is woken.
+                // The refresh ends: every waiter is woken. A failure that logs out does so in the
+                // same step, before any waiter is woken: then no request can go out.
                 guard let flight = state.flight else { continue }
-                let end = state.refreshEnded(
-                    flight, outcome: .success(Credentials(accessToken: "t\(step)")), shared: nil, now: now)
+                let fails = random.int(0...2) == 0
+                let outcome: Result<Credentials, RefreshFailure> =
+                    fails ? .failure(RefreshFailure("invalid_grant")) : .success(Credentials(accessToken: "t\(step)"))
+                let end = state.refreshEnded(flight, outcome: outcome, shared: nil, now: now)
                 let waiting = try #require(end.waiting, "\(context): the flight in flight was not the one ended")
+                if case .failed(let failure) = end.result,
+                    let (trigger, _) = state.logOutForFailedRefresh(
+                        insideLock: waiting, failure, answerLogsOut: false, now: now, date: Date())
+                {
+                    #expect(state.slots[trigger]?.decidedLogout != nil, "\(context): the trigger lost its logout")
+                    for id in state.slots.keys where id != trigger {
+                        let (gate, _, _) = state.gate(
+                            insideLock: id, cancelled: false, mayHold: true, beforeSending: nil, now: now, date: Date())
+                        #expect(gate != .go, "\(context): request \(id) may go out after the logout was decided")
+                    }
+                }
                 _ = state.endWaits(insideLock: waiting, end.result)
                 #expect(state.flight == nil, "\(context)")
                 for id in state.slots.keys where state.slots[id]?.awaitedFlight == flight.id {
@@ -128,15 +150,10 @@ struct RequestSlotsModelTests {
                 guard let id = pick(), let slot = state.slots[id], slot.wake != nil || slot.endReason != nil,
                     slot.phase != .onWire
                 else { continue }
-                state.modifySlot(id) { slot in
-                    slot.wake = nil
-                    slot.phase = .running
-                    slot.awaitedFlight = nil
-                    slot.armedTimer = 0
-                }
+                _ = state.woke(insideLock: id)
+                #expect(state.slots[id]?.armedTimer == 0 && state.slots[id]?.awaitedFlight == nil, "\(context)")
                 var woken: [UnsafeContinuation<Void, Never>] = []
-                state.releaseDispatchSlot(insideLock: id, into: &woken)
-                state.slots.removeValue(forKey: id)
+                state.finished(insideLock: id, into: &woken)
                 ended.insert(id)
             default:
                 now += .milliseconds(random.int(0...2_000))
@@ -159,10 +176,12 @@ struct RequestSlotsModelTests {
                 if let awaited = slot.awaitedFlight {
                     #expect(awaited == state.flight?.id, "\(context): request \(id) waits for a refresh not in flight")
                 }
-                // A timer is armed only where one is needed.
+                // A timer is armed only where one is needed: on the wire (its timeout), in a
+                // backoff, or while it waits for a refresh or a dispatch slot (its deadline).
                 if slot.armedTimer != 0 {
-                    #expect(
-                        slot.phase == .onWire || slot.phase == .backoff, "\(context): a timer armed in \(slot.phase)")
+                    // (Promoted from a queue, it is running with its wake set and its deadline
+                    // still armed until it runs: a firing then finds it running and does nothing.)
+                    #expect(slot.phase != .running || slot.wake != nil, "\(context): a timer armed while running")
                 }
             }
             #expect(state.queuedCount <= state.slots.count, "\(context)")

@@ -367,6 +367,7 @@ struct CredentialSourceTests {
                 refresh:
                   use: exec
                   with: { command: [\(directory)/no-such-tool] }
+                logout: { cooldown: 20s }
                 """
             let policy = try Policy.load(yaml: yaml, file: "exec.yaml")
             let engine = PolicyEngine(policy: policy, transport: URLSessionTransport())

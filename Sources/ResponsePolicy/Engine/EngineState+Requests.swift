@@ -1,3 +1,5 @@
+import Foundation
+
 /// What the shell does after a transition that ends or wakes requests, once it has unlocked.
 struct Effects {
     /// Parked requests to resume.
@@ -18,15 +20,121 @@ extension EngineState {
     /// the refresh in flight when its scope holds new requests (it has not gone out yet, so it
     /// waits for the fresh token rather than going out with one already known to be stale), and
     /// in its host's dispatch queue when the host's slots are taken.
-    mutating func gate(insideLock id: UInt64, cancelled: Bool, now: Duration) -> (Gate, CredentialsBox?, UInt64) {
+    ///
+    /// A request is held at most once before each attempt (`mayHold`: it has not yet waited for
+    /// a refresh before this attempt), so every attempt waits for at most one refresh before it
+    /// goes out: the bound ``WorstCase`` states. Held with no usable token (none, or expired at
+    /// `date`), a failure of the refresh leads it along `beforeSending` (the scope's
+    /// `on-failure`); with a valid one it is sent with it.
+    mutating func gate(
+        insideLock id: UInt64, cancelled: Bool, mayHold: Bool, beforeSending: RefreshRoute?, now: Duration,
+        date: Date
+    ) -> (Gate, CredentialsBox?, UInt64) {
         guard let slot = slots[id], !cancelled, slot.endReason == nil else { return (.ended, nil, 0) }
         if isLoggedOut(at: now) { return (.loggedOut, nil, 0) }
-        if slot.holdsNewRequests, flight != nil {
-            join(insideLock: id)
+        if mayHold, slot.holdsNewRequests, flight != nil {
+            let usable = credentials.map { credentials in credentials.expiresAt.map { $0 > date } ?? true } ?? false
+            join(insideLock: id, route: usable ? nil : beforeSending)
             return (.held, nil, 0)
         }
         if slot.host != nil, !acquireDispatchSlot(insideLock: id) { return (.queued, nil, 0) }
         return (.go, credentialsBox, generation)
+    }
+
+    /// Request `id` goes on the wire with `cancellation` (what a logout, a timeout or its caller
+    /// cancel it by) and its attempt timer `token` (0: none). `false` when it was already ended.
+    mutating func attemptBegan(insideLock id: UInt64, cancellation: AttemptCancellation, token: UInt64) -> Bool {
+        modifySlot(id) { slot in
+            guard slot.endReason == nil else { return false }
+            slot.attemptCancellation = cancellation
+            slot.timedOut = false
+            slot.phase = .onWire
+            slot.armedTimer = token
+            slot.sent = true
+            return true
+        } ?? false
+    }
+
+    /// Request `id` waits (for a refresh, a dispatch slot) with a timer at its deadline, armed
+    /// with `token`. `false` when it was already ended.
+    mutating func deadlineArmed(insideLock id: UInt64, token: UInt64) -> Bool {
+        modifySlot(id) { slot in
+            guard slot.endReason == nil else { return false }
+            slot.armedTimer = token
+            return true
+        } ?? false
+    }
+
+    /// Request `id` parks with `continuation`, resumed by whoever sets its wake or ends it; a
+    /// request that waits gives its dispatch slot to the next one (resumed from `woken` after
+    /// unlocking). Returns `true` when there is nothing to wait for (already woken or ended):
+    /// the caller resumes the continuation at once.
+    mutating func parking(
+        insideLock id: UInt64, _ continuation: UnsafeContinuation<Void, Never>,
+        into woken: inout [UnsafeContinuation<Void, Never>]
+    ) -> Bool {
+        let ready =
+            modifySlot(id) { slot -> Bool in
+                if slot.wake != nil || slot.endReason != nil { return true }
+                slot.parked = continuation
+                return false
+            } ?? true
+        if !ready, slots[id]?.host != nil { releaseDispatchSlot(insideLock: id, into: &woken) }
+        return ready
+    }
+
+    /// Request `id`'s park ended: takes why (its wake), whether it was ended from outside, and
+    /// the logout a failed refresh decided on its behalf; its timer is disarmed and it no longer
+    /// waits for a refresh.
+    mutating func woke(insideLock id: UInt64) -> (RequestMachine.Wake?, endedOutside: Bool, DecidedLogout?) {
+        modifySlot(id) { slot in
+            let taken = slot.wake
+            slot.wake = nil
+            slot.phase = .running
+            slot.awaitedFlight = nil
+            slot.armedTimer = 0
+            slot.refreshRoute = nil
+            let decided = slot.decidedLogout
+            slot.decidedLogout = nil
+            return (taken, slot.endReason != nil, decided)
+        } ?? (nil, true, nil)
+    }
+
+    /// Request `id` has its outcome: its dispatch slot goes to the next request (resumed from
+    /// `woken` after unlocking) and its slot is removed.
+    mutating func finished(insideLock id: UInt64, into woken: inout [UnsafeContinuation<Void, Never>]) {
+        if slots[id]?.host != nil { releaseDispatchSlot(insideLock: id, into: &woken) }
+        slots.removeValue(forKey: id)
+    }
+
+    /// What a retry's backoff start came to (``startBackoff(insideLock:budget:until:deadline:token:now:)``).
+    enum BackoffStart {
+        /// The request waits until its timer (armed with the token given) fires.
+        case started
+        /// The retry budget refused the retry.
+        case refused
+        /// The wait would end past the request's deadline: it is not started.
+        case pastDeadline
+        /// The request was ended from outside (a logout, its caller).
+        case ended
+    }
+
+    /// Request `id` retries after a backoff until `end`: the budget is asked (when the rule has
+    /// a budget edge), a wait ending past `deadline` is refused, and otherwise the request is in
+    /// its backoff with the timer `token` armed. In the order of the edges' precedence: budget,
+    /// then deadline.
+    mutating func startBackoff(
+        insideLock id: UInt64, budget: RetrySettings.Budget?, until end: Duration, deadline: Duration?,
+        token: UInt64, now: Duration
+    ) -> BackoffStart {
+        guard let slot = slots[id], slot.endReason == nil else { return .ended }
+        if let budget, !self.budget.takeRetry(at: now, budget: budget) { return .refused }
+        if let deadline, end > deadline { return .pastDeadline }
+        modifySlot(id) { slot in
+            slot.phase = .backoff
+            slot.armedTimer = token
+        }
+        return .started
     }
 
     /// Ends request `id` from outside its loop (its caller, or a logout): marks why, disarms its

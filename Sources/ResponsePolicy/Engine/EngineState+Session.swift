@@ -142,6 +142,51 @@ extension EngineState {
         return end
     }
 
+    /// A refresh failed: when the failure leads one of its waiters to a logout (in request
+    /// order, the first whose ``RefreshRoute`` ends in `logout`), the logout starts here, in the
+    /// same critical section that ends the refresh: the cooldown begins and every other request
+    /// (its waiters first, then the rest as `cancel-in-flight` says) is ended as logged out
+    /// before any of them is woken. So no waiter is released and sent between the failure and
+    /// the logout it causes. The trigger keeps its wait (``endWaits(insideLock:_:)`` wakes it
+    /// with the failure) and finds the logout in its slot's ``Slot/decidedLogout``.
+    ///
+    /// Returns the trigger and what to resume and cancel; `nil` when no waiter logs out (or the
+    /// session is already in a cooldown: many triggers make one logout).
+    mutating func logOutForFailedRefresh(
+        insideLock waiting: Flight, _ failure: RefreshFailure, answerLogsOut: Bool, now: Duration, date: Date
+    ) -> (trigger: UInt64, effects: Effects)? {
+        let waiters = live(waiting)
+        var decided: (UInt64, RuleGraph.Escalation)?
+        for id in waiters {
+            guard let escalation = slots[id]?.refreshRoute?.escalation(answerLogsOut: answerLogsOut),
+                escalation.action == .logout
+            else { continue }
+            decided = (id, escalation)
+            break
+        }
+        guard let (trigger, escalation) = decided else { return nil }
+        let cooldown = escalation.logout.cooldown
+        guard
+            startCooldown(
+                until: now + cooldown, untilDate: date.addingTimeInterval(cooldown.seconds),
+                reason: .refreshFailed(failure.reason, response: failure.response), extendOnly: false, now: now)
+        else { return nil }
+        var effects = Effects()
+        for id in waiters where id != trigger {
+            modifySlot(id) { slot in
+                if slot.endReason == nil { slot.endReason = .loggedOut }
+                slot.awaitedFlight = nil
+                slot.armedTimer = 0
+                if let continuation = slot.parked.take() { effects.resume.append(continuation) }
+            }
+        }
+        let others = endRequests(insideLock: trigger, cancelInFlight: escalation.logout.cancelInFlight)
+        effects.resume += others.resume
+        effects.cancel += others.cancel
+        modifySlot(trigger) { $0.decidedLogout = DecidedLogout(escalation) }
+        return (trigger, effects)
+    }
+
     /// Starts a cooldown until `until` (`untilDate` on the wall clock). `false` when the session
     /// is already in one: many triggers make one logout. With `extendOnly` (news from another
     /// process), a cooldown already running is extended when `untilDate` is later.

@@ -29,6 +29,37 @@ struct EngineState {
         let dispatchLimit: Int
         /// Its scope's `refresh.hold-new-requests`.
         let holdsNewRequests: Bool
+        /// Where a failure of the refresh it waits for leads it (``RefreshRoute``); `nil` when
+        /// the failure cannot end the session through it (held with a token still valid).
+        var refreshRoute: RefreshRoute?
+        /// The logout its refresh's failure led to, decided and started (cooldown, the other
+        /// requests ended) in the transition that ended the refresh; this request performs its
+        /// effects (the event, the logout plugin) when it wakes.
+        var decidedLogout: DecidedLogout?
+    }
+
+    /// A logout decided for a request (see ``Slot/decidedLogout``), boxed: every slot carries the
+    /// field, and an escalation inline (edge texts, logout settings) would grow each by ~100 bytes.
+    final class DecidedLogout: Sendable {
+        let escalation: RuleGraph.Escalation
+        init(_ escalation: RuleGraph.Escalation) { self.escalation = escalation }
+    }
+
+    /// Which compiled edges a waiter follows when the refresh it waits for fails: its rule's
+    /// `on-failure` (or the `refresh-answer` edge, when the token endpoint's answer matches a
+    /// logout rule), or the scope's before-sending `on-failure` (`rule == nil`: signing in, or
+    /// held with no usable token). A reference and an index: a waiting slot stays small.
+    struct RefreshRoute {
+        let scope: RuleGraph.Scope
+        let rule: Int?
+
+        /// The escalation a failed refresh takes for this waiter.
+        func escalation(answerLogsOut: Bool) -> RuleGraph.Escalation? {
+            guard let rule else { return scope.beforeSendingFailure }
+            let flow = scope.compiled[rule]
+            if answerLogsOut, let answer = flow.refreshAnswer { return answer }
+            return flow.onFailure
+        }
     }
 
     /// Why a request was ended from outside its own loop.
@@ -140,12 +171,13 @@ struct EngineState {
     }
 
     /// Registers request `id` as waiting for the refresh in flight.
-    mutating func join(insideLock id: UInt64) {
+    mutating func join(insideLock id: UInt64, route: RefreshRoute?) {
         guard let current = flight?.id else { return }
         flight?.waiters.append(id)
         modifySlot(id) { slot in
             slot.awaitedFlight = current
             slot.phase = .awaitingRefresh
+            slot.refreshRoute = route
         }
     }
 

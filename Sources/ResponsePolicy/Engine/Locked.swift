@@ -34,10 +34,21 @@ package struct Locked<Value>: @unchecked Sendable {
     package func withLock<R, E: Error>(_ body: (inout Value) throws(E) -> R) throws(E) -> R {
         try storage.withLock(body)
     }
+
+    #if DEBUG
+        /// How often the lock was taken (debug builds only, for the tests that count the
+        /// engine's lock acquisitions per attempt). Read under the lock, so it counts itself.
+        package var acquisitions: Int { storage.withLock { _ in storage.acquisitions } }
+    #endif
 }
 
 /// The value as the header and the mutex as the single tail element of one heap block.
 final class LockedStorage<Value>: ManagedBuffer<Value, pthread_mutex_t> {
+    #if DEBUG
+        /// Lock acquisitions, counted under the lock (debug builds only).
+        nonisolated(unsafe) var acquisitions = 0
+    #endif
+
     static func make(_ value: Value) -> LockedStorage<Value> {
         let buffer = unsafeDowncast(create(minimumCapacity: 1) { _ in value }, to: LockedStorage<Value>.self)
         buffer.withUnsafeMutablePointerToElements { mutex in
@@ -60,6 +71,9 @@ final class LockedStorage<Value>: ManagedBuffer<Value, pthread_mutex_t> {
         try withUnsafeMutablePointers { value, mutex throws(E) -> R in
             pthread_mutex_lock(mutex)
             defer { pthread_mutex_unlock(mutex) }
+            #if DEBUG
+                acquisitions &+= 1
+            #endif
             return try body(&value.pointee)
         }
     }

@@ -7,12 +7,18 @@ extension PolicyEngine {
     ///
     /// Many logout triggers arriving together make one logout: the first starts the cooldown,
     /// the others find it running and only end their own request.
+    ///
+    /// `started`: the state part of this logout (the cooldown, the other requests ended) was
+    /// already done by the transition that ended a failed refresh
+    /// (``EngineState/logOutForFailedRefresh(insideLock:_:answerLogsOut:now:date:)``); only its
+    /// effects remain (the event, the plugin, the coordinator).
     func logout(
-        settings: LogoutSettings, plugins: PolicyRuntime.ScopePlugins, trigger: RequestMachine, reason: LogoutReason
+        settings: LogoutSettings, plugins: PolicyRuntime.ScopePlugins, trigger: RequestMachine, reason: LogoutReason,
+        started: Bool = false
     ) {
         endSession(
             cooldown: settings.cooldown, cancelInFlight: settings.cancelInFlight, reason: reason, trigger: trigger,
-            plugin: plugins.logout, runtime: trigger.runtime, publish: true)
+            plugin: plugins.logout, runtime: trigger.runtime, publish: true, started: started)
     }
 
     /// Signs the user out because the host says so: the same as a `logout` rule matching (the
@@ -49,11 +55,16 @@ extension PolicyEngine {
     /// The one place a session ends. (See ``logout(settings:plugins:trigger:reason:)``.)
     private func endSession(
         cooldown: Duration, cancelInFlight: Bool, reason: LogoutReason, trigger: RequestMachine?,
-        plugin: (any LogoutPlugin)?, runtime: PolicyRuntime, publish: Bool, until: Date? = nil
+        plugin: (any LogoutPlugin)?, runtime: PolicyRuntime, publish: Bool, until: Date? = nil, started: Bool = false
     ) {
         let now = clock.now
-        let untilDate = until ?? clock.date.addingTimeInterval(cooldown.seconds)
+        var untilDate = until ?? clock.date.addingTimeInterval(cooldown.seconds)
         let taken = state.withLock { state -> (effects: Effects, credentials: Credentials?)? in
+            if started {
+                // The cooldown the refresh's end started: publish that one.
+                if let started = state.loggedOutUntilDate { untilDate = started }
+                return (Effects(), state.credentials)
+            }
             // A later end from elsewhere extends the cooldown; anything else is the same logout.
             guard
                 state.startCooldown(
@@ -81,9 +92,10 @@ extension PolicyEngine {
             requestID: trigger?.context.id, reason: reason.eventText, credentials: taken.credentials,
             transport: sessionTransport, clock: clock)
         let text = reason.eventText
+        let publishedUntil = untilDate
         runInBackground {
             // Published first: the other processes stop sending while the plugin ends the session.
-            await coordinator?.publishLogout(until: untilDate, reason: text)
+            await coordinator?.publishLogout(until: publishedUntil, reason: text)
             await plugin?.logout(context)
         }
     }

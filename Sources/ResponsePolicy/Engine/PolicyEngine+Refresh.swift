@@ -20,7 +20,8 @@ extension PolicyEngine {
     /// for the others.
     @inline(never)
     func decideRefresh(
-        _ machine: RequestMachine, failedGeneration: UInt64, settings: RefreshSettings, proactive: Bool
+        _ machine: RequestMachine, failedGeneration: UInt64, settings: RefreshSettings, proactive: Bool,
+        route: EngineState.RefreshRoute?
     ) -> EngineState.FlightResult? {
         enum Decision {
             case retryNow, wait, loggedOut, cancelled
@@ -40,10 +41,10 @@ extension PolicyEngine {
             case .limited(let failure): return .fail(failure, start: "limit")
             case .remembered(let failure): return .fail(failure, start: "remembered")
             case .join:
-                state.join(insideLock: id)
+                state.join(insideLock: id, route: route)
                 return .wait
             case .start(let flight, let credentials):
-                state.join(insideLock: id)
+                state.join(insideLock: id, route: route)
                 return .start(flight, credentials: credentials)
             }
         }
@@ -101,14 +102,28 @@ extension PolicyEngine {
             let (outcome, shared) = await self.coordinatedRefresh(
                 plugins.refresh, refreshContext, calls, failedGeneration: flight.sharedGeneration, context.runtime)
             let now = self.clock.now
+            let date = self.clock.date
             // The lifetime as issued, for `ahead` (never more than half of it).
-            let lifetime = (try? outcome.get())?.expiresAt.map { $0.timeIntervalSince(self.clock.date) }
-            let (ended, waiters) = self.state.withLock { state in
+            let lifetime = (try? outcome.get())?.expiresAt.map { $0.timeIntervalSince(date) }
+            // Only a definitive failure reaches on-failure; the answer may match a logout rule.
+            var logsOut = false
+            if case .failure(let failure) = outcome, failure.isDefinitive, let response = failure.response {
+                logsOut = judge(response) == .logout
+            }
+            let (ended, waiters, logout) = self.state.withLock { state in
                 let ended = state.refreshEnded(flight, outcome: outcome, shared: shared, now: now)
                 if ended.saved, let fresh = try? outcome.get(), state.credentials == fresh {
                     state.credentialsBox = CredentialsBox(fresh, lifetime: lifetime)
                 }
-                return (ended, ended.waiting.map { state.endWaits(insideLock: $0, ended.result) } ?? [])
+                // A definitive failure that logs a waiter out does so here, before any waiter is
+                // woken, so none is released and sent in between.
+                var logout: Effects?
+                if let waiting = ended.waiting, case .failed(let failure) = ended.result, failure.isDefinitive {
+                    logout =
+                        state.logOutForFailedRefresh(
+                            insideLock: waiting, failure, answerLogsOut: logsOut, now: now, date: date)?.effects
+                }
+                return (ended, ended.waiting.map { state.endWaits(insideLock: $0, ended.result) } ?? [], logout)
             }
             let (refreshed, discarded, keptAfterLogout) = (ended.saved, ended.discarded, ended.keptAfterLogout)
             if refreshed { self.saveCredentials(context.runtime) }
@@ -129,6 +144,10 @@ extension PolicyEngine {
             }
             self.emit(end, context.runtime)
             for waiter in waiters { waiter.resume() }
+            if let logout {
+                for continuation in logout.resume { continuation.resume() }
+                for attempt in logout.cancel { attempt.cancel() }
+            }
         }
     }
 

@@ -71,17 +71,8 @@ extension PolicyEngine {
         let cancellation = AttemptCancellation()
         let timeoutAt = machine.pendingTimeoutAt
         let token = timeoutAt == nil ? 0 : machine.nextTimerToken()
-        let started = state.withLock { state -> Bool in
-            state.modifySlot(machine.context.number) { slot in
-                guard slot.endReason == nil else { return false }
-                slot.attemptCancellation = cancellation
-                slot.timedOut = false
-                slot.phase = .onWire
-                slot.armedTimer = token
-                slot.sent = true
-                return true
-            } ?? false
-        }
+        let id = machine.context.number
+        let started = state.withLock { $0.attemptBegan(insideLock: id, cancellation: cancellation, token: token) }
         guard started else { return nil }
         if let timeoutAt { timers.schedule(machine.timer, at: timeoutAt, token: token) }
         if machine.host != nil, options.taskExecutor == nil {
@@ -153,37 +144,13 @@ extension PolicyEngine {
                 // critical section. (Done here, in a synchronous closure, rather than in the
                 // driver: a call there grew every waiting request's async frame by 1 KB.)
                 var woken: [UnsafeContinuation<Void, Never>] = []
-                let now = state.withLock { state -> Bool in
-                    let ready =
-                        state.modifySlot(id) { slot -> Bool in
-                            if slot.wake != nil || slot.endReason != nil { return true }
-                            slot.parked = continuation
-                            return false
-                        } ?? true
-                    if !ready, machine.host != nil { state.releaseDispatchSlot(insideLock: id, into: &woken) }
-                    return ready
-                }
+                let now = state.withLock { $0.parking(insideLock: id, continuation, into: &woken) }
                 if now { continuation.resume() }
                 for other in woken { other.resume() }
             }
         } onCancel: {
             end(id, .cancelled)
         }
-    }
-
-    /// Starts a backoff wait until `deadline`; `false` when the request was already ended.
-    func startBackoff(_ machine: RequestMachine, until deadline: Duration) -> Bool {
-        let token = machine.nextTimerToken()
-        let started = state.withLock { state -> Bool in
-            state.modifySlot(machine.context.number) { slot in
-                guard slot.endReason == nil else { return false }
-                slot.phase = .backoff
-                slot.armedTimer = token
-                return true
-            } ?? false
-        }
-        if started { timers.schedule(machine.timer, at: deadline, token: token) }
-        return started
     }
 
     /// A request's timer fired (see ``EngineState/timerFired(insideLock:token:)``).
@@ -227,18 +194,20 @@ extension PolicyEngine {
         return .error(TransportError(.connection, String(describing: type(of: error))))
     }
 
-    /// Adds the idempotency key where needed; returns whether the request may be retried.
+    /// Adds the idempotency keys the scope's compiled retry rules need (see
+    /// ``RuleGraph/Scope/idempotencyKeys``) and returns the headers it generated.
     ///
-    /// A request the caller gave an idempotency key is retryable whatever its method, and keeps
-    /// that key. A listed method that is not idempotent by nature (POST, PATCH) gets one
-    /// generated value, sent on every attempt, so the server can recognise a repeat.
-    func prepareIdempotency(_ request: inout HTTPRequest, _ retry: RetrySettings) -> Bool {
-        if let header = retry.idempotencyKey, request.headers[header] != nil { return true }
-        guard retry.methods.contains(request.method) else { return false }
-        if let header = retry.idempotencyKey, request.method == "POST" || request.method == "PATCH" {
+    /// A request the caller gave a key keeps it. A rule that lists POST or PATCH in its own
+    /// `methods` gets one generated value per request, sent on every attempt, so the server can
+    /// recognise a repeat; a rule that does not list it does not retry it, whatever the key.
+    func prepareIdempotency(_ request: inout HTTPRequest, _ scope: RuleGraph.Scope) -> [String] {
+        guard let headers = scope.idempotencyKeys[request.method] else { return [] }
+        var generated: [String] = []
+        for header in headers where request.headers[header] == nil {
             request.headers.set(header, Self.idempotencyValue(options.random))
+            generated.append(header)
         }
-        return true
+        return generated
     }
 
     static func idempotencyValue(_ random: any RandomSource) -> String {

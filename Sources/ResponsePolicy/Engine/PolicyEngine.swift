@@ -355,16 +355,9 @@ public final class PolicyEngine: Sendable {
     @inline(never)  // its temporaries stay out of `send`'s async frame
     private func outcome(of machine: RequestMachine) throws(PolicyEngineError) -> HTTPResponse {
         let id = machine.context.number
-        if machine.host != nil {
-            var woken: [UnsafeContinuation<Void, Never>] = []
-            state.withLock { state in
-                state.releaseDispatchSlot(insideLock: id, into: &woken)
-                state.slots.removeValue(forKey: id)
-            }
-            for continuation in woken { continuation.resume() }
-        } else {
-            state.withLock { _ = $0.slots.removeValue(forKey: id) }
-        }
+        var woken: [UnsafeContinuation<Void, Never>] = []
+        state.withLock { $0.finished(insideLock: id, into: &woken) }
+        for continuation in woken { continuation.resume() }
         return try machine.result.get()
     }
 

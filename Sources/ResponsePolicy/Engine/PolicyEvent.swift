@@ -11,6 +11,9 @@ public struct PolicyEvent: Sendable, Hashable {
         /// (`dispatch.max-in-flight-per-host`); its `send` follows when it leaves. The wait is
         /// bounded by the request's deadline alone: its attempt timeout starts with the `send`.
         case queued
+        /// A request about to go out (a first attempt or a retry) waits for the refresh in
+        /// flight, to be signed with the fresh token.
+        case held
         /// Something the engine could not do that does not end a request: a plugin that could
         /// not be made, a credential store that could not be read or written.
         case problem
@@ -65,7 +68,7 @@ public struct PolicyEvent: Sendable, Hashable {
     /// `problem` and a refused reload (something an operator must fix).
     public var level: Level {
         switch kind {
-        case .send, .response, .wait, .queued: return .debug
+        case .send, .response, .wait, .queued, .held: return .debug
         case .cancel, .refreshStart: return .info
         case .refreshEnd: return ok == false ? .warning : .info
         case .refreshRetry: return .warning

@@ -36,6 +36,14 @@ final class RequestMachine {
     /// Why a park ended, set by whoever ends it.
     enum Wake {
         case timer, flight(EngineState.FlightResult), dispatched
+
+        /// Whether both are the same kind of wake (a flight's result aside).
+        func sameKind(as other: Wake) -> Bool {
+            switch (self, other) {
+            case (.timer, .timer), (.dispatched, .dispatched), (.flight, .flight): return true
+            default: return false
+            }
+        }
     }
 
     enum Phase { case running, onWire, backoff, awaitingRefresh, queued }
@@ -52,6 +60,9 @@ final class RequestMachine {
     let path: String
     let deadline: Duration?
     let request: HTTPRequest
+    /// The idempotency headers the engine generated (not the caller's): they carry a rule's key
+    /// on every attempt but do not make a method retryable that the rule does not list.
+    let generatedKeys: [String]
     /// The host whose dispatch slots this request takes; `nil` when dispatch is unlimited.
     let host: String?
     /// `dispatch.max-in-flight-per-host` of the policy it started under, `auto` resolved against
@@ -119,6 +130,13 @@ final class RequestMachine {
     /// The last response arrived although a logout had ended the request meanwhile: its rule
     /// may deliver or fail it, nothing else (the session is over).
     var arrivedAfterLogout = false
+    /// The request has waited for a refresh before the attempt about to go out (held, ahead of
+    /// expiry, signing in): it is not held again before that attempt, so each attempt waits for
+    /// at most one refresh before it goes out (the bound ``WorstCase`` states).
+    var preSendWaited = false
+    /// The logout its awaited refresh's failure led to, started by the refresh's end (see
+    /// ``EngineState/Slot/decidedLogout``): this request performs its effects.
+    var decidedLogout: EngineState.DecidedLogout?
 
     /// A deadline timer is armed for the wait in progress (see ``parkUntilDeadline()``).
     var deadlineArmed = false
@@ -138,7 +156,7 @@ final class RequestMachine {
         plugins = context.runtime.scopes[index]
         self.path = path
         var request = original
-        _ = engine.prepareIdempotency(&request, scope.retry)
+        generatedKeys = engine.prepareIdempotency(&request, scope)
         self.request = request
         pendingRequest = request
         deadline = scope.deadline.map { context.start + $0 }
@@ -265,28 +283,47 @@ final class RequestMachine {
 
     /// Checks the request may go on, refreshes ahead of expiry, then signs and sends.
     @inline(never)
-    func top() -> Step {
+    /// `gated`: the gate already passed under the lock that ended a park (a backoff's timer, a
+    /// dispatch slot), at `gatedAt`: one lock for waking and going on.
+    func top(gated: Gated? = nil, at gatedAt: Duration? = nil) -> Step {
         let first = !registered
         // The first turn runs right after `admit`, which read the clock. Every later one (after a
         // dispatch queue, a refresh, a backoff) reads it again: the attempt timeout runs from the
         // moment the attempt leaves the engine, and a wait is bounded by the deadline alone.
-        let now = first ? context.start : engine.clock.now
+        let now = gatedAt ?? (first ? context.start : engine.clock.now)
         let cancelled = Task.isCancelled
         let hold = scope.refresh.holdNewRequests
         let id = context.number
         registered = true
-        let (gate, box, generation) = engine.state.withLock { state in
-            if first {
-                state.register(id, host: host, dispatchLimit: dispatchLimit, holdsNewRequests: hold)
+        let mayHold = !preSendWaited
+        let beforeSending = EngineState.RefreshRoute(scope: scope, rule: nil)
+        let date = engine.clock.date
+        let (gate, box, generation) =
+            gated
+            ?? engine.state.withLock { state in
+                if first {
+                    state.register(id, host: host, dispatchLimit: dispatchLimit, holdsNewRequests: hold)
+                }
+                return state.gate(
+                    insideLock: id, cancelled: cancelled, mayHold: mayHold, beforeSending: beforeSending, now: now,
+                    date: date)
             }
-            return state.gate(insideLock: id, cancelled: cancelled, now: now)
-        }
         switch gate {
         case .go: break
         case .ended: return ended()
         case .loggedOut: return cancelledByLogout()
         case .held:
+            // About to go out (a first attempt or a retry) while a refresh is in flight: it waits
+            // for the fresh token, and says so.
+            let attempt = attempt
+            engine.emit(runtime) {
+                var event = PolicyEvent(.held, time: now, context: context)
+                event.attempt = attempt + 1
+                event.reason = "refresh in flight"
+                return event
+            }
             waitingFor = .refresh(proactive: true)
+            refreshRule = nil
             return parkUntilDeadline()
         case .queued:
             waitingFor = .dispatch
@@ -321,6 +358,7 @@ final class RequestMachine {
         if let credentials, let authorize = plugins.authorize { authorize.authorize(&signed, with: credentials) }
         pendingRequest = consume signed
         signedGeneration = generation
+        preSendWaited = false
         attempt += 1
         let attempt = attempt
         engine.emit(runtime) {
@@ -341,15 +379,11 @@ final class RequestMachine {
     /// Parks for a refresh or a dispatch slot, with a timer at the request's deadline: no
     /// request waits past it (a backoff that would end past it is never started).
     func parkUntilDeadline() -> Step {
+        if case .refresh(proactive: true) = waitingFor { preSendWaited = true }
         guard let deadline else { return .park }
         let token = nextTimerToken()
-        let armed = engine.state.withLock { state -> Bool in
-            state.modifySlot(context.number) { slot in
-                guard slot.endReason == nil else { return false }
-                slot.armedTimer = token
-                return true
-            } ?? false
-        }
+        let id = context.number
+        let armed = engine.state.withLock { $0.deadlineArmed(insideLock: id, token: token) }
         if armed {
             deadlineArmed = true
             engine.timers.schedule(timer, at: deadline, token: token)
@@ -498,14 +532,44 @@ final class RequestMachine {
     /// the refresh in flight ends.
     @inline(never)
     func awaitRefresh(failedGeneration: UInt64, proactive: Bool) -> Step {
+        // Where this request goes when the refresh fails: its rule's failure edges, or (before
+        // sending, with no usable token) the scope's; with a token still valid, nowhere yet (it
+        // is sent with it).
+        let route: EngineState.RefreshRoute?
+        if !proactive {
+            route = EngineState.RefreshRoute(scope: scope, rule: refreshRule)
+        } else if signingIn || !tokenUsable() {
+            route = EngineState.RefreshRoute(scope: scope, rule: nil)
+        } else {
+            route = nil
+        }
         guard
             let result = engine.decideRefresh(
-                self, failedGeneration: failedGeneration, settings: refreshSettings, proactive: proactive)
+                self, failedGeneration: failedGeneration, settings: refreshSettings, proactive: proactive, route: route)
         else { return parkUntilDeadline() }
         return afterRefresh(result, proactive: proactive)
     }
 
+    /// Whether the credentials held now can still be sent (present and not expired).
+    func tokenUsable() -> Bool {
+        let credentials = engine.state.withLock { $0.credentials }
+        guard let credentials else { return false }
+        return credentials.expiresAt.map { $0 > engine.clock.date } ?? true
+    }
+
     func afterRefresh(_ result: EngineState.FlightResult, proactive: Bool) -> Step {
+        if let decided = decidedLogout?.escalation, case .failed(let failure) = result {
+            // The refresh's end already logged the session out on this request's edge (the
+            // cooldown runs, every other request was ended): perform the logout's effects.
+            decidedLogout = nil
+            lastEdge = decided.edge
+            refreshFailureReason = failure.reason
+            refreshFailureResponse = failure.response
+            engine.logout(
+                settings: decided.logout, plugins: plugins, trigger: self,
+                reason: .refreshFailed(failure.reason, response: failure.response), started: true)
+            return loggedOut()
+        }
         if case .superseded = result {
             // The refresh belonged to a session that has since ended: decide again, without
             // counting another re-send (a sign-in's token is newer and retried at once).
@@ -584,17 +648,32 @@ final class RequestMachine {
             return follow(edge, of: flow, failing: .retriesExhausted(lastResponse: lastResponse, lastError: failure))
         }
         let now = engine.clock.now
-        if let budget = settings.budget, let refused = flow.budget,
-            !engine.state.withLock({ $0.budget.takeRetry(at: now, budget: budget) })
-        {
-            return follow(refused, of: flow, failing: .retriesExhausted(lastResponse: lastResponse, lastError: failure))
-        }
         let delay = RetryTiming.delay(
             forRetry: retries + 1, settings: settings, response: lastResponse, now: engine.clock.date,
             random: engine.options.random)
-        if let deadline, now + delay > deadline, let edge = flow.deadline {
+        // One transition takes the budget, refuses a wait past the deadline and starts the
+        // backoff: one lock for the decision.
+        let token = nextTimerToken()
+        let budget = flow.budget == nil ? nil : settings.budget
+        let waitDeadline = flow.deadline == nil ? nil : deadline
+        let id = context.number
+        let start = engine.state.withLock { state in
+            state.startBackoff(
+                insideLock: id, budget: budget, until: now + delay, deadline: waitDeadline, token: token, now: now)
+        }
+        switch start {
+        case .refused:
+            guard let refused = flow.budget else { return ended() }
+            return follow(refused, of: flow, failing: .retriesExhausted(lastResponse: lastResponse, lastError: failure))
+        case .pastDeadline:
             // A wait that would end past the deadline is not started.
+            guard let edge = flow.deadline else { return ended() }
             return follow(edge, of: flow, failing: .deadlineExceeded)
+        case .ended:
+            emitResponse(rule: flow.rule, edge: again)
+            return ended()
+        case .started:
+            break
         }
         emitResponse(rule: flow.rule, edge: again)
         retries += 1
@@ -606,14 +685,15 @@ final class RequestMachine {
             return event
         }
         waitingFor = .backoff
-        return engine.startBackoff(self, until: now + delay) ? .park : ended()
+        engine.timers.schedule(timer, at: now + delay, token: token)
+        return .park
     }
 
     /// Whether this request may be sent again under a rule's effective retry settings: its
-    /// method is listed, or it carries the idempotency key (the caller's, or one the engine set).
+    /// method is listed, or the caller gave it the rule's idempotency key.
     func isRetryable(_ settings: RetrySettings) -> Bool {
         if settings.methods.contains(method) { return true }
-        guard let header = settings.idempotencyKey else { return false }
+        guard let header = settings.idempotencyKey, !generatedKeys.contains(header) else { return false }
         return request.headers[header] != nil
     }
 
@@ -628,19 +708,36 @@ final class RequestMachine {
 
     // MARK: - After a park
 
+    typealias Gated = (EngineState.Gate, CredentialsBox?, UInt64)
+
     /// The park ended: the backoff's timer, the refresh's end, or the request was ended.
     @inline(never)
     func afterPark() -> Step {
-        let (woken, endedOutside) = engine.state.withLock { state -> (Wake?, Bool) in
-            state.modifySlot(context.number) { slot in
-                let taken = slot.wake
-                slot.wake = nil
-                slot.phase = .running
-                slot.awaitedFlight = nil
-                slot.armedTimer = 0
-                return (taken, slot.endReason != nil)
-            } ?? (nil, true)
+        // A backoff's timer or a dispatch slot sends the request on: the gate at the top of its
+        // loop runs under the same lock as the wake.
+        let goesOn: Wake?
+        switch waitingFor {
+        case .backoff: goesOn = .timer
+        case .dispatch: goesOn = .dispatched
+        case .refresh: goesOn = nil
         }
+        let now = engine.clock.now
+        let date = engine.clock.date
+        let cancelled = Task.isCancelled
+        let (mayHold, beforeSending) = (!preSendWaited, EngineState.RefreshRoute(scope: scope, rule: nil))
+        let id = context.number
+        let (woken, endedOutside, decided, gated) = engine.state.withLock {
+            state -> (Wake?, Bool, EngineState.DecidedLogout?, Gated?) in
+            let (woken, endedOutside, decided) = state.woke(insideLock: id)
+            var gated: Gated?
+            if !endedOutside, let goesOn, let woken, woken.sameKind(as: goesOn) {
+                gated = state.gate(
+                    insideLock: id, cancelled: cancelled, mayHold: mayHold, beforeSending: beforeSending, now: now,
+                    date: date)
+            }
+            return (woken, endedOutside, decided, gated)
+        }
+        decidedLogout = decided
         if deadlineArmed {
             deadlineArmed = false
             // Woken some other way: the deadline's timer leaves the heap here, in this task.
@@ -653,15 +750,18 @@ final class RequestMachine {
             // the task that scheduled it, so no ordering of the two can leave it behind.
             if case .timer? = woken {} else { engine.timers.cancel(timer) }
             if endedOutside { return ended() }
-            return top()
+            return top(gated: gated, at: gated == nil ? nil : now)
         case .refresh(let proactive):
+            // The logout this request's edge led to was started with the refresh's end: its
+            // effects are this request's to perform, even when it was ended meanwhile.
+            if decided != nil, case .flight(let result)? = woken { return afterRefresh(result, proactive: proactive) }
             if endedOutside { return ended() }
             guard case .flight(let result) = woken else { return ended() }
             return afterRefresh(result, proactive: proactive)
         case .dispatch:
             if endedOutside { return ended() }
             guard case .dispatched? = woken else { return ended() }
-            return top()
+            return top(gated: gated, at: gated == nil ? nil : now)
         }
     }
 }

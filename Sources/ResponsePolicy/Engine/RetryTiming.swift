@@ -3,7 +3,8 @@ import Foundation
 /// How long to wait before a retry: backoff, jitter and `Retry-After`.
 enum RetryTiming {
     /// The wait before retry `n` (1-based): the server's `Retry-After` when honoured and present
-    /// (capped at `max-delay`), else the backoff delay with jitter.
+    /// (capped at `max-delay`), else the backoff delay with jitter, capped at `max-delay` after
+    /// the jitter (so a percentage jitter never takes a wait past the cap).
     static func delay(
         forRetry n: Int, settings: RetrySettings, response: HTTPResponse?, now: Date, random: any RandomSource
     ) -> Duration {
@@ -13,7 +14,10 @@ enum RetryTiming {
             guard let cap = settings.maxDelay else { return requested }
             return min(requested, cap)
         }
-        return jittered(settings.delay(forRetry: n), settings.jitter, random: random)
+        let delay = settings.delay(forRetry: n)
+        // Never past the longest the jitter allows (the draw is rounded to milliseconds), and
+        // never past the cap: `longestWait` is what explain and the worst case state.
+        return min(jittered(delay, settings.jitter, random: random), settings.longestWait(forRetry: n))
     }
 
     static func jittered(_ delay: Duration, _ jitter: RetrySettings.Jitter, random: any RandomSource) -> Duration {

@@ -74,10 +74,13 @@ struct FlowCompiler {
                 scope: scope, rule: index, action: nil, settings: .none))
         _ = edge(classifierID, id, .match)
         var r = rule.retry ?? retry
-        // The engine arms the attempt timeout and the deadline per request, from the scope.
+        // Request-wide settings are the scope's: the decoder refuses them in a rule's `then:`
+        // (`request-wide-override`), and the compiled rule states what the engine runs.
         r.attemptTimeout = retry.attemptTimeout
         r.deadline = retry.deadline
-        let f = rule.refresh ?? refresh
+        var f = rule.refresh ?? refresh
+        f.ahead = refresh.ahead
+        f.holdNewRequests = refresh.holdNewRequests
         let l = rule.logout ?? logout
         var escalations = RuleGraph.Escalations()
         var again: RuleGraph.Edge?

@@ -116,11 +116,15 @@ package struct PolicyDiff: Sendable {
 
         // What each action is triggered by.
         let space = TriggerSpace(old, new)
-        let oldTriggers = space.triggers(old)
-        let newTriggers = space.triggers(new)
+        let oldHolds = space.holds(old)
+        let newHolds = space.holds(new)
         for action in [ActionKind.refresh, .logout, .retry, .fail] {
-            let before = oldTriggers[action] ?? []
-            let after = newTriggers[action] ?? []
+            // The same atoms in the same contexts read the same: only an action whose triggers
+            // changed is written out (its text can be long; building it for both was most of a
+            // 1,000-rule diff).
+            guard oldHolds.mapValues({ $0[action] }) != newHolds.mapValues({ $0[action] }) else { continue }
+            let before = space.describe(oldHolds, only: action)[action] ?? []
+            let after = space.describe(newHolds, only: action)[action] ?? []
             if before != after {
                 changes.append(
                     Change(
@@ -491,12 +495,21 @@ extension PolicyDiff {
         /// For each action but deliver, what leads there in `scope`: `status 500-502`, `code
         /// 1401`, `code 1400-1499 on POST`, `error timeout at /upload/*`.
         func triggers(_ scope: RuleGraph.Scope) -> [ActionKind: [String]] {
+            describe(holds(scope))
+        }
+
+        /// Where each atom leads to each action, by asking the decision table about every
+        /// context one by one: contexts × (statuses + codes × statuses) questions, so cubic in
+        /// the number of rules. The reference for ``holds(_:)``, which asks one question per
+        /// class of contexts no rule tells apart; the tests compare the two.
+        func enumeratedHolds(_ scope: RuleGraph.Scope) -> [Atom: [ActionKind: ContextSet]] {
             let actions = scope.compiled.map(\.action)
             func action(_ index: Int?) -> ActionKind { index.map { actions[$0] } ?? .deliver }
-            var holds: [Atom: [ActionKind: [Int]]] = [:]
+            var holds: [Atom: [ActionKind: ContextSet]] = [:]
+            let count = contexts.count
             func record(_ atom: Atom, _ kind: ActionKind, _ context: Int) {
                 guard kind != .deliver else { return }
-                holds[atom, default: [:]][kind, default: []].append(context)
+                holds[atom, default: [:]][kind, default: ContextSet(count: count)].insert(context)
             }
             for (contextIndex, context) in contexts.enumerated() {
                 let method = methods[context.method].probe
@@ -531,13 +544,17 @@ extension PolicyDiff {
                         contextIndex)
                 }
             }
+            return holds
+        }
 
+        /// The atoms that lead to each action, grouped and written as text.
+        func describe(_ holds: [Atom: [ActionKind: ContextSet]], only: ActionKind? = nil) -> [ActionKind: [String]] {
             // Per action, atoms that hold in the same contexts are written together, adjacent
             // intervals as one range.
             var out: [ActionKind: [(order: [Int], text: String)]] = [:]
-            var groups: [ActionKind: [[Int]: [Atom]]] = [:]
+            var groups: [ActionKind: [ContextSet: [Atom]]] = [:]
             for (atom, byAction) in holds {
-                for (kind, contextList) in byAction {
+                for (kind, contextList) in byAction where only == nil || kind == only {
                     groups[kind, default: [:]][contextList, default: []].append(atom)
                 }
             }
@@ -635,8 +652,9 @@ extension PolicyDiff {
 
         /// Where an item holds, when not in every context: ` on POST`, ` at /a/*`, ` on POST at
         /// /a/* or on PUT`.
-        func qualifier(_ list: [Int]) -> String {
-            guard list.count < contexts.count else { return "" }
+        func qualifier(_ set: ContextSet) -> String {
+            guard set.count < contexts.count else { return "" }
+            let list = set.elements
             let chosen = list.map { contexts[$0] }
             let m = Set(chosen.map(\.method))
             let p = Set(chosen.map(\.path))

@@ -45,10 +45,20 @@ package struct RuleGraph: Sendable {
         let attemptTimeout: Duration?
         let deadline: Duration?
         let refreshAhead: Duration?
+        /// The longest a request of this scope can take, computed from the compiled rules (see
+        /// ``WorstCase``): what `explain` states and the deadline lint checks.
+        package let worstCase: WorstCase
+        /// The idempotency headers to generate, by method: for each method a retry rule of this
+        /// scope may retry (listed in the rule's own `methods`) that is not idempotent by nature
+        /// (POST, PATCH), the rule's `idempotency-key`. Generated before the first attempt, so
+        /// every attempt carries the same value; judged from the same compiled settings as the
+        /// retry itself.
+        let idempotencyKeys: [String: [String]]
 
         init(
             id: String, route: Route?, rules: [Rule], classify: CodeSource?, retry: RetrySettings,
-            refresh: RefreshSettings, logout: LogoutSettings, authorize: PluginReference, codePath: JSONPath?
+            refresh: RefreshSettings, logout: LogoutSettings, authorize: PluginReference, codePath: JSONPath?,
+            heldFor: Duration?
         ) {
             self.id = id
             self.route = route
@@ -75,6 +85,18 @@ package struct RuleGraph: Sendable {
             noMatchError = finished.noMatchError
             attemptDeadline = finished.attemptDeadline
             beforeSendingFailure = finished.beforeSending
+            worstCase = WorstCase(
+                compiled: compiled, attemptTimeout: retry.attemptTimeout, heldFor: heldFor,
+                holds: refresh.holdNewRequests || refresh.plugin != nil)
+            var keys: [String: [String]] = [:]
+            for flow in compiled where flow.canRetry {
+                guard let header = flow.retry.idempotencyKey else { continue }
+                for method in ["POST", "PATCH"] where flow.retry.methods.contains(method) {
+                    guard flow.methods.map({ $0.contains(method) }) ?? true else { continue }
+                    if keys[method]?.contains(header) != true { keys[method, default: []].append(header) }
+                }
+            }
+            idempotencyKeys = keys
         }
 
         /// What the scope covers, for people: `all requests` or `POST /upload/*`.
@@ -129,6 +151,13 @@ package struct RuleGraph: Sendable {
 
     init(parts: PolicyParts, catalog: PluginCatalog) {
         var scopes: [Scope] = []
+        // A held request waits for whichever refresh is in flight, which any scope may have
+        // started: the longest refresh timeout of the policy bounds every held wait.
+        var timeouts = ([parts.refresh] + parts.routes.map(\.refresh)).filter { $0.plugin != nil }.map(\.timeout)
+        for rule in parts.rules + parts.routes.flatMap({ $0.rules ?? [] }) where rule.action == .refresh {
+            if let timeout = rule.refresh?.timeout { timeouts.append(timeout) }
+        }
+        let heldFor = timeouts.max()
         for (index, route) in parts.routes.enumerated() {
             let rules: [Rule]
             if let own = route.rules {
@@ -150,13 +179,13 @@ package struct RuleGraph: Sendable {
                 Scope(
                     id: "route-\(index + 1)", route: route, rules: rules, classify: classify, retry: route.retry,
                     refresh: route.refresh, logout: route.logout, authorize: route.authorize,
-                    codePath: Self.jsonPath(classify)))
+                    codePath: Self.jsonPath(classify), heldFor: heldFor))
         }
         scopes.append(
             Scope(
                 id: "default", route: nil, rules: parts.rules, classify: parts.classify, retry: parts.retry,
                 refresh: parts.refresh, logout: parts.logout, authorize: parts.authorize,
-                codePath: Self.jsonPath(parts.classify)))
+                codePath: Self.jsonPath(parts.classify), heldFor: heldFor))
         self.scopes = scopes
         // Delivered and failed are always reached (no rule matches); logged out only when some
         // edge leads there: no orphan node.

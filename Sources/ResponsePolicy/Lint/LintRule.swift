@@ -42,6 +42,7 @@ package enum Linter {
         ShadowedRule(), DuplicateRuleNameRule(), UnboundedBackoffRule(), RetriedPostRule(), DeadlineRule(),
         UnusedSectionRule(), NeverRetriedRule(), ShareWindowLogoutRule(), UnboundedRetryAfterRule(),
         LeadingZeroCodeRule(), RouteDropsRulesRule(), RoutePathRule(), ShadowedRouteRule(), InitialAboveMaxDelayRule(),
+        HiddenLogoutRule(),
     ]
 
     /// Every rule's description: the semantic rules, then the schema checks of the decoder.

@@ -177,6 +177,17 @@ enum SchemaChecks {
                 + "otherwise the first refresh would fail and log the user out.",
             triggering: []),
         describe(
+            "request-wide-override", "a rule's 'then:' sets a key that applies to the whole request",
+            "'deadline' and 'attempt-timeout' are armed when the request starts and before each attempt, 'ahead' and 'hold-new-requests' act before it is sent: before any rule has matched. A rule cannot change them, so the key is refused rather than accepted and ignored; a route's section sets them for its requests.",
+            triggering: [
+                exampleHeader
+                    + "rules:\n  - { name: slow, when: { status: [503] }, then: { do: retry, attempt-timeout: 100ms, deadline: 500ms } }\n"
+            ],
+            nonTriggering: [
+                exampleHeader
+                    + "routes:\n  - match: { path: \"/slow/*\" }\n    retry: { attempt-timeout: 100ms, deadline: 500ms }\nrules:\n  - { name: slow, when: { status: [503] }, then: { do: retry, max-retries: 1 } }\n"
+            ]),
+        describe(
             "invalid-merge", "a merge key '<<' with something other than mappings", "Only mappings can be merged.",
             triggering: [exampleHeader + "retry: { <<: 3 }\n"]),
         describe(

@@ -51,7 +51,7 @@ extension Policy {
           max-delay: 8s
           retry-after: honor
           attempt-timeout: 10s
-          deadline: 90s
+          deadline: 120s
 
         routes:
           - match: { path: "/oauth/*" }

@@ -157,7 +157,10 @@ public struct Policy: Sendable {
     }
 
     /// Decodes, compiles and lints an already parsed file.
-    package static func analyze(_ parsed: Parsed, file: String?, catalog: PluginCatalog) -> Analysis {
+    ///
+    /// The parsed file is consumed: its tree is let go once decoded, before the graph is
+    /// compiled, so the two are never in memory together (pass it with `consume`).
+    package static func analyze(_ parsed: consuming Parsed, file: String?, catalog: PluginCatalog) -> Analysis {
         var diagnostics = parsed.diagnostics
         let source = parsed.source
         guard let root = parsed.root else {
@@ -169,8 +172,9 @@ public struct Policy: Sendable {
             }
             return Analysis(policy: nil, diagnostics: finish(diagnostics, file), source: source)
         }
+        parsed.root = nil
         var decoder = PolicyDecoder(catalog: catalog)
-        guard let parts = decoder.policy(root) else {
+        guard let parts = decoder.policy(consume root) else {
             return Analysis(policy: nil, diagnostics: finish(diagnostics + decoder.diagnostics, file), source: source)
         }
         diagnostics += decoder.diagnostics

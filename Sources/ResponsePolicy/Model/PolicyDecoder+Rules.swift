@@ -133,10 +133,39 @@ extension PolicyDecoder {
             rule.logout = logout(node, over: scope.logout, what: what, tuningOnly: true, extraKeys: ["do"], path: path)
         case .deliver, .fail: _ = mappingFields(node, what, allowed: ["do"])
         }
+        refuseRequestWide(in: node, rule: &rule, scope: scope)
         for (key, range) in locations where key.hasPrefix("then.") {
             rule.source.keys[String(key.dropFirst(5))] = range
         }
         locations = saved
+    }
+
+    /// Keys of a section that apply to the whole request, before any rule has matched: the
+    /// deadline and the attempt timeout are armed when the request starts and before each
+    /// attempt; refreshing ahead of expiry and holding requests during a refresh happen before a
+    /// request is sent. A rule cannot change them, so a `then:` that writes one is refused rather
+    /// than accepted and ignored. (A route's sections set them for its requests.)
+    static let requestWideKeys: [ActionKind: [String]] = [
+        .retry: ["attempt-timeout", "deadline"], .refresh: ["ahead", "hold-new-requests"],
+    ]
+
+    /// Reports every request-wide key a rule's `then:` writes, at the key, and keeps the
+    /// scope's value for it, so the compiled rule holds what the engine runs.
+    mutating func refuseRequestWide(in node: YAMLNode, rule: inout Rule, scope: SectionScope) {
+        guard let keys = Self.requestWideKeys[rule.action], let pairs = node.pairs else { return }
+        for pair in pairs {
+            guard let key = pair.key.scalar, keys.contains(key) else { continue }
+            let section = rule.action.rawValue
+            report(
+                .error(
+                    "request-wide-override",
+                    "'\(key)' applies to the whole request, not to one rule; set it in '\(section):' or in a route's '\(section):'",
+                    at: pair.key.range))
+        }
+        rule.retry?.attemptTimeout = scope.retry.attemptTimeout
+        rule.retry?.deadline = scope.retry.deadline
+        rule.refresh?.ahead = scope.refresh.ahead
+        rule.refresh?.holdNewRequests = scope.refresh.holdNewRequests
     }
 
     mutating func condition(_ node: YAMLNode) -> Condition? {

@@ -97,6 +97,10 @@ package enum PolicySchema {
     }
 
     /// `then:` is an action, or `{ do: ACTION, … }` with the overrides that action's section takes.
+    static func requestWide(_ action: ActionKind, _ key: String) -> Bool {
+        PolicyDecoder.requestWideKeys[action]?.contains(key) ?? false
+    }
+
     static func then() -> SchemaJSON {
         func override(_ actions: [ActionKind], keys: [String]) -> SchemaJSON {
             var properties: [(String, SchemaJSON)] = [
@@ -113,8 +117,10 @@ package enum PolicySchema {
                 "oneOf",
                 .array([
                     ref("action"),
-                    override([.retry], keys: PolicyDecoder.retryKeys),
-                    override([.refresh], keys: PolicyDecoder.refreshTuningKeys),
+                    // Request-wide keys (deadline, attempt-timeout, ahead, hold-new-requests) are
+                    // refused in a rule's `then:`: an editor should not offer them there.
+                    override([.retry], keys: PolicyDecoder.retryKeys.filter { !requestWide(.retry, $0) }),
+                    override([.refresh], keys: PolicyDecoder.refreshTuningKeys.filter { !requestWide(.refresh, $0) }),
                     override([.logout], keys: PolicyDecoder.logoutTuningKeys),
                     override([.deliver, .fail], keys: []),
                 ])

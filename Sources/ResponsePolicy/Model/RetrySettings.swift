@@ -59,8 +59,11 @@ package struct RetrySettings: Sendable, Hashable {
     package var idempotencyKey: String? = "Idempotency-Key"
     /// `deliver` by default. Also accepts any action so lint can report a looping value.
     package var onExhausted: ActionKind = .deliver
-    /// `60s` by default; `nil` (`deadline: none`) for no deadline.
-    package var deadline: Duration? = .seconds(60)
+    /// `120s` by default; `nil` (`deadline: none`) for no deadline. Long enough for the worst
+    /// case of the other defaults (5 attempts of 10s, each possibly held 10s for a refresh, a
+    /// 10s refresh, waits of 1s + 2s + 4s: 117s), so a policy at defaults passes `lint --strict`
+    /// and the deadline only cuts what the settings did not plan for.
+    package var deadline: Duration? = .seconds(120)
     /// `{ratio: 0.2, min: 100}` by default: in a sliding 10 s window retries may add 20 % of the
     /// requests plus 100 (10 per second), Finagle's default. Enough that a burst of requests
     /// meeting one transient error each is retried, not delivered as the error.
@@ -82,10 +85,19 @@ package struct RetrySettings: Sendable, Hashable {
         return .seconds(clampSeconds(seconds))
     }
 
-    /// The longest wait jitter can turn `delay` into.
+    /// The longest wait jitter can turn `delay` into, before the cap.
     package func worstCaseJittered(_ delay: Duration) -> Duration {
         if case .proportional(let p) = jitter { return delay * (1 + p) }
         return delay
+    }
+
+    /// The longest the backoff wait before retry `n` (1-based) can be: the delay with its
+    /// longest jitter, capped at `max-delay` (the cap applies after jitter, so `max-delay: 8s`
+    /// with `jitter: "20%"` never waits more than 8s).
+    package func longestWait(forRetry n: Int) -> Duration {
+        let jittered = worstCaseJittered(delay(forRetry: n))
+        guard let maxDelay else { return jittered }
+        return Swift.min(jittered, maxDelay)
     }
 }
 

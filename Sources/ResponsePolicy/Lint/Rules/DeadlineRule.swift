@@ -28,15 +28,25 @@ struct DeadlineRule: LintRule {
         var findings: [Diagnostic] = []
         for (_, scope) in context.ruleSets {
             guard let deadline = scope.retry.deadline else { continue }
-            let worst = WorstCase(scope: scope)
+            let worst = scope.worstCase
             guard let total = worst.total, total > deadline else { continue }
             let path = context.prefix(scope, "retry") + ".deadline"
             findings.append(
-                .warning(
-                    Self.description.id,
-                    "in the worst case \(worst.attempts) attempts, their backoff waits and refreshes take \(total.policyText), longer than the deadline of \(deadline.policyText); raise 'deadline' or lower 'max-retries'",
-                    at: context.location(path)))
+                .warning(Self.description.id, Self.message(worst, total, deadline), at: context.location(path)))
         }
         return findings
+    }
+
+    /// Names every term of the worst case with its share, largest first, so the hint points at
+    /// the setting that matters (usually `attempt-timeout`, not the backoff).
+    static func message(_ worst: WorstCase, _ total: Duration, _ deadline: Duration) -> String {
+        let terms = worst.terms.filter { $0.duration > .zero }.map { term in
+            let share = Int((term.duration.seconds / total.seconds * 100).rounded())
+            return "\(term.name) = \(term.duration.policyText) (\(share)%)"
+        }
+        return
+            "in the worst case a request takes \(total.policyText), longer than the deadline of \(deadline.policyText): "
+            + terms.joined(separator: ", ")
+            + "; lower 'attempt-timeout' or 'max-retries', or raise 'deadline'"
     }
 }

@@ -30,12 +30,15 @@ struct DuplicateRuleNameRule: LintRule {
     func check(_ context: LintContext) -> [Diagnostic] {
         var findings: [Diagnostic] = []
         for (rules, _) in context.ruleSets {
-            var first: [String: Rule] = [:]
-            for rule in rules {
-                guard let earlier = first[rule.name] else {
-                    first[rule.name] = rule
+            // Positions, not rules: a dictionary of 20,000 copied rules was a fifth of lint's memory.
+            var first: [String: Int] = [:]
+            first.reserveCapacity(rules.count)
+            for (position, rule) in rules.enumerated() {
+                guard let earlierPosition = first[rule.name] else {
+                    first[rule.name] = position
                     continue
                 }
+                let earlier = rules[earlierPosition]
                 // The same written name twice is one rule repeated through a YAML alias: a
                 // shadowed rule, which `shadowed-rule` reports.
                 guard rule.source.name == nil || rule.source.name != earlier.source.name else { continue }

@@ -1,0 +1,42 @@
+import Foundation
+import Testing
+
+@testable import ResponsePolicy
+
+/// How often a request takes the engine's lock, per attempt (debug builds count acquisitions):
+/// the figure issue 18 asks to report and to keep from growing.
+struct EngineLockCountTests {
+    static func policy(budget: String) -> String {
+        """
+        policy: 1
+        name: locks
+        retry: { backoff: constant, initial: 100ms, budget: \(budget) }
+        rules: [{ name: busy, when: { status: [503] }, then: retry }]
+        """
+    }
+
+    /// Lock acquisitions of one request whose first `failures` attempts meet 503.
+    static func acquisitions(failures: Int, budget: String) async throws -> Int {
+        let transport = RecordingTransport { _, count in count <= failures ? response("", status: 503) : response("ok")
+        }
+        let sim = try SimulatedEngine(Self.policy(budget: budget), transport: transport)
+        let before = sim.engine.state.acquisitions
+        _ = try await sim.run { engine in try await engine.send(HTTPRequest(url: testURL)) }
+        // Not the request's: the snapshot `run` takes to check for leftovers, and this read.
+        return sim.engine.state.acquisitions - before - 2
+    }
+
+    /// Before issue 18's changes: 5 for a one-attempt request; 7 per retry attempt (8 with a
+    /// budget): budget, backoff start, park, timer, wake, gate, attempt start, attempt end. The
+    /// budget and the backoff are now one transition, and the wake runs the gate: 6.
+    @Test(arguments: ["none", "{ ratio: 0.2, min: 100 }"])
+    func lockAcquisitionsPerAttempt(budget: String) async throws {
+        let one = try await Self.acquisitions(failures: 0, budget: budget)
+        let three = try await Self.acquisitions(failures: 2, budget: budget)
+        let perRetry = (three - one) / 2
+        print(
+            "engine lock acquisitions (budget \(budget)): a one-attempt request \(one), each retry attempt \(perRetry)")
+        #expect(one <= 5, "a request delivered at the first attempt took the lock \(one) times")
+        #expect(perRetry <= 6, "each retry took the lock \(perRetry) times")
+    }
+}
