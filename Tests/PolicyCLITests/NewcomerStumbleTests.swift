@@ -25,6 +25,8 @@ struct NewcomerStumbleTests {
                 grant: password
                 username-env: RP_STUMBLE_UNSET_USER
                 password-env: RP_STUMBLE_UNSET_PASSWORD
+              on-exhausted: fail
+              on-failure: fail
             routes:
               - { match: { path: "/a/*" }, retry: { max-retries: 1 } }
               - { match: { path: "/b/*" }, retry: { max-retries: 2 } }
