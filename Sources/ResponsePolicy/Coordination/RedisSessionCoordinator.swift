@@ -86,6 +86,8 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         var health = CoordinatorHealth()
         var stopped = false
         var subscriberRunning = false
+        /// A logout this process could not publish (Redis was unreachable): its end and reason.
+        var pendingLogout: (until: Int64, reason: String)?
     }
 
     /// The command connection; touched only on `queue`.
@@ -143,7 +145,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
             // {1}: seeded from `local`; {0, …} with no credentials: nothing shared yet.
             if items.count >= 4, items[0].integer == 0 {
                 let session = SharedSession(
-                    credentials: items[2].text.flatMap(SharedCredentialsCodec.decode),
+                    credentials: credentials(items[2].text, source: "the session hash"),
                     generation: UInt64(items[1].integer ?? 0), loggedOutUntil: Self.until(items[3]))
                 if session.credentials != nil || session.loggedOutUntil != nil {
                     remember(session)
@@ -181,7 +183,8 @@ public final class RedisSessionCoordinator: SessionCoordinator {
             let limit = request.limit
             let arguments = [
                 "EVAL", Self.beginScript, "5", keys.session, keys.lease, keys.fence, keys.logout, keys.refreshes,
-                String(request.failedGeneration), String(configuration.lease.milliseconds()),
+                // Never shorter than the refresh it covers (a live holder keeps its lease).
+                String(request.failedGeneration), String(max(configuration.lease, request.timeout + .seconds(1)).milliseconds()),
                 String(limit?.count ?? 0), String(limit?.per.milliseconds() ?? 0),
             ]
             switch await run(arguments) {
@@ -191,7 +194,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
                 switch items.first?.integer {
                 case 0 where items.count >= 4:
                     let session = SharedSession(
-                        credentials: items[2].text.flatMap(SharedCredentialsCodec.decode),
+                        credentials: credentials(items[2].text, source: "the session hash"),
                         generation: UInt64(items[1].integer ?? 0), loggedOutUntil: Self.until(items[3]))
                     remember(session)
                     return waited ? .published(session) : .newer(session)
@@ -218,7 +221,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
 
     public func publish(_ credentials: Credentials, with lease: RefreshLease) async -> PublishResult {
         let arguments = [
-            "EVAL", Self.publishScript, "2", keys.session, keys.lease, String(lease.fencingToken),
+            "EVAL", Self.publishScript, "3", keys.session, keys.lease, keys.fence, String(lease.fencingToken),
             String(lease.generation), SharedCredentialsCodec.encode(credentials), keys.channel,
         ]
         switch await run(arguments) {
@@ -231,7 +234,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
                 remember(session)
                 return .published(session)
             }
-            let stored = items.count > 2 ? items[2].text.flatMap(SharedCredentialsCodec.decode) : nil
+            let stored = items.count > 2 ? self.credentials(items[2].text, source: "the session hash") : nil
             return .leaseLost(current: stored.map { SharedSession(credentials: $0, generation: generation) })
         }
     }
@@ -250,9 +253,30 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         let untilMs = until.millisecondsSince1970
         let ttl = max(1, untilMs - Date().millisecondsSince1970)
         let message = Self.json(["t": "l", "u": untilMs, "r": String(reason.prefix(300))])
-        _ = await run([
+        let result = await run([
             "EVAL", Self.logoutScript, "1", keys.logout, String(untilMs), String(ttl), message, keys.channel,
         ])
+        if case .failure = result {
+            // Published by the subscriber when Redis is back (issue 19: a logout during an outage
+            // was never heard by the others, who kept sending through the cooldown).
+            state.withLock { state in
+                if untilMs > (state.pendingLogout?.until ?? 0) { state.pendingLogout = (untilMs, reason) }
+            }
+        }
+    }
+
+    /// Publishes a logout that could not be published while Redis was unreachable, unless its
+    /// cooldown is over by now.
+    private func publishPendingLogout(on connection: RedisConnection) throws(RedisError) {
+        guard let (untilMs, reason) = state.withLock({ $0.pendingLogout }) else { return }
+        let ttl = untilMs - Date().millisecondsSince1970
+        if ttl > 0 {
+            let message = Self.json(["t": "l", "u": untilMs, "r": String(reason.prefix(300))])
+            _ = try connection.command([
+                "EVAL", Self.logoutScript, "1", keys.logout, String(untilMs), String(ttl), message, keys.channel,
+            ])
+        }
+        state.withLock { state in if state.pendingLogout?.until == untilMs { state.pendingLogout = nil } }
     }
 
     public func publishSignIn(_ credentials: Credentials) async -> SharedSession? {
@@ -386,11 +410,12 @@ public final class RedisSessionCoordinator: SessionCoordinator {
     /// After (re)connecting: reads what was missed, re-seeding a session Redis lost.
     private func resync() throws(RedisError) {
         let reader = try connect()
+        try publishPendingLogout(on: reader)
         let reply = try reader.command(seedCommand(nil))
         let items = reply.items
         guard items.count >= 4, items[0].integer == 0 else { return }
         let session = SharedSession(
-            credentials: items[2].text.flatMap(SharedCredentialsCodec.decode),
+            credentials: credentials(items[2].text, source: "the session hash"),
             generation: UInt64(items[1].integer ?? 0), loggedOutUntil: Self.until(items[3]))
         if session.credentials != nil, isNewer(session) {
             remember(session)
@@ -408,8 +433,9 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         else { return }
         switch type {
         case "c":
-            guard let generation = (object["g"] as? NSNumber)?.uint64Value,
-                let credentials = object["c"].flatMap(SharedCredentialsCodec.decode(object:))
+            guard let number = object["g"] as? NSNumber, number.doubleValue.isFinite, number.doubleValue >= 0,
+                number.doubleValue < 9e15, case let generation = number.uint64Value,
+                let credentials = object["c"].flatMap({ credentials(object: $0, source: "a publication") })
             else { break }
             let session = SharedSession(credentials: credentials, generation: generation)
             if isNewer(session) {
@@ -417,10 +443,19 @@ public final class RedisSessionCoordinator: SessionCoordinator {
                 send(.credentials(session))
             }
         case "l":
-            guard let until = (object["u"] as? NSNumber)?.int64Value else { break }
+            guard let number = object["u"] as? NSNumber, number.doubleValue.isFinite, number.doubleValue >= 0,
+                number.doubleValue <= Double(SharedCredentialsCodec.maxMilliseconds)
+            else {
+                send(.problem("a logout on \(keys.channel) was refused: its end is out of range"))
+                break
+            }
+            let until = number.int64Value
             send(.loggedOut(until: Date(milliseconds: until), reason: object["r"] as? String ?? "logged out elsewhere"))
         case "f":
-            guard let fence = (object["f"] as? NSNumber)?.uint64Value else { break }
+            guard let number = object["f"] as? NSNumber, number.doubleValue.isFinite, number.doubleValue >= 0,
+                number.doubleValue < 9e15
+            else { break }
+            let fence = number.uint64Value
             state.withLock { state in
                 if state.failures.count > 64 { state.failures.removeAll() }
                 state.failures[fence] = object["w"] as? String ?? "the refresh failed in another process"
@@ -431,6 +466,27 @@ public final class RedisSessionCoordinator: SessionCoordinator {
     }
 
     // MARK: - State
+
+    /// Credentials read from Redis, or nil (with a `problem` naming where they came from) when
+    /// they are malformed or out of range: a forged or corrupted value never reaches the engine.
+    private func credentials(_ text: String?, source: String) -> Credentials? {
+        guard let text, !text.isEmpty else { return nil }
+        switch SharedCredentialsCodec.check(text) {
+        case .success(let credentials): return credentials
+        case .failure(let error):
+            send(.problem("\(source) of \(keys.session) on \(endpoint) was refused: \(error.reason)"))
+            return nil
+        }
+    }
+
+    private func credentials(object: Any, source: String) -> Credentials? {
+        switch SharedCredentialsCodec.check(object: object) {
+        case .success(let credentials): return credentials
+        case .failure(let error):
+            send(.problem("\(source) on \(keys.channel) was refused: \(error.reason)"))
+            return nil
+        }
+    }
 
     private func isNewer(_ session: SharedSession) -> Bool {
         state.withLock { session.generation > ($0.latest?.generation ?? 0) || $0.latest?.credentials == nil }
@@ -491,7 +547,14 @@ public final class RedisSessionCoordinator: SessionCoordinator {
           return {0, tostring(gen), redis.call('HGET', KEYS[1], 'creds') or '', redis.call('GET', KEYS[4]) or '0'}
         end
         local holder = redis.call('GET', KEYS[2])
-        if holder then return {2, holder, redis.call('PTTL', KEYS[2])} end
+        if holder then
+          local left = redis.call('PTTL', KEYS[2])
+          if left < 0 or left > tonumber(ARGV[2]) then
+            redis.call('PEXPIRE', KEYS[2], ARGV[2])
+            left = tonumber(ARGV[2])
+          end
+          return {2, holder, left}
+        end
         local count = tonumber(ARGV[3])
         local now = 0
         if count > 0 then
@@ -509,11 +572,15 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         return {1, tostring(fence), tostring(gen)}
         """
 
-    /// KEYS: session, lease. ARGV: fence, generation the lease started from, credentials JSON,
-    /// channel. Returns {1, gen} when stored and announced, {0, gen, creds} when the lease is gone.
+    /// KEYS: session, lease, fence. ARGV: fence, generation the lease started from, credentials
+    /// JSON, channel. Stores while the lease holds, or when it lapsed with no lease granted and no
+    /// publication since (``CoordinationRecord/publish(_:with:now:)``). Returns {1, gen} when
+    /// stored and announced, {0, gen, creds} when refused.
     static let publishScript = """
         local gen = redis.call('HGET', KEYS[1], 'gen') or '0'
-        if redis.call('GET', KEYS[2]) ~= ARGV[1] or gen ~= ARGV[2] then
+        local held = redis.call('GET', KEYS[2])
+        local nobodySince = (not held) and (redis.call('GET', KEYS[3]) or '0') == ARGV[1]
+        if gen ~= ARGV[2] or (held ~= ARGV[1] and not nobodySince) then
           return {0, gen, redis.call('HGET', KEYS[1], 'creds') or ''}
         end
         local new = redis.call('HINCRBY', KEYS[1], 'gen', 1)
