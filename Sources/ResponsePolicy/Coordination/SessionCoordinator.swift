@@ -195,3 +195,22 @@ public struct LocalSessionCoordinator: SessionCoordinator {
 
     public func stop() {}
 }
+
+/// Stands in for a coordinator the policy names but that could not be made (an unset
+/// `password-env`, a URL this build cannot use) when `on-unavailable` is `wait`: every refresh
+/// turn is refused with the reason, so no process of a misconfigured fleet refreshes alone with a
+/// refresh token the others hold too. Requests that need a refresh fail with the reason; nobody is
+/// logged out.
+struct UnavailableSessionCoordinator: SessionCoordinator {
+    let reason: String
+
+    func start(local: Credentials?, updates: @escaping @Sendable (SessionUpdate) -> Void) async -> SharedSession? {
+        nil
+    }
+    func beginRefresh(_ request: RefreshTurnRequest) async -> RefreshTurn { .unavailable(reason) }
+    func publish(_ credentials: Credentials, with lease: RefreshLease) async -> PublishResult { .unavailable(reason) }
+    func endRefresh(_ lease: RefreshLease, failure: String?) async {}
+    func publishLogout(until: Date, reason: String) async {}
+    func publishSignIn(_ credentials: Credentials) async -> SharedSession? { nil }
+    func stop() {}
+}

@@ -38,9 +38,13 @@ extension PolicyEngine {
     /// whose end is not later than the cooldown already kept is old news and ignored.
     func logoutFromElsewhere(until: Date, reason: String) {
         let runtime = state.withLock { $0.runtime }
+        let settings = runtime.policy.logout
+        // A cooldown read from a shared store is never longer than this policy's own: a forged or
+        // corrupted logout costs at most what a real one costs (issue 23).
+        let bounds = CoordinationBounds(maxCooldown: runtime.maxCooldown, maxLease: .zero)
+        let until = bounds.cooldown(until: until, now: clock.date)
         let remaining = until.timeIntervalSince(clock.date)
         guard remaining > 0 else { return }
-        let settings = runtime.policy.logout
         endSession(
             cooldown: .seconds(remaining), cancelInFlight: settings.cancelInFlight, reason: .elsewhere(reason),
             trigger: nil, plugin: nil, runtime: runtime, publish: false, until: until)

@@ -441,6 +441,13 @@ final class RequestMachine {
     }
 
     func refreshTrigger(_ flow: RuleGraph.CompiledRule) -> Step {
+        if engine.state.withLock({ $0.generation }) > signedGeneration, !engine.isLoggedOut {
+            // A newer token exists (a refresh here, or credentials adopted from the fleet): the
+            // re-send with it is not one of this request's refreshes (SPEC "When a session ends";
+            // issue 19, invariant d), so it does not use up max-per-request.
+            emitResponse(rule: flow.rule)
+            return top()
+        }
         guard refreshResends < flow.refresh.maxPerRequest else {
             let error = PolicyEngineError.refreshFailed(
                 reason: "the request was re-sent \(refreshResends) time(s) for refresh triggers")
@@ -476,6 +483,20 @@ final class RequestMachine {
     }
 
     func afterRefresh(_ result: EngineState.FlightResult, proactive: Bool) -> Step {
+        if case .unavailable(let refreshFailure) = result {
+            // Coordination trouble: the request fails with the reason (or, ahead of expiry, goes
+            // out with the token it has); no failure edge is taken, so nobody is logged out.
+            if proactive, !signingIn, let credentials = engine.state.withLock({ $0.credentials }),
+                credentials.expiresAt.map({ $0 > engine.clock.date }) ?? true
+            {
+                skipProactive = true
+                return top()
+            }
+            signingIn = false
+            refreshRule = nil
+            refreshFailureReason = refreshFailure.reason
+            return finish(.failure(.refreshFailed(reason: refreshFailure.reason)))
+        }
         if case .superseded = result {
             // The refresh belonged to a session that has since ended: decide again, without
             // counting another re-send (a sign-in's token is newer and retried at once).
@@ -505,7 +526,7 @@ final class RequestMachine {
         let flow = refreshRule.map { scope.compiled[$0] }
         refreshRule = nil
         switch result {
-        case .ok, .superseded: return top()
+        case .ok, .superseded, .unavailable: return top()  // (.unavailable is handled above)
         case .loggedOut: return cancelledByLogout()
         case .cancelled: return ended()
         case .failed(let refreshFailure):
