@@ -110,7 +110,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
         var holder: UInt64?
         // Never shorter than the refresh it covers: a live holder must not lose its lease while
         // its refresh is still allowed to run (issue 19: a lost lease dropped the new pair).
-        let leaseMs = max(configuration.lease, request.timeout + .seconds(1)).milliseconds()
+        let leaseMs = request.leaseLength(configured: configuration.lease).milliseconds()
         let pid = Int64(getpid())
         while true {
             if Task.isCancelled { return .unavailable("the refresh was cancelled while it waited for its turn") }

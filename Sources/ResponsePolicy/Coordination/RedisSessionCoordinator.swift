@@ -184,7 +184,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
             let arguments = [
                 "EVAL", Self.beginScript, "5", keys.session, keys.lease, keys.fence, keys.logout, keys.refreshes,
                 // Never shorter than the refresh it covers (a live holder keeps its lease).
-                String(request.failedGeneration), String(max(configuration.lease, request.timeout + .seconds(1)).milliseconds()),
+                String(request.failedGeneration), String(request.leaseLength(configured: configuration.lease).milliseconds()),
                 String(limit?.count ?? 0), String(limit?.per.milliseconds() ?? 0),
             ]
             switch await run(arguments) {

@@ -121,6 +121,14 @@ public struct RefreshTurnRequest: Sendable, Equatable {
         self.limit = limit
     }
 
+    /// The lease a store grants for this request: the configured one, but never shorter than the
+    /// refresh it covers (`timeout` and a tenth of it, at most a second more): a live holder must
+    /// not lose its lease while its refresh is still allowed to run (issue 19: a holder that
+    /// outlived its lease dropped the new pair, and the next holder presented the spent token).
+    public func leaseLength(configured: Duration) -> Duration {
+        max(configured, timeout + min(timeout / 10, .seconds(1)))
+    }
+
     public static func == (a: Self, b: Self) -> Bool {
         a.failedGeneration == b.failedGeneration && a.timeout == b.timeout && a.limit?.count == b.limit?.count
             && a.limit?.per == b.limit?.per

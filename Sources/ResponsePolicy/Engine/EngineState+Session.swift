@@ -122,7 +122,11 @@ extension EngineState {
         until: Duration, untilDate: Date, reason: LogoutReason, extendOnly: Bool, now: Duration
     ) -> Bool {
         if isLoggedOut(at: now) {
-            guard extendOnly, let current = loggedOutUntilDate, untilDate > current else { return false }
+            // Later by more than the stores' millisecond rounding: a process hearing its own
+            // logout back counted it twice (issue 19).
+            guard extendOnly, let current = loggedOutUntilDate, untilDate.timeIntervalSince(current) > 0.002 else {
+                return false
+            }
         }
         loggedOutUntil = until
         loggedOutUntilDate = untilDate

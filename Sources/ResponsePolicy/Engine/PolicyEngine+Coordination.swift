@@ -70,7 +70,20 @@ extension PolicyEngine {
                 state.coordinationProblem = nil
                 return state.runtime
             }
-            runInBackground { [weak self] in await self?.publishUnpublished(runtime) }
+            let republish = state.withLock { state -> (Date, String)? in
+                // This engine's own logout, which the outage may have kept from the others: said
+                // again (a store never shortens a cooldown, and the others ignore an end they hold).
+                guard let until = state.loggedOutUntilDate, let reason = state.logoutReason,
+                    until > clock.date
+                else { return nil }
+                if case .elsewhere = reason { return nil }
+                return (until, reason.eventText)
+            }
+            let coordinator = coordinator
+            runInBackground { [weak self] in
+                await self?.publishUnpublished(runtime)
+                if let (until, reason) = republish { await coordinator.publishLogout(until: until, reason: reason) }
+            }
         }
     }
 

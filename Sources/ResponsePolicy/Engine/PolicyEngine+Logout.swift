@@ -111,7 +111,7 @@ extension PolicyEngine {
     }
 
     /// The reason of a logout caused by a failed refresh (a rule name cannot contain a space).
-    static let refreshFailedReason = "refresh failed"
+    package static let refreshFailedReason = "refresh failed"
 
     /// Waits until the work the engine started in the background has finished (logout calls,
     /// publications to the coordinator), e.g. before a command-line tool exits right after its

@@ -33,6 +33,7 @@ package enum Linter {
         ShadowedRule(), DuplicateRuleNameRule(), UnboundedBackoffRule(), RetriedPostRule(), DeadlineRule(),
         UnusedSectionRule(), NeverRetriedRule(), ShareWindowLogoutRule(), UnboundedRetryAfterRule(),
         LeadingZeroCodeRule(), RouteDropsRulesRule(), RoutePathRule(), ShadowedRouteRule(), InitialAboveMaxDelayRule(),
+        CoordinationLeaseRule(),
     ]
 
     /// Every rule's description: the semantic rules, then the schema checks of the decoder.
