@@ -143,6 +143,11 @@ extension PolicyEngine {
                 failedGeneration = session.generation
                 continue
             }
+            if case .unavailable(let reason) = turn {
+                noteCoordinationProblem(reason)
+            } else {
+                state.withLock { $0.coordinationProblem = nil }
+            }
             guard case .unavailable(let reason) = turn, waits, !(coordinator is UnavailableSessionCoordinator) else {
                 break
             }
@@ -213,6 +218,15 @@ extension PolicyEngine {
                     return (outcome, nil, false)
                 }
             }
+        }
+    }
+
+    /// Lists `reason` in ``problems`` until the coordinator answers again.
+    func noteCoordinationProblem(_ reason: String) {
+        state.withLock { state in
+            state.coordinationProblem = PluginError(
+                kind: .coordination, name: state.runtime.policy.coordination.name, reason: reason,
+                range: state.runtime.policy.coordination.range)
         }
     }
 
