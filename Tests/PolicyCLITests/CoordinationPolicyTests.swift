@@ -73,7 +73,7 @@ struct CoordinationPolicyTests {
         #expect(result.status == 0)
         #expect(
             result.stdout.contains(
-                "p.yaml:5:42: warning: 'url' reaches '10.1.2.3' over plain TCP; the shared tokens would cross the network in clear: use rediss:// or a TLS tunnel [coordination-without-tls]"
+                "p.yaml:5:42: warning: 'url' reaches '10.1.2.3' over plain TCP; the shared tokens would cross the network in clear: use a TLS tunnel (stunnel, spiped) on a loopback port [coordination-without-tls]"
             ), "\(result.stdout)")
         #expect(
             try await lint("coordination: { use: redis, with: { url: \"redis://10.1.2.3:6379/0\", key: api } }\n")

@@ -204,3 +204,58 @@ struct CoordinationRecordTests {
         #expect(error.reason.contains("symbolic link"))
     }
 }
+
+/// The signer's primitives against published vectors (FIPS 180-4, RFC 4231).
+struct SharedStateSignerTests {
+    @Test func sha256MatchesTheStandardVectors() {
+        func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
+        #expect(hex(SHA256.hash(Array("abc".utf8))) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        #expect(hex(SHA256.hash([])) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        #expect(
+            hex(SHA256.hash(Array("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq".utf8)))
+                == "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1")
+    }
+
+    @Test func hmacMatchesRFC4231() {
+        let signer = SharedStateSigner(key: Data("Jefe".utf8))
+        #expect(
+            signer.sign("what do ya want for nothing?")
+                == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
+        #expect(signer.verify("what do ya want for nothing?", mac: "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"))
+        #expect(!signer.verify("what do ya want for nothing!", mac: "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"))
+        // A key longer than a block is hashed first (RFC 4231 test case 6).
+        let long = SharedStateSigner(key: Data(repeating: 0xaa, count: 131))
+        #expect(
+            long.sign("Test Using Larger Than Block-Size Key - Hash Key First")
+                == "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54")
+    }
+
+    @Test func signedCredentialsRoundTripAndAnotherKeyIsRefused() {
+        let key = Data("fleet-key".utf8)
+        let credentials = Credentials(accessToken: "a", refreshToken: "r", expiresAt: Date(timeIntervalSince1970: 2e9))
+        let signed = SharedCredentialsCodec.encode(credentials, signer: SharedStateSigner(key: key))
+        #expect(SharedCredentialsCodec.decode(signed, signer: SharedStateSigner(key: key)) == credentials)
+        #expect(SharedCredentialsCodec.decode(signed, signer: SharedStateSigner(key: Data("other".utf8))) == nil)
+        #expect(SharedCredentialsCodec.decode(SharedCredentialsCodec.encode(credentials), signer: SharedStateSigner(key: key)) == nil)
+    }
+
+    @Test func aStateFileWrittenWithoutTheKeyIsRefused() throws {
+        let folder = try CoordinationRecordTests.Folder()
+        let state = folder.path + "/credentials.json.shared"
+        var record = CoordinationRecord()
+        record.credentials = Credentials(accessToken: "planted")
+        #expect(FileSessionCoordinator.write(record, to: state) == nil)
+        let signer = SharedStateSigner(key: Data("k".utf8))
+        guard case .failure(let error) = FileSessionCoordinator.read(state, signer: signer) else {
+            Issue.record("an unsigned state file was accepted")
+            return
+        }
+        #expect(error.reason.contains("signing-key-env"))
+        #expect(FileSessionCoordinator.write(record, to: state, signer: signer) == nil)
+        guard case .success(let read) = FileSessionCoordinator.read(state, signer: signer) else {
+            Issue.record("its own state file was refused")
+            return
+        }
+        #expect(read?.credentials?.accessToken == "planted")
+    }
+}

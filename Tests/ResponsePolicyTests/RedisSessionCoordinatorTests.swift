@@ -321,3 +321,34 @@ struct RedisSessionCoordinatorTests {
         #expect(throws: CoordinationError.self) { try RedisSessionCoordinator(.init(url: url, key: "k")) }
     }
 }
+
+extension RedisSessionCoordinatorTests {
+    /// Issue 23: with `signing-key-env`, a forged record (`HSET`) or announcement (`PUBLISH`) of
+    /// credentials or a logout is refused with a `problem`, and never reaches the engine.
+    @Test func forgedCredentialsAndLogoutsAreRefusedWithASigningKey() async throws {
+        let server = try RedisServerFixture()
+        let key = Data("fleet-key".utf8)
+        let coordinator = try RedisSessionCoordinator(.init(url: server.url, key: "signed", signingKey: key))
+        defer { coordinator.stop() }
+        let log = UpdateLog()
+        _ = await coordinator.start(local: testCredentials("seed"), updates: log.sink)
+        let attacker = try RedisConnection(
+            try RedisEndpoint.parse(server.url).get(), password: nil, timeout: .seconds(2))
+        let forged = #"{"access_token":"attacker","refresh_token":"attacker-refresh"}"#
+        _ = try attacker.command(["HSET", "response-policy:{signed}:session", "gen", "9", "creds", forged])
+        let turn = await coordinator.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
+        guard case .newer(let session) = turn else { Issue.record("got \(turn)"); return }
+        #expect(session.credentials == nil, "a forged record was accepted")
+        _ = try attacker.command([
+            "PUBLISH", "response-policy:{signed}:events", #"{"t":"c","g":10,"c":"# + forged + "}",
+        ])
+        _ = try attacker.command(["PUBLISH", "response-policy:{signed}:events", #"{"t":"l","u":32503680000000,"r":"x"}"#])
+        let problems = await log.first(within: .seconds(5)) { update in
+            if case .problem(let text) = update { return text.contains("logout") }
+            return false
+        }
+        #expect(problems != nil)
+        #expect(!log.updates.contains { if case .credentials = $0 { true } else { false } })
+        #expect(!log.updates.contains { if case .loggedOut = $0 { true } else { false } })
+    }
+}

@@ -45,7 +45,7 @@ enum CoordinationPlugins {
             .init("path", .string, "the credentials file to share; the store's file (or --credentials) by default"),
             .init("lease", .duration, "how long a refresh lease lasts if its holder dies, 15s by default"),
             .init("connect-timeout", .duration, "the most a call waits for the lock file, 250ms by default"),
-            onUnavailableOption,
+            onUnavailableOption, signingKeyOption,
         ]),
         "redis": PluginSchema(
             [
@@ -54,7 +54,7 @@ enum CoordinationPlugins {
                 .init("lease", .duration, "how long a refresh lease lasts if its holder dies, 15s by default"),
                 .init("connect-timeout", .duration, "the most any call waits for Redis, 250ms by default"),
                 .init("password-env", .string, "the environment variable holding the Redis password"),
-                onUnavailableOption,
+                onUnavailableOption, signingKeyOption,
             ],
             forbiddenSecrets: ["password": "password-env"]),
     ]
@@ -65,6 +65,21 @@ enum CoordinationPlugins {
         "what a refresh does while the store cannot be reached: wait (up to refresh.timeout; the default, "
             + "safe with single-use refresh tokens) or local (refresh in this process alone)",
         values: ["wait", "local"])
+
+    /// `signing-key-env`, taken by every built-in store that shares credentials.
+    static let signingKeyOption = PluginSchema.Option(
+        "signing-key-env", .string,
+        "the environment variable holding the fleet's shared key: credentials and logouts read from the store "
+            + "are used only when signed with it (HMAC-SHA256)")
+
+    /// The key named by `signing-key-env`, when set; an error when the variable is named but empty.
+    static func signingKey(_ config: CoordinatorConfiguration) throws(CoordinationError) -> Data? {
+        guard let variable = config.string("signing-key-env") else { return nil }
+        guard let value = config.environment[variable], !value.isEmpty else {
+            throw CoordinationError("the environment variable '\(variable)' (signing-key-env) is not set")
+        }
+        return Data(value.utf8)
+    }
 
     static func register(in registry: inout PluginRegistry) {
         registry.register(coordination: "local") { _ in LocalSessionCoordinator() }
@@ -77,7 +92,8 @@ enum CoordinationPlugins {
             return try FileSessionCoordinator(
                 .init(
                     path: path, lease: try config.duration("lease", default: .seconds(15)),
-                    connectTimeout: try config.duration("connect-timeout", default: .milliseconds(250))))
+                    connectTimeout: try config.duration("connect-timeout", default: .milliseconds(250)),
+                    signingKey: try signingKey(config)))
         }
         registry.register(coordination: "redis") { config in
             guard let url = config.string("url") else { throw CoordinationError("'redis' coordination needs 'url'") }
@@ -93,7 +109,7 @@ enum CoordinationPlugins {
                     url: url, key: config.string("key") ?? config.policyName,
                     lease: try config.duration("lease", default: .seconds(15)),
                     connectTimeout: try config.duration("connect-timeout", default: .milliseconds(250)),
-                    password: password))
+                    password: password, signingKey: try signingKey(config)))
         }
     }
 }

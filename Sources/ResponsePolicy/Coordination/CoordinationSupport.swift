@@ -70,8 +70,9 @@ enum SharedCredentialsCodec {
     /// No token a real server issues comes near this; a larger one is refused, not stored.
     static let maxTokenBytes = 16_384
 
-    static func encode(_ credentials: Credentials) -> String {
+    static func encode(_ credentials: Credentials, signer: SharedStateSigner? = nil) -> String {
         var object: [String: Any] = ["access_token": credentials.accessToken]
+        if let signer { object["sig"] = signer.sign(SharedStateSigner.message(credentials)) }
         if let refresh = credentials.refreshToken { object["refresh_token"] = refresh }
         if let expires = credentials.expiresAt, let milliseconds = expires.checkedMillisecondsSince1970 {
             object["expires_at"] = milliseconds
@@ -80,23 +81,35 @@ enum SharedCredentialsCodec {
         return String(decoding: data, as: UTF8.self)
     }
 
-    static func decode(_ text: String) -> Credentials? {
-        try? check(text).get()
+    static func decode(_ text: String, signer: SharedStateSigner? = nil) -> Credentials? {
+        try? check(text, signer: signer).get()
     }
 
-    static func decode(object: Any) -> Credentials? {
-        try? check(object: object).get()
+    static func decode(object: Any, signer: SharedStateSigner? = nil) -> Credentials? {
+        try? check(object: object, signer: signer).get()
     }
 
-    /// Decodes `text`, or says why it is refused (never quoting a value).
-    static func check(_ text: String) -> Result<Credentials, CoordinationError> {
+    /// Decodes `text`, or says why it is refused (never quoting a value). With a `signer`, the
+    /// credentials must carry its signature (`signing-key-env`).
+    static func check(_ text: String, signer: SharedStateSigner? = nil) -> Result<Credentials, CoordinationError> {
         guard !text.isEmpty, text.utf8.count <= 4 * maxTokenBytes,
             let object = try? JSONSerialization.jsonObject(with: Data(text.utf8))
         else { return .failure(CoordinationError("the shared credentials are not a JSON object")) }
-        return check(object: object)
+        return check(object: object, signer: signer)
     }
 
-    static func check(object: Any) -> Result<Credentials, CoordinationError> {
+    static func check(object: Any, signer: SharedStateSigner? = nil) -> Result<Credentials, CoordinationError> {
+        let checked = check(unsigned: object)
+        guard let signer, case .success(let credentials) = checked else { return checked }
+        guard signer.verify(SharedStateSigner.message(credentials), mac: (object as? [String: Any])?["sig"] as? String)
+        else {
+            return .failure(
+                CoordinationError("the shared credentials are not signed with this fleet's key (signing-key-env)"))
+        }
+        return checked
+    }
+
+    private static func check(unsigned object: Any) -> Result<Credentials, CoordinationError> {
         guard let map = object as? [String: Any] else {
             return .failure(CoordinationError("the shared credentials are not a JSON object"))
         }

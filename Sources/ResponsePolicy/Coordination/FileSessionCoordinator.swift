@@ -38,15 +38,18 @@ public final class FileSessionCoordinator: SessionCoordinator {
         public var lease: Duration
         public var connectTimeout: Duration
         public var watchInterval: Duration
+        /// From `signing-key-env`: shared credentials are used only when signed with it.
+        public var signingKey: Data?
 
         public init(
             path: String, lease: Duration = .seconds(15), connectTimeout: Duration = .milliseconds(250),
-            watchInterval: Duration = .milliseconds(20)
+            watchInterval: Duration = .milliseconds(20), signingKey: Data? = nil
         ) {
             self.path = path
             self.lease = lease
             self.connectTimeout = connectTimeout
             self.watchInterval = watchInterval
+            self.signingKey = signingKey
         }
     }
 
@@ -66,6 +69,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
     public let configuration: Configuration
     let lockPath: String
     let statePath: String
+    let signer: SharedStateSigner?
     private let state = Locked(State())
     private let signal = ChangeSignal()
     private let queue = DispatchQueue(label: "response-policy.file-coordinator")
@@ -76,6 +80,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
         let path = (configuration.path as NSString).expandingTildeInPath
         lockPath = path + ".lock"
         statePath = path + ".shared"
+        signer = configuration.signingKey.map(SharedStateSigner.init(key:))
     }
 
     // MARK: - SessionCoordinator
@@ -233,7 +238,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
         }
         defer { flock(descriptor, LOCK_UN) }
         var shared: Shared
-        switch Self.read(statePath) {
+        switch Self.read(statePath, signer: signer) {
         case .failure(let error): return .failure(error)
         case .success(let value): shared = value ?? Shared()
         }
@@ -246,7 +251,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
         if let pending { shared.logout(until: pending) }
         let result = body(&shared)
         if shared != before {
-            if let error = Self.write(shared, to: statePath) { return .failure(error) }
+            if let error = Self.write(shared, to: statePath, signer: signer) { return .failure(error) }
         }
         if let pending {
             state.withLock { state in if state.pendingLogout == pending { state.pendingLogout = nil } }
@@ -259,7 +264,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
 
     /// Reads the state file, refusing one that is not private to this user (another user could
     /// read the tokens in it, or plant a session) and one whose values are out of range.
-    static func read(_ path: String) -> Result<Shared?, CoordinationError> {
+    static func read(_ path: String, signer: SharedStateSigner? = nil) -> Result<Shared?, CoordinationError> {
         let descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
         guard descriptor >= 0 else {
             if errno == ENOENT { return .success(nil) }
@@ -286,7 +291,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
         guard count >= 0 else { return .failure(CoordinationError("cannot read the shared session file '\(path)'")) }
         data = data.prefix(count)
         if data.isEmpty { return .success(nil) }
-        return decode(data, source: path)
+        return decode(data, source: path, signer: signer)
     }
 
     /// Why a state or lock file may not be used: another owner, or access for group or others.
@@ -304,7 +309,9 @@ public final class FileSessionCoordinator: SessionCoordinator {
     }
 
     /// The record in `data`; every value checked (never trapping), the source named in a refusal.
-    static func decode(_ data: Data, source path: String) -> Result<Shared?, CoordinationError> {
+    static func decode(_ data: Data, source path: String, signer: SharedStateSigner? = nil)
+        -> Result<Shared?, CoordinationError>
+    {
         guard let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else {
             return .failure(CoordinationError("the shared session file '\(path)' is malformed"))
         }
@@ -331,7 +338,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
         guard let fence = unsigned(object["fence"]) else { return refuse("fence") }
         shared.fence = fence ?? 0
         if let credentials = object["credentials"] {
-            switch SharedCredentialsCodec.check(object: credentials) {
+            switch SharedCredentialsCodec.check(object: credentials, signer: signer) {
             case .success(let value): shared.credentials = value
             case .failure(let error):
                 return .failure(CoordinationError("the shared session file '\(path)': \(error.reason); remove the file"))
@@ -366,10 +373,11 @@ public final class FileSessionCoordinator: SessionCoordinator {
         return .success(shared)
     }
 
-    static func write(_ shared: Shared, to path: String) -> CoordinationError? {
+    static func write(_ shared: Shared, to path: String, signer: SharedStateSigner? = nil) -> CoordinationError? {
         var object: [String: Any] = ["generation": shared.generation, "fence": shared.fence]
         if let credentials = shared.credentials,
-            let encoded = try? JSONSerialization.jsonObject(with: Data(SharedCredentialsCodec.encode(credentials).utf8))
+            let encoded = try? JSONSerialization.jsonObject(
+                with: Data(SharedCredentialsCodec.encode(credentials, signer: signer).utf8))
         {
             object["credentials"] = encoded
         }
@@ -435,7 +443,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
             let current = Self.identity(statePath)
             guard current != identity else { continue }
             identity = current
-            guard case .success(let read) = Self.read(statePath), let shared = read else { continue }
+            guard case .success(let read) = Self.read(statePath, signer: signer), let shared = read else { continue }
             var news: [SessionUpdate] = []
             state.withLock { state in
                 let seen = state.seen

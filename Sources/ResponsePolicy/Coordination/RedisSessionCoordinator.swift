@@ -51,16 +51,20 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         public var connectTimeout: Duration
         /// From the environment variable named by `password-env`; never logged.
         public var password: String?
+        /// From the environment variable named by `signing-key-env`: credentials and logouts read
+        /// from Redis are used only when signed with it. `nil` (unsigned) by default.
+        public var signingKey: Data?
 
         public init(
             url: String, key: String, lease: Duration = .seconds(15), connectTimeout: Duration = .milliseconds(250),
-            password: String? = nil
+            password: String? = nil, signingKey: Data? = nil
         ) {
             self.url = url
             self.key = key
             self.lease = lease
             self.connectTimeout = connectTimeout
             self.password = password
+            self.signingKey = signingKey
         }
     }
 
@@ -101,6 +105,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
     public let configuration: Configuration
     let endpoint: RedisEndpoint
     let keys: Keys
+    let signer: SharedStateSigner?
     private let state = Locked(State())
     private let signal = ChangeSignal()
     private let queue = DispatchQueue(label: "response-policy.redis-coordinator")
@@ -122,6 +127,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         else { throw CoordinationError("'key' must be a non-empty name without spaces or braces") }
         self.configuration = configuration
         keys = Keys(configuration.key)
+        signer = configuration.signingKey.map(SharedStateSigner.init(key:))
     }
 
     deinit {
@@ -222,7 +228,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
     public func publish(_ credentials: Credentials, with lease: RefreshLease) async -> PublishResult {
         let arguments = [
             "EVAL", Self.publishScript, "3", keys.session, keys.lease, keys.fence, String(lease.fencingToken),
-            String(lease.generation), SharedCredentialsCodec.encode(credentials), keys.channel,
+            String(lease.generation), SharedCredentialsCodec.encode(credentials, signer: signer), keys.channel,
         ]
         switch await run(arguments) {
         case .failure(let error): return .unavailable(error.message)
@@ -242,7 +248,10 @@ public final class RedisSessionCoordinator: SessionCoordinator {
     public func endRefresh(_ lease: RefreshLease, failure: String?) async {
         var message = ""
         if let failure {
-            message = Self.json(["t": "f", "f": lease.fencingToken, "w": String(failure.prefix(300))])
+            let text = String(failure.prefix(300))
+            var object: [String: Any] = ["t": "f", "f": lease.fencingToken, "w": text]
+            if let signer { object["s"] = signer.sign("failure\n\(lease.fencingToken)\n\(text)") }
+            message = Self.json(object)
         }
         _ = await run([
             "EVAL", Self.endScript, "1", keys.lease, String(lease.fencingToken), message, keys.channel,
@@ -252,7 +261,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
     public func publishLogout(until: Date, reason: String) async {
         let untilMs = until.millisecondsSince1970
         let ttl = max(1, untilMs - Date().millisecondsSince1970)
-        let message = Self.json(["t": "l", "u": untilMs, "r": String(reason.prefix(300))])
+        let message = logoutMessage(untilMs, reason)
         let result = await run([
             "EVAL", Self.logoutScript, "1", keys.logout, String(untilMs), String(ttl), message, keys.channel,
         ])
@@ -265,13 +274,21 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         }
     }
 
+    /// A logout's announcement, signed when the fleet has a key.
+    private func logoutMessage(_ untilMs: Int64, _ reason: String) -> String {
+        let text = String(reason.prefix(300))
+        var object: [String: Any] = ["t": "l", "u": untilMs, "r": text]
+        if let signer { object["s"] = signer.sign("logout\n\(untilMs)\n\(text)") }
+        return Self.json(object)
+    }
+
     /// Publishes a logout that could not be published while Redis was unreachable, unless its
     /// cooldown is over by now.
     private func publishPendingLogout(on connection: RedisConnection) throws(RedisError) {
         guard let (untilMs, reason) = state.withLock({ $0.pendingLogout }) else { return }
         let ttl = untilMs - Date().millisecondsSince1970
         if ttl > 0 {
-            let message = Self.json(["t": "l", "u": untilMs, "r": String(reason.prefix(300))])
+            let message = logoutMessage(untilMs, reason)
             _ = try connection.command([
                 "EVAL", Self.logoutScript, "1", keys.logout, String(untilMs), String(ttl), message, keys.channel,
             ])
@@ -282,7 +299,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
     public func publishSignIn(_ credentials: Credentials) async -> SharedSession? {
         let arguments = [
             "EVAL", Self.signInScript, "3", keys.session, keys.lease, keys.logout,
-            SharedCredentialsCodec.encode(credentials), keys.channel,
+            SharedCredentialsCodec.encode(credentials, signer: signer), keys.channel,
         ]
         guard case .success(let reply) = await run(arguments), let generation = reply.integer else { return nil }
         let session = SharedSession(credentials: credentials, generation: UInt64(generation))
@@ -369,7 +386,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         let latest = state.withLock { $0.latest }
         let seed = latest?.credentials ?? local
         return [
-            "EVAL", Self.seedScript, "2", keys.session, keys.logout, seed.map(SharedCredentialsCodec.encode) ?? "",
+            "EVAL", Self.seedScript, "2", keys.session, keys.logout, seed.map { SharedCredentialsCodec.encode($0, signer: signer) } ?? "",
             String(latest?.generation ?? 0),
         ]
     }
@@ -450,12 +467,19 @@ public final class RedisSessionCoordinator: SessionCoordinator {
                 break
             }
             let until = number.int64Value
-            send(.loggedOut(until: Date(milliseconds: until), reason: object["r"] as? String ?? "logged out elsewhere"))
+            let reason = object["r"] as? String ?? "logged out elsewhere"
+            if let signer, !signer.verify("logout\n\(until)\n\(reason)", mac: object["s"] as? String) {
+                send(.problem("a logout on \(keys.channel) was refused: not signed with this fleet's key (signing-key-env)"))
+                break
+            }
+            send(.loggedOut(until: Date(milliseconds: until), reason: reason))
         case "f":
             guard let number = object["f"] as? NSNumber, number.doubleValue.isFinite, number.doubleValue >= 0,
                 number.doubleValue < 9e15
             else { break }
             let fence = number.uint64Value
+            let reason = object["w"] as? String ?? "the refresh failed in another process"
+            if let signer, !signer.verify("failure\n\(fence)\n\(reason)", mac: object["s"] as? String) { break }
             state.withLock { state in
                 if state.failures.count > 64 { state.failures.removeAll() }
                 state.failures[fence] = object["w"] as? String ?? "the refresh failed in another process"
@@ -471,7 +495,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
     /// they are malformed or out of range: a forged or corrupted value never reaches the engine.
     private func credentials(_ text: String?, source: String) -> Credentials? {
         guard let text, !text.isEmpty else { return nil }
-        switch SharedCredentialsCodec.check(text) {
+        switch SharedCredentialsCodec.check(text, signer: signer) {
         case .success(let credentials): return credentials
         case .failure(let error):
             send(.problem("\(source) of \(keys.session) on \(endpoint) was refused: \(error.reason)"))
@@ -480,7 +504,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
     }
 
     private func credentials(object: Any, source: String) -> Credentials? {
-        switch SharedCredentialsCodec.check(object: object) {
+        switch SharedCredentialsCodec.check(object: object, signer: signer) {
         case .success(let credentials): return credentials
         case .failure(let error):
             send(.problem("\(source) on \(keys.channel) was refused: \(error.reason)"))

@@ -198,6 +198,22 @@ enum SchemaChecks {
                 exampleHeader + "coordination: { use: redis, with: { url: \"redis://127.0.0.1:6379/0\", key: api } }\n"
             ]),
         LintRuleDescription(
+            id: "coordination-unsigned",
+            summary: "a Redis coordination store on another host without 'signing-key-env'",
+            rationale:
+                "Every client of that Redis could publish credentials of its choosing, which every process would "
+                + "sign requests with and save. With a shared key, credentials and logouts are used only when "
+                + "signed (HMAC-SHA256).",
+            severity: .warning,
+            triggering: [
+                exampleHeader + "coordination: { use: redis, with: { url: \"redis://10.0.0.5:6379/0\", key: api } }\n"
+            ],
+            nonTriggering: [
+                exampleHeader
+                    + "coordination: { use: redis, with: { url: \"redis://10.0.0.5:6379/0\", key: api, signing-key-env: FLEET_KEY } }\n",
+                exampleHeader + "coordination: { use: redis, with: { url: \"redis://127.0.0.1:6379/0\", key: api } }\n",
+            ]),
+        LintRuleDescription(
             id: "coordination-tls-unsupported", summary: "a rediss:// coordination URL, which this build cannot use",
             rationale:
                 "hiredis is built here without TLS, so the coordinator refuses rediss:// at run time and the fleet "

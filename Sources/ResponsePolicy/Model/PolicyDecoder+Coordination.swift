@@ -48,7 +48,15 @@ extension PolicyDecoder {
                         "coordination-tls-unsupported",
                         "'rediss://' needs hiredis built with TLS, which this build lacks; reach Redis through a TLS tunnel (stunnel, spiped) on a loopback port and use redis://127.0.0.1:PORT",
                         at: urlNode.range))
-            } else if !endpoint.isLoopback {
+            }
+            if !endpoint.isLoopback, value("signing-key-env") == nil {
+                report(
+                    .warning(
+                        "coordination-unsigned",
+                        "'url' reaches '\(endpoint.host.truncatedForMessage)': without 'signing-key-env' any client of that Redis can sign this fleet in with tokens of its choosing; name an environment variable holding a shared key",
+                        at: urlNode.range))
+            }
+            if !endpoint.tls, !endpoint.isLoopback {
                 report(
                     .warning(
                         "coordination-without-tls",
