@@ -153,7 +153,12 @@ extension FleetEndToEndTests {
             name: fleet
             rules:
               - { name: expired, when: { status: [401] }, then: refresh }
-            refresh: { use: oauth2, with: { token-url: "http://127.0.0.1:\(server.port)/token", client-id: app } }
+            refresh:
+              use: oauth2
+              with: { token-url: "http://127.0.0.1:\(server.port)/token", client-id: app }
+              # The expiries come seconds apart here (an hour apart in production): the fleet-wide
+              # refresh.limit, which counts every lease, must not stop them.
+              limit: { count: 100, per: 30s }
 
             """ + section)
         for expiry in 1...expiries {

@@ -181,9 +181,11 @@ extension PolicyEngine {
             // published); here it only fails the requests that waited for it.
             return (.failure(RefreshFailure("the refresh failed in another process: \(reason)")), nil, true)
         case .limited:
+            // The fleet-wide count is of lease grants, healthy rotations included: reaching it
+            // fails the requests (a refresh loop across processes is stopped) but logs nobody out.
             return (
                 .failure(RefreshFailure("refresh.limit is used up across the processes sharing the session")), nil,
-                false
+                true
             )
         case .unavailable(let reason):
             if waits {
