@@ -259,3 +259,27 @@ struct SharedStateSignerTests {
         #expect(read?.credentials?.accessToken == "planted")
     }
 }
+
+/// The shared-state fuzz entry on seeded mutations of hostile seeds: no trap, whatever the bytes.
+struct SharedStateFuzzTests {
+    @Test func seededMutationsOfHostileStateNeverTrap() {
+        let seeds = [
+            #"{"generation":3,"fence":9,"credentials":{"access_token":"a","refresh_token":"r","expires_at":1e300},"lease":{"fence":9,"pid":1,"expires":1e30},"logged-out-until":32503680000000,"refreshes":[1,2]}"#,
+            #"{"access_token":"a","refresh_token":"r","expires_at":1767225600123,"sig":"00"}"#,
+            #"{"generation":18446744073709551615,"fence":-1,"lease":{"fence":1e400}}"#,
+        ].map { Array($0.utf8) }
+        var random = SplitMix64(seed: 23)
+        for round in 0..<3000 {
+            var bytes = seeds[round % seeds.count]
+            for _ in 0..<Int.random(in: 0...6, using: &random) where !bytes.isEmpty {
+                let index = Int.random(in: 0..<bytes.count, using: &random)
+                switch Int.random(in: 0..<3, using: &random) {
+                case 0: bytes[index] = UInt8.random(in: 0...255, using: &random)
+                case 1: bytes.insert(Array("9e99-\"{}[],:".utf8).randomElement(using: &random) ?? 0, at: index)
+                default: bytes.remove(at: index)
+                }
+            }
+            SharedStateFuzzing.exercise(Data(bytes))
+        }
+    }
+}
