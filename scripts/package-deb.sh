@@ -18,9 +18,11 @@ NO_PATH_NOTE=1 scripts/install.sh "$staging/root/usr"
 
 version=${VERSION:-$("$staging/root/usr/bin/policy" --version | awk '{print $2}')}
 arch=$(dpkg --print-architecture)
-mkdir -p "$staging/root/DEBIAN" "$staging/root/usr/share/doc/policy" "$outdir"
-cp README.md "$staging/root/usr/share/doc/policy/README.md"
-cp policies/*.yaml "$staging/root/usr/share/doc/policy/"
+doc="$staging/root/usr/share/doc/policy"
+mkdir -p "$staging/root/DEBIAN" "$doc/docs" "$doc/policies" "$outdir"
+cp README.md "$doc/README.md"
+cp docs/*.md docs/policy.schema.json "$doc/docs/"
+cp policies/*.yaml "$doc/policies/"
 size=$(du -sk "$staging/root/usr" | cut -f1)
 cat > "$staging/root/DEBIAN/control" <<CONTROL
 Package: policy

@@ -7,18 +7,25 @@ enum SchemaCommand {
     static let spec = CommandSpec(
         name: "schema",
         overview: "Print the JSON Schema (draft 2020-12) of the policy file, for editor completion.",
-        usage: "policy schema [--plugin KIND:NAME]...",
+        usage: "policy schema [--plugin KIND:NAME]... | --list-plugins",
         arguments: [],
         options: [
             .init(
                 names: ["--plugin"], valueName: "kind:name",
-                help: "Declare a host plugin so the schema offers its name. Repeatable.", repeatable: true)
+                help: "Declare a host plugin so the schema offers its name. Repeatable.", repeatable: true),
+            .init(
+                names: ["--list-plugins"], valueName: nil,
+                help: "Print the reference of every built-in plugin's options (Markdown) and exit."),
         ],
         exitCodes: [(0, "the schema was printed"), (64, "usage error")])
 
     static func run(_ arguments: ParsedArguments, output: CommandOutput) throws(UsageError) -> Int32 {
         if let extra = arguments.positional.first {
             throw UsageError(message: "Unexpected argument '\(extra)'")
+        }
+        if arguments.flags.contains("--list-plugins") {
+            output.stdout(PluginOptionsReference.markdown())
+            return ExitCode.success
         }
         let catalog = try catalog(from: arguments.all("--plugin"))
         output.stdout(PolicySchema.json(catalog: catalog))

@@ -9,7 +9,7 @@ enum SimulateCommand {
         usage: "policy simulate FILE --script SCRIPT [--format text|json]",
         arguments: [("FILE", "The policy file; may be left out when the script names one with 'policy:'.")],
         options: [
-            .init(names: ["--script"], valueName: "script", help: "The simulation script (YAML, see README)."),
+            .init(names: ["--script"], valueName: "script", help: "The simulation script (YAML, see docs/commands.md)."),
             .init(
                 names: ["--format"], valueName: "format",
                 help: "text (default) or json: one event per line, then a summary."),

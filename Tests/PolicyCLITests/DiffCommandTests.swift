@@ -284,8 +284,8 @@ struct DiffCommandTests {
         expectResult(result, stdout: expected, status: 1)
     }
 
-    /// README's `policy diff` example is this run's real output.
-    @Test func readmeExampleIsRealOutput() async throws {
+    /// The `policy diff` example in docs/commands.md is this run's real output.
+    @Test func docsExampleIsRealOutput() async throws {
         let dir = try TemporaryDirectory()
         try dir.write("old.yaml", Self.base)
         try dir.write(
@@ -298,10 +298,11 @@ struct DiffCommandTests {
                         + "  - { name: busy, when: { status: [429], method: [POST] }, then: fail }"))
         let result = try await runPolicy(["diff", "old.yaml", "new.yaml"], in: dir.url)
         #expect(result.status == 1)
-        let readme = try String(contentsOf: repositoryRoot.appendingPathComponent("README.md"), encoding: .utf8)
-        let start = try #require(readme.range(of: "$ policy diff old.yaml new.yaml\n"))
-        let end = try #require(readme.range(of: "```", range: start.upperBound..<readme.endIndex))
-        #expect(String(readme[start.upperBound..<end.lowerBound]) == result.stdout)
+        let docs = try String(
+            contentsOf: repositoryRoot.appendingPathComponent("docs/commands.md"), encoding: .utf8)
+        let start = try #require(docs.range(of: "$ policy diff old.yaml new.yaml\n"))
+        let end = try #require(docs.range(of: "```", range: start.upperBound..<docs.endIndex))
+        #expect(String(docs[start.upperBound..<end.lowerBound]) == result.stdout)
     }
 
     @Test func longTriggerListsShowWhatTheyGainAndLose() async throws {

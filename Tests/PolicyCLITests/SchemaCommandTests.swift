@@ -86,7 +86,7 @@ struct SchemaCommandTests {
         }
     }
 
-    /// docs/policy.schema.json is `policy schema`; editors point at it (README).
+    /// docs/policy.schema.json is `policy schema`; editors point at it (docs/getting-started.md).
     @Test func theSchemaInDocsIsGenerated() async throws {
         let file = try String(
             contentsOf: repositoryRoot.appendingPathComponent("docs/policy.schema.json"), encoding: .utf8)
