@@ -25,7 +25,9 @@ let package = Package(
         .target(name: "ResponsePolicy", dependencies: ["CYAML", "CHiredis"]),
         .target(name: "ResponsePolicyURLSession", dependencies: ["ResponsePolicy"]),
         .target(name: "PolicyCLI", dependencies: ["ResponsePolicy", "ResponsePolicyURLSession"]),
-        .executableTarget(name: "policy", dependencies: ["PolicyCLI"]),
+        // C: a pre-initializer that sets SWIFT_BACKTRACE before the Swift runtime reads it.
+        .target(name: "PolicyStartup"),
+        .executableTarget(name: "policy", dependencies: ["PolicyCLI", "PolicyStartup"]),
         .executableTarget(name: "policy-bench", dependencies: ["ResponsePolicy"]),
         // Test helper: one coordinator in a child process, driven over stdin/stdout by the
         // multi-process coordination tests (killed with SIGKILL mid-refresh).

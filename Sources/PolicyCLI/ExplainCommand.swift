@@ -218,7 +218,15 @@ package enum PolicyExplainer {
             text += " (\(r.backoff.rawValue)"
             if let cap = r.maxDelay { text += ", capped at \(cap.policyText)" }
             text += r.jitter == .none ? ", no jitter" : ", jitter \(r.jitter)"
-            text += r.honorRetryAfter ? ", Retry-After honoured" : ", Retry-After ignored"
+            if !r.honorRetryAfter {
+                text += ", Retry-After ignored"
+            } else if r.maxDelay == nil {
+                // The engine honours what the policy says; say plainly what that allows.
+                text += ", Retry-After honoured without limit: max-delay is none, so a server can make a request "
+                text += "wait as long as it asks, an HTTP-date years away included"
+            } else {
+                text += ", Retry-After honoured"
+            }
             if let budget = r.budget {
                 text += ", within the retry budget of \(budget.min) + \(formatNumber(budget.ratio * 100))% per 10s"
             }

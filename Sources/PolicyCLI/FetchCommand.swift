@@ -14,8 +14,10 @@ import ResponsePolicyURLSession
 /// summary: 2 requests: 1 delivered, 0 failed, 1 logged out; 1 refresh, 1 logout, 3 attempts; 60ms
 /// ```
 ///
-/// Exit 0 only when every request was delivered, 1 otherwise; 64 for usage errors; 66 when the
-/// policy or the credentials file cannot be read; 65 when the credentials file is malformed.
+/// Exit 0 only when every request was delivered and every token a refresh returned was saved, 1
+/// otherwise; 64 for usage errors; 66 when the policy or the credentials file cannot be read; 65
+/// when the credentials file is malformed; 73 when the policy can refresh and the credentials
+/// file's folder cannot take a new file (nothing is sent then).
 /// Tokens are never printed: lines carry statuses, business codes and the engine's reasons.
 enum FetchCommand {
     static let spec = CommandSpec(
@@ -69,6 +71,24 @@ enum FetchCommand {
                 return failure.code
             }
         }
+        // A refresh spends the old refresh token (rotation): find out before sending anything
+        // whether the new one could be saved, rather than lose the session on the way.
+        if let store, canRefresh(policy) {
+            do {
+                try store.checkWritable()
+            } catch {
+                // The `problem` event the engine would emit at the save, as `--verbose` prints events.
+                if invocation.verbose {
+                    var event = PolicyEvent(.problem, time: .zero)
+                    event.reason = "the credential store could not be written (\(error))"
+                    output.stderr(event.jsonLine + "\n")
+                }
+                output.stderr(
+                    "error: \(error); a refresh would spend the refresh token and its replacement could not be "
+                        + "saved, so nothing was sent (make the folder writable, or give another --credentials file)\n")
+                return ExitCode.cannotCreate
+            }
+        }
 
         let recorder = FetchRecorder()
         var options = PolicyEngine.Options()
@@ -90,8 +110,10 @@ enum FetchCommand {
         let started = ContinuousClock.now
         let results = await sendAll(invocation, engine: engine, recorder: recorder, output: output)
         let elapsed = ContinuousClock.now - started
-        // The engine calls the logout plugin in the background; let an `http` logout POST go out
-        // before the process ends (the plugin bounds it by its own timeout, 5s by default).
+        // The engine refreshes and calls the logout plugin in the background: let a refresh that
+        // a logout overtook end and save its rotated tokens (bounded by refresh.timeout), and an
+        // `http` logout POST go out (bounded by the plugin's own timeout, 5s by default), before
+        // the process ends.
         await engine.waitForBackgroundWork()
 
         let summary = recorder.summary()
@@ -106,14 +128,23 @@ enum FetchCommand {
         if let note = recorder.logoutNote(until: results.compactMap(\.loggedOutUntil).max()) {
             output.stderr("policy: \(note)\n")
         }
-        for failure in store?.failures ?? [] { output.stderr("warning: \(failure)\n") }
         // Printed like plugin problems, with or without --verbose: a fleet that did not coordinate
         // must not look like one that did (issue 19).
         let reported = Set(engine.problems.map(\.reason))
         for problem in recorder.coordinationProblems where !reported.contains(where: { problem.contains($0) }) {
             output.stderr("warning: \(problem)\n")
         }
-        return delivered == results.count ? ExitCode.success : ExitCode.failure
+        // Tokens the token endpoint issued that could not be saved are a lost session for the
+        // next run: never a quiet exit 0.
+        let lost = store?.failures ?? []
+        for failure in lost { output.stderr("error: \(failure)\n") }
+        return delivered == results.count && lost.isEmpty ? ExitCode.success : ExitCode.failure
+    }
+
+    /// Whether the policy can refresh at all (some scope names a refresh plugin), so a store
+    /// must be able to take the new tokens.
+    private static func canRefresh(_ policy: Policy) -> Bool {
+        policy.graph.scopes.contains { $0.refresh.plugin != nil }
     }
 
     // MARK: - Arguments
@@ -330,11 +361,17 @@ final class ReportingStore: CredentialStore, FileBackedCredentialStore {
 
     func load() throws -> Credentials? { try base.load() }
 
+    func checkWritable() throws { try base.checkWritable() }
+
     func save(_ credentials: Credentials) throws {
         do {
             try base.save(credentials)
         } catch {
-            failed.withLock { $0.append("\(error); the new tokens were not saved") }
+            failed.withLock {
+                $0.append(
+                    "\(error); the tokens the last refresh returned were not saved, so the next run may "
+                        + "find its session ended (the old refresh token is spent)")
+            }
             throw error
         }
     }

@@ -78,8 +78,26 @@ enum LintCommand {
         guard !arguments.positional.isEmpty else { throw UsageError(message: "Missing expected argument 'PATH'") }
         var catalog = try catalog(from: arguments.all("--plugin"))
         if let schemas = arguments.value("--plugins") {
-            guard let text = try? String(contentsOfFile: schemas, encoding: .utf8) else {
-                output.stderr("error: cannot read '\(schemas)'\n")
+            // Read up to the limit and no further: a huge or endless file (a device, a FIFO) is
+            // refused without holding it in memory.
+            let limit = Self.maxPluginSchemaBytes
+            let bytes: [UInt8]
+            do {
+                bytes = try Policy.readFile(schemas, limits: YAMLLimits(maxFileBytes: limit))
+            } catch {
+                var reason = "it cannot be read"
+                if case .unreadable(_, let why) = error { reason = why }
+                output.stderr("error: cannot read '\(schemas)': \(reason)\n")
+                return ExitCode.noInput
+            }
+            guard bytes.count <= limit else {
+                output.stderr(
+                    "error: '\(schemas)' is larger than \(limit >> 20) MiB; a plugin schema file declares plugins "
+                        + "and their options, and is far smaller\n")
+                return ExitCode.noInput
+            }
+            guard let text = String(validating: bytes, as: UTF8.self) else {
+                output.stderr("error: cannot read '\(schemas)': it is not UTF-8 text\n")
                 return ExitCode.noInput
             }
             do {
@@ -241,6 +259,9 @@ enum LintCommand {
         }
         return Policy.parse(bytes: Array(bytes[..<end]), limits: .default).root
     }
+
+    /// The largest `--plugins` file read: 1 MiB.
+    static let maxPluginSchemaBytes = 1 << 20
 
     /// Standard input, up to the file size limit (one byte more, so the limit is reported).
     static func readStandardInput() -> [UInt8] {

@@ -33,6 +33,8 @@ enum ExitCode {
     static let usage: Int32 = 64
     static let dataError: Int32 = 65
     static let noInput: Int32 = 66
+    /// EX_CANTCREAT: an output file (the credentials file's replacement) cannot be created.
+    static let cannotCreate: Int32 = 73
 }
 
 /// A tiny JSON writer with a stable key order, for machine-readable output.

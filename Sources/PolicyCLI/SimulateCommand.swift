@@ -58,7 +58,9 @@ enum SimulateCommand {
             result = try await Simulator.run(
                 policy: policy, script: script,
                 loadPolicy: { file throws(PolicyError) -> Policy in
-                    try Policy.load(path: file.hasPrefix("/") ? file : directory + "/" + file, plugins: catalog)
+                    try Policy.load(
+                        path: file.hasPrefix("/") ? file : directory + "/" + file, plugins: catalog,
+                        limits: YAMLLimits(maxFileBytes: SimulationScript.maxReloadPolicyBytes))
                 },
                 onEvent: { event in writer.write((json ? event.jsonLine : text(event, idWidth: width)) + "\n") })
         } catch {

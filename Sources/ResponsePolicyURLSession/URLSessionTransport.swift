@@ -35,7 +35,8 @@ import ResponsePolicy
 /// ``maxRedirects``): 301, 302 and 303 turn a `POST` into a `GET` without body (303 any method but `HEAD`), 307
 /// and 308 keep the method and body. When a redirect leads to another origin (scheme, host or port; an https →
 /// http downgrade included) every header except `Accept`, `Accept-Language`, `Content-Language`, `Content-Type`
-/// and `User-Agent` is dropped, so no `Authorization`, authorizer header, cookie or API key reaches another
+/// and `User-Agent` is dropped, and so is every query parameter the `Location` repeats from the request's own
+/// query, so no `Authorization`, authorizer header or query token, cookie or API key reaches another
 /// server. Bodies are read as they arrive and capped at ``maxBody`` (and the request's
 /// ``HTTPRequest/maxResponseBytes``): a larger one fails the attempt with `TransportError(.tooLarge)`, which a
 /// policy matches as `when: { error: [too-large] }`.
@@ -233,6 +234,7 @@ public final class URLSessionTransport: CancellableTransport {
             target = stripped
         }
         if original.redirects == .sameOrigin, !sameOrigin(target, original.url) { return nil }
+        if !sameOrigin(target, request.url) { target = withoutEchoedQuery(target, sent: request.url) }
         var next = request
         next.url = target
         let toGET =
@@ -245,6 +247,29 @@ public final class URLSessionTransport: CancellableTransport {
             next.headers.remove("Content-Length")
         }
         return next
+    }
+
+    /// `target` without the query parameters the request just sent had in its own query (the same name and value,
+    /// or a value of 8 characters or more under any name): a
+    /// query-preserving redirect to another origin (`Location: https://elsewhere/?<our query>`) would otherwise
+    /// carry a `query` authorizer's token (or an API key in the URL) there. Parameters the server added itself
+    /// stay.
+    static func withoutEchoedQuery(_ target: URL, sent: URL) -> URL {
+        let sentItems = (URLComponents(url: sent, resolvingAgainstBaseURL: false)?.queryItems ?? [])
+            .filter { !($0.value ?? "").isEmpty }
+        // A parameter repeated as it was, or a long value (a token) repeated under another name.
+        let sentPairs = Set(sentItems.map { $0.name + "=" + ($0.value ?? "") })
+        let sentLongValues = Set(sentItems.compactMap(\.value).filter { $0.count >= 8 })
+        guard !sentItems.isEmpty, var components = URLComponents(url: target, resolvingAgainstBaseURL: false),
+            let items = components.queryItems
+        else { return target }
+        let kept = items.filter { item in
+            guard let value = item.value, !value.isEmpty else { return true }
+            return !sentPairs.contains(item.name + "=" + value) && !sentLongValues.contains(value)
+        }
+        guard kept.count != items.count else { return target }
+        components.queryItems = kept.isEmpty ? nil : kept
+        return components.url ?? target
     }
 
     /// Whether two URLs have one origin: scheme, host and port (the scheme's default when none is written).

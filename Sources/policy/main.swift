@@ -1,4 +1,8 @@
 import Foundation
 import PolicyCLI
+import PolicyStartup
 
+// No token in a crash report: set before the runtime read its settings, or restart to apply them.
+policy_restore_environment()
+CrashReports.protect(alreadyApplied: policy_crash_reports_protected() != 0)
 exit(await PolicyCommand.run(Array(CommandLine.arguments.dropFirst())))

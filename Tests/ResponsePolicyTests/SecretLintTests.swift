@@ -34,6 +34,15 @@ struct SecretLintTests {
         policy(#"{ url: "https://a.example.com/r", token: body.t, headers: { X-Auth-Token: \#(secret) } }"#),
         policy(#"{ url: "https://a.example.com/r", token: body.t, headers: { Private-Token: \#(secret) } }"#),
         policy(#"{ url: "https://a.example.com/r", token: body.t, headers: { X-Amz-Security-Token: \#(secret) } }"#),
+        // A literal glued to a placeholder is part of the secret.
+        policy(#"{ url: "https://a.example.com/r", token: body.t, headers: { Authorization: "Secret{env:X}" } }"#),
+        policy(#"{ url: "https://a.example.com/r", token: body.t, body: { password: "\#(secret){env:X}" } }"#),
+        // A secret in a credential command's argv (the policy file and every `ps` listing).
+        policy(#"{ command: [/usr/bin/get-token, --password, \#(secret)] }"#, use: "exec"),
+        policy(#"{ command: [/usr/bin/get-token, "--client-secret=\#(secret)"] }"#, use: "exec"),
+        policy(#"{ command: [get-token, -u, app, --token, \#(secret), --verbose] }"#, use: "exec"),
+        policy(#"{ command: [curl, -H, "Authorization: Bearer \#(secret)", https://a.example.com/t] }"#, use: "exec"),
+        policy(#"{ command: [vault-login, "https://a.example.com/t?api_key=\#(secret)"] }"#, use: "exec"),
     ]
 
     @Test(arguments: refused)
@@ -61,6 +70,10 @@ struct SecretLintTests {
         ),
         policy(#"{ url: "https://a.example.com/r", token: body.t, body: { password: "{env:PW}" } }"#),
         policy(#"{ token-url: "https://a.example.com/t?realm=app", client-id: app }"#, use: "oauth2"),
+        policy(
+            #"{ command: [/usr/bin/get-token, --token-file, /run/secrets/t, --client-id, app, --key, ~/.key], env: [APP_SECRET] }"#,
+            use: "exec"),
+        policy(#"{ command: [get-token, "--password-env=APP_PASSWORD", --audience, api] }"#, use: "exec"),
     ]
 
     @Test(arguments: accepted)
@@ -72,6 +85,9 @@ struct SecretLintTests {
         ("http://auth.example.com/token", true), ("http://10.0.0.5:8080/token", true),
         ("https://auth.example.com/t", false),
         ("http://127.0.0.1:8080/token", false), ("http://localhost/token", false), ("http://[::1]:9000/t", false),
+        // Names that only look like loopback addresses resolve wherever their owner says.
+        ("http://127.0.0.1.evil.example/token", true), ("http://127.evil.example/t", true),
+        ("http://127.1.2.3/t", false), ("http://[::ffff:127.0.0.1]/t", false), ("http://[::2]/t", true),
     ])
     func plainHTTPOffTheMachineIsAWarning(_ url: String, _ warned: Bool) {
         let yaml =

@@ -110,7 +110,7 @@ struct EngineState {
     var unpublished: (credentials: Credentials, lease: RefreshLease)?
     /// What the coordinator reported and has not recovered from (``PolicyEngine/problems``).
     var coordinationProblem: PluginError?
-    /// Logout calls running in the background, for `waitForBackgroundWork`.
+    /// Refreshes and logout calls running in the background, for `waitForBackgroundWork`.
     var background: [UInt64: Task<Void, Never>] = [:]
     var nextBackground: UInt64 = 0
     var finishedBackground: Set<UInt64> = []

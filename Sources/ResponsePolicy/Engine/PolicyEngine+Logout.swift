@@ -113,9 +113,11 @@ extension PolicyEngine {
     /// The reason of a logout caused by a failed refresh (a rule name cannot contain a space).
     package static let refreshFailedReason = "refresh failed"
 
-    /// Waits until the work the engine started in the background has finished (logout calls,
-    /// publications to the coordinator), e.g. before a command-line tool exits right after its
-    /// last request.
+    /// Waits until the work the engine started in the background has finished (refreshes in
+    /// flight, each bounded by its `refresh.timeout`, and the saving of what they returned;
+    /// logout calls; publications to the coordinator), e.g. before a command-line tool exits
+    /// right after its last request. A refresh that a logout overtook still ends and its
+    /// rotated tokens are saved: exiting before would leave a spent refresh token in the store.
     public func waitForBackgroundWork() async {
         while true {
             let pending = state.withLock { Array($0.background.values) }

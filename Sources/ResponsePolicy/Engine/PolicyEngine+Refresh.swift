@@ -62,7 +62,11 @@ extension PolicyEngine {
         }
     }
 
-    /// Starts the refresh task. It outlives the request that started it.
+    /// Starts the refresh task. It outlives the request that started it, and it is background
+    /// work: ``waitForBackgroundWork()`` waits for it (bounded by `refresh.timeout`), so a tool
+    /// that exits right after its last request (a logout ended them all during the refresh)
+    /// still saves the pair the token endpoint returned — with rotation the old refresh token
+    /// is already spent.
     private func startRefresh(
         _ flight: EngineState.Flight, credentials: Credentials?, settings: RefreshSettings,
         plugins: PolicyRuntime.ScopePlugins, _ context: RequestContext, reason: String
@@ -70,7 +74,7 @@ extension PolicyEngine {
         emit(PolicyEvent(.refreshStart, time: clock.now, context: context), context.runtime)
         let refreshContext = RefreshContext(
             credentials: credentials, transport: sessionTransport, clock: clock, reason: reason)
-        Task(executorPreference: options.taskExecutor) {
+        runInBackground {
             let (outcome, shared, trouble) = await self.coordinatedRefresh(
                 plugins.refresh, refreshContext, settings: settings, failedGeneration: flight.sharedGeneration,
                 context.runtime)

@@ -57,5 +57,11 @@ package enum FileChecks {
             "too-many-requests", .error, "a simulation script sends more requests than the simulator allows",
             "'repeat' and aliases multiply requests; the limit (\(SimulationScript.maxRequests)) keeps a "
                 + "script from exhausting memory."),
+        describe(
+            "too-many-reloads", .error,
+            "a simulation script reloads more often, or more files, than the simulator allows",
+            "Each reload compiles a policy; at most \(SimulationScript.maxReloads) steps naming at most "
+                + "\(SimulationScript.maxReloadFiles) files (of at most \(SimulationScript.maxReloadPolicyBytes >> 20) MiB "
+                + "each) keep a script from costing minutes."),
     ]
 }

@@ -397,7 +397,10 @@ extension PolicyDecoder {
                         at: pair.value.range))
             }
         case .stringList:
-            for item in list(node, key) ?? [] { _ = string(item, key) }
+            let items = list(node, key) ?? []
+            var texts: [(String, YAMLNode)] = []
+            for item in items { if let text = string(item, key) { texts.append((text, item)) } }
+            if key == "command" { checkCommandSecrets(texts) }
         case .valuePath:
             if let text = string(node, key), ValuePath(text) == nil {
                 report(
@@ -407,6 +410,66 @@ extension PolicyDecoder {
                         at: node.range))
             }
         }
+    }
+
+    /// Finds secrets written into a credential command's argv (`exec`): `--password hunter2`,
+    /// `--client-secret=…`, `token=…`, an `Authorization: Bearer …` argument, a URL carrying one.
+    /// The argv is in the policy file and in every process listing (`ps`); a secret belongs in a
+    /// variable passed with `env:`, read by the command.
+    mutating func checkCommandSecrets(_ arguments: [(String, YAMLNode)]) {
+        func refuse(_ what: String, _ node: YAMLNode) {
+            report(
+                .error(
+                    "secret-in-policy",
+                    "the command argument \(what) would put a secret in the policy file and in process listings; pass it in a variable listed in 'env:' and let the command read it",
+                    at: node.range))
+        }
+        var previousNamesSecret = false
+        for (index, (text, node)) in arguments.enumerated() {
+            defer { previousNamesSecret = index > 0 && Self.isSecretOption(text) }
+            if index == 0 { continue }
+            if previousNamesSecret, !text.hasPrefix("-"), !Self.looksLikePath(text) {
+                refuse("after '\(arguments[index - 1].0.truncatedForMessage)'", node)
+                continue
+            }
+            if let equals = text.firstIndex(of: "="), Self.isSecretOption(String(text[..<equals])),
+                !Self.looksLikePath(String(text[text.index(after: equals)...]))
+            {
+                refuse("'\(String(text[..<equals]).truncatedForMessage)=…'", node)
+                continue
+            }
+            if let colon = text.firstIndex(of: ":"), Self.isCredentialHeader(String(text[..<colon])),
+                !text[text.index(after: colon)...].trimmingCharacters(in: .whitespaces).isEmpty
+            {
+                refuse("'\(String(text[..<colon]).truncatedForMessage): …'", node)
+                continue
+            }
+            if let url = TokenEndpoint.endpointURL(text), let secret = Self.secretInURL(url) {
+                refuse("carrying \(secret) in a URL", node)
+            }
+        }
+    }
+
+    /// An option whose name says it takes a secret (`--client-secret`, `--token`, `--password`,
+    /// `api_key`), with any leading dashes; not one that takes where a secret is (`--token-file`,
+    /// `--password-env`, `--secret-name`, `--key-id`).
+    static func isSecretOption(_ text: String) -> Bool {
+        let name = text.drop { $0 == "-" }.lowercased()
+        guard !name.isEmpty, name.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" }) else {
+            return false
+        }
+        let folded = name.filter(\.isLetter)
+        let pointers = [
+            "file", "path", "env", "var", "name", "id", "url", "uri", "type", "stdin", "cmd", "command", "dir",
+            "format", "ttl", "lifetime", "expiry", "cache", "helper", "store",
+        ]
+        if pointers.contains(where: { folded.hasSuffix($0) }) { return false }
+        return isSecretName(name)
+    }
+
+    /// An argument that names a file rather than holding a value: `/run/secrets/x`, `~/.token`.
+    static func looksLikePath(_ text: String) -> Bool {
+        text.isEmpty || ["/", "./", "../", "~"].contains { text.hasPrefix($0) }
     }
 
     /// What secret a URL written in a policy carries, if any: a password in its user part, or a
@@ -456,15 +519,32 @@ extension PolicyDecoder {
         }
         runs.append(current + rest)
         guard let first = runs.first, runs.count > 1 else { return true }
+        // Before the first placeholder: nothing, or one scheme word and a space (`Bearer `).
+        // `Secret{env:X}` glues a literal to the secret: the literal is part of it.
         let scheme = first.trimmingCharacters(in: .whitespaces)
-        guard scheme.allSatisfy({ $0.isLetter || $0 == "-" }) else { return true }
+        guard scheme.allSatisfy({ $0.isLetter || $0 == "-" }), scheme.isEmpty || first.last == " " else {
+            return true
+        }
         return runs.dropFirst().contains { run in !run.allSatisfy { $0 == " " || $0 == ":" } }
     }
 
-    /// `localhost` and the loopback addresses, where plain http never leaves the machine.
+    /// `localhost` and the loopback addresses, where plain http never leaves the machine: an
+    /// IPv4 address in 127.0.0.0/8 (four numbers, so `127.0.0.1.evil.example` is a name, not an
+    /// address), `::1`, or `::ffff:127.x.x.x`.
     static func isLoopback(_ host: String) -> Bool {
         let bare = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]")).lowercased()
-        return bare == "localhost" || bare.hasSuffix(".localhost") || bare == "::1" || bare.hasPrefix("127.")
+        if bare == "localhost" || bare.hasSuffix(".localhost") { return true }
+        var v4 = in_addr()
+        if inet_pton(AF_INET, bare, &v4) == 1 {
+            return withUnsafeBytes(of: &v4) { $0.first == 127 }
+        }
+        var v6 = in6_addr()
+        guard inet_pton(AF_INET6, bare, &v6) == 1 else { return false }
+        return withUnsafeBytes(of: &v6) { bytes in
+            let loopback = bytes.prefix(15).allSatisfy { $0 == 0 } && bytes[15] == 1
+            let mapped = bytes.prefix(10).allSatisfy { $0 == 0 } && bytes[10] == 0xFF && bytes[11] == 0xFF
+            return loopback || (mapped && bytes[12] == 127)
+        }
     }
 
     /// Request headers whose value is a credential.

@@ -31,10 +31,18 @@ import Foundation
 ///   `{"access_token":"…","refresh_token":"…","expires_in":3600}` (or `"expires_at":"RFC 3339"`);
 ///   only `access_token` is required. Without a new `refresh_token` the old one is kept.
 ///   A logout's output is ignored.
-/// - **Errors**: a non-zero exit status, a timeout (`timeout:`, `10s` by default; the command is
-///   killed), or output that is not such an object fails the refresh. The reason quotes the first
-///   line of stderr (at most 200 characters) with anything token-like replaced by `<redacted>`:
-///   the current tokens and any run of 20 or more token characters.
+/// - **Process**: the command runs in a process group of its own and inherits only stdin, stdout
+///   and stderr (no other descriptor of the host). At the timeout (`timeout:`, `10s` by default),
+///   on cancellation and once the command exits, the whole group is killed: a wrapper script and
+///   the children it started never outlive the call, and the refresh fails at the plugin's own
+///   timeout. A command that leaves the group on purpose (`setsid`) is on its own. The command
+///   cannot prompt on the terminal (its group is not the terminal's foreground group).
+/// - **Errors**: a non-zero exit status, a timeout, or output that is not such an object fails the
+///   refresh. The reason quotes the first line of stderr (at most 200 characters) made safe:
+///   every value of the credential set replaced by `<redacted>` whatever its length (the current
+///   tokens, the secret-named `env:` values, the secret-named fields of the command's output; as
+///   written, percent-encoded or JSON-escaped), any run of 20 or more token characters too, and
+///   control characters such as ANSI escape sequences written as `\u{1B}`.
 /// - **Caching**: the engine calls the command only when it needs a token (a refresh trigger, a
 ///   token expiring within `refresh.ahead`, no credentials at all) and keeps the answer in its
 ///   credential store, so the command does not need a cache of its own.
@@ -49,9 +57,9 @@ import Foundation
 ///     pass-refresh-token: false
 /// ```
 ///
-/// Concurrency contract: immutable and `Sendable`. Each call starts one process; cancelling the
-/// calling task (the engine's `refresh.timeout`) kills it. The timeout is wall-clock time, since
-/// the command is a real process.
+/// Concurrency contract: immutable and `Sendable`. Each call starts one process group; cancelling
+/// the calling task (the engine's `refresh.timeout`) kills it. The timeout is wall-clock time,
+/// since the command is a real process.
 public struct ExecRefresh: RefreshPlugin, CustomStringConvertible {
     let command: ExecCommand
 
@@ -221,10 +229,10 @@ struct ExecCommand: Sendable {
     }
 
     /// Runs the command with `input` on stdin; returns its stdout, and the first line of its
-    /// stderr redacted, when it exits with status 0.
+    /// stderr made safe to show, when it exits with status 0.
     ///
     /// - Throws: ``RefreshFailure`` (start failure, timeout, non-zero status, too much output),
-    ///   `CancellationError` when the task is cancelled (the process is killed).
+    ///   `CancellationError` when the task is cancelled (the process group is killed).
     func run(input: Data, credentials: Credentials?) async throws -> (stdout: Data, stderrLine: String) {
         let run = CommandRun(self)
         let result = await withTaskCancellationHandler {
@@ -235,26 +243,84 @@ struct ExecCommand: Sendable {
             run.cancel()
         }
         let program = (arguments.first ?? "").split(separator: "/").last.map(String.init) ?? ""
+        let line = Self.redact(
+            result.stderrFirstLine, secrets: secrets(credentials, output: result.stdout),
+            truncated: result.stderrTruncated)
         func reason(_ text: String) -> String {
-            let line = redact(result.stderrFirstLine, credentials)
-            return "the credential command '\(program)' \(text)" + (line.isEmpty ? "" : ": \(line)")
+            "the credential command '\(program)' \(text)" + (line.isEmpty ? "" : ": \(line)")
         }
         switch result.end {
         case .cancelled: throw CancellationError()
-        case .failedToStart: throw RefreshFailure("the credential command '\(program)' could not be started")
+        case .failedToStart(let code):
+            throw RefreshFailure(
+                "the credential command '\(program)' could not be started: \(String(cString: strerror(code)))")
         case .timedOut: throw RefreshFailure(reason("took longer than \(timeout.policyText) and was killed"))
         case .outputTooLarge: throw RefreshFailure(reason("wrote more than 1 MiB"))
         case .exited(let status) where status != 0: throw RefreshFailure(reason("exited with status \(status)"))
         case .signalled(let signal): throw RefreshFailure(reason("was killed by signal \(signal)"))
-        case .exited: return (result.stdout, redact(result.stderrFirstLine, credentials))
+        case .exited: return (result.stdout, line)
         }
+    }
+
+    /// Every value of the credential set the command knows or told: the current tokens, the
+    /// values of the variables passed in `env:` whose names say they are secret, and the
+    /// secret-looking fields of what it wrote on stdout (a command that failed may say on stderr
+    /// the token it just printed).
+    func secrets(_ credentials: Credentials?, output: Data) -> [String] {
+        var values = [credentials?.accessToken, credentials?.refreshToken].compactMap { $0 }
+        for (name, value) in environment where Self.looksSecret(name) { values.append(value) }
+        if let object = TokenEndpoint.jsonObject(output) {
+            for (key, value) in object where Self.looksSecret(key) {
+                if let text = value as? String { values.append(text) }
+            }
+        }
+        return values.filter { !$0.isEmpty }
+    }
+
+    /// A variable or field name that holds a secret: `TOKEN`, `access_token`, `CLIENT_SECRET`,
+    /// `password`, `API_KEY`, `credential`… (`token_type`, `expires_in` are not).
+    static func looksSecret(_ name: String) -> Bool {
+        let lower = name.lowercased()
+        if lower == "token_type" { return false }
+        return ["token", "secret", "passw", "key", "credential", "auth", "assertion", "cookie", "session"]
+            .contains { lower.contains($0) }
     }
 
     /// `line` with the current tokens and any run of 20 or more token characters replaced.
     func redact(_ line: String, _ credentials: Credentials?) -> String {
+        Self.redact(line, secrets: secrets(credentials, output: Data()), truncated: false)
+    }
+
+    /// `line` made safe to show on a terminal and in a log:
+    ///
+    /// - every secret, whatever its length, is replaced by `<redacted>`, also written
+    ///   percent-encoded or JSON-escaped;
+    /// - any run of 20 or more token characters (`A-Za-z0-9-_.~+/=`) is replaced as well, for
+    ///   secrets nobody told us about;
+    /// - when the line was cut (`truncated`), a run of token characters at its end is dropped:
+    ///   it may be the first part of a secret;
+    /// - control and format characters (ANSI escape sequences, carriage returns, bidirectional
+    ///   overrides) are written as `\u{1B}`, so the command cannot drive the terminal;
+    /// - the result is cut at 200 characters.
+    static func redact(_ line: String, secrets: [String], truncated: Bool) -> String {
         var text = line
-        for token in [credentials?.accessToken, credentials?.refreshToken].compactMap({ $0 }) where token.count >= 4 {
-            text = text.replacingOccurrences(of: token, with: "<redacted>")
+        var variants: Set<String> = []
+        for secret in secrets where !secret.isEmpty {
+            variants.insert(secret)
+            if let encoded = secret.addingPercentEncoding(withAllowedCharacters: .alphanumerics) {
+                variants.insert(encoded)
+            }
+            variants.insert(String(PolicyEvent.quote(secret).dropFirst().dropLast()))
+        }
+        // The longest first, so a secret that contains another is replaced whole.
+        for variant in variants.sorted(by: { ($0.count, $0) > ($1.count, $1) }) {
+            text = text.replacingOccurrences(of: variant, with: "\u{0}")
+        }
+        func isTokenCharacter(_ character: Character) -> Bool {
+            character.isASCII && (character.isLetter || character.isNumber || "-_.~+/=".contains(character))
+        }
+        if truncated {
+            while let last = text.last, isTokenCharacter(last) { text.removeLast() }
         }
         var out = ""
         var run = ""
@@ -263,30 +329,50 @@ struct ExecCommand: Sendable {
             run = ""
         }
         for character in text {
-            if character.isASCII, character.isLetter || character.isNumber || "-_.~+/=".contains(character) {
+            if isTokenCharacter(character) {
                 run.append(character)
-            } else {
-                flush()
-                out.append(character)
+                continue
+            }
+            flush()
+            if character == "\u{0}" {
+                out += "<redacted>"
+                continue
+            }
+            for scalar in character.unicodeScalars {
+                switch scalar.properties.generalCategory {
+                case .control, .format, .lineSeparator, .paragraphSeparator, .privateUse, .unassigned,
+                    .surrogate:
+                    out += "\\u{" + String(scalar.value, radix: 16, uppercase: true) + "}"
+                default:
+                    out.unicodeScalars.append(scalar)
+                }
             }
         }
         flush()
-        return out
+        return out.count > ExecCommand.maxStderrLine ? String(out.prefix(ExecCommand.maxStderrLine)) : out
     }
 }
 
 /// One process: its pipes, its readers and how it ended.
 ///
+/// The command runs in a process group of its own (`posix_spawn` with `POSIX_SPAWN_SETPGROUP`),
+/// so a wrapper script and every child it started are one unit: at the timeout, on
+/// cancellation, and after the command itself exited, the whole group is killed. The leader is
+/// reaped only after that kill (it is waited for with `WNOWAIT` first), so its process and group
+/// id cannot have been reused by then. Only stdin, stdout and stderr reach the command: every
+/// other descriptor of this process is closed in the child (`closefrom(3)` as a spawn action),
+/// and the pipes are created close-on-exec so other spawns cannot inherit them.
+///
 /// Concurrency contract: `start` once; `cancel` from any thread, any number of times. The
-/// completion is called exactly once, on a dispatch thread, never on the cooperative pool, since
-/// waiting for a process blocks.
+/// completion is called exactly once, on a thread of the run's own, never on the cooperative pool
+/// or dispatch's, since waiting for a process blocks.
 final class CommandRun: Sendable {
-    enum End: Sendable {
+    enum End: Sendable, Equatable {
         case exited(Int32)
         case signalled(Int32)
         case timedOut
         case cancelled
-        case failedToStart
+        case failedToStart(Int32)
         case outputTooLarge
     }
 
@@ -294,118 +380,144 @@ final class CommandRun: Sendable {
         var end: End
         var stdout = Data()
         var stderrFirstLine = ""
+        /// The first line was cut (stderr said more than is kept before its first newline).
+        var stderrTruncated = false
     }
 
     private struct State {
-        var process: Process?
+        /// The leader's pid, which is also the group's id.
+        var pid: pid_t?
+        /// Set once the leader was reaped: from then on its ids may belong to someone else.
+        var reaped = false
         var cancelled = false
     }
 
     private let command: ExecCommand
     private let state = Locked(State())
 
+    /// The most stderr kept (its first line is all that is shown).
+    static let stderrLimit = 4096
+
     init(_ command: ExecCommand) { self.command = command }
 
     func cancel() {
-        let process = state.withLock { state -> Process? in
+        state.withLock { state in
             state.cancelled = true
-            return state.process
+            if let pid = state.pid, !state.reaped { kill(-pid, SIGKILL) }
         }
-        if let process, process.isRunning { kill(process.processIdentifier, SIGKILL) }
     }
 
     func start(input: Data, completion: @escaping @Sendable (Result) -> Void) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: command.arguments[0])
-        process.arguments = Array(command.arguments.dropFirst())
-        process.environment = command.environment
-        let stdin = Pipe()
-        let stdout = Pipe()
-        let stderr = Pipe()
-        process.standardInput = stdin
-        process.standardOutput = stdout
-        process.standardError = stderr
-        let exited = DispatchSemaphore(value: 0)
-        process.terminationHandler = { _ in exited.signal() }
-        let cancelledBefore = state.withLock { state -> Bool in
-            if !state.cancelled { state.process = process }
-            return state.cancelled
+        if state.withLock({ $0.cancelled }) { return completion(Result(end: .cancelled)) }
+        let spawned: Spawned
+        switch Spawned.spawn(command.arguments, environment: command.environment) {
+        case .failure(let error): return completion(Result(end: .failedToStart(error.code)))
+        case .success(let made): spawned = made
         }
-        if cancelledBefore { return completion(Result(end: .cancelled)) }
-        do {
-            try process.run()
-        } catch {
-            return completion(Result(end: .failedToStart))
+        let pid = spawned.pid
+        state.withLock { state in
+            state.pid = pid
+            // A cancel that came while the process was being started found nothing to kill.
+            if state.cancelled { kill(-pid, SIGKILL) }
         }
-        // A cancel between taking the process and starting it found nothing running to kill.
-        if state.withLock({ $0.cancelled }) { kill(process.processIdentifier, SIGKILL) }
-        // Our copies of the child's ends, so EOF arrives when the child (and its children) close theirs.
-        try? stdout.fileHandleForWriting.close()
-        try? stderr.fileHandleForWriting.close()
-        try? stdin.fileHandleForReading.close()
         let readers = DispatchGroup()
         let output = Locked(Data())
         let errors = Locked(Data())
         let overflow = Locked(false)
-        Self.read(stdout.fileHandleForReading, into: output, limit: ExecCommand.maxOutputBytes, overflow, readers)
-        Self.read(stderr.fileHandleForReading, into: errors, limit: 4096, nil, readers)
-        Self.write(input, to: stdin.fileHandleForWriting)
+        let errorsOverflow = Locked(false)
+        Self.read(spawned.stdout, into: output, limit: ExecCommand.maxOutputBytes, overflow, readers)
+        Self.read(spawned.stderr, into: errors, limit: Self.stderrLimit, errorsOverflow, readers)
+        Self.write(input, to: spawned.stdin)
+        let exited = DispatchSemaphore(value: 0)
+        Self.onThread {
+            // Waits for the leader to exit without reaping it (WNOWAIT), so its ids stay its own
+            // while the group is killed below.
+            var info = siginfo_t()
+            while waitid(P_PID, id_t(pid), &info, WEXITED | WNOWAIT) != 0 && errno == EINTR {}
+            exited.signal()
+        }
         let deadline = DispatchTime.now() + .nanoseconds(Int(command.timeout.wholeNanoseconds))
         let state = self.state
-        DispatchQueue.global().async {
-            var end: End
-            if exited.wait(timeout: deadline) == .timedOut {
-                kill(process.processIdentifier, SIGKILL)
+        Self.onThread {
+            let timedOut = exited.wait(timeout: deadline) == .timedOut
+            if timedOut {
+                kill(-pid, SIGKILL)
                 exited.wait()
-                end = state.withLock { $0.cancelled } ? .cancelled : .timedOut
-            } else if state.withLock({ $0.cancelled }) {
-                end = .cancelled
-            } else if process.terminationReason == .uncaughtSignal {
-                end = .signalled(process.terminationStatus)
-            } else {
-                end = .exited(process.terminationStatus)
             }
-            // The output ends when every holder of the pipes closed them; a grandchild that keeps
-            // them open cannot hold the refresh past the timeout.
+            // Whatever the command left running in its group goes with it: nothing outlives a run.
+            kill(-pid, SIGKILL)
+            var status: Int32 = 0
+            let cancelled = state.withLock { state -> Bool in
+                while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+                state.reaped = true
+                return state.cancelled
+            }
+            var end: End
+            if cancelled {
+                end = .cancelled
+            } else if timedOut {
+                end = .timedOut
+            } else if status & 0x7F == 0 {
+                end = .exited((status >> 8) & 0xFF)
+            } else {
+                end = .signalled(status & 0x7F)
+            }
+            // The output ends when every holder of the pipes closed them; one that left the group
+            // (setsid) and keeps them open cannot hold the refresh past the timeout.
             if readers.wait(timeout: max(deadline, .now() + .milliseconds(100))) == .timedOut, case .exited = end {
                 end = .timedOut
             }
             if overflow.withLock({ $0 }), case .exited = end { end = .outputTooLarge }
-            let line =
-                String(decoding: errors.withLock { $0 }, as: UTF8.self)
-                .split(whereSeparator: \.isNewline).first.map { String($0.prefix(ExecCommand.maxStderrLine)) } ?? ""
-            completion(Result(end: end, stdout: output.withLock { $0 }, stderrFirstLine: line))
+            let bytes = errors.withLock { $0 }
+            let text = String(decoding: bytes, as: UTF8.self)
+            // The first line that says something; cut when it runs to the end of what was kept.
+            let first = text.split(whereSeparator: \.isNewline).first ?? ""
+            let cut = errorsOverflow.withLock { $0 } && first.endIndex == text.endIndex
+            completion(
+                Result(
+                    end: end, stdout: output.withLock { $0 }, stderrFirstLine: String(first),
+                    stderrTruncated: cut))
         }
     }
 
-    /// Reads `handle` to EOF on a dispatch thread, keeping at most `limit` bytes.
+    /// Runs `work` on a thread of its own. Every wait here blocks (a read, `waitid`, the timeout):
+    /// on dispatch's global queue, which runs as many blocked items at once as there are cores,
+    /// the timeout's wait could sit behind two readers and fire seconds late.
+    private static func onThread(_ work: @escaping @Sendable () -> Void) {
+        let thread = Thread(block: work)
+        thread.stackSize = 256 << 10
+        thread.start()
+    }
+
+    /// Reads `fd` to EOF on a thread of its own, keeping at most `limit` bytes, then closes it.
     private static func read(
-        _ handle: FileHandle, into buffer: Locked<Data>, limit: Int, _ overflow: Locked<Bool>?, _ group: DispatchGroup
+        _ fd: Int32, into buffer: Locked<Data>, limit: Int, _ overflow: Locked<Bool>, _ group: DispatchGroup
     ) {
         group.enter()
-        DispatchQueue.global().async {
+        Self.onThread {
             defer {
-                try? handle.close()
+                close(fd)
                 group.leave()
             }
+            var chunk = [UInt8](repeating: 0, count: 16_384)
             while true {
-                let chunk = handle.availableData
-                if chunk.isEmpty { return }
+                let count = chunk.withUnsafeMutableBytes { systemRead(fd, $0.baseAddress, $0.count) }
+                if count < 0 && errno == EINTR { continue }
+                if count <= 0 { return }
                 let full = buffer.withLock { data -> Bool in
                     let room = limit - data.count
-                    if room > 0 { data.append(chunk.prefix(room)) }
-                    return chunk.count > room
+                    if room > 0 { data.append(contentsOf: chunk[0..<min(room, count)]) }
+                    return count > room
                 }
-                if full { overflow?.withLock { $0 = true } }
+                if full { overflow.withLock { $0 = true } }
             }
         }
     }
 
     /// Writes `data` and closes the pipe, on a thread with SIGPIPE blocked: a command that exits
     /// without reading its input must not kill the host with SIGPIPE.
-    private static func write(_ data: Data, to handle: FileHandle) {
+    private static func write(_ data: Data, to descriptor: Int32) {
         let thread = Thread {
-            let descriptor = handle.fileDescriptor
             #if canImport(Darwin)
                 // Darwin has a per-descriptor switch (and no sigtimedwait).
                 _ = fcntl(descriptor, F_SETNOSIGPIPE, 1)
@@ -427,7 +539,7 @@ final class CommandRun: Sendable {
                     offset += written
                 }
             }
-            try? handle.close()
+            close(descriptor)
             #if !canImport(Darwin)
                 // Take a SIGPIPE this write raised, so it is not delivered to the process later.
                 var pending = sigset_t()
@@ -442,6 +554,134 @@ final class CommandRun: Sendable {
     }
 }
 
+/// A started command: its pid (and process group id) and this side of its three pipes.
+struct Spawned {
+    var pid: pid_t
+    var stdin: Int32
+    var stdout: Int32
+    var stderr: Int32
+
+    /// Starts `arguments` (`arguments[0]` the executable's path) with exactly `environment`, in a
+    /// new process group, with default signal dispositions and an empty signal mask, and with
+    /// only descriptors 0, 1 and 2 open. Returns the `errno` of a failure.
+    static func spawn(_ arguments: [String], environment: [String: String]) -> Swift.Result<Spawned, SpawnError> {
+        var pipes: [[Int32]] = []
+        defer { for pair in pipes { for fd in pair where fd >= 0 { close(fd) } } }
+        for _ in 0..<3 {
+            guard let pair = closeOnExecPipe() else { return .failure(SpawnError(code: errno)) }
+            pipes.append(pair)
+        }
+        // The child's ends: stdin reads pipes[0][0]; stdout and stderr write pipes[1][1], pipes[2][1].
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_adddup2(&actions, pipes[0][0], 0)
+        posix_spawn_file_actions_adddup2(&actions, pipes[1][1], 1)
+        posix_spawn_file_actions_adddup2(&actions, pipes[2][1], 2)
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var flags = Int32(POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF)
+        #if canImport(Darwin)
+            // Darwin: every descriptor not named in the actions is closed.
+            flags |= Int32(POSIX_SPAWN_CLOEXEC_DEFAULT)
+            for fd: Int32 in 0...2 { posix_spawn_file_actions_addinherit_np(&actions, fd) }
+        #else
+            if !closeFrom(&actions, 3) {
+                // No closefrom action in this C library: close what is open now (descriptors
+                // opened later by other threads are close-on-exec in Foundation and here).
+                for fd in openDescriptors() where fd > 2 { posix_spawn_file_actions_addclose(&actions, fd) }
+            }
+        #endif
+        return spawn(arguments, environment, &actions, &attributes, flags, pipes: &pipes)
+    }
+
+    struct SpawnError: Error {
+        var code: Int32
+    }
+
+    private static func spawn(
+        _ arguments: [String], _ environment: [String: String], _ actions: inout posix_spawn_file_actions_t,
+        _ attributes: inout posix_spawnattr_t, _ flags: Int32, pipes: inout [[Int32]]
+    ) -> Swift.Result<Spawned, SpawnError> {
+        posix_spawnattr_setflags(&attributes, Int16(flags))
+        posix_spawnattr_setpgroup(&attributes, 0)
+        var empty = sigset_t()
+        sigemptyset(&empty)
+        posix_spawnattr_setsigmask(&attributes, &empty)
+        var defaults = sigset_t()
+        sigemptyset(&defaults)
+        for signal in [SIGPIPE, SIGINT, SIGQUIT, SIGTERM, SIGHUP, SIGCHLD, SIGUSR1, SIGUSR2, SIGALRM, SIGXFSZ] {
+            sigaddset(&defaults, signal)
+        }
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        let argv = arguments.map { strdup($0) } + [nil]
+        let envp = environment.sorted { $0.key < $1.key }.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer {
+            for pointer in argv { free(pointer) }
+            for pointer in envp { free(pointer) }
+        }
+        var pid: pid_t = 0
+        let code = posix_spawn(&pid, arguments[0], &actions, &attributes, argv, envp)
+        guard code == 0 else { return .failure(SpawnError(code: code)) }
+        let spawned = Spawned(pid: pid, stdin: pipes[0][1], stdout: pipes[1][0], stderr: pipes[2][0])
+        // Ours now: not closed by the caller's cleanup.
+        pipes[0][1] = -1
+        pipes[1][0] = -1
+        pipes[2][0] = -1
+        return .success(spawned)
+    }
+
+    /// A pipe whose two ends are close-on-exec from their creation (`pipe2`), so a process that
+    /// another thread spawns meanwhile cannot inherit them.
+    private static func closeOnExecPipe() -> [Int32]? {
+        var fds: [Int32] = [-1, -1]
+        #if canImport(Darwin)
+            guard pipe(&fds) == 0 else { return nil }
+            for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        #else
+            if let pipe2 = SpawnSymbols.pipe2 {
+                guard pipe2(&fds, O_CLOEXEC) == 0 else { return nil }
+            } else {
+                guard pipe(&fds) == 0 else { return nil }
+                for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+            }
+        #endif
+        return fds
+    }
+
+    #if !canImport(Darwin)
+        /// Adds glibc's `posix_spawn_file_actions_addclosefrom_np` (2.34+; not in Swift's view of
+        /// `spawn.h`, which leaves out GNU extensions); `false` when this C library has none.
+        private static func closeFrom(_ actions: inout posix_spawn_file_actions_t, _ lowest: Int32) -> Bool {
+            guard let addClosefrom = SpawnSymbols.addClosefrom else { return false }
+            return addClosefrom(&actions, lowest) == 0
+        }
+
+        /// The descriptors open in this process now.
+        private static func openDescriptors() -> [Int32] {
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+            return names.compactMap { Int32($0) }
+        }
+    #endif
+}
+
+#if !canImport(Darwin)
+    /// GNU extensions looked up at run time (Swift's Glibc module is built without `_GNU_SOURCE`).
+    private enum SpawnSymbols {
+        typealias AddClosefrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>?, Int32) -> Int32
+        typealias Pipe2 = @convention(c) (UnsafeMutablePointer<Int32>?, Int32) -> Int32
+
+        static var addClosefrom: AddClosefrom? { symbol("posix_spawn_file_actions_addclosefrom_np") }
+        static var pipe2: Pipe2? { symbol("pipe2") }
+
+        private static func symbol<T>(_ name: String) -> T? {
+            guard let address = dlsym(UnsafeMutableRawPointer(bitPattern: 0), name) else { return nil }
+            return unsafeBitCast(address, to: T.self)
+        }
+    }
+#endif
+
 extension Duration {
     /// Whole nanoseconds, for `DispatchTime`.
     var wholeNanoseconds: Int64 {
@@ -453,4 +693,9 @@ extension Duration {
 /// `write(2)`, named so it does not clash with the methods called `write` around it.
 private func systemWrite(_ descriptor: Int32, _ buffer: UnsafeRawPointer, _ count: Int) -> Int {
     write(descriptor, buffer, count)
+}
+
+/// `read(2)`, named so it does not clash with the methods called `read` around it.
+private func systemRead(_ descriptor: Int32, _ buffer: UnsafeMutableRawPointer?, _ count: Int) -> Int {
+    read(descriptor, buffer, count)
 }

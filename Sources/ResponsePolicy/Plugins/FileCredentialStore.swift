@@ -47,7 +47,7 @@ public enum CredentialStoreError: Error, Sendable, Equatable, CustomStringConver
 /// ignored when loading and not written back.
 ///
 /// Saving writes a new file next to the old one (`.<name>.tmp-<pid>-<random>`, created with
-/// `O_EXCL` and mode 0600), flushes it to disk and renames it over the old one. `rename(2)` is
+/// `O_EXCL | O_NOFOLLOW` and mode 0600), flushes it to disk and renames it over the old one. `rename(2)` is
 /// atomic, so a reader — in this process or another — sees the old file or the new one, never a
 /// mix, and two processes saving at once each rename a whole file of their own: the last rename
 /// wins and the file is always valid. A symbolic link at `path` is followed, so the file it points
@@ -63,7 +63,8 @@ public enum CredentialStoreError: Error, Sendable, Equatable, CustomStringConver
 /// Loading also tidies up after a crash and after careless hands, as ssh does for keys: temporary
 /// files a killed process left next to the file (`.<name>.tmp-<pid>-…`, holding tokens) are
 /// removed when that process is gone or the file is over an hour old; a credentials file that
-/// others may read or write is made 0600 and reported through `warn`. Anything but a regular file
+/// others may read or write is made 0600 and reported through `warn` — once it was read as a
+/// credentials file: a malformed one is refused and left as it was. Anything but a regular file
 /// (a FIFO, a device) is refused rather than opened, so a FIFO cannot hang the load.
 ///
 /// Concurrency contract: `load` and `save` may be called from any thread; saves from one store are
@@ -118,8 +119,22 @@ public final class FileCredentialStore: CredentialStore, CustomStringConvertible
     ///   ``CredentialStoreError/malformed(path:reason:)`` when it is not the credentials JSON.
     public func load() throws -> Credentials? {
         removeStaleTemporaryFiles()
-        guard let data = try readFile() else { return nil }
-        return try Self.decode(data, path: path)
+        return try readFile { data throws(CredentialStoreError) in try Self.decode(data, path: self.path) }
+    }
+
+    /// Checks that a save could land: a temporary file can be created (exclusively, mode 0600)
+    /// in the file's folder and removed again. Nothing else is touched.
+    ///
+    /// Why: with rotating refresh tokens, a refresh spends the old token; a store that then
+    /// cannot save the new one has lost the session. A tool checks this before it sends anything.
+    ///
+    /// - Throws: ``CredentialStoreError/unwritable(path:reason:)`` naming the folder and the cause.
+    public func checkWritable() throws {
+        try saving.withLock { _ throws(CredentialStoreError) in
+            let (fd, temporary) = try createTemporaryFile()
+            close(fd)
+            unlink(temporary)
+        }
     }
 
     /// Replaces the file with `credentials`, atomically, mode 0600.
@@ -195,8 +210,12 @@ public final class FileCredentialStore: CredentialStore, CustomStringConvertible
 
     // MARK: - Files
 
-    /// The file's bytes; `nil` when it does not exist.
-    private func readFile() throws(CredentialStoreError) -> Data? {
+    /// The file's bytes, as `decode` makes them; `nil` when it does not exist. The mode of a
+    /// file open to others is tightened only after `decode` accepted it: a path given by mistake
+    /// (`--credentials ~/notes.txt`) is refused untouched.
+    private func readFile<T>(
+        _ decode: (Data) throws(CredentialStoreError) -> T
+    ) throws(CredentialStoreError) -> T? {
         // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         if fd < 0 {
@@ -210,6 +229,22 @@ public final class FileCredentialStore: CredentialStore, CustomStringConvertible
         guard status.st_mode & S_IFMT == S_IFREG else {
             throw .unreadable(path: path, reason: "it is not a regular file")
         }
+        var data = Data()
+        var buffer = [UInt8](repeating: 0, count: 16_384)
+        reading: while true {
+            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if count < 0 {
+                let code = errno
+                if code == EINTR { continue }
+                throw .unreadable(path: path, reason: Self.errorText(code))
+            }
+            if count == 0 { break reading }
+            data.append(contentsOf: buffer[0..<count])
+            if data.count > Self.maximumSize {
+                throw .malformed(path: path, reason: "it is larger than \(Self.maximumSize >> 20) MiB")
+            }
+        }
+        let decoded = try decode(data)
         let mode = status.st_mode & 0o777
         if mode & 0o077 != 0 {
             // As ssh refuses an unprotected key, but a store must keep working: tighten, then say so.
@@ -223,21 +258,7 @@ public final class FileCredentialStore: CredentialStore, CustomStringConvertible
                 )
             }
         }
-        var data = Data()
-        var buffer = [UInt8](repeating: 0, count: 16_384)
-        while true {
-            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count < 0 {
-                let code = errno
-                if code == EINTR { continue }
-                throw .unreadable(path: path, reason: Self.errorText(code))
-            }
-            if count == 0 { return data }
-            data.append(contentsOf: buffer[0..<count])
-            if data.count > Self.maximumSize {
-                throw .malformed(path: path, reason: "it is larger than \(Self.maximumSize >> 20) MiB")
-            }
-        }
+        return decoded
     }
 
     /// Writes `bytes` to a fresh temporary file in the target's directory and renames it over
@@ -248,15 +269,9 @@ public final class FileCredentialStore: CredentialStore, CustomStringConvertible
         func failure(_ what: String, _ code: Int32) -> CredentialStoreError {
             .unwritable(path: path, reason: "\(what): \(Self.errorText(code))")
         }
-        var fd: Int32 = -1
-        var temporary = ""
-        for _ in 0..<8 {
-            let suffix = String(UInt64.random(in: 0...UInt64.max), radix: 16)
-            temporary = directory + "/." + target.lastPathComponent + ".tmp-\(getpid())-" + suffix
-            fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-            if fd >= 0 || errno != EEXIST { break }
-        }
-        guard fd >= 0 else { throw failure("cannot create a temporary file in '\(directory)'", errno) }
+        let created = try createTemporaryFile()
+        var fd = created.fd
+        let temporary = created.path
         var written = false
         defer {
             if fd >= 0 { close(fd) }
@@ -287,6 +302,28 @@ public final class FileCredentialStore: CredentialStore, CustomStringConvertible
             _ = fsync(directoryFD)
             close(directoryFD)
         }
+    }
+
+    /// Creates the temporary file a save writes, next to the target (so the rename stays on one
+    /// file system): `.<name>.tmp-<pid>-<64 random bits>`, created exclusively (`O_EXCL`: a
+    /// planted file or link of that name makes the open fail, never followed or reused),
+    /// `O_NOFOLLOW`, mode 0600 from the start. The random part comes from the system's secure
+    /// generator, so the name cannot be guessed ahead.
+    private func createTemporaryFile() throws(CredentialStoreError) -> (fd: Int32, path: String) {
+        let target = URL(fileURLWithPath: Self.followingLinks(path))
+        let directory = target.deletingLastPathComponent().path
+        var generator = SystemRandomNumberGenerator()
+        var code: Int32 = 0
+        for _ in 0..<8 {
+            let suffix = String(generator.next(), radix: 16)
+            let temporary = directory + "/." + target.lastPathComponent + ".tmp-\(getpid())-" + suffix
+            let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+            if fd >= 0 { return (fd, temporary) }
+            code = errno
+            if code != EEXIST { break }
+        }
+        let reason = "cannot create a temporary file in '\(directory)': \(Self.errorText(code))"
+        throw .unwritable(path: path, reason: reason)
     }
 
     /// Removes the temporary files of saves that never finished (a process killed mid-write):

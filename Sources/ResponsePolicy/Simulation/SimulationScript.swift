@@ -60,6 +60,13 @@ package struct SimulationScript: Sendable {
     package var reload: [Reload] = []
     /// The most requests a script may send, `repeat` and aliases included.
     package static let maxRequests = 100_000
+    /// The most `reload:` steps a script may have: 100.
+    package static let maxReloads = 100
+    /// The most different policy files its `reload:` steps may name: 8.
+    package static let maxReloadFiles = 8
+    /// The largest policy file a `reload:` step loads: 1 MiB (a larger one is refused, as a
+    /// policy failing lint is).
+    package static let maxReloadPolicyBytes = 1 << 20
 
     /// Seeds jitter; `1` by default, so runs repeat.
     package var seed: UInt64 = 1
@@ -172,6 +179,25 @@ extension PolicyDecoder {
                 guard let at, let policy else {
                     report(.error("missing-key", "a reload step needs 'at:' and 'policy:'", at: item.range))
                     continue
+                }
+                // Each reload compiles a policy: bounded in count and in distinct files (each file
+                // is compiled once), so a script cannot buy minutes of work.
+                if script.reload.count == SimulationScript.maxReloads {
+                    report(
+                        .error(
+                            "too-many-reloads",
+                            "the script reloads more than \(SimulationScript.maxReloads) times; reload less often",
+                            at: item.range))
+                    break
+                }
+                let files = Set(script.reload.map(\.policy))
+                if !files.contains(policy), files.count == SimulationScript.maxReloadFiles {
+                    report(
+                        .error(
+                            "too-many-reloads",
+                            "the script reloads more than \(SimulationScript.maxReloadFiles) different policy files",
+                            at: item.range))
+                    break
                 }
                 script.reload.append(.init(at: at, policy: policy, range: item.range))
             }

@@ -65,7 +65,7 @@ package enum Simulator {
     package static func run(
         policy: Policy, script: SimulationScript, maxAttempts: Int = Simulator.maxAttempts,
         loadPolicy: @escaping @Sendable (String) throws(PolicyError) -> Policy = { path throws(PolicyError) in
-            try Policy.load(path: path)
+            try Policy.load(path: path, limits: YAMLLimits(maxFileBytes: SimulationScript.maxReloadPolicyBytes))
         },
         onEvent: (@Sendable (PolicyEvent) -> Void)? = nil
     ) throws(Failure) -> Result {
@@ -110,12 +110,18 @@ package enum Simulator {
                                     body: request.body.map { Data($0.utf8) }, id: request.id))
                         }
                     }
+                    // A file does not change on the virtual clock: each is compiled once.
+                    let compiled = Locked<[String: Swift.Result<Policy, PolicyError>]>([:])
                     for step in script.reload {
                         group.addTask {
                             try? await clock.sleep(until: step.at)
                             guard !Task.isCancelled else { return }
                             _ = try? engine.reload(loading: { () throws(PolicyError) -> Policy in
-                                try loadPolicy(step.policy)
+                                let result =
+                                    compiled.withLock { $0[step.policy] }
+                                    ?? Swift.Result { () throws(PolicyError) -> Policy in try loadPolicy(step.policy) }
+                                compiled.withLock { $0[step.policy] = result }
+                                return try result.get()
                             })
                         }
                     }
@@ -141,7 +147,7 @@ package enum Simulator {
         policy: Policy, script: SimulationScript,
         maxAttempts: Int = Simulator.maxAttempts,
         loadPolicy: @escaping @Sendable (String) throws(PolicyError) -> Policy = { path throws(PolicyError) in
-            try Policy.load(path: path)
+            try Policy.load(path: path, limits: YAMLLimits(maxFileBytes: SimulationScript.maxReloadPolicyBytes))
         },
         onEvent: (@Sendable (PolicyEvent) -> Void)? = nil
     ) async throws(Failure) -> Result {

@@ -9,11 +9,14 @@ Routes
   GET  /api/*         200 {"status":0,"data":"ok"} for `Authorization: Bearer <access_token>`;
                       any other token (old, unknown or missing) is "expired": 200 {"status":1401}
                       or 401 with WWW-Authenticate, per `expired_mode`; `api_mode` "logout" answers
-                      200 {"status":202} to everything.
+                      200 {"status":202} to everything; "logout_during_refresh" answers the first
+                      call as "normal" does and holds every later one until a token call is in
+                      flight, then answers it 200 {"status":202} (a logout landing mid-refresh).
   POST /oauth/token   RFC 6749 §6 refresh_token grant (form-encoded). A valid refresh token gets a
                       new access token and a rotated refresh token (the old one stops working);
                       anything else, or `token_mode` "invalid_grant", gets 400 {"error":"invalid_grant"}.
-                      Sleeps `token_delay` seconds first so concurrent refreshes pile up.
+                      Sleeps `token_delay` seconds first so concurrent refreshes pile up, and
+                      waits while `token_gate` is "closed" (a test acts while a refresh is in flight).
   GET  /flaky/503     503 with `Retry-After: <retry_after>` for the next `flaky_count` requests, then 200.
   GET  /drop          For the next `drop_count` requests: headers promising more body than is sent,
                       then the connection is closed. Then 200.
@@ -47,10 +50,11 @@ DEFAULT_CONFIG = {
     "access_token": "access-0",  # the one access token /api/* accepts; null: none is valid
     "refresh_token": "refresh-0",  # the one refresh token /oauth/token accepts; null: none is valid
     "client_id": None,  # when set, /oauth/token answers 401 invalid_client to any other client_id
-    "api_mode": "normal",  # "normal" | "logout"
+    "api_mode": "normal",  # "normal" | "logout" | "logout_during_refresh"
     "expired_mode": "status1401",  # "status1401" (200 {"status":1401}) | "http401"
     "token_mode": "normal",  # "normal" | "invalid_grant"
     "token_delay": 0.0,  # seconds /oauth/token waits before answering
+    "token_gate": "open",  # "closed": /oauth/token holds every call (at most 30 s) until set "open" again
     "expires_in": 3600,  # seconds, as reported in token responses
     "flaky_count": 1,  # how many of the next /flaky/503 requests get a 503
     "retry_after": 1,  # the Retry-After value (seconds) on those 503s
@@ -71,6 +75,7 @@ class State:
 
     def __init__(self):
         self.lock = threading.Lock()
+        self.token_started = threading.Condition(self.lock)  # notified when a token call begins
         self.reset()
 
     def reset(self):
@@ -99,6 +104,7 @@ class State:
         for key, value in update.items():
             if key != "reset":
                 self.config[key] = value
+        self.token_started.notify_all()  # a token call waiting at the gate looks again
         if "flaky_count" in update:
             self.flaky_remaining = int(update["flaky_count"])
         if "drop_count" in update:
@@ -223,9 +229,13 @@ class Handler(BaseHTTPRequestHandler):
         authorization = self.headers.get("Authorization", "")
         with STATE.lock:
             STATE.counters["api_calls"] += 1
+            later = STATE.counters["api_calls"] > 1
             config = dict(STATE.config)
             current = config["access_token"]
             if config["api_mode"] == "logout":
+                outcome = "logout"
+            elif config["api_mode"] == "logout_during_refresh" and later:
+                STATE.token_started.wait_for(lambda: STATE.token_in_flight > 0, timeout=10)
                 outcome = "logout"
             elif current is not None and authorization == "Bearer " + current:
                 outcome = "ok"
@@ -246,12 +256,15 @@ class Handler(BaseHTTPRequestHandler):
         with STATE.lock:
             STATE.counters["token_calls"] += 1
             STATE.token_in_flight += 1
+            STATE.token_started.notify_all()
             STATE.counters["token_in_flight_max"] = max(
                 STATE.counters["token_in_flight_max"], STATE.token_in_flight)
             delay = float(STATE.config["token_delay"])
         try:
             if delay > 0:
                 time.sleep(delay)
+            with STATE.lock:
+                STATE.token_started.wait_for(lambda: STATE.config["token_gate"] == "open", timeout=30)
             form = urllib.parse.parse_qs(self.body.decode("utf-8", "replace"))
             field = lambda name: (form.get(name) or [None])[0]  # noqa: E731
             with STATE.lock:
