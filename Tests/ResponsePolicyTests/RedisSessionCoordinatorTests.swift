@@ -355,7 +355,11 @@ extension RedisSessionCoordinatorTests {
             }
         }
         #expect(problems != nil)
-        #expect(!log.updates.contains { if case .credentials = $0 { true } else { false } })
+        #expect(
+            !log.updates.contains { update in
+                if case .credentials(let session) = update { return session.credentials?.accessToken == "attacker" }
+                return false
+            })
         #expect(!log.updates.contains { if case .loggedOut = $0 { true } else { false } })
     }
 }
