@@ -28,7 +28,7 @@ let package = Package(
         // C: a pre-initializer that sets SWIFT_BACKTRACE before the Swift runtime reads it.
         .target(name: "PolicyStartup"),
         .executableTarget(name: "policy", dependencies: ["PolicyCLI", "PolicyStartup"]),
-        .executableTarget(name: "policy-bench", dependencies: ["ResponsePolicy"]),
+        .executableTarget(name: "policy-bench", dependencies: ["ResponsePolicy", "ResponsePolicyURLSession"]),
         // Test helper: one coordinator in a child process, driven over stdin/stdout by the
         // multi-process coordination tests (killed with SIGKILL mid-refresh).
         .executableTarget(name: "coordinator-probe", dependencies: ["ResponsePolicy"], path: "Tests/CoordinatorProbe"),

@@ -1,3 +1,4 @@
+import Foundation
 import ResponsePolicy
 
 /// `policy explain FILE`: the policy in plain sentences, with the worst case.
@@ -50,6 +51,8 @@ package enum PolicyExplainer {
             }
             out += describe(scope).map { "  " + $0 + "\n" }.joined()
         }
+        out += "\nDispatch (max-in-flight-per-host: \(policy.dispatch.maxInFlightPerHost)):\n  "
+        out += dispatchSummary(policy.dispatch.maxInFlightPerHost) + "\n"
         if let shared = policy.coordinationSummary {
             out += "\nShared session (coordination: \(policy.coordination.name)):\n  \(shared)\n"
         }
@@ -58,6 +61,72 @@ package enum PolicyExplainer {
         }
         if !policy.warnings.isEmpty { out += "\n" }
         return out
+    }
+
+    /// What `dispatch.max-in-flight-per-host` does, in one paragraph.
+    static func dispatchSummary(_ limit: DispatchSettings.Limit) -> String {
+        let held =
+            "the others wait in the engine in arrival order (those sent before first), are signed when they leave, "
+            + "wait for a refresh in flight, and end at once on a logout."
+        switch limit {
+        case .auto:
+            return "At most as many requests per host are on the wire as the transport has connections per host "
+                + "(URLSessionTransport: its configuration's httpMaximumConnectionsPerHost, 6 by default; "
+                + "a transport that does not say is not limited); " + held
+        case .unlimited:
+            return "Every request goes out as soon as it is made; requests beyond the transport's connections "
+                + "per host wait inside the transport, where they cannot be held for a refresh, re-signed "
+                + "or cancelled by a logout."
+        case .perHost(let count):
+            return "At most \(count) request\(count == 1 ? "" : "s") per host \(count == 1 ? "is" : "are") on the "
+                + "wire; " + held
+        }
+    }
+
+    /// Where tokens come from: the plugin, and for the built-in network plugins the grant, the
+    /// endpoint (without query or credentials), client authentication and whether the first
+    /// request waits for a sign-in. Never a secret: only the names of the variables or files.
+    static func credentialSource(_ refresh: RefreshSettings) -> String? {
+        guard let plugin = refresh.plugin else { return nil }
+        let options = plugin.options
+        func option(_ key: String) -> String? { options[key]?.string }
+        func endpoint(_ key: String) -> String {
+            guard let text = option(key), let url = URL(string: text) else { return "its endpoint" }
+            guard var parts = URLComponents(url: url, resolvingAgainstBaseURL: false) else { return "its endpoint" }
+            (parts.query, parts.fragment, parts.user, parts.password) = (nil, nil, nil, nil)
+            return parts.string ?? "its endpoint"
+        }
+        switch plugin.name {
+        case "oauth2":
+            let grant = option("grant") ?? "refresh_token"
+            var text = "Credentials: the OAuth 2.0 \(grant) grant at \(endpoint("token-url")) as client '\(option("client-id") ?? "?")'"
+            if let file = option("client-secret-file") {
+                text += ", secret from the file '\(file)'"
+            } else if let variable = option("client-secret-env") {
+                text += ", secret from $\(variable)"
+            }
+            let hasSecret = option("client-secret-file") != nil || option("client-secret-env") != nil
+            if hasSecret {
+                let auth = option("client-auth") ?? "client_secret_basic"
+                text += ", sent by \(auth)"
+                if auth == "client_secret_basic" {
+                    text += option("client-auth-encoding") == "raw" ? " (raw, not form-encoded)" : " (form-encoded first, RFC 6749 §2.3.1)"
+                }
+            } else {
+                text += " (a public client: no secret)"
+            }
+            text += grant == "refresh_token"
+                ? "; the stored refresh token is used, and a rotated one replaces it."
+                : "; with nothing stored, the first request waits for a sign-in (one call however many start together)."
+            return text + " Token requests say User-Agent '\(ResponsePolicyVersion.userAgent)' ('\(PolicyCommand.userAgent)' from policy fetch)."
+        case "http":
+            return "Credentials: POST to \(endpoint("url")), the new token read at '\(option("token") ?? "?")'."
+        case "exec":
+            return "Credentials: a credential command (exec) prints them"
+                + (option("timeout").map { ", within \($0)" } ?? "") + "."
+        default:
+            return "Credentials: the host plugin '\(plugin.name)'."
+        }
     }
 
     static func describe(_ scope: RuleGraph.Scope) -> [String] {
@@ -82,30 +151,44 @@ package enum PolicyExplainer {
             lines.append("Any other response is delivered; any other failed attempt fails the request.")
         }
         let reachable = scope.reachableActions
+        if reachable.contains(.refresh) || scope.refresh.plugin != nil {
+            if let source = credentialSource(scope.refresh) { lines.append(source) }
+        }
         if reachable.contains(.refresh) {
             let r = scope.refresh
             var text = "Refresh: one refresh at a time (single flight) by '\(r.plugin?.name ?? "no plugin")'; "
             text += "requests that hit a trigger wait for it and are re-sent with the new token. "
             text +=
-                "A request signed with an older token than the current one is re-sent with the new token at once, without refreshing again. "
+                "A request refused with an older token than the current one (a refresh or the fleet has replaced it) is re-sent with the current one at once, without refreshing and without counting against max-per-request, which counts the refreshes a request waited for. "
             if r.shareWindow > .zero {
                 text +=
                     "Triggers on the current token within \(r.shareWindow.policyText) of a refresh are re-sent unchanged without refreshing (share-window, for token propagation delay); each counts against max-per-request. "
             }
-            if let limit = r.limit {
-                text += "More than \(limit.count) refreshes in \(limit.per.policyText) count as a failed refresh. "
+            if let transient = r.transient {
+                text +=
+                    "Transient token-endpoint trouble (5xx, 429, temporarily_unavailable, slow_down, no answer, a reset connection) is retried after \(transient.initial.policyText), doubling up to \(transient.maxDelay.policyText)"
+                    + (transient.honorRetryAfter ? " or as Retry-After asks" : "")
+                    + ", within refresh.timeout (\(r.timeout.policyText)) while the waiting requests stay parked; trouble that outlasts it fails those requests and the session goes on. "
+            } else {
+                text +=
+                    "Transient token-endpoint trouble (5xx, 429, no answer) fails the waiting requests at once (transient: none); the session goes on. "
             }
             text +=
-                "A refresh taking longer than \(r.timeout.policyText) has failed; when a refresh fails, \(outcome(r.onFailure))."
-            if let ahead = r.ahead {
-                text += " Tokens expiring within \(ahead.policyText) are refreshed before sending."
+                "Only a definitive answer (invalid_grant, invalid_client, unauthorized_client, invalid_scope, or an answer a refresh, fail or logout rule matches) is a failed refresh: then \(outcome(r.onFailure)), and that answer is given to every refresh of the same token for \(r.timeout.policyText) without asking again. "
+            if let limit = r.limit {
+                text +=
+                    "More than \(limit.count) refreshes that did not help (the new token refused before any response accepted it) in \(limit.per.policyText) count as a failed refresh; healthy rotations are not counted. "
             }
-            lines.append(text)
+            if let ahead = r.ahead {
+                text +=
+                    "Tokens expiring within \(ahead.policyText), and never sooner than half their lifetime as issued, are refreshed before sending; a token the last refresh just issued is never refreshed ahead."
+            }
+            lines.append(text.trimmingCharacters(in: .whitespaces))
         }
         if reachable.contains(.logout) {
             let l = scope.logout
             lines.append(
-                "Logout: \(l.cancelInFlight ? "every request in flight or waiting is cancelled" : "requests in flight finish"), "
+                "Logout: \(l.cancelInFlight ? "every request in flight or waiting is cancelled (a response that has already arrived is still handled by its rule)" : "requests in flight finish"), "
                     + "the logout plugin '\(l.plugin.name)' is called once, and for \(l.cooldown.policyText) new requests fail at once "
                     + "without touching the network; refreshes and retries are suppressed.")
         }
@@ -116,7 +199,12 @@ package enum PolicyExplainer {
                 text += " and to any request carrying an '\(key)' header (kept the same on every attempt)"
             }
             text += "."
-            if let timeout = r.attemptTimeout { text += " Each attempt times out after \(timeout.policyText)." }
+            if let timeout = r.attemptTimeout {
+                text +=
+                    " Each attempt times out after \(timeout.policyText)."
+                    + " The time counts from the moment the attempt leaves the engine: waiting for a dispatch slot"
+                    + " or a refresh counts against the deadline only."
+            }
             if let budget = r.budget {
                 text +=
                     " Retries may add at most \(budget.min) + \(formatNumber(budget.ratio * 100))% of requests in a sliding 10s window; a retry the budget refuses goes where the rule's retries run out."

@@ -92,6 +92,7 @@ enum FetchCommand {
 
         let recorder = FetchRecorder()
         var options = PolicyEngine.Options()
+        options.userAgent = PolicyCommand.userAgent
         options.observers = [recorder]
         if invocation.verbose {
             let stderr = output.stderr
@@ -421,6 +422,9 @@ final class FetchRecorder: PolicyObserver {
             case .refreshStart:
                 // A refresh stopped by `limit` makes no call; its start event says so.
                 if event.reason == nil { state.summary.refreshes += 1 }
+            case .refreshRetry:
+                // The plugin is called again: one more token call.
+                state.summary.refreshes += 1
             case .refreshEnd:
                 if event.ok == false { state.refreshFailure = event.reason }
             case .logout:

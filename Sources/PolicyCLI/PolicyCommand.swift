@@ -28,7 +28,9 @@ package enum PolicyCommand {
         "schema": SchemaCommand.spec, "diff": DiffCommand.spec,
     ]
 
-    static let version = "1.0.0"
+    static let version = ResponsePolicyVersion.version
+    /// The `User-Agent` of the token and logout calls the commands make.
+    package static let userAgent = "policy/\(version)"
 
     /// Runs the command line `arguments` (without the program name) and returns the exit code.
     package static func run(_ arguments: [String], output: CommandOutput = .standard) async -> Int32 {

@@ -117,7 +117,11 @@ enum SimulateCommand {
             }
             if event.rule != nil, let reason = event.reason { what += " (\(reasonText(reason, event)))" }
         case .wait: what = "wait \(event.delay.map { PolicyEvent.secondsText($0) } ?? "?")s"
+        case .queued: what = "queued for a dispatch slot"
         case .refreshStart: what = "refresh started"
+        case .refreshRetry:
+            what = "refresh retry in \(event.delay.map { PolicyEvent.secondsText($0) } ?? "?")s"
+                + (event.reason.map { " (\($0))" } ?? "")
         case .refreshEnd:
             what = "refresh " + (event.ok == true ? "ok" : "failed") + (event.reason.map { " (\($0))" } ?? "")
         case .logout: what = "logout (\(event.rule ?? event.reason ?? "no reason given"))"

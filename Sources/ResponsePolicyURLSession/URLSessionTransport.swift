@@ -56,11 +56,38 @@ public final class URLSessionTransport: CancellableTransport {
 
     private let session: URLSession
     private let delegate: SessionDelegate
+
     /// The transport for the engine's refresh and logout calls, made on first use: a session of
     /// its own (the same configuration), so those calls never wait for a connection behind the
     /// requests already queued in this one.
     private let control = Locked<URLSessionTransport?>(nil)
     private let isControl: Bool
+    /// How a request with a body goes out: on a fresh connection (the default). The others are
+    /// kept for the measurement in `KeepAliveResetTests`.
+    let bodyMode: BodyMode
+
+    /// How a request with a body goes out.
+    ///
+    /// Why not simply `httpBody` on a kept-alive connection: when libcurl sends a request on an
+    /// idle connection that the server resets at that moment (gunicorn's keep-alive timeout), it
+    /// sends the request again on a new connection and first rewinds the body. FoundationNetworking
+    /// cannot rewind an `httpBody` and says it did, so the second try carries the headers, the
+    /// Content-Length and none of the body, and stalls until the timeout (issue 20: a token POST
+    /// lost its body and logged the session out). A stream body it can rewind, by asking the
+    /// delegate for a new stream, but it sends a stream chunked, with the Content-Length beside
+    /// `Transfer-Encoding: chunked`, which RFC 9112 §6.3 forbids. So a request with a body goes on
+    /// a connection nobody used before: a session made for it alone (libcurl keeps its connections
+    /// per session), asking the server to close after (`Connection: close`). Nothing is reset at
+    /// reuse, and the body is never asked for twice. The cost is one connection per request with a
+    /// body (measured in `KeepAliveResetTests`); a token call is one per token lifetime.
+    enum BodyMode: Sendable {
+        /// A session of its own, `Connection: close`: a new connection per request with a body.
+        case freshConnection
+        /// `httpBody` on the shared, kept-alive connections (what the transport did before).
+        case data
+        /// A rewindable `httpBodyStream` on the shared connections (chunked on the wire).
+        case stream
+    }
 
     /// Creates a transport.
     ///
@@ -99,8 +126,20 @@ public final class URLSessionTransport: CancellableTransport {
         self.init(timeout: timeout, maxBody: maxBody, configuration: configuration, isControl: false)
     }
 
+    /// A transport that sends bodies as `bodyMode` says (for tests that measure the difference).
+    convenience init(timeout: Duration, bodyMode: BodyMode) {
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.urlCache = nil
+        self.init(timeout: timeout, maxBody: Self.defaultMaxBody, configuration: configuration, isControl: false,
+            bodyMode: bodyMode)
+    }
+
     /// With `isControl`: the transport for session calls, on a session of its own.
-    private init(timeout: Duration, maxBody: Int?, configuration: URLSessionConfiguration, isControl: Bool) {
+    private init(
+        timeout: Duration, maxBody: Int?, configuration: URLSessionConfiguration, isControl: Bool,
+        bodyMode: BodyMode = .freshConnection
+    ) {
+        self.bodyMode = bodyMode
         self.timeout = timeout
         self.maxBody = maxBody
         self.isControl = isControl
@@ -109,6 +148,7 @@ public final class URLSessionTransport: CancellableTransport {
         configuration.timeoutIntervalForResource = Self.backstopInterval(for: timeout)
         delegate = SessionDelegate()
         self.session = URLSession(configuration: configuration, delegate: delegate, delegateQueue: nil)
+
     }
 
     deinit {
@@ -127,6 +167,15 @@ public final class URLSessionTransport: CancellableTransport {
             control = made
             return made
         }
+    }
+
+    /// The session configuration's `httpMaximumConnectionsPerHost` (6 by default): requests
+    /// beyond it would queue inside URLSession, so `dispatch.max-in-flight-per-host: auto` keeps
+    /// them in the engine instead. The refresh and logout calls go through a session of their
+    /// own (``sessionCallTransport``), so they never wait for one of these connections.
+    public var connectionsPerHost: Int? {
+        let count = session.configuration.httpMaximumConnectionsPerHost
+        return count > 0 ? count : nil
     }
 
     /// Sends one request and returns the response, whatever its status.
@@ -168,7 +217,9 @@ public final class URLSessionTransport: CancellableTransport {
         }
         // A HEAD answer has no body, whatever its Content-Length announces.
         let limit = request.method == "HEAD" ? nil : request.maxResponseBytes.map { min($0, maxBody ?? $0) } ?? maxBody
-        let slot = CallSlot()
+        var arriving: (@Sendable () -> Void)?
+        if let cancellation { arriving = { cancellation.responseArriving() } }
+        let slot = CallSlot(arriving: arriving)
         cancellation?.onCancel { slot.stop(throwing: CancellationError()) }
         let timeout = timeout
         let timer = Task {
@@ -199,14 +250,31 @@ public final class URLSessionTransport: CancellableTransport {
 
     /// One exchange on the wire, without following redirects.
     private func once(_ request: HTTPRequest, limit: Int?, slot: CallSlot) async throws -> HTTPResponse {
+        var urlRequest = makeURLRequest(request)
         let call = DataTaskCall(
-            label: "\(request.method) \(Self.redacted(request.url))", url: request.url, limit: limit)
-        let urlRequest = makeURLRequest(request)
-        let session = session
-        let delegate = delegate
+            label: "\(request.method) \(Self.redacted(request.url))", url: request.url, limit: limit,
+            arriving: slot.arriving,
+            body: urlRequest.httpBodyStream == nil ? nil : request.body)
+        // A request with a body goes on a connection of its own (see `BodyMode`); the control
+        // transport's calls (token, logout) always do, so a token call never meets a reset.
+        let fresh = bodyMode == .freshConnection && (isControl || !(request.body?.isEmpty ?? true))
+        let session: URLSession
+        let delegate: SessionDelegate
+        if fresh {
+            delegate = SessionDelegate()
+            session = URLSession(configuration: self.session.configuration, delegate: delegate, delegateQueue: nil)
+            urlRequest.setValue("close", forHTTPHeaderField: "Connection")
+        } else {
+            (session, delegate) = (self.session, self.delegate)
+        }
+        // The one-off session ends with its call (it lets its task finish first).
+        defer { if fresh { session.finishTasksAndInvalidate() } }
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
                 let task = session.dataTask(with: urlRequest)
+                // The task's own delegate too: FoundationNetworking asks the task's delegate for a
+                // new body stream when libcurl rewinds the body (see `makeURLRequest`).
+                task.delegate = delegate
                 delegate.register(call, for: task)
                 call.start(task, continuation)
                 slot.attach(call)
@@ -362,7 +430,13 @@ public final class URLSessionTransport: CancellableTransport {
         for field in request.headers {
             urlRequest.addValue(field.value, forHTTPHeaderField: field.name)
         }
-        if let body = request.body, !(body.isEmpty && request.method == "GET") {
+        if let body = request.body, !body.isEmpty, bodyMode == .stream {
+            // Measured only (see `BodyMode.stream`).
+            urlRequest.httpBodyStream = InputStream(data: body)
+            if request.headers["Content-Length"] == nil {
+                urlRequest.setValue(String(body.count), forHTTPHeaderField: "Content-Length")
+            }
+        } else if let body = request.body, !(body.isEmpty && request.method == "GET") {
             urlRequest.httpBody = body
         }
         return urlRequest
@@ -394,6 +468,12 @@ private final class CallSlot: Sendable {
     }
 
     private let state = Locked(State())
+    /// Tells the engine the response has begun to arrive (``AttemptCancellation/responseArriving()``).
+    let arriving: (@Sendable () -> Void)?
+
+    init(arriving: (@Sendable () -> Void)?) {
+        self.arriving = arriving
+    }
 
     func attach(_ call: DataTaskCall) {
         let stopped: (any Error)? = state.withLock { state in
@@ -441,8 +521,19 @@ private final class SessionDelegate: NSObject, URLSessionDataDelegate, @unchecke
         _ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
         completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
     ) {
-        let tooLarge = call(for: dataTask)?.announced(response.expectedContentLength) ?? false
+        let call = call(for: dataTask)
+        let tooLarge = call?.announced(response.expectedContentLength) ?? false
+        if !tooLarge, let status = (response as? HTTPURLResponse)?.statusCode { call?.received(status: status) }
         completionHandler(tooLarge ? .cancel : .allow)
+    }
+
+    /// A fresh stream of the body when libcurl rewinds it to send the request again (a kept-alive
+    /// connection reset when it was reused): the same bytes from the start.
+    func urlSession(
+        _ session: URLSession, task: URLSessionTask,
+        needNewBodyStream completionHandler: @escaping @Sendable (InputStream?) -> Void
+    ) {
+        completionHandler(call(for: task)?.body.map { InputStream(data: $0) })
     }
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
@@ -477,11 +568,22 @@ private final class DataTaskCall: Sendable {
     private let label: String
     private let url: URL
     private let limit: Int?
+    private let arriving: (@Sendable () -> Void)?
+    /// The request body sent as a stream, for a rewind (see `SessionDelegate`).
+    let body: Data?
 
-    init(label: String, url: URL, limit: Int?) {
+    init(label: String, url: URL, limit: Int?, arriving: (@Sendable () -> Void)?, body: Data?) {
         self.label = label
         self.url = url
         self.limit = limit
+        self.arriving = arriving
+        self.body = body
+    }
+
+    /// The status and headers are in: unless the transport will follow it as a redirect, the
+    /// response is arriving, and a logout leaves it to finish.
+    func received(status: Int) {
+        if ![301, 302, 303, 307, 308].contains(status) { arriving?() }
     }
 
     func start(_ task: URLSessionDataTask, _ continuation: CheckedContinuation<HTTPResponse, any Error>) {

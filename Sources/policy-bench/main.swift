@@ -19,7 +19,7 @@ if arguments.contains("--help") || arguments.contains("-h") {
         """
         OVERVIEW: Benchmarks of the classification path and the engine, each against a baseline.
 
-        USAGE: swift run -c release policy-bench [--json] [--quick] [--only <name>]
+        USAGE: swift run -c release policy-bench [--json] [--quick] [--only <name>] [--reps <n>]
 
         OPTIONS:
           --json                  Print {"results":[...]} instead of a table.
@@ -28,6 +28,12 @@ if arguments.contains("--help") || arguments.contains("-h") {
                                   or the one named <name> (engine-overhead, storm-10k, ...).
                                   'coordination' (not in the default run) measures fleet
                                   coordination against a redis-server it starts.
+                                  'storm-http' (not in the default run) storms through
+                                  URLSessionTransport against scripts/storm-server.py
+                                  (run from the repository root).
+          --reps <n>              Repetitions of each storm-http storm (median): 5.
+          --baseline-reps <n>     Repetitions of its baseline (dispatch: unlimited): as --reps.
+          --sizes <n,n>           storm-http's storm sizes: 1000,5000.
           -h, --help              Show help information.
         """)
     exit(0)
@@ -42,8 +48,20 @@ if let index = argv.firstIndex(of: "--bare-task-bytes"), index + 1 < argv.count,
 var results: [BenchResult] = []
 if wanted("classify") { results += Benchmarks.classify(quick: quick) }
 if wanted("decide") { results.append(Benchmarks.decide(quick: quick)) }
-if wanted("storm") { results.append(await Benchmarks.storm(quick: quick)) }
-if wanted("storm") { results.append(await Benchmarks.storm(quick: quick, dispatch: 6)) }
+/// `--only storm-http`: the storms through URLSession against a loopback server (heavy; never in the default run).
+let stormHTTP = only.map { $0.hasPrefix("storm-http") } == true
+if wanted("storm"), !stormHTTP { results.append(await Benchmarks.storm(quick: quick)) }
+if wanted("storm"), !stormHTTP { results.append(await Benchmarks.storm(quick: quick, dispatch: 6)) }
+if stormHTTP {
+    func value(_ option: String) -> String? {
+        argv.firstIndex(of: option).flatMap { $0 + 1 < argv.count ? argv[$0 + 1] : nil }
+    }
+    let reps = value("--reps").flatMap { Int($0) } ?? 5
+    let sizes = value("--sizes").map { $0.split(separator: ",").compactMap { Int($0) } }
+    results += await Benchmarks.stormHTTP(
+        quick: quick, repetitions: max(1, reps), baselineRepetitions: value("--baseline-reps").flatMap { Int($0) },
+        sizes: sizes)
+}
 if wanted("engine") { results.append(await Benchmarks.engineOverhead(quick: quick)) }
 if wanted("load") { results.append(Benchmarks.loadDefault(quick: quick)) }
 // Needs a redis-server it starts itself, so only on request: `--only coordination`.

@@ -39,9 +39,9 @@ struct DispatchSimulationTests {
             """)
         #expect(result.timeline("r-1") == "send@0 response@0.05 outcome@0.05")
         #expect(result.timeline("r-2") == "send@0 response@0.05 outcome@0.05")
-        #expect(result.timeline("r-3") == "send@0.05 response@0.1 outcome@0.1")
-        #expect(result.timeline("r-4") == "send@0.05 response@0.1 outcome@0.1")
-        #expect(result.timeline("r-5") == "send@0.1 response@0.15 outcome@0.15")
+        #expect(result.timeline("r-3") == "queued@0 send@0.05 response@0.1 outcome@0.1")
+        #expect(result.timeline("r-4") == "queued@0 send@0.05 response@0.1 outcome@0.1")
+        #expect(result.timeline("r-5") == "queued@0 send@0.1 response@0.15 outcome@0.15")
     }
 
     @Test func requestsSentBeforeLeaveAheadOfThoseWaitingForTheirFirstAttempt() async throws {
@@ -61,8 +61,8 @@ struct DispatchSimulationTests {
             result.timeline("r-1")
                 == "send@0 response@0.05 refresh-start@0.05 refresh-end@0.15 send@0.15 response@0.2 outcome@0.2")
         #expect(result.timeline("r-2") == "send@0 response@0.05 send@0.15 response@0.2 outcome@0.2")
-        #expect(result.timeline("r-3") == "send@0.2 response@0.25 outcome@0.25")
-        #expect(result.timeline("r-5") == "send@0.25 response@0.3 outcome@0.3")
+        #expect(result.timeline("r-3") == "queued@0 send@0.2 response@0.25 outcome@0.25")
+        #expect(result.timeline("r-5") == "queued@0 send@0.25 response@0.3 outcome@0.3")
         #expect(result.summary.attempts == 7)
     }
 
@@ -117,6 +117,61 @@ struct DispatchSimulationTests {
         #expect(result.outcome("q-3")?.result == .loggedOut)
     }
 
+    /// The attempt timeout runs from the moment the attempt leaves the engine: a request queued
+    /// for longer than `attempt-timeout` still gets all of it on the wire.
+    @Test func aRequestQueuedLongerThanTheAttemptTimeoutGetsItsWholeTimeoutOnTheWire() async throws {
+        let result = try await simulate(
+            Self.limited(1) + "retry: { attempt-timeout: 300ms, deadline: 10s, max-retries: 0 }\n",
+            """
+            requests:
+              - { id: q, repeat: 3, responses: [{ body: '{"status":0}', latency: 280ms }] }
+              - { id: stuck, at: 10ms, responses: [{ body: '{"status":0}', latency: 5s }] }
+            """)
+        // q-3 waits 560 ms for the slot, nearly twice its attempt timeout, then gets 280 ms of
+        // its 300 ms on the wire and is delivered.
+        #expect(result.timeline("q-2") == "queued@0 send@0.28 response@0.56 outcome@0.56")
+        #expect(result.timeline("q-3") == "queued@0 send@0.56 response@0.84 outcome@0.84")
+        // One that gets no answer times out 300 ms after it went out, not after it was made.
+        #expect(result.timeline("stuck") == "queued@0.01 send@0.84 response@1.14 outcome@1.14")
+        #expect(result.events("stuck").first { $0.kind == .response }?.error == .timeout)
+        #expect(result.summary.delivered == 3)
+    }
+
+    /// The same property on random schedules: however long a request waited for a slot, an
+    /// attempt is never cut short before `attempt-timeout` has passed since its `send`.
+    @Test(arguments: [1, 2, 3, 4, 5] as [UInt64])
+    func noAttemptTimesOutBeforeItsTimeoutHasPassedSinceItsSend(_ seed: UInt64) async throws {
+        var random = SplitMix64(seed: seed)
+        var lines: [String] = []
+        for index in 0..<12 {
+            let at = random.next() % 200
+            // Never exactly the timeout: a response and the timer at one instant is a tie.
+            let drawn = 50 + random.next() % 400
+            let latency = drawn == 300 ? 301 : drawn
+            lines.append(
+                "  - { id: r\(index), at: \(at)ms, responses: [{ body: '{\"status\":0}', latency: \(latency)ms }] }")
+        }
+        let limit = Int(1 + random.next() % 3)
+        let result = try await simulate(
+            Self.limited(limit) + "retry: { attempt-timeout: 300ms, deadline: 1m, max-retries: 0 }\n",
+            "requests:\n" + lines.joined(separator: "\n") + "\n")
+        for index in 0..<12 {
+            let events = result.events("r\(index)")
+            guard let send = events.first(where: { $0.kind == .send }),
+                let response = events.first(where: { $0.kind == .response })
+            else {
+                Issue.record("r\(index) was never sent: \(result.timeline("r\(index)"))")
+                continue
+            }
+            let onWire = response.time - send.time
+            if response.error == .timeout {
+                #expect(onWire == .milliseconds(300), "r\(index): \(result.timeline("r\(index)"))")
+            } else {
+                #expect(onWire < .milliseconds(300), "r\(index): \(result.timeline("r\(index)"))")
+            }
+        }
+    }
+
     @Test func theDispatchSectionIsChecked() throws {
         #expect(
             renderedErrors("policy: 1\nname: d\ndispatch: { max-in-flight-per-host: 0 }\n")
@@ -130,14 +185,20 @@ struct DispatchSimulationTests {
                 "test.yaml:3:31: error:"))
         #expect(
             renderedErrors("policy: 1\nname: d\ndispatch: { max-in-flight-per-host: many }\n")
-                == "test.yaml:3:37: error: 'max-in-flight-per-host' must be a whole number or unlimited, not 'many' [invalid-type]"
+                == "test.yaml:3:37: error: 'max-in-flight-per-host' must be a whole number, auto or unlimited, not 'many' [invalid-type]"
         )
         let policy = try validPolicy("policy: 1\nname: d\ndispatch: { max-in-flight-per-host: 6 }\n")
         #expect(policy.dispatch.maxInFlightPerHost == 6)
         #expect(policy.refresh.holdNewRequests)
-        #expect(try validPolicy("policy: 1\nname: d\n").dispatch.maxInFlightPerHost == nil)
+        #expect(try validPolicy("policy: 1\nname: d\n").dispatch.maxInFlightPerHost == .auto)
         let unlimited = try validPolicy("policy: 1\nname: d\ndispatch: { max-in-flight-per-host: unlimited }\n")
-        #expect(unlimited.dispatch.maxInFlightPerHost == nil)
+        #expect(unlimited.dispatch.maxInFlightPerHost == .unlimited)
+        let auto = try validPolicy("policy: 1\nname: d\ndispatch: { max-in-flight-per-host: auto }\n")
+        #expect(auto.dispatch.maxInFlightPerHost == .auto)
+        #expect(
+            renderedErrors("policy: 1\nname: d\ndispatch: { max-in-flight-per-host: \"auto\" }\n")
+                == "test.yaml:3:37: error: 'max-in-flight-per-host' must be a whole number, auto or unlimited, not 'auto' [invalid-type]"
+        )
     }
 }
 
@@ -154,7 +215,7 @@ struct DeadlineWhileWaitingTests {
             """)
         #expect(result.outcome("slow")?.result == .delivered)
         // Its slot would free at 0.25 s, past its deadline at 0.11 s: it never goes out.
-        #expect(result.timeline("queued") == "cancel@0.11 outcome@0.11")
+        #expect(result.timeline("queued") == "queued@0.01 cancel@0.11 outcome@0.11")
         #expect(result.outcome("queued")?.result == .failed)
     }
 

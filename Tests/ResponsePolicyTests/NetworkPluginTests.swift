@@ -178,7 +178,7 @@ struct NetworkPluginTests {
             failure
                 == RefreshFailure(
                     "the token endpoint could not be reached "
-                        + "(connection error: POST https://auth.example.com/oauth/token)"
+                        + "(connection error: POST https://auth.example.com/oauth/token)", kind: .transient
                 ))
     }
 

@@ -20,6 +20,7 @@ struct SessionStateModelTests {
     private struct Model {
         var now: Duration = .zero
         var open: EngineState.Flight?
+        /// Starts of refreshes that did not help (of a token no server accepted): what `limit` counts.
         var starts: [Duration] = []
         var cooldownUntil: Duration?
         var tokens = 0
@@ -45,6 +46,11 @@ struct SessionStateModelTests {
                 settings.shareWindow = random.int(0...1) == 0 ? .zero : .seconds(1)
                 let proactive = random.int(0...4) == 0
                 let hadFlight = state.flight
+                if random.int(0...3) == 0 { state.accepted(state.generation) }
+                let unhelped = !proactive && (state.acceptedGeneration < state.generation || state.generation == 0)
+                let remembered = state.lastDefinitive.map {
+                    $0.generation == state.generation && model.now - $0.at < settings.timeout
+                } ?? false
                 let decision = state.decideRefresh(
                     failedGeneration: failed, settings: settings, proactive: proactive, now: model.now)
                 switch decision {
@@ -60,8 +66,12 @@ struct SessionStateModelTests {
                     #expect(failed == state.generation, "\(context): an older token started a refresh")
                     #expect(hadFlight == nil, "\(context): a second refresh in flight")
                     #expect(state.flight?.id == flight.id && credentials == state.credentials, "\(context)")
+                    #expect(!remembered, "\(context): a definitive failure was asked again at once")
                     model.open = flight
-                    model.starts.append(model.now)
+                    if unhelped { model.starts.append(model.now) }
+                case .remembered(let failure):
+                    #expect(remembered && !loggedOut && hadFlight == nil, "\(context)")
+                    #expect(!failure.isDefinitive, "\(context): a remembered failure reaches on-failure again")
                 case .limited:
                     #expect(hadFlight == nil && !loggedOut, "\(context)")
                     let recent = model.starts.filter { model.now - $0 < .seconds(10) }

@@ -78,15 +78,16 @@ struct CredentialSourceTests {
             #expect(stats.counters["token_calls"] == 2)
             #expect(stats.counters["api_calls"] == 3)
 
-            // Tokens that live 5s, within `ahead` (30s): the second request gets a new one
-            // before it goes out, so no request meets a 401.
+            // Tokens that live 5s, within `ahead` (30s): `ahead` is at most half the lifetime as
+            // issued (2.5s), so the token the sign-in just issued is used, not refreshed again
+            // before every request (issue 20: a 20 s token was refreshed before each request).
             try await server.control(["expires_in": 5])
             let shortLived = try makeCredentialEngine(
                 clientCredentialsPolicy(server), environment: environment, events: CredentialEventLog())
             #expect(try await shortLived.send(HTTPRequest(url: server.url("/api/c"))).status == 200)
             #expect(try await shortLived.send(HTTPRequest(url: server.url("/api/d"))).status == 200)
             stats = try await server.stats()
-            #expect(stats.counters["token_calls"] == 4)
+            #expect(stats.counters["token_calls"] == 3)
             #expect(stats.counters["api_calls"] == 5)
         }
     }
@@ -116,6 +117,7 @@ struct CredentialSourceTests {
               use: oauth2
               with: { token-url: "http://127.0.0.1:\(port)/token", grant: client_credentials, client-id: svc, client-secret-env: SVC_SECRET }
               on-failure: fail
+              transient: none   # fail at the first refused connection (retries: SessionEndsOnlyWhenMeantTests)
             """
         let engine = try makeCredentialEngine(yaml, environment: ["SVC_SECRET": Self.clientSecret], events: events)
         let error = await sendExpectingError(engine, try #require(URL(string: "http://127.0.0.1:\(port)/api/x")))
@@ -317,7 +319,13 @@ struct CredentialSourceTests {
                     environment: [:],
                     credentials: MemoryCredentialStore(Credentials(accessToken: "old-access-token")), events: events)
                 let error = await sendExpectingError(engine, server.url("/api/x"))
-                #expect(error == .refreshFailed(reason: failure.reason))
+                if failure.name.contains("hangs"), case .refreshFailed(let reason)? = error {
+                    // A hung command is transient: tried again within refresh.timeout, then the
+                    // request fails with the reason, how many calls fit depending on real time.
+                    #expect(reason.hasPrefix(failure.reason + "; transient trouble outlasted refresh.timeout"))
+                } else {
+                    #expect(error == .refreshFailed(reason: failure.reason))
+                }
                 events.expectNoSecret(["old-access-token", "eyJhbGciOiJIUzI1NiJ9"])
             }
         }

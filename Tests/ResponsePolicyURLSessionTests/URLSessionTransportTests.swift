@@ -20,6 +20,21 @@ import Testing
 struct URLSessionTransportTests {
     // MARK: - Round trips
 
+    /// `dispatch: auto` reads this: the configuration's connections per host, the control
+    /// session's too (the refresh has a pool of its own with the same size).
+    @Test func itReportsItsConnectionsPerHost() throws {
+        #expect(
+            URLSessionTransport().connectionsPerHost == URLSessionConfiguration.ephemeral.httpMaximumConnectionsPerHost)
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.httpMaximumConnectionsPerHost = 3
+        let transport = URLSessionTransport(session: URLSession(configuration: configuration))
+        #expect(transport.connectionsPerHost == 3)
+        #expect(transport.sessionCallTransport.connectionsPerHost == 3)
+        #expect(
+            try Policy.load(yaml: "policy: 1\nname: d\n").dispatch.maxInFlightPerHost.resolved(
+                connectionsPerHost: transport.connectionsPerHost) == 3)
+    }
+
     @Test func echoPreservesMethodHeadersAndBody() async throws {
         try await withTestServer { server in
             let transport = URLSessionTransport(timeout: .seconds(10))

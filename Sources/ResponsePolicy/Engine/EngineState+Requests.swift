@@ -43,6 +43,38 @@ extension EngineState {
         } ?? Effects()
     }
 
+    /// What a request does with the attempt that just ended (``attemptEnded(insideLock:responseArrived:callerCancelled:)``).
+    enum AttemptDisposition: Equatable {
+        /// Its result counts (a response, an error, or a timeout when `timedOut`).
+        case result(timedOut: Bool)
+        /// A response arrived, but a logout was decided while it was on its way in: the
+        /// response is still classified, and delivered (or failed) when its rule says so; a
+        /// refresh or retry it asks for ends the request logged out.
+        case arrivedAfterLogout
+        /// The request was ended (its caller, or a logout before any response): the result is dropped.
+        case ended
+    }
+
+    /// Request `id`'s attempt ended (`responseArrived`: the transport returned a response):
+    /// disarms it and says what counts. A response that has arrived is the server's answer,
+    /// which a logout decided a moment later does not unsay; only the caller's cancellation
+    /// drops it.
+    mutating func attemptEnded(insideLock id: UInt64, responseArrived: Bool, callerCancelled: Bool)
+        -> AttemptDisposition
+    {
+        modifySlot(id) { slot in
+            slot.attemptCancellation = nil
+            slot.armedTimer = 0
+            slot.phase = .running
+            if callerCancelled { return .ended }
+            switch slot.endReason {
+            case nil: return .result(timedOut: slot.timedOut)
+            case .loggedOut? where responseArrived: return .arrivedAfterLogout
+            default: return .ended
+            }
+        } ?? .ended
+    }
+
     /// Request `id`'s timer fired: its attempt timed out, its backoff is over, or its deadline
     /// came while it waited for a refresh or a dispatch slot. A stale firing (the attempt ended,
     /// the request was ended, the refresh or the slot came first) finds another token armed, or
@@ -50,7 +82,10 @@ extension EngineState {
     mutating func timerFired(insideLock id: UInt64, token: UInt64) -> Effects {
         modifySlot(id) { slot in
             var effects = Effects()
-            guard token != 0, slot.armedTimer == token, slot.endReason == nil else { return effects }
+            // An attempt a logout left to finish (its response was arriving) still times out.
+            guard token != 0, slot.armedTimer == token, slot.endReason == nil || slot.phase == .onWire else {
+                return effects
+            }
             slot.armedTimer = 0
             switch slot.phase {
             case .onWire:
@@ -70,7 +105,9 @@ extension EngineState {
     /// A logout (its cooldown just started) ends every request but `trigger`: those waiting for
     /// the refresh in flight first (it runs on; its result is discarded, a new epoch began), then
     /// the others, each in request order so a simulation's output is the same every run. Waiting
-    /// requests (a backoff, a dispatch queue) end whatever `cancelInFlight` says.
+    /// requests (a backoff, a dispatch queue) end whatever `cancelInFlight` says. An attempt
+    /// whose response is arriving (``AttemptCancellation/responseArriving()``) is not cancelled:
+    /// it is marked ended and handled by its rule when its response is in.
     mutating func endRequests(insideLock trigger: UInt64?, cancelInFlight: Bool) -> Effects {
         var effects = Effects()
         if let flight {
@@ -87,6 +124,12 @@ extension EngineState {
             modifySlot(id) { slot in
                 guard cancelInFlight || slot.phase == .backoff || slot.phase == .queued else { return }
                 if slot.endReason == nil { slot.endReason = .loggedOut }
+                if slot.phase == .onWire, let attempt = slot.attemptCancellation, attempt.isArriving {
+                    // Its response is coming in: the server answered before it knew of the
+                    // logout. It is read to the end (its timer stays armed) and handled by its
+                    // rule (``attemptEnded(insideLock:responseArrived:callerCancelled:)``).
+                    return
+                }
                 if let attempt = slot.attemptCancellation { effects.cancel.append(attempt) }
                 // A backoff's timer is taken off the heap by the request itself, when its park
                 // ends; disarmed here, a firing in between does nothing.

@@ -22,12 +22,29 @@ extension EngineState {
         case start(Flight, credentials: Credentials?)
         /// `refresh.limit` is used up: a failed refresh, without a call.
         case limited(RefreshFailure)
+        /// The last refresh of these credentials failed definitively a moment ago: that failure
+        /// again, without a call (as transient: it already reached `on-failure` once).
+        case remembered(RefreshFailure)
+    }
+
+    /// How long a definitive refresh failure is answered from memory: `refresh.timeout` (10 s by
+    /// default). A refresh that cannot succeed (a wrong client secret) is then tried at most once
+    /// per timeout, not once per request, and every request meanwhile fails with its reason.
+    static func definitiveHold(_ settings: RefreshSettings) -> Duration {
+        settings.timeout
+    }
+
+    /// Notes that a server accepted a request signed with `generation`.
+    mutating func accepted(_ generation: UInt64) {
+        if generation > acceptedGeneration { acceptedGeneration = generation }
     }
 
     /// Decides what a refresh trigger does. A request whose token is already older than the
     /// current one retries at once; within `share-window` after a refresh it retries without
-    /// refreshing; beyond `limit` the refresh fails without a call; otherwise it joins the
-    /// refresh in flight or starts one.
+    /// refreshing; a refresh of credentials whose last refresh failed definitively within
+    /// ``definitiveHold(_:)`` fails again without a call; beyond `limit` (refreshes that did not
+    /// help: of a token no server accepted) the refresh fails without a call; otherwise it joins
+    /// the refresh in flight or starts one.
     mutating func decideRefresh(
         failedGeneration: UInt64, settings: RefreshSettings, proactive: Bool, now: Duration
     ) -> RefreshDecision {
@@ -35,7 +52,19 @@ extension EngineState {
         if generation > failedGeneration { return .retryNow }
         if let flight { return .join(flight) }
         if !proactive, let last = lastRefresh, now - last < settings.shareWindow { return .retryNow }
-        if let limit = settings.limit {
+        if let memory = lastDefinitive, memory.generation == generation {
+            let hold = Self.definitiveHold(settings)
+            if now - memory.at < hold {
+                var again = memory.failure
+                again.kind = .transient
+                again.reason += " (the last refresh's answer; not asked again within \(hold.policyText))"
+                return .remembered(again)
+            }
+            lastDefinitive = nil
+        }
+        // A refresh that did not help: of a token no server accepted (a loop). Only these count.
+        let unhelped = !proactive && (acceptedGeneration < generation || generation == 0)
+        if let limit = settings.limit, unhelped {
             refreshCalls.removeAll { now - $0 >= limit.per }
             if refreshCalls.count >= limit.count {
                 return .limited(
@@ -45,7 +74,8 @@ extension EngineState {
         }
         nextFlight += 1
         let started = Flight(
-            id: nextFlight, sessionEpoch: sessionEpoch, signInEpoch: signInEpoch, sharedGeneration: sharedGeneration)
+            id: nextFlight, sessionEpoch: sessionEpoch, signInEpoch: signInEpoch, sharedGeneration: sharedGeneration,
+            countsTowardLimit: unhelped)
         flight = started
         return .start(started, credentials: credentials)
     }
@@ -111,6 +141,9 @@ extension EngineState {
             end.result =
                 sessionEpoch != ended.sessionEpoch
                 ? .superseded : coordinationTrouble ? .unavailable(failure) : .failed(failure)
+            if failure.isDefinitive, !coordinationTrouble, sessionEpoch == ended.sessionEpoch {
+                lastDefinitive = (generation, failure, now)
+            }
         }
         return end
     }

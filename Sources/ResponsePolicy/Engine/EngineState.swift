@@ -61,6 +61,9 @@ struct EngineState {
         let signInEpoch: UInt64
         /// The coordinator's generation of the credentials being replaced.
         let sharedGeneration: UInt64
+        /// A refresh that did not help (of a token no server accepted): counted by `limit`, here
+        /// and across the fleet; a healthy rotation is not.
+        var countsTowardLimit = true
         /// Request numbers, in the order they began waiting; a waiter that left (cancelled,
         /// logged out) stays listed but its slot no longer names this flight.
         var waiters: [UInt64] = []
@@ -72,7 +75,7 @@ struct EngineState {
     var credentialsBox: CredentialsBox?
     var credentials: Credentials? {
         get { credentialsBox?.credentials }
-        set { credentialsBox = newValue.map(CredentialsBox.init) }
+        set { credentialsBox = newValue.map { CredentialsBox($0) } }
     }
     /// Bumped by every successful refresh and sign-in: a request signed with an older
     /// generation that hits a trigger retries at once with the newer token.
@@ -81,8 +84,16 @@ struct EngineState {
     var nextFlight: UInt64 = 0
     /// When the last successful refresh ended (for `share-window`).
     var lastRefresh: Duration?
-    /// When refresh calls started (for `limit`), oldest first.
+    /// When refreshes that did not help started (for `limit`), oldest first.
     var refreshCalls: [Duration] = []
+    /// The newest token generation a server accepted (a response to a request signed with it that
+    /// was not a refresh or logout trigger): refreshing a token that was accepted is a healthy
+    /// rotation; refreshing one that never was did not help, and counts toward `limit`.
+    var acceptedGeneration: UInt64 = 0
+    /// The last definitive refresh failure, for the generation it failed for and when: a refresh of
+    /// the same credentials soon after is not tried again (a refresh that cannot succeed is not
+    /// hammered), and its requests fail with this reason.
+    var lastDefinitive: (generation: UInt64, failure: RefreshFailure, at: Duration)?
     var loggedOutUntil: Duration?
     /// The cooldown's end on the wall clock, fixed at logout so every refusal reports the same.
     var loggedOutUntilDate: Date?
@@ -185,5 +196,20 @@ struct EngineState {
 /// Immutable credentials behind one reference (see `EngineState.credentialsBox`).
 final class CredentialsBox: Sendable {
     let credentials: Credentials
-    init(_ credentials: Credentials) { self.credentials = credentials }
+    /// Seconds the access token was valid for when a refresh of this engine issued it (`nil`:
+    /// unknown, as for stored or adopted credentials): `ahead` never exceeds half of it.
+    let lifetime: Double?
+
+    init(_ credentials: Credentials, lifetime: Double? = nil) {
+        self.credentials = credentials
+        self.lifetime = lifetime
+    }
+
+    /// How long before expiry to refresh ahead: `ahead`, but at most half the lifetime as issued,
+    /// and never for a token issued already expired (it is sent; the server's answer decides).
+    func effectiveAhead(_ ahead: Duration?) -> Double? {
+        guard let seconds = ahead?.seconds else { return nil }
+        guard let lifetime else { return seconds }
+        return lifetime > 0 ? min(seconds, lifetime / 2) : nil
+    }
 }

@@ -93,12 +93,13 @@ extension PolicyEngine {
     }
 
     /// Runs `work` in a task of its own that ``waitForBackgroundWork()`` waits for.
-    func runInBackground(_ work: @escaping @Sendable () async -> Void) {
+    /// `priority`: `nil` (the caller's) by default; the refresh runs at `.high`.
+    func runInBackground(priority: TaskPriority? = nil, _ work: @escaping @Sendable () async -> Void) {
         let id = state.withLock { state -> UInt64 in
             state.nextBackground += 1
             return state.nextBackground
         }
-        let task = Task(executorPreference: options.taskExecutor) { [weak self] in
+        let task = Task(executorPreference: options.taskExecutor, priority: priority) { [weak self] in
             await work()
             self?.state.withLock { state in
                 if state.background.removeValue(forKey: id) == nil { state.finishedBackground.insert(id) }

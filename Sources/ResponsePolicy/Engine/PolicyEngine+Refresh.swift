@@ -1,4 +1,14 @@
+import Synchronization
+
 extension PolicyEngine {
+    /// Notes that a server accepted a request signed with `generation` (see
+    /// ``EngineState/acceptedGeneration``). The lock is taken once per generation, not per response.
+    func noteAccepted(_ generation: UInt64) {
+        guard acceptedHint.load(ordering: .relaxed) < generation else { return }
+        state.withLock { $0.accepted(generation) }
+        _ = acceptedHint.max(generation, ordering: .relaxed)
+    }
+
     /// Decides what a refresh trigger does now: an outcome, or `nil` when the request must park
     /// until the refresh in flight ends (which this may just have started). The request is then
     /// already registered as a waiter, in the same critical section that saw the refresh
@@ -15,7 +25,7 @@ extension PolicyEngine {
         enum Decision {
             case retryNow, wait, loggedOut, cancelled
             case start(EngineState.Flight, credentials: Credentials?)
-            case fail(RefreshFailure)
+            case fail(RefreshFailure, start: String)
         }
         let now = clock.now
         let context = machine.context
@@ -27,7 +37,8 @@ extension PolicyEngine {
             {
             case .loggedOut: return .loggedOut
             case .retryNow: return .retryNow
-            case .limited(let failure): return .fail(failure)
+            case .limited(let failure): return .fail(failure, start: "limit")
+            case .remembered(let failure): return .fail(failure, start: "remembered")
             case .join:
                 state.join(insideLock: id)
                 return .wait
@@ -41,10 +52,10 @@ extension PolicyEngine {
         case .loggedOut: return .loggedOut
         case .cancelled: return .cancelled
         case .wait: return nil
-        case .fail(let failure):
+        case .fail(let failure, let startReason):
             emit(context.runtime) {
                 var start = PolicyEvent(.refreshStart, time: now, context: context)
-                start.reason = "limit"
+                start.reason = startReason
                 return start
             }
             emit(context.runtime) {
@@ -55,9 +66,14 @@ extension PolicyEngine {
             }
             return .failed(failure)
         case .start(let flight, let credentials):
+            let (scope, scopeIndex, method, path) = (machine.scope, machine.scopeIndex, machine.method, machine.path)
+            // The token endpoint's answer as the policy's rules see it (see `RefreshFailure`).
+            let judge: @Sendable (HTTPResponse) -> ActionKind? = { [self] response in
+                ruleAction(for: response, scope: scope, scopeIndex: scopeIndex, context.runtime, method: method, path: path)
+            }
             startRefresh(
                 flight, credentials: credentials, settings: settings, plugins: machine.plugins, context,
-                reason: machine.refreshReason)
+                reason: machine.refreshReason, judge: judge)
             return nil
         }
     }
@@ -69,19 +85,30 @@ extension PolicyEngine {
     /// is already spent.
     private func startRefresh(
         _ flight: EngineState.Flight, credentials: Credentials?, settings: RefreshSettings,
-        plugins: PolicyRuntime.ScopePlugins, _ context: RequestContext, reason: String
+        plugins: PolicyRuntime.ScopePlugins, _ context: RequestContext, reason: String,
+        judge: @escaping @Sendable (HTTPResponse) -> ActionKind?
     ) {
         emit(PolicyEvent(.refreshStart, time: clock.now, context: context), context.runtime)
         let refreshContext = RefreshContext(
             credentials: credentials, transport: sessionTransport, clock: clock, reason: reason)
-        runInBackground {
+        let calls = RefreshCalls(
+            settings: settings, countsTowardLimit: flight.countsTowardLimit, judge: judge, context: context,
+            stillWanted: { [self] in state.withLock { $0.flight?.id == flight.id } })
+        // High priority: in a storm the pool's queue holds thousands of requests starting or
+        // waking, and the refresh they all wait for must not queue behind them (its transport
+        // has a connection pool of its own for the same reason).
+        runInBackground(priority: .high) {
             let (outcome, shared, trouble) = await self.coordinatedRefresh(
-                plugins.refresh, refreshContext, settings: settings, failedGeneration: flight.sharedGeneration,
-                context.runtime)
+                plugins.refresh, refreshContext, calls, failedGeneration: flight.sharedGeneration, context.runtime)
             let now = self.clock.now
+            // The lifetime as issued, for `ahead` (never more than half of it).
+            let lifetime = (try? outcome.get())?.expiresAt.map { $0.timeIntervalSince(self.clock.date) }
             let (ended, waiters) = self.state.withLock { state in
                 let ended = state.refreshEnded(
                     flight, outcome: outcome, shared: shared, now: now, coordinationTrouble: trouble)
+                if ended.saved, let fresh = try? outcome.get(), state.credentials == fresh {
+                    state.credentialsBox = CredentialsBox(fresh, lifetime: lifetime)
+                }
                 return (ended, ended.waiting.map { state.endWaits(insideLock: $0, ended.result) } ?? [])
             }
             let (refreshed, discarded, keptAfterLogout) = (ended.saved, ended.discarded, ended.keptAfterLogout)
@@ -119,12 +146,11 @@ extension PolicyEngine {
     /// coordination trouble; `local` refreshes in this process alone, which presents the same
     /// refresh token as every other process doing so (fatal with single-use refresh tokens).
     private func coordinatedRefresh(
-        _ choice: Result<any RefreshPlugin, PluginError>?, _ context: RefreshContext, settings: RefreshSettings,
+        _ choice: Result<any RefreshPlugin, PluginError>?, _ context: RefreshContext, _ calls: RefreshCalls,
         failedGeneration: UInt64, _ runtime: PolicyRuntime
     ) async -> (Result<Credentials, RefreshFailure>, shared: UInt64?, trouble: Bool) {
-        guard !coordinatorIsLocal else {
-            return (await callRefresh(choice, context, timeout: settings.timeout), nil, false)
-        }
+        let settings = calls.settings
+        guard !coordinatorIsLocal else { return (await callRefresh(choice, context, calls), nil, false) }
         await publishUnpublished(runtime)
         var failedGeneration = failedGeneration
         let started = clock.now
@@ -137,7 +163,7 @@ extension PolicyEngine {
             turn = await coordinator.beginRefresh(
                 RefreshTurnRequest(
                     failedGeneration: failedGeneration, timeout: max(remaining, .milliseconds(1)),
-                    limit: settings.limit.map { ($0.count, $0.per) }))
+                    limit: calls.countsTowardLimit ? settings.limit.map { ($0.count, $0.per) } : nil))
             asked += 1
             // A "newer" session holding the very credentials that failed only numbers them (a
             // store that seeded the coordinator learns its generation this way): ask again.
@@ -161,7 +187,7 @@ extension PolicyEngine {
                     .failure(
                         RefreshFailure(
                             "coordination unavailable for refresh.timeout (\(settings.timeout.policyText)): \(reason); "
-                                + "the request fails and the session stays (on-unavailable: wait)")), nil, true
+                                + "the request fails and the session stays (on-unavailable: wait)", kind: .transient)), nil, true
                 )
             }
             if !reported {
@@ -177,30 +203,36 @@ extension PolicyEngine {
         switch turn {
         case .newer(let session), .published(let session):
             guard let credentials = session.credentials, !credentials.sameTokens(as: context.credentials) else {
-                return (.failure(RefreshFailure("the shared session holds no newer credentials")), nil, true)
+                return (
+                    .failure(RefreshFailure("the shared session holds no newer credentials", kind: .transient)), nil, true
+                )
             }
             return (.success(credentials), session.generation, false)
         case .failedElsewhere(let reason):
             // The holder's own failure (a definitive one logs it out, and that logout is
             // published); here it only fails the requests that waited for it.
-            return (.failure(RefreshFailure("the refresh failed in another process: \(reason)")), nil, true)
+            return (
+                .failure(RefreshFailure("the refresh failed in another process: \(reason)", kind: .transient)), nil,
+                true
+            )
         case .limited:
             // The fleet-wide count is of lease grants, healthy rotations included: reaching it
             // fails the requests (a refresh loop across processes is stopped) but logs nobody out.
             return (
-                .failure(RefreshFailure("refresh.limit is used up across the processes sharing the session")), nil,
+                .failure(RefreshFailure("refresh.limit is used up across the processes sharing the session", kind: .transient)),
+                nil,
                 true
             )
         case .unavailable(let reason):
             if waits {
-                return (.failure(RefreshFailure("coordination unavailable: \(reason)")), nil, true)
+                return (.failure(RefreshFailure("coordination unavailable: \(reason)", kind: .transient)), nil, true)
             }
             problem(
                 "coordination unavailable (\(reason)); refreshing in this process alone (on-unavailable: local)",
                 runtime)
-            return (await callRefresh(choice, context, timeout: settings.timeout), nil, false)
+            return (await callRefresh(choice, context, calls), nil, false)
         case .lease(let lease):
-            let outcome = await callRefresh(choice, context, timeout: settings.timeout)
+            let outcome = await callRefresh(choice, context, calls)
             switch outcome {
             case .failure(let failure):
                 await coordinator.endRefresh(lease, failure: failure.reason)
@@ -258,9 +290,62 @@ extension PolicyEngine {
         }
     }
 
-    /// Calls the plugin with the refresh timeout.
+    /// Calls the plugin until it succeeds, fails definitively, or transient trouble outlasts
+    /// `refresh.timeout`: between calls it waits on the engine's clock (`refresh.transient`'s
+    /// backoff, or the answer's `Retry-After`), while the requests waiting for the refresh stay
+    /// parked. A wait that would end past the timeout is not started: the refresh fails at once
+    /// with the last trouble's reason, as transient (the session goes on).
     private func callRefresh(
-        _ choice: Result<any RefreshPlugin, PluginError>?, _ context: RefreshContext, timeout: Duration
+        _ choice: Result<any RefreshPlugin, PluginError>?, _ context: RefreshContext, _ calls: RefreshCalls
+    ) async -> Result<Credentials, RefreshFailure> {
+        let settings = calls.settings
+        let deadline = clock.now + settings.timeout
+        var call = 0
+        /// The last call's own trouble: when the next call is cut short by the timeout, its
+        /// reason says more than "took longer than".
+        var previous: RefreshFailure?
+        while true {
+            call += 1
+            let outcome = await callRefreshOnce(choice, context, timeout: deadline - clock.now, total: settings.timeout)
+            guard case .failure(let raw) = outcome else { return outcome }
+            var failure = calls.judged(raw)
+            guard !failure.isDefinitive, let transient = settings.transient else { return .failure(failure) }
+            if clock.now >= deadline, let previous { failure = previous }
+            previous = failure
+            let requested =
+                failure.retryAfter
+                ?? failure.response?.headers["Retry-After"].flatMap { RetryTiming.retryAfter($0, now: clock.date) }
+            let delay = transient.delay(afterCall: call, requested: requested)
+            let now = clock.now
+            guard now + delay < deadline, calls.stillWanted() else {
+                var outlasted = failure
+                if call > 1 || now < deadline {
+                    outlasted.reason =
+                        "\(failure.reason); transient trouble outlasted refresh.timeout"
+                        + " (\(settings.timeout.policyText), \(call) call\(call == 1 ? "" : "s"))"
+                }
+                return .failure(outlasted)
+            }
+            emit(calls.context.runtime) {
+                var event = PolicyEvent(.refreshRetry, time: now, context: calls.context)
+                event.attempt = call
+                event.delay = delay
+                event.status = failure.response?.status
+                event.reason = failure.reason
+                return event
+            }
+            do {
+                try await clock.sleep(until: now + delay)
+            } catch {
+                return .failure(RefreshFailure("the refresh was cancelled", kind: .transient))
+            }
+        }
+    }
+
+    /// Calls the plugin once, raced against `timeout` (what is left of `total`, `refresh.timeout`).
+    private func callRefreshOnce(
+        _ choice: Result<any RefreshPlugin, PluginError>?, _ context: RefreshContext, timeout: Duration,
+        total: Duration
     ) async -> Result<Credentials, RefreshFailure> {
         let plugin: any RefreshPlugin
         switch choice {
@@ -279,23 +364,51 @@ extension PolicyEngine {
         return await withCheckedContinuation {
             (continuation: CheckedContinuation<Result<Credentials, RefreshFailure>, Never>) in
             let once = ResumeOnce(continuation)
-            let task = Task(executorPreference: executor) {
+            let task = Task(executorPreference: executor, priority: .high) {
                 do {
                     once.resume(.success(try await plugin.refresh(context)))
                 } catch let failure as RefreshFailure {
                     once.resume(.failure(failure))
                 } catch is CancellationError {
-                    once.resume(.failure(RefreshFailure("the refresh was cancelled")))
+                    once.resume(.failure(RefreshFailure("the refresh was cancelled", kind: .transient)))
                 } catch {
-                    once.resume(.failure(RefreshFailure("the refresh plugin failed (\(type(of: error)))")))
+                    once.resume(.failure(RefreshFailure("the refresh plugin failed (\(type(of: error)))", kind: .transient)))
                 }
             }
             let timer = timers.schedule(at: clock.now + timeout) {
                 // The timeout's reason first: the cancelled plugin's own "cancelled" must not win the race.
-                once.resume(.failure(RefreshFailure("the refresh took longer than \(timeout.policyText)")))
+                once.resume(
+                    .failure(RefreshFailure("the refresh took longer than \(total.policyText)", kind: .transient)))
                 task.cancel()
             }
             timeoutTimer.withLock { $0 = timer }
+        }
+    }
+}
+
+/// What one refresh's calls share: its settings, how the policy's rules judge the token
+/// endpoint's answers, the request that started it (for events), and whether the refresh is still
+/// the one in flight (a logout or an adoption may have answered it: no more calls then).
+struct RefreshCalls: Sendable {
+    let settings: RefreshSettings
+    /// Whether `refresh.limit` counts this refresh (fleet-wide too): see `Flight.countsTowardLimit`.
+    let countsTowardLimit: Bool
+    let judge: @Sendable (HTTPResponse) -> ActionKind?
+    let context: RequestContext
+    let stillWanted: @Sendable () -> Bool
+
+    /// `failure` with the policy's rules on top of the plugin's own kind: an answer a `refresh`,
+    /// `fail` or `logout` rule matches is definitive (a code or status the policy names); the rules
+    /// never make a definitive answer transient.
+    func judged(_ failure: RefreshFailure) -> RefreshFailure {
+        guard !failure.isDefinitive, let response = failure.response, let action = judge(response) else { return failure }
+        switch action {
+        case .refresh, .fail, .logout:
+            var definitive = failure
+            definitive.kind = .definitive
+            return definitive
+        case .retry, .deliver:
+            return failure
         }
     }
 }

@@ -84,6 +84,15 @@ extension PolicyEngine {
         }
         guard started else { return nil }
         if let timeoutAt { timers.schedule(machine.timer, at: timeoutAt, token: token) }
+        if machine.host != nil, options.taskExecutor == nil {
+            // Under a dispatch limit, the few requests on the wire decide for all the others (a
+            // refresh trigger, a slot to free): when its answer comes, this task must not wait in
+            // the pool's queue behind thousands of requests just made (at N = 5,000 that queue
+            // delayed the refresh by 130-170 ms). So it runs at high priority from its first
+            // attempt on (the caller's task keeps that priority). Not in a simulation, whose
+            // scheduler orders tasks itself.
+            withUnsafeCurrentTask { $0?.escalatePriority(to: .high) }
+        }
         return cancellation
     }
 
@@ -91,20 +100,28 @@ extension PolicyEngine {
     @inline(never)
     func endAttempt(_ machine: RequestMachine, _ result: AttemptResult) {
         if machine.pendingTimeoutAt != nil { timers.cancel(machine.timer) }
-        let (timedOut, endedOutside) = state.withLock { state -> (Bool, Bool) in
-            state.modifySlot(machine.context.number) { slot in
-                slot.attemptCancellation = nil
-                slot.armedTimer = 0
-                slot.phase = .running
-                return (slot.timedOut, slot.endReason != nil)
-            } ?? (false, true)
+        var arrived = false
+        if case .response = result { arrived = true }
+        // An inline attempt learns of its caller's cancellation as task cancellation.
+        let callerCancelled = attemptsInline && Task.isCancelled
+        let disposition = state.withLock {
+            $0.attemptEnded(
+                insideLock: machine.context.number, responseArrived: arrived, callerCancelled: callerCancelled)
         }
-        // Ended from outside (logout, the caller) wins over a timeout at the same instant. An
-        // inline attempt learns of its caller's cancellation as task cancellation.
-        // A cancelled attempt leaves the last response or error of the one before it.
-        if endedOutside || (attemptsInline && Task.isCancelled) {
+        // Ended from outside (logout, the caller) wins over a timeout at the same instant; a
+        // response that arrived before a logout reached it is still handled (see
+        // ``EngineState/AttemptDisposition``). A cancelled attempt leaves the last response or
+        // error of the one before it.
+        let timedOut: Bool
+        switch disposition {
+        case .ended:
             machine.attemptOutcome = .cancelled
             return
+        case .arrivedAfterLogout:
+            machine.arrivedAfterLogout = true
+            timedOut = false
+        case .result(let timed):
+            timedOut = timed
         }
         switch result {
         case .response(let response):
@@ -244,12 +261,20 @@ extension PolicyEngine {
         _ response: HTTPResponse, scope: RuleGraph.Scope, scopeIndex: Int, _ runtime: PolicyRuntime, method: String,
         path: String
     ) -> Bool {
+        ruleAction(for: response, scope: scope, scopeIndex: scopeIndex, runtime, method: method, path: path) == .logout
+    }
+
+    /// The action of the rule `response` matches in `scope`, `nil` when none matches.
+    func ruleAction(
+        for response: HTTPResponse, scope: RuleGraph.Scope, scopeIndex: Int, _ runtime: PolicyRuntime, method: String,
+        path: String
+    ) -> ActionKind? {
         let code = runtime.code(of: response, scopeIndex: scopeIndex, scanLimit: options.bodyScanLimit)
         guard
             let index = scope.classifier.match(
                 status: response.status, code: code, headers: response.headers, method: method, path: path)
-        else { return false }
-        return scope.rules[index].action == .logout
+        else { return nil }
+        return scope.rules[index].action
     }
 }
 

@@ -44,6 +44,11 @@ public final class PolicyEngine: Sendable {
         /// How much of a body the code scan reads: `64 KiB` by default, so a huge body costs
         /// no more than a small one.
         public var bodyScanLimit = 65_536
+        /// The `User-Agent` of the engine's own calls (the refresh and logout plugins' token and
+        /// logout requests) when they set none: ``ResponsePolicyVersion/userAgent``
+        /// (`ResponsePolicy/<version>`) by default; the `policy` command sends `policy/<version>`.
+        /// Requests the host sends keep whatever the host and its transport give them.
+        public var userAgent = ResponsePolicyVersion.userAgent
 
         public init() {}
     }
@@ -62,11 +67,15 @@ public final class PolicyEngine: Sendable {
     /// then run inline. (Not an optional: unwrapping one copied the existential on every attempt.)
     let inlineTransport: any CancellableTransport
     let attemptsInline: Bool
+    /// The transport's ``Transport/connectionsPerHost``, read once: `dispatch: auto`'s limit.
+    let transportConnectionsPerHost: Int?
     let registry: PluginRegistry
     let store: (any CredentialStore)?
     let options: Options
     let clock: any PolicyClock
     let state: Locked<EngineState>
+    /// The newest accepted generation already noted in `state` (a hint read without the lock).
+    let acceptedHint = Atomic<UInt64>(0)
     let timers: TimerService
     /// Serialises credential-store writes; holds the generation last written.
     let saving = Locked<UInt64>(0)
@@ -98,7 +107,8 @@ public final class PolicyEngine: Sendable {
         credentials: (any CredentialStore)? = nil, options: Options = Options()
     ) {
         self.transport = transport
-        sessionTransport = transport.sessionCallTransport
+        sessionTransport = UserAgentTransport(transport.sessionCallTransport, userAgent: options.userAgent)
+        transportConnectionsPerHost = transport.connectionsPerHost
         if let cancellable = transport as? any CancellableTransport {
             inlineTransport = cancellable
             attemptsInline = true

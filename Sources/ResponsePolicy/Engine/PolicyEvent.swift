@@ -7,11 +7,18 @@ import Foundation
 public struct PolicyEvent: Sendable, Hashable {
     public enum Kind: String, Sendable, Hashable {
         case send, response, wait, cancel, outcome, logout, reload
+        /// A request waits in the engine for one of its host's dispatch slots
+        /// (`dispatch.max-in-flight-per-host`); its `send` follows when it leaves. The wait is
+        /// bounded by the request's deadline alone: its attempt timeout starts with the `send`.
+        case queued
         /// Something the engine could not do that does not end a request: a plugin that could
         /// not be made, a credential store that could not be read or written.
         case problem
         case refreshStart = "refresh-start"
         case refreshEnd = "refresh-end"
+        /// A refresh met transient trouble (`status`, `reason`) and calls its plugin again after
+        /// `delay`, within `refresh.timeout`; `attempt` is the call that failed.
+        case refreshRetry = "refresh-retry"
     }
 
     /// How a request ended.
@@ -52,15 +59,16 @@ public struct PolicyEvent: Sendable, Hashable {
         }
     }
 
-    /// The event's level: `debug` for each attempt's `send`, `response` and `wait`; `info` for
+    /// The event's level: `debug` for each attempt's `send`, `response`, `wait` and `queued`; `info` for
     /// refreshes, accepted reloads, cancellations and delivered or cancelled outcomes; `warning`
     /// for a failed refresh, a logout and a failed or logged-out outcome; `error` for a
     /// `problem` and a refused reload (something an operator must fix).
     public var level: Level {
         switch kind {
-        case .send, .response, .wait: return .debug
+        case .send, .response, .wait, .queued: return .debug
         case .cancel, .refreshStart: return .info
         case .refreshEnd: return ok == false ? .warning : .info
+        case .refreshRetry: return .warning
         case .reload: return ok == false ? .error : .info
         case .logout: return .warning
         case .problem: return .error

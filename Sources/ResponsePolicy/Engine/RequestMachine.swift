@@ -54,7 +54,8 @@ final class RequestMachine {
     let request: HTTPRequest
     /// The host whose dispatch slots this request takes; `nil` when dispatch is unlimited.
     let host: String?
-    /// `dispatch.max-in-flight-per-host` of the policy it started under (`Int.max`: unlimited).
+    /// `dispatch.max-in-flight-per-host` of the policy it started under, `auto` resolved against
+    /// the transport (`Int.max`: unlimited).
     let dispatchLimit: Int
 
     var result: Result<HTTPResponse, PolicyEngineError> = .failure(.cancelled)
@@ -115,6 +116,10 @@ final class RequestMachine {
         return refreshRule.map { scope.rules[$0].name } ?? "refresh"
     }
 
+    /// The last response arrived although a logout had ended the request meanwhile: its rule
+    /// may deliver or fail it, nothing else (the session is over).
+    var arrivedAfterLogout = false
+
     /// A deadline timer is armed for the wait in progress (see ``parkUntilDeadline()``).
     var deadlineArmed = false
     /// Its slot exists in the engine's state.
@@ -137,7 +142,9 @@ final class RequestMachine {
         self.request = request
         pendingRequest = request
         deadline = scope.deadline.map { context.start + $0 }
-        if let limit = context.runtime.policy.dispatch.maxInFlightPerHost {
+        if let limit = context.runtime.policy.dispatch.maxInFlightPerHost.resolved(
+            connectionsPerHost: engine.transportConnectionsPerHost)
+        {
             dispatchLimit = limit
             host = original.url.host.map { host in original.url.port.map { "\(host):\($0)" } ?? host } ?? ""
         } else {
@@ -259,12 +266,14 @@ final class RequestMachine {
     /// Checks the request may go on, refreshes ahead of expiry, then signs and sends.
     @inline(never)
     func top() -> Step {
-        // The first turn runs right after `admit`, which read the clock.
-        let now = attempt == 0 && !skipProactive ? context.start : engine.clock.now
+        let first = !registered
+        // The first turn runs right after `admit`, which read the clock. Every later one (after a
+        // dispatch queue, a refresh, a backoff) reads it again: the attempt timeout runs from the
+        // moment the attempt leaves the engine, and a wait is bounded by the deadline alone.
+        let now = first ? context.start : engine.clock.now
         let cancelled = Task.isCancelled
         let hold = scope.refresh.holdNewRequests
         let id = context.number
-        let first = !registered
         registered = true
         let (gate, box, generation) = engine.state.withLock { state in
             if first {
@@ -281,6 +290,12 @@ final class RequestMachine {
             return parkUntilDeadline()
         case .queued:
             waitingFor = .dispatch
+            let next = self.attempt + 1
+            engine.emit(runtime) {
+                var event = PolicyEvent(.queued, time: now, context: context)
+                event.attempt = next
+                return event
+            }
             return parkUntilDeadline()
         }
         let credentials = box?.credentials
@@ -292,9 +307,9 @@ final class RequestMachine {
             refreshRule = nil
             return awaitRefresh(failedGeneration: generation, proactive: true)
         }
-        if !skipProactive, proactiveFailure?.generation != generation, let ahead = scope.refreshAhead,
-            plugins.refresh != nil, let expiry = credentials?.expiresAt,
-            expiry.timeIntervalSince(engine.clock.date) < ahead.seconds
+        if !skipProactive, proactiveFailure?.generation != generation, plugins.refresh != nil,
+            let ahead = box?.effectiveAhead(scope.refreshAhead), let expiry = credentials?.expiresAt,
+            expiry.timeIntervalSince(engine.clock.date) < ahead
         {
             waitingFor = .refresh(proactive: true)
             refreshRule = nil
@@ -369,6 +384,10 @@ final class RequestMachine {
             lastCode = runtime.code(of: response, scopeIndex: scopeIndex, scanLimit: engine.options.bodyScanLimit)
             ruleIndex = scope.classifier.match(
                 status: response.status, code: lastCode, headers: response.headers, method: method, path: path)
+            if ruleIndex.map({ scope.rules[$0].action != .refresh && scope.rules[$0].action != .logout }) ?? true {
+                // The server accepted this token: a later refresh of it is a healthy rotation.
+                engine.noteAccepted(signedGeneration)
+            }
         case .timedOut, .error:
             lastCode = nil
             if outcome == .timedOut {
@@ -405,6 +424,10 @@ final class RequestMachine {
         case .logout:
             emitResponse(rule: flow.rule)
             return logout(flow.logout, reason: .rule(flow.rule.name, response: lastResponse))
+        case .refresh where arrivedAfterLogout, .retry where arrivedAfterLogout:
+            // The session ended while this response came in: no refresh or retry follows.
+            emitResponse(rule: flow.rule)
+            return cancelledByLogout()
         case .refresh:
             return refreshTrigger(flow)
         case .retry:
@@ -441,10 +464,10 @@ final class RequestMachine {
     }
 
     func refreshTrigger(_ flow: RuleGraph.CompiledRule) -> Step {
-        if engine.state.withLock({ $0.generation }) > signedGeneration, !engine.isLoggedOut {
-            // A newer token exists (a refresh here, or credentials adopted from the fleet): the
-            // re-send with it is not one of this request's refreshes (SPEC "When a session ends";
-            // issue 19, invariant d), so it does not use up max-per-request.
+        // The generation first: refused with a token older than the current one, the request is
+        // re-sent with the current one at once, and that re-send is not counted (no refresh was
+        // waited for; the same holds for credentials adopted from the fleet: issue 19, invariant d).
+        if engine.state.withLock({ $0.generation }) > signedGeneration {
             emitResponse(rule: flow.rule)
             return top()
         }
@@ -529,6 +552,12 @@ final class RequestMachine {
         case .ok, .superseded, .unavailable: return top()  // (.unavailable is handled above)
         case .loggedOut: return cancelledByLogout()
         case .cancelled: return ended()
+        case .failed(let refreshFailure) where !refreshFailure.isDefinitive:
+            // Transient trouble outlasted refresh.timeout (or a definitive answer is still fresh:
+            // see `EngineState.decideRefresh`): the request fails with the reason, the session
+            // goes on. Only a definitive answer reaches on-failure.
+            lastEdge = flow?.onTransient?.edge
+            return finish(.failure(.refreshFailed(reason: refreshFailure.reason)))
         case .failed(let refreshFailure):
             // The refresh's own reason goes with every way this ends (a logout names it too).
             refreshFailureReason = refreshFailure.reason

@@ -47,10 +47,19 @@ public protocol Transport: Sendable {
     /// queues behind a storm of requests waiting for a connection (`URLSessionTransport` does).
     /// `self` by default.
     var sessionCallTransport: any Transport { get }
+
+    /// How many connections this transport opens to one host at most, when it limits them:
+    /// requests beyond that wait inside it, where the engine can no longer hold, re-sign or
+    /// cancel them. `dispatch.max-in-flight-per-host: auto` (the default) lets exactly this many
+    /// requests per host out of the engine and keeps the rest in its own queue.
+    /// `URLSessionTransport` reports its configuration's `httpMaximumConnectionsPerHost`.
+    /// `nil` by default: the transport does not say, and `auto` sets no limit.
+    var connectionsPerHost: Int? { get }
 }
 
 extension Transport {
     public var sessionCallTransport: any Transport { self }
+    public var connectionsPerHost: Int? { nil }
 }
 
 /// A one-shot cancellation signal for one attempt, which the engine raises on a forced logout,
@@ -65,6 +74,7 @@ extension Transport {
 public struct AttemptCancellation: Sendable {
     private struct State {
         var cancelled = false
+        var arriving = false
         var handlers: [@Sendable () -> Void] = []
     }
 
@@ -74,6 +84,19 @@ public struct AttemptCancellation: Sendable {
 
     /// Whether the attempt has been cancelled.
     public var isCancelled: Bool { state.withLock { $0.cancelled } }
+
+    /// Says that the response has begun to arrive (its status and headers are in, and the
+    /// transport will not follow it as a redirect). From then on a logout does not cancel the
+    /// attempt: the server answered before it knew of the logout, so the response is read to its
+    /// end and handled by its rule (see `logout.cancel-in-flight`). The attempt timeout and the
+    /// caller's cancellation still end it. Optional for a transport: one that never calls it
+    /// has every attempt on the wire cancelled by a logout, as before.
+    public func responseArriving() {
+        state.withLock { $0.arriving = true }
+    }
+
+    /// Whether ``responseArriving()`` was called.
+    package var isArriving: Bool { state.withLock { $0.arriving } }
 
     /// Runs `handler` when the attempt is cancelled (at once if it already is).
     public func onCancel(_ handler: @escaping @Sendable () -> Void) {
@@ -116,4 +139,23 @@ public struct AttemptCancellation: Sendable {
 /// cancellation reaches the transport as task cancellation only.
 public protocol CancellableTransport: Transport {
     func send(_ request: HTTPRequest, cancellation: AttemptCancellation) async throws -> HTTPResponse
+}
+
+/// The engine's own calls (refresh, logout) with a `User-Agent` of the engine's when they set
+/// none, so an identity provider's logs name the client instead of libcurl.
+struct UserAgentTransport: Transport {
+    let base: any Transport
+    let userAgent: String
+
+    init(_ base: any Transport, userAgent: String) {
+        self.base = base
+        self.userAgent = userAgent
+    }
+
+    func send(_ request: HTTPRequest) async throws -> HTTPResponse {
+        guard request.headers["User-Agent"] == nil, !userAgent.isEmpty else { return try await base.send(request) }
+        var request = request
+        request.headers.set("User-Agent", userAgent)
+        return try await base.send(request)
+    }
 }

@@ -16,8 +16,14 @@ extension RuleGraph {
         case resend
         /// Retries or refresh re-sends ran out.
         case onExhausted = "on-exhausted"
-        /// The refresh failed.
+        /// The refresh failed definitively (RFC 6749 §5.2 `invalid_grant`, `invalid_client`,
+        /// `unauthorized_client`, `invalid_scope`, or an answer a `refresh`, `fail` or `logout`
+        /// rule matches).
         case onFailure = "on-failure"
+        /// Transient refresh trouble (5xx, 429, `temporarily_unavailable`, `slow_down`, no
+        /// answer) outlasted `refresh.timeout`, retried meanwhile: the request fails and the
+        /// session goes on.
+        case transient
         /// The refresh endpoint's own answer matched a `logout` rule: the session ends whatever
         /// `on-failure` says.
         case refreshAnswer = "refresh-answer"
@@ -137,6 +143,8 @@ extension RuleGraph {
         public let onFailure: Escalation?
         /// `refresh`: the refresh endpoint answered with a response a `logout` rule matches.
         public let refreshAnswer: Escalation?
+        /// `refresh`: transient trouble outlasted `refresh.timeout` (always to fail).
+        public let onTransient: Escalation?
         /// `retry`: the budget refused the retry.
         public let budget: Escalation?
         /// `retry`: the request cannot be retried (method, no idempotency key).
@@ -168,6 +176,7 @@ extension RuleGraph {
             onExhausted = escalations.onExhausted
             onFailure = escalations.onFailure
             refreshAnswer = escalations.refreshAnswer
+            onTransient = escalations.onTransient
             budget = escalations.budget
             notRetryable = escalations.notRetryable
             deadline = escalations.deadline
@@ -186,6 +195,7 @@ extension RuleGraph {
         var onExhausted: Escalation?
         var onFailure: Escalation?
         var refreshAnswer: Escalation?
+        var onTransient: Escalation?
         var budget: Escalation?
         var notRetryable: Escalation?
         var deadline: Escalation?
@@ -218,6 +228,13 @@ extension RuleGraph.Node {
             ("on-exhausted", r.onExhausted.rawValue), ("on-failure", r.onFailure.rawValue),
             ("limit", r.limit.map { "{ count: \($0.count), per: \($0.per.policyText) }" } ?? "none"),
             ("ahead", r.ahead?.policyText ?? "none"),
+            (
+                "transient",
+                r.transient.map {
+                    "{ initial: \($0.initial.policyText), max-delay: \($0.maxDelay.policyText), retry-after: "
+                        + ($0.honorRetryAfter ? "honor" : "ignore") + " }"
+                } ?? "none"
+            ),
         ]
         return out.map { RuleGraph.Setting(key: $0.0, value: $0.1) }
     }

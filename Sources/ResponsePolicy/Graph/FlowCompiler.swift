@@ -147,6 +147,8 @@ struct FlowCompiler {
             }
             escalations.onExhausted = escalation(f.onExhausted, from: actionNode, .onExhausted, "on-exhausted")
             escalations.onFailure = escalation(f.onFailure, from: actionNode, .onFailure, "on-failure")
+            escalations.onTransient = escalation(
+                .fail, from: actionNode, .transient, "transient trouble past timeout \(f.timeout.policyText)")
             if f.onFailure != .logout, hasLogoutResponseRule {
                 escalations.refreshAnswer = escalation(
                     .logout, from: actionNode, .refreshAnswer, "refresh answer matches a logout rule")
@@ -187,6 +189,7 @@ struct FlowCompiler {
                     settings: .refresh(refresh)))
             _ = edge(classifierID, id, .then, "before sending")
             beforeSending = escalation(refresh.onFailure, from: id, .onFailure, "on-failure")
+            _ = edge(id, terminal(.fail).1, .transient, "transient trouble past timeout \(refresh.timeout.policyText)")
         }
         let deliver = terminal(.deliver).1
         let fail = terminal(.fail).1
@@ -232,7 +235,8 @@ struct FlowCompiler {
 
     static func refreshLabel(_ f: RefreshSettings) -> String {
         "refresh via \(f.plugin?.name ?? "no plugin") (max \(f.maxPerRequest) per request"
-            + (f.shareWindow > .zero ? ", share-window \(f.shareWindow.policyText))" : ")")
+            + (f.shareWindow > .zero ? ", share-window \(f.shareWindow.policyText)" : "")
+            + (f.transient == nil ? ", transient: none)" : ", transient retried within \(f.timeout.policyText))")
     }
 }
 

@@ -323,6 +323,7 @@ package struct PolicyDiff: Sendable {
         }
         let edges: [(RuleGraph.EdgeKind, RuleGraph.Escalation?)] = [
             (.onExhausted, rule.onExhausted), (.onFailure, rule.onFailure), (.refreshAnswer, rule.refreshAnswer),
+            (.transient, rule.onTransient),
             (.notRetryable, rule.notRetryable), (.budget, rule.budget), (.deadline, rule.deadline),
         ]
         for (kind, escalation) in edges {

@@ -2,14 +2,56 @@
 ///
 /// Requests beyond the limit wait in the engine, in arrival order, and are signed when they
 /// leave, so they carry the token that is current then (as OkHttp's `Dispatcher` holds calls per
-/// host). Set it to the transport's connection count per host (URLSession's
-/// `httpMaximumConnectionsPerHost`, 6 by default): more only queues inside the transport, where
-/// a token refresh would wait behind the storm.
+/// host). Why the engine and not the transport: a request queued inside the transport (URLSession
+/// queues every request beyond its connections per host) can no longer be held for a refresh,
+/// re-signed or cancelled, and a storm queued there delays the first refresh trigger by the
+/// whole queue. So the default, `auto`, lets out as many requests per host as the transport has
+/// connections per host (``Transport/connectionsPerHost``), and no more.
+///
+/// ```yaml
+/// dispatch:
+///   max-in-flight-per-host: auto     # the default; or a number, or unlimited
+/// ```
 public struct DispatchSettings: Sendable, Hashable {
-    /// `nil` (unlimited) by default, which sends every request as soon as it is made.
-    public var maxInFlightPerHost: Int?
+    /// How many requests per host may be on the wire at once.
+    public enum Limit: Sendable, Hashable, ExpressibleByIntegerLiteral, CustomStringConvertible {
+        /// The transport's own connections per host (``Transport/connectionsPerHost``:
+        /// `URLSessionTransport` reads its configuration's `httpMaximumConnectionsPerHost`, 6 by
+        /// default). A transport that does not report one is not limited: nothing queues below
+        /// the engine that it could know of (the scripted server of `policy simulate`, in-memory
+        /// transports in tests).
+        case auto
+        /// Every request goes out as soon as it is made (what the engine did before `dispatch:`).
+        case unlimited
+        /// At most this many per host (1 to 1,000,000).
+        case perHost(Int)
 
-    public init(maxInFlightPerHost: Int? = nil) {
+        public init(integerLiteral value: Int) { self = .perHost(value) }
+
+        /// As the policy file writes it: `auto`, `unlimited` or the number.
+        public var description: String {
+            switch self {
+            case .auto: return "auto"
+            case .unlimited: return "unlimited"
+            case .perHost(let count): return String(count)
+            }
+        }
+
+        /// The limit in force over a transport that reports `connectionsPerHost` (`nil`: it
+        /// does not say); `nil` means no limit.
+        public func resolved(connectionsPerHost: Int?) -> Int? {
+            switch self {
+            case .auto: return connectionsPerHost.flatMap { $0 > 0 ? $0 : nil }
+            case .unlimited: return nil
+            case .perHost(let count): return count
+            }
+        }
+    }
+
+    /// `auto` by default: the transport's own connections per host.
+    public var maxInFlightPerHost: Limit
+
+    public init(maxInFlightPerHost: Limit = .auto) {
         self.maxInFlightPerHost = maxInFlightPerHost
     }
 }

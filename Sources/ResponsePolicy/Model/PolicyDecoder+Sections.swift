@@ -7,8 +7,9 @@ extension PolicyDecoder {
     ]
     package static let refreshTuningKeys = [
         "timeout", "share-window", "max-per-request", "on-exhausted", "on-failure", "limit", "ahead",
-        "hold-new-requests",
+        "hold-new-requests", "transient",
     ]
+    package static let transientKeys = ["initial", "max-delay", "retry-after"]
     package static let dispatchKeys = ["max-in-flight-per-host"]
     package static let logoutTuningKeys = ["cancel-in-flight", "cooldown"]
     package static let budgetKeys = ["ratio", "min"]
@@ -164,6 +165,36 @@ extension PolicyDecoder {
                 }
             case "ahead": if let d = duration(value, key, allowNone: true) { settings.ahead = d }
             case "hold-new-requests": settings.holdNewRequests = boolean(value, key) ?? settings.holdNewRequests
+            case "transient":
+                if value.scalar == "none", value.isPlainScalar {
+                    settings.transient = nil
+                } else if let transientFields = mappingFields(value, "'transient'", allowed: Self.transientKeys) {
+                    var transient = settings.transient ?? RefreshSettings.Transient()
+                    for (transientKey, _, transientValue) in transientFields {
+                        locations["\(path).transient.\(transientKey)"] = transientValue.range
+                        switch transientKey {
+                        case "initial":
+                            transient.initial = duration(transientValue, transientKey).flatMap { $0 } ?? transient.initial
+                        case "max-delay":
+                            transient.maxDelay =
+                                duration(transientValue, transientKey).flatMap { $0 } ?? transient.maxDelay
+                        case "retry-after":
+                            if let text = transientValue.scalar, transientValue.isPlainScalar,
+                                text == "honor" || text == "ignore"
+                            {
+                                transient.honorRetryAfter = text == "honor"
+                            } else {
+                                report(
+                                    .error(
+                                        "invalid-value",
+                                        "'retry-after' must be honor or ignore, not \(transientValue.kindDescription)",
+                                        at: transientValue.range))
+                            }
+                        default: break
+                        }
+                    }
+                    settings.transient = transient
+                }
             default: break
             }
         }
@@ -203,15 +234,17 @@ extension PolicyDecoder {
             locations["dispatch.\(key)"] = value.range
             if key == "max-in-flight-per-host" {
                 if value.isPlainScalar, value.scalar == "unlimited" {
-                    settings.maxInFlightPerHost = nil
+                    settings.maxInFlightPerHost = .unlimited
+                } else if value.isPlainScalar, value.scalar == "auto" {
+                    settings.maxInFlightPerHost = .auto
                 } else if !value.isPlainScalar || !Self.isInteger(value.scalar ?? "") {
                     report(
                         .error(
                             "invalid-type",
-                            "'\(key)' must be a whole number or unlimited, not \(value.kindDescription)",
+                            "'\(key)' must be a whole number, auto or unlimited, not \(value.kindDescription)",
                             at: value.range))
                 } else if let limit = integer(value, key, in: 1...1_000_000) {
-                    settings.maxInFlightPerHost = limit
+                    settings.maxInFlightPerHost = .perHost(limit)
                 }
             }
         }

@@ -368,6 +368,26 @@ package enum PolicySchema {
                 )
             ]),
             "ahead": durationOrNone,
+            "transient": .object([
+                ("description", "retries of transient token-endpoint trouble within refresh.timeout, or none"),
+                (
+                    "anyOf",
+                    .array([
+                        .object([("const", "none")]),
+                        .object([
+                            ("type", "object"),
+                            (
+                                "properties",
+                                .object(
+                                    PolicyDecoder.transientKeys.map {
+                                        ($0, $0 == "retry-after" ? enumeration(["honor", "ignore"]) : duration)
+                                    })
+                            ),
+                            ("additionalProperties", false),
+                        ]),
+                    ])
+                ),
+            ]),
             // logout
             "cancel-in-flight": .object([("type", "boolean")]),
             "hold-new-requests": .object([
@@ -385,12 +405,19 @@ package enum PolicySchema {
                                 $0,
                                 .object([
                                     (
+                                        "description",
+                                        .string(
+                                            "requests per host on the wire at once; the rest wait in the engine. "
+                                                + "auto (the default): the transport's connections per host")
+                                    ),
+                                    (
                                         "anyOf",
                                         .array([
-                                            .object([("type", "integer"), ("minimum", 1)]),
+                                            .object([("type", "integer"), ("minimum", 1), ("maximum", 1_000_000)]),
+                                            .object([("const", "auto")]),
                                             .object([("const", "unlimited")]),
                                         ])
-                                    )
+                                    ),
                                 ])
                             )
                         })

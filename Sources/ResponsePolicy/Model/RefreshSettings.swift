@@ -9,6 +9,36 @@ public struct RefreshSettings: Sendable, Hashable {
         }
     }
 
+    /// How a refresh retries transient trouble (`refresh.transient`): a 5xx or 429 answer,
+    /// `temporarily_unavailable`, `slow_down`, no answer, a reset connection. The plugin is called
+    /// again after `initial`, doubling up to `max-delay`, or after the answer's `Retry-After`,
+    /// for as long as `refresh.timeout` allows; the requests waiting for the refresh stay parked
+    /// meanwhile. Trouble that outlasts the timeout fails those requests, and the session goes on:
+    /// only a definitive answer (``RefreshFailure/Kind/definitive``) reaches `on-failure`.
+    public struct Transient: Sendable, Hashable {
+        /// `500ms` by default: the wait before the second call.
+        public var initial: Duration = .milliseconds(500)
+        /// `5s` by default: the longest wait between two calls (a longer `Retry-After` included).
+        public var maxDelay: Duration = .seconds(5)
+        /// `true` (`retry-after: honor`) by default: a `Retry-After` answer sets the wait.
+        public var honorRetryAfter = true
+
+        public init() {}
+
+        /// The shortest wait between two calls, whatever `initial` or a `Retry-After: 0` say:
+        /// an endpoint that keeps failing at once is not called in a tight loop.
+        public static let minimumDelay = Duration.milliseconds(50)
+
+        /// The wait before call `call + 1`, after `call` calls: `initial × 2^(call−1)`, or the
+        /// server's `requested` wait, capped at `max-delay`, and never below ``minimumDelay``.
+        public func delay(afterCall call: Int, requested: Duration?) -> Duration {
+            if honorRetryAfter, let requested { return max(min(requested, maxDelay), Self.minimumDelay) }
+            var delay = initial
+            for _ in 1..<max(call, 1) where delay < maxDelay { delay = delay * 2 }
+            return max(min(delay, maxDelay), Self.minimumDelay)
+        }
+    }
+
     /// The plugin that performs the refresh; `nil` when `use:` is missing (lint reports any
     /// `refresh` action then).
     public var plugin: PluginReference?
@@ -26,10 +56,18 @@ public struct RefreshSettings: Sendable, Hashable {
     public var onExhausted: ActionKind = .logout
     /// `logout` by default.
     public var onFailure: ActionKind = .logout
-    /// `{count: 5, per: 30s}` by default: more refreshes than this in the window fail.
+    /// `{count: 5, per: 30s}` by default: more refreshes that did not help than this in the window
+    /// fail. A refresh did not help when the token it replaces was refused before any response
+    /// signed with it was accepted (a loop: a new token refused at once); healthy rotations, a
+    /// token used until it expired, are not counted however often they come.
     public var limit: Limit? = Limit(count: 5, per: .seconds(30))
-    /// `30s` by default: refresh before sending when the token expires this soon.
+    /// `30s` by default: refresh before sending when the token expires this soon, and never
+    /// sooner than half the token's lifetime as issued (a token living 20 s is refreshed ahead
+    /// 10 s before it expires): a token the last refresh just issued is never refreshed ahead.
     public var ahead: Duration? = .seconds(30)
+    /// Retries of transient refresh trouble within `timeout`; `nil` (`transient: none`) fails the
+    /// refresh at the first transient answer (still without ending the session).
+    public var transient: Transient? = Transient()
     /// `true` by default: while a refresh is in flight, a request that has not gone out yet (a new
     /// one, or one queued by `dispatch:`) waits for it and is signed with the fresh token, instead
     /// of going out with a token already known to be stale. `false` sends it with the old token.

@@ -254,10 +254,14 @@ struct ExecCommand: Sendable {
         case .failedToStart(let code):
             throw RefreshFailure(
                 "the credential command '\(program)' could not be started: \(String(cString: strerror(code)))")
-        case .timedOut: throw RefreshFailure(reason("took longer than \(timeout.policyText) and was killed"))
+        // A hung or killed command is trouble that may pass (transient: retried within
+        // refresh.timeout, never a logout); a command that exits non-zero has said no (definitive).
+        case .timedOut:
+            throw RefreshFailure(reason("took longer than \(timeout.policyText) and was killed"), kind: .transient)
         case .outputTooLarge: throw RefreshFailure(reason("wrote more than 1 MiB"))
         case .exited(let status) where status != 0: throw RefreshFailure(reason("exited with status \(status)"))
-        case .signalled(let signal): throw RefreshFailure(reason("was killed by signal \(signal)"))
+        case .signalled(let signal):
+            throw RefreshFailure(reason("was killed by signal \(signal)"), kind: .transient)
         case .exited: return (result.stdout, line)
         }
     }

@@ -26,6 +26,9 @@ import Foundation
 ///   too, so public clients (no secret, §2.3 / §3.2.1) work with the same plugin.
 /// - `client_secret_post`: `client_id` and `client_secret` in the form body.
 ///
+/// `client-auth-encoding: raw` sends the Basic id and secret without form-encoding them first,
+/// for servers that do not decode them (see ``BasicEncoding``); `form` is the default.
+///
 /// The secret comes from `client-secret-env` (an environment variable) or `client-secret-file`
 /// (a file such as a mounted Kubernetes secret: read when the plugin is made, one trailing newline
 /// trimmed, refused when group- or world-readable). It is never written in the policy.
@@ -87,6 +90,18 @@ public struct OAuth2Refresh: RefreshPlugin, CustomStringConvertible, CustomDebug
         case post = "client_secret_post"
     }
 
+    /// How `client_secret_basic` encodes the client id and secret before Base64
+    /// (`client-auth-encoding:`).
+    ///
+    /// RFC 6749 §2.3.1 says to form-encode both first (`form`, the default), and servers that
+    /// follow it decode them. Real servers differ: Authlib decodes with `unquote` (a space sent as
+    /// `+` stays a `+`), glewlwyd does not decode at all (any reserved character fails, while
+    /// `curl -u` works). `raw` sends them as they are, as `curl -u` does.
+    public enum BasicEncoding: String, Sendable, Hashable, CaseIterable {
+        case form
+        case raw
+    }
+
     /// The token endpoint (RFC 6749 §3.2).
     public let tokenURL: URL
     /// Sent as `client_id`.
@@ -99,6 +114,8 @@ public struct OAuth2Refresh: RefreshPlugin, CustomStringConvertible, CustomDebug
     public let grant: Grant
     /// `client_secret_basic` by default.
     public let clientAuthentication: ClientAuthentication
+    /// `form` (RFC 6749 §2.3.1) by default.
+    public var basicEncoding: BasicEncoding = .form
     /// Sent as `audience` when present.
     public let audience: String?
     /// Sent as `resource` (RFC 8707) when present.
@@ -174,6 +191,13 @@ public struct OAuth2Refresh: RefreshPlugin, CustomStringConvertible, CustomDebug
             }
             authentication = value
         }
+        var basicEncoding = BasicEncoding.form
+        if let text = configuration.string("client-auth-encoding") {
+            guard let value = BasicEncoding(rawValue: text) else {
+                throw failure("the option 'client-auth-encoding' must be form or raw")
+            }
+            basicEncoding = value
+        }
         let secret = try SecretSource.option("client-secret", configuration, kind: .refresh)
         var username: String?
         var password: String?
@@ -203,6 +227,7 @@ public struct OAuth2Refresh: RefreshPlugin, CustomStringConvertible, CustomDebug
             audience: configuration.string("audience"), resource: configuration.string("resource"),
             username: username, password: password)
         followRedirects = try TokenEndpoint.redirects(configuration, kind: .refresh)
+        self.basicEncoding = basicEncoding
     }
 
     /// `client_credentials` and `password` get a token with nothing stored.
@@ -246,8 +271,8 @@ public struct OAuth2Refresh: RefreshPlugin, CustomStringConvertible, CustomDebug
             request(refreshToken: refreshToken), via: context.transport, redirects: followRedirects)
         guard (200..<300).contains(response.status) else {
             throw RefreshFailure(
-                "the token endpoint answered \(response.status)\(TokenEndpoint.oauthError(in: response))",
-                response: response)
+                "the token endpoint answered \(response.status)\(TokenEndpoint.oauthError(in: response))"
+                    + encodingHint(response), response: response)
         }
         guard let object = TokenEndpoint.jsonObject(response.body) else {
             throw RefreshFailure("the token endpoint's answer is not a JSON object", response: response)
@@ -277,6 +302,19 @@ public struct OAuth2Refresh: RefreshPlugin, CustomStringConvertible, CustomDebug
             expiresAt: expiresAt)
     }
 
+    /// A hint for an `invalid_client` answer to Basic credentials that the encoding changes (a
+    /// reserved character in the id or secret): the usual cause is a server that decodes them
+    /// differently. Names the option, never the secret or its characters.
+    func encodingHint(_ response: HTTPResponse) -> String {
+        guard clientAuthentication == .basic, let clientSecret,
+            TokenEndpoint.errorCode(in: response) == "invalid_client" || response.status == 401,
+            FormEncoding.encode(clientSecret) != clientSecret || FormEncoding.encode(clientID) != clientID
+        else { return "" }
+        let other = basicEncoding == .form ? "raw" : "form"
+        return "; the client id or secret holds characters that Basic encoding changes: if the server decodes"
+            + " them differently, try 'client-auth-encoding: \(other)' or 'client-auth: client_secret_post'"
+    }
+
     /// The token request; `refreshToken` is used by the `refresh_token` grant only.
     func request(refreshToken: String?) -> HTTPRequest {
         var fields = [("grant_type", grant.rawValue)]
@@ -295,7 +333,10 @@ public struct OAuth2Refresh: RefreshPlugin, CustomStringConvertible, CustomDebug
         if let clientSecret {
             switch clientAuthentication {
             case .basic:
-                let pair = FormEncoding.encode(clientID) + ":" + FormEncoding.encode(clientSecret)
+                let pair =
+                    basicEncoding == .form
+                    ? FormEncoding.encode(clientID) + ":" + FormEncoding.encode(clientSecret)
+                    : clientID + ":" + clientSecret
                 headers.set("Authorization", "Basic " + Data(pair.utf8).base64EncodedString())
             case .post:
                 fields.append(("client_secret", clientSecret))
@@ -387,12 +428,15 @@ enum TokenEndpoint {
         } catch is CancellationError {
             throw CancellationError()
         } catch let error as TransportError {
-            throw RefreshFailure("the token endpoint could not be reached (\(error))")
+            throw RefreshFailure("the token endpoint could not be reached (\(error))", kind: .transient)
         } catch {
             if Task.isCancelled { throw CancellationError() }
-            throw RefreshFailure("the token endpoint could not be reached (\(type(of: error)))")
+            throw RefreshFailure("the token endpoint could not be reached (\(type(of: error)))", kind: .transient)
         }
-        if let reason = unfollowedRedirect(response, redirects: redirects) { throw RefreshFailure(reason) }
+        // Not the identity provider ending the session: a proxy or a moved endpoint.
+        if let reason = unfollowedRedirect(response, redirects: redirects) {
+            throw RefreshFailure(reason, kind: .transient)
+        }
         return response
     }
 
@@ -431,20 +475,26 @@ enum TokenEndpoint {
         (try? JSONSerialization.jsonObject(with: body)) as? [String: Any]
     }
 
-    /// The error codes of RFC 6749 §5.2 (and RFC 6750 §3.1's `invalid_token`).
+    /// The error codes of RFC 6749 §5.2 (and RFC 6750 §3.1's `invalid_token`, RFC 8628 §3.5's
+    /// `slow_down`).
     static let knownErrorCodes: Set<String> = [
         "invalid_request", "invalid_client", "invalid_grant", "unauthorized_client", "unsupported_grant_type",
-        "invalid_scope", "invalid_token", "temporarily_unavailable", "server_error",
+        "invalid_scope", "invalid_token", "temporarily_unavailable", "server_error", "slow_down",
     ]
+
+    /// The body's RFC 6749 §5.2 `error` code when it is one of the known codes; `nil` otherwise.
+    static func errorCode(in response: HTTPResponse) -> String? {
+        guard response.body.count <= maxAnswerBytes, response.body.first(where: { $0 > 32 }) == UInt8(ascii: "{"),
+            let code = jsonObject(response.body)?["error"] as? String, knownErrorCodes.contains(code)
+        else { return nil }
+        return code
+    }
 
     /// ` (invalid_grant)` when the body is an RFC 6749 §5.2 error answer with one of the standard
     /// codes; empty otherwise. Only known codes are repeated: any other text is the server's and
     /// may hold anything, a token included. `error_description` is left out for the same reason.
     static func oauthError(in response: HTTPResponse) -> String {
-        guard let code = jsonObject(response.body)?["error"] as? String, knownErrorCodes.contains(code) else {
-            return ""
-        }
-        return " (\(code))"
+        errorCode(in: response).map { " (\($0))" } ?? ""
     }
 
     /// Seconds from a JSON number or a numeric text (some servers quote `expires_in`); `nil` for

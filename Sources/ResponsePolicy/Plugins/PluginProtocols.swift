@@ -26,16 +26,74 @@ public struct RefreshContext: Sendable {
     }
 }
 
-/// Why a refresh failed. When the token endpoint answered, `response` carries its answer so the
-/// engine can classify it: a refresh answered with a logout code ends the session.
+/// Why a refresh failed, and whether trying again can help.
+///
+/// Why the distinction: a session must end only when the identity provider ended it. A
+/// **definitive** failure says the refresh cannot succeed with these credentials (RFC 6749 §5.2
+/// `invalid_grant`, `invalid_client`, `unauthorized_client`, `invalid_scope`): only such a failure
+/// reaches `refresh.on-failure`. A **transient** one is trouble that may pass (a 5xx or 429 answer,
+/// `temporarily_unavailable`, `slow_down`, no answer, a reset connection, a timeout, coordination
+/// trouble): the engine calls the plugin again with backoff, honouring `Retry-After`, within
+/// `refresh.timeout`, while the waiting requests stay parked; when the trouble outlasts the
+/// timeout the requests fail with its reason and the session goes on.
+///
+/// When the token endpoint answered, `response` carries its answer: the engine classifies it with
+/// the policy's rules too (a `logout` rule ends the session; a `refresh` or `fail` rule makes the
+/// answer definitive; a `retry` rule makes it transient).
+///
+/// ```swift
+/// throw RefreshFailure("the SSO answered 503", kind: .transient, retryAfter: .seconds(2))
+/// ```
 public struct RefreshFailure: Error, Sendable, Equatable, CustomStringConvertible {
+    /// Whether the refresh can succeed if tried again.
+    public enum Kind: String, Sendable, Hashable, CaseIterable {
+        /// The refresh cannot succeed with these credentials: it reaches `refresh.on-failure`.
+        case definitive
+        /// Trouble that may pass: retried within `refresh.timeout`; never ends the session.
+        case transient
+    }
+
     public var reason: String
     public var response: HTTPResponse?
+    public var kind: Kind
+    /// How long to wait before the next try, when the plugin knows (`nil`: the response's
+    /// `Retry-After`, else the engine's backoff).
+    public var retryAfter: Duration?
 
-    public init(_ reason: String, response: HTTPResponse? = nil) {
+    /// Creates a failure.
+    ///
+    /// - Parameters:
+    ///   - reason: Why, for events, errors and the logout it may lead to; never a secret.
+    ///   - response: The token endpoint's answer, when it answered; `nil` by default.
+    ///   - kind: `nil` (the default) derives it: from `response` when there is one
+    ///     (``kind(of:)``), else ``Kind/definitive`` — a plugin that throws without an answer is
+    ///     taken at its word; the built-in plugins say `.transient` for an endpoint they could
+    ///     not reach.
+    ///   - retryAfter: The wait the server asked for; `nil` by default.
+    public init(_ reason: String, response: HTTPResponse? = nil, kind: Kind? = nil, retryAfter: Duration? = nil) {
         self.reason = reason
         self.response = response
+        self.kind = kind ?? response.map(Self.kind(of:)) ?? .definitive
+        self.retryAfter = retryAfter
     }
+
+    /// Whether trying again can help, judged from the token endpoint's answer alone: definitive
+    /// for the RFC 6749 §5.2 codes that say the grant or the client is refused (`invalid_grant`,
+    /// `invalid_client`, `unauthorized_client`, `invalid_scope`), transient for anything else
+    /// (5xx, 429, `temporarily_unavailable`, `slow_down`, an answer that is no token). The
+    /// engine's classification by the policy's rules comes on top.
+    public static func kind(of response: HTTPResponse) -> Kind {
+        guard let code = TokenEndpoint.errorCode(in: response) else { return .transient }
+        return definitiveErrorCodes.contains(code) ? .definitive : .transient
+    }
+
+    /// The RFC 6749 §5.2 error codes that say the refresh cannot succeed with these credentials.
+    public static let definitiveErrorCodes: Set<String> = [
+        "invalid_grant", "invalid_client", "unauthorized_client", "invalid_scope",
+    ]
+
+    /// Whether the refresh cannot succeed if tried again.
+    public var isDefinitive: Bool { kind == .definitive }
 
     public var description: String { reason }
 }

@@ -105,6 +105,10 @@ public struct PluginCatalog: Sendable, Hashable {
                     .init(
                         "client-auth", .string, "client_secret_basic (default) or client_secret_post",
                         values: OAuth2Refresh.ClientAuthentication.allCases.map(\.rawValue)),
+                    .init(
+                        "client-auth-encoding", .string,
+                        "client_secret_basic: form (default, RFC 6749 §2.3.1) encodes id and secret first; raw does not",
+                        values: OAuth2Refresh.BasicEncoding.allCases.map(\.rawValue)),
                     .init("scope", .string, "sent as scope"),
                     .init("audience", .string, "sent as audience"),
                     .init("resource", .string, "sent as resource (RFC 8707)"),

@@ -206,7 +206,7 @@ extension PolicyDecoder {
                     event.kind = kind
                 } else {
                     let kinds = [
-                        "send", "response", "wait", "cancel", "outcome", "logout", "reload", "problem",
+                        "send", "response", "wait", "queued", "cancel", "outcome", "logout", "reload", "problem",
                         "refresh-start", "refresh-end",
                     ]
                     report(Self.unknownValue(text, of: key, among: kinds, at: value.range))

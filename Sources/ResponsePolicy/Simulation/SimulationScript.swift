@@ -24,7 +24,10 @@ package struct SimulationScript: Sendable {
     }
 
     package struct RefreshStep: Sendable {
-        package enum Result: String, Sendable, CaseIterable { case ok, fail }
+        /// `ok`: new tokens. `fail`: a failed call, definitive unless its `status`/`body` answer
+        /// is transient (a 5xx, 429, `temporarily_unavailable`; see `RefreshFailure.kind(of:)`)
+        /// and no rule makes it definitive. `transient`: no answer at all (a reset connection).
+        package enum Result: String, Sendable, CaseIterable { case ok, fail, transient }
         package var after: Duration = .milliseconds(100)
         package var result: Result = .ok
         /// A failed refresh's HTTP answer, classified by the policy's rules.
@@ -32,6 +35,8 @@ package struct SimulationScript: Sendable {
         package var body: String?
         /// The new token's lifetime.
         package var expiresIn: Duration?
+        /// The wait a failed call asks for (`Retry-After`).
+        package var retryAfter: Duration?
     }
 
     package struct Reload: Sendable {
@@ -287,7 +292,7 @@ extension PolicyDecoder {
     mutating func refreshStep(_ node: YAMLNode) -> SimulationScript.RefreshStep? {
         guard
             let fields = mappingFields(
-                node, "a refresh step", allowed: ["after", "result", "status", "body", "expires-in"])
+                node, "a refresh step", allowed: ["after", "result", "status", "body", "expires-in", "retry-after"])
         else { return nil }
         var step = SimulationScript.RefreshStep()
         for (key, _, value) in fields {
@@ -297,6 +302,7 @@ extension PolicyDecoder {
             case "status": step.status = integer(value, key, in: 100...599)
             case "body": step.body = string(value, key)
             case "expires-in": step.expiresIn = duration(value, key).flatMap { $0 }
+            case "retry-after": step.retryAfter = duration(value, key).flatMap { $0 }
             default: break
             }
         }

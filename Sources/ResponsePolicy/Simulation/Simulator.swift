@@ -305,7 +305,12 @@ final class ScriptedRefresh: RefreshPlugin {
                 expiresAt: step.expiresIn.map { clock.date.addingTimeInterval($0.seconds) })
         case .fail:
             let response = step.status.map { HTTPResponse(status: $0, body: Data((step.body ?? "").utf8)) }
-            throw RefreshFailure("scripted refresh failure", response: response)
+            let answered = response.map { " (answered \($0.status)\(TokenEndpoint.oauthError(in: $0)))" } ?? ""
+            throw RefreshFailure(
+                "scripted refresh failure" + answered, response: response, retryAfter: step.retryAfter)
+        case .transient:
+            throw RefreshFailure(
+                "scripted refresh failure: no answer (connection reset)", kind: .transient, retryAfter: step.retryAfter)
         }
     }
 }
