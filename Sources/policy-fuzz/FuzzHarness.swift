@@ -1,3 +1,4 @@
+import Foundation
 import ResponsePolicy
 
 /// What one input did, for the replay mode and the regression tests.
@@ -77,6 +78,9 @@ package enum FuzzHarness {
                 report.decisions = classify(policy.graph, input, body: body)
             }
         }
+        // The shared-state codecs read what a hostile store hands them: the whole input, and the body.
+        SharedStateFuzzing.exercise(Data(bytes))
+        if let body = input.body { SharedStateFuzzing.exercise(Data(body)) }
         if let body = input.body {
             report.scannedCodes = withExactCopy(body, scan)
         } else {
