@@ -10,6 +10,7 @@ processes log each other out, and what the fleet coordination tests run against.
                    expires_in, token_type} or 400 {"error": "invalid_grant"}
   GET|POST /api/*  Authorization: Bearer A -> 200 {"code": 0} or 401
   GET /stats       {"refreshes": N, "reuses": N, "revoked": bool, "api": N, "unauthorized": N}
+  POST /expire     every access token issued so far expires (one expiry of a multi-expiry run)
 
 Usage: oauth2-rotating-server.py [--port N] [--credentials FILE] [--refresh-delay-ms N]
 It prints `listening PORT` once ready, and writes FILE (the client's credentials: an access
@@ -68,6 +69,12 @@ class Handler(BaseHTTPRequestHandler):
         self.api()
 
     def do_POST(self):
+        if self.path == "/expire":
+            # Every access token issued so far stops being accepted: the next expiry of a run.
+            self.body()
+            with family.lock:
+                family.access.clear()
+            return self.reply(200, {"expired": True})
         if self.path != "/token":
             self.body()
             return self.api()

@@ -133,6 +133,12 @@ enum FetchCommand {
         if let note = recorder.logoutNote(until: results.compactMap(\.loggedOutUntil).max()) {
             output.stderr("policy: \(note)\n")
         }
+        // Printed like plugin problems, with or without --verbose: a fleet that did not coordinate
+        // must not look like one that did (issue 19).
+        let reported = Set(engine.problems.map(\.reason))
+        for problem in recorder.coordinationProblems where !reported.contains(where: { problem.contains($0) }) {
+            output.stderr("warning: \(problem)\n")
+        }
         // Tokens the token endpoint issued that could not be saved are a lost session for the
         // next run: never a quiet exit 0.
         let lost = store?.failures ?? []
@@ -388,6 +394,10 @@ final class FetchRecorder: PolicyObserver {
         var logoutRule: String?
         /// Why the last refresh failed.
         var refreshFailure: String?
+        /// The last logout's reason.
+        var logoutReason: String?
+        /// Coordination problems reported during the run, each once, in order.
+        var coordinationProblems: [String] = []
     }
 
     private let state = Locked(State())
@@ -413,8 +423,15 @@ final class FetchRecorder: PolicyObserver {
                 if event.ok == false { state.refreshFailure = event.reason }
             case .logout:
                 state.summary.logouts += 1
-                // A logout without a rule is one a failed refresh caused.
+                // A logout without a rule: a failed refresh, the host, or another process.
                 state.logoutRule = event.rule ?? ""
+                state.logoutReason = event.reason
+            case .problem:
+                if let reason = event.reason, reason.hasPrefix("coordination"),
+                    !state.coordinationProblems.contains(reason), state.coordinationProblems.count < 20
+                {
+                    state.coordinationProblems.append(reason)
+                }
             default:
                 break
             }
@@ -429,13 +446,19 @@ final class FetchRecorder: PolicyObserver {
         state.withLock { $0.summary }
     }
 
+    /// The coordination problems reported during the run.
+    var coordinationProblems: [String] { state.withLock { $0.coordinationProblems } }
+
     /// `logged out by rule 'forced-logout'; new requests fail until 2025-01-31T12:00:20Z`, or
     /// `nil` when no logout happened in this run.
     func logoutNote(until: Date?) -> String? {
-        let (rule, refreshFailure) = state.withLock { ($0.logoutRule, $0.refreshFailure) }
+        let (rule, refreshFailure, reason) = state.withLock { ($0.logoutRule, $0.refreshFailure, $0.logoutReason) }
         guard let rule else { return nil }
         var note: String
-        if rule.isEmpty {
+        if rule.isEmpty, let reason, !reason.hasPrefix(PolicyEngine.refreshFailedReason) {
+            // Heard from another process sharing the session, or the host's own logout.
+            note = "logged out: \(reason)"
+        } else if rule.isEmpty {
             note = "logged out because the token refresh failed"
             if let refreshFailure { note += ": \(refreshFailure)" }
         } else {

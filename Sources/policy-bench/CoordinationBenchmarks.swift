@@ -105,6 +105,35 @@ extension Benchmarks {
             / refreshCount
         single.stop()
 
+        // Cold: what a process that just started pays for its first refresh turn: connecting,
+        // seeding, the subscriber's connection and read, loading the scripts, then the turn.
+        let coldIterations = quick ? 3 : 40
+        var colds: [Double] = []
+        var coldGeneration: UInt64 = 0
+        let coldBefore = calls()
+        for index in 0..<coldIterations {
+            let start = ContinuousClock.now
+            guard let fresh = try? RedisSessionCoordinator(.init(url: url, key: "cold")) else { continue }
+            let shared = await fresh.start(local: Credentials(accessToken: "c", refreshToken: "c"), updates: { _ in })
+            coldGeneration = max(coldGeneration, shared?.generation ?? 0)
+            if case .lease(let lease) = await fresh.beginRefresh(
+                .init(failedGeneration: coldGeneration, timeout: .seconds(5), limit: nil)),
+                case .published(let session) = await fresh.publish(
+                    Credentials(accessToken: "c\(index)", refreshToken: "c\(index)"), with: lease)
+            {
+                coldGeneration = session.generation
+            }
+            colds.append((ContinuousClock.now - start).nanoseconds / 1000)
+            fresh.stop()
+        }
+        let coldAfter = calls()
+        // The commands the clients sent (commandstats also counts the ones inside scripts, left out
+        // here), the subscriber's included: round trips of a fresh process's first refresh.
+        let clientCommands = ["eval", "evalsha", "script|load", "script", "subscribe", "select", "auth", "ping"]
+        let coldCommands =
+            Double(clientCommands.reduce(0) { $0 + (coldAfter[$1] ?? 0) - (coldBefore[$1] ?? 0) })
+            / Double(max(1, colds.count))
+
         // A storm: many coordinators, many requests, one expired token.
         let processes = quick ? 2 : 8
         let perProcess = quick ? 5 : 100
@@ -147,7 +176,14 @@ extension Benchmarks {
 
         let ping = median(pings)
         let turn = median(turns)
+        let cold = median(colds)
         return [
+            BenchResult(
+                name: "coordination-refresh-cold", value: cold, unit: "us", baseline: turn,
+                baselineName: "a warm refresh turn (coordination-refresh)", ratio: cold / turn,
+                ratioMeaning: "first refresh turn of a fresh coordinator / a warm one, lower is better",
+                extra: [("commands_per_cold_turn", coldCommands), ("p99_us", percentile(colds, 0.99))],
+                goal: "a fresh process pays its connections and script loads once"),
             BenchResult(
                 name: "coordination-refresh", value: turn, unit: "us", baseline: ping,
                 baselineName: "one Redis round trip (PING)", ratio: turn / ping,

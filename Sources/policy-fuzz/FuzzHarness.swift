@@ -1,3 +1,4 @@
+import Foundation
 import ResponsePolicy
 import ResponsePolicyTesting
 
@@ -78,6 +79,9 @@ package enum FuzzHarness {
                 report.decisions = classify(policy.graph, input, body: body)
             }
         }
+        // The shared-state codecs read what a hostile store hands them: the whole input, and the body.
+        SharedStateFuzzing.exercise(Data(bytes))
+        if let body = input.body { SharedStateFuzzing.exercise(Data(body)) }
         if let body = input.body {
             report.scannedCodes = withExactCopy(body, scan)
         } else {

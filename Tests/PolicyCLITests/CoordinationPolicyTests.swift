@@ -74,7 +74,7 @@ struct CoordinationPolicyTests {
         #expect(result.status == 0)
         #expect(
             result.stdout.contains(
-                "p.yaml:5:42: warning: 'url' reaches '10.1.2.3' over plain TCP; the shared tokens would cross the network in clear: use rediss:// or a TLS tunnel [coordination-without-tls]"
+                "p.yaml:5:42: warning: 'url' reaches '10.1.2.3' over plain TCP; the shared tokens would cross the network in clear: use a TLS tunnel (stunnel, spiped) on a loopback port [coordination-without-tls]"
             ), "\(result.stdout)")
         #expect(
             try await lint("coordination: { use: redis, with: { url: \"redis://10.1.2.3:6379/0\", key: api } }\n")
@@ -158,7 +158,7 @@ struct CoordinationPolicyTests {
             result.stdout.contains(
                 """
                 Shared session (coordination: redis):
-                  Every process using key 'mobile-api' on redis://127.0.0.1:6379/0 shares one session: its credentials and their generation, one refresh at a time (a lease of 10s; a holder that dies delays the others by at most that), the logout cooldown and refresh.limit. A request that triggers no refresh or logout never contacts Redis (news arrives by subscription); when Redis does not answer within 250ms each process refreshes on its own and reports a problem until Redis is back.
+                  Every process using key 'mobile-api' on redis://127.0.0.1:6379/0 shares one session: its credentials and their generation, one refresh at a time (a lease of 10s; a holder that dies delays the others by at most that), the logout cooldown and refresh.limit. A request that triggers no refresh or logout never contacts Redis (news arrives by subscription). When the store does not answer within 250ms, a refresh waits for it (on-unavailable: wait) up to refresh.timeout (10s), then its requests fail with the reason; nobody is logged out and no process refreshes alone.
                 """), "\(result.stdout)")
         let local = try folder.write("l.yaml", "policy: 1\nname: api\n" + Self.rules)
         #expect(!(try await runPolicy(["explain", local.path]).stdout.contains("Shared session")))

@@ -115,6 +115,73 @@ struct FleetEndToEndTests {
     }
 }
 
+extension FleetEndToEndTests {
+    /// Issue 19's "done when", CI-sized: consecutive expiries × 4 `policy fetch` processes × 20
+    /// concurrent requests, against the revoke-on-reuse server that sends `expires_in`; every
+    /// process starts with the credentials file the previous round left (a restart with an older
+    /// local token). One token call per expiry, no reuse, no logout, everything delivered.
+    /// `FLEET_EXPIRIES=10` runs the issue's full size (3 by default, to bound CI time).
+    @Test(arguments: ["redis", "file"])
+    func consecutiveExpiriesMakeOneTokenCallEachAndNoLogout(_ backend: String) async throws {
+        if backend == "redis", !Self.redisInstalled { return }
+        let expiries = Int(ProcessInfo.processInfo.environment["FLEET_EXPIRIES"] ?? "") ?? 3
+        let folder = try TemporaryDirectory()
+        let credentials = folder.url.appendingPathComponent("credentials.json").path
+        let server = try TokenServer(credentials: credentials)
+        defer { server.stop() }
+        var redis: Process?
+        var section = "coordination: { use: file, with: { connect-timeout: 5s } }\n"
+        if backend == "redis" {
+            let port = freeLoopbackPort()
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/bin/redis-server")
+            process.arguments = ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+            process.standardOutput = FileHandle.nullDevice
+            try process.run()
+            redis = process
+            try waitUntilListening(port: port)
+            section =
+                "coordination: { use: redis, with: { url: \"redis://127.0.0.1:\(port)/0\", key: expiries, connect-timeout: 5s } }\n"
+        }
+        defer {
+            if let redis { kill(redis.processIdentifier, SIGKILL) }
+        }
+        let policy = try folder.write(
+            "policy.yaml",
+            """
+            policy: 1
+            name: fleet
+            rules:
+              - { name: expired, when: { status: [401] }, then: refresh }
+            refresh:
+              use: oauth2
+              with: { token-url: "http://127.0.0.1:\(server.port)/token", client-id: app }
+              # The expiries come seconds apart here (an hour apart in production): the fleet-wide
+              # refresh.limit, which counts every lease, must not stop them.
+              limit: { count: 100, per: 30s }
+
+            """ + section)
+        for expiry in 1...expiries {
+            if expiry > 1 { _ = try server.post("/expire", "") }
+            let results = try await runConcurrently(4) { _ in
+                try await runPolicy(
+                    [
+                        "fetch", "--policy", policy.path, "--credentials", credentials, "--count", "20",
+                        "--concurrency", "20", "http://127.0.0.1:\(server.port)/api/profile",
+                    ], timeout: 60)
+            }
+            let stats = try server.get("/stats").1
+            #expect(
+                stats.contains("\"refreshes\": \(expiry),") && stats.contains("\"reuses\": 0")
+                    && stats.contains("\"revoked\": false"), "expiry \(expiry): \(stats)")
+            for result in results {
+                #expect(result.status == 0, "expiry \(expiry): \(result.stderr)")
+                #expect(result.stdout.contains("20 delivered, 0 failed, 0 logged out"), "\(result.stdout)")
+            }
+        }
+    }
+}
+
 /// A loopback port the kernel reports free (bound to port 0, then released).
 func freeLoopbackPort() -> Int {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)

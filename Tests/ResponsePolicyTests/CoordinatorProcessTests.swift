@@ -44,7 +44,8 @@ struct CoordinatorProcessTests {
         let server = backend == .redis ? try RedisServerFixture() : nil
         let counter = folder.path("counter")
         let target = backend == .redis ? ["redis", server?.url ?? "", "k"] : ["file", folder.path("credentials.json")]
-        let options = ["--counter", counter, "--lease", "600"]
+        // The refresh timeout within the lease: a lease is never shorter than the refresh it covers.
+        let options = ["--counter", counter, "--lease", "600", "--timeout", "500"]
         let holder = try Probe(target + options + ["--hold", "60000"])
         #expect(holder.waitFor("ready"))
         holder.send("go")

@@ -82,8 +82,9 @@ struct FileSessionCoordinatorTests {
         _ = await slow.start(local: testCredentials("seed"), updates: { _ in })
         let started = ContinuousClock.now  // before the lease is granted: it expires 150 ms after this at the earliest
         guard
+            // Its refresh timeout within its lease: a lease is never shorter than the refresh it covers.
             case .lease(let stale) = await slow.beginRefresh(
-                .init(failedGeneration: 0, timeout: .seconds(2), limit: nil))
+                .init(failedGeneration: 0, timeout: .milliseconds(100), limit: nil))
         else { return recordFailure("no lease") }
         guard
             case .lease(let fresh) = await next.beginRefresh(

@@ -96,7 +96,7 @@ struct RedisSessionCoordinatorTests {
         let started = ContinuousClock.now  // before the lease is granted: it expires 150 ms after this at the earliest
         guard
             case .lease(let stale) = await slow.beginRefresh(
-                .init(failedGeneration: 0, timeout: .seconds(2), limit: nil))
+                .init(failedGeneration: 0, timeout: .milliseconds(100), limit: nil))
         else { return recordFailure("no lease") }
         // The holder never ends (as if it died): the next one is granted a lease once it expires.
         guard
@@ -232,7 +232,10 @@ struct RedisSessionCoordinatorTests {
         let problems = log.updates.filter { if case .problem = $0 { true } else { false } }
         #expect(problems.count == 1)
         let turnAfter = await coordinator.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
-        #expect(turnAfter == .newer(SharedSession(credentials: testCredentials("one"), generation: 1)))
+        guard case .newer(let after) = turnAfter else { return recordFailure("expected newer, got \(turnAfter)") }
+        #expect(after.credentials == testCredentials("one") && after.generation == 1)
+        // The logout made while Redis was down was published when it came back (issue 19, invariant e).
+        #expect(after.loggedOutUntil != nil)
     }
 
     @Test func anUnreachableServerAtStartCostsAtMostTheConnectTimeout() async throws {
@@ -316,5 +319,47 @@ struct RedisSessionCoordinatorTests {
     @Test(arguments: ["http://127.0.0.1/0", "redis://", "redis://h/x", "rediss://10.0.0.5:6380/0"])
     func aURLItCannotUseIsRefused(_ url: String) {
         #expect(throws: CoordinationError.self) { try RedisSessionCoordinator(.init(url: url, key: "k")) }
+    }
+}
+
+extension RedisSessionCoordinatorTests {
+    /// Issue 23: with `signing-key-env`, a forged record (`HSET`) or announcement (`PUBLISH`) of
+    /// credentials or a logout is refused with a `problem`, and never reaches the engine.
+    @Test func forgedCredentialsAndLogoutsAreRefusedWithASigningKey() async throws {
+        let server = try RedisServerFixture()
+        let key = Data("fleet-key".utf8)
+        let coordinator = try RedisSessionCoordinator(.init(url: server.url, key: "signed", signingKey: key))
+        defer { coordinator.stop() }
+        let log = UpdateLog()
+        _ = await coordinator.start(local: testCredentials("seed"), updates: log.sink)
+        let attacker = try RedisConnection(
+            try RedisEndpoint.parse(server.url).get(), password: nil, timeout: .seconds(2))
+        let forged = #"{"access_token":"attacker","refresh_token":"attacker-refresh"}"#
+        _ = try attacker.command(["HSET", "response-policy:{signed}:session", "gen", "9", "creds", forged])
+        let turn = await coordinator.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
+        guard case .newer(let session) = turn else { Issue.record("got \(turn)"); return }
+        #expect(session.credentials == nil, "a forged record was accepted")
+        // Published until the subscriber (its own connection, subscribing in the background) has
+        // heard one: a message sent before it subscribed is lost, as Redis pub/sub is.
+        var problems: (SessionUpdate, ContinuousClock.Instant)?
+        for _ in 0..<100 where problems == nil {
+            _ = try attacker.command([
+                "PUBLISH", "response-policy:{signed}:events", #"{"t":"c","g":10,"c":"# + forged + "}",
+            ])
+            _ = try attacker.command([
+                "PUBLISH", "response-policy:{signed}:events", #"{"t":"l","u":32503680000000,"r":"x"}"#,
+            ])
+            problems = await log.first(within: .milliseconds(100)) { update in
+                if case .problem(let text) = update { return text.contains("logout") }
+                return false
+            }
+        }
+        #expect(problems != nil)
+        #expect(
+            !log.updates.contains { update in
+                if case .credentials(let session) = update { return session.credentials?.accessToken == "attacker" }
+                return false
+            })
+        #expect(!log.updates.contains { if case .loggedOut = $0 { true } else { false } })
     }
 }

@@ -14,7 +14,7 @@ import Testing
 ///
 /// Needs the venv `.ci/run` makes (`.build/authlib-venv`, Authlib and Flask from PyPI). Without
 /// it the tests are skipped locally, with the command that makes it; under CI (`CI` set) they fail.
-@Suite(.loadGate(.realTime), .serialized)
+@Suite(.realTimeStep, .loadGate(.realTime), .serialized)
 struct AuthlibTests {
     static let python: String? = {
         if let named = ProcessInfo.processInfo.environment["POLICY_AUTHLIB_PYTHON"] { return named }

@@ -45,6 +45,7 @@ enum CoordinationPlugins {
             .init("path", .string, "the credentials file to share; the store's file (or --credentials) by default"),
             .init("lease", .duration, "how long a refresh lease lasts if its holder dies, 15s by default"),
             .init("connect-timeout", .duration, "the most a call waits for the lock file, 250ms by default"),
+            onUnavailableOption, signingKeyOption,
         ]),
         "redis": PluginSchema(
             [
@@ -53,9 +54,32 @@ enum CoordinationPlugins {
                 .init("lease", .duration, "how long a refresh lease lasts if its holder dies, 15s by default"),
                 .init("connect-timeout", .duration, "the most any call waits for Redis, 250ms by default"),
                 .init("password-env", .string, "the environment variable holding the Redis password"),
+                onUnavailableOption, signingKeyOption,
             ],
             forbiddenSecrets: ["password": "password-env"]),
     ]
+
+    /// `on-unavailable`, taken by every built-in store that can be unavailable.
+    static let onUnavailableOption = PluginSchema.Option(
+        "on-unavailable", .string,
+        "what a refresh does while the store cannot be reached: wait (up to refresh.timeout; the default, "
+            + "safe with single-use refresh tokens) or local (refresh in this process alone)",
+        values: ["wait", "local"])
+
+    /// `signing-key-env`, taken by every built-in store that shares credentials.
+    static let signingKeyOption = PluginSchema.Option(
+        "signing-key-env", .string,
+        "the environment variable holding the fleet's shared key: credentials and logouts read from the store "
+            + "are used only when signed with it (HMAC-SHA256)")
+
+    /// The key named by `signing-key-env`, when set; an error when the variable is named but empty.
+    static func signingKey(_ config: CoordinatorConfiguration) throws(CoordinationError) -> Data? {
+        guard let variable = config.string("signing-key-env") else { return nil }
+        guard let value = config.environment[variable], !value.isEmpty else {
+            throw CoordinationError("the environment variable '\(variable)' (signing-key-env) is not set")
+        }
+        return Data(value.utf8)
+    }
 
     static func register(in registry: inout PluginRegistry) {
         registry.register(coordination: "local") { _ in LocalSessionCoordinator() }
@@ -68,7 +92,8 @@ enum CoordinationPlugins {
             return try FileSessionCoordinator(
                 .init(
                     path: path, lease: try config.duration("lease", default: .seconds(15)),
-                    connectTimeout: try config.duration("connect-timeout", default: .milliseconds(250))))
+                    connectTimeout: try config.duration("connect-timeout", default: .milliseconds(250)),
+                    signingKey: try signingKey(config)))
         }
         registry.register(coordination: "redis") { config in
             guard let url = config.string("url") else { throw CoordinationError("'redis' coordination needs 'url'") }
@@ -84,7 +109,7 @@ enum CoordinationPlugins {
                     url: url, key: config.string("key") ?? config.policyName,
                     lease: try config.duration("lease", default: .seconds(15)),
                     connectTimeout: try config.duration("connect-timeout", default: .milliseconds(250)),
-                    password: password))
+                    password: password, signingKey: try signingKey(config)))
         }
     }
 }
@@ -127,7 +152,22 @@ extension PluginRegistry {
     }
 }
 
+/// What a refresh does while the coordination store cannot be reached (`on-unavailable`).
+package enum CoordinationFallback: String, Sendable {
+    /// Ask the store again with backoff until `refresh.timeout`, then fail the requests waiting
+    /// (never a logout). Safe with single-use refresh tokens: no process refreshes alone.
+    case wait
+    /// Refresh in this process alone: every process doing so presents the same refresh token,
+    /// which a server with single-use (rotating) refresh tokens punishes by revoking the session.
+    case local
+}
+
 extension Policy {
+    /// `coordination.with.on-unavailable`; `wait` by default.
+    package var coordinationOnUnavailable: CoordinationFallback {
+        coordination.options["on-unavailable"]?.string.flatMap(CoordinationFallback.init(rawValue:)) ?? .wait
+    }
+
     /// What `policy explain` says about `coordination:`: what is shared, and where. `nil` for
     /// `local` (nothing is shared).
     package var coordinationSummary: String? {
@@ -143,18 +183,30 @@ extension Policy {
             return "Processes on this host that use \(path) share one session: its credentials and their generation, "
                 + "one refresh at a time (a lease of \(lease)), the logout cooldown and refresh.limit, kept in "
                 + "\(path).shared under the lock \(path).lock. A request that triggers no refresh or logout never "
-                + "touches these files; when the lock stays busy past \(timeout) the process refreshes on its own "
-                + "and reports a problem."
+                + "touches these files. " + unavailableSentence(timeout)
         case "redis":
             let url = text("url").flatMap { try? RedisEndpoint.parse($0).get() }.map { "\($0)" } ?? "Redis"
             let key = text("key") ?? name
             return "Every process using key '\(key)' on \(url) shares one session: its credentials and their "
                 + "generation, one refresh at a time (a lease of \(lease); a holder that dies delays the others by "
                 + "at most that), the logout cooldown and refresh.limit. A request that triggers no refresh or "
-                + "logout never contacts Redis (news arrives by subscription); when Redis does not answer within "
-                + "\(timeout) each process refreshes on its own and reports a problem until Redis is back."
+                + "logout never contacts Redis (news arrives by subscription). " + unavailableSentence(timeout)
         default:
-            return "The session is shared through the host's coordination plugin '\(reference.name)'."
+            return "The session is shared through the host's coordination plugin '\(reference.name)'. "
+                + unavailableSentence(timeout)
+        }
+    }
+
+    private func unavailableSentence(_ timeout: String) -> String {
+        switch coordinationOnUnavailable {
+        case .wait:
+            return "When the store does not answer within \(timeout), a refresh waits for it (on-unavailable: wait) "
+                + "up to refresh.timeout (\(refresh.timeout.policyText)), then its requests fail with the reason; "
+                + "nobody is logged out and no process refreshes alone."
+        case .local:
+            return "When the store does not answer within \(timeout), each process refreshes on its own "
+                + "(on-unavailable: local) and reports a problem: with single-use refresh tokens that presents one "
+                + "token several times and the server may revoke the session."
         }
     }
 }

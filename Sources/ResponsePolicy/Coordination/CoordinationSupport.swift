@@ -59,37 +59,111 @@ final class ChangeSignal: Sendable {
 /// The JSON a coordinator shares credentials as: the credentials file's names, `expires_at` in
 /// milliseconds since 1970. It holds the tokens themselves (sharing them is the point); it is
 /// never logged and never put in an error.
+///
+/// Everything read from a shared store is hostile until checked (issue 23): decoding never traps,
+/// and a value out of range (an expiry past year 9999 or not a number, an empty or oversized
+/// token, a token with control characters that would split a header) refuses the whole
+/// credentials, with a reason that names the field and never its value.
 enum SharedCredentialsCodec {
-    static func encode(_ credentials: Credentials) -> String {
+    /// 9999-12-31T23:59:59.999Z: the last instant every store and formatter can represent.
+    static let maxMilliseconds: Int64 = 253_402_300_799_999
+    /// No token a real server issues comes near this; a larger one is refused, not stored.
+    static let maxTokenBytes = 16_384
+
+    static func encode(_ credentials: Credentials, signer: SharedStateSigner? = nil) -> String {
         var object: [String: Any] = ["access_token": credentials.accessToken]
+        if let signer { object["sig"] = signer.sign(SharedStateSigner.message(credentials)) }
         if let refresh = credentials.refreshToken { object["refresh_token"] = refresh }
-        if let expires = credentials.expiresAt { object["expires_at"] = Int64(expires.timeIntervalSince1970 * 1000) }
+        if let expires = credentials.expiresAt, let milliseconds = expires.checkedMillisecondsSince1970 {
+            object["expires_at"] = milliseconds
+        }
         let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
         return String(decoding: data, as: UTF8.self)
     }
 
-    static func decode(_ text: String) -> Credentials? {
-        guard !text.isEmpty, let object = try? JSONSerialization.jsonObject(with: Data(text.utf8)) else { return nil }
-        return decode(object: object)
+    static func decode(_ text: String, signer: SharedStateSigner? = nil) -> Credentials? {
+        try? check(text, signer: signer).get()
     }
 
-    static func decode(object: Any) -> Credentials? {
-        guard let map = object as? [String: Any], let access = map["access_token"] as? String else { return nil }
-        let expires = (map["expires_at"] as? NSNumber).map { Date(timeIntervalSince1970: $0.doubleValue / 1000) }
-        return Credentials(accessToken: access, refreshToken: map["refresh_token"] as? String, expiresAt: expires)
+    static func decode(object: Any, signer: SharedStateSigner? = nil) -> Credentials? {
+        try? check(object: object, signer: signer).get()
+    }
+
+    /// Decodes `text`, or says why it is refused (never quoting a value). With a `signer`, the
+    /// credentials must carry its signature (`signing-key-env`).
+    static func check(_ text: String, signer: SharedStateSigner? = nil) -> Result<Credentials, CoordinationError> {
+        guard !text.isEmpty, text.utf8.count <= 4 * maxTokenBytes,
+            let object = try? JSONSerialization.jsonObject(with: Data(text.utf8))
+        else { return .failure(CoordinationError("the shared credentials are not a JSON object")) }
+        return check(object: object, signer: signer)
+    }
+
+    static func check(object: Any, signer: SharedStateSigner? = nil) -> Result<Credentials, CoordinationError> {
+        let checked = check(unsigned: object)
+        guard let signer, case .success(let credentials) = checked else { return checked }
+        guard signer.verify(SharedStateSigner.message(credentials), mac: (object as? [String: Any])?["sig"] as? String)
+        else {
+            return .failure(
+                CoordinationError("the shared credentials are not signed with this fleet's key (signing-key-env)"))
+        }
+        return checked
+    }
+
+    private static func check(unsigned object: Any) -> Result<Credentials, CoordinationError> {
+        guard let map = object as? [String: Any] else {
+            return .failure(CoordinationError("the shared credentials are not a JSON object"))
+        }
+        guard let access = map["access_token"] as? String, valid(access) else {
+            return .failure(CoordinationError("the shared credentials' access_token is missing or not a usable token"))
+        }
+        var refresh: String?
+        if let value = map["refresh_token"], !(value is NSNull) {
+            guard let text = value as? String, valid(text) else {
+                return .failure(CoordinationError("the shared credentials' refresh_token is not a usable token"))
+            }
+            refresh = text
+        }
+        var expires: Date?
+        if let value = map["expires_at"], !(value is NSNull) {
+            guard let number = value as? NSNumber,
+                number.doubleValue.isFinite, number.doubleValue >= 0,
+                number.doubleValue <= Double(maxMilliseconds)
+            else { return .failure(CoordinationError("the shared credentials' expires_at is out of range")) }
+            expires = Date(timeIntervalSince1970: number.doubleValue / 1000)
+        }
+        return .success(Credentials(accessToken: access, refreshToken: refresh, expiresAt: expires))
+    }
+
+    /// A token a header can carry: not empty, not huge, no control characters.
+    private static func valid(_ token: String) -> Bool {
+        !token.isEmpty && token.utf8.count <= maxTokenBytes
+            && !token.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7F }
     }
 }
 
 extension Duration {
-    /// Whole milliseconds, at least `floor`.
+    /// Whole milliseconds, at least `floor`; saturates instead of trapping on huge durations.
     func milliseconds(atLeast floor: Int64 = 1) -> Int64 {
         let (seconds, attoseconds) = components
-        return max(floor, seconds * 1000 + attoseconds / 1_000_000_000_000_000)
+        let (whole, overflow) = seconds.multipliedReportingOverflow(by: 1000)
+        if overflow { return seconds < 0 ? floor : Int64.max / 2 }
+        return max(floor, whole + attoseconds / 1_000_000_000_000_000)
     }
 }
 
 extension Date {
-    var millisecondsSince1970: Int64 { Int64((timeIntervalSince1970 * 1000).rounded()) }
+    /// Milliseconds since 1970, clamped to what ``SharedCredentialsCodec`` accepts (never traps).
+    var millisecondsSince1970: Int64 {
+        checkedMillisecondsSince1970 ?? (timeIntervalSince1970 < 0 ? 0 : SharedCredentialsCodec.maxMilliseconds)
+    }
+
+    /// Milliseconds since 1970, or nil when out of 1970…9999 or not a number.
+    var checkedMillisecondsSince1970: Int64? {
+        let value = (timeIntervalSince1970 * 1000).rounded()
+        guard value.isFinite, value >= 0, value <= Double(SharedCredentialsCodec.maxMilliseconds) else { return nil }
+        return Int64(value)
+    }
+
     init(milliseconds: Int64) { self.init(timeIntervalSince1970: Double(milliseconds) / 1000) }
 }
 

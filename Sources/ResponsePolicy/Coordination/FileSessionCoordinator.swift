@@ -38,34 +38,23 @@ public final class FileSessionCoordinator: SessionCoordinator {
         public var lease: Duration
         public var connectTimeout: Duration
         public var watchInterval: Duration
+        /// From `signing-key-env`: shared credentials are used only when signed with it.
+        public var signingKey: Data?
 
         public init(
             path: String, lease: Duration = .seconds(15), connectTimeout: Duration = .milliseconds(250),
-            watchInterval: Duration = .milliseconds(20)
+            watchInterval: Duration = .milliseconds(20), signingKey: Data? = nil
         ) {
             self.path = path
             self.lease = lease
             self.connectTimeout = connectTimeout
             self.watchInterval = watchInterval
+            self.signingKey = signingKey
         }
     }
 
-    /// What `<credentials>.shared` holds.
-    struct Shared: Equatable {
-        var generation: UInt64 = 0
-        var credentials: Credentials?
-        var fence: UInt64 = 0
-        var lease: (fence: UInt64, pid: Int32, expires: Int64)?
-        var loggedOutUntil: Int64?
-        var failure: (fence: UInt64, reason: String)?
-        var refreshes: [Int64] = []
-
-        static func == (a: Self, b: Self) -> Bool {
-            a.generation == b.generation && a.credentials == b.credentials && a.fence == b.fence
-                && a.lease?.fence == b.lease?.fence && a.loggedOutUntil == b.loggedOutUntil
-                && a.failure?.fence == b.failure?.fence
-        }
-    }
+    /// What `<credentials>.shared` holds: the protocol's record.
+    typealias Shared = CoordinationRecord
 
     private struct State {
         var updates: (@Sendable (SessionUpdate) -> Void)?
@@ -73,11 +62,14 @@ public final class FileSessionCoordinator: SessionCoordinator {
         var health = CoordinatorHealth()
         var stopped = false
         var watching = false
+        /// A logout this process could not store (the lock file was busy or unwritable).
+        var pendingLogout: Int64?
     }
 
     public let configuration: Configuration
     let lockPath: String
     let statePath: String
+    let signer: SharedStateSigner?
     private let state = Locked(State())
     private let signal = ChangeSignal()
     private let queue = DispatchQueue(label: "response-policy.file-coordinator")
@@ -88,6 +80,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
         let path = (configuration.path as NSString).expandingTildeInPath
         lockPath = path + ".lock"
         statePath = path + ".shared"
+        signer = configuration.signingKey.map(SharedStateSigner.init(key:))
     }
 
     // MARK: - SessionCoordinator
@@ -101,12 +94,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
             return !state.watching
         }
         let result = await transact { shared -> SharedSession? in
-            if shared.credentials == nil, let local {
-                shared.credentials = local
-                return nil
-            }
-            guard shared.credentials != nil || shared.loggedOutUntil != nil else { return nil }
-            return Self.session(shared)
+            shared.join(local: local, now: Date().millisecondsSince1970)
         }
         var shared: SharedSession?
         if case .success(let session) = result, let session {
@@ -124,48 +112,46 @@ public final class FileSessionCoordinator: SessionCoordinator {
 
     public func beginRefresh(_ request: RefreshTurnRequest) async -> RefreshTurn {
         let deadline = ContinuousClock.now + request.timeout
-        var waited = false
         var holder: UInt64?
-        let leaseMs = configuration.lease.milliseconds()
+        // Never shorter than the refresh it covers: a live holder must not lose its lease while
+        // its refresh is still allowed to run (issue 19: a lost lease dropped the new pair).
+        let leaseMs = request.leaseLength(configured: configuration.lease).milliseconds()
+        let pid = Int64(getpid())
         while true {
             if Task.isCancelled { return .unavailable("the refresh was cancelled while it waited for its turn") }
             let seen = signal.version
             let remaining = deadline - ContinuousClock.now
-            if waited, remaining <= .zero {
-                return .failedElsewhere("another process's refresh did not finish within \(request.timeout)")
+            if holder != nil, remaining <= .zero {
+                return .failedElsewhere("another process's refresh did not finish within \(request.timeout.policyText)")
             }
             enum Step {
                 case turn(RefreshTurn)
                 case wait(UInt64, Int64)
             }
-            let (waitedNow, holderNow) = (waited, holder)
+            let holderNow = holder
+            let limit = request.limit.map { (count: $0.count, perMs: $0.per.milliseconds()) }
             let step = await transact { shared -> Step in
                 let now = Date().millisecondsSince1970
-                if shared.generation > request.failedGeneration {
-                    let session = Self.session(shared)
-                    return .turn(waitedNow ? .published(session) : .newer(session))
+                if let holderNow, let outcome = shared.outcome(
+                    for: holderNow, failedGeneration: request.failedGeneration, now: now)
+                {
+                    return .turn(outcome)
                 }
-                if let holder = holderNow, let failure = shared.failure, failure.fence == holder {
-                    return .turn(.failedElsewhere(failure.reason))
+                switch shared.begin(
+                    failedGeneration: request.failedGeneration, leaseMs: leaseMs, limit: limit, holder: pid, now: now,
+                    isAlive: { Self.isAlive(Int32(truncatingIfNeeded: $0)) })
+                {
+                case .newer(let session): return .turn(holderNow == nil ? .newer(session) : .published(session))
+                case .granted(let lease): return .turn(.lease(lease))
+                case .limited: return .turn(.limited)
+                case .wait(let fence, let left): return .wait(fence, left)
                 }
-                if let lease = shared.lease, lease.expires > now, Self.isAlive(lease.pid) {
-                    return .wait(lease.fence, lease.expires - now)
-                }
-                if let limit = request.limit {
-                    shared.refreshes.removeAll { $0 <= now - limit.per.milliseconds() }
-                    if shared.refreshes.count >= limit.count { return .turn(.limited) }
-                    shared.refreshes.append(now)
-                }
-                shared.fence += 1
-                shared.lease = (shared.fence, getpid(), now + leaseMs)
-                return .turn(.lease(RefreshLease(fencingToken: shared.fence, generation: shared.generation)))
             }
             switch step {
             case .failure(let error): return .unavailable(error.reason)
             case .success(.turn(let turn)): return turn
             case .success(.wait(let fence, let leftMs)):
                 holder = fence
-                waited = true
                 let slice = min(remaining, .milliseconds(leftMs + 5), .milliseconds(250))
                 await signal.wait(after: seen, timeout: slice)
             }
@@ -174,16 +160,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
 
     public func publish(_ credentials: Credentials, with lease: RefreshLease) async -> PublishResult {
         let result = await transact { shared -> PublishResult in
-            let now = Date().millisecondsSince1970
-            guard let held = shared.lease, held.fence == lease.fencingToken, held.expires > now,
-                shared.generation == lease.generation
-            else {
-                return .leaseLost(current: shared.credentials == nil ? nil : Self.session(shared))
-            }
-            shared.generation += 1
-            shared.credentials = credentials
-            shared.lease = nil
-            return .published(SharedSession(credentials: credentials, generation: shared.generation))
+            shared.publish(credentials, with: lease, now: Date().millisecondsSince1970)
         }
         switch result {
         case .failure(let error): return .unavailable(error.reason)
@@ -194,16 +171,17 @@ public final class FileSessionCoordinator: SessionCoordinator {
     }
 
     public func endRefresh(_ lease: RefreshLease, failure: String?) async {
-        _ = await transact { shared in
-            if shared.lease?.fence == lease.fencingToken { shared.lease = nil }
-            if let failure { shared.failure = (lease.fencingToken, String(failure.prefix(300))) }
-        }
+        _ = await transact { shared in shared.end(lease, failure: failure) }
     }
 
     public func publishLogout(until: Date, reason: String) async {
-        _ = await transact { shared in
-            let end = until.millisecondsSince1970
-            if end > (shared.loggedOutUntil ?? 0) { shared.loggedOutUntil = end }
+        let stored = await transact { shared in shared.logout(until: until.millisecondsSince1970) }
+        if case .failure = stored {
+            // Published when the lock file is usable again (issue 19: a logout during an outage
+            // was never heard by the others).
+            state.withLock { state in
+                state.pendingLogout = max(state.pendingLogout ?? 0, until.millisecondsSince1970)
+            }
         }
         // This process knows of its own logout: the watcher need not announce it back.
         state.withLock { state in
@@ -212,13 +190,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
     }
 
     public func publishSignIn(_ credentials: Credentials) async -> SharedSession? {
-        let result = await transact { shared -> SharedSession in
-            shared.generation += 1
-            shared.credentials = credentials
-            shared.lease = nil
-            shared.loggedOutUntil = nil
-            return SharedSession(credentials: credentials, generation: shared.generation)
-        }
+        let result = await transact { shared -> SharedSession in shared.signIn(credentials) }
         guard case .success(let session) = result else { return nil }
         state.withLock { $0.seen.generation = max($0.seen.generation, session.generation) }
         return session
@@ -249,7 +221,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
     }
 
     private func transactOnQueue<R>(_ body: (inout Shared) -> R) -> Result<R, CoordinationError> {
-        let descriptor = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        let descriptor = open(lockPath, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else {
             return .failure(
                 CoordinationError("cannot open the lock file '\(lockPath)': \(String(cString: strerror(errno)))"))
@@ -266,55 +238,151 @@ public final class FileSessionCoordinator: SessionCoordinator {
         }
         defer { flock(descriptor, LOCK_UN) }
         var shared: Shared
-        switch Self.read(statePath) {
+        switch Self.read(statePath, signer: signer) {
         case .failure(let error): return .failure(error)
         case .success(let value): shared = value ?? Shared()
         }
+        var lockInfo = stat()
+        if fstat(descriptor, &lockInfo) == 0, let refusal = Self.privacyProblem(lockPath, lockInfo) {
+            return .failure(refusal)
+        }
         let before = shared
+        let pending = state.withLock { $0.pendingLogout }
+        if let pending { shared.logout(until: pending) }
         let result = body(&shared)
-        if shared != before || shared.refreshes != before.refreshes {
-            if let error = Self.write(shared, to: statePath) { return .failure(error) }
+        if shared != before {
+            if let error = Self.write(shared, to: statePath, signer: signer) { return .failure(error) }
+        }
+        if let pending {
+            state.withLock { state in if state.pendingLogout == pending { state.pendingLogout = nil } }
         }
         return .success(result)
     }
 
-    static func read(_ path: String) -> Result<Shared?, CoordinationError> {
-        guard let data = FileManager.default.contents(atPath: path) else {
-            if FileManager.default.fileExists(atPath: path) {
-                return .failure(CoordinationError("cannot read the shared session file '\(path)'"))
+    /// The most a state file may hold: a few tokens and numbers (a larger one is refused unread).
+    static let maxStateBytes = 1 << 20
+
+    /// Reads the state file, refusing one that is not private to this user (another user could
+    /// read the tokens in it, or plant a session) and one whose values are out of range.
+    static func read(_ path: String, signer: SharedStateSigner? = nil) -> Result<Shared?, CoordinationError> {
+        let descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            if errno == ENOENT { return .success(nil) }
+            if errno == ELOOP {
+                return .failure(
+                    CoordinationError("the shared session file '\(path)' is a symbolic link; remove it (rm '\(path)')"))
             }
-            return .success(nil)
+            return .failure(
+                CoordinationError("cannot read the shared session file '\(path)': \(String(cString: strerror(errno)))"))
         }
+        defer { close(descriptor) }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
+            return .failure(CoordinationError("the shared session file '\(path)' is not a regular file"))
+        }
+        if let refusal = privacyProblem(path, info) { return .failure(refusal) }
+        guard info.st_size <= maxStateBytes else {
+            return .failure(CoordinationError("the shared session file '\(path)' is larger than 1 MiB; remove it"))
+        }
+        var data = Data(count: Int(info.st_size))
+        let count = data.withUnsafeMutableBytes { bytes in
+            bytes.baseAddress.map { Glibc.read(descriptor, $0, bytes.count) } ?? 0
+        }
+        guard count >= 0 else { return .failure(CoordinationError("cannot read the shared session file '\(path)'")) }
+        data = data.prefix(count)
+        if data.isEmpty { return .success(nil) }
+        return decode(data, source: path, signer: signer)
+    }
+
+    /// Why a state or lock file may not be used: another owner, or access for group or others.
+    static func privacyProblem(_ path: String, _ info: stat) -> CoordinationError? {
+        if info.st_uid != geteuid() {
+            return CoordinationError(
+                "the shared session file '\(path)' belongs to another user (uid \(info.st_uid)); remove it, or run as its owner")
+        }
+        if info.st_mode & 0o077 != 0 {
+            let mode = String(info.st_mode & 0o777, radix: 8)
+            return CoordinationError(
+                "the shared session file '\(path)' is readable or writable by others (mode \(mode)); run: chmod 600 '\(path)'")
+        }
+        return nil
+    }
+
+    /// The record in `data`; every value checked (never trapping), the source named in a refusal.
+    static func decode(_ data: Data, source path: String, signer: SharedStateSigner? = nil)
+        -> Result<Shared?, CoordinationError>
+    {
         guard let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else {
             return .failure(CoordinationError("the shared session file '\(path)' is malformed"))
         }
-        func number(_ key: String, in map: [String: Any]? = nil) -> NSNumber? { (map ?? object)[key] as? NSNumber }
+        func refuse(_ field: String) -> Result<Shared?, CoordinationError> {
+            .failure(CoordinationError("the shared session file '\(path)' has an out-of-range '\(field)'; remove the file"))
+        }
+        func unsigned(_ value: Any?) -> UInt64?? {
+            guard let value else { return .some(nil) }
+            guard let number = value as? NSNumber, number.doubleValue.isFinite, number.doubleValue >= 0,
+                number.doubleValue < 9e15
+            else { return nil }
+            return .some(number.uint64Value)
+        }
+        func milliseconds(_ value: Any?) -> Int64?? {
+            guard let value else { return .some(nil) }
+            guard let number = value as? NSNumber, number.doubleValue.isFinite, number.doubleValue >= 0,
+                number.doubleValue <= Double(SharedCredentialsCodec.maxMilliseconds)
+            else { return nil }
+            return .some(number.int64Value)
+        }
         var shared = Shared()
-        shared.generation = number("generation")?.uint64Value ?? 0
-        shared.credentials = object["credentials"].flatMap(SharedCredentialsCodec.decode(object:))
-        shared.fence = number("fence")?.uint64Value ?? 0
-        if let lease = object["lease"] as? [String: Any], let fence = number("fence", in: lease)?.uint64Value,
-            let expires = number("expires", in: lease)?.int64Value
-        {
-            shared.lease = (fence, number("pid", in: lease)?.int32Value ?? 0, expires)
+        guard let generation = unsigned(object["generation"]) else { return refuse("generation") }
+        shared.generation = generation ?? 0
+        guard let fence = unsigned(object["fence"]) else { return refuse("fence") }
+        shared.fence = fence ?? 0
+        if let credentials = object["credentials"] {
+            switch SharedCredentialsCodec.check(object: credentials, signer: signer) {
+            case .success(let value): shared.credentials = value
+            case .failure(let error):
+                return .failure(CoordinationError("the shared session file '\(path)': \(error.reason); remove the file"))
+            }
         }
-        shared.loggedOutUntil = number("logged-out-until")?.int64Value
-        if let failure = object["failure"] as? [String: Any], let fence = number("fence", in: failure)?.uint64Value {
-            shared.failure = (fence, failure["reason"] as? String ?? "the refresh failed in another process")
+        if let lease = object["lease"] {
+            guard let lease = lease as? [String: Any], let fence = unsigned(lease["fence"]) ?? nil,
+                let expires = milliseconds(lease["expires"]) ?? nil,
+                case let holder = (lease["pid"] as? NSNumber)?.doubleValue ?? 0,
+                holder.isFinite, holder >= 0, holder <= Double(Int32.max)
+            else { return refuse("lease") }
+            shared.lease = .init(fence: fence, holder: Int64(holder), expires: expires)
         }
-        shared.refreshes = (object["refreshes"] as? [NSNumber])?.map(\.int64Value) ?? []
+        guard let until = milliseconds(object["logged-out-until"]) else { return refuse("logged-out-until") }
+        shared.loggedOutUntil = until
+        if let failure = object["failure"] {
+            guard let failure = failure as? [String: Any], let fence = unsigned(failure["fence"]) ?? nil else {
+                return refuse("failure")
+            }
+            let reason = (failure["reason"] as? String).map { String($0.prefix(300)) }
+            shared.failure = .init(fence: fence, reason: reason ?? "the refresh failed in another process")
+        }
+        if let refreshes = object["refreshes"] {
+            guard let list = refreshes as? [Any], list.count <= 10_000 else { return refuse("refreshes") }
+            var times: [Int64] = []
+            for item in list {
+                guard let time = milliseconds(item) ?? nil else { return refuse("refreshes") }
+                times.append(time)
+            }
+            shared.refreshes = times
+        }
         return .success(shared)
     }
 
-    static func write(_ shared: Shared, to path: String) -> CoordinationError? {
+    static func write(_ shared: Shared, to path: String, signer: SharedStateSigner? = nil) -> CoordinationError? {
         var object: [String: Any] = ["generation": shared.generation, "fence": shared.fence]
         if let credentials = shared.credentials,
-            let encoded = try? JSONSerialization.jsonObject(with: Data(SharedCredentialsCodec.encode(credentials).utf8))
+            let encoded = try? JSONSerialization.jsonObject(
+                with: Data(SharedCredentialsCodec.encode(credentials, signer: signer).utf8))
         {
             object["credentials"] = encoded
         }
         if let lease = shared.lease {
-            object["lease"] = ["fence": lease.fence, "pid": lease.pid, "expires": lease.expires]
+            object["lease"] = ["fence": lease.fence, "pid": lease.holder, "expires": lease.expires]
         }
         if let until = shared.loggedOutUntil { object["logged-out-until"] = until }
         if let failure = shared.failure { object["failure"] = ["fence": failure.fence, "reason": failure.reason] }
@@ -322,15 +390,31 @@ public final class FileSessionCoordinator: SessionCoordinator {
         guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else {
             return CoordinationError("cannot encode the shared session")
         }
-        let temporary = path + ".tmp-\(getpid())"
-        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        return replaceFile(path, with: data)
+    }
+
+    /// Writes `data` to a new temporary file next to `path` and renames it over `path`.
+    ///
+    /// The temporary is created exclusively (`O_EXCL`), never through a symbolic link
+    /// (`O_NOFOLLOW`), mode 0600 from its first byte, under an unpredictable name in the target's
+    /// own folder (issue 23: a predictable name let a planted link redirect the tokens).
+    static func replaceFile(_ path: String, with data: Data) -> CoordinationError? {
+        var descriptor: Int32 = -1
+        var temporary = ""
+        for _ in 0..<8 {
+            temporary = path + ".tmp-\(getpid())-\(UInt64.random(in: 0...UInt64.max))"
+            descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+            if descriptor >= 0 || errno != EEXIST { break }
+        }
         guard descriptor >= 0 else {
             return CoordinationError(
                 "cannot write the shared session file '\(path)': \(String(cString: strerror(errno)))")
         }
+        _ = fchmod(descriptor, 0o600)  // whatever the umask said
         let written = data.withUnsafeBytes { bytes in Glibc.write(descriptor, bytes.baseAddress, bytes.count) }
+        let synced = fsync(descriptor) == 0
         close(descriptor)
-        guard written == data.count, rename(temporary, path) == 0 else {
+        guard written == data.count, synced, rename(temporary, path) == 0 else {
             unlink(temporary)
             return CoordinationError("cannot replace the shared session file '\(path)'")
         }
@@ -344,10 +428,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
     }
 
     static func session(_ shared: Shared) -> SharedSession {
-        let now = Date().millisecondsSince1970
-        return SharedSession(
-            credentials: shared.credentials, generation: shared.generation,
-            loggedOutUntil: shared.loggedOutUntil.flatMap { $0 > now ? Date(milliseconds: $0) : nil })
+        shared.session(now: Date().millisecondsSince1970)
     }
 
     // MARK: - Watcher
@@ -362,7 +443,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
             let current = Self.identity(statePath)
             guard current != identity else { continue }
             identity = current
-            guard case .success(let read) = Self.read(statePath), let shared = read else { continue }
+            guard case .success(let read) = Self.read(statePath, signer: signer), let shared = read else { continue }
             var news: [SessionUpdate] = []
             state.withLock { state in
                 let seen = state.seen

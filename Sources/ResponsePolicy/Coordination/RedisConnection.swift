@@ -101,16 +101,19 @@ package struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
 package final class RedisConnection {
     private let context: UnsafeMutablePointer<redisContext>
     let endpoint: RedisEndpoint
+    /// The bound of every call, named in a timeout's message.
+    let timeout: Duration
 
     /// Connects, authenticates and selects the database, each bounded by `timeout`.
     package init(_ endpoint: RedisEndpoint, password: String?, timeout: Duration) throws(RedisError) {
         self.endpoint = endpoint
+        self.timeout = timeout
         let time = Self.timeValue(timeout)
         guard let made = redisConnectWithTimeout(endpoint.host, Int32(endpoint.port), time) else {
             throw RedisError(message: "cannot connect to \(endpoint): out of memory")
         }
         if made.pointee.err != 0 {
-            let reason = Self.errorText(made)
+            let reason = Self.errorText(made, timeout: timeout)
             redisFree(made)
             throw RedisError(message: "cannot connect to \(endpoint): \(reason)")
         }
@@ -141,7 +144,7 @@ package final class RedisConnection {
         let raw = withArguments(arguments) { count, pointers, lengths in
             redisCommandArgv(context, count, pointers, lengths)
         }
-        guard let raw else { throw RedisError(message: "\(endpoint): \(Self.errorText(context))") }
+        guard let raw else { throw RedisError(message: "\(endpoint): \(Self.errorText(context, timeout: timeout))") }
         defer { freeReplyObject(raw) }
         return Self.convert(raw.assumingMemoryBound(to: redisReply.self))
     }
@@ -151,11 +154,11 @@ package final class RedisConnection {
         let status = withArguments(arguments) { count, pointers, lengths in
             redisAppendCommandArgv(context, count, pointers, lengths)
         }
-        guard status == REDIS_OK else { throw RedisError(message: "\(endpoint): \(Self.errorText(context))") }
+        guard status == REDIS_OK else { throw RedisError(message: "\(endpoint): \(Self.errorText(context, timeout: timeout))") }
         var done: Int32 = 0
         while done == 0 {
             guard redisBufferWrite(context, &done) == REDIS_OK else {
-                throw RedisError(message: "\(endpoint): \(Self.errorText(context))")
+                throw RedisError(message: "\(endpoint): \(Self.errorText(context, timeout: timeout))")
             }
         }
     }
@@ -164,7 +167,7 @@ package final class RedisConnection {
     func nextReply(waitingAtMost milliseconds: Int32) throws(RedisError) -> RedisReply? {
         var raw: UnsafeMutableRawPointer?
         if redisGetReplyFromReader(context, &raw) != REDIS_OK {
-            throw RedisError(message: "\(endpoint): \(Self.errorText(context))")
+            throw RedisError(message: "\(endpoint): \(Self.errorText(context, timeout: timeout))")
         }
         if raw == nil {
             var descriptor = pollfd(fd: context.pointee.fd, events: Int16(POLLIN), revents: 0)
@@ -173,10 +176,10 @@ package final class RedisConnection {
             guard ready >= 0 else { throw RedisError(message: "\(endpoint): poll failed") }
             if ready == 0 { return nil }
             guard redisBufferRead(context) == REDIS_OK else {
-                throw RedisError(message: "\(endpoint): \(Self.errorText(context))")
+                throw RedisError(message: "\(endpoint): \(Self.errorText(context, timeout: timeout))")
             }
             if redisGetReplyFromReader(context, &raw) != REDIS_OK {
-                throw RedisError(message: "\(endpoint): \(Self.errorText(context))")
+                throw RedisError(message: "\(endpoint): \(Self.errorText(context, timeout: timeout))")
             }
         }
         guard let raw else { return nil }
@@ -235,9 +238,16 @@ package final class RedisConnection {
         }
     }
 
-    private static func errorText(_ context: UnsafeMutablePointer<redisContext>) -> String {
+    /// hiredis's error, with a timeout said as one ("did not answer within 250ms", not
+    /// "Resource temporarily unavailable", which is how EAGAIN reads).
+    private static func errorText(_ context: UnsafeMutablePointer<redisContext>, timeout: Duration) -> String {
         let text = withUnsafeBytes(of: context.pointee.errstr) { bytes in
             String(decoding: bytes.prefix { $0 != 0 }, as: UTF8.self)
+        }
+        if text.contains("temporarily unavailable")
+            || text.lowercased().contains("timed out")
+        {
+            return "did not answer within \(timeout.policyText) (connect-timeout)"
         }
         if !text.isEmpty { return text }
         return context.pointee.err == REDIS_ERR_IO ? "I/O error" : "connection failed"

@@ -51,16 +51,20 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         public var connectTimeout: Duration
         /// From the environment variable named by `password-env`; never logged.
         public var password: String?
+        /// From the environment variable named by `signing-key-env`: credentials and logouts read
+        /// from Redis are used only when signed with it. `nil` (unsigned) by default.
+        public var signingKey: Data?
 
         public init(
             url: String, key: String, lease: Duration = .seconds(15), connectTimeout: Duration = .milliseconds(250),
-            password: String? = nil
+            password: String? = nil, signingKey: Data? = nil
         ) {
             self.url = url
             self.key = key
             self.lease = lease
             self.connectTimeout = connectTimeout
             self.password = password
+            self.signingKey = signingKey
         }
     }
 
@@ -86,6 +90,8 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         var health = CoordinatorHealth()
         var stopped = false
         var subscriberRunning = false
+        /// A logout this process could not publish (Redis was unreachable): its end and reason.
+        var pendingLogout: (until: Int64, reason: String)?
     }
 
     /// The command connection; touched only on `queue`.
@@ -99,6 +105,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
     public let configuration: Configuration
     let endpoint: RedisEndpoint
     let keys: Keys
+    let signer: SharedStateSigner?
     private let state = Locked(State())
     private let signal = ChangeSignal()
     private let queue = DispatchQueue(label: "response-policy.redis-coordinator")
@@ -120,6 +127,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         else { throw CoordinationError("'key' must be a non-empty name without spaces or braces") }
         self.configuration = configuration
         keys = Keys(configuration.key)
+        signer = configuration.signingKey.map(SharedStateSigner.init(key:))
     }
 
     deinit {
@@ -143,7 +151,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
             // {1}: seeded from `local`; {0, …} with no credentials: nothing shared yet.
             if items.count >= 4, items[0].integer == 0 {
                 let session = SharedSession(
-                    credentials: items[2].text.flatMap(SharedCredentialsCodec.decode),
+                    credentials: credentials(items[2].text, source: "the session hash"),
                     generation: UInt64(items[1].integer ?? 0), loggedOutUntil: Self.until(items[3]))
                 if session.credentials != nil || session.loggedOutUntil != nil {
                     remember(session)
@@ -181,7 +189,8 @@ public final class RedisSessionCoordinator: SessionCoordinator {
             let limit = request.limit
             let arguments = [
                 "EVAL", Self.beginScript, "5", keys.session, keys.lease, keys.fence, keys.logout, keys.refreshes,
-                String(request.failedGeneration), String(configuration.lease.milliseconds()),
+                // Never shorter than the refresh it covers (a live holder keeps its lease).
+                String(request.failedGeneration), String(request.leaseLength(configured: configuration.lease).milliseconds()),
                 String(limit?.count ?? 0), String(limit?.per.milliseconds() ?? 0),
             ]
             switch await run(arguments) {
@@ -191,7 +200,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
                 switch items.first?.integer {
                 case 0 where items.count >= 4:
                     let session = SharedSession(
-                        credentials: items[2].text.flatMap(SharedCredentialsCodec.decode),
+                        credentials: credentials(items[2].text, source: "the session hash"),
                         generation: UInt64(items[1].integer ?? 0), loggedOutUntil: Self.until(items[3]))
                     remember(session)
                     return waited ? .published(session) : .newer(session)
@@ -218,8 +227,8 @@ public final class RedisSessionCoordinator: SessionCoordinator {
 
     public func publish(_ credentials: Credentials, with lease: RefreshLease) async -> PublishResult {
         let arguments = [
-            "EVAL", Self.publishScript, "2", keys.session, keys.lease, String(lease.fencingToken),
-            String(lease.generation), SharedCredentialsCodec.encode(credentials), keys.channel,
+            "EVAL", Self.publishScript, "3", keys.session, keys.lease, keys.fence, String(lease.fencingToken),
+            String(lease.generation), SharedCredentialsCodec.encode(credentials, signer: signer), keys.channel,
         ]
         switch await run(arguments) {
         case .failure(let error): return .unavailable(error.message)
@@ -231,7 +240,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
                 remember(session)
                 return .published(session)
             }
-            let stored = items.count > 2 ? items[2].text.flatMap(SharedCredentialsCodec.decode) : nil
+            let stored = items.count > 2 ? self.credentials(items[2].text, source: "the session hash") : nil
             return .leaseLost(current: stored.map { SharedSession(credentials: $0, generation: generation) })
         }
     }
@@ -239,7 +248,10 @@ public final class RedisSessionCoordinator: SessionCoordinator {
     public func endRefresh(_ lease: RefreshLease, failure: String?) async {
         var message = ""
         if let failure {
-            message = Self.json(["t": "f", "f": lease.fencingToken, "w": String(failure.prefix(300))])
+            let text = String(failure.prefix(300))
+            var object: [String: Any] = ["t": "f", "f": lease.fencingToken, "w": text]
+            if let signer { object["s"] = signer.sign("failure\n\(lease.fencingToken)\n\(text)") }
+            message = Self.json(object)
         }
         _ = await run([
             "EVAL", Self.endScript, "1", keys.lease, String(lease.fencingToken), message, keys.channel,
@@ -249,16 +261,45 @@ public final class RedisSessionCoordinator: SessionCoordinator {
     public func publishLogout(until: Date, reason: String) async {
         let untilMs = until.millisecondsSince1970
         let ttl = max(1, untilMs - Date().millisecondsSince1970)
-        let message = Self.json(["t": "l", "u": untilMs, "r": String(reason.prefix(300))])
-        _ = await run([
+        let message = logoutMessage(untilMs, reason)
+        let result = await run([
             "EVAL", Self.logoutScript, "1", keys.logout, String(untilMs), String(ttl), message, keys.channel,
         ])
+        if case .failure = result {
+            // Published by the subscriber when Redis is back (issue 19: a logout during an outage
+            // was never heard by the others, who kept sending through the cooldown).
+            state.withLock { state in
+                if untilMs > (state.pendingLogout?.until ?? 0) { state.pendingLogout = (untilMs, reason) }
+            }
+        }
+    }
+
+    /// A logout's announcement, signed when the fleet has a key.
+    private func logoutMessage(_ untilMs: Int64, _ reason: String) -> String {
+        let text = String(reason.prefix(300))
+        var object: [String: Any] = ["t": "l", "u": untilMs, "r": text]
+        if let signer { object["s"] = signer.sign("logout\n\(untilMs)\n\(text)") }
+        return Self.json(object)
+    }
+
+    /// Publishes a logout that could not be published while Redis was unreachable, unless its
+    /// cooldown is over by now.
+    private func publishPendingLogout(on connection: RedisConnection) throws(RedisError) {
+        guard let (untilMs, reason) = state.withLock({ $0.pendingLogout }) else { return }
+        let ttl = untilMs - Date().millisecondsSince1970
+        if ttl > 0 {
+            let message = logoutMessage(untilMs, reason)
+            _ = try connection.command([
+                "EVAL", Self.logoutScript, "1", keys.logout, String(untilMs), String(ttl), message, keys.channel,
+            ])
+        }
+        state.withLock { state in if state.pendingLogout?.until == untilMs { state.pendingLogout = nil } }
     }
 
     public func publishSignIn(_ credentials: Credentials) async -> SharedSession? {
         let arguments = [
             "EVAL", Self.signInScript, "3", keys.session, keys.lease, keys.logout,
-            SharedCredentialsCodec.encode(credentials), keys.channel,
+            SharedCredentialsCodec.encode(credentials, signer: signer), keys.channel,
         ]
         guard case .success(let reply) = await run(arguments), let generation = reply.integer else { return nil }
         let session = SharedSession(credentials: credentials, generation: UInt64(generation))
@@ -345,7 +386,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         let latest = state.withLock { $0.latest }
         let seed = latest?.credentials ?? local
         return [
-            "EVAL", Self.seedScript, "2", keys.session, keys.logout, seed.map(SharedCredentialsCodec.encode) ?? "",
+            "EVAL", Self.seedScript, "2", keys.session, keys.logout, seed.map { SharedCredentialsCodec.encode($0, signer: signer) } ?? "",
             String(latest?.generation ?? 0),
         ]
     }
@@ -386,11 +427,12 @@ public final class RedisSessionCoordinator: SessionCoordinator {
     /// After (re)connecting: reads what was missed, re-seeding a session Redis lost.
     private func resync() throws(RedisError) {
         let reader = try connect()
+        try publishPendingLogout(on: reader)
         let reply = try reader.command(seedCommand(nil))
         let items = reply.items
         guard items.count >= 4, items[0].integer == 0 else { return }
         let session = SharedSession(
-            credentials: items[2].text.flatMap(SharedCredentialsCodec.decode),
+            credentials: credentials(items[2].text, source: "the session hash"),
             generation: UInt64(items[1].integer ?? 0), loggedOutUntil: Self.until(items[3]))
         if session.credentials != nil, isNewer(session) {
             remember(session)
@@ -408,8 +450,9 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         else { return }
         switch type {
         case "c":
-            guard let generation = (object["g"] as? NSNumber)?.uint64Value,
-                let credentials = object["c"].flatMap(SharedCredentialsCodec.decode(object:))
+            guard let number = object["g"] as? NSNumber, number.doubleValue.isFinite, number.doubleValue >= 0,
+                number.doubleValue < 9e15, case let generation = number.uint64Value,
+                let credentials = object["c"].flatMap({ credentials(object: $0, source: "a publication") })
             else { break }
             let session = SharedSession(credentials: credentials, generation: generation)
             if isNewer(session) {
@@ -417,10 +460,26 @@ public final class RedisSessionCoordinator: SessionCoordinator {
                 send(.credentials(session))
             }
         case "l":
-            guard let until = (object["u"] as? NSNumber)?.int64Value else { break }
-            send(.loggedOut(until: Date(milliseconds: until), reason: object["r"] as? String ?? "logged out elsewhere"))
+            guard let number = object["u"] as? NSNumber, number.doubleValue.isFinite, number.doubleValue >= 0,
+                number.doubleValue <= Double(SharedCredentialsCodec.maxMilliseconds)
+            else {
+                send(.problem("a logout on \(keys.channel) was refused: its end is out of range"))
+                break
+            }
+            let until = number.int64Value
+            let reason = object["r"] as? String ?? "logged out elsewhere"
+            if let signer, !signer.verify("logout\n\(until)\n\(reason)", mac: object["s"] as? String) {
+                send(.problem("a logout on \(keys.channel) was refused: not signed with this fleet's key (signing-key-env)"))
+                break
+            }
+            send(.loggedOut(until: Date(milliseconds: until), reason: reason))
         case "f":
-            guard let fence = (object["f"] as? NSNumber)?.uint64Value else { break }
+            guard let number = object["f"] as? NSNumber, number.doubleValue.isFinite, number.doubleValue >= 0,
+                number.doubleValue < 9e15
+            else { break }
+            let fence = number.uint64Value
+            let reason = object["w"] as? String ?? "the refresh failed in another process"
+            if let signer, !signer.verify("failure\n\(fence)\n\(reason)", mac: object["s"] as? String) { break }
             state.withLock { state in
                 if state.failures.count > 64 { state.failures.removeAll() }
                 state.failures[fence] = object["w"] as? String ?? "the refresh failed in another process"
@@ -431,6 +490,27 @@ public final class RedisSessionCoordinator: SessionCoordinator {
     }
 
     // MARK: - State
+
+    /// Credentials read from Redis, or nil (with a `problem` naming where they came from) when
+    /// they are malformed or out of range: a forged or corrupted value never reaches the engine.
+    private func credentials(_ text: String?, source: String) -> Credentials? {
+        guard let text, !text.isEmpty else { return nil }
+        switch SharedCredentialsCodec.check(text, signer: signer) {
+        case .success(let credentials): return credentials
+        case .failure(let error):
+            send(.problem("\(source) of \(keys.session) on \(endpoint) was refused: \(error.reason)"))
+            return nil
+        }
+    }
+
+    private func credentials(object: Any, source: String) -> Credentials? {
+        switch SharedCredentialsCodec.check(object: object, signer: signer) {
+        case .success(let credentials): return credentials
+        case .failure(let error):
+            send(.problem("\(source) on \(keys.channel) was refused: \(error.reason)"))
+            return nil
+        }
+    }
 
     private func isNewer(_ session: SharedSession) -> Bool {
         state.withLock { session.generation > ($0.latest?.generation ?? 0) || $0.latest?.credentials == nil }
@@ -491,7 +571,14 @@ public final class RedisSessionCoordinator: SessionCoordinator {
           return {0, tostring(gen), redis.call('HGET', KEYS[1], 'creds') or '', redis.call('GET', KEYS[4]) or '0'}
         end
         local holder = redis.call('GET', KEYS[2])
-        if holder then return {2, holder, redis.call('PTTL', KEYS[2])} end
+        if holder then
+          local left = redis.call('PTTL', KEYS[2])
+          if left < 0 or left > tonumber(ARGV[2]) then
+            redis.call('PEXPIRE', KEYS[2], ARGV[2])
+            left = tonumber(ARGV[2])
+          end
+          return {2, holder, left}
+        end
         local count = tonumber(ARGV[3])
         local now = 0
         if count > 0 then
@@ -509,11 +596,15 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         return {1, tostring(fence), tostring(gen)}
         """
 
-    /// KEYS: session, lease. ARGV: fence, generation the lease started from, credentials JSON,
-    /// channel. Returns {1, gen} when stored and announced, {0, gen, creds} when the lease is gone.
+    /// KEYS: session, lease, fence. ARGV: fence, generation the lease started from, credentials
+    /// JSON, channel. Stores while the lease holds, or when it lapsed with no lease granted and no
+    /// publication since (``CoordinationRecord/publish(_:with:now:)``). Returns {1, gen} when
+    /// stored and announced, {0, gen, creds} when refused.
     static let publishScript = """
         local gen = redis.call('HGET', KEYS[1], 'gen') or '0'
-        if redis.call('GET', KEYS[2]) ~= ARGV[1] or gen ~= ARGV[2] then
+        local held = redis.call('GET', KEYS[2])
+        local nobodySince = (not held) and (redis.call('GET', KEYS[3]) or '0') == ARGV[1]
+        if gen ~= ARGV[2] or (held ~= ARGV[1] and not nobodySince) then
           return {0, gen, redis.call('HGET', KEYS[1], 'creds') or ''}
         end
         local new = redis.call('HINCRBY', KEYS[1], 'gen', 1)

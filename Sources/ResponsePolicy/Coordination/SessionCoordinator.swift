@@ -121,6 +121,14 @@ public struct RefreshTurnRequest: Sendable, Equatable {
         self.limit = limit
     }
 
+    /// The lease a store grants for this request: the configured one, but never shorter than the
+    /// refresh it covers (`timeout` and a tenth of it, at most a second more): a live holder must
+    /// not lose its lease while its refresh is still allowed to run (issue 19: a holder that
+    /// outlived its lease dropped the new pair, and the next holder presented the spent token).
+    public func leaseLength(configured: Duration) -> Duration {
+        max(configured, timeout + min(timeout / 10, .seconds(1)))
+    }
+
     public static func == (a: Self, b: Self) -> Bool {
         a.failedGeneration == b.failedGeneration && a.timeout == b.timeout && a.limit?.count == b.limit?.count
             && a.limit?.per == b.limit?.per
@@ -194,4 +202,23 @@ public struct LocalSessionCoordinator: SessionCoordinator {
     public func publishSignIn(_ credentials: Credentials) async -> SharedSession? { nil }
 
     public func stop() {}
+}
+
+/// Stands in for a coordinator the policy names but that could not be made (an unset
+/// `password-env`, a URL this build cannot use) when `on-unavailable` is `wait`: every refresh
+/// turn is refused with the reason, so no process of a misconfigured fleet refreshes alone with a
+/// refresh token the others hold too. Requests that need a refresh fail with the reason; nobody is
+/// logged out.
+struct UnavailableSessionCoordinator: SessionCoordinator {
+    let reason: String
+
+    func start(local: Credentials?, updates: @escaping @Sendable (SessionUpdate) -> Void) async -> SharedSession? {
+        nil
+    }
+    func beginRefresh(_ request: RefreshTurnRequest) async -> RefreshTurn { .unavailable(reason) }
+    func publish(_ credentials: Credentials, with lease: RefreshLease) async -> PublishResult { .unavailable(reason) }
+    func endRefresh(_ lease: RefreshLease, failure: String?) async {}
+    func publishLogout(until: Date, reason: String) async {}
+    func publishSignIn(_ credentials: Credentials) async -> SharedSession? { nil }
+    func stop() {}
 }

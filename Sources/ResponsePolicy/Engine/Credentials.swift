@@ -36,3 +36,14 @@ extension Credentials: CustomReflectable {
             ], displayStyle: .struct)
     }
 }
+
+extension Credentials {
+    /// Whether `other` holds the same tokens. The expiry is left out on purpose: the credentials
+    /// file keeps it to the second and the shared codecs to the millisecond, so the *same* tokens
+    /// read back from two stores compare unequal as whole values, and treating them as new
+    /// credentials made a process adopt its own token as "fresh" (issue 19).
+    func sameTokens(as other: Credentials?) -> Bool {
+        guard let other else { return false }
+        return accessToken == other.accessToken && refreshToken == other.refreshToken
+    }
+}

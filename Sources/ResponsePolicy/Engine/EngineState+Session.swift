@@ -100,8 +100,12 @@ extension EngineState {
     /// generation the coordinator gave the credentials) and says what its waiters find. A result
     /// for a session that has since been logged out or signed in again is dropped: its waiters
     /// decide again.
+    ///
+    /// With `coordinationTrouble`, a failure is the fleet's, not the token endpoint's: its waiters
+    /// find ``FlightResult/unavailable(_:)`` (they fail; nobody is logged out).
     mutating func refreshEnded(
-        _ ended: Flight, outcome: Result<Credentials, RefreshFailure>, shared: UInt64?, now: Duration
+        _ ended: Flight, outcome: Result<Credentials, RefreshFailure>, shared: UInt64?, now: Duration,
+        coordinationTrouble: Bool = false
     ) -> RefreshEnd {
         var end = RefreshEnd()
         if flight?.id == ended.id {
@@ -134,8 +138,10 @@ extension EngineState {
             end.result = .superseded
         case .failure(let failure):
             // A failure after the session changed is the old session's: decide again.
-            end.result = sessionEpoch == ended.sessionEpoch ? .failed(failure) : .superseded
-            if failure.isDefinitive, sessionEpoch == ended.sessionEpoch {
+            end.result =
+                sessionEpoch != ended.sessionEpoch
+                ? .superseded : coordinationTrouble ? .unavailable(failure) : .failed(failure)
+            if failure.isDefinitive, !coordinationTrouble, sessionEpoch == ended.sessionEpoch {
                 lastDefinitive = (generation, failure, now)
             }
         }
@@ -194,7 +200,11 @@ extension EngineState {
         until: Duration, untilDate: Date, reason: LogoutReason, extendOnly: Bool, now: Duration
     ) -> Bool {
         if isLoggedOut(at: now) {
-            guard extendOnly, let current = loggedOutUntilDate, untilDate > current else { return false }
+            // Later by more than the stores' millisecond rounding: a process hearing its own
+            // logout back counted it twice (issue 19).
+            guard extendOnly, let current = loggedOutUntilDate, untilDate.timeIntervalSince(current) > 0.002 else {
+                return false
+            }
         }
         loggedOutUntil = until
         loggedOutUntilDate = untilDate
@@ -232,7 +242,13 @@ extension EngineState {
     mutating func adopt(_ session: SharedSession, now: Duration) -> Adoption {
         guard let published = session.credentials, session.generation > sharedGeneration else { return .ignored }
         sharedGeneration = session.generation
-        guard published != credentials else { return .numbered }
+        // The same tokens read back from another store (its expiry to the millisecond, the
+        // credentials file's to the second) are not new credentials: adopting them as fresh made
+        // the re-sent requests use up max-per-request and log the fleet out (issue 19).
+        guard !published.sameTokens(as: credentials) else {
+            if credentials?.expiresAt == nil, published.expiresAt != nil { credentials = published }
+            return .numbered
+        }
         credentials = published
         generation += 1
         guard let answered = flight, answered.sessionEpoch == sessionEpoch else { return .adopted(answered: nil) }
@@ -245,7 +261,7 @@ extension EngineState {
     /// stored other credentials (a later sign-in elsewhere won), which are then to be adopted.
     mutating func signInStored(_ session: SharedSession, _ signedIn: Credentials) -> Bool {
         guard session.generation > sharedGeneration else { return true }
-        guard session.credentials == nil || session.credentials == signedIn else { return false }
+        guard session.credentials == nil || session.credentials?.sameTokens(as: signedIn) == true else { return false }
         sharedGeneration = session.generation
         return true
     }

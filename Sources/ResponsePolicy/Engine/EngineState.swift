@@ -74,6 +74,11 @@ struct EngineState {
         /// The refresh ended after a logout or a sign-in began a new session: its token was
         /// discarded, so the waiter decides again (retry with the signed-in token, or refresh).
         case superseded
+        /// The refresh could not be coordinated with the fleet (the store unavailable past
+        /// `refresh.timeout`, another holder that never reported back): the request fails with the
+        /// reason, and the session goes on. Never an `on-failure` edge: coordination trouble is
+        /// not the server's answer, so it never logs anyone out (issue 19, invariant b).
+        case unavailable(RefreshFailure)
     }
 
     /// The refresh in progress and the requests waiting for it.
@@ -142,6 +147,11 @@ struct EngineState {
     /// none shared yet). Compared with what the coordinator publishes; the local `generation`
     /// keeps counting every change for the requests' own bookkeeping.
     var sharedGeneration: UInt64 = 0
+    /// A pair this engine's refresh produced that the coordinator could not store (unavailable):
+    /// kept and used here, and published when the coordinator is back (issue 19, invariant f).
+    var unpublished: (credentials: Credentials, lease: RefreshLease)?
+    /// What the coordinator reported and has not recovered from (``PolicyEngine/problems``).
+    var coordinationProblem: PluginError?
     /// Refreshes and logout calls running in the background, for `waitForBackgroundWork`.
     var background: [UInt64: Task<Void, Never>] = [:]
     var nextBackground: UInt64 = 0

@@ -10,16 +10,47 @@ import Foundation
 /// newer, a cooldown not later, is ignored), so a repeated or stale update changes nothing.
 extension PolicyEngine {
     /// Starts the coordinator with the store's credentials and adopts what it already shares.
+    ///
+    /// Requests wait for this join before their first attempt (``awaitJoin()``): a process started
+    /// during a fleet cooldown must not send, and one restarted with an older token must sign with
+    /// the shared one (issue 19, invariant c). The join is bounded by the coordinator's own
+    /// timeout (`connect-timeout`): `start` answers within it, reachable or not.
     func startCoordination(local: Credentials?) {
         let coordinator = coordinator
         runInBackground { [weak self] in
             let shared = await coordinator.start(local: local) { [weak self] update in
                 self?.coordinationUpdate(update)
             }
-            guard let self, let shared else { return }
-            self.coordinationUpdate(.credentials(shared))
-            if let until = shared.loggedOutUntil { self.logoutFromElsewhere(until: until, reason: "logged out") }
+            guard let self else { return }
+            if let shared {
+                self.coordinationUpdate(.credentials(shared))
+                if let until = shared.loggedOutUntil { self.logoutFromElsewhere(until: until, reason: "logged out") }
+            }
+            self.joined()
         }
+    }
+
+    /// Waits until the engine has joined the shared session (at once when it has, or when it
+    /// shares none).
+    func awaitJoin() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let waiting = joining.withLock { state -> Bool in
+                guard state.pending else { return false }
+                state.waiters.append(continuation)
+                return true
+            }
+            if !waiting { continuation.resume() }
+        }
+    }
+
+    private func joined() {
+        let waiters = joining.withLock { state -> [CheckedContinuation<Void, Never>] in
+            state.pending = false
+            joinPending.store(false, ordering: .releasing)
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume() }
     }
 
     /// Applies one piece of news from the coordinator.
@@ -27,8 +58,32 @@ extension PolicyEngine {
         switch update {
         case .credentials(let session): adopt(session)
         case .loggedOut(let until, let reason): logoutFromElsewhere(until: until, reason: reason)
-        case .problem(let reason): problem("coordination: \(reason)", state.withLock { $0.runtime })
-        case .recovered: break
+        case .problem(let reason):
+            let runtime = state.withLock { state in
+                state.coordinationProblem = PluginError(
+                    kind: .coordination, name: state.runtime.policy.coordination.name, reason: reason)
+                return state.runtime
+            }
+            problem("coordination: \(reason)", runtime)
+        case .recovered:
+            let runtime = state.withLock { state in
+                state.coordinationProblem = nil
+                return state.runtime
+            }
+            let republish = state.withLock { state -> (Date, String)? in
+                // This engine's own logout, which the outage may have kept from the others: said
+                // again (a store never shortens a cooldown, and the others ignore an end they hold).
+                guard let until = state.loggedOutUntilDate, let reason = state.logoutReason,
+                    until > clock.date
+                else { return nil }
+                if case .elsewhere = reason { return nil }
+                return (until, reason.eventText)
+            }
+            let coordinator = coordinator
+            runInBackground { [weak self] in
+                await self?.publishUnpublished(runtime)
+                if let (until, reason) = republish { await coordinator.publishLogout(until: until, reason: reason) }
+            }
         }
     }
 

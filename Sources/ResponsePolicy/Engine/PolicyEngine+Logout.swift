@@ -44,9 +44,13 @@ extension PolicyEngine {
     /// whose end is not later than the cooldown already kept is old news and ignored.
     func logoutFromElsewhere(until: Date, reason: String) {
         let runtime = state.withLock { $0.runtime }
+        let settings = runtime.policy.logout
+        // A cooldown read from a shared store is never longer than this policy's own: a forged or
+        // corrupted logout costs at most what a real one costs (issue 23).
+        let bounds = CoordinationBounds(maxCooldown: runtime.maxCooldown, maxLease: .zero)
+        let until = bounds.cooldown(until: until, now: clock.date)
         let remaining = until.timeIntervalSince(clock.date)
         guard remaining > 0 else { return }
-        let settings = runtime.policy.logout
         endSession(
             cooldown: .seconds(remaining), cancelInFlight: settings.cancelInFlight, reason: .elsewhere(reason),
             trigger: nil, plugin: nil, runtime: runtime, publish: false, until: until)
@@ -120,7 +124,7 @@ extension PolicyEngine {
     }
 
     /// The reason of a logout caused by a failed refresh (a rule name cannot contain a space).
-    static let refreshFailedReason = "refresh failed"
+    package static let refreshFailedReason = "refresh failed"
 
     /// Waits until the work the engine started in the background has finished (refreshes in
     /// flight, each bounded by its `refresh.timeout`, and the saving of what they returned;

@@ -99,7 +99,7 @@ extension PolicyEngine {
         // waking, and the refresh they all wait for must not queue behind them (its transport
         // has a connection pool of its own for the same reason).
         runInBackground(priority: .high) {
-            let (outcome, shared) = await self.coordinatedRefresh(
+            let (outcome, shared, trouble) = await self.coordinatedRefresh(
                 plugins.refresh, refreshContext, calls, failedGeneration: flight.sharedGeneration, context.runtime)
             let now = self.clock.now
             let date = self.clock.date
@@ -111,7 +111,8 @@ extension PolicyEngine {
                 logsOut = judge(response) == .logout
             }
             let (ended, waiters, logout) = self.state.withLock { state in
-                let ended = state.refreshEnded(flight, outcome: outcome, shared: shared, now: now)
+                let ended = state.refreshEnded(
+                    flight, outcome: outcome, shared: shared, now: now, coordinationTrouble: trouble)
                 if ended.saved, let fresh = try? outcome.get(), state.credentials == fresh {
                     state.credentialsBox = CredentialsBox(fresh, lifetime: lifetime)
                 }
@@ -152,62 +153,159 @@ extension PolicyEngine {
     }
 
     /// Takes the refresh turn from the coordinator, calls the plugin when the turn is this
-    /// process's, and publishes what it returned. Returns the credentials to use and, when the
-    /// coordinator shares them, their shared generation.
+    /// process's, and publishes what it returned. Returns the credentials to use, their shared
+    /// generation when the coordinator shares them, and whether a failure is coordination trouble
+    /// (which fails requests but never logs anyone out).
     ///
     /// The built-in local coordinator is answered inline: it grants every turn and shares
     /// nothing, so one process pays nothing for the seam.
+    ///
+    /// While the coordinator is unavailable, `on-unavailable` decides: `wait` (the default) asks
+    /// again with backoff until `refresh.timeout` has passed, then fails the refresh as
+    /// coordination trouble; `local` refreshes in this process alone, which presents the same
+    /// refresh token as every other process doing so (fatal with single-use refresh tokens).
     private func coordinatedRefresh(
         _ choice: Result<any RefreshPlugin, PluginError>?, _ context: RefreshContext, _ calls: RefreshCalls,
         failedGeneration: UInt64, _ runtime: PolicyRuntime
-    ) async -> (Result<Credentials, RefreshFailure>, shared: UInt64?) {
+    ) async -> (Result<Credentials, RefreshFailure>, shared: UInt64?, trouble: Bool) {
         let settings = calls.settings
-        guard !coordinatorIsLocal else { return (await callRefresh(choice, context, calls), nil) }
+        guard !coordinatorIsLocal else { return (await callRefresh(choice, context, calls), nil, false) }
+        await publishUnpublished(runtime)
         var failedGeneration = failedGeneration
+        let started = clock.now
+        let waits = runtime.policy.coordinationOnUnavailable == .wait
         var turn = RefreshTurn.unavailable("not asked")
-        // A "newer" session holding the very credentials that failed only numbers them (a store
-        // that seeded the coordinator learns its generation this way): ask again from there.
-        for _ in 0..<3 {
+        var asked = 0
+        var reported = false
+        while true {
+            let remaining = settings.timeout - (clock.now - started)
             turn = await coordinator.beginRefresh(
                 RefreshTurnRequest(
-                    failedGeneration: failedGeneration, timeout: settings.timeout,
+                    failedGeneration: failedGeneration, timeout: max(remaining, .milliseconds(1)),
                     limit: calls.countsTowardLimit ? settings.limit.map { ($0.count, $0.per) } : nil))
-            guard case .newer(let session) = turn, session.credentials == context.credentials,
-                session.generation > failedGeneration
-            else { break }
-            failedGeneration = session.generation
+            asked += 1
+            // A "newer" session holding the very credentials that failed only numbers them (a
+            // store that seeded the coordinator learns its generation this way): ask again.
+            if case .newer(let session) = turn, session.credentials?.sameTokens(as: context.credentials) == true,
+                session.generation > failedGeneration, asked < 4
+            {
+                failedGeneration = session.generation
+                continue
+            }
+            if case .unavailable(let reason) = turn {
+                noteCoordinationProblem(reason)
+            } else {
+                state.withLock { $0.coordinationProblem = nil }
+            }
+            guard case .unavailable(let reason) = turn, waits, !(coordinator is UnavailableSessionCoordinator) else {
+                break
+            }
+            let left = settings.timeout - (clock.now - started)
+            guard left > .zero else {
+                return (
+                    .failure(
+                        RefreshFailure(
+                            "coordination unavailable for refresh.timeout (\(settings.timeout.policyText)): \(reason); "
+                                + "the request fails and the session stays (on-unavailable: wait)", kind: .transient)), nil, true
+                )
+            }
+            if !reported {
+                reported = true
+                problem(
+                    "coordination unavailable (\(reason)); the refresh waits up to \(settings.timeout.policyText) "
+                        + "for it (on-unavailable: wait)", runtime)
+            }
+            let pause = min(left, .milliseconds(min(1000, 50 << min(asked - 1, 5))))
+            try? await clock.sleep(until: clock.now + pause)
+            if Task.isCancelled { break }
         }
         switch turn {
         case .newer(let session), .published(let session):
-            guard let credentials = session.credentials, credentials != context.credentials else {
-                return (.failure(RefreshFailure("the shared session holds no newer credentials", kind: .transient)), nil)
+            guard let credentials = session.credentials, !credentials.sameTokens(as: context.credentials) else {
+                return (
+                    .failure(RefreshFailure("the shared session holds no newer credentials", kind: .transient)), nil, true
+                )
             }
-            return (.success(credentials), session.generation)
+            return (.success(credentials), session.generation, false)
         case .failedElsewhere(let reason):
-            return (.failure(RefreshFailure("the refresh failed in another process: \(reason)", kind: .transient)), nil)
+            // The holder's own failure (a definitive one logs it out, and that logout is
+            // published); here it only fails the requests that waited for it.
+            return (
+                .failure(RefreshFailure("the refresh failed in another process: \(reason)", kind: .transient)), nil,
+                true
+            )
         case .limited:
-            return (.failure(RefreshFailure("refresh.limit is used up across the processes sharing the session")), nil)
+            // The fleet-wide count is of lease grants, healthy rotations included: reaching it
+            // fails the requests (a refresh loop across processes is stopped) but logs nobody out.
+            return (
+                .failure(RefreshFailure("refresh.limit is used up across the processes sharing the session", kind: .transient)),
+                nil,
+                true
+            )
         case .unavailable(let reason):
-            problem("coordination unavailable (\(reason)); refreshing in this process alone", runtime)
-            return (await callRefresh(choice, context, calls), nil)
+            if waits {
+                return (.failure(RefreshFailure("coordination unavailable: \(reason)", kind: .transient)), nil, true)
+            }
+            problem(
+                "coordination unavailable (\(reason)); refreshing in this process alone (on-unavailable: local)",
+                runtime)
+            return (await callRefresh(choice, context, calls), nil, false)
         case .lease(let lease):
             let outcome = await callRefresh(choice, context, calls)
             switch outcome {
             case .failure(let failure):
                 await coordinator.endRefresh(lease, failure: failure.reason)
-                return (outcome, nil)
+                return (outcome, nil, false)
             case .success(let credentials):
                 switch await coordinator.publish(credentials, with: lease) {
                 case .published(let session):
-                    return (.success(session.credentials ?? credentials), session.generation)
+                    return (.success(session.credentials ?? credentials), session.generation, false)
                 case .leaseLost(let current):
-                    if let current, let shared = current.credentials { return (.success(shared), current.generation) }
-                    return (.failure(RefreshFailure("the refresh lease expired before its token was published", kind: .transient)), nil)
+                    // The pair the token endpoint returned is the newest it issued to this process:
+                    // never thrown away (issue 19, invariant f). Kept here, and reported.
+                    problem(
+                        "the refresh lease was taken over before its token was published (generation "
+                            + "\(current?.generation ?? 0) is stored); this process keeps the pair it got", runtime)
+                    return (.success(credentials), nil, false)
                 case .unavailable(let reason):
-                    problem("coordination unavailable (\(reason)); the new token is kept in this process", runtime)
-                    return (outcome, nil)
+                    problem(
+                        "coordination unavailable (\(reason)); the new token is kept in this process and "
+                            + "published when the coordinator is back", runtime)
+                    state.withLock { $0.unpublished = (credentials, lease) }
+                    return (outcome, nil, false)
                 }
             }
+        }
+    }
+
+    /// Lists `reason` in ``problems`` until the coordinator answers again.
+    func noteCoordinationProblem(_ reason: String) {
+        state.withLock { state in
+            state.coordinationProblem = PluginError(
+                kind: .coordination, name: state.runtime.policy.coordination.name, reason: reason,
+                range: state.runtime.policy.coordination.range)
+        }
+    }
+
+    /// Publishes the pair a refresh produced while the coordinator was unavailable, under its
+    /// lease's fencing check (it is stored only if nobody was granted a lease since).
+    func publishUnpublished(_ runtime: PolicyRuntime) async {
+        guard let (credentials, lease) = state.withLock({ $0.unpublished }) else { return }
+        switch await coordinator.publish(credentials, with: lease) {
+        case .unavailable: return
+        case .published(let session):
+            state.withLock { state in
+                if state.unpublished?.lease == lease { state.unpublished = nil }
+                if session.generation > state.sharedGeneration, state.credentials?.sameTokens(as: credentials) == true {
+                    state.sharedGeneration = session.generation
+                }
+            }
+        case .leaseLost(let current):
+            state.withLock { state in if state.unpublished?.lease == lease { state.unpublished = nil } }
+            problem(
+                "the token kept during the coordination outage could not be published: another process refreshed "
+                    + "since (generation \(current?.generation ?? 0))", runtime)
+            if let current { adopt(current) }
         }
     }
 

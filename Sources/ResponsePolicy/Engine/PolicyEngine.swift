@@ -85,6 +85,15 @@ public final class PolicyEngine: Sendable {
     let coordinatorIsLocal: Bool
     /// The engine made the coordinator from the policy, so it stops it.
     let ownsCoordinator: Bool
+    /// The join of the shared session is still running: new requests wait for it (read without
+    /// the lock on every `send`; `joining` holds the waiters).
+    let joinPending = Atomic<Bool>(false)
+    let joining = Locked(JoinState())
+
+    struct JoinState {
+        var pending = false
+        var waiters: [CheckedContinuation<Void, Never>] = []
+    }
 
     /// - Parameters:
     ///   - policy: a loaded policy.
@@ -134,8 +143,14 @@ public final class PolicyEngine: Sendable {
                     for: policy, environment: options.environment,
                     credentialsPath: (credentials as? any FileBackedCredentialStore)?.credentialsFilePath)
             } catch {
-                coordinationProblem = "\(error.description); the session is coordinated in this engine alone"
-                coordinator = LocalSessionCoordinator()
+                if policy.coordinationOnUnavailable == .wait {
+                    // Refreshing alone would present the refresh token the rest of the fleet holds.
+                    coordinationProblem = "\(error.reason); refreshes fail until it is fixed (on-unavailable: wait)"
+                    coordinator = UnavailableSessionCoordinator(reason: error.reason)
+                } else {
+                    coordinationProblem = "\(error.reason); the session is coordinated in this engine alone"
+                    coordinator = LocalSessionCoordinator()
+                }
             }
             ownsCoordinator = true
         }
@@ -144,8 +159,19 @@ public final class PolicyEngine: Sendable {
         state = Locked(initial)
         reportProblems(runtime)
         if let loadProblem { problem(loadProblem, runtime) }
-        if let coordinationProblem { problem(coordinationProblem, runtime) }
-        if !coordinatorIsLocal { startCoordination(local: local) }
+        if let coordinationProblem {
+            state.withLock { state in
+                state.coordinationProblem = PluginError(
+                    kind: .coordination, name: policy.coordination.name, reason: coordinationProblem,
+                    range: policy.coordination.range)
+            }
+            problem("coordination plugin '\(policy.coordination.name)': " + coordinationProblem, runtime)
+        }
+        if !coordinatorIsLocal {
+            joining.withLock { $0.pending = true }
+            joinPending.store(true, ordering: .releasing)
+            startCoordination(local: local)
+        }
     }
 
     deinit {
@@ -259,7 +285,13 @@ public final class PolicyEngine: Sendable {
     /// for problem in engine.problems { logger.critical("\(problem)") }
     /// precondition(engine.problems.isEmpty)
     /// ```
-    public var problems: [PluginError] { state.withLock { $0.runtime.problems } }
+    ///
+    /// Coordination trouble is listed too, while it lasts: a coordinator that could not be made
+    /// (an unset `password-env`, a `rediss://` URL this build cannot use), or a store that is
+    /// unreachable now (removed when it is back).
+    public var problems: [PluginError] {
+        state.withLock { state in state.runtime.problems + (state.coordinationProblem.map { [$0] } ?? []) }
+    }
 
     /// Runs new requests under `policy`; requests in flight finish under the one they started with.
     /// A policy whose plugins cannot be made (see ``problems``) is refused: the running policy
@@ -343,6 +375,7 @@ public final class PolicyEngine: Sendable {
     ///
     /// - Throws: ``PolicyEngineError``; exactly one outcome per call.
     public func send(_ request: HTTPRequest) async throws(PolicyEngineError) -> HTTPResponse {
+        if joinPending.load(ordering: .acquiring) { await awaitJoin() }
         let machine = try admit(request)
         // The loop runs in the caller's task. Its cancellation reaches an inline attempt as task
         // cancellation (a transport must honour it); a park or an attempt in a task of its own

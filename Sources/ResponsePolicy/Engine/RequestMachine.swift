@@ -500,7 +500,7 @@ final class RequestMachine {
     func refreshTrigger(_ flow: RuleGraph.CompiledRule) -> Step {
         // The generation first: refused with a token older than the current one, the request is
         // re-sent with the current one at once, and that re-send is not counted (no refresh was
-        // waited for; the same holds for credentials adopted from the fleet).
+        // waited for; the same holds for credentials adopted from the fleet: issue 19, invariant d).
         if engine.state.withLock({ $0.generation }) > signedGeneration {
             emitResponse(rule: flow.rule)
             return top()
@@ -570,6 +570,20 @@ final class RequestMachine {
                 reason: .refreshFailed(failure.reason, response: failure.response), started: true)
             return loggedOut()
         }
+        if case .unavailable(let refreshFailure) = result {
+            // Coordination trouble: the request fails with the reason (or, ahead of expiry, goes
+            // out with the token it has); no failure edge is taken, so nobody is logged out.
+            if proactive, !signingIn, let credentials = engine.state.withLock({ $0.credentials }),
+                credentials.expiresAt.map({ $0 > engine.clock.date }) ?? true
+            {
+                skipProactive = true
+                return top()
+            }
+            signingIn = false
+            refreshRule = nil
+            refreshFailureReason = refreshFailure.reason
+            return finish(.failure(.refreshFailed(reason: refreshFailure.reason)))
+        }
         if case .superseded = result {
             // The refresh belonged to a session that has since ended: decide again, without
             // counting another re-send (a sign-in's token is newer and retried at once).
@@ -599,7 +613,7 @@ final class RequestMachine {
         let flow = refreshRule.map { scope.compiled[$0] }
         refreshRule = nil
         switch result {
-        case .ok, .superseded: return top()
+        case .ok, .superseded, .unavailable: return top()  // (.unavailable is handled above)
         case .loggedOut: return cancelledByLogout()
         case .cancelled: return ended()
         case .failed(let refreshFailure) where !refreshFailure.isDefinitive:

@@ -43,6 +43,7 @@ package enum Linter {
         UnusedSectionRule(), NeverRetriedRule(), ShareWindowLogoutRule(), UnboundedRetryAfterRule(),
         LeadingZeroCodeRule(), RouteDropsRulesRule(), RoutePathRule(), ShadowedRouteRule(), InitialAboveMaxDelayRule(),
         HiddenLogoutRule(),
+        CoordinationLeaseRule(),
     ]
 
     /// Every rule's description: the semantic rules, then the schema checks of the decoder.

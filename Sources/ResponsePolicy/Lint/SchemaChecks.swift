@@ -200,15 +200,42 @@ enum SchemaChecks {
             id: "coordination-without-tls", summary: "a redis:// coordination URL that leaves this machine without TLS",
             rationale:
                 "The coordinator shares the tokens themselves through Redis; over plain TCP to another host anyone on "
-                + "the path can read them. Use rediss:// or a TLS tunnel; loopback is fine.",
+                + "the path can read them. Use a TLS tunnel on a loopback port; loopback is fine.",
             severity: .warning,
             triggering: [
                 exampleHeader + "coordination: { use: redis, with: { url: \"redis://10.0.0.5:6379/0\", key: api } }\n"
             ],
             nonTriggering: [
-                exampleHeader + "coordination: { use: redis, with: { url: \"redis://127.0.0.1:6379/0\", key: api } }\n",
+                exampleHeader + "coordination: { use: redis, with: { url: \"redis://127.0.0.1:6379/0\", key: api } }\n"
+            ]),
+        LintRuleDescription(
+            id: "coordination-unsigned",
+            summary: "a Redis coordination store on another host without 'signing-key-env'",
+            rationale:
+                "Every client of that Redis could publish credentials of its choosing, which every process would "
+                + "sign requests with and save. With a shared key, credentials and logouts are used only when "
+                + "signed (HMAC-SHA256).",
+            severity: .warning,
+            triggering: [
+                exampleHeader + "coordination: { use: redis, with: { url: \"redis://10.0.0.5:6379/0\", key: api } }\n"
+            ],
+            nonTriggering: [
                 exampleHeader
-                    + "coordination: { use: redis, with: { url: \"rediss://cache.internal:6380/0\", key: api } }\n",
+                    + "coordination: { use: redis, with: { url: \"redis://10.0.0.5:6379/0\", key: api, signing-key-env: FLEET_KEY } }\n",
+                exampleHeader + "coordination: { use: redis, with: { url: \"redis://127.0.0.1:6379/0\", key: api } }\n",
+            ]),
+        LintRuleDescription(
+            id: "coordination-tls-unsupported", summary: "a rediss:// coordination URL, which this build cannot use",
+            rationale:
+                "hiredis is built here without TLS, so the coordinator refuses rediss:// at run time and the fleet "
+                + "would not coordinate. Reach Redis through a TLS tunnel on a loopback port instead.",
+            severity: .error,
+            triggering: [
+                exampleHeader
+                    + "coordination: { use: redis, with: { url: \"rediss://cache.internal:6380/0\", key: api } }\n"
+            ],
+            nonTriggering: [
+                exampleHeader + "coordination: { use: redis, with: { url: \"redis://127.0.0.1:6380/0\", key: api } }\n"
             ]),
     ]
 }

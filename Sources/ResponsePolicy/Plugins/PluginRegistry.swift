@@ -190,6 +190,19 @@ public struct PluginRegistry: Sendable {
         let runtime = PolicyRuntime(
             policy: policy, registry: self, transport: NoTransport(), environment: environment,
             overrides: PolicyEngine.Overrides(refresh: nil, logout: nil, observers: []))
-        return runtime.problems.filter { !onlyRegistered || canMake($0.kind, $0.name) }
+        var problems = runtime.problems
+        // The coordinator too: an unset `password-env` or an unusable URL would leave the fleet
+        // uncoordinated (or, with on-unavailable: wait, unable to refresh) from its first start.
+        if policy.coordination.name != "local", coordination[policy.coordination.name] != nil {
+            do {
+                let coordinator = try makeCoordinator(for: policy, environment: environment)
+                coordinator.stop()
+            } catch {
+                var problem = error
+                problem.range = problem.range ?? policy.coordination.range
+                problems.append(problem)
+            }
+        }
+        return problems.filter { !onlyRegistered || canMake($0.kind, $0.name) }
     }
 }

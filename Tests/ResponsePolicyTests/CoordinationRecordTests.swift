@@ -1,0 +1,285 @@
+import Foundation
+import Testing
+
+@testable import ResponsePolicy
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The lease protocol as a value (``CoordinationRecord``), the shared-state codecs and the state
+/// file's defences: random event sequences against the invariants, hostile values, hostile files.
+struct CoordinationRecordTests {
+    /// Random fleets: holders ask for turns, refresh for a while (never longer than the refresh
+    /// timeout), publish or fail, die; time moves. Whatever the order, no refresh token (the
+    /// credentials of one generation) is presented by two live holders, generations only grow,
+    /// and every publication the record accepts came from the newest lease.
+    @Test(arguments: [1, 2, 3, 4, 5, 6, 7, 8] as [UInt64])
+    func noTwoLiveHoldersPresentOneRefreshToken(seed: UInt64) {
+        var random = SplitMix64(seed: seed)
+        var record = CoordinationRecord()
+        record.credentials = Credentials(accessToken: "a0", refreshToken: "r0")
+        let timeoutMs: Int64 = 1000
+        let leaseMs = RefreshTurnRequest(failedGeneration: 0, timeout: .milliseconds(timeoutMs), limit: nil)
+            .leaseLength(configured: .milliseconds(Int64.random(in: 1...3000, using: &random))).milliseconds()
+        struct Holder {
+            var lease: RefreshLease?
+            var finishesAt: Int64 = 0
+            /// Its refresh call is over (answered, or the process died): it presents nothing now.
+            var done = false
+            var knownGeneration: UInt64 = 0
+        }
+        var holders = Array(repeating: Holder(), count: 5)
+        var now: Int64 = 1_000_000
+        var presenting: [UInt64: Int] = [:]  // generation -> holders presenting its refresh token now
+        var lastGeneration: UInt64 = 0
+        for step in 0..<4000 {
+            now += Int64.random(in: 0...120, using: &random)
+            for index in holders.indices where !holders[index].done {
+                guard let lease = holders[index].lease, now >= holders[index].finishesAt else { continue }
+                holders[index].done = true
+                presenting[lease.generation, default: 1] -= 1
+            }
+            let index = Int.random(in: 0..<holders.count, using: &random)
+            var holder = holders[index]
+            if let lease = holder.lease {
+                if holder.done {
+                    // The answer is published (perhaps late: the fencing decides) or the refresh failed.
+                    if Bool.random(using: &random) {
+                        let result = record.publish(
+                            Credentials(accessToken: "a\(step)", refreshToken: "r\(step)"), with: lease, now: now)
+                        if case .published(let session) = result {
+                            #expect(lease.fencingToken == record.fence, "a publication from an old lease")
+                            holder.knownGeneration = session.generation
+                        }
+                    } else {
+                        record.end(lease, failure: "failed")
+                    }
+                    holder.lease = nil
+                } else if Int.random(in: 0..<50, using: &random) == 0 {
+                    // Killed mid-refresh: it presents nothing more and never reports back.
+                    holder.done = true
+                    presenting[lease.generation, default: 1] -= 1
+                    holder.lease = nil
+                }
+            } else {
+                switch record.begin(
+                    failedGeneration: holder.knownGeneration, leaseMs: leaseMs, limit: nil, holder: Int64(index),
+                    now: now)
+                {
+                case .granted(let lease):
+                    presenting[lease.generation, default: 0] += 1
+                    #expect(presenting[lease.generation] == 1, "seed \(seed) step \(step): two live presenters")
+                    holder.lease = lease
+                    holder.done = false
+                    // A live holder's refresh is bounded by the refresh timeout.
+                    holder.finishesAt = now + Int64.random(in: 1...timeoutMs, using: &random)
+                case .newer(let session): holder.knownGeneration = session.generation
+                case .wait, .limited: break
+                }
+            }
+            holders[index] = holder
+            #expect(record.generation >= lastGeneration)
+            lastGeneration = record.generation
+        }
+    }
+
+    @Test func aLapsedLeasePublishesOnlyWhenNobodyWasGrantedOneSince() {
+        var record = CoordinationRecord()
+        guard case .granted(let first) = record.begin(failedGeneration: 0, leaseMs: 100, limit: nil, holder: 1, now: 0)
+        else { Issue.record("no lease"); return }
+        let fresh = Credentials(accessToken: "a1", refreshToken: "r1")
+        // Lapsed, nobody else asked: the pair is stored (issue 19, invariant f).
+        #expect(record.publish(fresh, with: first, now: 500) == .published(SharedSession(credentials: fresh, generation: 1)))
+        guard case .granted(let second) = record.begin(failedGeneration: 1, leaseMs: 100, limit: nil, holder: 1, now: 600),
+            case .granted(let third) = record.begin(failedGeneration: 1, leaseMs: 100, limit: nil, holder: 2, now: 800)
+        else { Issue.record("no lease"); return }
+        // Lapsed and taken over: refused.
+        guard case .leaseLost = record.publish(fresh, with: second, now: 850) else { Issue.record("accepted"); return }
+        guard case .published = record.publish(fresh, with: third, now: 850) else { Issue.record("refused"); return }
+    }
+
+    @Test func aLeaseLongerThanThisProcessGrantsIsCut() {
+        var record = CoordinationRecord()
+        record.fence = 7
+        record.lease = .init(fence: 7, holder: 0, expires: Int64.max / 4)  // forged: "forever"
+        guard case .wait(_, let left) = record.begin(failedGeneration: 0, leaseMs: 1000, limit: nil, holder: 1, now: 0)
+        else { Issue.record("expected a wait"); return }
+        #expect(left == 1000)
+    }
+
+    // MARK: - Codecs
+
+    @Test(arguments: [
+        #"{"access_token":"a","expires_at":1e300}"#,
+        #"{"access_token":"a","expires_at":-5}"#,
+        #"{"access_token":"a","expires_at":"soon"}"#,
+        #"{"access_token":""}"#,
+        #"{"access_token":"a\r\nX-Injected: 1"}"#,
+        #"{"access_token":"a","refresh_token":17}"#,
+        #"[1,2]"#,
+        #"{"access_token":"a","expires_at":1e19}"#,
+    ])
+    func outOfRangeSharedCredentialsAreRefusedWithoutATrap(_ text: String) {
+        guard case .failure(let error) = SharedCredentialsCodec.check(text) else {
+            Issue.record("accepted \(text)"); return
+        }
+        #expect(!error.reason.contains("X-Injected"))
+    }
+
+    @Test func encodingNeverTrapsOnHugeExpiries() {
+        for date in [Date.distantFuture, Date(timeIntervalSince1970: 1e300), Date(timeIntervalSince1970: -1e300)] {
+            let text = SharedCredentialsCodec.encode(Credentials(accessToken: "a", expiresAt: date))
+            #expect(SharedCredentialsCodec.decode(text)?.accessToken == "a")
+            _ = date.millisecondsSince1970
+        }
+        #expect(Duration.seconds(Int64.max / 2).milliseconds() > 0)
+    }
+
+    @Test func aRoundTripKeepsTheTokensAndTheMillisecond() {
+        let credentials = Credentials(
+            accessToken: "a", refreshToken: "r", expiresAt: Date(timeIntervalSince1970: 1_767_225_700.123))
+        let decoded = SharedCredentialsCodec.decode(SharedCredentialsCodec.encode(credentials))
+        #expect(decoded == credentials)
+    }
+
+    // MARK: - The state file
+
+    final class Folder {
+        let path: String
+        init() throws {
+            path = FileManager.default.temporaryDirectory.appendingPathComponent("record-\(UUID().uuidString)").path
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        }
+        deinit { try? FileManager.default.removeItem(atPath: path) }
+    }
+
+    @Test func aStateFileReadableByOthersIsRefusedWithTheFix() throws {
+        let folder = try Folder()
+        let state = folder.path + "/credentials.json.shared"
+        #expect(FileSessionCoordinator.write(CoordinationRecord(), to: state) == nil)
+        chmod(state, 0o666)
+        guard case .failure(let error) = FileSessionCoordinator.read(state) else { Issue.record("read"); return }
+        #expect(error.reason == "the shared session file '\(state)' is readable or writable by others (mode 666); run: chmod 600 '\(state)'")
+    }
+
+    @Test func aStateFileOutOfRangeIsRefusedNamingTheField() throws {
+        let folder = try Folder()
+        let state = folder.path + "/credentials.json.shared"
+        for (text, field) in [
+            (#"{"generation":1,"logged-out-until":1e300}"#, "logged-out-until"),
+            (#"{"generation":-1}"#, "generation"),
+            (#"{"lease":{"fence":1,"expires":1e30,"pid":1}}"#, "lease"),
+        ] {
+            #expect(FileSessionCoordinator.replaceFile(state, with: Data(text.utf8)) == nil)
+            guard case .failure(let error) = FileSessionCoordinator.read(state) else {
+                Issue.record("accepted \(text)")
+                continue
+            }
+            #expect(error.reason.contains("'\(field)'"), "\(error.reason)")
+        }
+        #expect(FileSessionCoordinator.replaceFile(state, with: Data(#"{"credentials":{"access_token":"a","expires_at":1e300}}"#.utf8)) == nil)
+        guard case .failure(let error) = FileSessionCoordinator.read(state) else { Issue.record("accepted"); return }
+        #expect(error.reason.contains("expires_at is out of range"))
+    }
+
+    /// Issue 23: a planted link at the state path (or at the old predictable temporary name) is
+    /// never followed; the victim keeps its content and mode, and the state file is 0600.
+    @Test func plantedLinksAreNotFollowed() throws {
+        let folder = try Folder()
+        let state = folder.path + "/credentials.json.shared"
+        let victim = folder.path + "/victim"
+        try Data("victim".utf8).write(to: URL(fileURLWithPath: victim))
+        chmod(victim, 0o644)
+        symlink(victim, state + ".tmp-\(getpid())")
+        var record = CoordinationRecord()
+        record.credentials = Credentials(accessToken: "secret-token")
+        #expect(FileSessionCoordinator.write(record, to: state) == nil)
+        #expect(try String(contentsOfFile: victim, encoding: .utf8) == "victim")
+        var info = stat()
+        #expect(stat(state, &info) == 0 && info.st_mode & 0o777 == 0o600)
+        try FileManager.default.removeItem(atPath: state)
+        symlink(victim, state)
+        guard case .failure(let error) = FileSessionCoordinator.read(state) else { Issue.record("followed"); return }
+        #expect(error.reason.contains("symbolic link"))
+    }
+}
+
+/// The signer's primitives against published vectors (FIPS 180-4, RFC 4231).
+struct SharedStateSignerTests {
+    @Test func sha256MatchesTheStandardVectors() {
+        func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
+        #expect(hex(SHA256.hash(Array("abc".utf8))) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        #expect(hex(SHA256.hash([])) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        #expect(
+            hex(SHA256.hash(Array("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq".utf8)))
+                == "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1")
+    }
+
+    @Test func hmacMatchesRFC4231() {
+        let signer = SharedStateSigner(key: Data("Jefe".utf8))
+        #expect(
+            signer.sign("what do ya want for nothing?")
+                == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
+        #expect(signer.verify("what do ya want for nothing?", mac: "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"))
+        #expect(!signer.verify("what do ya want for nothing!", mac: "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"))
+        // A key longer than a block is hashed first (RFC 4231 test case 6).
+        let long = SharedStateSigner(key: Data(repeating: 0xaa, count: 131))
+        #expect(
+            long.sign("Test Using Larger Than Block-Size Key - Hash Key First")
+                == "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54")
+    }
+
+    @Test func signedCredentialsRoundTripAndAnotherKeyIsRefused() {
+        let key = Data("fleet-key".utf8)
+        let credentials = Credentials(accessToken: "a", refreshToken: "r", expiresAt: Date(timeIntervalSince1970: 2e9))
+        let signed = SharedCredentialsCodec.encode(credentials, signer: SharedStateSigner(key: key))
+        #expect(SharedCredentialsCodec.decode(signed, signer: SharedStateSigner(key: key)) == credentials)
+        #expect(SharedCredentialsCodec.decode(signed, signer: SharedStateSigner(key: Data("other".utf8))) == nil)
+        #expect(SharedCredentialsCodec.decode(SharedCredentialsCodec.encode(credentials), signer: SharedStateSigner(key: key)) == nil)
+    }
+
+    @Test func aStateFileWrittenWithoutTheKeyIsRefused() throws {
+        let folder = try CoordinationRecordTests.Folder()
+        let state = folder.path + "/credentials.json.shared"
+        var record = CoordinationRecord()
+        record.credentials = Credentials(accessToken: "planted")
+        #expect(FileSessionCoordinator.write(record, to: state) == nil)
+        let signer = SharedStateSigner(key: Data("k".utf8))
+        guard case .failure(let error) = FileSessionCoordinator.read(state, signer: signer) else {
+            Issue.record("an unsigned state file was accepted")
+            return
+        }
+        #expect(error.reason.contains("signing-key-env"))
+        #expect(FileSessionCoordinator.write(record, to: state, signer: signer) == nil)
+        guard case .success(let read) = FileSessionCoordinator.read(state, signer: signer) else {
+            Issue.record("its own state file was refused")
+            return
+        }
+        #expect(read?.credentials?.accessToken == "planted")
+    }
+}
+
+/// The shared-state fuzz entry on seeded mutations of hostile seeds: no trap, whatever the bytes.
+struct SharedStateFuzzTests {
+    @Test func seededMutationsOfHostileStateNeverTrap() {
+        let seeds = [
+            #"{"generation":3,"fence":9,"credentials":{"access_token":"a","refresh_token":"r","expires_at":1e300},"lease":{"fence":9,"pid":1,"expires":1e30},"logged-out-until":32503680000000,"refreshes":[1,2]}"#,
+            #"{"access_token":"a","refresh_token":"r","expires_at":1767225600123,"sig":"00"}"#,
+            #"{"generation":18446744073709551615,"fence":-1,"lease":{"fence":1e400}}"#,
+        ].map { Array($0.utf8) }
+        var random = SplitMix64(seed: 23)
+        for round in 0..<3000 {
+            var bytes = seeds[round % seeds.count]
+            for _ in 0..<Int.random(in: 0...6, using: &random) where !bytes.isEmpty {
+                let index = Int.random(in: 0..<bytes.count, using: &random)
+                switch Int.random(in: 0..<3, using: &random) {
+                case 0: bytes[index] = UInt8.random(in: 0...255, using: &random)
+                case 1: bytes.insert(Array("9e99-\"{}[],:".utf8).randomElement(using: &random) ?? 0, at: index)
+                default: bytes.remove(at: index)
+                }
+            }
+            SharedStateFuzzing.exercise(Data(bytes))
+        }
+    }
+}
