@@ -1,11 +1,25 @@
 /// A 1-based position in a source file. Columns count Unicode scalars.
+///
+/// Stored as two 32-bit numbers (a policy file is at most 16 MiB, so neither can overflow):
+/// every YAML node, rule part and finding holds positions, and at 8 bytes a position the
+/// parsed tree and the decoded rules of a 20,000-rule file are a good part smaller.
 public struct SourcePosition: Sendable, Hashable, Comparable, CustomStringConvertible {
-    public var line: Int
-    public var column: Int
+    private var storedLine: UInt32
+    private var storedColumn: UInt32
+
+    public var line: Int {
+        get { Int(storedLine) }
+        set { storedLine = UInt32(clamping: newValue) }
+    }
+
+    public var column: Int {
+        get { Int(storedColumn) }
+        set { storedColumn = UInt32(clamping: newValue) }
+    }
 
     package init(line: Int, column: Int) {
-        self.line = line
-        self.column = column
+        storedLine = UInt32(clamping: line)
+        storedColumn = UInt32(clamping: column)
     }
 
     public static func < (a: SourcePosition, b: SourcePosition) -> Bool {

@@ -165,11 +165,12 @@ package struct Classifier: Sendable {
     ) -> Int32 {
         for index in list {
             if index >= limit { return limit }
+            // Read in place: copying the condition out cost a retain and release of each of
+            // its lists per candidate rule.
             if needsRequestCheck[Int(index)] {
-                let condition = conditions[Int(index)]
-                guard condition.requestMatches(method: method, path: path), condition.headersMatch(headers) else {
-                    continue
-                }
+                guard conditions[Int(index)].requestMatches(method: method, path: path),
+                    conditions[Int(index)].headersMatch(headers)
+                else { continue }
             }
             if extra(index) { return index }
         }

@@ -82,7 +82,9 @@ extension RuleGraph {
         }
     }
 
-    enum SettingsSource: Sendable, Hashable {
+    /// Boxed (`indirect`): a node of a deliver or fail rule holds no settings, and inline the
+    /// largest case made every node of a 20,000-rule graph as large as a retry section.
+    indirect enum SettingsSource: Sendable, Hashable {
         case none
         case retry(RetrySettings)
         case refresh(RefreshSettings)
@@ -127,30 +129,36 @@ extension RuleGraph {
         /// The 0-based position in its scope's rules (drawings number rules from 1).
         package let index: Int
         package let rule: Rule
-        /// Effective settings: the section, then the route's, then the rule's override.
-        package let retry: RetrySettings
-        package let refresh: RefreshSettings
-        package let logout: LogoutSettings
+        /// Effective settings: the section, then the route's, then the rule's override. Held by
+        /// reference: every rule without a `then:` mapping shares its scope's one box (copies
+        /// of the three sections were most of a 20,000-rule graph's memory).
+        let settings: EffectiveSettings
+        package var retry: RetrySettings { settings.retry }
+        package var refresh: RefreshSettings { settings.refresh }
+        package var logout: LogoutSettings { settings.logout }
         /// The rule's node, and the node of its action (its own for retry, refresh and a logout
         /// with overrides; the scope's deliver, fail or logout node otherwise).
         package let node: String
         package let actionNode: String
         /// The edges leaving the rule node and its own action node.
         package let edges: [Edge]
+        /// The escalations below, boxed, `nil` for a rule that has none (deliver, fail, logout):
+        /// inline, seven optional escalations with their logout settings cost every rule 1 KB.
+        let escalations: EscalationBox?
         /// `retry` and `refresh`: where running out leads.
-        package let onExhausted: Escalation?
+        package var onExhausted: Escalation? { escalations?.value.onExhausted }
         /// `refresh`: where a failed refresh leads.
-        package let onFailure: Escalation?
+        package var onFailure: Escalation? { escalations?.value.onFailure }
         /// `refresh`: the refresh endpoint answered with a response a `logout` rule matches.
-        package let refreshAnswer: Escalation?
+        package var refreshAnswer: Escalation? { escalations?.value.refreshAnswer }
         /// `refresh`: transient trouble outlasted `refresh.timeout` (always to fail).
-        package let onTransient: Escalation?
+        package var onTransient: Escalation? { escalations?.value.onTransient }
         /// `retry`: the budget refused the retry.
-        package let budget: Escalation?
+        package var budget: Escalation? { escalations?.value.budget }
         /// `retry`: the request cannot be retried (method, no idempotency key).
-        package let notRetryable: Escalation?
+        package var notRetryable: Escalation? { escalations?.value.notRetryable }
         /// `retry`: the wait would end past the deadline.
-        package let deadline: Escalation?
+        package var deadline: Escalation? { escalations?.value.deadline }
         /// `retry` and `refresh`: the loop edge (sent again), `nil` when it can never be taken.
         package let again: Edge?
         /// `retry`: the methods this rule can see (rule and route `method:` together); `nil`
@@ -161,25 +169,16 @@ extension RuleGraph {
         package let neverRetried: [String]
 
         init(
-            index: Int, rule: Rule, retry: RetrySettings, refresh: RefreshSettings, logout: LogoutSettings,
-            node: String, actionNode: String, edges: [Edge], escalations: Escalations, again: Edge?,
-            methods: [String]?, neverRetried: [String]
+            index: Int, rule: Rule, settings: EffectiveSettings, node: String, actionNode: String, edges: [Edge],
+            escalations: Escalations, again: Edge?, methods: [String]?, neverRetried: [String]
         ) {
             self.index = index
             self.rule = rule
-            self.retry = retry
-            self.refresh = refresh
-            self.logout = logout
+            self.settings = settings
             self.node = node
             self.actionNode = actionNode
             self.edges = edges
-            onExhausted = escalations.onExhausted
-            onFailure = escalations.onFailure
-            refreshAnswer = escalations.refreshAnswer
-            onTransient = escalations.onTransient
-            budget = escalations.budget
-            notRetryable = escalations.notRetryable
-            deadline = escalations.deadline
+            self.escalations = escalations.isEmpty ? nil : EscalationBox(escalations)
             self.again = again
             self.methods = methods
             self.neverRetried = neverRetried
@@ -191,7 +190,7 @@ extension RuleGraph {
         package var canRetry: Bool { rule.action == .retry && again != nil }
     }
 
-    struct Escalations {
+    struct Escalations: Sendable {
         var onExhausted: Escalation?
         var onFailure: Escalation?
         var refreshAnswer: Escalation?
@@ -199,6 +198,31 @@ extension RuleGraph {
         var budget: Escalation?
         var notRetryable: Escalation?
         var deadline: Escalation?
+
+        var isEmpty: Bool {
+            onExhausted == nil && onFailure == nil && refreshAnswer == nil && onTransient == nil && budget == nil
+                && notRetryable == nil && deadline == nil
+        }
+    }
+
+    /// A compiled rule's escalations, held by reference. Immutable.
+    final class EscalationBox: Sendable {
+        let value: Escalations
+        init(_ value: Escalations) { self.value = value }
+    }
+
+    /// The settings a compiled rule runs with, held by reference so that the rules of a scope
+    /// that override nothing share one. Immutable.
+    final class EffectiveSettings: Sendable {
+        let retry: RetrySettings
+        let refresh: RefreshSettings
+        let logout: LogoutSettings
+
+        init(retry: RetrySettings, refresh: RefreshSettings, logout: LogoutSettings) {
+            self.retry = retry
+            self.refresh = refresh
+            self.logout = logout
+        }
     }
 }
 

@@ -21,7 +21,10 @@ struct FlowCompiler {
     private var edges: [RuleGraph.Edge] = []
     /// The scope's deliver, fail and logout nodes some edge leads to.
     private var terminals: Set<ActionKind> = []
-    private var classifierID: String { scope + ".classify" }
+    /// Made once, so every `match` edge shares the one text.
+    private let classifierID: String
+    /// The scope's own settings, shared by every rule that overrides none of them.
+    private let scopeSettings: RuleGraph.EffectiveSettings
 
     init(
         scope: String, summary: String, classify: CodeSource?, retry: RetrySettings, refresh: RefreshSettings,
@@ -35,6 +38,8 @@ struct FlowCompiler {
         self.refresh = refresh
         self.logout = logout
         self.routeMethods = routeMethods
+        classifierID = scope + ".classify"
+        scopeSettings = RuleGraph.EffectiveSettings(retry: retry, refresh: refresh, logout: logout)
         nodes.append(
             RuleGraph.Node(
                 id: scope + ".classify", kind: .classifier,
@@ -160,8 +165,13 @@ struct FlowCompiler {
                 escalations.refreshAnswer = escalations.onFailure
             }
         }
+        // A rule that overrides nothing runs with exactly its scope's settings (r, f and l are
+        // then the sections themselves): it shares the scope's box.
+        let settings =
+            rule.retry == nil && rule.refresh == nil && rule.logout == nil
+            ? scopeSettings : RuleGraph.EffectiveSettings(retry: r, refresh: f, logout: l)
         return RuleGraph.CompiledRule(
-            index: index, rule: rule, retry: r, refresh: f, logout: l, node: id, actionNode: actionNode,
+            index: index, rule: rule, settings: settings, node: id, actionNode: actionNode,
             edges: Array(edges[first...]), escalations: escalations, again: again, methods: methods,
             neverRetried: neverRetried)
     }

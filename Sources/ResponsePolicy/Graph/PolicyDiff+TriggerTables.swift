@@ -18,12 +18,47 @@ extension PolicyDiff.TriggerSpace {
             if count % 64 != 0, !words.isEmpty { words[words.count - 1] = (1 << UInt64(count % 64)) - 1 }
         }
 
+        /// Sets bits `range` of the set stored at `offset` in `buffer`, a word at a time.
+        static func setBits(_ buffer: UnsafeMutableBufferPointer<UInt64>, offset: Int, _ range: Range<Int>) {
+            var index = range.lowerBound
+            while index < range.upperBound {
+                let bit = index & 63
+                let take = min(64 - bit, range.upperBound - index)
+                let mask: UInt64 = take == 64 ? ~0 : ((1 << UInt64(take)) - 1) << UInt64(bit)
+                buffer[offset + index >> 6] |= mask
+                index += take
+            }
+        }
+
+        /// ORs `mask` (bit i standing for bit `at + i`) into the set stored at `offset`.
+        static func orBits(_ buffer: UnsafeMutableBufferPointer<UInt64>, offset: Int, at start: Int, _ mask: [UInt64]) {
+            for (index, value) in mask.enumerated() where value != 0 {
+                let position = start + index * 64
+                let word = offset + position >> 6
+                let shift = UInt64(position & 63)
+                buffer[word] |= value << shift
+                if shift > 0, value >> (64 - shift) != 0 { buffer[word + 1] |= value >> (64 - shift) }
+            }
+        }
+
         @inline(__always)
         mutating func insert(_ index: Int) {
             words[index >> 6] |= 1 << UInt64(index & 63)
         }
 
         var count: Int { words.reduce(0) { $0 + $1.nonzeroBitCount } }
+
+        /// Calls `body` with each context, ascending, without building a list.
+        @inline(__always)
+        func forEach(_ body: (Int) -> Void) {
+            for (wordIndex, word) in words.enumerated() where word != 0 {
+                var rest = word
+                while rest != 0 {
+                    body(wordIndex * 64 + rest.trailingZeroBitCount)
+                    rest &= rest - 1
+                }
+            }
+        }
 
         /// The contexts, ascending.
         var elements: [Int] {
@@ -155,13 +190,26 @@ extension PolicyDiff.TriggerSpace {
         let classOfContext = contexts.map { byStatus.of(method: $0.method, path: $0.path, header: $0.headers) }
         var statusIndex: [[Int32]] = []  // [status][class]: the rule, -1 for none
         for range in statuses {
+            // Only the rules that can answer for this status tell its contexts apart: one
+            // question per class of their partition (a 429 rule's header values need not be
+            // asked about at every path a 502 rule names; that was 40,000 questions per status).
+            let relevant = statusRules.filter { index in
+                conditions[index].statuses?.contains { $0.contains(range.lowerBound) } ?? true
+            }
+            let own = truths.partition(relevant, refining: whole)
+            var answers = [Int32](repeating: -2, count: own.count)  // -2: not asked yet
             var row = [Int32](repeating: -1, count: byStatus.count)
             for index in 0..<byStatus.count {
                 let (m, p, h) = byStatus.representative(index)
-                let answer = scope.classifier.match(
-                    status: range.lowerBound, code: nil, headers: headers[h].probe, method: methods[m].probe,
-                    path: paths[p].probe)
-                row[index] = Int32(answer ?? -1)
+                let cls = own.of(method: m, path: p, header: h)
+                if answers[cls] == -2 {
+                    let (om, op, oh) = own.representative(cls)
+                    let answer = scope.classifier.match(
+                        status: range.lowerBound, code: nil, headers: headers[oh].probe, method: methods[om].probe,
+                        path: paths[op].probe)
+                    answers[cls] = Int32(answer ?? -1)
+                }
+                row[index] = answers[cls]
             }
             statusIndex.append(row)
         }
@@ -302,7 +350,11 @@ extension PolicyDiff.TriggerSpace {
                 let (nM, nP, nH) = (partial[0].count, partial[1].count, partial[2].count)
                 if nM * nP * nH <= 65_536 {
                     var recordsOfCombination: [[Int]] = []
+                    recordsOfCombination.reserveCapacity(nM * nP * nH)
                     var key = [UInt64](repeating: 0, count: keyWidth)
+                    // Neighbouring combinations mostly make the same key: reuse its records.
+                    var lastKey: [UInt64] = []
+                    var lastRecords: [Int] = []
                     for a in 0..<nM {
                         for b in 0..<nP {
                             for c in 0..<nH {
@@ -313,7 +365,11 @@ extension PolicyDiff.TriggerSpace {
                                         constant[base + word] | partial[0][a][base + word] | partial[1][b][base + word]
                                         | partial[2][c][base + word]
                                 }
-                                recordsOfCombination.append(recordsOf(key))
+                                if key != lastKey {
+                                    lastKey = key
+                                    lastRecords = recordsOf(key)
+                                }
+                                recordsOfCombination.append(lastRecords)
                             }
                         }
                     }
@@ -330,16 +386,57 @@ extension PolicyDiff.TriggerSpace {
                             flat += list
                             start.append(flat.count)
                         }
-                        var recordWords = sets.map(\.words)
-                        for (context, c) in contexts.enumerated() {
-                            let combination = (mIds[c.method] * nP + pIds[c.path]) * nH + hIds[c.headers]
-                            var position = start[combination]
-                            while position < start[combination + 1] {
-                                recordWords[flat[position]][context >> 6] |= 1 << UInt64(context & 63)
-                                position += 1
+                        // Contexts are numbered method, then path, then header set: the
+                        // contexts of one method and path are a run, which takes one
+                        // combination when the header sets make one id (a code's rules on
+                        // paths): set as a range of bits, not context by context (that loop,
+                        // 160,000 contexts for each of 900 codes, was most of a 1,000-rule diff).
+                        let width = (count + 63) / 64
+                        var words = [UInt64](repeating: 0, count: records.count * width)
+                        let (pathCount, headerCount) = (paths.count, headers.count)
+                        let sameHeaders = hIds.allSatisfy { $0 == hIds.first }
+                        var masksOfBase: [Int: [(record: Int, mask: [UInt64])]] = [:]
+                        let maskZero = [UInt64](repeating: 0, count: (headerCount + 63) / 64)
+                        words.withUnsafeMutableBufferPointer { buffer in
+                            for m in 0..<methods.count {
+                                for p in 0..<pathCount {
+                                    let run = (m * pathCount + p) * headerCount
+                                    let base = (mIds[m] * nP + pIds[p]) * nH
+                                    if sameHeaders {
+                                        let combination = base + (hIds.first ?? 0)
+                                        for position in start[combination]..<start[combination + 1] {
+                                            ContextSet.setBits(
+                                                buffer, offset: flat[position] * width, run..<(run + headerCount))
+                                        }
+                                        continue
+                                    }
+                                    // Otherwise each record's header sets in this run, as a
+                                    // mask worked out once per combination base and laid over
+                                    // every run that has the base.
+                                    let masks: [(record: Int, mask: [UInt64])]
+                                    if let known = masksOfBase[base] {
+                                        masks = known
+                                    } else {
+                                        var byRecord: [Int: [UInt64]] = [:]
+                                        for h in 0..<headerCount {
+                                            let combination = base + hIds[h]
+                                            for position in start[combination]..<start[combination + 1] {
+                                                byRecord[flat[position], default: maskZero][h >> 6] |=
+                                                    1 << UInt64(h & 63)
+                                            }
+                                        }
+                                        masks = byRecord.map { ($0.key, $0.value) }
+                                        masksOfBase[base] = masks
+                                    }
+                                    for (record, mask) in masks {
+                                        ContextSet.orBits(buffer, offset: record * width, at: run, mask)
+                                    }
+                                }
                             }
                         }
-                        sets = recordWords.map(ContextSet.init(words:))
+                        sets = (0..<records.count).map {
+                            ContextSet(words: Array(words[($0 * width)..<(($0 + 1) * width)]))
+                        }
                     }
                     for (index, record) in records.enumerated() {
                         holds[record.atom, default: [:]][record.kind] = sets[index]
@@ -392,9 +489,18 @@ extension PolicyDiff.TriggerSpace {
             if recordsOfKey.count == 1 {
                 for record in recordsOfKey[0] { sets[record] = ContextSet(all: count) }
             } else {
-                for context in 0..<count {
-                    for record in recordsOfKey[Int(contextKey[context])] { sets[record].insert(context) }
+                // One flat buffer: inserting into an array of sets checked two buffers'
+                // uniqueness per context.
+                let width = (count + 63) / 64
+                var words = [UInt64](repeating: 0, count: records.count * width)
+                words.withUnsafeMutableBufferPointer { buffer in
+                    for context in 0..<count {
+                        for record in recordsOfKey[Int(contextKey[context])] {
+                            buffer[record * width + context >> 6] |= 1 << UInt64(context & 63)
+                        }
+                    }
                 }
+                sets = (0..<records.count).map { ContextSet(words: Array(words[($0 * width)..<(($0 + 1) * width)])) }
             }
             for (index, record) in records.enumerated() { holds[record.atom, default: [:]][record.kind] = sets[index] }
         }

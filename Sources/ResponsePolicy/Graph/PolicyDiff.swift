@@ -653,12 +653,23 @@ extension PolicyDiff {
         /// Where an item holds, when not in every context: ` on POST`, ` at /a/*`, ` on POST at
         /// /a/* or on PUT`.
         func qualifier(_ set: ContextSet) -> String {
-            guard set.count < contexts.count else { return "" }
-            let list = set.elements
-            let chosen = list.map { contexts[$0] }
-            let m = Set(chosen.map(\.method))
-            let p = Set(chosen.map(\.path))
-            let h = Set(chosen.map(\.headers))
+            let total = set.count
+            guard total < contexts.count else { return "" }
+            // Which methods, paths and header sets the contexts use, as flags: a 1,000-rule diff
+            // asks this of sets of 160,000 contexts, where hashed sets were a third of its time.
+            var usedMethods = [Bool](repeating: false, count: methods.count)
+            var usedPaths = [Bool](repeating: false, count: paths.count)
+            var usedHeaders = [Bool](repeating: false, count: headers.count)
+            set.forEach { index in
+                let context = contexts[index]
+                usedMethods[context.method] = true
+                usedPaths[context.path] = true
+                usedHeaders[context.headers] = true
+            }
+            func indices(_ used: [Bool]) -> Set<Int> { Set(used.indices.filter { used[$0] }) }
+            let m = indices(usedMethods)
+            let p = indices(usedPaths)
+            let h = indices(usedHeaders)
             // The last method (unless the route lists its methods) and the first path and header
             // set stand for "every other one";
             // a set holding it is written as what it leaves out.
@@ -676,9 +687,10 @@ extension PolicyDiff {
                     + describe(ps, paths.map(\.label), other: 0, "at", "at any path but")
                     + describe(hs, headers.map(\.label), other: 0, "with", "without")
             }
-            if m.count * p.count * h.count == list.count { return parts(m, p, h) }
+            if m.count * p.count * h.count == total { return parts(m, p, h) }
             return " ("
-                + chosen.map { parts([$0.method], [$0.path], [$0.headers]).dropFirst() }.joined(separator: " or ") + ")"
+                + set.elements.map { contexts[$0] }.map { parts([$0.method], [$0.path], [$0.headers]).dropFirst() }
+                .joined(separator: " or ") + ")"
         }
     }
 }
