@@ -77,6 +77,7 @@ package struct RuleGraph: Sendable {
                 scope: id, summary: Self.summary(route), classify: classify, retry: retry, refresh: refresh,
                 logout: logout, routeMethods: route?.methods,
                 hasLogoutResponseRule: rules.contains { $0.action == .logout && $0.when.matchesResponses })
+            compiler.reserve(rules: rules.count, actions: rules.count { $0.action != .deliver && $0.action != .fail })
             compiled = rules.enumerated().map { compiler.compile($0.element, index: $0.offset) }
             let finished = compiler.finish(hasErrorRules: rules.contains { $0.when.errors?.isEmpty == false })
             nodes = finished.nodes
@@ -193,6 +194,8 @@ package struct RuleGraph: Sendable {
         var nodes = [Node(outcome: "delivered", "delivered"), Node(outcome: "failed", "failed")]
         if logsOut { nodes.append(Node(outcome: "logged-out", "logged out")) }
         var edges: [Edge] = []
+        nodes.reserveCapacity(nodes.count + scopes.reduce(0) { $0 + $1.nodes.count })
+        edges.reserveCapacity(scopes.reduce(0) { $0 + $1.edges.count })
         for scope in scopes {
             nodes += scope.nodes
             edges += scope.edges

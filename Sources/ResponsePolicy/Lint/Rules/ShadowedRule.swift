@@ -78,23 +78,67 @@ struct ShadowedRule: LintRule {
         }
 
         /// Positions by the covering rule's `path` pattern (`""`: no path), and all of them.
+        ///
+        /// A bucket of a few rules (one per business code, in a file of 20,000 codes) keeps them
+        /// in a list and filters it; the dictionaries are built when it grows past
+        /// ``Bucket/listLimit``, so a bucket costs one small array, not three dictionaries (the
+        /// dictionaries were a fifth of a 20,000-rule lint's memory).
         struct Bucket {
+            struct Entry {
+                var position: Int
+                var path: String
+                var header: String
+            }
+
+            static let listLimit = 8
+            var few: [Entry] = []
             var all = HeaderBucket()
             var byPath: [String: HeaderBucket] = [:]
+            var indexed = false
 
             mutating func add(_ position: Int, path: String, header: String) {
+                guard indexed else {
+                    few.append(Entry(position: position, path: path, header: header))
+                    if few.count > Self.listLimit {
+                        indexed = true
+                        for entry in few { index(entry.position, path: entry.path, header: entry.header) }
+                        few = []
+                    }
+                    return
+                }
+                index(position, path: path, header: header)
+            }
+
+            private mutating func index(_ position: Int, path: String, header: String) {
                 all.add(position, header: header)
                 byPath[path, default: HeaderBucket()].add(position, header: header)
             }
 
             /// The positions whose path can cover `path` and whose headers can be among `headers`.
             func candidates(for path: Glob?, headers: [Condition.HeaderMatch]?, into lists: inout [[Int]]) {
+                guard indexed else {
+                    // The same choice as the dictionaries below make, entry by entry.
+                    let pattern = path?.pattern
+                    let literal = pattern.map { !Self.isPattern($0) } ?? false
+                    let keys = headers.map { Set($0.map(CoverIndex.key)) }
+                    let found = few.filter { entry in
+                        let pathFits: Bool
+                        if let pattern {
+                            pathFits = literal || entry.path.isEmpty || entry.path == "*" || entry.path == pattern
+                        } else {
+                            pathFits = entry.path.isEmpty
+                        }
+                        return pathFits && (entry.header.isEmpty || keys?.contains(entry.header) == true)
+                    }
+                    if !found.isEmpty { lists.append(found.map(\.position)) }
+                    return
+                }
                 guard let path else {
                     byPath[""]?.candidates(for: headers, into: &lists)
                     return
                 }
                 let pattern = path.pattern
-                if !pattern.contains("*") && !pattern.contains("?") {
+                if !Self.isPattern(pattern) {
                     // A literal path may be matched by any pattern: every candidate.
                     all.candidates(for: headers, into: &lists)
                     return
@@ -102,6 +146,11 @@ struct ShadowedRule: LintRule {
                 for key in ["", "*", pattern] where key != "*" || pattern != "*" {
                     byPath[key]?.candidates(for: headers, into: &lists)
                 }
+            }
+
+            /// Whether a path pattern has a wildcard (bytes, not Foundation's `contains`).
+            static func isPattern(_ pattern: String) -> Bool {
+                pattern.utf8.contains { $0 == UInt8(ascii: "*") || $0 == UInt8(ascii: "?") }
             }
         }
 
