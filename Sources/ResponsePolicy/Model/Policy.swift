@@ -127,7 +127,11 @@ public struct Policy: Sendable {
     package struct Analysis: Sendable {
         package var policy: Policy?
         package var diagnostics: [Diagnostic]
-        package var source: String
+        /// The file's bytes: the caller's own array, not a copy.
+        package var bytes: [UInt8]
+        /// The file as text, for rendering findings: made when asked, so that checking a file
+        /// holds no second copy of it while the graph is built.
+        package var source: String { String(decoding: bytes, as: UTF8.self) }
     }
 
     /// A file parsed into its YAML tree; `root` is `nil` when parsing failed (the diagnostics
@@ -135,19 +139,21 @@ public struct Policy: Sendable {
     package struct Parsed: Sendable {
         package var root: YAMLNode?
         package var diagnostics: [Diagnostic]
-        package var source: String
+        /// The file's bytes: the caller's own array, not a copy.
+        package var bytes: [UInt8]
+        /// The file as text, made when asked (see ``Analysis/source``).
+        package var source: String { String(decoding: bytes, as: UTF8.self) }
     }
 
     /// Parses YAML once, for callers that decide what the document is before analysing it.
     package static func parse(bytes: [UInt8], limits: YAMLLimits) -> Parsed {
-        let source = String(decoding: bytes, as: UTF8.self)
         var diagnostics: [Diagnostic] = []
         do {
             let root = try YAMLLoader(limits: limits).load(bytes, diagnostics: &diagnostics)
-            return Parsed(root: root, diagnostics: diagnostics, source: source)
+            return Parsed(root: root, diagnostics: diagnostics, bytes: bytes)
         } catch {
             if case .syntax(let diagnostic) = error { diagnostics.append(diagnostic) }
-            return Parsed(root: nil, diagnostics: diagnostics, source: source)
+            return Parsed(root: nil, diagnostics: diagnostics, bytes: bytes)
         }
     }
 
@@ -162,7 +168,7 @@ public struct Policy: Sendable {
     /// compiled, so the two are never in memory together (pass it with `consume`).
     package static func analyze(_ parsed: consuming Parsed, file: String?, catalog: PluginCatalog) -> Analysis {
         var diagnostics = parsed.diagnostics
-        let source = parsed.source
+        let bytes = parsed.bytes
         guard let root = parsed.root else {
             if !diagnostics.hasErrors {
                 diagnostics.append(
@@ -170,12 +176,12 @@ public struct Policy: Sendable {
                         "empty-file", "the file is empty; a policy needs at least 'policy: 1' and 'name:'",
                         at: .fileStart))
             }
-            return Analysis(policy: nil, diagnostics: finish(diagnostics, file), source: source)
+            return Analysis(policy: nil, diagnostics: finish(diagnostics, file), bytes: bytes)
         }
         parsed.root = nil
         var decoder = PolicyDecoder(catalog: catalog)
         guard let parts = decoder.policy(consume root) else {
-            return Analysis(policy: nil, diagnostics: finish(diagnostics + decoder.diagnostics, file), source: source)
+            return Analysis(policy: nil, diagnostics: finish(diagnostics + decoder.diagnostics, file), bytes: bytes)
         }
         diagnostics += decoder.diagnostics
         let graph = RuleGraph(parts: parts, catalog: catalog)
@@ -185,7 +191,7 @@ public struct Policy: Sendable {
                 errorPositions: decoder.diagnostics.filter { $0.severity == .error }.map(\.range.start)))
         let sorted = finish(diagnostics, file)
         let policy = Policy(parts: parts, graph: graph, warnings: sorted.filter { $0.severity == .warning }, file: file)
-        return Analysis(policy: policy, diagnostics: sorted, source: source)
+        return Analysis(policy: policy, diagnostics: sorted, bytes: bytes)
     }
 
     private static func finish(_ diagnostics: [Diagnostic], _ file: String?) -> [Diagnostic] {
