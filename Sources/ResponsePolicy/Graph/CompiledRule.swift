@@ -114,7 +114,22 @@ extension RuleGraph {
     package struct Escalation: Sendable {
         package let action: ActionKind
         package let edge: Edge
-        package let logout: LogoutSettings
+        /// The scope's logout settings, by reference: one box per scope, shared by every
+        /// escalation (inline, they made each retry or refresh rule a kilobyte larger).
+        let logoutBox: LogoutBox
+        package var logout: LogoutSettings { logoutBox.value }
+
+        init(action: ActionKind, edge: Edge, logout: LogoutBox) {
+            self.action = action
+            self.edge = edge
+            logoutBox = logout
+        }
+    }
+
+    /// A scope's logout settings held by reference. Immutable.
+    final class LogoutBox: Sendable {
+        let value: LogoutSettings
+        init(_ value: LogoutSettings) { self.value = value }
     }
 
     /// One rule as the engine runs it in one scope: its effective settings and every edge that

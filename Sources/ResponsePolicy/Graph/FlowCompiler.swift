@@ -25,6 +25,8 @@ struct FlowCompiler {
     private let classifierID: String
     /// The scope's own settings, shared by every rule that overrides none of them.
     private let scopeSettings: RuleGraph.EffectiveSettings
+    /// The scope's logout settings, shared by every escalation.
+    private let logoutBox: RuleGraph.LogoutBox
 
     init(
         scope: String, summary: String, classify: CodeSource?, retry: RetrySettings, refresh: RefreshSettings,
@@ -40,6 +42,7 @@ struct FlowCompiler {
         self.routeMethods = routeMethods
         classifierID = scope + ".classify"
         scopeSettings = RuleGraph.EffectiveSettings(retry: retry, refresh: refresh, logout: logout)
+        logoutBox = RuleGraph.LogoutBox(logout)
         nodes.append(
             RuleGraph.Node(
                 id: scope + ".classify", kind: .classifier,
@@ -74,7 +77,7 @@ struct FlowCompiler {
         _ action: ActionKind, from: String, _ kind: RuleGraph.EdgeKind, _ label: String
     ) -> RuleGraph.Escalation {
         let (action, to) = terminal(action)
-        return RuleGraph.Escalation(action: action, edge: edge(from, to, kind, label), logout: logout)
+        return RuleGraph.Escalation(action: action, edge: edge(from, to, kind, label), logout: logoutBox)
     }
 
     mutating func compile(_ rule: Rule, index: Int) -> RuleGraph.CompiledRule {

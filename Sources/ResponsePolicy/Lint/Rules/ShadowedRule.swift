@@ -58,16 +58,25 @@ struct ShadowedRule: LintRule {
     /// quadratic: 100,000 rules took 104 s). Lists hold positions in ascending order.
     struct CoverIndex {
         /// Positions by the covering rule's first header condition (`""`: none).
+        ///
+        /// The rules with no header condition (nearly all) are a plain list: a dictionary per
+        /// bucket, for one key, made a file whose 2,000 rules on `520-599` each name a path
+        /// hold 160,000 dictionaries.
         struct HeaderBucket {
+            var none: [Int] = []
             var byHeader: [String: [Int]] = [:]
 
             mutating func add(_ position: Int, header: String) {
-                byHeader[header, default: []].append(position)
+                if header.isEmpty {
+                    none.append(position)
+                } else {
+                    byHeader[header, default: []].append(position)
+                }
             }
 
             /// The positions whose header conditions can all be among `headers`.
             func candidates(for headers: [Condition.HeaderMatch]?, into lists: inout [[Int]]) {
-                if let none = byHeader[""] { lists.append(none) }
+                if !none.isEmpty { lists.append(none) }
                 guard let headers, !byHeader.isEmpty else { return }
                 var seen = Set<String>()
                 for header in headers {
