@@ -1,5 +1,7 @@
+import CoordinationTestSupport
 import Foundation
 import ResponsePolicy
+import ResponsePolicyRedis
 import TestGate
 import Testing
 
