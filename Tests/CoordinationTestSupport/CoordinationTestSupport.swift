@@ -11,7 +11,7 @@ import Testing
 public final class RedisServerFixture: @unchecked Sendable {
     // @unchecked: `process` is replaced only by `kill`/`restart`, which the owning test calls
     // from one task.
-    public let port: Int
+    public private(set) var port: Int
     private var process: Process?
 
     public static var isInstalled: Bool { executable != nil }
@@ -31,26 +31,37 @@ public final class RedisServerFixture: @unchecked Sendable {
 
     public var url: String { "redis://127.0.0.1:\(port)/0" }
 
+    /// Starts `redis-server` on `port`, or on another free port when that one was taken meanwhile.
+    ///
+    /// Why the identity check: a free port is free only until someone binds it. Tests start many
+    /// servers at once (and other test runs on the machine do too); a server that loses the race
+    /// for its port exits, and a readiness check that only PINGs would find the winner — another
+    /// test's server, killed under this one later ("Connection reset by peer").
     private func launch() throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Self.executable ?? "redis-server")
-        var arguments = [
-            "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode",
-            "no", "--loglevel", "warning",
-        ]
-        if let password { arguments += ["--requirepass", password] }
-        process.arguments = arguments
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        self.process = process
-        // Ready when it accepts a connection (at most 5 s).
-        let deadline = Date().addingTimeInterval(5)
-        while Date() < deadline {
-            if (try? command(["PING"])) != nil || password != nil && Self.canConnect(port) { return }
-            usleep(10_000)
+        for _ in 0..<5 {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: Self.executable ?? "redis-server")
+            var arguments = [
+                "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                "--protected-mode", "no", "--loglevel", "warning",
+            ]
+            if let password { arguments += ["--requirepass", password] }
+            process.arguments = arguments
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            self.process = process
+            // Ready when this process answers on the port (at most 10 s).
+            let deadline = Date().addingTimeInterval(10)
+            while Date() < deadline, process.isRunning {
+                let info = try? command(["INFO", "server"])
+                if info?.contains("process_id:\(process.processIdentifier)\r\n") == true { return }
+                usleep(5_000)
+            }
+            kill()
+            port = Self.freePort()
         }
-        throw FixtureError("redis-server did not start on port \(port)")
+        throw FixtureError("redis-server did not start on a free port")
     }
 
     /// Stops the server at once (SIGKILL), as a crash would.
