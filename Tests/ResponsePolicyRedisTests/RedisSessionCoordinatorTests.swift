@@ -169,6 +169,7 @@ extension RedisSessionCoordinatorTests {
         _ = await coordinator.start(local: testCredentials("seed"), updates: log.sink)
         let attacker = try RedisConnection(
             try RedisEndpoint.parse(server.url).get(), password: nil, timeout: .seconds(2))
+        #expect(await server.waitForSubscribers(1, on: Self.channel("signed")))
         let forged = #"{"access_token":"attacker","refresh_token":"attacker-refresh"}"#
         _ = try attacker.command(["HSET", "response-policy:{signed}:session", "gen", "9", "creds", forged])
         let turn = await coordinator.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
