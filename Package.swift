@@ -42,7 +42,8 @@ let package = Package(
         // Test helper: one coordinator in a child process, driven over stdin/stdout by the
         // multi-process coordination tests (killed with SIGKILL mid-refresh).
         .executableTarget(
-            name: "coordinator-probe", dependencies: ["ResponsePolicy", "ResponsePolicyRedis"], path: "Tests/CoordinatorProbe"),
+            name: "coordinator-probe", dependencies: ["ResponsePolicy", "ResponsePolicyRedis"],
+            path: "Tests/CoordinatorProbe"),
         // libFuzzer harness; scripts/fuzz.sh builds it with -sanitize=fuzzer,address. A plain build
         // is a replayer: `swift run policy-fuzz FILE...`.
         .executableTarget(name: "policy-fuzz", dependencies: ["ResponsePolicy", "ResponsePolicyTesting"]),
@@ -64,7 +65,9 @@ let package = Package(
             name: "CoordinationTestSupport", dependencies: ["ResponsePolicy"], path: "Tests/CoordinationTestSupport"),
         .testTarget(
             name: "ResponsePolicyTests",
-            dependencies: ["ResponsePolicy", "ResponsePolicyTesting", "policy-fuzz", "TestGate", "CoordinationTestSupport"]),
+            dependencies: [
+                "ResponsePolicy", "ResponsePolicyTesting", "policy-fuzz", "TestGate", "CoordinationTestSupport",
+            ]),
         // Everything that needs hiredis: the Redis store, processes on it, the backends' conformance.
         .testTarget(
             name: "ResponsePolicyRedisTests",

@@ -127,7 +127,8 @@ struct CoordinationPolicyTests {
             #expect(error.range?.start.line == yaml.split(separator: "\n").count, "\(String(describing: error.range))")
         }
         let problems = registry.problems(in: policy, environment: [:])
-        #expect(problems.contains { $0.kind == .coordination && $0.reason.contains("ResponsePolicyRedis") }, "\(problems)")
+        #expect(
+            problems.contains { $0.kind == .coordination && $0.reason.contains("ResponsePolicyRedis") }, "\(problems)")
         var linked = registry
         RedisCoordination.register(in: &linked)
         #expect(linked.problems(in: policy, environment: [:]).isEmpty)

@@ -55,9 +55,10 @@ import Testing
         /// Starts a coordinator and waits until it hears the others (Redis: its subscription is in
         /// place and has re-read the session; the others hear from their first look on).
         func started(
-            local: Credentials?, updates: @escaping @Sendable (SessionUpdate) -> Void = { _ in }
+            local: Credentials?, lease: Duration = .seconds(15),
+            updates: @escaping @Sendable (SessionUpdate) -> Void = { _ in }
         ) async throws -> (any SessionCoordinator, SharedSession?) {
-            let made = try coordinator()
+            let made = try coordinator(lease: lease)
             let shared = await made.start(local: local, updates: updates)
             if let server {
                 let listening = coordinators.count
@@ -100,7 +101,8 @@ import Testing
             for coordinator in coordinators {
                 for _ in 0..<3 {
                     group.addTask {
-                        await coordinatedRefresh(coordinator, failedGeneration: 0, counter: counter, timeout: .seconds(60))
+                        await coordinatedRefresh(
+                            coordinator, failedGeneration: 0, counter: counter, timeout: .seconds(60))
                     }
                 }
             }
@@ -173,13 +175,14 @@ import Testing
     @Test(arguments: backends)
     func aWaitForAnotherHolderIsBoundedByTheRequestTimeout(_ backend: Backend) async throws {
         let fleet = try Fleet(backend)
-        let (holder, _) = try await fleet.started(local: testCredentials("seed"))
-        let (waiter, _) = try await fleet.started(local: nil)
+        // Leases far longer than any stall of a loaded machine: a waiter cuts a lease longer than its
+        // own to its own length, and a waiter starved past that would rightly be granted one.
+        let (holder, _) = try await fleet.started(local: testCredentials("seed"), lease: .seconds(600))
+        let (waiter, _) = try await fleet.started(local: nil, lease: .seconds(600))
         guard case .lease = await holder.beginRefresh(Self.request(0)) else { return recordFailure("no lease") }
         // The holder never publishes: the waiter gives up at its timeout, long before the lease.
-        guard case .failedElsewhere = await waiter.beginRefresh(Self.request(0, timeout: .milliseconds(200))) else {
-            return recordFailure("the wait did not end with a failed turn")
-        }
+        let turn = await waiter.beginRefresh(Self.request(0, timeout: .milliseconds(200)))
+        guard case .failedElsewhere = turn else { return recordFailure("the wait ended with \(turn)") }
     }
 
     @Test(arguments: backends)
@@ -212,7 +215,9 @@ import Testing
         // The file store's record keeps the cooldown's end, not its reason (a known difference).
         #expect(reason == (backend == .file ? "logged out by another process" : "rule session-revoked"))
         let (_, late) = try await fleet.started(local: nil)
-        #expect(late?.loggedOutUntil.map { abs($0.timeIntervalSince(until)) < 0.002 } == true, "\(String(describing: late))")
+        #expect(
+            late?.loggedOutUntil.map { abs($0.timeIntervalSince(until)) < 0.002 } == true, "\(String(describing: late))"
+        )
         let signedIn = await origin.publishSignIn(testCredentials("again"))
         #expect(signedIn?.credentials == testCredentials("again"))
         let (_, after) = try await fleet.started(local: nil)

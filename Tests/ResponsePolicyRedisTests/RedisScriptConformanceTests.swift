@@ -162,7 +162,8 @@ struct RedisScriptConformanceTests {
             case 0..<2: operation = .join(local: Bool.random(using: &random) ? creds("local-\(step)") : nil)
             case 2..<8:
                 let failed = value.generation &- UInt64.random(in: 0...1, using: &random)
-                let limit: (Int, Int64)? = Bool.random(using: &random) ? (Int.random(in: 1...4, using: &random), 60_000) : nil
+                let limit: (Int, Int64)? =
+                    Bool.random(using: &random) ? (Int.random(in: 1...4, using: &random), 60_000) : nil
                 operation = .begin(failedGeneration: value.generation == 0 ? 0 : failed, leaseMs: 15_000, limit: limit)
             case 8..<12:
                 guard let lease = leases.randomElement(using: &random) else { continue }
@@ -203,7 +204,8 @@ struct RedisScriptConformanceTests {
         switch (expected, answer) {
         case (.begin(.wait(let holder, let left)), .begin(.wait(let redisHolder, let redisLeft))):
             #expect(holder == redisHolder, "\(label)", sourceLocation: sourceLocation)
-            #expect(abs(left - redisLeft) <= tolerance, "\(label): \(left) vs \(redisLeft)", sourceLocation: sourceLocation)
+            #expect(
+                abs(left - redisLeft) <= tolerance, "\(label): \(left) vs \(redisLeft)", sourceLocation: sourceLocation)
         case (.publish(.leaseLost(let current)), .publish(.leaseLost(let redisCurrent))):
             // Redis answers a refused publication from the session hash alone (no cooldown).
             var current = current
@@ -224,7 +226,8 @@ struct RedisScriptConformanceTests {
         let lease = value.lease.flatMap { $0.expires > now ? $0 : nil }
         #expect(lease?.fence == stored.lease?.fence, "\(label): lease", sourceLocation: sourceLocation)
         if let lease, let held = stored.lease {
-            #expect(abs(lease.expires - held.expires) <= tolerance, "\(label): lease end", sourceLocation: sourceLocation)
+            #expect(
+                abs(lease.expires - held.expires) <= tolerance, "\(label): lease end", sourceLocation: sourceLocation)
         }
         let cooldown = value.loggedOutUntil.flatMap { $0 > now ? $0 : nil }
         #expect(cooldown == stored.loggedOutUntil, "\(label): cooldown", sourceLocation: sourceLocation)
@@ -258,7 +261,8 @@ enum Operation: Sendable, CustomStringConvertible {
         switch self {
         case .join(let local): return "join(local: \(local?.accessToken ?? "nil"))"
         case .begin(let failed, let leaseMs, let limit):
-            return "begin(failed: \(failed), lease: \(leaseMs), limit: \(limit.map { "\($0.count)/\($0.perMs)" } ?? "-"))"
+            return
+                "begin(failed: \(failed), lease: \(leaseMs), limit: \(limit.map { "\($0.count)/\($0.perMs)" } ?? "-"))"
         case .publish(let credentials, let lease):
             return "publish(\(credentials.accessToken), fence \(lease.fencingToken), gen \(lease.generation))"
         case .end(let lease, let failure): return "end(fence \(lease.fencingToken), failure: \(failure ?? "nil"))"
@@ -429,7 +433,9 @@ final class ScriptedRecord {
 
 private func creds(_ name: String) -> Credentials {
     // Whole milliseconds: what every store keeps.
-    Credentials(accessToken: "access-\(name)", refreshToken: "refresh-\(name)", expiresAt: Date(milliseconds: 2_000_000_000_123))
+    Credentials(
+        accessToken: "access-\(name)", refreshToken: "refresh-\(name)", expiresAt: Date(milliseconds: 2_000_000_000_123)
+    )
 }
 
 private func record(

@@ -37,7 +37,8 @@ struct RedisSessionCoordinatorTests {
             for coordinator in coordinators {
                 for _ in 0..<5 {
                     group.addTask {
-                        await coordinatedRefresh(coordinator, failedGeneration: 0, counter: counter, timeout: .seconds(60))
+                        await coordinatedRefresh(
+                            coordinator, failedGeneration: 0, counter: counter, timeout: .seconds(60))
                     }
                 }
             }

@@ -92,7 +92,9 @@ package enum SharedCredentialsCodec {
 
     /// Decodes `text`, or says why it is refused (never quoting a value). With a `signer`, the
     /// credentials must carry its signature (`signing-key-env`).
-    package static func check(_ text: String, signer: SharedStateSigner? = nil) -> Result<Credentials, CoordinationError> {
+    package static func check(_ text: String, signer: SharedStateSigner? = nil)
+        -> Result<Credentials, CoordinationError>
+    {
         guard !text.isEmpty, text.utf8.count <= 4 * maxTokenBytes,
             let object = try? JSONSerialization.jsonObject(with: Data(text.utf8))
         else { return .failure(CoordinationError("the shared credentials are not a JSON object")) }
