@@ -13,12 +13,17 @@ scratch="${1:-$root/.build-core}"
 copy=$(mktemp -d)
 trap 'rm -rf "$copy"' EXIT
 
-# The package as committed and as edited (tracked and untracked files, never .build*).
-git ls-files --cached --others --exclude-standard -z | while IFS= read -r -d '' path; do
-    [ -e "$path" ] || continue
-    mkdir -p "$copy/$(dirname "$path")"
-    cp -p "$path" "$copy/$path"
-done
+# The package as committed and as edited (tracked and untracked files, never .build*); outside a
+# git checkout, everything but the build folders.
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    git ls-files --cached --others --exclude-standard -z | while IFS= read -r -d '' path; do
+        [ -e "$path" ] || continue
+        mkdir -p "$copy/$(dirname "$path")"
+        cp -p "$path" "$copy/$path"
+    done
+else
+    tar --exclude='./.build*' --exclude='./.swiftpm' -cf - . | tar -xf - -C "$copy"
+fi
 printf '#error "hiredis reached from a target that must build without it (issue 19: only ResponsePolicyRedis links hiredis)"\n' \
     >"$copy/Sources/CHiredis/CHiredis.h"
 sed -i 's/link "hiredis"/link "no-hiredis-for-the-core"/' "$copy/Sources/CHiredis/module.modulemap"
