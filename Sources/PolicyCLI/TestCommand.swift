@@ -167,6 +167,28 @@ enum TestCommand {
             }
             return outcome
         }
+        if script.fleet != nil {
+            let result: FleetSimulator.Result
+            do {
+                result = try await FleetSimulator.run(policy: policy, script: script)
+            } catch {
+                outcome.errors.append("\(file):1:1: error: \(error)")
+                return outcome
+            }
+            var checker = ExpectationChecker(expectations)
+            for line in result.lines {
+                guard case .engine(let process, var event) = line else { continue }
+                event.request = event.request.map { "\(process)/\($0)" }
+                checker.observe(event, process: process)
+            }
+            let summary = result.summary
+            outcome.failures = checker.failures(
+                value: { summary.value($0) }, processValue: { summary.value($1, of: $0) })
+            outcome.checked =
+                expectations.requests.count + expectations.summary.count + expectations.events.count
+                + expectations.processSummaries.count
+            return outcome
+        }
         let result: Simulator.Result
         do {
             result = try await Simulator.run(policy: policy, script: script) { path throws(PolicyError) -> Policy in
