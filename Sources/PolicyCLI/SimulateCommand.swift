@@ -132,7 +132,8 @@ enum SimulateCommand {
         func plural(_ n: Int, _ word: String, _ suffix: String = "s") -> String { "\(n) \(word)\(n == 1 ? "" : suffix)" }
         output.stdout(
             "fleet: \(plural(summary.processes.count, "process", "es")), \(plural(t.requests, "request")): "
-                + "\(t.delivered) delivered, \(t.failed) failed, \(t.loggedOut) logged out; "
+                + "\(t.delivered) delivered, \(t.failed) failed, \(t.loggedOut) logged out"
+                + (t.cancelled > 0 ? ", \(t.cancelled) cancelled; " : "; ")
                 + "\(plural(summary.tokenCalls, "token call")), \(plural(summary.reuses, "reuse")), "
                 + "\(plural(t.logouts, "logout")), \(plural(summary.leases, "lease")), "
                 + "\(plural(summary.restarts, "restart")), \(plural(summary.kills, "kill"))\n")
@@ -141,7 +142,8 @@ enum SimulateCommand {
 
     /// `N requests: D delivered, …; R refreshes, L logouts, A attempts`.
     static func summaryText(_ s: Simulator.Summary) -> String {
-        "\(s.requests) requests: \(s.delivered) delivered, \(s.failed) failed, \(s.loggedOut) logged out; "
+        "\(s.requests) requests: \(s.delivered) delivered, \(s.failed) failed, \(s.loggedOut) logged out"
+            + (s.cancelled > 0 ? ", \(s.cancelled) cancelled; " : "; ")
             + "\(s.refreshes) refresh\(s.refreshes == 1 ? "" : "es"), \(s.logouts) logout\(s.logouts == 1 ? "" : "s"), "
             + "\(s.attempts) attempt\(s.attempts == 1 ? "" : "s")"
     }
