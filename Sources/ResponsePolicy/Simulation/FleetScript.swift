@@ -223,9 +223,12 @@ extension PolicyDecoder {
         case "latest": return .latest
         case "none": return FleetScript.StartingCredentials.none
         default:
+            let hint = Suggestion.closest(to: text, in: ["initial", "latest", "none"]).map { "did you mean '\($0)'? or " }
             report(
-                Self.unknownValue(
-                    text, of: key, among: ["initial", "latest", "none", "a refresh call's number"], at: node.range))
+                .error(
+                    "invalid-value",
+                    "'\(key)' cannot be '\(text.truncatedForMessage)'; \(hint ?? "")use 'initial', 'latest', 'none' "
+                        + "or the number of the refresh call whose pair the credentials file holds", at: node.range))
             return nil
         }
     }
