@@ -20,7 +20,7 @@ enum TestCommand {
         arguments: [
             .init(
                 name: "PATH",
-                help: "A script, or a folder searched for scripts (*.yaml, *.yml with 'requests:'); "
+                help: "A script, or a folder searched for scripts (*.yaml, *.yml with 'requests:' or 'processes:'); "
                     + "other YAML is skipped.",
                 variadic: true)
         ],
@@ -88,7 +88,7 @@ enum TestCommand {
         }
         if unreadable { return ExitCode.noInput }
         if outcomes.isEmpty {
-            output.stderr("error: no simulation scripts found (a script has a top-level 'requests:')\n")
+            output.stderr("error: no simulation scripts found (a script has a top-level 'requests:', a fleet script 'processes:')\n")
             return ExitCode.failure
         }
         return failed > 0 ? ExitCode.failure : ExitCode.success
