@@ -200,3 +200,41 @@ struct FleetSimulationPropertyTests {
         }
     }
 }
+
+/// `PolicySimulation` (the testing product's public API) runs fleet scripts too: the fleet's
+/// counters, each process's, and the unmet expectations with their positions.
+struct FleetPolicySimulationTests {
+    @Test func aServiceTestRunsAFleetScript() async throws {
+        let policy = try Policy.load(yaml: FleetSimulationPropertyTests.policy)
+        let result = try await PolicySimulation.run(
+            policy: policy,
+            script: """
+                tokens: { initial: valid, expire: [1s] }
+                refresh: [{ after: 100ms, result: ok, expires-in: 1h }]
+                processes:
+                  - id: a
+                    requests: [{ id: r, at: 1s, repeat: 2, responses: [{ status: 200 }], expect: delivered }]
+                  - id: b
+                    requests: [{ id: r, at: 1s, repeat: 2, responses: [{ status: 200 }], expect: delivered }]
+                    expect: { summary: { refreshes: 1 } }
+                events:
+                  - { at: 1500ms, restart: b }
+                expect:
+                  summary: { token-calls: 1, reuses: 0, restarts: 2 }
+                """, file: "fleet.yaml")
+        let fleet = try #require(result.fleet)
+        #expect(fleet.tokenCalls == 1)
+        #expect(fleet.reuses == 0)
+        #expect(fleet.leases == 1)
+        #expect(fleet.restarts == 1)
+        #expect(fleet.processes["a"]?.refreshes == 1)
+        #expect(fleet.processes["b"]?.refreshes == 0)
+        #expect(result.summary.delivered == 4)
+        #expect(result.events.contains { $0.request == "b/r-2" && $0.kind == .outcome && $0.result == .delivered })
+        #expect(
+            result.unmet == [
+                "fleet.yaml:8:26: process 'b': expected refreshes 1, got 0",
+                "fleet.yaml:12:41: summary: expected restarts 2, got 1",
+            ])
+    }
+}
