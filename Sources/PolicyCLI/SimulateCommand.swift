@@ -66,7 +66,9 @@ enum SimulateCommand {
         for diagnostic in diagnostics { output.stderr(diagnostic.description + "\n") }
         guard let script = parsed else { return ExitCode.failure }
 
-        if script.fleet != nil { return await runFleet(policy: policy, script: script, json: format == .json, output: output) }
+        if script.fleet != nil {
+            return await runFleet(policy: policy, script: script, json: format == .json, output: output)
+        }
         let directory = URL(fileURLWithPath: scriptPath).deletingLastPathComponent().path
         // Events go out as they happen (buffered), none is kept: memory does not grow with the run.
         let writer = BufferedWriter(output.stdout)
@@ -129,7 +131,9 @@ enum SimulateCommand {
             output.stdout("summary \(process.process): " + summaryText(process.summary) + "\n")
         }
         let t = summary.total
-        func plural(_ n: Int, _ word: String, _ suffix: String = "s") -> String { "\(n) \(word)\(n == 1 ? "" : suffix)" }
+        func plural(_ n: Int, _ word: String, _ suffix: String = "s") -> String {
+            "\(n) \(word)\(n == 1 ? "" : suffix)"
+        }
         output.stdout(
             "fleet: \(plural(summary.processes.count, "process", "es")), \(plural(t.requests, "request")): "
                 + "\(t.delivered) delivered, \(t.failed) failed, \(t.loggedOut) logged out"
@@ -218,7 +222,8 @@ enum SimulateCommand {
         case .held: what = "held (\(event.reason ?? "refresh in flight"))"
         case .refreshStart: what = "refresh started"
         case .refreshRetry:
-            what = "refresh retry in \(event.delay.map { PolicyEvent.secondsText($0) } ?? "?")s"
+            what =
+                "refresh retry in \(event.delay.map { PolicyEvent.secondsText($0) } ?? "?")s"
                 + (event.reason.map { " (\($0))" } ?? "")
         case .refreshEnd:
             what = "refresh " + (event.ok == true ? "ok" : "failed") + (event.reason.map { " (\($0))" } ?? "")

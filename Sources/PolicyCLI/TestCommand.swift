@@ -88,7 +88,9 @@ enum TestCommand {
         }
         if unreadable { return ExitCode.noInput }
         if outcomes.isEmpty {
-            output.stderr("error: no simulation scripts found (a script has a top-level 'requests:', a fleet script 'processes:')\n")
+            output.stderr(
+                "error: no simulation scripts found (a script has a top-level 'requests:', a fleet script 'processes:')\n"
+            )
             return ExitCode.failure
         }
         return failed > 0 ? ExitCode.failure : ExitCode.success

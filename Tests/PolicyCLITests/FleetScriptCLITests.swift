@@ -43,7 +43,8 @@ struct FleetScriptCLITests {
         #expect(files.count >= 9, "\(files)")
         let result = try await runPolicy(["test", Self.fleetFolder], timeout: 120)
         #expect(result.status == 0, "\(result.stdout)\(result.stderr)")
-        #expect(result.stdout.hasSuffix("\(files.count) scripts: \(files.count) passed, 0 failed\n"), "\(result.stdout)")
+        #expect(
+            result.stdout.hasSuffix("\(files.count) scripts: \(files.count) passed, 0 failed\n"), "\(result.stdout)")
         for file in files { #expect(result.stdout.contains("PASS \(Self.fleetFolder)/\(file)"), "\(file)") }
     }
 
@@ -57,7 +58,9 @@ struct FleetScriptCLITests {
         #expect(lines.first == #"{"t":0,"process":"a","event":"start","credentials":"pair 0"}"#)
         #expect(lines.contains(#"{"t":1.15,"process":"a","event":"token-call","call":1,"result":"ok","pair":1}"#))
         #expect(lines.filter { $0.contains(#""event":"token-call""#) }.count == 1)
-        #expect(lines.contains(#"{"t":1.2,"process":"b","request":"r-2","event":"outcome","status":200,"result":"delivered"}"#))
+        #expect(
+            lines.contains(
+                #"{"t":1.2,"process":"b","request":"r-2","event":"outcome","status":200,"result":"delivered"}"#))
         #expect(
             Array(lines.suffix(3)) == [
                 #"{"event":"process-summary","process":"a","requests":3,"delivered":3,"failed":0,"logged-out":0,"refreshes":1,"logouts":0,"attempts":6}"#,
@@ -73,7 +76,8 @@ struct FleetScriptCLITests {
         try dir.write("fleet.yaml", Self.twoProcesses)
         let result = try await runPolicy(["simulate", "--script", "fleet.yaml"], in: dir.url)
         #expect(result.status == 0, "\(result.stderr)")
-        #expect(result.stdout.contains("    1.150s  a     -         token call 1: ok, pair 1 issued\n"), "\(result.stdout)")
+        #expect(
+            result.stdout.contains("    1.150s  a     -         token call 1: ok, pair 1 issued\n"), "\(result.stdout)")
         #expect(result.stdout.contains("    1.200s  b     r-1       => delivered 200\n"), "\(result.stdout)")
         #expect(
             result.stdout.hasSuffix(
@@ -89,7 +93,8 @@ struct FleetScriptCLITests {
         let dir = try TemporaryDirectory()
         try dir.write(
             "policy.yaml",
-            Self.policy + "coordination: { use: redis, with: { url: \"redis://127.0.0.1:1/0\", on-unavailable: local } }\n")
+            Self.policy
+                + "coordination: { use: redis, with: { url: \"redis://127.0.0.1:1/0\", on-unavailable: local } }\n")
         try dir.write(
             "reuse.yaml",
             """

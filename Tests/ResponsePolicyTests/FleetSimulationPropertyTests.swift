@@ -102,7 +102,8 @@ struct FleetSimulationPropertyTests {
             case 4:
                 // A plain kill of a process that has started.
                 let index = g.int(1...processes)
-                out += "  - { at: \(outside(Double(starts[index - 1]) + 0.000317 + Double(g.int(0...40))))s, kill: p\(index) }\n"
+                out +=
+                    "  - { at: \(outside(Double(starts[index - 1]) + 0.000317 + Double(g.int(0...40))))s, kill: p\(index) }\n"
             default:
                 let credentials = ["", ", credentials: initial", ", credentials: latest"][g.int(0...2)]
                 out += "  - { at: \(odd)s, restart: \(target)\(credentials) }\n"
@@ -129,24 +130,31 @@ struct FleetSimulationPropertyTests {
             switch line {
             case .note(let note):
                 if note.event == "token-call" {
-                    let refused = note.fields.contains { $0.key == "result" && ($0.json == "\"reuse\"" || $0.json == "\"refused\"") }
+                    let refused = note.fields.contains {
+                        $0.key == "result" && ($0.json == "\"reuse\"" || $0.json == "\"refused\"")
+                    }
                     #expect(!refused, "\(note.text) at \(note.time); \(context)")
                 }
             case .engine(let process, let event):
-                #expect(event.kind != .logout, "\(process) logged out at \(event.time): \(event.reason ?? ""); \(context)")
+                #expect(
+                    event.kind != .logout, "\(process) logged out at \(event.time): \(event.reason ?? ""); \(context)")
                 guard event.kind == .outcome else { continue }
                 outcomes["\(process)/\(event.request ?? "?")", default: 0] += 1
                 switch event.result {
                 case .delivered?: break
                 case .failed?:
-                    #expect(event.reason?.isEmpty == false, "\(process)/\(event.request ?? "") failed without a reason; \(context)")
+                    #expect(
+                        event.reason?.isEmpty == false,
+                        "\(process)/\(event.request ?? "") failed without a reason; \(context)")
                 case .cancelled?:
                     let why = event.reason ?? ""
                     #expect(
                         why.contains("killed") || why.contains("not running"),
                         "\(process)/\(event.request ?? "") cancelled: \(why); \(context)")
                 default:
-                    Issue.record("\(process)/\(event.request ?? "") ended \(event.result?.rawValue ?? "without a result"); \(context)")
+                    Issue.record(
+                        "\(process)/\(event.request ?? "") ended \(event.result?.rawValue ?? "without a result"); \(context)"
+                    )
                 }
             }
         }

@@ -224,8 +224,8 @@ extension PolicyEngine {
         case .newer(let session), .published(let session):
             guard let credentials = session.credentials, !credentials.sameTokens(as: context.credentials) else {
                 return (
-                    .failure(RefreshFailure("the shared session holds no newer credentials", kind: .transient)), nil, true,
-                    false
+                    .failure(RefreshFailure("the shared session holds no newer credentials", kind: .transient)), nil,
+                    true, false
                 )
             }
             // `.newer`: the fleet held these before this refresh asked (no token call for it).

@@ -169,7 +169,8 @@ extension PolicyDecoder {
         }
         guard let requestsNode else {
             report(
-                .error("missing-key", "process '\(process.id)' needs 'requests:', the requests it sends", at: node.range)
+                .error(
+                    "missing-key", "process '\(process.id)' needs 'requests:', the requests it sends", at: node.range)
             )
             return []
         }
@@ -223,7 +224,9 @@ extension PolicyDecoder {
         case "latest": return .latest
         case "none": return FleetScript.StartingCredentials.none
         default:
-            let hint = Suggestion.closest(to: text, in: ["initial", "latest", "none"]).map { "did you mean '\($0)'? or " }
+            let hint = Suggestion.closest(to: text, in: ["initial", "latest", "none"]).map {
+                "did you mean '\($0)'? or "
+            }
             report(
                 .error(
                     "invalid-value",

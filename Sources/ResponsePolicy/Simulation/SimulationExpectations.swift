@@ -62,7 +62,9 @@ package struct SimulationExpectations: Sendable {
             var fields: [String] = []
             if let process { fields.append("process: \(process)") }
             if let request {
-                let written = process.map { request.hasPrefix($0 + "/") ? String(request.dropFirst($0.count + 1)) : request }
+                let written = process.map {
+                    request.hasPrefix($0 + "/") ? String(request.dropFirst($0.count + 1)) : request
+                }
                 fields.append("request: \(written ?? request)")
             }
             if let kind { fields.append("event: \(kind.rawValue)") }
@@ -99,7 +101,9 @@ package struct SimulationExpectations: Sendable {
     ]
     /// The fleet summary's counters beyond a process's (docs/commands.md, "Fleet scripts").
     package static let fleetSummaryKeys = ["processes", "token-calls", "reuses", "leases", "restarts", "kills"]
-    static let eventKeys = ["process", "request", "event", "attempt", "status", "code", "rule", "action", "ok", "result"]
+    static let eventKeys = [
+        "process", "request", "event", "attempt", "status", "code", "rule", "action", "ok", "result",
+    ]
     static let outcomes = ["delivered", "failed", "logged-out", "cancelled"]
 
     /// Reads the expectations of a parsed script; problems are positioned diagnostics.
@@ -244,7 +248,8 @@ extension PolicyDecoder {
                     event.kind = kind
                 } else {
                     let kinds = [
-                        "send", "response", "wait", "queued", "held", "cancel", "outcome", "logout", "reload", "problem",
+                        "send", "response", "wait", "queued", "held", "cancel", "outcome", "logout", "reload",
+                        "problem",
                         "refresh-start", "refresh-end",
                     ]
                     report(Self.unknownValue(text, of: key, among: kinds, at: value.range))

@@ -131,7 +131,8 @@ package struct ExpectationChecker: Sendable {
                 failures.append(
                     Failure(
                         range: range,
-                        message: "process '\(process)': expected \(key) \(expected), got \(actual.map(String.init) ?? "no such process")",
+                        message:
+                            "process '\(process)': expected \(key) \(expected), got \(actual.map(String.init) ?? "no such process")",
                         context: [], contextTitle: ""))
             }
         }

@@ -366,7 +366,9 @@ final class FleetRun: Sendable {
             // What the old engine saved, as a file keeps it: `expires_at` to the second.
             starting = process.savedCredentials.map { saved in
                 var copy = saved
-                copy.expiresAt = saved.expiresAt.map { Date(timeIntervalSince1970: $0.timeIntervalSince1970.rounded(.down)) }
+                copy.expiresAt = saved.expiresAt.map {
+                    Date(timeIntervalSince1970: $0.timeIntervalSince1970.rounded(.down))
+                }
                 return copy
             }
         }
@@ -466,7 +468,8 @@ final class FleetRun: Sendable {
             URL(string: "https://simulated.invalid" + (request.path.hasPrefix("/") ? "" : "/") + request.path)
             ?? URL(fileURLWithPath: "/")
         let httpRequest = HTTPRequest(
-            method: request.method, url: url, headers: headers, body: request.body.map { Data($0.utf8) }, id: request.id)
+            method: request.method, url: url, headers: headers, body: request.body.map { Data($0.utf8) }, id: request.id
+        )
         let task = Task(executorPreference: scheduler.executor) {
             _ = try? await engine.send(httpRequest)
         }
@@ -582,10 +585,12 @@ final class SimulatedProcess: Sendable {
     }
 
     func holdsLease(_ holds: Bool, incarnation: Int) {
-        let order: Int? = holds ? Self.grants.withLock { value -> Int in
-            value += 1
-            return value
-        } : nil
+        let order: Int? =
+            holds
+            ? Self.grants.withLock { value -> Int in
+                value += 1
+                return value
+            } : nil
         state.withLock { state in
             guard state.alive, state.incarnation == incarnation else { return }
             state.leaseOrder = order

@@ -73,63 +73,73 @@ final class FleetTokenServer: Sendable {
 
     /// The server's answer to `presented` under `step`: new credentials, or a ``RefreshFailure``.
     /// `answer` says what it was, for the output.
-    func answer(presented: String?, step: SimulationScript.RefreshStep) -> (Swift.Result<Credentials, RefreshFailure>, Answer, Int) {
+    func answer(presented: String?, step: SimulationScript.RefreshStep) -> (
+        Swift.Result<Credentials, RefreshFailure>, Answer, Int
+    ) {
         let number = presented.flatMap { text -> Int? in
             guard text.hasPrefix(Self.refreshPrefix) else { return nil }
             return Int(text.dropFirst(Self.refreshPrefix.count))
         }
         let now = clock.now
         let date = clock.date
-        let (outcome, answer, call, revoke, issue): (Swift.Result<Credentials, RefreshFailure>, Answer, Int, Bool, Int?) =
-            state.withLock { state in
-                state.answered += 1
-                let call = state.answered
-                guard let number, state.current != nil else {
-                    return (.failure(Self.invalidGrant("the refresh token is not valid")), .refused, call, false, nil)
+        let (outcome, answer, call, revoke, issue):
+            (Swift.Result<Credentials, RefreshFailure>, Answer, Int, Bool, Int?) =
+                state.withLock { state in
+                    state.answered += 1
+                    let call = state.answered
+                    guard let number, state.current != nil else {
+                        return (
+                            .failure(Self.invalidGrant("the refresh token is not valid")), .refused, call, false, nil
+                        )
+                    }
+                    if state.spent.contains(number) {
+                        state.reuses += 1
+                        state.current = nil
+                        return (
+                            .failure(Self.invalidGrant("refresh token reused; the token family is revoked")), .reuse,
+                            call,
+                            true, nil
+                        )
+                    }
+                    guard number == state.current else {
+                        return (
+                            .failure(Self.invalidGrant("the refresh token is not valid")), .refused, call, false, nil
+                        )
+                    }
+                    switch step.result {
+                    case .ok:
+                        state.spent.insert(number)
+                        state.issued += 1
+                        state.current = state.issued
+                        let expiry = step.expiresIn.map { date.addingTimeInterval($0.seconds) }
+                        state.expiries[state.issued] = expiry
+                        return (
+                            .success(
+                                Credentials(
+                                    accessToken: "\(TokenServer.prefix)\(state.issued)",
+                                    refreshToken: "\(Self.refreshPrefix)\(state.issued)", expiresAt: expiry)),
+                            .ok, call, false, state.issued
+                        )
+                    case .fail:
+                        let response = step.status.map { HTTPResponse(status: $0, body: Data((step.body ?? "").utf8)) }
+                        let answered =
+                            response.map { " (answered \($0.status)\(TokenEndpoint.oauthError(in: $0)))" } ?? ""
+                        return (
+                            .failure(
+                                RefreshFailure(
+                                    "scripted refresh failure" + answered, response: response,
+                                    retryAfter: step.retryAfter)),
+                            .failed, call, false, nil
+                        )
+                    case .transient:
+                        return (
+                            .failure(
+                                RefreshFailure(
+                                    "scripted refresh failure: no answer (connection reset)", kind: .transient,
+                                    retryAfter: step.retryAfter)), .transient, call, false, nil
+                        )
+                    }
                 }
-                if state.spent.contains(number) {
-                    state.reuses += 1
-                    state.current = nil
-                    return (
-                        .failure(Self.invalidGrant("refresh token reused; the token family is revoked")), .reuse, call,
-                        true, nil
-                    )
-                }
-                guard number == state.current else {
-                    return (.failure(Self.invalidGrant("the refresh token is not valid")), .refused, call, false, nil)
-                }
-                switch step.result {
-                case .ok:
-                    state.spent.insert(number)
-                    state.issued += 1
-                    state.current = state.issued
-                    let expiry = step.expiresIn.map { date.addingTimeInterval($0.seconds) }
-                    state.expiries[state.issued] = expiry
-                    return (
-                        .success(
-                            Credentials(
-                                accessToken: "\(TokenServer.prefix)\(state.issued)",
-                                refreshToken: "\(Self.refreshPrefix)\(state.issued)", expiresAt: expiry)),
-                        .ok, call, false, state.issued
-                    )
-                case .fail:
-                    let response = step.status.map { HTTPResponse(status: $0, body: Data((step.body ?? "").utf8)) }
-                    let answered = response.map { " (answered \($0.status)\(TokenEndpoint.oauthError(in: $0)))" } ?? ""
-                    return (
-                        .failure(
-                            RefreshFailure(
-                                "scripted refresh failure" + answered, response: response, retryAfter: step.retryAfter)),
-                        .failed, call, false, nil
-                    )
-                case .transient:
-                    return (
-                        .failure(
-                            RefreshFailure(
-                                "scripted refresh failure: no answer (connection reset)", kind: .transient,
-                                retryAfter: step.retryAfter)), .transient, call, false, nil
-                    )
-                }
-            }
         if revoke { tokens?.revoke() }
         if let issue { tokens?.issued(issue, at: now) }
         return (outcome, answer, call)
