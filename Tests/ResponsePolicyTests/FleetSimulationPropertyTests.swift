@@ -254,16 +254,17 @@ struct FleetPolicySimulationTests {
         "01-cold-expiry", "02-adopted-token", "03-outage-during-expiry", "04-long-outage", "05-store-pause",
         "06-lease-holder-killed", "07-start-during-cooldown", "08-logout-during-outage",
         "09-restart-older-credentials", "10-start-during-outage", "11-late-publication",
-        "12-known-limit-holder-killed-during-outage", "13-pause-longer-than-the-lease",
+        "12-known-limit-holder-killed-during-outage", "13-pause-longer-than-the-lease", "14-uncoordinated",
     ])
     func theShippedScenarioHolds(_ name: String) async throws {
         let folder = repositoryRoot.appendingPathComponent("examples/fleet")
-        let policy = try Policy.load(contentsOf: folder.appendingPathComponent("policy.yaml"))
+        let policyName = name.hasPrefix("14-") ? "uncoordinated.yaml" : "policy.yaml"
+        let policy = try Policy.load(contentsOf: folder.appendingPathComponent(policyName))
         let text = try String(contentsOf: folder.appendingPathComponent(name + ".yaml"), encoding: .utf8)
         let result = try await PolicySimulation.run(policy: policy, script: text, file: name + ".yaml")
         #expect(result.unmet == [])
         let fleet = try #require(result.fleet)
-        #expect(fleet.reuses == (name.hasPrefix("12-") ? 1 : 0))
-        if !["07-", "08-", "12-"].contains(where: name.hasPrefix) { #expect(result.summary.logouts == 0) }
+        #expect(fleet.reuses == (name.hasPrefix("12-") || name.hasPrefix("14-") ? 1 : 0))
+        if !["07-", "08-", "12-", "14-"].contains(where: name.hasPrefix) { #expect(result.summary.logouts == 0) }
     }
 }

@@ -215,6 +215,8 @@ final class FleetRun: Sendable {
     let server: FleetTokenServer
     let tokens: TokenServer?
     let lease: Duration
+    /// Whether the processes share the store: the policy names a coordination other than `local`.
+    let shared: Bool
     let seed: UInt64
     let maxAttempts: Int
     let onLine: (@Sendable (FleetSimulator.Line) -> Void)?
@@ -239,6 +241,7 @@ final class FleetRun: Sendable {
         lease =
             policy.coordination.options["lease"]?.string.flatMap { Duration.parsePolicy($0) }
             .flatMap { $0 > .zero ? $0 : nil } ?? .seconds(15)
+        shared = policy.coordination.name != "local"
         var processes: [SimulatedProcess] = []
         let output = output
         let stopped: @Sendable () -> Bool = { output.withLock { $0.stopped } }
@@ -382,7 +385,12 @@ final class FleetRun: Sendable {
         options.refreshPlugin = FleetRefresh(run: self, process: process, incarnation: incarnation)
         options.logoutPlugin = NoLogout()
         options.environment = [:]
-        options.coordinator = FleetCoordinator(inner: inner, run: self, process: process, incarnation: incarnation)
+        // A policy that shares nothing (`coordination: local`, the default) runs each process on
+        // its own, as it would in production: the simulation shows what that costs.
+        options.coordinator =
+            shared
+            ? FleetCoordinator(inner: inner, run: self, process: process, incarnation: incarnation)
+            : LocalSessionCoordinator()
         let file = MemoryCredentialStore(starting)
         let what: String
         switch credentials {
@@ -392,8 +400,10 @@ final class FleetRun: Sendable {
         case nil: what = "its file's"
         }
         note(
-            restart ? "restart" : "start", process: id, [("credentials", PolicyEvent.quote(what))],
-            text: (restart ? "restarted" : "started") + " with credentials \(what)")
+            restart ? "restart" : "start", process: id,
+            [("credentials", PolicyEvent.quote(what))] + (shared ? [] : [("coordinated", "false")]),
+            text: (restart ? "restarted" : "started") + " with credentials \(what)"
+                + (shared ? "" : ", alone (coordination: local shares nothing)"))
         let engine = PolicyEngine(policy: policy, transport: process.transport, credentials: file, options: options)
         process.install(engine, file: file, incarnation: incarnation)
     }
