@@ -176,6 +176,11 @@ extension PolicyDecoder {
                 summaryExpectation(value, fleet: false, into: &own)
             }
         }
+        // Past the script's bound the script itself is refused (`too-many-requests`); its
+        // expectations are not multiplied out.
+        guard expectations.requests.count + ids.count * own.requests.count <= SimulationScript.maxRequests else {
+            return
+        }
         for process in ids {
             for request in own.requests {
                 var copy = request
