@@ -57,7 +57,9 @@ package final class InMemoryCoordinationStore: Sendable {
             let subscribers = state.withLock { state -> [@Sendable (SessionUpdate) -> Void] in
                 guard state.available != newValue else { return [] }
                 state.available = newValue
-                return Array(state.subscribers.values)
+                // In the order the engines subscribed: a simulation's output must not depend on
+                // a dictionary's hash seed.
+                return state.subscribers.sorted { $0.key < $1.key }.map(\.value)
             }
             let update: SessionUpdate = newValue ? .recovered : .problem("the in-memory store is down")
             for subscriber in subscribers { subscriber(update) }
@@ -89,7 +91,9 @@ package final class InMemoryCoordinationStore: Sendable {
     fileprivate func withState<R>(_ body: (inout State) -> R) -> R { state.withLock(body) }
 
     func broadcast(_ update: SessionUpdate, except holder: UInt64?) {
-        let subscribers = state.withLock { state in state.subscribers.filter { $0.key != holder }.map(\.value) }
+        let subscribers = state.withLock { state in
+            state.subscribers.filter { $0.key != holder }.sorted { $0.key < $1.key }.map(\.value)
+        }
         for subscriber in subscribers { subscriber(update) }
         bump()
     }
@@ -98,7 +102,7 @@ package final class InMemoryCoordinationStore: Sendable {
         let waiting = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             state.version += 1
             defer { state.waiters = [:] }
-            return Array(state.waiters.values)
+            return state.waiters.sorted { $0.key < $1.key }.map(\.value)
         }
         for waiter in waiting { waiter.resume() }
     }
