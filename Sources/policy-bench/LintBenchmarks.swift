@@ -125,7 +125,9 @@ extension Benchmarks {
     /// its peak RSS in bytes.
     static func peakRSS(mode: String, path: String) -> Double {
         // As `policy lint` reads a file: the bytes alone, the `Data` they came from let go.
-        guard let bytes = FileManager.default.contents(atPath: path).map({ [UInt8]($0) }) else { return .nan }
+        guard let bytes = FileManager.default.contents(atPath: path).map({ [UInt8]($0) }) else {
+            return .nan
+        }
         switch mode {
         case "lint":
             blackHole(Policy.analyze(bytes: bytes, file: path, catalog: PluginCatalog(), limits: .default).diagnostics.count)
