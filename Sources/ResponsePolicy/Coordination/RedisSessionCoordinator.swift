@@ -127,7 +127,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         else { throw CoordinationError("'key' must be a non-empty name without spaces or braces") }
         self.configuration = configuration
         keys = Keys(configuration.key)
-        signer = configuration.signingKey.map(SharedStateSigner.init(key:))
+        signer = configuration.signingKey.map { SharedStateSigner(key: $0, scope: "redis:" + configuration.key) }
     }
 
     deinit {
