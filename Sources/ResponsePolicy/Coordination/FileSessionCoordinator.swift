@@ -508,3 +508,19 @@ public final class FileSessionCoordinator: SessionCoordinator {
         updates?(update)
     }
 }
+
+extension FileSessionCoordinator: TrustWarning {
+    /// A folder other users can write (group or others write bit, sticky or not): they can remove
+    /// the lock and state files, or put their own in their place. Theirs are refused (another
+    /// owner), so they can stop the fleet's coordination, never forge its session; a key does not
+    /// prevent that, a private folder does, so this is said with or without `signing-key-env`.
+    package var trustWarning: String? {
+        let folder = (statePath as NSString).deletingLastPathComponent
+        var info = stat()
+        guard stat(folder.isEmpty ? "." : folder, &info) == 0, info.st_mode & 0o022 != 0 else { return nil }
+        let mode = String(info.st_mode & 0o7777, radix: 8)
+        return "the folder '\(folder)' of the shared session files can be written by other users (mode \(mode)): they "
+            + "can remove or replace the lock and state files and stop this fleet's coordination; keep the credentials "
+            + "in a folder only this user can write (chmod go-w '\(folder)')"
+    }
+}

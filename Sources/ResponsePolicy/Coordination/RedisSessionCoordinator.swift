@@ -813,3 +813,13 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         return new
         """
 }
+
+extension RedisSessionCoordinator: TrustWarning {
+    /// A Redis on another host without `signing-key-env`: every client of it can forge the session.
+    package var trustWarning: String? {
+        guard signer == nil, !endpoint.isLoopback else { return nil }
+        return "\(endpoint) is not a loopback address and 'signing-key-env' is not set: any client of that Redis can sign "
+            + "this fleet in with tokens of its choosing, log it out or hold its refreshes; name an environment "
+            + "variable holding a shared key (every process of the fleet the same)"
+    }
+}

@@ -1,0 +1,23 @@
+import Foundation
+import Testing
+
+/// Issue 23: `policy fetch` prints a store's trust warning (a Redis that is not on a loopback
+/// address, without `signing-key-env`) like other coordination problems, once, before it sends.
+struct CoordinationTrustWarningCLITests {
+    @Test(arguments: [false, true])
+    func fetchPrintsTheMissingSigningKeyOfARemoteRedis(keyed: Bool) async throws {
+        let directory = try TemporaryDirectory()
+        let key = keyed ? ", signing-key-env: HOME" : ""
+        let policy = try directory.write(
+            "policy.yaml",
+            """
+            policy: 1
+            name: fleet
+            coordination: { use: redis, with: { url: "redis://0.0.0.0:1/0", connect-timeout: 10ms\(key) } }
+            """)
+        let result = try await runPolicy(["fetch", "--count", "1", "--policy", policy.path, "http://127.0.0.1:9/never"])
+        let warning = "warning: coordination: redis://0.0.0.0:1/0 is not a loopback address and 'signing-key-env' is not set"
+        #expect(result.stderr.components(separatedBy: warning).count - 1 == (keyed ? 0 : 1), "\(result.stderr)")
+        #expect(!result.crashed)
+    }
+}
