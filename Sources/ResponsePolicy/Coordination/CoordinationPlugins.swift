@@ -69,8 +69,9 @@ enum CoordinationPlugins {
     /// `signing-key-env`, taken by every built-in store that shares credentials.
     static let signingKeyOption = PluginSchema.Option(
         "signing-key-env", .string,
-        "the environment variable holding the fleet's shared key: credentials and logouts read from the store "
-            + "are used only when signed with it (HMAC-SHA256)")
+        "the environment variable holding the fleet's shared key: every value read from the store (credentials "
+            + "with their generation, leases, the cooldown, refresh.limit grants; the file store's whole record) is "
+            + "used only when signed with it (HMAC-SHA256); anything else is refused as coordination trouble")
 
     /// The key named by `signing-key-env`, when set; an error when the variable is named but empty.
     static func signingKey(_ config: CoordinatorConfiguration) throws(CoordinationError) -> Data? {
