@@ -7,7 +7,7 @@ struct CoordinationTrustWarningCLITests {
     @Test(arguments: [false, true])
     func fetchPrintsTheMissingSigningKeyOfARemoteRedis(keyed: Bool) async throws {
         let directory = try TemporaryDirectory()
-        let key = keyed ? ", signing-key-env: HOME" : ""
+        let key = keyed ? ", signing-key-env: FLEET_KEY" : ""
         let policy = try directory.write(
             "policy.yaml",
             """
@@ -15,7 +15,11 @@ struct CoordinationTrustWarningCLITests {
             name: fleet
             coordination: { use: redis, with: { url: "redis://0.0.0.0:1/0", connect-timeout: 10ms\(key) } }
             """)
-        let result = try await runPolicy(["fetch", "--count", "1", "--policy", policy.path, "http://127.0.0.1:9/never"])
+        var environment = ProcessInfo.processInfo.environment
+        environment["FLEET_KEY"] = "0123456789abcdef0123456789abcdef"
+        let result = try await runExecutable(
+            try policyBinary.get(), ["fetch", "--count", "1", "--policy", policy.path, "http://127.0.0.1:9/never"],
+            environment: environment)
         let warning = "warning: coordination: redis://0.0.0.0:1/0 is not a loopback address and 'signing-key-env' is not set"
         #expect(result.stderr.components(separatedBy: warning).count - 1 == (keyed ? 0 : 1), "\(result.stderr)")
         #expect(!result.crashed)

@@ -45,7 +45,7 @@ struct CoordinationTrustWarningTests {
     }
 
     @Test(arguments: [
-        ("url: \"redis://0.0.0.0:1/0\", connect-timeout: 10ms, signing-key-env: FLEET_KEY", ["FLEET_KEY": "k"]),
+        ("url: \"redis://0.0.0.0:1/0\", connect-timeout: 10ms, signing-key-env: FLEET_KEY", ["FLEET_KEY": "0123456789abcdef0123456789abcdef"]),
         ("url: \"redis://127.0.0.1:1/0\", connect-timeout: 10ms", [:]),
     ])
     func aKeyOrALoopbackRedisIsNoWarning(_ with: String, _ environment: [String: String]) throws {
@@ -72,5 +72,13 @@ struct CoordinationTrustWarningTests {
             #expect(engine.coordinationWarning?.reason.contains("chmod go-w '\(folder.path)'") == true)
             #expect(engine.problems.contains { $0.reason.contains("can be written by other users") })
         }
+    }
+
+    @Test func aShortSigningKeyIsRefusedAtStart() throws {
+        let (engine, _) = Self.engine(
+            try Self.policy("url: \"redis://127.0.0.1:1/0\", connect-timeout: 10ms, signing-key-env: FLEET_KEY"),
+            environment: ["FLEET_KEY": "short-key"])
+        let problem = try #require(engine.problems.first { $0.reason.contains("FLEET_KEY") })
+        #expect(problem.reason.contains("shorter than 16 bytes") && !problem.reason.contains("short-key"))
     }
 }

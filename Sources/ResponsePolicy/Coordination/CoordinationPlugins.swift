@@ -73,14 +73,23 @@ enum CoordinationPlugins {
             + "with their generation, leases, the cooldown, refresh.limit grants; the file store's whole record) is "
             + "used only when signed with it (HMAC-SHA256); anything else is refused as coordination trouble")
 
-    /// The key named by `signing-key-env`, when set; an error when the variable is named but empty.
+    /// The key named by `signing-key-env`, when set; an error when the variable is named but empty,
+    /// or holds fewer than ``minimumKeyBytes`` bytes (a short key can be guessed offline from any
+    /// sealed value read from the store).
     static func signingKey(_ config: CoordinatorConfiguration) throws(CoordinationError) -> Data? {
         guard let variable = config.string("signing-key-env") else { return nil }
         guard let value = config.environment[variable], !value.isEmpty else {
             throw CoordinationError("the environment variable '\(variable)' (signing-key-env) is not set")
         }
+        guard value.utf8.count >= minimumKeyBytes else {
+            throw CoordinationError(
+                "the key in '\(variable)' (signing-key-env) is shorter than \(minimumKeyBytes) bytes; use a random one "
+                    + "of at least 32 (openssl rand -base64 32), the same in every process of the fleet")
+        }
         return Data(value.utf8)
     }
+
+    static let minimumKeyBytes = 16
 
     static func register(in registry: inout PluginRegistry) {
         registry.register(coordination: "local") { _ in LocalSessionCoordinator() }
