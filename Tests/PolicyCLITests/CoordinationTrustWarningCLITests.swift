@@ -20,7 +20,8 @@ struct CoordinationTrustWarningCLITests {
         let result = try await runExecutable(
             try policyBinary.get(), ["fetch", "--count", "1", "--policy", policy.path, "http://127.0.0.1:9/never"],
             environment: environment)
-        let warning = "warning: coordination: redis://0.0.0.0:1/0 is not a loopback address and 'signing-key-env' is not set"
+        let warning =
+            "warning: coordination: redis://0.0.0.0:1/0 is not a loopback address and 'signing-key-env' is not set"
         #expect(result.stderr.components(separatedBy: warning).count - 1 == (keyed ? 0 : 1), "\(result.stderr)")
         #expect(!result.crashed)
     }

@@ -29,7 +29,9 @@ struct SignedRedisStateTests {
         let holder = try coordinator(server, name)
         defer { holder.stop() }
         _ = await holder.start(local: testCredentials("seed"), updates: { _ in })
-        guard case .lease(let lease) = await holder.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
+        guard
+            case .lease(let lease) = await holder.beginRefresh(
+                .init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
         else { throw CoordinationError("no lease") }
         let held = try attacker(server).command(["GET", "response-policy:{\(name)}:lease"]).text ?? ""
         guard case .published = await holder.publish(testCredentials("rotated"), with: lease) else {
@@ -60,7 +62,10 @@ struct SignedRedisStateTests {
         let cases: [(String, [[String]], String)] = [
             ("generation alone", [["HSET", "K:session", "gen", "7"]], "K:session"),
             ("unsigned credentials", [["HSET", "K:session", "gen", "7", "creds", forged]], "K:session"),
-            ("credentials sealed for another generation", [["HSET", "K:session", "gen", "7", "creds", "SEALED1"]], "K:session"),
+            (
+                "credentials sealed for another generation", [["HSET", "K:session", "gen", "7", "creds", "SEALED1"]],
+                "K:session"
+            ),
             ("credentials of another fleet", [["HSET", "K:session", "gen", "7", "creds", "OTHER"]], "K:session"),
             ("an unsigned cooldown", [["SET", "K:logout", String(now + 3_600_000)]], "K:logout"),
             ("a cooldown sealed for an earlier end", [["SET", "K:logout", "LOGOUT-LATER"]], "K:logout"),
@@ -76,7 +81,8 @@ struct SignedRedisStateTests {
             for command in commands {
                 let resolved = command.map { word -> String in
                     switch word {
-                    case "SEALED1": return SharedCredentialsCodec.encode(testCredentials("rotated"), signer: x, generation: 1)
+                    case "SEALED1":
+                        return SharedCredentialsCodec.encode(testCredentials("rotated"), signer: x, generation: 1)
                     case "OTHER":
                         return SharedCredentialsCodec.encode(
                             testCredentials("rotated"), signer: SharedStateSigner(key: Self.key, scope: "redis:other"),
@@ -134,11 +140,15 @@ struct SignedRedisStateTests {
         defer { process.stop() }
         _ = await process.start(local: nil, updates: { _ in })
         for _ in 0..<2 {
-            guard case .lease(let lease) = await process.beginRefresh(.init(failedGeneration: 1, timeout: .seconds(1), limit: (2, .seconds(3600))))
+            guard
+                case .lease(let lease) = await process.beginRefresh(
+                    .init(failedGeneration: 1, timeout: .seconds(1), limit: (2, .seconds(3600))))
             else { return recordFailure("no lease within the limit") }
             await process.endRefresh(lease, failure: nil)
         }
-        #expect(await process.beginRefresh(.init(failedGeneration: 1, timeout: .seconds(1), limit: (2, .seconds(3600)))) == .limited)
+        #expect(
+            await process.beginRefresh(.init(failedGeneration: 1, timeout: .seconds(1), limit: (2, .seconds(3600))))
+                == .limited)
     }
 
     /// Replays: a process that saw generation 1 refuses a record rolled back to generation 0 (the
@@ -152,24 +162,31 @@ struct SignedRedisStateTests {
         _ = await process.start(local: testCredentials("seed"), updates: log.sink)
         let connection = try attacker(server)
         let seed = try connection.command(["HGET", "response-policy:{r}:session", "creds"]).text ?? ""
-        guard case .lease(let first) = await process.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
+        guard
+            case .lease(let first) = await process.beginRefresh(
+                .init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
         else { return recordFailure("no lease") }
         _ = await process.publish(testCredentials("rotated"), with: first)
         _ = try connection.command(["HSET", "response-policy:{r}:session", "gen", "0", "creds", seed])
         let turn = await process.beginRefresh(.init(failedGeneration: 1, timeout: .seconds(1), limit: nil))
         guard case .unavailable(let reason) = turn else { return recordFailure("a rolled-back record gave \(turn)") }
         #expect(reason.contains("older than 1"))
-        #expect(try connection.command(["GET", "response-policy:{r}:lease"]) == .null, "the refused grant was released")
+        #expect(
+            try connection.command(["GET", "response-policy:{r}:lease"]) == .null, "the refused grant was released")
         // Redis lost everything (a restart without persistence): the process re-seeds what it holds,
         // and its next grant still carries a fencing token past every one it has seen.
         _ = try connection.command(["FLUSHALL"])
-        guard case .lease(let second) = await process.beginRefresh(.init(failedGeneration: 1, timeout: .seconds(1), limit: nil))
+        guard
+            case .lease(let second) = await process.beginRefresh(
+                .init(failedGeneration: 1, timeout: .seconds(1), limit: nil))
         else { return recordFailure("no lease after the counter was set back: \(log.updates)") }
         #expect(second.fencingToken > first.fencingToken && second.generation == 1)
         await process.endRefresh(second, failure: nil)
         // Set forward: followed (a larger token is still unique), within a round trip or two.
         _ = try connection.command(["SET", "response-policy:{r}:fence", "1000"])
-        guard case .lease(let third) = await process.beginRefresh(.init(failedGeneration: 1, timeout: .seconds(1), limit: nil))
+        guard
+            case .lease(let third) = await process.beginRefresh(
+                .init(failedGeneration: 1, timeout: .seconds(1), limit: nil))
         else { return recordFailure("no lease after the counter was set forward") }
         #expect(third.fencingToken == 1001)
     }
@@ -201,13 +218,14 @@ struct SignedRedisStateTests {
             for message in messages { _ = try connection.command(["PUBLISH", channel, message]) }
             _ = await log.first(within: .milliseconds(100)) { if case .problem = $0 { true } else { false } }
             let problems = log.updates.compactMap { if case .problem(let text) = $0 { text } else { nil } }
-            heard = [
-                problems.contains { $0.contains("a publication") && $0.contains("not signed") },
-                problems.contains { $0.contains("a publication") && $0.contains("does not match") },
-                problems.contains { $0.contains("a logout") && $0.contains("not signed") },
-                problems.contains { $0.contains("a logout") && $0.contains("does not match") },
-                problems.contains { $0.contains("failed-refresh notice") },
-            ].filter { $0 }.count
+            heard =
+                [
+                    problems.contains { $0.contains("a publication") && $0.contains("not signed") },
+                    problems.contains { $0.contains("a publication") && $0.contains("does not match") },
+                    problems.contains { $0.contains("a logout") && $0.contains("not signed") },
+                    problems.contains { $0.contains("a logout") && $0.contains("does not match") },
+                    problems.contains { $0.contains("failed-refresh notice") },
+                ].filter { $0 }.count
         }
         #expect(heard == 5)
         #expect(!log.updates.contains { if case .loggedOut = $0 { true } else { false } })
@@ -231,7 +249,9 @@ struct SignedRedisStateTests {
         let counter = RefreshCounter()
         let turns = await withTaskGroup(of: RefreshTurn.self) { group in
             for process in fleet {
-                for _ in 0..<3 { group.addTask { await coordinatedRefresh(process, failedGeneration: 0, counter: counter) } }
+                for _ in 0..<3 {
+                    group.addTask { await coordinatedRefresh(process, failedGeneration: 0, counter: counter) }
+                }
             }
             return await group.reduce(into: []) { $0.append($1) }
         }

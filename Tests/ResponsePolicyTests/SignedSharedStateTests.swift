@@ -24,7 +24,9 @@ struct SignedSharedStateTests {
         defer { writer.stop() }
         _ = await writer.start(local: testCredentials("seed"), updates: { _ in })
         let limit = (count: 5, per: Duration.seconds(3600))
-        guard case .lease(let first) = await writer.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(1), limit: limit))
+        guard
+            case .lease(let first) = await writer.beginRefresh(
+                .init(failedGeneration: 0, timeout: .seconds(1), limit: limit))
         else { throw CoordinationError("no first lease") }
         await writer.endRefresh(first, failure: "invalid_grant elsewhere")
         _ = await writer.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(1), limit: limit))
@@ -36,22 +38,105 @@ struct SignedSharedStateTests {
     }
 
     /// Each edit changes one field of the sealed file, as a hostile writer would.
-    static var forgeries: [(String, ([String: Any]) -> [String: Any])] { [
-        ("generation", { var o = $0; o["generation"] = 9; return o }),
-        ("fence", { var o = $0; o["fence"] = 0; return o }),
-        ("revision", { var o = $0; o["revision"] = 999; return o }),
-        ("access_token", { var o = $0; o["credentials"] = ["access_token": "attacker", "refresh_token": "refresh-seed", "expires_at": 2_000_000_000_000]; return o }),
-        ("refresh_token", { var o = $0; o["credentials"] = ["access_token": "access-seed", "refresh_token": "attacker", "expires_at": 2_000_000_000_000]; return o }),
-        ("expires_at", { var o = $0; o["credentials"] = ["access_token": "access-seed", "refresh_token": "refresh-seed", "expires_at": 1]; return o }),
-        ("lease.fence", { var o = $0; var l = o["lease"] as? [String: Any] ?? [:]; l["fence"] = 77; o["lease"] = l; return o }),
-        ("lease.pid", { var o = $0; var l = o["lease"] as? [String: Any] ?? [:]; l["pid"] = 1; o["lease"] = l; return o }),
-        ("lease.expires", { var o = $0; var l = o["lease"] as? [String: Any] ?? [:]; l["expires"] = 253_402_300_799_000; o["lease"] = l; return o }),
-        ("logged-out-until", { var o = $0; o["logged-out-until"] = 253_402_300_799_000; return o }),
-        ("failure", { var o = $0; o["failure"] = ["fence": 2, "reason": "forged"]; return o }),
-        ("refreshes", { var o = $0; o["refreshes"] = Array(repeating: 2_000_000_000_000, count: 50); return o }),
-        ("no seal", { var o = $0; o["seal"] = nil; return o }),
-        ("another key", { var o = $0; o["seal"] = SharedStateSigner(key: Data("other".utf8), scope: "file").seal("record", []); return o }),
-    ] }
+    static var forgeries: [(String, ([String: Any]) -> [String: Any])] {
+        [
+            (
+                "generation",
+                {
+                    var o = $0; o["generation"] = 9; return o
+                }
+            ),
+            (
+                "fence",
+                {
+                    var o = $0; o["fence"] = 0; return o
+                }
+            ),
+            (
+                "revision",
+                {
+                    var o = $0; o["revision"] = 999; return o
+                }
+            ),
+            (
+                "access_token",
+                {
+                    var o = $0;
+                    o["credentials"] = [
+                        "access_token": "attacker", "refresh_token": "refresh-seed", "expires_at": 2_000_000_000_000,
+                    ]; return o
+                }
+            ),
+            (
+                "refresh_token",
+                {
+                    var o = $0;
+                    o["credentials"] = [
+                        "access_token": "access-seed", "refresh_token": "attacker", "expires_at": 2_000_000_000_000,
+                    ]; return o
+                }
+            ),
+            (
+                "expires_at",
+                {
+                    var o = $0;
+                    o["credentials"] = [
+                        "access_token": "access-seed", "refresh_token": "refresh-seed", "expires_at": 1,
+                    ]; return o
+                }
+            ),
+            (
+                "lease.fence",
+                {
+                    var o = $0; var l = o["lease"] as? [String: Any] ?? [:]; l["fence"] = 77; o["lease"] = l; return o
+                }
+            ),
+            (
+                "lease.pid",
+                {
+                    var o = $0; var l = o["lease"] as? [String: Any] ?? [:]; l["pid"] = 1; o["lease"] = l; return o
+                }
+            ),
+            (
+                "lease.expires",
+                {
+                    var o = $0; var l = o["lease"] as? [String: Any] ?? [:]; l["expires"] = 253_402_300_799_000;
+                    o["lease"] = l; return o
+                }
+            ),
+            (
+                "logged-out-until",
+                {
+                    var o = $0; o["logged-out-until"] = 253_402_300_799_000; return o
+                }
+            ),
+            (
+                "failure",
+                {
+                    var o = $0; o["failure"] = ["fence": 2, "reason": "forged"]; return o
+                }
+            ),
+            (
+                "refreshes",
+                {
+                    var o = $0; o["refreshes"] = Array(repeating: 2_000_000_000_000, count: 50); return o
+                }
+            ),
+            (
+                "no seal",
+                {
+                    var o = $0; o["seal"] = nil; return o
+                }
+            ),
+            (
+                "another key",
+                {
+                    var o = $0;
+                    o["seal"] = SharedStateSigner(key: Data("other".utf8), scope: "file").seal("record", []); return o
+                }
+            ),
+        ]
+    }
 
     @Test func eachForgedFieldOfTheStateFileIsRefusedAsCoordinationTrouble() async throws {
         let folder = try CoordinationRecordTests.Folder()
@@ -82,7 +167,9 @@ struct SignedSharedStateTests {
         // The untouched record is accepted, and so the refusals above are the seal's doing.
         let data = try JSONSerialization.data(withJSONObject: sealed, options: [.sortedKeys])
         #expect(FileSessionCoordinator.replaceFile(state, with: data) == nil)
-        guard case .success(let record?) = FileSessionCoordinator.read(state, signer: SharedStateSigner(key: Self.key, scope: "file"))
+        guard
+            case .success(let record?) = FileSessionCoordinator.read(
+                state, signer: SharedStateSigner(key: Self.key, scope: "file"))
         else { return recordFailure("the sealed record was refused") }
         #expect(record.credentials == testCredentials("seed") && record.lease != nil && record.revision > 1)
     }
@@ -96,7 +183,9 @@ struct SignedSharedStateTests {
         let log = UpdateLog()
         _ = await process.start(local: testCredentials("seed"), updates: log.sink)
         let old = try Data(contentsOf: URL(fileURLWithPath: state))
-        guard case .lease(let lease) = await process.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
+        guard
+            case .lease(let lease) = await process.beginRefresh(
+                .init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
         else { return recordFailure("no lease") }
         _ = await process.publish(testCredentials("rotated"), with: lease)
         // The old copy (generation 0, the spent refresh token) is validly sealed, but older.
@@ -105,7 +194,10 @@ struct SignedSharedStateTests {
         guard case .unavailable(let reason) = turn else { return recordFailure("a replayed record gave \(turn)") }
         #expect(reason.contains("replayed") && reason.contains(state))
         // (It may hear of its own publication; never of the old pair again.)
-        #expect(!log.updates.contains { if case .credentials(let s) = $0 { s.credentials == testCredentials("seed") } else { false } })
+        #expect(
+            !log.updates.contains {
+                if case .credentials(let s) = $0 { s.credentials == testCredentials("seed") } else { false }
+            })
         // Removing the file is the fix: a fresh record goes on from the revision already seen.
         try FileManager.default.removeItem(atPath: state)
         guard case .lease = await process.beginRefresh(.init(failedGeneration: 1, timeout: .seconds(1), limit: nil))
@@ -118,12 +210,15 @@ struct SignedSharedStateTests {
         let unkeyed = try FileSessionCoordinator(.init(path: credentials))
         _ = await unkeyed.start(local: testCredentials("seed"), updates: { _ in })
         unkeyed.stop()
-        let object = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: credentials + ".shared")))
+        let object = try JSONSerialization.jsonObject(
+            with: Data(contentsOf: URL(fileURLWithPath: credentials + ".shared")))
         #expect((object as? [String: Any])?["seal"] == nil)
         let keyed = try FileSessionCoordinator(.init(path: credentials, signingKey: Self.key))
         defer { keyed.stop() }
         #expect(await keyed.start(local: testCredentials("local"), updates: { _ in }) == nil)
-        guard case .unavailable(let reason) = await keyed.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
+        guard
+            case .unavailable(let reason) = await keyed.beginRefresh(
+                .init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
         else { return recordFailure("an unsealed record was used under a key") }
         #expect(reason.contains("not signed with this fleet's key"))
     }
@@ -138,7 +233,11 @@ struct PlantedTemporaryLinkTests {
         private let next = Mutex<UInt64>(0)
         let base: UInt64
         init(base: UInt64) { self.base = base }
-        func draw() -> UInt64 { next.withLock { n in defer { n += 1 }; return base + n } }
+        func draw() -> UInt64 {
+            next.withLock { n in
+                defer { n += 1 }; return base + n
+            }
+        }
     }
 
     static func victim(in folder: String) throws -> String {

@@ -28,7 +28,8 @@ package enum SharedStateFuzzing {
             if case .success(let credentials) = SharedCredentialsCodec.check(text, signer: key) {
                 let again = SharedCredentialsCodec.decode(
                     SharedCredentialsCodec.encode(credentials, signer: key, generation: 7), signer: key, generation: 7)
-                precondition(again?.sameTokens(as: credentials) == true, "a shared credentials round trip changed the tokens")
+                precondition(
+                    again?.sameTokens(as: credentials) == true, "a shared credentials round trip changed the tokens")
                 if let expiry = credentials.expiresAt {
                     precondition(expiry.checkedMillisecondsSince1970 != nil, "an accepted expiry is out of range")
                 }

@@ -88,7 +88,8 @@ package struct SharedStateSigner: Sendable, Equatable {
             switch self {
             case .valid: return nil
             case .missing: return "not signed with this fleet's key (signing-key-env)"
-            case .otherKey(let id): return "signed with another key (key id \(id)); every process needs the same signing-key-env"
+            case .otherKey(let id):
+                return "signed with another key (key id \(id)); every process needs the same signing-key-env"
             case .forged: return "its signature does not match (forged, altered or replayed; signing-key-env)"
             }
         }
@@ -163,7 +164,8 @@ enum SHA256 {
         for chunk in stride(from: 0, to: data.count, by: 64) {
             for i in 0..<16 {
                 let b = chunk + i * 4
-                w[i] = UInt32(data[b]) << 24 | UInt32(data[b + 1]) << 16 | UInt32(data[b + 2]) << 8 | UInt32(data[b + 3])
+                w[i] =
+                    UInt32(data[b]) << 24 | UInt32(data[b + 1]) << 16 | UInt32(data[b + 2]) << 8 | UInt32(data[b + 3])
             }
             for i in 16..<64 {
                 let s0 = rotate(w[i - 15], 7) ^ rotate(w[i - 15], 18) ^ (w[i - 15] >> 3)
