@@ -25,4 +25,18 @@ struct CoordinationTrustWarningCLITests {
         #expect(result.stderr.components(separatedBy: warning).count - 1 == (keyed ? 0 : 1), "\(result.stderr)")
         #expect(!result.crashed)
     }
+
+    @Test func explainSaysWhatTheSigningKeyProtects() async throws {
+        let directory = try TemporaryDirectory()
+        let policy = try directory.write(
+            "policy.yaml",
+            """
+            policy: 1
+            name: fleet
+            coordination: { use: redis, with: { url: "redis://127.0.0.1:6379/0", signing-key-env: FLEET_KEY } }
+            """)
+        let result = try await runPolicy(["explain", policy.path])
+        #expect(result.status == 0)
+        #expect(result.stdout.contains("used only when signed with the key in FLEET_KEY (HMAC-SHA256)"), "\(result.stdout)")
+    }
 }

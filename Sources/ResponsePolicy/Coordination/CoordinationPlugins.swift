@@ -193,18 +193,26 @@ extension Policy {
             return "Processes on this host that use \(path) share one session: its credentials and their generation, "
                 + "one refresh at a time (a lease of \(lease)), the logout cooldown and refresh.limit, kept in "
                 + "\(path).shared under the lock \(path).lock. A request that triggers no refresh or logout never "
-                + "touches these files. " + unavailableSentence(timeout)
+                + "touches these files. " + signingSentence + unavailableSentence(timeout)
         case "redis":
             let url = text("url").flatMap { try? RedisEndpoint.parse($0).get() }.map { "\($0)" } ?? "Redis"
             let key = text("key") ?? name
             return "Every process using key '\(key)' on \(url) shares one session: its credentials and their "
                 + "generation, one refresh at a time (a lease of \(lease); a holder that dies delays the others by "
                 + "at most that), the logout cooldown and refresh.limit. A request that triggers no refresh or "
-                + "logout never contacts Redis (news arrives by subscription). " + unavailableSentence(timeout)
+                + "logout never contacts Redis (news arrives by subscription). " + signingSentence
+                + unavailableSentence(timeout)
         default:
             return "The session is shared through the host's coordination plugin '\(reference.name)'. "
                 + unavailableSentence(timeout)
         }
+    }
+
+    /// With `signing-key-env`: what the key protects (said only when one is named).
+    private var signingSentence: String {
+        guard let variable = coordination.options["signing-key-env"]?.string else { return "" }
+        return "Every value read from the store is used only when signed with the key in \(variable) (HMAC-SHA256); "
+            + "a forged or replayed one is refused as coordination trouble, never a logout. "
     }
 
     private func unavailableSentence(_ timeout: String) -> String {
