@@ -105,7 +105,7 @@ extension EngineState {
     /// find ``FlightResult/unavailable(_:)`` (they fail; nobody is logged out).
     mutating func refreshEnded(
         _ ended: Flight, outcome: Result<Credentials, RefreshFailure>, shared: UInt64?, now: Duration,
-        coordinationTrouble: Bool = false
+        coordinationTrouble: Bool = false, adopted: Bool = false
     ) -> RefreshEnd {
         var end = RefreshEnd()
         if flight?.id == ended.id {
@@ -122,7 +122,7 @@ extension EngineState {
                 end.saved = true
             }
             lastRefresh = now
-            end.result = .ok
+            end.result = adopted ? .adopted : .ok
         case .success(let fresh) where signInEpoch == ended.signInEpoch:
             // A logout ended the session during the refresh, and nobody signed in since: the
             // server has already rotated the refresh token, so the old one is dead. Keep the new

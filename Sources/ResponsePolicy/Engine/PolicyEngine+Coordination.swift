@@ -95,7 +95,10 @@ extension PolicyEngine {
             switch state.adopt(session, now: now) {
             case .ignored, .numbered: return nil
             case .adopted(let answered):
-                return (state.runtime, answered.map { state.endWaits(insideLock: $0, .ok) } ?? [])
+                // The waiters are re-sent with the fleet's credentials: not one of their refreshes
+                // (issue 19, invariant d; a pair kept through an outage and published late may
+                // be refused at once, which must lead to a refresh, not to on-exhausted).
+                return (state.runtime, answered.map { state.endWaits(insideLock: $0, .adopted) } ?? [])
             }
         }
         guard let (runtime, woken) = adopted else { return }

@@ -16,17 +16,17 @@ import Foundation
 extension SharedStateSigner {
     /// How far the clocks of two hosts of a fleet may disagree before a sealed time is taken for
     /// a replay.
-    static let clockSkew: Int64 = 60_000
+    package static let clockSkew: Int64 = 60_000
 
     /// What follows a lease's fencing token: its sealed expiry (ms since 1970).
-    func leaseSuffix(fence: UInt64, expires: Int64) -> String {
+    package func leaseSuffix(fence: UInt64, expires: Int64) -> String {
         ":\(expires):" + seal("lease", [String(fence), String(expires)])
     }
 
     /// A lease (or a refresh.limit grant, which is its lease's value) read from the store: its
     /// fencing token and sealed expiry, or why it is refused. `notBefore`: the earliest expiry a
     /// current one can have (now for a lease; the limit's window for a grant), less ``clockSkew``.
-    func checkLease(_ value: String, notBefore: Int64) -> Result<(fence: UInt64, expires: Int64), CoordinationError> {
+    package func checkLease(_ value: String, notBefore: Int64) -> Result<(fence: UInt64, expires: Int64), CoordinationError> {
         let parts = value.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false).map(String.init)
         guard parts.count == 3, let fence = UInt64(parts[0]), fence < 9_000_000_000_000_000,
             let expires = Int64(parts[1])
@@ -45,12 +45,12 @@ extension SharedStateSigner {
     }
 
     /// What follows a cooldown's end in the store: its seal.
-    func logoutSuffix(until: Int64) -> String {
+    package func logoutSuffix(until: Int64) -> String {
         ":" + seal("logout-until", [String(until)])
     }
 
     /// A cooldown's end read from the store (`0` or absent: none), or why it is refused.
-    func checkLogout(_ value: String?) -> Result<Int64?, CoordinationError> {
+    package func checkLogout(_ value: String?) -> Result<Int64?, CoordinationError> {
         guard let value, !value.isEmpty, value != "0" else { return .success(nil) }
         let parts = value.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
         guard let until = Int64(parts[0]), until >= 0, until <= SharedCredentialsCodec.maxMilliseconds else {

@@ -110,7 +110,7 @@ package struct SharedStateSigner: Sendable, Equatable {
 
     /// The fields a credentials seal covers: the tokens, the expiry and the generation they are
     /// stored at (so a signed pair cannot be replayed under another generation).
-    static func fields(_ credentials: Credentials, generation: UInt64) -> [String] {
+    package static func fields(_ credentials: Credentials, generation: UInt64) -> [String] {
         [
             String(generation), credentials.accessToken, credentials.refreshToken ?? "",
             credentials.expiresAt?.checkedMillisecondsSince1970.map(String.init) ?? "",

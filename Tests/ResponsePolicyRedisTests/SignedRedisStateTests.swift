@@ -1,8 +1,8 @@
+import CoordinationTestSupport
 import Foundation
-import TestGate
+import ResponsePolicy
+import ResponsePolicyRedis
 import Testing
-
-@testable import ResponsePolicy
 
 /// Issue 23: with `signing-key-env`, every value a process reads from Redis is authenticated:
 /// the credentials with their generation, the cooldown's end, the lease (fencing token and sealed
@@ -10,8 +10,7 @@ import Testing
 /// `HSET`/`SET`/`ZADD`/`PUBLISH`, as any client with the Redis password could, and must be
 /// refused with a `problem` naming the key, as coordination trouble: never a logout, never the
 /// attacker's credentials.
-@Suite(
-    .realTimeStep, .loadGate(.realTime), .enabled(if: RedisServerFixture.isInstalled, "redis-server is not installed"))
+@Suite(.enabled(if: RedisServerFixture.isInstalled, "redis-server is not installed"))
 struct SignedRedisStateTests {
     static let key = Data("fleet-key".utf8)
 
