@@ -109,9 +109,11 @@ enum FetchCommand {
             plugins: registry,
             credentials: store, options: options)
         // A plugin that cannot be made here (an unset variable, a missing command) fails every refresh: say so first.
-        for problem in engine.problems {
+        for problem in engine.problems where problem != engine.coordinationWarning {
             output.stderr(problem.diagnostic(file: invocation.policyPath).description + "\n")
         }
+        // The store's trust (a remote Redis without signing-key-env): said before anything is sent.
+        if let warning = engine.coordinationWarning { output.stderr("warning: coordination: \(warning.reason)\n") }
         let started = ContinuousClock.now
         let results = await sendAll(invocation, engine: engine, recorder: recorder, output: output)
         let elapsed = ContinuousClock.now - started

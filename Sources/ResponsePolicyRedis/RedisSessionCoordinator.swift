@@ -93,6 +93,8 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         var subscriberRunning = false
         /// A logout this process could not publish (Redis was unreachable): its end and reason.
         var pendingLogout: (until: Int64, reason: String)?
+        /// The highest fencing token seen (signing-key-env): the next grant must carry the one after.
+        var fence: UInt64 = 0
     }
 
     /// The command connection; touched only on `queue`.
@@ -128,7 +130,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         else { throw CoordinationError("'key' must be a non-empty name without spaces or braces") }
         self.configuration = configuration
         keys = Keys(configuration.key)
-        signer = configuration.signingKey.map(SharedStateSigner.init(key:))
+        signer = configuration.signingKey.map { SharedStateSigner(key: $0, scope: "redis:" + configuration.key) }
     }
 
     deinit {
@@ -150,10 +152,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         if case .success(let reply) = await run(seedCommand(local)) {
             let items = reply.items
             // {1}: seeded from `local`; {0, …} with no credentials: nothing shared yet.
-            if items.count >= 4, items[0].integer == 0 {
-                let session = SharedSession(
-                    credentials: credentials(items[2].text, source: "the session hash"),
-                    generation: UInt64(items[1].integer ?? 0), loggedOutUntil: Self.until(items[3]))
+            if items.count >= 4, items[0].integer == 0, case .success(let session) = session(items) {
                 if session.credentials != nil || session.loggedOutUntil != nil {
                     remember(session)
                     shared = session
@@ -173,6 +172,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         let deadline = ContinuousClock.now + request.timeout
         var waited = false
         var holder: UInt64?
+        var predictions = 0
         while true {
             if Task.isCancelled { return .unavailable("the refresh was cancelled while it waited for its turn") }
             let seen = signal.version
@@ -188,35 +188,63 @@ public final class RedisSessionCoordinator: SessionCoordinator {
                 return .failedElsewhere("another process's refresh did not finish within \(request.timeout)")
             }
             let limit = request.limit
+            let leaseMs = request.leaseLength(configured: configuration.lease).milliseconds()
             let arguments = [
                 "EVAL", Self.beginScript, "5", keys.session, keys.lease, keys.fence, keys.logout, keys.refreshes,
                 // Never shorter than the refresh it covers (a live holder keeps its lease).
-                String(request.failedGeneration), String(request.leaseLength(configured: configuration.lease).milliseconds()),
+                String(request.failedGeneration), String(leaseMs),
                 String(limit?.count ?? 0), String(limit?.per.milliseconds() ?? 0),
-            ]
+            ] + sealedLeaseArguments(leaseMs: leaseMs)
             switch await run(arguments) {
             case .failure(let error): return .unavailable(error.message)
             case .success(let reply):
                 let items = reply.items
                 switch items.first?.integer {
                 case 0 where items.count >= 4:
-                    let session = SharedSession(
-                        credentials: credentials(items[2].text, source: "the session hash"),
-                        generation: UInt64(items[1].integer ?? 0), loggedOutUntil: Self.until(items[3]))
-                    remember(session)
-                    return waited ? .published(session) : .newer(session)
+                    switch session(items) {
+                    case .failure(let error): return .unavailable(error.reason)
+                    case .success(let session):
+                        remember(session)
+                        return waited ? .published(session) : .newer(session)
+                    }
                 case 1 where items.count >= 3:
-                    return .lease(
-                        RefreshLease(
-                            fencingToken: UInt64(items[1].integer ?? 0), generation: UInt64(items[2].integer ?? 0)))
+                    let granted = RefreshLease(
+                        fencingToken: UInt64(items[1].integer ?? 0), generation: UInt64(items[2].integer ?? 0))
+                    if let refusal = grantProblem(granted) {
+                        await endRefresh(granted, failure: nil)
+                        // Redis lost the session (a restart, a flush): re-seeded from what this
+                        // process holds, and asked again. Anything older that is there is refused.
+                        if granted.generation == 0, case .success(let reply) = await run(seedCommand(nil)),
+                            reply.items.first?.integer == 1
+                        {
+                            continue
+                        }
+                        send(.problem(refusal))
+                        return .unavailable(refusal)
+                    }
+                    return .lease(granted)
                 case 2 where items.count >= 3:
-                    holder = items[1].integer.map { UInt64($0) }
+                    switch leaseHolder(items[1]) {
+                    case .failure(let error): return .unavailable(error.reason)
+                    case .success(let fence): holder = fence
+                    }
                     waited = true
                     let leaseLeft = Duration.milliseconds(max(1, items[2].integer ?? 1)) + .milliseconds(5)
                     // At most 500 ms between looks at Redis, in case a message was lost in a reconnect.
                     await signal.wait(after: seen, timeout: min(remaining, leaseLeft, .milliseconds(500)))
                 case 3:
+                    if let refusal = limitProblem(Array(items.dropFirst()), perMs: limit?.per.milliseconds() ?? 0) {
+                        return .unavailable(refusal)
+                    }
                     return .limited
+                case 4 where items.count >= 2 && signer != nil:
+                    // The fencing counter moved since this process last saw it: ask again with the
+                    // token after it (a grant must carry the token this process sealed its lease for).
+                    if let refusal = counterProblem(items[1]) { return .unavailable(refusal) }
+                    predictions += 1
+                    if predictions > 8 {
+                        return .unavailable("the fencing counter of \(keys.fence) on \(endpoint) kept moving; try again")
+                    }
                 default:
                     let problem = "unexpected reply from \(endpoint) to a refresh question"
                     send(.problem(problem))
@@ -229,7 +257,8 @@ public final class RedisSessionCoordinator: SessionCoordinator {
     public func publish(_ credentials: Credentials, with lease: RefreshLease) async -> PublishResult {
         let arguments = [
             "EVAL", Self.publishScript, "3", keys.session, keys.lease, keys.fence, String(lease.fencingToken),
-            String(lease.generation), SharedCredentialsCodec.encode(credentials, signer: signer), keys.channel,
+            String(lease.generation),
+            SharedCredentialsCodec.encode(credentials, signer: signer, generation: lease.generation + 1), keys.channel,
         ]
         switch await run(arguments) {
         case .failure(let error): return .unavailable(error.message)
@@ -241,7 +270,8 @@ public final class RedisSessionCoordinator: SessionCoordinator {
                 remember(session)
                 return .published(session)
             }
-            let stored = items.count > 2 ? self.credentials(items[2].text, source: "the session hash") : nil
+            let stored =
+                items.count > 2 ? self.credentials(items[2].text, generation: generation, source: "the session hash") : nil
             return .leaseLost(current: stored.map { SharedSession(credentials: $0, generation: generation) })
         }
     }
@@ -251,7 +281,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         if let failure {
             let text = String(failure.prefix(300))
             var object: [String: Any] = ["t": "f", "f": lease.fencingToken, "w": text]
-            if let signer { object["s"] = signer.sign("failure\n\(lease.fencingToken)\n\(text)") }
+            if let signer { object["s"] = signer.seal("failure", [String(lease.fencingToken), text]) }
             message = Self.json(object)
         }
         _ = await run([
@@ -265,6 +295,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         let message = logoutMessage(untilMs, reason)
         let result = await run([
             "EVAL", Self.logoutScript, "1", keys.logout, String(untilMs), String(ttl), message, keys.channel,
+            signer?.logoutSuffix(until: untilMs) ?? "",
         ])
         if case .failure = result {
             // Published by the subscriber when Redis is back (issue 19: a logout during an outage
@@ -279,7 +310,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
     private func logoutMessage(_ untilMs: Int64, _ reason: String) -> String {
         let text = String(reason.prefix(300))
         var object: [String: Any] = ["t": "l", "u": untilMs, "r": text]
-        if let signer { object["s"] = signer.sign("logout\n\(untilMs)\n\(text)") }
+        if let signer { object["s"] = signer.seal("logout", [String(untilMs), text]) }
         return Self.json(object)
     }
 
@@ -292,20 +323,32 @@ public final class RedisSessionCoordinator: SessionCoordinator {
             let message = logoutMessage(untilMs, reason)
             _ = try connection.command([
                 "EVAL", Self.logoutScript, "1", keys.logout, String(untilMs), String(ttl), message, keys.channel,
+                signer?.logoutSuffix(until: untilMs) ?? "",
             ])
         }
         state.withLock { state in if state.pendingLogout?.until == untilMs { state.pendingLogout = nil } }
     }
 
     public func publishSignIn(_ credentials: Credentials) async -> SharedSession? {
-        let arguments = [
-            "EVAL", Self.signInScript, "3", keys.session, keys.lease, keys.logout,
-            SharedCredentialsCodec.encode(credentials, signer: signer), keys.channel,
-        ]
-        guard case .success(let reply) = await run(arguments), let generation = reply.integer else { return nil }
-        let session = SharedSession(credentials: credentials, generation: UInt64(generation))
-        remember(session)
-        return session
+        // Under a key the credentials are sealed with the generation they get, so the script stores
+        // them only over the generation this process expected ({gen} otherwise: ask again).
+        var expected = state.withLock { $0.latest?.generation ?? 0 }
+        for _ in 0..<8 {
+            let arguments = [
+                "EVAL", Self.signInScript, "3", keys.session, keys.lease, keys.logout,
+                SharedCredentialsCodec.encode(credentials, signer: signer, generation: expected + 1), keys.channel,
+                signer == nil ? "" : String(expected),
+            ]
+            guard case .success(let reply) = await run(arguments) else { return nil }
+            if let generation = reply.integer {
+                let session = SharedSession(credentials: credentials, generation: UInt64(generation))
+                remember(session)
+                return session
+            }
+            guard let current = reply.items.first?.integer, current >= 0 else { return nil }
+            expected = UInt64(current)
+        }
+        return nil
     }
 
     public func stop() {
@@ -387,7 +430,8 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         let latest = state.withLock { $0.latest }
         let seed = latest?.credentials ?? local
         return [
-            "EVAL", Self.seedScript, "2", keys.session, keys.logout, seed.map { SharedCredentialsCodec.encode($0, signer: signer) } ?? "",
+            "EVAL", Self.seedScript, "2", keys.session, keys.logout,
+            seed.map { SharedCredentialsCodec.encode($0, signer: signer, generation: latest?.generation ?? 0) } ?? "",
             String(latest?.generation ?? 0),
         ]
     }
@@ -431,10 +475,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         try publishPendingLogout(on: reader)
         let reply = try reader.command(seedCommand(nil))
         let items = reply.items
-        guard items.count >= 4, items[0].integer == 0 else { return }
-        let session = SharedSession(
-            credentials: credentials(items[2].text, source: "the session hash"),
-            generation: UInt64(items[1].integer ?? 0), loggedOutUntil: Self.until(items[3]))
+        guard items.count >= 4, items[0].integer == 0, case .success(let session) = session(items) else { return }
         if session.credentials != nil, isNewer(session) {
             remember(session)
             send(.credentials(session))
@@ -453,7 +494,9 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         case "c":
             guard let number = object["g"] as? NSNumber, number.doubleValue.isFinite, number.doubleValue >= 0,
                 number.doubleValue < 9e15, case let generation = number.uint64Value,
-                let credentials = object["c"].flatMap({ credentials(object: $0, source: "a publication") })
+                let credentials = object["c"].flatMap({
+                    credentials(object: $0, generation: generation, source: "a publication")
+                })
             else { break }
             let session = SharedSession(credentials: credentials, generation: generation)
             if isNewer(session) {
@@ -469,8 +512,8 @@ public final class RedisSessionCoordinator: SessionCoordinator {
             }
             let until = number.int64Value
             let reason = object["r"] as? String ?? "logged out elsewhere"
-            if let signer, !signer.verify("logout\n\(until)\n\(reason)", mac: object["s"] as? String) {
-                send(.problem("a logout on \(keys.channel) was refused: not signed with this fleet's key (signing-key-env)"))
+            if let refusal = signer?.check(object["s"] as? String, "logout", [String(until), reason]).refusal {
+                send(.problem("a logout on \(keys.channel) was refused: \(refusal)"))
                 break
             }
             send(.loggedOut(until: Date(milliseconds: until), reason: reason))
@@ -480,7 +523,10 @@ public final class RedisSessionCoordinator: SessionCoordinator {
             else { break }
             let fence = number.uint64Value
             let reason = object["w"] as? String ?? "the refresh failed in another process"
-            if let signer, !signer.verify("failure\n\(fence)\n\(reason)", mac: object["s"] as? String) { break }
+            if let refusal = signer?.check(object["s"] as? String, "failure", [String(fence), reason]).refusal {
+                send(.problem("a failed-refresh notice on \(keys.channel) was refused: \(refusal)"))
+                break
+            }
             state.withLock { state in
                 if state.failures.count > 64 { state.failures.removeAll() }
                 state.failures[fence] = object["w"] as? String ?? "the refresh failed in another process"
@@ -490,13 +536,121 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         signal.bump()
     }
 
+    // MARK: - Checked values (signing-key-env)
+
+    /// The session in a `{0, gen, creds, logout-until}` reply, every value checked. Under a key, a
+    /// refused value is a `problem` naming the key and coordination trouble for the caller (never
+    /// a logout, never the credentials); without one, malformed credentials are dropped.
+    private func session(_ items: [RedisReply]) -> Result<SharedSession, CoordinationError> {
+        let generation = UInt64(max(0, items[1].integer ?? 0))
+        let text = items[2].text ?? ""
+        func refuse(_ reason: String) -> Result<SharedSession, CoordinationError> {
+            send(.problem(reason))
+            return .failure(CoordinationError(reason))
+        }
+        guard let signer else {
+            return .success(
+                SharedSession(
+                    credentials: credentials(text, generation: generation, source: "the session hash"),
+                    generation: generation, loggedOutUntil: Self.until(items[3])))
+        }
+        var credentials: Credentials?
+        if !text.isEmpty {
+            switch SharedCredentialsCodec.check(text, signer: signer, generation: generation) {
+            case .success(let value): credentials = value
+            case .failure(let error): return refuse("the session hash \(keys.session) on \(endpoint): \(error.reason)")
+            }
+        } else if generation > 0 {
+            return refuse(
+                "the session hash \(keys.session) on \(endpoint) was refused: generation \(generation) without credentials")
+        }
+        let seen = state.withLock { $0.latest?.generation ?? 0 }
+        if generation < seen {
+            return refuse(
+                "the session hash \(keys.session) on \(endpoint) was refused: its generation \(generation) is older than "
+                    + "\(seen), already seen (replayed, or Redis restored from an older snapshot)")
+        }
+        switch signer.checkLogout(items[3].text) {
+        case .failure(let error): return refuse("the cooldown \(keys.logout) on \(endpoint) \(error.reason)")
+        case .success(let until):
+            let now = Date().millisecondsSince1970
+            return .success(
+                SharedSession(
+                    credentials: credentials, generation: generation,
+                    loggedOutUntil: until.flatMap { $0 > now ? Date(milliseconds: $0) : nil }))
+        }
+    }
+
+    /// Under a key, `beginScript`'s last two arguments: the fencing token this process asks for
+    /// (after every one it has seen) and its lease's sealed expiry.
+    private func sealedLeaseArguments(leaseMs: Int64) -> [String] {
+        guard let signer else { return [] }
+        let fence = state.withLock { $0.fence } + 1
+        return [String(fence), signer.leaseSuffix(fence: fence, expires: Date().millisecondsSince1970 + leaseMs)]
+    }
+
+    /// Why a granted lease may not be used: the session it starts from is older than one this
+    /// process has seen (a rolled-back record). Nil when it may.
+    private func grantProblem(_ granted: RefreshLease) -> String? {
+        guard signer != nil else { return nil }
+        let seen = state.withLock { state -> UInt64 in
+            state.fence = max(state.fence, granted.fencingToken)
+            return state.latest?.generation ?? 0
+        }
+        guard granted.generation < seen else { return nil }
+        return "the session hash \(keys.session) on \(endpoint) was refused: its generation \(granted.generation) is "
+            + "older than \(seen), already seen (replayed, or Redis restored from an older snapshot)"
+    }
+
+    /// The fencing token of the lease another process holds, checked under a key.
+    private func leaseHolder(_ reply: RedisReply) -> Result<UInt64?, CoordinationError> {
+        let text = reply.text ?? ""
+        guard let signer else { return .success(UInt64(text.prefix { $0 != ":" })) }
+        switch signer.checkLease(text, notBefore: Date().millisecondsSince1970) {
+        case .failure(let error):
+            let problem = "the lease \(keys.lease) on \(endpoint) \(error.reason)"
+            send(.problem(problem))
+            return .failure(CoordinationError(problem))
+        case .success(let lease):
+            state.withLock { $0.fence = max($0.fence, lease.fence) }
+            return .success(lease.fence)
+        }
+    }
+
+    /// Under a key, the grants that make `refresh.limit` used up must each be a sealed lease of
+    /// the limit's window: a forged or replayed one is refused (a problem), not counted.
+    private func limitProblem(_ members: [RedisReply], perMs: Int64) -> String? {
+        guard let signer else { return nil }
+        let notBefore = Date().millisecondsSince1970 - perMs
+        for member in members {
+            if case .failure(let error) = signer.checkLease(member.text ?? "", notBefore: notBefore) {
+                let problem = "a refresh.limit grant in \(keys.refreshes) on \(endpoint) \(error.reason)"
+                send(.problem(problem))
+                return problem
+            }
+        }
+        return nil
+    }
+
+    /// The fencing counter moved past this process's guess: the next guess goes after it. Its
+    /// value is never trusted otherwise (a lower one is simply passed).
+    private func counterProblem(_ reply: RedisReply) -> String? {
+        guard let current = reply.integer, current >= 0, current < 9_000_000_000_000_000 else {
+            let problem = "the fencing counter \(keys.fence) on \(endpoint) was refused: it is out of range"
+            send(.problem(problem))
+            return problem
+        }
+        state.withLock { $0.fence = max($0.fence, UInt64(current)) }
+        return nil
+    }
+
     // MARK: - State
 
     /// Credentials read from Redis, or nil (with a `problem` naming where they came from) when
     /// they are malformed or out of range: a forged or corrupted value never reaches the engine.
-    private func credentials(_ text: String?, source: String) -> Credentials? {
+    private func credentials(_ text: String?, generation: UInt64, source: String) -> Credentials? {
         guard let text, !text.isEmpty else { return nil }
-        switch SharedCredentialsCodec.check(text, signer: signer) {
+        switch SharedCredentialsCodec.check(text, signer: signer, generation: generation) {
         case .success(let credentials): return credentials
         case .failure(let error):
             send(.problem("\(source) of \(keys.session) on \(endpoint) was refused: \(error.reason)"))
@@ -504,8 +658,8 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         }
     }
 
-    private func credentials(object: Any, source: String) -> Credentials? {
-        switch SharedCredentialsCodec.check(object: object, signer: signer) {
+    private func credentials(object: Any, generation: UInt64, source: String) -> Credentials? {
+        switch SharedCredentialsCodec.check(object: object, signer: signer, generation: generation) {
         case .success(let credentials): return credentials
         case .failure(let error):
             send(.problem("\(source) on \(keys.channel) was refused: \(error.reason)"))
@@ -541,8 +695,10 @@ public final class RedisSessionCoordinator: SessionCoordinator {
     }
 
     private static func until(_ reply: RedisReply) -> Date? {
-        guard let milliseconds = reply.integer, milliseconds > Date().millisecondsSince1970 else { return nil }
-        return Date(milliseconds: milliseconds)
+        // A keyed peer stores `<ms>:<seal>`; the number comes first.
+        let number = reply.integer ?? reply.text.flatMap { Int64($0.prefix { $0 != ":" }) }
+        guard let milliseconds = number, milliseconds > Date().millisecondsSince1970 else { return nil }
+        return Date(milliseconds: min(milliseconds, SharedCredentialsCodec.maxMilliseconds))
     }
 
     private static func json(_ object: [String: Any]) -> String {
@@ -564,8 +720,10 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         """
 
     /// KEYS: session, lease, fence, logout, refreshes. ARGV: failed generation, lease ms, limit
-    /// count (0: none), limit window ms. Returns {0, gen, creds, logout-until} (newer), {1, fence,
-    /// gen} (lease granted), {2, holder fence, lease ms left} (wait), {3} (limit reached).
+    /// count (0: none), limit window ms; under a key, the fencing token asked for and the lease's
+    /// sealed suffix. Returns {0, gen, creds, logout-until} (newer), {1, fence, gen} (lease
+    /// granted), {2, holder lease, lease ms left} (wait), {3, grants…} (limit reached), {4, counter}
+    /// (the token asked for is not past the counter: ask again).
     static let beginScript = """
         local gen = tonumber(redis.call('HGET', KEYS[1], 'gen') or '0')
         if gen > tonumber(ARGV[1]) then
@@ -586,15 +744,24 @@ public final class RedisSessionCoordinator: SessionCoordinator {
           local t = redis.call('TIME')
           now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
           redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now - tonumber(ARGV[4]))
-          if redis.call('ZCARD', KEYS[5]) >= count then return {3} end
+          if redis.call('ZCARD', KEYS[5]) >= count then return {3, unpack(redis.call('ZRANGE', KEYS[5], 0, count - 1))} end
         end
-        local fence = redis.call('INCR', KEYS[3])
-        redis.call('SET', KEYS[2], fence, 'PX', ARGV[2])
+        local fence
+        if (ARGV[5] or '') ~= '' then
+          local current = redis.call('GET', KEYS[3]) or '0'
+          if tonumber(current) >= tonumber(ARGV[5]) then return {4, current} end
+          redis.call('SET', KEYS[3], ARGV[5])
+          fence = ARGV[5]
+        else
+          fence = tostring(redis.call('INCR', KEYS[3]))
+        end
+        local value = fence .. (ARGV[6] or '')
+        redis.call('SET', KEYS[2], value, 'PX', ARGV[2])
         if count > 0 then
-          redis.call('ZADD', KEYS[5], now, fence)
+          redis.call('ZADD', KEYS[5], now, value)
           redis.call('PEXPIRE', KEYS[5], ARGV[4])
         end
-        return {1, tostring(fence), tostring(gen)}
+        return {1, fence, tostring(gen)}
         """
 
     /// KEYS: session, lease, fence. ARGV: fence, generation the lease started from, credentials
@@ -604,6 +771,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
     static let publishScript = """
         local gen = redis.call('HGET', KEYS[1], 'gen') or '0'
         local held = redis.call('GET', KEYS[2])
+        if held then held = string.match(held, '^[^:]*') end
         local nobodySince = (not held) and (redis.call('GET', KEYS[3]) or '0') == ARGV[1]
         if gen ~= ARGV[2] or (held ~= ARGV[1] and not nobodySince) then
           return {0, gen, redis.call('HGET', KEYS[1], 'creds') or ''}
@@ -617,27 +785,42 @@ public final class RedisSessionCoordinator: SessionCoordinator {
 
     /// KEYS: lease. ARGV: fence, failure message (or empty), channel.
     static let endScript = """
-        if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+        local held = redis.call('GET', KEYS[1])
+        if held and string.match(held, '^[^:]*') == ARGV[1] then redis.call('DEL', KEYS[1]) end
         if ARGV[2] ~= '' then redis.call('PUBLISH', ARGV[3], ARGV[2]) end
         return 1
         """
 
-    /// KEYS: logout. ARGV: until ms, ttl ms, message, channel. Stores before it announces, and
-    /// never shortens a longer cooldown.
+    /// KEYS: logout. ARGV: until ms, ttl ms, message, channel, and under a key the end's seal
+    /// (`:<seal>`, stored after the number). Stores before it announces, and never shortens a
+    /// longer cooldown.
     static let logoutScript = """
-        local current = tonumber(redis.call('GET', KEYS[1]) or '0')
-        if tonumber(ARGV[1]) > current then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) end
+        local current = tonumber(string.match(redis.call('GET', KEYS[1]) or '0', '^%d*') or '0') or 0
+        if tonumber(ARGV[1]) > current then redis.call('SET', KEYS[1], ARGV[1] .. (ARGV[5] or ''), 'PX', ARGV[2]) end
         redis.call('PUBLISH', ARGV[4], ARGV[3])
         return 1
         """
 
-    /// KEYS: session, lease, logout. ARGV: credentials JSON, channel. Ends a cooldown and voids a
-    /// refresh in progress (its holder's publication is refused).
+    /// KEYS: session, lease, logout. ARGV: credentials JSON, channel, and under a key the generation
+    /// the credentials were sealed after ({gen} when it is not the stored one). Ends a cooldown and
+    /// voids a refresh in progress (its holder's publication is refused).
     static let signInScript = """
+        local gen = redis.call('HGET', KEYS[1], 'gen') or '0'
+        if (ARGV[3] or '') ~= '' and gen ~= ARGV[3] then return {gen} end
         local new = redis.call('HINCRBY', KEYS[1], 'gen', 1)
         redis.call('HSET', KEYS[1], 'creds', ARGV[1])
         redis.call('DEL', KEYS[2], KEYS[3])
         redis.call('PUBLISH', ARGV[2], '{"t":"c","g":' .. new .. ',"c":' .. ARGV[1] .. '}')
         return new
         """
+}
+
+extension RedisSessionCoordinator: TrustWarning {
+    /// A Redis on another host without `signing-key-env`: every client of it can forge the session.
+    package var trustWarning: String? {
+        guard signer == nil, !endpoint.isLoopback else { return nil }
+        return "\(endpoint) is not a loopback address and 'signing-key-env' is not set: any client of that Redis can sign "
+            + "this fleet in with tokens of its choosing, log it out or hold its refreshes; name an environment "
+            + "variable holding a shared key (every process of the fleet the same)"
+    }
 }

@@ -106,6 +106,41 @@ extension Benchmarks {
             / refreshCount
         single.stop()
 
+        // The same warm turn under signing-key-env: every value sealed and checked (HMAC-SHA256).
+        var signedTurns: [Double] = []
+        var signedRoundTrips = 0.0
+        if let signed = try? RedisSessionCoordinator(
+            .init(url: url, key: "bench-signed", signingKey: Data(repeating: 0x5a, count: 32)))
+        {
+            _ = await signed.start(local: Credentials(accessToken: "a", refreshToken: "r"), updates: { _ in })
+            try? await Task.sleep(for: .milliseconds(200))
+            var signedGeneration: UInt64 = 0
+            if case .lease(let lease) = await signed.beginRefresh(
+                .init(failedGeneration: 0, timeout: .seconds(5), limit: nil)),
+                case .published(let session) = await signed.publish(Credentials(accessToken: "w"), with: lease)
+            {
+                signedGeneration = session.generation
+            }
+            let signedBefore = calls()
+            for index in 0..<iterations {
+                let start = ContinuousClock.now
+                let turn = await signed.beginRefresh(
+                    .init(failedGeneration: signedGeneration, timeout: .seconds(5), limit: nil))
+                guard case .lease(let lease) = turn else { continue }
+                if case .published(let session) = await signed.publish(
+                    Credentials(accessToken: "a\(index)", refreshToken: "r\(index)"), with: lease)
+                {
+                    signedGeneration = session.generation
+                }
+                signedTurns.append((ContinuousClock.now - start).nanoseconds / 1000)
+            }
+            let signedAfter = calls()
+            var scripts = 0
+            for name in ["eval", "evalsha"] { scripts += (signedAfter[name] ?? 0) - (signedBefore[name] ?? 0) }
+            signedRoundTrips = Double(scripts) / Double(max(1, signedTurns.count))
+            signed.stop()
+        }
+
         // Cold: what a process that just started pays for its first refresh turn: connecting,
         // seeding, the subscriber's connection and read, loading the scripts, then the turn.
         let coldIterations = quick ? 3 : 40
@@ -178,6 +213,7 @@ extension Benchmarks {
         let ping = median(pings)
         let turn = median(turns)
         let cold = median(colds)
+        let signedTurn = median(signedTurns)
         return [
             BenchResult(
                 name: "coordination-refresh-cold", value: cold, unit: "us", baseline: turn,
@@ -194,6 +230,12 @@ extension Benchmarks {
                     ("p99_us", percentile(turns, 0.99)),
                 ],
                 goal: "2 round trips (beginRefresh + publish) added to a refresh"),
+            BenchResult(
+                name: "coordination-refresh-signed", value: signedTurn, unit: "us", baseline: turn,
+                baselineName: "the same turn without a key (coordination-refresh)", ratio: signedTurn / turn,
+                ratioMeaning: "refresh turn with signing-key-env / without, lower is better",
+                extra: [("round_trips_per_refresh", signedRoundTrips), ("p99_us", percentile(signedTurns, 0.99))],
+                goal: "signing costs microseconds, not round trips"),
             BenchResult(
                 name: "coordination-storm", value: stormMs, unit: "ms", baseline: nil, baselineName: nil, ratio: nil,
                 ratioMeaning: "",

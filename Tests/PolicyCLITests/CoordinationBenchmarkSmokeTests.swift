@@ -18,6 +18,7 @@ struct CoordinationBenchmarkSmokeTests {
             try #require(results.first { $0["name"] as? String == name })
         }
         #expect(try entry("coordination-refresh")["round_trips_per_refresh"] as? NSNumber == 2)
+        #expect(try entry("coordination-refresh-signed")["round_trips_per_refresh"] as? NSNumber == 2)
         #expect(try entry("coordination-storm")["refreshes"] as? Int == 1)
         #expect(try entry("coordination-hot-path")["value"] as? Int == 0)
     }

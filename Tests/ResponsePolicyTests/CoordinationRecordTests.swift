@@ -262,12 +262,12 @@ struct SharedStateSignerTests {
 
 /// The shared-state fuzz entry on seeded mutations of hostile seeds: no trap, whatever the bytes.
 struct SharedStateFuzzTests {
-    @Test func seededMutationsOfHostileStateNeverTrap() {
+    @Test func seededMutationsOfHostileStateNeverTrap() throws {
         let seeds = [
             #"{"generation":3,"fence":9,"credentials":{"access_token":"a","refresh_token":"r","expires_at":1e300},"lease":{"fence":9,"pid":1,"expires":1e30},"logged-out-until":32503680000000,"refreshes":[1,2]}"#,
             #"{"access_token":"a","refresh_token":"r","expires_at":1767225600123,"sig":"00"}"#,
             #"{"generation":18446744073709551615,"fence":-1,"lease":{"fence":1e400}}"#,
-        ].map { Array($0.utf8) }
+        ].map { Array($0.utf8) } + (try Self.sealedSeeds())
         var random = SplitMix64(seed: 23)
         for round in 0..<3000 {
             var bytes = seeds[round % seeds.count]
@@ -281,5 +281,18 @@ struct SharedStateFuzzTests {
             }
             SharedStateFuzzing.exercise(Data(bytes))
         }
+    }
+
+    /// Valid sealed values of the fuzz entry's key (a lease, a cooldown), so mutations explore the
+    /// checks past the seal, and the seeds check the entry accepts them.
+    static func sealedSeeds() throws -> [[UInt8]] {
+        let signer = SharedStateSigner(key: Data("fuzz".utf8), scope: "redis:fuzz")
+        let lease = "7" + signer.leaseSuffix(fence: 7, expires: 1_767_225_600_000)
+        let logout = "1767225600000" + signer.logoutSuffix(until: 1_767_225_600_000)
+        #expect(try signer.checkLease(lease, notBefore: 0).get().fence == 7)
+        #expect(try signer.checkLogout(logout).get() == 1_767_225_600_000)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+            .appendingPathComponent("../Fuzz/corpus/shared-sealed-lease.txt")) == Data(lease.utf8))
+        return [Array(lease.utf8), Array(logout.utf8)]
     }
 }

@@ -74,17 +74,27 @@ enum CoordinationPlugins {
     /// `signing-key-env`, taken by every built-in store that shares credentials.
     static let signingKeyOption = PluginSchema.Option(
         "signing-key-env", .string,
-        "the environment variable holding the fleet's shared key: credentials and logouts read from the store "
-            + "are used only when signed with it (HMAC-SHA256)")
+        "the environment variable holding the fleet's shared key: every value read from the store (credentials "
+            + "with their generation, leases, the cooldown, refresh.limit grants; the file store's whole record) is "
+            + "used only when signed with it (HMAC-SHA256); anything else is refused as coordination trouble")
 
-    /// The key named by `signing-key-env`, when set; an error when the variable is named but empty.
+    /// The key named by `signing-key-env`, when set; an error when the variable is named but empty,
+    /// or holds fewer than ``minimumKeyBytes`` bytes (a short key can be guessed offline from any
+    /// sealed value read from the store).
     static func signingKey(_ config: CoordinatorConfiguration) throws(CoordinationError) -> Data? {
         guard let variable = config.string("signing-key-env") else { return nil }
         guard let value = config.environment[variable], !value.isEmpty else {
             throw CoordinationError("the environment variable '\(variable)' (signing-key-env) is not set")
         }
+        guard value.utf8.count >= minimumKeyBytes else {
+            throw CoordinationError(
+                "the key in '\(variable)' (signing-key-env) is shorter than \(minimumKeyBytes) bytes; use a random one "
+                    + "of at least 32 (openssl rand -base64 32), the same in every process of the fleet")
+        }
         return Data(value.utf8)
     }
+
+    static let minimumKeyBytes = 16
 
     static func register(in registry: inout PluginRegistry) {
         registry.register(coordination: "local") { _ in LocalSessionCoordinator() }
@@ -223,18 +233,26 @@ extension Policy {
             return "Processes on this host that use \(path) share one session: its credentials and their generation, "
                 + "one refresh at a time (a lease of \(lease)), the logout cooldown and refresh.limit, kept in "
                 + "\(path).shared under the lock \(path).lock. A request that triggers no refresh or logout never "
-                + "touches these files. " + unavailableSentence(timeout)
+                + "touches these files. " + signingSentence + unavailableSentence(timeout)
         case "redis":
             let url = text("url").flatMap { try? RedisEndpoint.parse($0).get() }.map { "\($0)" } ?? "Redis"
             let key = text("key") ?? name
             return "Every process using key '\(key)' on \(url) shares one session: its credentials and their "
                 + "generation, one refresh at a time (a lease of \(lease); a holder that dies delays the others by "
                 + "at most that), the logout cooldown and refresh.limit. A request that triggers no refresh or "
-                + "logout never contacts Redis (news arrives by subscription). " + unavailableSentence(timeout)
+                + "logout never contacts Redis (news arrives by subscription). " + signingSentence
+                + unavailableSentence(timeout)
         default:
             return "The session is shared through the host's coordination plugin '\(reference.name)'. "
                 + unavailableSentence(timeout)
         }
+    }
+
+    /// With `signing-key-env`: what the key protects (said only when one is named).
+    private var signingSentence: String {
+        guard let variable = coordination.options["signing-key-env"]?.string else { return "" }
+        return "Every value read from the store is used only when signed with the key in \(variable) (HMAC-SHA256); "
+            + "a forged or replayed one is refused as coordination trouble, never a logout. "
     }
 
     private func unavailableSentence(_ timeout: String) -> String {

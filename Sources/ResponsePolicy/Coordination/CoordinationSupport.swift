@@ -71,9 +71,13 @@ package enum SharedCredentialsCodec {
     /// No token a real server issues comes near this; a larger one is refused, not stored.
     static let maxTokenBytes = 16_384
 
-    package static func encode(_ credentials: Credentials, signer: SharedStateSigner? = nil) -> String {
+    /// With a `signer`, the credentials carry its seal over the tokens and `generation`: the
+    /// generation they are stored at (a signed pair cannot be replayed under another one).
+    package static func encode(_ credentials: Credentials, signer: SharedStateSigner? = nil, generation: UInt64 = 0) -> String {
         var object: [String: Any] = ["access_token": credentials.accessToken]
-        if let signer { object["sig"] = signer.sign(SharedStateSigner.message(credentials)) }
+        if let signer {
+            object["sig"] = signer.seal("credentials", SharedStateSigner.fields(credentials, generation: generation))
+        }
         if let refresh = credentials.refreshToken { object["refresh_token"] = refresh }
         if let expires = credentials.expiresAt, let milliseconds = expires.checkedMillisecondsSince1970 {
             object["expires_at"] = milliseconds
@@ -82,32 +86,35 @@ package enum SharedCredentialsCodec {
         return String(decoding: data, as: UTF8.self)
     }
 
-    package static func decode(_ text: String, signer: SharedStateSigner? = nil) -> Credentials? {
-        try? check(text, signer: signer).get()
+    package static func decode(_ text: String, signer: SharedStateSigner? = nil, generation: UInt64 = 0) -> Credentials? {
+        try? check(text, signer: signer, generation: generation).get()
     }
 
-    package static func decode(object: Any, signer: SharedStateSigner? = nil) -> Credentials? {
-        try? check(object: object, signer: signer).get()
+    package static func decode(object: Any, signer: SharedStateSigner? = nil, generation: UInt64 = 0) -> Credentials? {
+        try? check(object: object, signer: signer, generation: generation).get()
     }
 
     /// Decodes `text`, or says why it is refused (never quoting a value). With a `signer`, the
     /// credentials must carry its signature (`signing-key-env`).
-    package static func check(_ text: String, signer: SharedStateSigner? = nil)
+    package static func check(_ text: String, signer: SharedStateSigner? = nil, generation: UInt64 = 0)
         -> Result<Credentials, CoordinationError>
     {
         guard !text.isEmpty, text.utf8.count <= 4 * maxTokenBytes,
             let object = try? JSONSerialization.jsonObject(with: Data(text.utf8))
         else { return .failure(CoordinationError("the shared credentials are not a JSON object")) }
-        return check(object: object, signer: signer)
+        return check(object: object, signer: signer, generation: generation)
     }
 
-    package static func check(object: Any, signer: SharedStateSigner? = nil) -> Result<Credentials, CoordinationError> {
+    package static func check(object: Any, signer: SharedStateSigner? = nil, generation: UInt64 = 0)
+        -> Result<Credentials, CoordinationError>
+    {
         let checked = check(unsigned: object)
         guard let signer, case .success(let credentials) = checked else { return checked }
-        guard signer.verify(SharedStateSigner.message(credentials), mac: (object as? [String: Any])?["sig"] as? String)
-        else {
-            return .failure(
-                CoordinationError("the shared credentials are not signed with this fleet's key (signing-key-env)"))
+        let seal = (object as? [String: Any])?["sig"] as? String
+        let verdict = signer.check(
+            seal, "credentials", SharedStateSigner.fields(credentials, generation: generation))
+        if let refusal = verdict.refusal {
+            return .failure(CoordinationError("the shared credentials (generation \(generation)) were refused: \(refusal)"))
         }
         return checked
     }
@@ -194,5 +201,19 @@ package struct CoordinatorHealth {
     /// Reconnect backoff: 50 ms doubling to 2 s.
     package var backoff: Duration {
         .milliseconds(min(2000, 50 << min(max(failures - 1, 0), 6)))
+    }
+}
+
+/// The random part of the temporary file names the state file and the credentials file are
+/// written through (`…tmp-<pid>-<suffix>`): 64 bits from the system's secure generator, so no
+/// name can be planted ahead. Tests replace the generator for one task (``override``) to plant
+/// links at exactly the names the code will pick, and prove those are never followed.
+enum TemporaryNames {
+    @TaskLocal static var override: (@Sendable () -> UInt64)?
+
+    static func suffix() -> UInt64 {
+        if let override { return override() }
+        var generator = SystemRandomNumberGenerator()
+        return generator.next()
     }
 }

@@ -38,7 +38,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
         public var lease: Duration
         public var connectTimeout: Duration
         public var watchInterval: Duration
-        /// From `signing-key-env`: shared credentials are used only when signed with it.
+        /// From `signing-key-env`: the shared record is used only when sealed with it (every field).
         public var signingKey: Data?
 
         public init(
@@ -64,6 +64,8 @@ public final class FileSessionCoordinator: SessionCoordinator {
         var watching = false
         /// A logout this process could not store (the lock file was busy or unwritable).
         var pendingLogout: Int64?
+        /// The highest revision of a sealed record read or written: an older copy put back is a replay.
+        var revision: UInt64 = 0
     }
 
     public let configuration: Configuration
@@ -80,7 +82,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
         let path = (configuration.path as NSString).expandingTildeInPath
         lockPath = path + ".lock"
         statePath = path + ".shared"
-        signer = configuration.signingKey.map(SharedStateSigner.init(key:))
+        signer = configuration.signingKey.map { SharedStateSigner(key: $0, scope: "file") }
     }
 
     // MARK: - SessionCoordinator
@@ -242,6 +244,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
         case .failure(let error): return .failure(error)
         case .success(let value): shared = value ?? Shared()
         }
+        if let refusal = replayProblem(shared) { return .failure(refusal) }
         var lockInfo = stat()
         if fstat(descriptor, &lockInfo) == 0, let refusal = Self.privacyProblem(lockPath, lockInfo) {
             return .failure(refusal)
@@ -251,12 +254,33 @@ public final class FileSessionCoordinator: SessionCoordinator {
         if let pending { shared.logout(until: pending) }
         let result = body(&shared)
         if shared != before {
+            // Never below a revision this process has seen: a file removed and recreated goes on
+            // from there, so no older copy can pass for newer.
+            shared.revision = max(before.revision, state.withLock { $0.revision }) + 1
             if let error = Self.write(shared, to: statePath, signer: signer) { return .failure(error) }
+            state.withLock { $0.revision = max($0.revision, shared.revision) }
         }
         if let pending {
             state.withLock { state in if state.pendingLogout == pending { state.pendingLogout = nil } }
         }
         return .success(result)
+    }
+
+    /// With a key: a sealed record older than one this process has seen is a copy put back (a
+    /// replay: it would roll the generation, the lease or the cooldown back), refused as trouble.
+    private func replayProblem(_ shared: Shared) -> CoordinationError? {
+        guard signer != nil else { return nil }
+        return state.withLock { state -> CoordinationError? in
+            // No file at all is a fresh start (removing it is the documented fix).
+            let fresh = shared.revision == 0 && shared == Shared()
+            guard shared.revision < state.revision, !fresh else {
+                state.revision = max(state.revision, shared.revision)
+                return nil
+            }
+            return CoordinationError(
+                "the shared session file '\(statePath)' was refused: its revision \(shared.revision) is older than "
+                    + "\(state.revision), already seen (an older copy put back; replayed); remove it (rm '\(statePath)')")
+        }
     }
 
     /// The most a state file may hold: a few tokens and numbers (a larger one is refused unread).
@@ -337,8 +361,11 @@ public final class FileSessionCoordinator: SessionCoordinator {
         shared.generation = generation ?? 0
         guard let fence = unsigned(object["fence"]) else { return refuse("fence") }
         shared.fence = fence ?? 0
+        guard let revision = unsigned(object["revision"]) else { return refuse("revision") }
+        shared.revision = revision ?? 0
         if let credentials = object["credentials"] {
-            switch SharedCredentialsCodec.check(object: credentials, signer: signer) {
+            // Under a key the record's seal covers them (with every other field).
+            switch SharedCredentialsCodec.check(object: credentials, signer: nil) {
             case .success(let value): shared.credentials = value
             case .failure(let error):
                 return .failure(CoordinationError("the shared session file '\(path)': \(error.reason); remove the file"))
@@ -370,17 +397,23 @@ public final class FileSessionCoordinator: SessionCoordinator {
             }
             shared.refreshes = times
         }
+        if let signer, let refusal = signer.check(object["seal"] as? String, "record", shared.sealFields).refusal {
+            return .failure(
+                CoordinationError("the shared session file '\(path)' was refused: \(refusal); remove the file (rm '\(path)')"))
+        }
         return .success(shared)
     }
 
     static func write(_ shared: Shared, to path: String, signer: SharedStateSigner? = nil) -> CoordinationError? {
         var object: [String: Any] = ["generation": shared.generation, "fence": shared.fence]
+        if shared.revision > 0 { object["revision"] = shared.revision }
         if let credentials = shared.credentials,
-            let encoded = try? JSONSerialization.jsonObject(
-                with: Data(SharedCredentialsCodec.encode(credentials, signer: signer).utf8))
+            let encoded = try? JSONSerialization.jsonObject(with: Data(SharedCredentialsCodec.encode(credentials).utf8))
         {
             object["credentials"] = encoded
         }
+        // One seal over every field: none can be changed, moved or rolled back alone.
+        if let signer { object["seal"] = signer.seal("record", shared.sealFields) }
         if let lease = shared.lease {
             object["lease"] = ["fence": lease.fence, "pid": lease.holder, "expires": lease.expires]
         }
@@ -402,7 +435,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
         var descriptor: Int32 = -1
         var temporary = ""
         for _ in 0..<8 {
-            temporary = path + ".tmp-\(getpid())-\(UInt64.random(in: 0...UInt64.max))"
+            temporary = path + ".tmp-\(getpid())-\(TemporaryNames.suffix())"
             descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
             if descriptor >= 0 || errno != EEXIST { break }
         }
@@ -443,7 +476,9 @@ public final class FileSessionCoordinator: SessionCoordinator {
             let current = Self.identity(statePath)
             guard current != identity else { continue }
             identity = current
-            guard case .success(let read) = Self.read(statePath, signer: signer), let shared = read else { continue }
+            guard case .success(let read) = Self.read(statePath, signer: signer), let shared = read,
+                replayProblem(shared) == nil
+            else { continue }
             var news: [SessionUpdate] = []
             state.withLock { state in
                 let seen = state.seen
@@ -471,5 +506,21 @@ public final class FileSessionCoordinator: SessionCoordinator {
     private func send(_ update: SessionUpdate) {
         let updates = state.withLock { $0.stopped ? nil : $0.updates }
         updates?(update)
+    }
+}
+
+extension FileSessionCoordinator: TrustWarning {
+    /// A folder other users can write (group or others write bit, sticky or not): they can remove
+    /// the lock and state files, or put their own in their place. Theirs are refused (another
+    /// owner), so they can stop the fleet's coordination, never forge its session; a key does not
+    /// prevent that, a private folder does, so this is said with or without `signing-key-env`.
+    package var trustWarning: String? {
+        let folder = (statePath as NSString).deletingLastPathComponent
+        var info = stat()
+        guard stat(folder.isEmpty ? "." : folder, &info) == 0, info.st_mode & 0o022 != 0 else { return nil }
+        let mode = String(info.st_mode & 0o7777, radix: 8)
+        return "the folder '\(folder)' of the shared session files can be written by other users (mode \(mode)): they "
+            + "can remove or replace the lock and state files and stop this fleet's coordination; keep the credentials "
+            + "in a folder only this user can write (chmod go-w '\(folder)')"
     }
 }

@@ -77,6 +77,15 @@ public protocol SessionCoordinator: Sendable {
     func stop()
 }
 
+/// A coordinator whose store others could tamper with says so once, at start: the engine reports
+/// it as a `problem` event and keeps it in `engine.problems` (issue 23: a missing signing key on a
+/// remote store was only a lint warning, which a deploy never sees).
+package protocol TrustWarning {
+    /// Why whoever else can reach the store could forge or disturb the session, with the fix; nil
+    /// when nothing is to be said.
+    var trustWarning: String? { get }
+}
+
 /// A session as a coordinator shares it.
 public struct SharedSession: Sendable, Equatable {
     public var credentials: Credentials?

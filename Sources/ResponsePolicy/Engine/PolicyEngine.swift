@@ -85,6 +85,9 @@ public final class PolicyEngine: Sendable {
     let coordinatorIsLocal: Bool
     /// The engine made the coordinator from the policy, so it stops it.
     let ownsCoordinator: Bool
+    /// What the coordinator says about its store's trust at start (a Redis on another host with no
+    /// `signing-key-env`): a `problem` event at start, and listed in ``problems`` for good.
+    package let coordinationWarning: PluginError?
     /// The join of the shared session is still running: new requests wait for it (read without
     /// the lock on every `send`; `joining` holds the waiters).
     let joinPending = Atomic<Bool>(false)
@@ -155,6 +158,10 @@ public final class PolicyEngine: Sendable {
             ownsCoordinator = true
         }
         coordinatorIsLocal = coordinator is LocalSessionCoordinator
+        coordinationWarning = (coordinator as? any TrustWarning)?.trustWarning.map { warning in
+            PluginError(
+                kind: .coordination, name: policy.coordination.name, reason: warning, range: policy.coordination.range)
+        }
         let local = initial.credentials
         state = Locked(initial)
         reportProblems(runtime)
@@ -167,6 +174,7 @@ public final class PolicyEngine: Sendable {
             }
             problem("coordination plugin '\(policy.coordination.name)': " + coordinationProblem, runtime)
         }
+        if let coordinationWarning { problem("coordination: \(coordinationWarning.reason)", runtime) }
         if !coordinatorIsLocal {
             joining.withLock { $0.pending = true }
             joinPending.store(true, ordering: .releasing)
@@ -272,7 +280,8 @@ public final class PolicyEngine: Sendable {
         credentials: (any CredentialStore)? = nil, options: Options = Options()
     ) throws(PolicyError) {
         self.init(policy: policy, transport: transport, plugins: plugins, credentials: credentials, options: options)
-        let problems = self.problems
+        // A warning about the store's trust is not a plugin that cannot be made.
+        let problems = self.problems.filter { $0 != coordinationWarning }
         if !problems.isEmpty {
             throw .invalid(file: policy.file, diagnostics: problems.map { $0.diagnostic(file: policy.file) })
         }
@@ -289,8 +298,13 @@ public final class PolicyEngine: Sendable {
     /// Coordination trouble is listed too, while it lasts: a coordinator that could not be made
     /// (an unset `password-env`, a `rediss://` URL this build cannot use), or a store that is
     /// unreachable now (removed when it is back).
+    /// A warning about the store's trust stays listed (``coordinationWarning``: a Redis on another
+    /// host without `signing-key-env`, a `file` store in a folder other users can write); it does
+    /// not make ``init(checking:transport:plugins:credentials:options:)`` throw.
     public var problems: [PluginError] {
-        state.withLock { state in state.runtime.problems + (state.coordinationProblem.map { [$0] } ?? []) }
+        state.withLock { state in
+            state.runtime.problems + (state.coordinationProblem.map { [$0] } ?? []) + (coordinationWarning.map { [$0] } ?? [])
+        }
     }
 
     /// Runs new requests under `policy`; requests in flight finish under the one they started with.

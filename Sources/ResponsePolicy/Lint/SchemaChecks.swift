@@ -213,8 +213,9 @@ enum SchemaChecks {
             summary: "a Redis coordination store on another host without 'signing-key-env'",
             rationale:
                 "Every client of that Redis could publish credentials of its choosing, which every process would "
-                + "sign requests with and save. With a shared key, credentials and logouts are used only when "
-                + "signed (HMAC-SHA256).",
+                + "sign requests with and save. With a shared key, every value read from the store is used only "
+                + "when signed (HMAC-SHA256). The engine says so at run time too: a problem event at start, "
+                + "listed in engine.problems and printed by policy fetch.",
             severity: .warning,
             triggering: [
                 exampleHeader + "coordination: { use: redis, with: { url: \"redis://10.0.0.5:6379/0\", key: api } }\n"

@@ -312,10 +312,9 @@ public final class FileCredentialStore: CredentialStore, CustomStringConvertible
     private func createTemporaryFile() throws(CredentialStoreError) -> (fd: Int32, path: String) {
         let target = URL(fileURLWithPath: Self.followingLinks(path))
         let directory = target.deletingLastPathComponent().path
-        var generator = SystemRandomNumberGenerator()
         var code: Int32 = 0
         for _ in 0..<8 {
-            let suffix = String(generator.next(), radix: 16)
+            let suffix = String(TemporaryNames.suffix(), radix: 16)
             let temporary = directory + "/." + target.lastPathComponent + ".tmp-\(getpid())-" + suffix
             let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
             if fd >= 0 { return (fd, temporary) }

@@ -41,6 +41,9 @@ struct CoordinationRecord: Sendable, Equatable {
     }
 
     var generation: UInt64 = 0
+    /// How many times a store wrote the record (the file store; others leave it 0). Sealed with
+    /// the record under `signing-key-env`, so a process refuses an older copy put back.
+    var revision: UInt64 = 0
     var credentials: Credentials?
     /// The last fencing token handed out.
     var fence: UInt64 = 0

@@ -3,33 +3,54 @@ import Foundation
 /// Signs and checks what a process shares through a coordination store, with a key every process
 /// of the fleet reads from the environment variable `coordination.with.signing-key-env`.
 ///
-/// Why: whoever can write to a shared store (any client with the Redis password) could otherwise
-/// sign the fleet in with tokens of their choosing, and have every process send them and write
-/// them into its credentials file (issue 23). With a key, credentials and logouts read from the
-/// store are used only when their HMAC-SHA256 matches; anything else is refused with a `problem`.
+/// Why: whoever can write to a shared store (any client with the Redis password, any process of
+/// the user owning the state file) could otherwise sign the fleet in with tokens of their choosing,
+/// log it out, or hold its refreshes with an eternal lease (issue 23). With a key, every value a
+/// process reads from the store is used only when its HMAC-SHA256 seal matches; anything else is
+/// refused with a `problem` naming the source, and treated as coordination trouble (a refresh
+/// waits or fails with the reason, never a logout, never adoption of what was forged).
 ///
-/// What it covers: the tokens and expiry of shared credentials, a logout's end and reason, a
-/// failed refresh's reason. Not covered: generations, leases and fencing counters (a peer with
-/// write access can still delay refreshes or replay an older signed pair, which costs a refresh,
-/// never a forged session).
+/// What it covers (each seal names its kind and the store's scope, so a value cannot be moved from
+/// one field, key or fleet to another):
+/// - the file store: the whole record as one value (``CoordinationRecord/sealFields``), with a
+///   revision that grows with every write, so an older copy put back is refused too;
+/// - Redis: the credentials with the generation they are stored at, the logout cooldown's end, the
+///   lease (its fencing token and signed expiry), the recent lease grants (`refresh.limit`), and
+///   every announcement on the channel; the fencing counter is checked by prediction (a grant must
+///   carry the token the process asked for) and never goes back below what a process has seen.
+///
+/// A seal reads `v1.<key id>.<mac>`: the key id (8 hex digits of an HMAC of a constant) tells a
+/// value signed with another key (a rotation half done) from an unsigned or forged one, without
+/// revealing the key.
 ///
 /// ```swift
-/// let signer = SharedStateSigner(key: Data(env["FLEET_KEY"]!.utf8))
-/// let mac = signer.sign("logout\n1767225600000\nrevoked")
+/// let signer = SharedStateSigner(key: Data(env["FLEET_KEY"]!.utf8), scope: "redis:mobile-api")
+/// let seal = signer.seal("logout", ["1767225600000"])
+/// signer.check(seal, "logout", ["1767225600000"])   // .valid
 /// ```
 ///
 /// Concurrency contract: a value; every method is pure.
 package struct SharedStateSigner: Sendable, Equatable {
     private let key: [UInt8]
+    /// The store the seals are bound to (`file`, `redis:<key>`): a value signed for one fleet's
+    /// key is refused under another's.
+    package let scope: String
+    /// 8 hex digits identifying the key (not the key): said in refusals.
+    package let keyID: String
 
-    package init(key: Data) {
+    package init(key: Data, scope: String = "") {
         var bytes = [UInt8](key)
         if bytes.count > 64 { bytes = SHA256.hash(bytes) }
-        self.key = bytes + [UInt8](repeating: 0, count: 64 - bytes.count)
+        let padded = bytes + [UInt8](repeating: 0, count: 64 - bytes.count)
+        self.key = padded
+        self.scope = scope
+        keyID = String(Self.hmac(padded, "response-policy signing key id").prefix(8))
     }
 
     /// The HMAC-SHA256 of `message`, as 64 lower-case hex digits.
-    package func sign(_ message: String) -> String {
+    package func sign(_ message: String) -> String { Self.hmac(key, message) }
+
+    private static func hmac(_ key: [UInt8], _ message: String) -> String {
         let inner = SHA256.hash(key.map { $0 ^ 0x36 } + Array(message.utf8))
         let outer = SHA256.hash(key.map { $0 ^ 0x5c } + inner)
         return outer.map { String(format: "%02x", $0) }.joined()
@@ -46,10 +67,73 @@ package struct SharedStateSigner: Sendable, Equatable {
         return difference == 0
     }
 
-    /// What a credentials signature covers.
-    static func message(_ credentials: Credentials) -> String {
-        "credentials\n\(credentials.accessToken)\n\(credentials.refreshToken ?? "")\n"
-            + "\(credentials.expiresAt?.checkedMillisecondsSince1970.map(String.init) ?? "")"
+    /// The seal of a value of `kind` made of `fields`, bound to this signer's scope:
+    /// `v1.<key id>.<mac>`. Fields are length-prefixed, so no two lists share a message.
+    package func seal(_ kind: String, _ fields: [String]) -> String {
+        "v1.\(keyID).\(sign(Self.message(kind, scope: scope, fields)))"
+    }
+
+    /// What a seal says of a value.
+    package enum Check: Sendable, Equatable {
+        case valid
+        /// No seal at all: written by a process without the key, or forged.
+        case missing
+        /// Sealed with another key (its id): a fleet whose processes hold different keys.
+        case otherKey(String)
+        /// A seal of this key that does not match the value: forged, altered or moved.
+        case forged
+
+        /// Why a value was refused, for a `problem` (never quoting the value).
+        package var refusal: String? {
+            switch self {
+            case .valid: return nil
+            case .missing: return "not signed with this fleet's key (signing-key-env)"
+            case .otherKey(let id):
+                return "signed with another key (key id \(id)); every process needs the same signing-key-env"
+            case .forged: return "its signature does not match (forged, altered or replayed; signing-key-env)"
+            }
+        }
+    }
+
+    /// Checks `seal` against the value of `kind` made of `fields`.
+    package func check(_ seal: String?, _ kind: String, _ fields: [String]) -> Check {
+        guard let seal, !seal.isEmpty else { return .missing }
+        let parts = seal.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, parts[0] == "v1" else { return .forged }
+        guard parts[1] == keyID else { return parts[1].count == 8 ? .otherKey(String(parts[1])) : .forged }
+        return verify(Self.message(kind, scope: scope, fields), mac: String(parts[2])) ? .valid : .forged
+    }
+
+    private static func message(_ kind: String, scope: String, _ fields: [String]) -> String {
+        ([kind, scope] + fields).map { "\($0.utf8.count):\($0)" }.joined(separator: "\n")
+    }
+
+    /// The fields a credentials seal covers: the tokens, the expiry and the generation they are
+    /// stored at (so a signed pair cannot be replayed under another generation).
+    package static func fields(_ credentials: Credentials, generation: UInt64) -> [String] {
+        [
+            String(generation), credentials.accessToken, credentials.refreshToken ?? "",
+            credentials.expiresAt?.checkedMillisecondsSince1970.map(String.init) ?? "",
+        ]
+    }
+}
+
+extension CoordinationRecord {
+    /// Every field of the record, in one order, for the file store's seal: a field changed alone
+    /// (a generation, a lease's holder or expiry, the fencing counter, the cooldown's end) breaks
+    /// the seal of the whole.
+    var sealFields: [String] {
+        var fields = [String(revision), String(generation), String(fence)]
+        if let credentials {
+            fields += ["credentials"] + SharedStateSigner.fields(credentials, generation: generation)
+        } else {
+            fields.append("no-credentials")
+        }
+        if let lease { fields += ["lease", String(lease.fence), String(lease.holder), String(lease.expires)] }
+        if let loggedOutUntil { fields += ["logged-out-until", String(loggedOutUntil)] }
+        if let failure { fields += ["failure", String(failure.fence), failure.reason] }
+        fields += ["refreshes"] + refreshes.map(String.init)
+        return fields
     }
 }
 
@@ -80,7 +164,8 @@ enum SHA256 {
         for chunk in stride(from: 0, to: data.count, by: 64) {
             for i in 0..<16 {
                 let b = chunk + i * 4
-                w[i] = UInt32(data[b]) << 24 | UInt32(data[b + 1]) << 16 | UInt32(data[b + 2]) << 8 | UInt32(data[b + 3])
+                w[i] =
+                    UInt32(data[b]) << 24 | UInt32(data[b + 1]) << 16 | UInt32(data[b + 2]) << 8 | UInt32(data[b + 3])
             }
             for i in 16..<64 {
                 let s0 = rotate(w[i - 15], 7) ^ rotate(w[i - 15], 18) ^ (w[i - 15] >> 3)

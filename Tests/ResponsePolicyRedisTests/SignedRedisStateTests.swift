@@ -1,0 +1,276 @@
+import CoordinationTestSupport
+import Foundation
+import ResponsePolicy
+import ResponsePolicyRedis
+import Testing
+
+/// Issue 23: with `signing-key-env`, every value a process reads from Redis is authenticated:
+/// the credentials with their generation, the cooldown's end, the lease (fencing token and sealed
+/// expiry), the refresh.limit grants, and every announcement. Each field is forged alone with
+/// `HSET`/`SET`/`ZADD`/`PUBLISH`, as any client with the Redis password could, and must be
+/// refused with a `problem` naming the key, as coordination trouble: never a logout, never the
+/// attacker's credentials.
+@Suite(.enabled(if: RedisServerFixture.isInstalled, "redis-server is not installed"))
+struct SignedRedisStateTests {
+    static let key = Data("fleet-key".utf8)
+
+    func coordinator(_ server: RedisServerFixture, _ name: String) throws -> RedisSessionCoordinator {
+        try RedisSessionCoordinator(.init(url: server.url, key: name, signingKey: Self.key))
+    }
+
+    func attacker(_ server: RedisServerFixture) throws -> RedisConnection {
+        try RedisConnection(try RedisEndpoint.parse(server.url).get(), password: nil, timeout: .seconds(2))
+    }
+
+    /// A session every field of which a keyed process wrote: generation 1 (one publication), a
+    /// fencing counter, a cooldown, and the lease value it held (returned).
+    func prepared(_ server: RedisServerFixture, _ name: String) async throws -> String {
+        let holder = try coordinator(server, name)
+        defer { holder.stop() }
+        _ = await holder.start(local: testCredentials("seed"), updates: { _ in })
+        guard
+            case .lease(let lease) = await holder.beginRefresh(
+                .init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
+        else { throw CoordinationError("no lease") }
+        let held = try attacker(server).command(["GET", "response-policy:{\(name)}:lease"]).text ?? ""
+        guard case .published = await holder.publish(testCredentials("rotated"), with: lease) else {
+            throw CoordinationError("not published")
+        }
+        return held
+    }
+
+    /// What a fresh keyed process makes of the store: what it joins, its refresh turn, its updates.
+    func probe(
+        _ server: RedisServerFixture, _ name: String, limit: (count: Int, per: Duration)? = nil
+    ) async throws -> (SharedSession?, RefreshTurn, [SessionUpdate]) {
+        let process = try coordinator(server, name)
+        defer { process.stop() }
+        let log = UpdateLog()
+        let shared = await process.start(local: testCredentials("local"), updates: log.sink)
+        let turn = await process.beginRefresh(.init(failedGeneration: 1, timeout: .seconds(1), limit: limit))
+        return (shared, turn, log.updates)
+    }
+
+    @Test func eachForgedFieldInRedisIsRefusedAsCoordinationTrouble() async throws {
+        let server = try RedisServerFixture()
+        let now = Date().millisecondsSince1970
+        let forged = #"{"access_token":"attacker","refresh_token":"attacker-refresh"}"#
+        // name: (commands of the forgery, with K for the key prefix; the key the problem must name).
+        // A cooldown is read when a process joins: there it is refused (the join fails, with a
+        // problem); the refresh turn that follows does not read it.
+        let cases: [(String, [[String]], String)] = [
+            ("generation alone", [["HSET", "K:session", "gen", "7"]], "K:session"),
+            ("unsigned credentials", [["HSET", "K:session", "gen", "7", "creds", forged]], "K:session"),
+            (
+                "credentials sealed for another generation", [["HSET", "K:session", "gen", "7", "creds", "SEALED1"]],
+                "K:session"
+            ),
+            ("credentials of another fleet", [["HSET", "K:session", "gen", "7", "creds", "OTHER"]], "K:session"),
+            ("an unsigned cooldown", [["SET", "K:logout", String(now + 3_600_000)]], "K:logout"),
+            ("a cooldown sealed for an earlier end", [["SET", "K:logout", "LOGOUT-LATER"]], "K:logout"),
+            ("an unsigned lease", [["SET", "K:lease", "99", "PX", "60000"]], "K:lease"),
+            ("a lease with another fencing token", [["SET", "K:lease", "FENCE-CHANGED", "PX", "60000"]], "K:lease"),
+            ("a lease put back long after it ended", [["SET", "K:lease", "OLD-LEASE", "PX", "60000"]], "K:lease"),
+        ]
+        for (index, (label, commands, named)) in cases.enumerated() {
+            let name = "s\(index)"
+            let held = try await prepared(server, name)
+            let x = SharedStateSigner(key: Self.key, scope: "redis:\(name)")
+            let connection = try attacker(server)
+            for command in commands {
+                let resolved = command.map { word -> String in
+                    switch word {
+                    case "SEALED1":
+                        return SharedCredentialsCodec.encode(testCredentials("rotated"), signer: x, generation: 1)
+                    case "OTHER":
+                        return SharedCredentialsCodec.encode(
+                            testCredentials("rotated"), signer: SharedStateSigner(key: Self.key, scope: "redis:other"),
+                            generation: 7)
+                    case "LOGOUT-LATER": return String(now + 3_600_000) + x.logoutSuffix(until: now + 60_000)
+                    case "FENCE-CHANGED": return "5" + held.drop { $0 != ":" }
+                    case "OLD-LEASE": return "9" + x.leaseSuffix(fence: 9, expires: now - 120_000)
+                    default: return word.replacingOccurrences(of: "K:", with: "response-policy:{\(name)}:")
+                    }
+                }
+                _ = try connection.command(resolved)
+            }
+            let (shared, turn, updates) = try await probe(server, name)
+            let keyName = named.replacingOccurrences(of: "K:", with: "response-policy:{\(name)}:")
+            let problems = updates.compactMap { if case .problem(let text) = $0 { text } else { nil } }
+            #expect(shared?.credentials?.accessToken != "attacker", "\(label)")
+            #expect(shared?.loggedOutUntil == nil, "\(label): a forged cooldown was joined")
+            #expect(!updates.contains { if case .loggedOut = $0 { true } else { false } }, "\(label)")
+            if keyName.hasSuffix(":logout") {
+                #expect(shared == nil, "\(label): joined a session with a forged cooldown")
+                #expect(problems.contains { $0.contains(keyName) && $0.contains("refused") }, "\(label): \(problems)")
+                continue
+            }
+            guard case .unavailable(let reason) = turn else {
+                Issue.record("\(label): the refresh turn was \(turn)")
+                continue
+            }
+            #expect(reason.contains(keyName), "\(label): \(reason)")
+            #expect(problems.contains { $0.contains(keyName) && $0.contains("refused") }, "\(label): \(problems)")
+            #expect(!updates.contains { if case .loggedOut = $0 { true } else { false } }, "\(label)")
+            #expect(!problems.joined().contains("attacker") && !problems.joined().contains("access-rotated"))
+        }
+        // Unforged, the same store is used as it is: the refusals above are the seals' doing.
+        _ = try await prepared(server, "clean")
+        let (shared, turn, _) = try await probe(server, "clean")
+        #expect(shared?.credentials == testCredentials("rotated") && shared?.generation == 1)
+        guard case .lease(let lease) = turn else { return recordFailure("clean: \(turn)") }
+        #expect(lease.fencingToken == 2)
+    }
+
+    @Test func forgedGrantsNeverMakeRefreshLimitUsedUp() async throws {
+        let server = try RedisServerFixture()
+        _ = try await prepared(server, "limit")
+        let now = Date().millisecondsSince1970
+        _ = try attacker(server).command([
+            "ZADD", "response-policy:{limit}:refreshes", String(now), "50", String(now), "51",
+        ])
+        let (_, turn, updates) = try await probe(server, "limit", limit: (2, .seconds(3600)))
+        guard case .unavailable(let reason) = turn else { return recordFailure("forged grants gave \(turn)") }
+        #expect(reason.contains("response-policy:{limit}:refreshes"))
+        #expect(updates.contains { if case .problem(let text) = $0 { text.contains("refresh.limit") } else { false } })
+        // Real grants still count: two keyed leases in the window use the limit up.
+        _ = try attacker(server).command(["DEL", "response-policy:{limit}:refreshes"])
+        let process = try RedisSessionCoordinator(.init(url: server.url, key: "limit", signingKey: Self.key))
+        defer { process.stop() }
+        _ = await process.start(local: nil, updates: { _ in })
+        for _ in 0..<2 {
+            guard
+                case .lease(let lease) = await process.beginRefresh(
+                    .init(failedGeneration: 1, timeout: .seconds(1), limit: (2, .seconds(3600))))
+            else { return recordFailure("no lease within the limit") }
+            await process.endRefresh(lease, failure: nil)
+        }
+        #expect(
+            await process.beginRefresh(.init(failedGeneration: 1, timeout: .seconds(1), limit: (2, .seconds(3600))))
+                == .limited)
+    }
+
+    /// Replays: a process that saw generation 1 refuses a record rolled back to generation 0 (the
+    /// spent refresh token), and a fencing counter set back or forward never makes it reuse a
+    /// fencing token.
+    @Test func aRolledBackSessionIsRefusedAndTheFencingCounterIsNeverTrusted() async throws {
+        let server = try RedisServerFixture()
+        let process = try coordinator(server, "r")
+        defer { process.stop() }
+        let log = UpdateLog()
+        _ = await process.start(local: testCredentials("seed"), updates: log.sink)
+        let connection = try attacker(server)
+        let seed = try connection.command(["HGET", "response-policy:{r}:session", "creds"]).text ?? ""
+        guard
+            case .lease(let first) = await process.beginRefresh(
+                .init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
+        else { return recordFailure("no lease") }
+        _ = await process.publish(testCredentials("rotated"), with: first)
+        _ = try connection.command(["HSET", "response-policy:{r}:session", "gen", "0", "creds", seed])
+        let turn = await process.beginRefresh(.init(failedGeneration: 1, timeout: .seconds(1), limit: nil))
+        guard case .unavailable(let reason) = turn else { return recordFailure("a rolled-back record gave \(turn)") }
+        #expect(reason.contains("older than 1"))
+        #expect(
+            try connection.command(["GET", "response-policy:{r}:lease"]) == .null, "the refused grant was released")
+        // Redis lost everything (a restart without persistence): the process re-seeds what it holds,
+        // and its next grant still carries a fencing token past every one it has seen.
+        _ = try connection.command(["FLUSHALL"])
+        guard
+            case .lease(let second) = await process.beginRefresh(
+                .init(failedGeneration: 1, timeout: .seconds(1), limit: nil))
+        else { return recordFailure("no lease after the counter was set back: \(log.updates)") }
+        #expect(second.fencingToken > first.fencingToken && second.generation == 1)
+        await process.endRefresh(second, failure: nil)
+        // Set forward: followed (a larger token is still unique), within a round trip or two.
+        _ = try connection.command(["SET", "response-policy:{r}:fence", "1000"])
+        guard
+            case .lease(let third) = await process.beginRefresh(
+                .init(failedGeneration: 1, timeout: .seconds(1), limit: nil))
+        else { return recordFailure("no lease after the counter was set forward") }
+        #expect(third.fencingToken == 1001)
+    }
+
+    @Test func forgedPublicationsAreRefusedWithAProblem() async throws {
+        let server = try RedisServerFixture()
+        _ = try await prepared(server, "p")
+        let listener = try coordinator(server, "p")
+        defer { listener.stop() }
+        let log = UpdateLog()
+        _ = await listener.start(local: nil, updates: log.sink)
+        let x = SharedStateSigner(key: Self.key, scope: "redis:p")
+        let sealedAt1 = SharedCredentialsCodec.encode(testCredentials("rotated"), signer: x, generation: 1)
+        let until = Date().millisecondsSince1970 + 3_600_000
+        let messages = [
+            #"{"t":"c","g":9,"c":{"access_token":"attacker","refresh_token":"attacker-refresh"}}"#,
+            // A real pair, replayed under another generation.
+            #"{"t":"c","g":9,"c":"# + sealedAt1 + "}",
+            #"{"t":"l","u":\#(until),"r":"x"}"#,
+            #"{"r":"x","s":"\#(x.seal("logout", [String(until - 1), "x"]))","t":"l","u":\#(until)}"#,
+            #"{"f":2,"s":"\#(x.seal("failure", ["3", "w"]))","t":"f","w":"w"}"#,
+        ]
+        let channel = "response-policy:{p}:events"
+        let connection = try attacker(server)
+        // Sent until the subscriber (subscribing in the background) has heard them all: a message
+        // sent before it subscribed is lost, as Redis pub/sub is.
+        var heard = 0
+        for _ in 0..<100 where heard < 5 {
+            for message in messages { _ = try connection.command(["PUBLISH", channel, message]) }
+            _ = await log.first(within: .milliseconds(100)) { if case .problem = $0 { true } else { false } }
+            let problems = log.updates.compactMap { if case .problem(let text) = $0 { text } else { nil } }
+            heard =
+                [
+                    problems.contains { $0.contains("a publication") && $0.contains("not signed") },
+                    problems.contains { $0.contains("a publication") && $0.contains("does not match") },
+                    problems.contains { $0.contains("a logout") && $0.contains("not signed") },
+                    problems.contains { $0.contains("a logout") && $0.contains("does not match") },
+                    problems.contains { $0.contains("failed-refresh notice") },
+                ].filter { $0 }.count
+        }
+        #expect(heard == 5)
+        #expect(!log.updates.contains { if case .loggedOut = $0 { true } else { false } })
+        #expect(!log.updates.contains { if case .credentials(let s) = $0 { s.generation == 9 } else { false } })
+    }
+
+    /// Under a key the fleet coordinates as without one: one refresh for many processes, a
+    /// sign-in, a logout heard by the others and joined by a process that starts later.
+    @Test func aKeyedFleetCoordinatesAsAnUnkeyedOne() async throws {
+        let server = try RedisServerFixture()
+        let fleet = try (0..<4).map { _ in try coordinator(server, "fleet") }
+        defer { fleet.forEach { $0.stop() } }
+        let log = UpdateLog()
+        for (index, process) in fleet.enumerated() {
+            if index == 1 {
+                _ = await process.start(local: testCredentials("seed"), updates: log.sink)
+            } else {
+                _ = await process.start(local: testCredentials("seed"), updates: { _ in })
+            }
+        }
+        let counter = RefreshCounter()
+        let turns = await withTaskGroup(of: RefreshTurn.self) { group in
+            for process in fleet {
+                for _ in 0..<3 {
+                    group.addTask { await coordinatedRefresh(process, failedGeneration: 0, counter: counter) }
+                }
+            }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(counter.refreshes == 1)
+        #expect(!turns.contains { if case .unavailable = $0 { true } else { false } }, "\(turns)")
+        let signedIn = await fleet[2].publishSignIn(testCredentials("signed-in"))
+        #expect(signedIn?.generation == 2)
+        let until = Date().addingTimeInterval(600)
+        // Published until the listener (subscribing in the background) hears it.
+        var heard: (SessionUpdate, ContinuousClock.Instant)?
+        for _ in 0..<50 where heard == nil {
+            await fleet[0].publishLogout(until: until, reason: "revoked")
+            heard = await log.first(within: .milliseconds(100)) { if case .loggedOut = $0 { true } else { false } }
+        }
+        #expect(heard != nil)
+        #expect(!log.updates.contains { if case .problem = $0 { true } else { false } }, "\(log.updates)")
+        let late = try coordinator(server, "fleet")
+        defer { late.stop() }
+        let joined = await late.start(local: nil, updates: { _ in })
+        #expect(joined?.credentials == testCredentials("signed-in") && joined?.generation == 2)
+        #expect(joined?.loggedOutUntil.map { abs($0.timeIntervalSince(until)) < 0.01 } == true)
+    }
+}
