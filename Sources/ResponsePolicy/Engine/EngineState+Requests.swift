@@ -1,16 +1,25 @@
 import Foundation
 
-/// What the shell does after a transition that ends or wakes requests, once it has unlocked.
-struct Effects {
-    /// Parked requests to resume.
-    var resume: [UnsafeContinuation<Void, Never>] = []
-    /// Attempts on the wire to cancel.
-    var cancel: [AttemptCancellation] = []
+/// What the shell does after a transition, once it has unlocked: one list, in order.
+///
+/// A transition never awaits, locks or reads a clock; what it decides that touches the world
+/// outside the state (a parked task, an attempt on the wire, the timer heap) is an action here.
+/// `arm` and `disarm` are about the timer of the request the event is about: its own driver
+/// performs them (every other request's timer leaves the heap in that request's own task).
+enum Action {
+    /// Resumes a parked request.
+    case resume(UnsafeContinuation<Void, Never>)
+    /// Cancels an attempt on the wire.
+    case cancel(AttemptCancellation)
+    /// Schedules the request's timer at `at` with `token` (the token that counts in its phase).
+    case arm(at: Duration, token: UInt64)
+    /// Takes the request's timer off the heap: the wait or the attempt it bounded ended first.
+    case disarm
 }
 
-/// The transitions that end or wake requests from outside their own loop: their caller's
-/// cancellation, a timer, a logout. Each runs under the engine's lock and returns the
-/// continuations to resume and the attempts to cancel, which the shell performs after unlocking.
+/// The transitions of a request's slot: the top of its loop, its attempt's begin and end, its
+/// park and wake, its backoff, its timer, its caller's cancellation, a logout's sweep. Each runs
+/// under the engine's lock and returns what the shell performs after unlocking (``Action``).
 extension EngineState {
     /// What the top of a request's loop may do (``gate(insideLock:cancelled:now:)``).
     enum Gate { case go, ended, loggedOut, held, queued }
@@ -29,40 +38,63 @@ extension EngineState {
     mutating func gate(
         insideLock id: UInt64, cancelled: Bool, mayHold: Bool, beforeSending: RefreshRoute?, now: Duration,
         date: Date
-    ) -> (Gate, CredentialsBox?, UInt64) {
-        guard let slot = slots[id], !cancelled, slot.endReason == nil else { return (.ended, nil, 0) }
-        if isLoggedOut(at: now) { return (.loggedOut, nil, 0) }
+    ) -> GateResult {
+        guard let slot = slots[id], !cancelled, slot.endReason == nil else { return GateResult(.ended) }
+        if isLoggedOut(at: now) { return GateResult(.loggedOut) }
         if mayHold, slot.holdsNewRequests, flight != nil {
             let usable = credentials.map { credentials in credentials.expiresAt.map { $0 > date } ?? true } ?? false
-            join(insideLock: id, route: usable ? nil : beforeSending)
-            return (.held, nil, 0)
+            return GateResult(.held, actions: join(insideLock: id, route: usable ? nil : beforeSending, held: true))
         }
-        if slot.host != nil, !acquireDispatchSlot(insideLock: id) { return (.queued, nil, 0) }
-        return (.go, credentialsBox, generation)
+        if slot.host != nil, !acquireDispatchSlot(insideLock: id) {
+            // Queued: its deadline bounds the wait.
+            var actions: [Action] = []
+            modifySlot(id) { slot in
+                var token: UInt64 = 0
+                if let deadline = slot.deadline {
+                    token = slot.nextTimer()
+                    actions.append(.arm(at: deadline, token: token))
+                }
+                slot.phase = .queued(timer: token)
+            }
+            return GateResult(.queued, actions: actions)
+        }
+        return GateResult(.go, credentialsBox, generation)
+    }
+
+    /// What the gate decided, with the credentials and generation to sign with when it goes,
+    /// and the timer to arm when it waits.
+    struct GateResult {
+        let gate: Gate
+        var credentials: CredentialsBox?
+        var generation: UInt64 = 0
+        var actions: [Action] = []
+
+        init(_ gate: Gate, _ credentials: CredentialsBox? = nil, _ generation: UInt64 = 0, actions: [Action] = []) {
+            self.gate = gate
+            self.credentials = credentials
+            self.generation = generation
+            self.actions = actions
+        }
     }
 
     /// Request `id` goes on the wire with `cancellation` (what a logout, a timeout or its caller
-    /// cancel it by) and its attempt timer `token` (0: none). `false` when it was already ended.
-    mutating func attemptBegan(insideLock id: UInt64, cancellation: AttemptCancellation, token: UInt64) -> Bool {
-        modifySlot(id) { slot in
-            guard slot.endReason == nil else { return false }
-            slot.attemptCancellation = cancellation
-            slot.timedOut = false
-            slot.phase = .onWire
-            slot.armedTimer = token
+    /// cancel it by), timing out at `timeoutAt`. `nil` when it was already ended; else the timer
+    /// to arm.
+    mutating func attemptBegan(insideLock id: UInt64, cancellation: AttemptCancellation, timeoutAt: Duration?)
+        -> [Action]?
+    {
+        modifySlot(id) { slot -> [Action]? in
+            guard slot.endReason == nil else { return nil }
+            var actions: [Action] = []
+            var token: UInt64 = 0
+            if let timeoutAt {
+                token = slot.nextTimer()
+                actions.append(.arm(at: timeoutAt, token: token))
+            }
+            slot.phase = .onWire(cancellation, timer: token, timedOut: false)
             slot.sent = true
-            return true
-        } ?? false
-    }
-
-    /// Request `id` waits (for a refresh, a dispatch slot) with a timer at its deadline, armed
-    /// with `token`. `false` when it was already ended.
-    mutating func deadlineArmed(insideLock id: UInt64, token: UInt64) -> Bool {
-        modifySlot(id) { slot in
-            guard slot.endReason == nil else { return false }
-            slot.armedTimer = token
-            return true
-        } ?? false
+            return actions
+        } ?? nil
     }
 
     /// Request `id` parks with `continuation`, resumed by whoever sets its wake or ends it; a
@@ -71,11 +103,11 @@ extension EngineState {
     /// the caller resumes the continuation at once.
     mutating func parking(
         insideLock id: UInt64, _ continuation: UnsafeContinuation<Void, Never>,
-        into woken: inout [UnsafeContinuation<Void, Never>]
+        into woken: inout [Action]
     ) -> Bool {
         let ready =
             modifySlot(id) { slot -> Bool in
-                if slot.wake != nil || slot.endReason != nil { return true }
+                if slot.phase.isWoken || slot.endReason != nil { return true }
                 slot.parked = continuation
                 return false
             } ?? true
@@ -83,31 +115,31 @@ extension EngineState {
         return ready
     }
 
-    /// Request `id`'s park ended: takes why (its wake), whether it was ended from outside, and
-    /// the logout a failed refresh decided on its behalf; its timer is disarmed and it no longer
-    /// waits for a refresh.
-    mutating func woke(insideLock id: UInt64) -> (RequestMachine.Wake?, endedOutside: Bool, DecidedLogout?) {
+    /// Request `id`'s park ended: takes why (its wake, `nil` when it was ended), whether it was
+    /// ended from outside, and its timer to take off the heap when the wait ended some other way
+    /// than by its firing. It runs its loop on.
+    mutating func woke(insideLock id: UInt64) -> (Wake?, endedOutside: Bool, [Action]) {
         modifySlot(id) { slot in
-            let taken = slot.wake
-            slot.wake = nil
+            var taken: Wake?
+            if case .woken(let wake, _) = slot.phase { taken = wake }
             slot.phase = .running
-            slot.awaitedFlight = nil
-            slot.armedTimer = 0
-            slot.refreshRoute = nil
-            let decided = slot.decidedLogout
-            slot.decidedLogout = nil
-            return (taken, slot.endReason != nil, decided)
-        } ?? (nil, true, nil)
+            var actions: [Action] = []
+            if slot.timerScheduled {
+                slot.timerScheduled = false
+                actions.append(.disarm)
+            }
+            return (taken, slot.endReason != nil, actions)
+        } ?? (nil, true, [])
     }
 
     /// Request `id` has its outcome: its dispatch slot goes to the next request (resumed from
     /// `woken` after unlocking) and its slot is removed.
-    mutating func finished(insideLock id: UInt64, into woken: inout [UnsafeContinuation<Void, Never>]) {
+    mutating func finished(insideLock id: UInt64, into woken: inout [Action]) {
         if slots[id]?.host != nil { releaseDispatchSlot(insideLock: id, into: &woken) }
         slots.removeValue(forKey: id)
     }
 
-    /// What a retry's backoff start came to (``startBackoff(insideLock:budget:until:deadline:token:now:)``).
+    /// What a retry's backoff start came to (``startBackoff(insideLock:budget:until:deadline:now:)``).
     enum BackoffStart {
         /// The request waits until its timer (armed with the token given) fires.
         case started
@@ -121,34 +153,36 @@ extension EngineState {
 
     /// Request `id` retries after a backoff until `end`: the budget is asked (when the rule has
     /// a budget edge), a wait ending past `deadline` is refused, and otherwise the request is in
-    /// its backoff with the timer `token` armed. In the order of the edges' precedence: budget,
-    /// then deadline.
+    /// its backoff with its timer armed at `end` (the action returned). In the order of the
+    /// edges' precedence: budget, then deadline.
     mutating func startBackoff(
-        insideLock id: UInt64, budget: RetrySettings.Budget?, until end: Duration, deadline: Duration?,
-        token: UInt64, now: Duration
-    ) -> BackoffStart {
-        guard let slot = slots[id], slot.endReason == nil else { return .ended }
-        if let budget, !self.budget.takeRetry(at: now, budget: budget) { return .refused }
-        if let deadline, end > deadline { return .pastDeadline }
-        modifySlot(id) { slot in
-            slot.phase = .backoff
-            slot.armedTimer = token
+        insideLock id: UInt64, budget: RetrySettings.Budget?, until end: Duration, deadline: Duration?, now: Duration
+    ) -> (BackoffStart, [Action]) {
+        guard let slot = slots[id], slot.endReason == nil else { return (.ended, []) }
+        if let budget, !self.budget.takeRetry(at: now, budget: budget) { return (.refused, []) }
+        if let deadline, end > deadline { return (.pastDeadline, []) }
+        let token = modifySlot(id) { slot -> UInt64 in
+            let token = slot.nextTimer()
+            slot.phase = .backoff(timer: token)
+            return token
         }
-        return .started
+        return (.started, [.arm(at: end, token: token ?? 0)])
     }
 
     /// Ends request `id` from outside its loop (its caller, or a logout): marks why, disarms its
     /// timer (a backoff's leaves the heap when the request's park ends, in its own task), and
     /// hands back its attempt and its park.
-    mutating func end(insideLock id: UInt64, _ reason: EndReason) -> Effects {
+    mutating func end(insideLock id: UInt64, _ reason: EndReason) -> [Action] {
         modifySlot(id) { slot in
             if slot.endReason == nil { slot.endReason = reason }
-            slot.armedTimer = 0
-            var effects = Effects()
-            if let attempt = slot.attemptCancellation { effects.cancel.append(attempt) }
-            if let parked = slot.parked.take() { effects.resume.append(parked) }
-            return effects
-        } ?? Effects()
+            // A refresh waiter stays listed (disarmed): a failure of that refresh still decides
+            // the session's end through it.
+            slot.phase = slot.phase.disarmed
+            var actions: [Action] = []
+            if case .onWire(let attempt, _, _) = slot.phase { actions.append(.cancel(attempt)) }
+            if let parked = slot.parked.take() { actions.append(.resume(parked)) }
+            return actions
+        } ?? []
     }
 
     /// What a request does with the attempt that just ended (``attemptEnded(insideLock:responseArrived:callerCancelled:)``).
@@ -168,46 +202,53 @@ extension EngineState {
     /// which a logout decided a moment later does not unsay; only the caller's cancellation
     /// drops it.
     mutating func attemptEnded(insideLock id: UInt64, responseArrived: Bool, callerCancelled: Bool)
-        -> AttemptDisposition
+        -> (AttemptDisposition, [Action])
     {
         modifySlot(id) { slot in
-            slot.attemptCancellation = nil
-            slot.armedTimer = 0
+            var timedOut = false
+            if case .onWire(_, _, let timed) = slot.phase { timedOut = timed }
             slot.phase = .running
-            if callerCancelled { return .ended }
-            switch slot.endReason {
-            case nil: return .result(timedOut: slot.timedOut)
-            case .loggedOut? where responseArrived: return .arrivedAfterLogout
-            default: return .ended
+            var actions: [Action] = []
+            if slot.timerScheduled {
+                slot.timerScheduled = false
+                actions.append(.disarm)
             }
-        } ?? .ended
+            if callerCancelled { return (.ended, actions) }
+            switch slot.endReason {
+            case nil: return (.result(timedOut: timedOut), actions)
+            case .loggedOut? where responseArrived: return (.arrivedAfterLogout, actions)
+            default: return (.ended, actions)
+            }
+        } ?? (.ended, [])
     }
 
     /// Request `id`'s timer fired: its attempt timed out, its backoff is over, or its deadline
     /// came while it waited for a refresh or a dispatch slot. A stale firing (the attempt ended,
     /// the request was ended, the refresh or the slot came first) finds another token armed, or
     /// a wake already set, and does nothing.
-    mutating func timerFired(insideLock id: UInt64, token: UInt64) -> Effects {
+    mutating func timerFired(insideLock id: UInt64, token: UInt64) -> [Action] {
         modifySlot(id) { slot in
-            var effects = Effects()
+            // It left the heap to fire: nothing to take off any more (unless it was armed again
+            // meanwhile, with a newer token).
+            if token == slot.timerTokens { slot.timerScheduled = false }
             // An attempt a logout left to finish (its response was arriving) still times out.
-            guard token != 0, slot.armedTimer == token, slot.endReason == nil || slot.phase == .onWire else {
-                return effects
+            guard token != 0, slot.phase.timer == token, slot.endReason == nil || slot.phase.isOnWire else {
+                return []
             }
-            slot.armedTimer = 0
+            var actions: [Action] = []
             switch slot.phase {
-            case .onWire:
-                slot.timedOut = true
-                if let attempt = slot.attemptCancellation { effects.cancel.append(attempt) }
-            case .backoff, .awaitingRefresh, .queued:
-                guard slot.wake == nil else { break }
-                slot.wake = .timer
-                if let parked = slot.parked.take() { effects.resume.append(parked) }
-            case .running:
+            case .onWire(let attempt, _, _):
+                slot.phase = .onWire(attempt, timer: 0, timedOut: true)
+                actions.append(.cancel(attempt))
+            case .backoff, .held, .awaitingRefresh, .queued:
+                // A refresh waiter leaves the refresh (its phase no longer names it).
+                slot.phase = .woken(.timer, timer: 0)
+                if let parked = slot.parked.take() { actions.append(.resume(parked)) }
+            case .running, .woken:
                 break
             }
-            return effects
-        } ?? Effects()
+            return actions
+        } ?? []
     }
 
     /// A logout (its cooldown just started) ends every request but `trigger`: those waiting for
@@ -216,35 +257,38 @@ extension EngineState {
     /// requests (a backoff, a dispatch queue) end whatever `cancelInFlight` says. An attempt
     /// whose response is arriving (``AttemptCancellation/responseArriving()``) is not cancelled:
     /// it is marked ended and handled by its rule when its response is in.
-    mutating func endRequests(insideLock trigger: UInt64?, cancelInFlight: Bool) -> Effects {
-        var effects = Effects()
+    /// The parked requests are resumed first, then the attempts cancelled.
+    mutating func endRequests(insideLock trigger: UInt64?, cancelInFlight: Bool) -> [Action] {
+        var actions: [Action] = []
+        var cancels: [Action] = []
         if let flight {
             for id in live(flight) where id != trigger {
                 modifySlot(id) { slot in
                     if slot.endReason == nil { slot.endReason = .loggedOut }
-                    slot.awaitedFlight = nil
-                    if let continuation = slot.parked.take() { effects.resume.append(continuation) }
+                    // It no longer waits for the refresh; its deadline's timer no longer counts.
+                    slot.phase = .running
+                    if let continuation = slot.parked.take() { actions.append(.resume(continuation)) }
                 }
             }
             self.flight?.waiters.removeAll { $0 != trigger }
         }
         for id in requestNumbers where id != trigger {
             modifySlot(id) { slot in
-                guard cancelInFlight || slot.phase == .backoff || slot.phase == .queued else { return }
+                guard cancelInFlight || slot.phase.isBackoff || slot.phase.isQueued else { return }
                 if slot.endReason == nil { slot.endReason = .loggedOut }
-                if slot.phase == .onWire, let attempt = slot.attemptCancellation, attempt.isArriving {
+                if case .onWire(let attempt, _, _) = slot.phase, attempt.isArriving {
                     // Its response is coming in: the server answered before it knew of the
                     // logout. It is read to the end (its timer stays armed) and handled by its
                     // rule (``attemptEnded(insideLock:responseArrived:callerCancelled:)``).
                     return
                 }
-                if let attempt = slot.attemptCancellation { effects.cancel.append(attempt) }
+                if case .onWire(let attempt, _, _) = slot.phase { cancels.append(.cancel(attempt)) }
                 // A backoff's timer is taken off the heap by the request itself, when its park
                 // ends; disarmed here, a firing in between does nothing.
-                slot.armedTimer = 0
-                if let continuation = slot.parked.take() { effects.resume.append(continuation) }
+                slot.phase = slot.phase.disarmed
+                if let continuation = slot.parked.take() { actions.append(.resume(continuation)) }
             }
         }
-        return effects
+        return actions + cancels
     }
 }

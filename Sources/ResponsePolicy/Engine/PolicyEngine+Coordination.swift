@@ -91,16 +91,18 @@ extension PolicyEngine {
     /// waiting for this engine's refresh retry with them at once.
     func adopt(_ session: SharedSession) {
         let now = clock.now
-        let adopted = state.withLock { state -> (PolicyRuntime, [UnsafeContinuation<Void, Never>])? in
+        let adopted = state.withLock { state -> (PolicyRuntime, [Action])? in
             switch state.adopt(session, now: now) {
             case .ignored, .numbered: return nil
             case .adopted(let answered):
-                return (state.runtime, answered.map { state.endWaits(insideLock: $0, .ok) } ?? [])
+                var woken: [Action] = []
+                if let answered { state.endWaits(insideLock: answered, .ok, into: &woken) }
+                return (state.runtime, woken)
             }
         }
         guard let (runtime, woken) = adopted else { return }
         saveCredentials(runtime)
-        for continuation in woken { continuation.resume() }
+        perform(woken, for: nil)
     }
 
     /// The coordinator stored this engine's sign-in as `session`: its generation is the one to

@@ -20,9 +20,11 @@ extension PolicyEngine {
                 return
             case .send:
                 await attempt(machine)
+                (machine.now, machine.date) = (clock.now, clock.date)
                 step = machine.afterAttempt()
             case .park:
                 await park(machine)
+                (machine.now, machine.date) = (clock.now, clock.date)
                 step = machine.afterPark()
             }
         }
@@ -70,11 +72,12 @@ extension PolicyEngine {
     func beginAttempt(_ machine: RequestMachine) -> AttemptCancellation? {
         let cancellation = AttemptCancellation()
         let timeoutAt = machine.pendingTimeoutAt
-        let token = timeoutAt == nil ? 0 : machine.nextTimerToken()
         let id = machine.context.number
-        let started = state.withLock { $0.attemptBegan(insideLock: id, cancellation: cancellation, token: token) }
-        guard started else { return nil }
-        if let timeoutAt { timers.schedule(machine.timer, at: timeoutAt, token: token) }
+        let started = state.withLock {
+            $0.attemptBegan(insideLock: id, cancellation: cancellation, timeoutAt: timeoutAt)
+        }
+        guard let started else { return nil }
+        perform(started, for: machine)
         if machine.host != nil, options.taskExecutor == nil {
             // Under a dispatch limit, the few requests on the wire decide for all the others (a
             // refresh trigger, a slot to free): when its answer comes, this task must not wait in
@@ -90,15 +93,15 @@ extension PolicyEngine {
     /// Disarms the attempt and stores what came of it.
     @inline(never)
     func endAttempt(_ machine: RequestMachine, _ result: AttemptResult) {
-        if machine.pendingTimeoutAt != nil { timers.cancel(machine.timer) }
         var arrived = false
         if case .response = result { arrived = true }
         // An inline attempt learns of its caller's cancellation as task cancellation.
         let callerCancelled = attemptsInline && Task.isCancelled
-        let disposition = state.withLock {
+        let (disposition, actions) = state.withLock {
             $0.attemptEnded(
                 insideLock: machine.context.number, responseArrived: arrived, callerCancelled: callerCancelled)
         }
+        perform(actions, for: machine)
         // Ended from outside (logout, the caller) wins over a timeout at the same instant; a
         // response that arrived before a logout reached it is still handled (see
         // ``EngineState/AttemptDisposition``). A cancelled attempt leaves the last response or
@@ -143,10 +146,10 @@ extension PolicyEngine {
                 // A request that waits gives its dispatch slot to the next one, in the same
                 // critical section. (Done here, in a synchronous closure, rather than in the
                 // driver: a call there grew every waiting request's async frame by 1 KB.)
-                var woken: [UnsafeContinuation<Void, Never>] = []
+                var woken: [Action] = []
                 let now = state.withLock { $0.parking(insideLock: id, continuation, into: &woken) }
                 if now { continuation.resume() }
-                for other in woken { other.resume() }
+                perform(woken, for: nil)
             }
         } onCancel: {
             end(id, .cancelled)
@@ -155,9 +158,23 @@ extension PolicyEngine {
 
     /// A request's timer fired (see ``EngineState/timerFired(insideLock:token:)``).
     func timerFired(_ id: UInt64, token: UInt64) {
-        let effects = state.withLock { $0.timerFired(insideLock: id, token: token) }
-        for attempt in effects.cancel { attempt.cancel() }
-        for parked in effects.resume { parked.resume() }
+        perform(state.withLock { $0.timerFired(insideLock: id, token: token) }, for: nil)
+    }
+
+    /// Performs what a transition decided, in order, after unlocking. `machine`: the request the
+    /// event was about, whose timer `arm` and `disarm` mean (`nil`: the list has none).
+    @inline(__always)
+    func perform(_ actions: [Action], for machine: RequestMachine?) {
+        for action in actions {
+            switch action {
+            case .resume(let continuation): continuation.resume()
+            case .cancel(let attempt): attempt.cancel()
+            case .arm(let deadline, let token):
+                if let machine { timers.schedule(machine.timer, at: deadline, token: token) }
+            case .disarm:
+                if let machine { timers.cancel(machine.timer) }
+            }
+        }
     }
 
     /// A plain transport's call in a task of its own. The attempt ends as soon as it is
