@@ -135,7 +135,8 @@ struct RequestSlotsModelTests {
                         Issue.record("\(context): a timer armed for no request")
                         continue
                     }
-                    if let deadline = state.slots[id]?.deadline, at > deadline {
+                    // (Past its deadline already, its attempt times out at once: armed at `now`.)
+                    if let deadline = state.slots[id]?.deadline, at > max(deadline, now) {
                         Issue.record("\(context): request \(id)'s timer armed at \(at), past its deadline \(deadline)")
                     }
                     heap[id] = (token, at)
@@ -161,19 +162,15 @@ struct RequestSlotsModelTests {
 
         /// The top of a request's loop: it goes out, waits, or ends.
         func gate(_ id: UInt64, mayHold: Bool) {
-            let gated = state.gate(
-                insideLock: id, cancelled: false, mayHold: mayHold,
-                beforeSending: EngineState.RefreshRoute(scope: scope, rule: nil), now: now, date: epoch)
+            var departure = EngineState.Departure()
+            departure.mayHold = mayHold
+            departure.beforeSending = EngineState.RefreshRoute(scope: scope, rule: nil)
+            departure.attemptTimeout = random.int(0...3) == 0 ? nil : .seconds(random.int(1...5))
+            let gated = state.gate(insideLock: id, departure, now: now, date: epoch)
             perform(gated.actions, for: id)
             switch gated.gate {
             case .go:
-                let timeout = min(now + .seconds(random.int(1...5)), state.slots[id]?.deadline ?? .seconds(1 << 40))
-                guard let began = state.attemptBegan(insideLock: id, cancellation: AttemptCancellation(), timeoutAt: timeout)
-                else {
-                    Issue.record("\(context): request \(id) let out but already ended")
-                    return
-                }
-                perform(began, for: id)
+                #expect(state.slots[id]?.phase.isOnWire == true, "\(context): request \(id) let out, not on the wire")
                 if let decided = logoutDecided, now >= decided.at, now < decided.until {
                     Issue.record("\(context): request \(id) sent after the logout was decided at \(decided.at)")
                 }
@@ -181,6 +178,7 @@ struct RequestSlotsModelTests {
                 waiting[id] = .onWire
             case .held: waiting[id] = .refresh(held: true)
             case .queued: waiting[id] = .dispatch
+            case .refreshFirst: Issue.record("\(context): request \(id) refreshes first with a token and no ahead")
             case .ended, .loggedOut:
                 _ = state.end(insideLock: id, .loggedOut)
                 let (_, _, actions) = state.woke(insideLock: id)

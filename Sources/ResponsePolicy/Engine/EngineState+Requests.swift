@@ -21,29 +21,59 @@ enum Action {
 /// park and wake, its backoff, its timer, its caller's cancellation, a logout's sweep. Each runs
 /// under the engine's lock and returns what the shell performs after unlocking (``Action``).
 extension EngineState {
-    /// What the top of a request's loop may do (``gate(insideLock:cancelled:now:)``).
-    enum Gate { case go, ended, loggedOut, held, queued }
+    /// What the top of a request's loop may do (``gate(insideLock:_:now:date:)``).
+    enum Gate { case go, ended, loggedOut, held, queued, refreshFirst }
 
-    /// The top of request `id`'s loop: it goes out now with the credentials and generation
-    /// returned, or it was ended, or the session is in its cooldown, or it waits. It waits for
-    /// the refresh in flight when its scope holds new requests (it has not gone out yet, so it
-    /// waits for the fresh token rather than going out with one already known to be stale), and
-    /// in its host's dispatch queue when the host's slots are taken.
+    /// What the gate needs to know of a request about to go out besides its slot: its loop's own
+    /// state and its scope's settings.
+    struct Departure {
+        /// Its caller's task is cancelled.
+        var cancelled = false
+        /// It has not waited for a refresh before this attempt yet (it is held at most once).
+        var mayHold = true
+        /// Where a failure of a refresh it is held for leads it when it has no usable token.
+        var beforeSending: RefreshRoute?
+        /// It may refresh ahead of expiry or sign in first (it has not just done so).
+        var mayRefreshFirst = true
+        /// Its scope's refresh plugin can sign in (get the first token).
+        var signsIn = false
+        /// Its scope has a refresh plugin.
+        var refreshes = false
+        /// Its scope's `refresh.ahead`.
+        var ahead: Duration?
+        /// The token generation a refresh ahead of expiry of this request failed for: while it is
+        /// current, the request does not refresh ahead again (one failure is one failure).
+        var failedAheadGeneration: UInt64?
+        /// Its scope's `attempt-timeout`.
+        var attemptTimeout: Duration?
+        /// What the attempt is cancelled by, if it goes out now.
+        var attempt = AttemptCancellation()
+    }
+
+    /// The top of request `id`'s loop, one transition: it goes out now (its attempt begins, with
+    /// the credentials and generation returned and its timeout armed), or it was ended, or the
+    /// session is in its cooldown, or it waits, or it refreshes first.
     ///
-    /// A request is held at most once before each attempt (`mayHold`: it has not yet waited for
-    /// a refresh before this attempt), so every attempt waits for at most one refresh before it
-    /// goes out: the bound ``WorstCase`` states. Held with no usable token (none, or expired at
-    /// `date`), a failure of the refresh leads it along `beforeSending` (the scope's
-    /// `on-failure`); with a valid one it is sent with it.
-    mutating func gate(
-        insideLock id: UInt64, cancelled: Bool, mayHold: Bool, beforeSending: RefreshRoute?, now: Duration,
-        date: Date
-    ) -> GateResult {
-        guard let slot = slots[id], !cancelled, slot.endReason == nil else { return GateResult(.ended) }
+    /// It waits for the refresh in flight when its scope holds new requests (it has not gone out
+    /// yet, so it waits for the fresh token rather than going out with one already known to be
+    /// stale), and in its host's dispatch queue when the host's slots are taken. A request is held
+    /// at most once before each attempt (`mayHold`), so every attempt waits for at most one
+    /// refresh before it goes out: the bound ``WorstCase`` states. Held with no usable token
+    /// (none, or expired at `date`), a failure of the refresh leads it along `beforeSending` (the
+    /// scope's `on-failure`); with a valid one it is sent with it.
+    ///
+    /// It refreshes first when it has no credentials and its plugin can sign in (rather than
+    /// going out unsigned), or when its token expires within `ahead` (at most half the token's
+    /// lifetime as issued).
+    ///
+    /// Its attempt times out after `attempt-timeout`, and never past its deadline.
+    mutating func gate(insideLock id: UInt64, _ departure: Departure, now: Duration, date: Date) -> GateResult {
+        guard let slot = slots[id], !departure.cancelled, slot.endReason == nil else { return GateResult(.ended) }
         if isLoggedOut(at: now) { return GateResult(.loggedOut) }
-        if mayHold, slot.holdsNewRequests, flight != nil {
+        if departure.mayHold, slot.holdsNewRequests, flight != nil {
             let usable = credentials.map { credentials in credentials.expiresAt.map { $0 > date } ?? true } ?? false
-            return GateResult(.held, actions: join(insideLock: id, route: usable ? nil : beforeSending, held: true))
+            return GateResult(
+                .held, actions: join(insideLock: id, route: usable ? nil : departure.beforeSending, held: true))
         }
         if slot.host != nil, !acquireDispatchSlot(insideLock: id) {
             // Queued: its deadline bounds the wait.
@@ -58,16 +88,39 @@ extension EngineState {
             }
             return GateResult(.queued, actions: actions)
         }
-        return GateResult(.go, credentialsBox, generation)
+        let credentials = credentialsBox?.credentials
+        if departure.mayRefreshFirst {
+            if credentials == nil, departure.signsIn {
+                var result = GateResult(.refreshFirst, credentialsBox, generation)
+                result.signingIn = true
+                return result
+            }
+            if departure.failedAheadGeneration != generation, departure.refreshes,
+                let ahead = credentialsBox?.effectiveAhead(departure.ahead), let expiry = credentials?.expiresAt,
+                expiry.timeIntervalSince(date) < ahead
+            {
+                return GateResult(.refreshFirst, credentialsBox, generation)
+            }
+        }
+        // It goes out: the attempt begins here, its timeout armed.
+        var timeoutAt = departure.attemptTimeout.map { now + $0 }
+        if let deadline = slot.deadline {
+            let limit = max(now, deadline)
+            timeoutAt = min(timeoutAt ?? limit, limit)
+        }
+        let actions = attemptBegan(insideLock: id, cancellation: departure.attempt, timeoutAt: timeoutAt) ?? []
+        return GateResult(.go, credentialsBox, generation, actions: actions)
     }
 
-    /// What the gate decided, with the credentials and generation to sign with when it goes,
-    /// and the timer to arm when it waits.
+    /// What the gate decided, with the credentials and generation to sign with when it goes (or
+    /// to refresh), and the timer to arm (its attempt's timeout, or its wait's deadline).
     struct GateResult {
         let gate: Gate
         var credentials: CredentialsBox?
         var generation: UInt64 = 0
         var actions: [Action] = []
+        /// It refreshes first to get its first credentials.
+        var signingIn = false
 
         init(_ gate: Gate, _ credentials: CredentialsBox? = nil, _ generation: UInt64 = 0, actions: [Action] = []) {
             self.gate = gate

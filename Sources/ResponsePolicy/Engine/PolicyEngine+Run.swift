@@ -40,7 +40,9 @@ extension PolicyEngine {
         // The frame holds only the machine and the cancellation: the request, the timer and the
         // result stay in the machine, and the synchronous parts run in their own calls.
         guard let cancellation = beginAttempt(machine) else {
-            machine.attemptOutcome = .cancelled
+            // Cancelled before it left (ended since the gate, or its deadline had come): its
+            // transition says which.
+            endAttempt(machine, .cancelled)
             return
         }
         guard attemptsInline else { return await attemptInTask(machine, cancellation) }
@@ -67,17 +69,11 @@ extension PolicyEngine {
         endAttempt(machine, result)
     }
 
-    /// Registers the attempt and arms its timeout; `nil` when the request was already ended.
+    /// The attempt the gate began (see ``EngineState/gate(insideLock:_:now:date:)``); `nil` when
+    /// it was already cancelled (the request was ended since, or its deadline had come).
     @inline(never)
     func beginAttempt(_ machine: RequestMachine) -> AttemptCancellation? {
-        let cancellation = AttemptCancellation()
-        let timeoutAt = machine.pendingTimeoutAt
-        let id = machine.context.number
-        let started = state.withLock {
-            $0.attemptBegan(insideLock: id, cancellation: cancellation, timeoutAt: timeoutAt)
-        }
-        guard let started else { return nil }
-        perform(started, for: machine)
+        guard let cancellation = machine.pendingAttempt.take(), !cancellation.isCancelled else { return nil }
         if machine.host != nil, options.taskExecutor == nil {
             // Under a dispatch limit, the few requests on the wire decide for all the others (a
             // refresh trigger, a slot to free): when its answer comes, this task must not wait in

@@ -61,7 +61,8 @@ final class RequestMachine {
     /// and when it times out. (Not an optional: unwrapping one for the transport call cost the
     /// attempt's async frame 208 bytes.)
     var pendingRequest: HTTPRequest
-    var pendingTimeoutAt: Duration?
+    /// What the attempt about to go out is cancelled by (made for the gate, which begins it).
+    var pendingAttempt: AttemptCancellation?
     /// What the last attempt came to; its response or error is in `lastResponse` or `failure`.
     var attemptOutcome = AttemptOutcome.cancelled
     var waitingFor = Parked.backoff
@@ -271,32 +272,42 @@ final class RequestMachine {
     @inline(never)
     /// `gated`: the gate already passed under the lock that ended a park (a backoff's timer, a
     /// dispatch slot): one lock for waking and going on.
-    func top(gated: Gated? = nil) -> Step {
+    func top(gated given: Gated? = nil) -> Step {
         let first = !registered
         // `now` is the time of the event that led here: the first turn runs at the request's
         // start, a later one (after a dispatch queue, a refresh, a backoff) when its park ended:
         // the attempt timeout runs from the moment the attempt leaves the engine.
-        let cancelled = Task.isCancelled
         let hold = scope.refresh.holdNewRequests
         let id = context.number
         registered = true
-        let mayHold = !preSendWaited
-        let beforeSending = EngineState.RefreshRoute(scope: scope, rule: nil)
         let deadline = deadline
-        let gated =
-            gated
-            ?? engine.state.withLock { state in
+        let gated: Gated
+        if let given {
+            gated = given
+        } else {
+            let departure = self.departure()
+            let (now, date) = (now, date)
+            gated = engine.state.withLock { state in
                 if first {
                     state.register(
                         id, host: host, dispatchLimit: dispatchLimit, holdsNewRequests: hold, deadline: deadline)
                 }
-                return state.gate(
-                    insideLock: id, cancelled: cancelled, mayHold: mayHold, beforeSending: beforeSending, now: now,
-                    date: date)
+                return state.gate(insideLock: id, departure, now: now, date: date)
             }
+        }
         let (box, generation) = (gated.credentials, gated.generation)
         switch gated.gate {
-        case .go: break
+        case .go:
+            // Its attempt began in the gate's transition, its timeout armed.
+            engine.perform(gated.actions, for: self)
+        case .refreshFirst:
+            // No credentials and a plugin that can sign in (client_credentials, a login): the
+            // first token before the request goes out, rather than sending it unsigned. Or the
+            // token expires within `ahead`: a fresh one first.
+            signingIn = gated.signingIn
+            waitingFor = .refresh(proactive: true)
+            refreshRule = nil
+            return awaitRefresh(failedGeneration: generation, proactive: true)
         case .ended: return ended()
         case .loggedOut: return cancelledByLogout()
         case .held:
@@ -326,22 +337,7 @@ final class RequestMachine {
             return .park
         }
         let credentials = box?.credentials
-        // With no credentials, a plugin that can sign in (client_credentials, a login) gets the
-        // first token before the request goes out, rather than sending it unsigned.
-        signingIn = credentials == nil && !skipProactive && plugins.signsIn
-        if signingIn {
-            waitingFor = .refresh(proactive: true)
-            refreshRule = nil
-            return awaitRefresh(failedGeneration: generation, proactive: true)
-        }
-        if !skipProactive, proactiveFailure?.generation != generation, plugins.refresh != nil,
-            let ahead = box?.effectiveAhead(scope.refreshAhead), let expiry = credentials?.expiresAt,
-            expiry.timeIntervalSince(date) < ahead
-        {
-            waitingFor = .refresh(proactive: true)
-            refreshRule = nil
-            return awaitRefresh(failedGeneration: generation, proactive: true)
-        }
+        signingIn = false
         skipProactive = false
         // Signed in place: the pending request is the one copy of the caller's request per attempt.
         var signed = request
@@ -356,14 +352,24 @@ final class RequestMachine {
             event.attempt = attempt
             return event
         }
-        // The attempt timeout, and never past the deadline.
-        var timeoutAt = scope.attemptTimeout.map { now + $0 }
-        if let deadline {
-            let limit = max(now, deadline)
-            timeoutAt = min(timeoutAt ?? limit, limit)
-        }
-        pendingTimeoutAt = timeoutAt
         return .send
+    }
+
+    /// What the gate needs of this request (see ``EngineState/Departure``), with a new
+    /// attempt's cancellation, kept for the attempt when it goes.
+    func departure() -> EngineState.Departure {
+        var departure = EngineState.Departure()
+        departure.cancelled = Task.isCancelled
+        departure.mayHold = !preSendWaited
+        departure.beforeSending = EngineState.RefreshRoute(scope: scope, rule: nil)
+        departure.mayRefreshFirst = !skipProactive
+        departure.signsIn = plugins.signsIn
+        departure.refreshes = plugins.refresh != nil
+        departure.ahead = scope.refreshAhead
+        departure.failedAheadGeneration = proactiveFailure?.generation
+        departure.attemptTimeout = scope.attemptTimeout
+        pendingAttempt = departure.attempt
+        return departure
     }
 
     /// The deadline passed while the request waited for a refresh or a dispatch slot.
@@ -712,17 +718,15 @@ final class RequestMachine {
         case .dispatch: goesOn = .dispatched
         case .refresh: goesOn = nil
         }
-        let cancelled = Task.isCancelled
-        let (mayHold, beforeSending) = (!preSendWaited, EngineState.RefreshRoute(scope: scope, rule: nil))
+        let departure = goesOn == nil ? nil : self.departure()
+        let (now, date) = (now, date)
         let id = context.number
         let (woken, endedOutside, disarm, gated) = engine.state.withLock {
             state -> (Wake?, Bool, [Action], Gated?) in
             let (woken, endedOutside, disarm) = state.woke(insideLock: id)
             var gated: Gated?
             if !endedOutside, let goesOn, let woken, woken.sameKind(as: goesOn) {
-                gated = state.gate(
-                    insideLock: id, cancelled: cancelled, mayHold: mayHold, beforeSending: beforeSending, now: now,
-                    date: date)
+                if let departure { gated = state.gate(insideLock: id, departure, now: now, date: date) }
             }
             return (woken, endedOutside, disarm, gated)
         }
