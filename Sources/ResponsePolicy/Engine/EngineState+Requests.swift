@@ -275,6 +275,54 @@ extension EngineState {
         } ?? (.ended, [])
     }
 
+    /// The rule an attempt's result matches in its scope, found by the shell before the lock (a
+    /// lookup in the compiled flow; the body's code scan stays outside the lock).
+    struct Classified {
+        /// The business code read from the response's body.
+        var code: String?
+        /// The rule matched (`nil`: none). For an attempt that ended with no result, the rule a
+        /// timeout matches, which counts only when its timer fired.
+        var rule: Int?
+    }
+
+    /// Request `id`'s attempt ended, classified as `classified` in `scope`: what counts (see
+    /// ``attemptEnded(insideLock:responseArrived:callerCancelled:)``), and whether the request has
+    /// its outcome now, decided from the compiled flow: its deadline came (a timeout at it), no
+    /// rule matched, or the rule's action is `deliver` or `fail`. Then its slot is removed in the
+    /// same transition (its dispatch slot goes to the next request), and the shell reports the
+    /// outcome.
+    mutating func attemptEnded(
+        insideLock id: UInt64, responseArrived: Bool, gotError: Bool, callerCancelled: Bool, scope: RuleGraph.Scope,
+        _ classified: Classified, now: Duration
+    ) -> (AttemptDisposition, finished: Bool, [Action]) {
+        let deadline = slots[id]?.deadline
+        var (disposition, actions) = attemptEnded(
+            insideLock: id, responseArrived: responseArrived, callerCancelled: callerCancelled)
+        /// The rule's action ends the request here (no rule: the response is delivered, the error fails it).
+        func endsHere() -> Bool {
+            guard let rule = classified.rule else { return true }
+            let action = scope.compiled[rule].action
+            return action == .deliver || action == .fail
+        }
+        let finishes: Bool
+        switch disposition {
+        case .ended:
+            finishes = false
+        case .result(let timedOut) where !responseArrived && !gotError:
+            // No result: a timeout (at the deadline, or its rule decides), or a cancellation the
+            // request's loop reports.
+            if timedOut, let deadline, now >= deadline {
+                finishes = true
+            } else {
+                finishes = timedOut && endsHere()
+            }
+        case .result, .arrivedAfterLogout:
+            finishes = endsHere()
+        }
+        if finishes { finished(insideLock: id, into: &actions) }
+        return (disposition, finishes, actions)
+    }
+
     /// Request `id`'s timer fired: its attempt timed out, its backoff is over, or its deadline
     /// came while it waited for a refresh or a dispatch slot. A stale firing (the attempt ended,
     /// the request was ended, the refresh or the slot came first) finds another token armed, or

@@ -19,8 +19,8 @@ extension PolicyEngine {
             case .finish:
                 return
             case .send:
+                // (The attempt's end read the clock: see `endAttempt`.)
                 await attempt(machine)
-                (machine.now, machine.date) = (clock.now, clock.date)
                 step = machine.afterAttempt()
             case .park:
                 await park(machine)
@@ -90,14 +90,28 @@ extension PolicyEngine {
     @inline(never)
     func endAttempt(_ machine: RequestMachine, _ result: AttemptResult) {
         var arrived = false
-        if case .response = result { arrived = true }
+        var gotError = false
+        switch result {
+        case .response: arrived = true
+        case .error: gotError = true
+        case .cancelled: break
+        }
         // An inline attempt learns of its caller's cancellation as task cancellation.
         let callerCancelled = attemptsInline && Task.isCancelled
-        let (disposition, actions) = state.withLock {
+        // The event's time, read once.
+        (machine.now, machine.date) = (clock.now, clock.date)
+        // The rule the result matches: a lookup in the compiled flow, made before the lock (the
+        // body's code scan stays outside it). The transition decides what it leads to.
+        let classified = classify(result, machine)
+        let (now, id, scope) = (machine.now, machine.context.number, machine.scope)
+        let (disposition, finished, actions) = state.withLock {
             $0.attemptEnded(
-                insideLock: machine.context.number, responseArrived: arrived, callerCancelled: callerCancelled)
+                insideLock: id, responseArrived: arrived, gotError: gotError, callerCancelled: callerCancelled,
+                scope: scope, classified, now: now)
         }
         perform(actions, for: machine)
+        machine.slotFinished = finished
+        machine.classified = classified
         // Ended from outside (logout, the caller) wins over a timeout at the same instant; a
         // response that arrived before a logout reached it is still handled (see
         // ``EngineState/AttemptDisposition``). A cancelled attempt leaves the last response or
@@ -128,6 +142,27 @@ extension PolicyEngine {
         case .cancelled:
             machine.attemptOutcome = .cancelled
         }
+    }
+
+    /// The rule an attempt's result matches in the request's scope (see ``EngineState/Classified``).
+    @inline(never)
+    func classify(_ result: AttemptResult, _ machine: RequestMachine) -> EngineState.Classified {
+        var classified = EngineState.Classified()
+        let (scope, method, path) = (machine.scope, machine.method, machine.path)
+        switch result {
+        case .response(let response):
+            let code = machine.runtime.code(
+                of: response, scopeIndex: machine.scopeIndex, scanLimit: options.bodyScanLimit)
+            classified.code = code
+            classified.rule = scope.classifier.match(
+                status: response.status, code: code, headers: response.headers, method: method, path: path)
+        case .error(let error):
+            classified.rule = scope.classifier.match(error: error.errorClass, method: method, path: path)
+        case .cancelled:
+            // It may have timed out (the transition knows).
+            classified.rule = scope.classifier.match(error: .timeout, method: method, path: path)
+        }
+        return classified
     }
 
     /// Suspends the request until whatever it waits for (its backoff timer, the refresh in

@@ -388,9 +388,12 @@ public final class PolicyEngine: Sendable {
     @inline(never)  // its temporaries stay out of `send`'s async frame
     private func outcome(of machine: RequestMachine) throws(PolicyEngineError) -> HTTPResponse {
         let id = machine.context.number
-        var woken: [Action] = []
-        state.withLock { $0.finished(insideLock: id, into: &woken) }
-        perform(woken, for: nil)
+        // Removed already when the attempt's end decided the outcome.
+        if !machine.slotFinished {
+            var woken: [Action] = []
+            state.withLock { $0.finished(insideLock: id, into: &woken) }
+            perform(woken, for: nil)
+        }
         return try machine.result.get()
     }
 

@@ -127,6 +127,10 @@ final class RequestMachine {
 
     /// Its slot exists in the engine's state.
     var registered = false
+    /// Its slot was removed by the transition that decided its outcome (``EngineState/attemptEnded(insideLock:responseArrived:gotError:callerCancelled:scope:_:now:)``).
+    var slotFinished = false
+    /// The rule the last attempt's result matched, and its business code.
+    var classified = EngineState.Classified()
 
     /// The time of the event the machine is handling (its start, an attempt's end, a park's
     /// end), on the engine's clock and on the wall clock: read once per event by the driver
@@ -395,10 +399,10 @@ final class RequestMachine {
         case .cancelled:
             return ended()
         case .response:
-            guard let response = lastResponse else { return ended() }
-            lastCode = runtime.code(of: response, scopeIndex: scopeIndex, scanLimit: engine.options.bodyScanLimit)
-            ruleIndex = scope.classifier.match(
-                status: response.status, code: lastCode, headers: response.headers, method: method, path: path)
+            guard lastResponse != nil else { return ended() }
+            // Classified by the shell before the attempt's end (see `PolicyEngine.classify`).
+            lastCode = classified.code
+            ruleIndex = classified.rule
             if ruleIndex.map({ scope.rules[$0].action != .refresh && scope.rules[$0].action != .logout }) ?? true {
                 // The server accepted this token: a later refresh of it is a healthy rotation.
                 engine.noteAccepted(signedGeneration)
@@ -414,8 +418,8 @@ final class RequestMachine {
                 failure = TransportError(
                     .timeout, "no response within \(scope.attemptTimeout?.policyText ?? "the attempt timeout")")
             }
-            let errorClass = failure?.errorClass ?? .connection
-            ruleIndex = scope.classifier.match(error: errorClass, method: method, path: path)
+            // The rule its error class (or `timeout`) matches.
+            ruleIndex = classified.rule
         }
         guard let ruleIndex else {
             if let failure {
