@@ -283,6 +283,34 @@ extension EngineState {
         /// The rule matched (`nil`: none). For an attempt that ended with no result, the rule a
         /// timeout matches, which counts only when its timer fired.
         var rule: Int?
+        /// The request may be sent again under the rule's retry settings (its method is listed,
+        /// or its caller gave it the rule's idempotency key).
+        var retryable = false
+    }
+
+    /// What the request brings to a retry decision: its own counters and the attempt's answer.
+    struct RetryAsk {
+        /// Retries already made.
+        var retries: Int
+        /// The response (for its `Retry-After`); `nil` after an error or a timeout.
+        var response: HTTPResponse?
+        /// The wall-clock time, for a `Retry-After` date.
+        var date: Date
+        var random: any RandomSource
+    }
+
+    /// What a `retry` rule came to (``attemptEnded(insideLock:responseArrived:gotError:callerCancelled:scope:_:retry:now:)``),
+    /// in the order of its edges' precedence.
+    enum RetryVerdict {
+        /// Out of retries, a method it may not re-send, or no loop edge: the escalation edge
+        /// taken (`nil`: none, the request fails with its retries exhausted).
+        case notRetried(RuleGraph.Escalation?)
+        /// The retry budget refused it.
+        case refused
+        /// The backoff would end past the deadline: not started.
+        case pastDeadline
+        /// It is in its backoff for `delay`, its timer armed.
+        case started(delay: Duration)
     }
 
     /// Request `id`'s attempt ended, classified as `classified` in `scope`: what counts (see
@@ -293,8 +321,8 @@ extension EngineState {
     /// outcome.
     mutating func attemptEnded(
         insideLock id: UInt64, responseArrived: Bool, gotError: Bool, callerCancelled: Bool, scope: RuleGraph.Scope,
-        _ classified: Classified, now: Duration
-    ) -> (AttemptDisposition, finished: Bool, [Action]) {
+        _ classified: Classified, retry ask: RetryAsk, now: Duration
+    ) -> (AttemptDisposition, finished: Bool, RetryVerdict?, [Action]) {
         let deadline = slots[id]?.deadline
         var (disposition, actions) = attemptEnded(
             insideLock: id, responseArrived: responseArrived, callerCancelled: callerCancelled)
@@ -305,6 +333,8 @@ extension EngineState {
             return action == .deliver || action == .fail
         }
         let finishes: Bool
+        /// Its rule retries (not after a logout, and not at its deadline).
+        var retries = false
         switch disposition {
         case .ended:
             finishes = false
@@ -315,12 +345,48 @@ extension EngineState {
                 finishes = true
             } else {
                 finishes = timedOut && endsHere()
+                retries = timedOut
             }
-        case .result, .arrivedAfterLogout:
+        case .result:
+            finishes = endsHere()
+            retries = true
+        case .arrivedAfterLogout:
             finishes = endsHere()
         }
         if finishes { finished(insideLock: id, into: &actions) }
-        return (disposition, finishes, actions)
+        var verdict: RetryVerdict?
+        if retries, let rule = classified.rule, scope.compiled[rule].action == .retry {
+            verdict = retry(insideLock: id, scope.compiled[rule], classified, ask, now: now, into: &actions)
+        }
+        return (disposition, finishes, verdict, actions)
+    }
+
+    /// A `retry` rule matched request `id`'s attempt: retries left, then a request that may not
+    /// be sent again, then the budget, then the deadline (the order of the edges' precedence);
+    /// otherwise its backoff starts, the delay drawn here (`max-delay` caps it after jitter; a
+    /// `Retry-After` the rule honours replaces it).
+    mutating func retry(
+        insideLock id: UInt64, _ flow: RuleGraph.CompiledRule, _ classified: Classified, _ ask: RetryAsk,
+        now: Duration, into actions: inout [Action]
+    ) -> RetryVerdict {
+        let settings = flow.retry
+        guard ask.retries < settings.maxRetries, flow.again != nil, classified.retryable else {
+            return .notRetried(
+                ask.retries < settings.maxRetries ? flow.notRetryable ?? flow.onExhausted : flow.onExhausted)
+        }
+        let delay = RetryTiming.delay(
+            forRetry: ask.retries + 1, settings: settings, response: ask.response, now: ask.date, random: ask.random)
+        let budget = flow.budget == nil ? nil : settings.budget
+        let deadline = flow.deadline == nil ? nil : slots[id]?.deadline
+        let (start, timer) = startBackoff(insideLock: id, budget: budget, until: now + delay, deadline: deadline, now: now)
+        switch start {
+        case .refused: return .refused
+        case .pastDeadline: return .pastDeadline
+        case .ended: return .notRetried(nil)  // (not reached: its attempt's result counts)
+        case .started:
+            actions += timer
+            return .started(delay: delay)
+        }
     }
 
     /// Request `id`'s timer fired: its attempt timed out, its backoff is over, or its deadline

@@ -104,13 +104,18 @@ extension PolicyEngine {
         // body's code scan stays outside it). The transition decides what it leads to.
         let classified = classify(result, machine)
         let (now, id, scope) = (machine.now, machine.context.number, machine.scope)
-        let (disposition, finished, actions) = state.withLock {
+        var response: HTTPResponse?
+        if case .response(let arrived) = result { response = arrived }
+        let ask = EngineState.RetryAsk(
+            retries: machine.retries, response: response, date: machine.date, random: options.random)
+        let (disposition, finished, verdict, actions) = state.withLock {
             $0.attemptEnded(
                 insideLock: id, responseArrived: arrived, gotError: gotError, callerCancelled: callerCancelled,
-                scope: scope, classified, now: now)
+                scope: scope, classified, retry: ask, now: now)
         }
         perform(actions, for: machine)
         machine.slotFinished = finished
+        machine.retryVerdict = verdict
         machine.classified = classified
         // Ended from outside (logout, the caller) wins over a timeout at the same instant; a
         // response that arrived before a logout reached it is still handled (see
@@ -161,6 +166,9 @@ extension PolicyEngine {
         case .cancelled:
             // It may have timed out (the transition knows).
             classified.rule = scope.classifier.match(error: .timeout, method: method, path: path)
+        }
+        if let rule = classified.rule, scope.compiled[rule].action == .retry {
+            classified.retryable = machine.isRetryable(scope.compiled[rule].retry)
         }
         return classified
     }

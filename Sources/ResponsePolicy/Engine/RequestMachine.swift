@@ -131,6 +131,8 @@ final class RequestMachine {
     var slotFinished = false
     /// The rule the last attempt's result matched, and its business code.
     var classified = EngineState.Classified()
+    /// What the attempt's end decided for a `retry` rule.
+    var retryVerdict: EngineState.RetryVerdict?
 
     /// The time of the event the machine is handling (its start, an attempt's end, a park's
     /// end), on the engine's clock and on the wall clock: read once per event by the driver
@@ -639,55 +641,39 @@ final class RequestMachine {
         }
     }
 
+    /// A `retry` rule matched: what the attempt's end decided (``EngineState/RetryVerdict``).
     func retryTrigger(_ flow: RuleGraph.CompiledRule) -> Step {
-        let settings = flow.retry
-        // The order of the checks is the order of the edges' precedence: retries left, then a
-        // request that may not be sent again, then the budget, then the deadline.
-        guard retries < settings.maxRetries, let again = flow.again, isRetryable(settings) else {
-            let edge = retries < settings.maxRetries ? flow.notRetryable ?? flow.onExhausted : flow.onExhausted
+        let verdict = retryVerdict
+        retryVerdict = nil
+        switch verdict {
+        case .notRetried(let edge)?:
             guard let edge else {
                 return finish(.failure(.retriesExhausted(lastResponse: lastResponse, lastError: failure)))
             }
             return follow(edge, of: flow, failing: .retriesExhausted(lastResponse: lastResponse, lastError: failure))
-        }
-        let now = now
-        let delay = RetryTiming.delay(
-            forRetry: retries + 1, settings: settings, response: lastResponse, now: date,
-            random: engine.options.random)
-        // One transition takes the budget, refuses a wait past the deadline and starts the
-        // backoff: one lock for the decision.
-        let budget = flow.budget == nil ? nil : settings.budget
-        let waitDeadline = flow.deadline == nil ? nil : deadline
-        let id = context.number
-        let (start, timer) = engine.state.withLock { state in
-            state.startBackoff(insideLock: id, budget: budget, until: now + delay, deadline: waitDeadline, now: now)
-        }
-        switch start {
-        case .refused:
+        case .refused?:
             guard let refused = flow.budget else { return ended() }
             return follow(refused, of: flow, failing: .retriesExhausted(lastResponse: lastResponse, lastError: failure))
-        case .pastDeadline:
+        case .pastDeadline?:
             // A wait that would end past the deadline is not started.
             guard let edge = flow.deadline else { return ended() }
             return follow(edge, of: flow, failing: .deadlineExceeded)
-        case .ended:
-            emitResponse(rule: flow.rule, edge: again)
+        case .started(let delay)?:
+            // In its backoff, its timer armed by the attempt's end.
+            emitResponse(rule: flow.rule, edge: flow.again)
+            retries += 1
+            let (attempt, now) = (attempt, now)
+            engine.emit(runtime) {
+                var event = PolicyEvent(.wait, time: now, context: context)
+                event.delay = delay
+                event.attempt = attempt
+                return event
+            }
+            waitingFor = .backoff
+            return .park
+        case nil:
             return ended()
-        case .started:
-            break
         }
-        emitResponse(rule: flow.rule, edge: again)
-        retries += 1
-        let attempt = attempt
-        engine.emit(runtime) {
-            var event = PolicyEvent(.wait, time: now, context: context)
-            event.delay = delay
-            event.attempt = attempt
-            return event
-        }
-        waitingFor = .backoff
-        engine.perform(timer, for: self)
-        return .park
     }
 
     /// Whether this request may be sent again under a rule's effective retry settings: its
