@@ -103,6 +103,9 @@ struct RequestSlotsModelTests {
         // both log out) and its first refresh rule, for a waiter's route.
         let scope = try #require(state.runtime.policy.graph.scopes.last)
         let refreshRule = try #require(scope.compiled.first { $0.action == .refresh }?.index)
+        let retryRule = try #require(scope.compiled.first { $0.action == .retry }?.index)
+        let logoutRule = try #require(scope.compiled.first { $0.action == .logout }?.index)
+        let randomSource = SeededRandomSource(seed: seed)
         let cooldown = scope.logout.cooldown
         let limit = random.int(1...4)
         var settings = RefreshSettings()
@@ -118,6 +121,7 @@ struct RequestSlotsModelTests {
         var waiting: [UInt64: Waiting] = [:]
         /// Where a failure of the refresh it waits for leads each waiter (its driver knows).
         var routes: [UInt64: EngineState.RefreshRoute] = [:]
+        var retries: [UInt64: Int] = [:]
         /// When a logout was decided, and until when its cooldown runs.
         var logoutDecided: (at: Duration, until: Duration)?
         /// The request that performs the logout a failed refresh decided, until it runs.
@@ -125,7 +129,7 @@ struct RequestSlotsModelTests {
         var counts = Counts()
         var context = ""
 
-        func perform(_ actions: [Action], for id: UInt64?) {
+        func perform(_ actions: Actions, for id: UInt64?) {
             for action in actions {
                 switch action {
                 case .resume: Issue.record("\(context): nothing parked, nothing to resume")
@@ -151,7 +155,7 @@ struct RequestSlotsModelTests {
         }
 
         func finish(_ id: UInt64) {
-            var actions: [Action] = []
+            var actions: Actions = []
             state.finished(insideLock: id, into: &actions)
             perform(actions, for: nil)
             waiting[id] = nil
@@ -189,7 +193,7 @@ struct RequestSlotsModelTests {
 
         /// A request starts waiting (a refresh, a backoff): its dispatch slot goes to the next.
         func parks(_ id: UInt64) {
-            var actions: [Action] = []
+            var actions: Actions = []
             state.releaseDispatchSlot(insideLock: id, into: &actions)
             perform(actions, for: nil)
         }
@@ -213,18 +217,56 @@ struct RequestSlotsModelTests {
                 waiting[next] = .running
                 gate(next, mayHold: true)
             } else if take(weights.attemptEnds) {
-                // An attempt ends: it triggers a refresh, backs off, or the request finishes.
+                // An attempt ends, classified: a refresh rule, a retry rule, a logout rule, or
+                // none (delivered). The transition decides from the compiled flow whether the
+                // request has its outcome (its slot removed) or backs off.
                 guard let id = pick(live().filter { waiting[$0] == .onWire }) else { continue }
-                let (disposition, actions) = state.attemptEnded(
-                    insideLock: id, responseArrived: random.int(0...1) == 0, callerCancelled: false)
+                var classified = EngineState.Classified()
+                let gotError = random.int(0...3) == 0
+                if random.int(0...99) < weights.triggers {
+                    classified.rule = refreshRule
+                } else {
+                    classified.rule = [retryRule, retryRule, logoutRule, nil][random.int(0...3)]
+                    classified.retryable = random.int(0...4) != 0
+                }
+                let ask = EngineState.RetryAsk(
+                    retries: retries[id, default: 0], response: nil, date: epoch, random: randomSource)
+                let deadline = state.slots[id]?.deadline
+                let (disposition, finished, verdict, actions) = state.attemptEnded(
+                    insideLock: id, responseArrived: !gotError && random.int(0...3) != 0, gotError: gotError,
+                    callerCancelled: false, scope: scope, classified, retry: ask, now: now)
                 perform(actions, for: id)
-                #expect(heap[id] == nil, "\(context): request \(id)'s attempt timer outlived its attempt")
                 waiting[id] = .running
+                if finished {
+                    #expect(state.slots[id] == nil, "\(context): request \(id) finished, its slot kept")
+                    // By its rule, or (a timeout) at its deadline.
+                    let pastDeadline = deadline.map { now >= $0 } ?? false
+                    #expect(
+                        pastDeadline || (classified.rule != refreshRule && classified.rule != retryRule),
+                        "\(context): request \(id) finished by a rule that refreshes or retries")
+                    waiting[id] = nil
+                    if pendingTrigger == id { pendingTrigger = nil }
+                    continue
+                }
+                #expect(heap[id] == nil || verdict != nil, "\(context): request \(id)'s attempt timer outlived it")
                 guard case .result = disposition else {
                     finish(id)
                     continue
                 }
-                if random.int(0...99) < weights.triggers {
+                switch verdict {
+                case .started?:
+                    retries[id, default: 0] += 1
+                    waiting[id] = .backoff
+                    #expect(state.slots[id]?.phase.isBackoff == true, "\(context): a started backoff not in its phase")
+                    parks(id)
+                    continue
+                case .notRetried?, .refused?, .pastDeadline?:
+                    finish(id)
+                    continue
+                case nil:
+                    break
+                }
+                if classified.rule == refreshRule {
                     switch state.decideRefresh(
                         failedGeneration: state.generation, settings: settings, proactive: false, now: now)
                     {
@@ -239,18 +281,17 @@ struct RequestSlotsModelTests {
                     case .retryNow: gate(id, mayHold: true)
                     case .loggedOut, .limited, .remembered: finish(id)
                     }
-                } else if random.int(0...1) == 0 {
-                    let (start, actions) = state.startBackoff(
-                        insideLock: id, budget: nil, until: now + .milliseconds(random.int(100...3_000)),
-                        deadline: state.slots[id]?.deadline, now: now)
-                    perform(actions, for: id)
-                    if start == .started {
-                        waiting[id] = .backoff
-                        parks(id)
-                    } else {
-                        finish(id)
+                } else if classified.rule == logoutRule {
+                    // The shell's logout: the cooldown, every other request ended.
+                    if state.startCooldown(
+                        until: now + cooldown, untilDate: epoch, reason: .host("rule"), extendOnly: false, now: now)
+                    {
+                        logoutDecided = (now, now + cooldown)
+                        perform(state.endRequests(insideLock: id, cancelInFlight: true), for: nil)
                     }
+                    finish(id)
                 } else {
+                    // A retry rule that timed out with no timer, or a cancelled attempt.
                     finish(id)
                 }
             } else if take(weights.refreshEnds) {

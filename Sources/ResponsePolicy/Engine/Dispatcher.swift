@@ -89,7 +89,7 @@ extension EngineState {
 
     /// Gives back the slot request `id` holds (it has parked or ended) and lets the next
     /// queued requests of its host out.
-    mutating func releaseDispatchSlot(insideLock id: UInt64, into woken: inout [Action]) {
+    mutating func releaseDispatchSlot(insideLock id: UInt64, into woken: inout Actions) {
         guard let host = slots[id]?.host else { return }
         let held =
             modifySlot(id) { slot -> Bool in
@@ -101,13 +101,13 @@ extension EngineState {
     }
 
     /// Lets queued requests of every host out, as far as their limits allow (after a refresh).
-    mutating func promoteAll(insideLock woken: inout [Action]) {
+    mutating func promoteAll(insideLock woken: inout Actions) {
         for host in Array(dispatcher.hosts.keys) { promote(insideLock: host, into: &woken) }
     }
 
     /// Lets queued requests of `host` out while it has free slots, those sent before first; stops
     /// at a request that must wait for the refresh in flight (each queue keeps its order).
-    private mutating func promote(insideLock host: String, into woken: inout [Action]) {
+    private mutating func promote(insideLock host: String, into woken: inout Actions) {
         guard var entry = dispatcher.hosts[host] else { return }
         promote(insideLock: &entry.resent, &entry.inFlight, into: &woken)
         if entry.resent.isEmpty { promote(insideLock: &entry.fresh, &entry.inFlight, into: &woken) }
@@ -118,7 +118,7 @@ extension EngineState {
 
     private mutating func promote(
         insideLock queue: inout Dispatcher.Queue, _ inFlight: inout Int,
-        into woken: inout [Action]
+        into woken: inout Actions
     ) {
         let refreshing = flight != nil
         while !queue.isEmpty {

@@ -17,6 +17,60 @@ enum Action {
     case disarm
 }
 
+/// The ordered list of ``Action``s a transition returns. The first two are kept inline: most
+/// transitions return at most a timer to arm or disarm and one request to resume, and a list on
+/// the heap for each would cost an allocation per event on every request's path.
+struct Actions: Sequence, ExpressibleByArrayLiteral {
+    private var first: Action?
+    private var second: Action?
+    private var more: [Action] = []
+    private(set) var count = 0
+
+    init() {}
+
+    init(arrayLiteral elements: Action...) {
+        for element in elements { append(element) }
+    }
+
+    var isEmpty: Bool { count == 0 }
+
+    mutating func append(_ action: Action) {
+        switch count {
+        case 0: first = action
+        case 1: second = action
+        default: more.append(action)
+        }
+        count += 1
+    }
+
+    static func += (list: inout Actions, other: Actions) {
+        for action in other { list.append(action) }
+    }
+
+    static func + (list: Actions, other: Actions) -> Actions {
+        var joined = list
+        joined += other
+        return joined
+    }
+
+    struct Iterator: IteratorProtocol {
+        let actions: Actions
+        var index = 0
+
+        mutating func next() -> Action? {
+            defer { index += 1 }
+            switch index {
+            case actions.count...: return nil
+            case 0: return actions.first
+            case 1: return actions.second
+            default: return actions.more[index - 2]
+            }
+        }
+    }
+
+    func makeIterator() -> Iterator { Iterator(actions: self) }
+}
+
 /// The transitions of a request's slot: the top of its loop, its attempt's begin and end, its
 /// park and wake, its backoff, its timer, its caller's cancellation, a logout's sweep. Each runs
 /// under the engine's lock and returns what the shell performs after unlocking (``Action``).
@@ -77,7 +131,7 @@ extension EngineState {
         }
         if slot.host != nil, !acquireDispatchSlot(insideLock: id) {
             // Queued: its deadline bounds the wait.
-            var actions: [Action] = []
+            var actions: Actions = []
             modifySlot(id) { slot in
                 var token: UInt64 = 0
                 if let deadline = slot.deadline {
@@ -118,11 +172,11 @@ extension EngineState {
         let gate: Gate
         var credentials: CredentialsBox?
         var generation: UInt64 = 0
-        var actions: [Action] = []
+        var actions: Actions = []
         /// It refreshes first to get its first credentials.
         var signingIn = false
 
-        init(_ gate: Gate, _ credentials: CredentialsBox? = nil, _ generation: UInt64 = 0, actions: [Action] = []) {
+        init(_ gate: Gate, _ credentials: CredentialsBox? = nil, _ generation: UInt64 = 0, actions: Actions = []) {
             self.gate = gate
             self.credentials = credentials
             self.generation = generation
@@ -134,11 +188,11 @@ extension EngineState {
     /// cancel it by), timing out at `timeoutAt`. `nil` when it was already ended; else the timer
     /// to arm.
     mutating func attemptBegan(insideLock id: UInt64, cancellation: AttemptCancellation, timeoutAt: Duration?)
-        -> [Action]?
+        -> Actions?
     {
-        modifySlot(id) { slot -> [Action]? in
+        modifySlot(id) { slot -> Actions? in
             guard slot.endReason == nil else { return nil }
-            var actions: [Action] = []
+            var actions: Actions = []
             var token: UInt64 = 0
             if let timeoutAt {
                 token = slot.nextTimer()
@@ -156,7 +210,7 @@ extension EngineState {
     /// the caller resumes the continuation at once.
     mutating func parking(
         insideLock id: UInt64, _ continuation: UnsafeContinuation<Void, Never>,
-        into woken: inout [Action]
+        into woken: inout Actions
     ) -> Bool {
         let ready =
             modifySlot(id) { slot -> Bool in
@@ -171,12 +225,12 @@ extension EngineState {
     /// Request `id`'s park ended: takes why (its wake, `nil` when it was ended), whether it was
     /// ended from outside, and its timer to take off the heap when the wait ended some other way
     /// than by its firing. It runs its loop on.
-    mutating func woke(insideLock id: UInt64) -> (Wake?, endedOutside: Bool, [Action]) {
+    mutating func woke(insideLock id: UInt64) -> (Wake?, endedOutside: Bool, Actions) {
         modifySlot(id) { slot in
             var taken: Wake?
             if case .woken(let wake, _) = slot.phase { taken = wake }
             slot.phase = .running
-            var actions: [Action] = []
+            var actions: Actions = []
             if slot.timerScheduled {
                 slot.timerScheduled = false
                 actions.append(.disarm)
@@ -187,7 +241,7 @@ extension EngineState {
 
     /// Request `id` has its outcome: its dispatch slot goes to the next request (resumed from
     /// `woken` after unlocking) and its slot is removed.
-    mutating func finished(insideLock id: UInt64, into woken: inout [Action]) {
+    mutating func finished(insideLock id: UInt64, into woken: inout Actions) {
         if slots[id]?.host != nil { releaseDispatchSlot(insideLock: id, into: &woken) }
         slots.removeValue(forKey: id)
     }
@@ -210,7 +264,7 @@ extension EngineState {
     /// edges' precedence: budget, then deadline.
     mutating func startBackoff(
         insideLock id: UInt64, budget: RetrySettings.Budget?, until end: Duration, deadline: Duration?, now: Duration
-    ) -> (BackoffStart, [Action]) {
+    ) -> (BackoffStart, Actions) {
         guard let slot = slots[id], slot.endReason == nil else { return (.ended, []) }
         if let budget, !self.budget.takeRetry(at: now, budget: budget) { return (.refused, []) }
         if let deadline, end > deadline { return (.pastDeadline, []) }
@@ -225,13 +279,13 @@ extension EngineState {
     /// Ends request `id` from outside its loop (its caller, or a logout): marks why, disarms its
     /// timer (a backoff's leaves the heap when the request's park ends, in its own task), and
     /// hands back its attempt and its park.
-    mutating func end(insideLock id: UInt64, _ reason: EndReason) -> [Action] {
+    mutating func end(insideLock id: UInt64, _ reason: EndReason) -> Actions {
         modifySlot(id) { slot in
             if slot.endReason == nil { slot.endReason = reason }
             // A refresh waiter stays listed (disarmed): a failure of that refresh still decides
             // the session's end through it.
             slot.phase = slot.phase.disarmed
-            var actions: [Action] = []
+            var actions: Actions = []
             if case .onWire(let attempt, _, _) = slot.phase { actions.append(.cancel(attempt)) }
             if let parked = slot.parked.take() { actions.append(.resume(parked)) }
             return actions
@@ -255,13 +309,13 @@ extension EngineState {
     /// which a logout decided a moment later does not unsay; only the caller's cancellation
     /// drops it.
     mutating func attemptEnded(insideLock id: UInt64, responseArrived: Bool, callerCancelled: Bool)
-        -> (AttemptDisposition, [Action])
+        -> (AttemptDisposition, Actions)
     {
         modifySlot(id) { slot in
             var timedOut = false
             if case .onWire(_, _, let timed) = slot.phase { timedOut = timed }
             slot.phase = .running
-            var actions: [Action] = []
+            var actions: Actions = []
             if slot.timerScheduled {
                 slot.timerScheduled = false
                 actions.append(.disarm)
@@ -322,7 +376,7 @@ extension EngineState {
     mutating func attemptEnded(
         insideLock id: UInt64, responseArrived: Bool, gotError: Bool, callerCancelled: Bool, scope: RuleGraph.Scope,
         _ classified: Classified, retry ask: RetryAsk, now: Duration
-    ) -> (AttemptDisposition, finished: Bool, RetryVerdict?, [Action]) {
+    ) -> (AttemptDisposition, finished: Bool, RetryVerdict?, Actions) {
         let deadline = slots[id]?.deadline
         var (disposition, actions) = attemptEnded(
             insideLock: id, responseArrived: responseArrived, callerCancelled: callerCancelled)
@@ -367,7 +421,7 @@ extension EngineState {
     /// `Retry-After` the rule honours replaces it).
     mutating func retry(
         insideLock id: UInt64, _ flow: RuleGraph.CompiledRule, _ classified: Classified, _ ask: RetryAsk,
-        now: Duration, into actions: inout [Action]
+        now: Duration, into actions: inout Actions
     ) -> RetryVerdict {
         let settings = flow.retry
         guard ask.retries < settings.maxRetries, flow.again != nil, classified.retryable else {
@@ -393,7 +447,7 @@ extension EngineState {
     /// came while it waited for a refresh or a dispatch slot. A stale firing (the attempt ended,
     /// the request was ended, the refresh or the slot came first) finds another token armed, or
     /// a wake already set, and does nothing.
-    mutating func timerFired(insideLock id: UInt64, token: UInt64) -> [Action] {
+    mutating func timerFired(insideLock id: UInt64, token: UInt64) -> Actions {
         modifySlot(id) { slot in
             // It left the heap to fire: nothing to take off any more (unless it was armed again
             // meanwhile, with a newer token).
@@ -402,7 +456,7 @@ extension EngineState {
             guard token != 0, slot.phase.timer == token, slot.endReason == nil || slot.phase.isOnWire else {
                 return []
             }
-            var actions: [Action] = []
+            var actions: Actions = []
             switch slot.phase {
             case .onWire(let attempt, _, _):
                 slot.phase = .onWire(attempt, timer: 0, timedOut: true)
@@ -425,9 +479,9 @@ extension EngineState {
     /// whose response is arriving (``AttemptCancellation/responseArriving()``) is not cancelled:
     /// it is marked ended and handled by its rule when its response is in.
     /// The parked requests are resumed first, then the attempts cancelled.
-    mutating func endRequests(insideLock trigger: UInt64?, cancelInFlight: Bool) -> [Action] {
-        var actions: [Action] = []
-        var cancels: [Action] = []
+    mutating func endRequests(insideLock trigger: UInt64?, cancelInFlight: Bool) -> Actions {
+        var actions: Actions = []
+        var cancels: Actions = []
         if let flight {
             for id in live(flight) where id != trigger {
                 modifySlot(id) { slot in

@@ -160,7 +160,7 @@ extension EngineState {
     /// out (or the session is already in a cooldown: many triggers make one logout).
     mutating func logOutForFailedRefresh(
         insideLock waiting: Flight, _ failure: RefreshFailure, answerLogsOut: Bool, now: Duration, date: Date
-    ) -> (trigger: UInt64, logout: DecidedLogout, actions: [Action])? {
+    ) -> (trigger: UInt64, logout: DecidedLogout, actions: Actions)? {
         let waiters = live(waiting)
         var decided: (UInt64, RuleGraph.Escalation)?
         for id in waiters {
@@ -177,7 +177,7 @@ extension EngineState {
                 until: now + cooldown, untilDate: date.addingTimeInterval(cooldown.seconds),
                 reason: .refreshFailed(failure.reason, response: failure.response), extendOnly: false, now: now)
         else { return nil }
-        var actions: [Action] = []
+        var actions: Actions = []
         for id in waiters where id != trigger {
             modifySlot(id) { slot in
                 if slot.endReason == nil { slot.endReason = .loggedOut }
@@ -202,14 +202,14 @@ extension EngineState {
     mutating func refreshEnded(
         insideLock ended: Flight, outcome: Result<Credentials, RefreshFailure>, shared: UInt64?, lifetime: Double?,
         answerLogsOut: Bool, coordinationTrouble: Bool, now: Duration, date: Date
-    ) -> (RefreshEnd, loggedOut: Bool, [Action]) {
+    ) -> (RefreshEnd, loggedOut: Bool, Actions) {
         let end = refreshEnded(
             ended, outcome: outcome, shared: shared, now: now, coordinationTrouble: coordinationTrouble)
         if end.saved, let fresh = try? outcome.get(), credentials == fresh {
             credentialsBox = CredentialsBox(fresh, lifetime: lifetime)
         }
         guard let waiting = end.waiting else { return (end, false, []) }
-        var actions: [Action] = []
+        var actions: Actions = []
         var logout: (UInt64, DecidedLogout)?
         // A definitive failure that logs a waiter out does so here, before any waiter is woken,
         // so none is released and sent in between.
@@ -221,7 +221,7 @@ extension EngineState {
             actions = decided.actions
         }
         // The waiters are resumed first, then the logout's cancellations, as before.
-        var woken: [Action] = []
+        var woken: Actions = []
         endWaits(insideLock: waiting, end.result, logout: logout, into: &woken)
         return (end, logout != nil, woken + actions)
     }

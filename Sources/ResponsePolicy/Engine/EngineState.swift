@@ -286,10 +286,10 @@ struct EngineState {
 
     /// Registers request `id` as waiting for the refresh in flight (`held`: before it goes out,
     /// under `hold-new-requests`), with a timer at its deadline. Returns the timer to arm.
-    mutating func join(insideLock id: UInt64, route: RefreshRoute?, held: Bool = false) -> [Action] {
+    mutating func join(insideLock id: UInt64, route: RefreshRoute?, held: Bool = false) -> Actions {
         guard let current = flight?.id else { return [] }
         flight?.waiters.append(id)
-        var actions: [Action] = []
+        var actions: Actions = []
         modifySlot(id) { slot in
             var wait = RefreshWait(flight: current, route: route)
             if let deadline = slot.deadline, slot.endReason == nil {
@@ -311,7 +311,7 @@ struct EngineState {
     /// waiting for their first attempt; then the queues move, signed with the new token.
     mutating func endWaits(
         insideLock flight: Flight, _ result: FlightResult, logout: (UInt64, DecidedLogout)? = nil,
-        into actions: inout [Action]
+        into actions: inout Actions
     ) {
         for id in live(flight) {
             let sent = modifySlot(id) { slot -> Bool in

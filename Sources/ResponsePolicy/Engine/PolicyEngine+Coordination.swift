@@ -91,11 +91,11 @@ extension PolicyEngine {
     /// waiting for this engine's refresh retry with them at once.
     func adopt(_ session: SharedSession) {
         let now = clock.now
-        let adopted = state.withLock { state -> (PolicyRuntime, [Action])? in
+        let adopted = state.withLock { state -> (PolicyRuntime, Actions)? in
             switch state.adopt(session, now: now) {
             case .ignored, .numbered: return nil
             case .adopted(let answered):
-                var woken: [Action] = []
+                var woken: Actions = []
                 if let answered { state.endWaits(insideLock: answered, .ok, into: &woken) }
                 return (state.runtime, woken)
             }

@@ -63,7 +63,7 @@ extension PolicyEngine {
     ) {
         let now = clock.now
         var untilDate = until ?? clock.date.addingTimeInterval(cooldown.seconds)
-        let taken = state.withLock { state -> (actions: [Action], credentials: Credentials?)? in
+        let taken = state.withLock { state -> (actions: Actions, credentials: Credentials?)? in
             if started {
                 // The cooldown the refresh's end started: publish that one.
                 if let started = state.loggedOutUntilDate { untilDate = started }

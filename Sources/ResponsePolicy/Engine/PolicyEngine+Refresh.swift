@@ -30,7 +30,7 @@ extension PolicyEngine {
         }
         let now = clock.now
         let context = machine.context
-        var joined: [Action] = []
+        var joined: Actions = []
         let decision: Decision = state.withLock { state in
             let id = context.number
             if state.slots[id]?.endReason != nil { return .cancelled }

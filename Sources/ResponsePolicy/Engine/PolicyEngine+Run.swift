@@ -185,7 +185,7 @@ extension PolicyEngine {
                 // A request that waits gives its dispatch slot to the next one, in the same
                 // critical section. (Done here, in a synchronous closure, rather than in the
                 // driver: a call there grew every waiting request's async frame by 1 KB.)
-                var woken: [Action] = []
+                var woken: Actions = []
                 let now = state.withLock { $0.parking(insideLock: id, continuation, into: &woken) }
                 if now { continuation.resume() }
                 perform(woken, for: nil)
@@ -203,7 +203,7 @@ extension PolicyEngine {
     /// Performs what a transition decided, in order, after unlocking. `machine`: the request the
     /// event was about, whose timer `arm` and `disarm` mean (`nil`: the list has none).
     @inline(__always)
-    func perform(_ actions: [Action], for machine: RequestMachine?) {
+    func perform(_ actions: Actions, for machine: RequestMachine?) {
         for action in actions {
             switch action {
             case .resume(let continuation): continuation.resume()

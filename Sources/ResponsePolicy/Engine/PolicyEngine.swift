@@ -390,7 +390,7 @@ public final class PolicyEngine: Sendable {
         let id = machine.context.number
         // Removed already when the attempt's end decided the outcome.
         if !machine.slotFinished {
-            var woken: [Action] = []
+            var woken: Actions = []
             state.withLock { $0.finished(insideLock: id, into: &woken) }
             perform(woken, for: nil)
         }

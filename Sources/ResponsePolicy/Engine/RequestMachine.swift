@@ -712,7 +712,7 @@ final class RequestMachine {
         let (now, date) = (now, date)
         let id = context.number
         let (woken, endedOutside, disarm, gated) = engine.state.withLock {
-            state -> (Wake?, Bool, [Action], Gated?) in
+            state -> (Wake?, Bool, Actions, Gated?) in
             let (woken, endedOutside, disarm) = state.woke(insideLock: id)
             var gated: Gated?
             if !endedOutside, let goesOn, let woken, woken.sameKind(as: goesOn) {
