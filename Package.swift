@@ -7,6 +7,8 @@ let package = Package(
     products: [
         .library(name: "ResponsePolicy", targets: ["ResponsePolicy"]),
         .library(name: "ResponsePolicyURLSession", targets: ["ResponsePolicyURLSession"]),
+        // `coordination: redis`: the only product that links hiredis (libhiredis-dev to build).
+        .library(name: "ResponsePolicyRedis", targets: ["ResponsePolicyRedis"]),
         // For a service's own tests: a virtual clock, seeded randomness, the simulator.
         .library(name: "ResponsePolicyTesting", targets: ["ResponsePolicyTesting"]),
         .executable(name: "policy", targets: ["policy"]),
@@ -24,18 +26,24 @@ let package = Package(
             name: "CHiredis",
             providers: [.apt(["libhiredis-dev"])]
         ),
-        .target(name: "ResponsePolicy", dependencies: ["CYAML", "CHiredis"]),
+        // The core links libyaml alone: a service with `coordination: local` or `file` needs no hiredis.
+        .target(name: "ResponsePolicy", dependencies: ["CYAML"]),
+        .target(name: "ResponsePolicyRedis", dependencies: ["ResponsePolicy", "CHiredis"]),
         .target(name: "ResponsePolicyURLSession", dependencies: ["ResponsePolicy"]),
         .target(name: "ResponsePolicyTesting", dependencies: ["ResponsePolicy"]),
         .target(
             name: "PolicyCLI", dependencies: ["ResponsePolicy", "ResponsePolicyURLSession", "ResponsePolicyTesting"]),
         // C: a pre-initializer that sets SWIFT_BACKTRACE before the Swift runtime reads it.
         .target(name: "PolicyStartup"),
-        .executableTarget(name: "policy", dependencies: ["PolicyCLI", "PolicyStartup"]),
-        .executableTarget(name: "policy-bench", dependencies: ["ResponsePolicy", "ResponsePolicyURLSession"]),
+        // policy installs `coordination: redis` at start (RedisCoordination.install()).
+        .executableTarget(name: "policy", dependencies: ["PolicyCLI", "PolicyStartup", "ResponsePolicyRedis"]),
+        .executableTarget(
+            name: "policy-bench", dependencies: ["ResponsePolicy", "ResponsePolicyURLSession", "ResponsePolicyRedis"]),
         // Test helper: one coordinator in a child process, driven over stdin/stdout by the
         // multi-process coordination tests (killed with SIGKILL mid-refresh).
-        .executableTarget(name: "coordinator-probe", dependencies: ["ResponsePolicy"], path: "Tests/CoordinatorProbe"),
+        .executableTarget(
+            name: "coordinator-probe", dependencies: ["ResponsePolicy", "ResponsePolicyRedis"],
+            path: "Tests/CoordinatorProbe"),
         // libFuzzer harness; scripts/fuzz.sh builds it with -sanitize=fuzzer,address. A plain build
         // is a replayer: `swift run policy-fuzz FILE...`.
         .executableTarget(name: "policy-fuzz", dependencies: ["ResponsePolicy", "ResponsePolicyTesting"]),
@@ -51,11 +59,24 @@ let package = Package(
             name: "DocsSnippets", dependencies: ["ResponsePolicy", "ResponsePolicyURLSession"], path: "docs/snippets"),
         // Shared by the test targets only: keeps real-time tests apart from storm tests.
         .target(name: "TestGate", path: "Tests/TestGate"),
+        // Shared by the coordination tests of the core and of ResponsePolicyRedis: fixtures (a
+        // redis-server of the test's own, over plain sockets: no hiredis) and doubles.
+        .target(
+            name: "CoordinationTestSupport", dependencies: ["ResponsePolicy"], path: "Tests/CoordinationTestSupport"),
         .testTarget(
             name: "ResponsePolicyTests",
-            dependencies: ["ResponsePolicy", "ResponsePolicyTesting", "policy-fuzz", "TestGate"]),
+            dependencies: [
+                "ResponsePolicy", "ResponsePolicyTesting", "policy-fuzz", "TestGate", "CoordinationTestSupport",
+            ]),
+        // Everything that needs hiredis: the Redis store, processes on it, the backends' conformance.
         .testTarget(
-            name: "PolicyCLITests", dependencies: ["PolicyCLI", "ResponsePolicy", "ResponsePolicyTesting", "TestGate"]),
+            name: "ResponsePolicyRedisTests",
+            dependencies: [
+                "ResponsePolicyRedis", "ResponsePolicy", "ResponsePolicyTesting", "TestGate", "CoordinationTestSupport",
+            ]),
+        .testTarget(
+            name: "PolicyCLITests",
+            dependencies: ["PolicyCLI", "ResponsePolicy", "ResponsePolicyRedis", "ResponsePolicyTesting", "TestGate"]),
         .testTarget(
             name: "ResponsePolicyURLSessionTests",
             dependencies: ["ResponsePolicyURLSession", "ResponsePolicy", "ResponsePolicyTesting", "TestGate"],

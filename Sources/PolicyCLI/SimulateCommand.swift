@@ -66,6 +66,9 @@ enum SimulateCommand {
         for diagnostic in diagnostics { output.stderr(diagnostic.description + "\n") }
         guard let script = parsed else { return ExitCode.failure }
 
+        if script.fleet != nil {
+            return await runFleet(policy: policy, script: script, json: format == .json, output: output)
+        }
         let directory = URL(fileURLWithPath: scriptPath).deletingLastPathComponent().path
         // Events go out as they happen (buffered), none is kept: memory does not grow with the run.
         let writer = BufferedWriter(output.stdout)
@@ -98,6 +101,82 @@ enum SimulateCommand {
                     + "\(s.attempts) attempt\(s.attempts == 1 ? "" : "s")\n")
         }
         return ExitCode.success
+    }
+
+    /// Runs a fleet script: each line names its process, then each process's summary and the
+    /// fleet's (docs/commands.md, "Fleet scripts").
+    static func runFleet(policy: Policy, script: SimulationScript, json: Bool, output: CommandOutput) async -> Int32 {
+        let writer = BufferedWriter(output.stdout)
+        let processes = script.fleet?.processes ?? []
+        let processWidth = max(4, processes.map(\.id.count).max() ?? 0)
+        let requestWidth = max(8, processes.flatMap { $0.requests.map(\.id.count) }.max() ?? 0)
+        let result: FleetSimulator.Result
+        do {
+            result = try await FleetSimulator.run(policy: policy, script: script) { line in
+                writer.write((json ? fleetJSON(line) : fleetText(line, processWidth, requestWidth)) + "\n")
+            }
+        } catch {
+            writer.flush()
+            output.stderr("error: \(error)\n")
+            return ExitCode.failure
+        }
+        writer.flush()
+        let summary = result.summary
+        if json {
+            for process in summary.processes { output.stdout(FleetSimulator.Summary.jsonLine(process) + "\n") }
+            output.stdout(summary.jsonLine + "\n")
+            return ExitCode.success
+        }
+        for process in summary.processes {
+            output.stdout("summary \(process.process): " + summaryText(process.summary) + "\n")
+        }
+        let t = summary.total
+        func plural(_ n: Int, _ word: String, _ suffix: String = "s") -> String {
+            "\(n) \(word)\(n == 1 ? "" : suffix)"
+        }
+        output.stdout(
+            "fleet: \(plural(summary.processes.count, "process", "es")), \(plural(t.requests, "request")): "
+                + "\(t.delivered) delivered, \(t.failed) failed, \(t.loggedOut) logged out"
+                + (t.cancelled > 0 ? ", \(t.cancelled) cancelled; " : "; ")
+                + "\(plural(summary.tokenCalls, "token call")), \(plural(summary.reuses, "reuse")), "
+                + "\(plural(t.logouts, "logout")), \(plural(summary.leases, "lease")), "
+                + "\(plural(summary.restarts, "restart")), \(plural(summary.kills, "kill"))\n")
+        return ExitCode.success
+    }
+
+    /// `N requests: D delivered, …; R refreshes, L logouts, A attempts`.
+    static func summaryText(_ s: Simulator.Summary) -> String {
+        "\(s.requests) requests: \(s.delivered) delivered, \(s.failed) failed, \(s.loggedOut) logged out"
+            + (s.cancelled > 0 ? ", \(s.cancelled) cancelled; " : "; ")
+            + "\(s.refreshes) refresh\(s.refreshes == 1 ? "" : "es"), \(s.logouts) logout\(s.logouts == 1 ? "" : "s"), "
+            + "\(s.attempts) attempt\(s.attempts == 1 ? "" : "s")"
+    }
+
+    /// A fleet line as JSON: an engine's event with `"process"` after `"t"`, or a fleet note.
+    static func fleetJSON(_ line: FleetSimulator.Line) -> String {
+        switch line {
+        case .note(let note): return note.jsonLine
+        case .engine(let process, let event):
+            let json = event.jsonLine
+            guard let comma = json.firstIndex(of: ",") else { return json }
+            return String(json[..<comma]) + ",\"process\":" + PolicyEvent.quote(process) + String(json[comma...])
+        }
+    }
+
+    /// A fleet line as text: the time, the process, then the line as a one-process run writes it.
+    static func fleetText(_ line: FleetSimulator.Line, _ processWidth: Int, _ requestWidth: Int) -> String {
+        func pad(_ text: String, _ width: Int) -> String {
+            text.padding(toLength: max(width, text.count), withPad: " ", startingAt: 0)
+        }
+        switch line {
+        case .note(let note):
+            return String(format: "%9.3fs", note.time.seconds) + "  " + pad(note.process ?? "fleet", processWidth)
+                + "  " + pad("-", requestWidth) + "  " + note.text
+        case .engine(let process, let event):
+            let text = text(event, idWidth: requestWidth)
+            let time = text.prefix(10)
+            return String(time) + "  " + pad(process, processWidth) + String(text.dropFirst(10))
+        }
     }
 
     /// The policy a script names with `policy:`: as written, resolved against the script's
@@ -143,7 +222,8 @@ enum SimulateCommand {
         case .held: what = "held (\(event.reason ?? "refresh in flight"))"
         case .refreshStart: what = "refresh started"
         case .refreshRetry:
-            what = "refresh retry in \(event.delay.map { PolicyEvent.secondsText($0) } ?? "?")s"
+            what =
+                "refresh retry in \(event.delay.map { PolicyEvent.secondsText($0) } ?? "?")s"
                 + (event.reason.map { " (\($0))" } ?? "")
         case .refreshEnd:
             what = "refresh " + (event.ok == true ? "ok" : "failed") + (event.reason.map { " (\($0))" } ?? "")

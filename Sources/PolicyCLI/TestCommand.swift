@@ -20,7 +20,7 @@ enum TestCommand {
         arguments: [
             .init(
                 name: "PATH",
-                help: "A script, or a folder searched for scripts (*.yaml, *.yml with 'requests:'); "
+                help: "A script, or a folder searched for scripts (*.yaml, *.yml with 'requests:' or 'processes:'); "
                     + "other YAML is skipped.",
                 variadic: true)
         ],
@@ -88,7 +88,9 @@ enum TestCommand {
         }
         if unreadable { return ExitCode.noInput }
         if outcomes.isEmpty {
-            output.stderr("error: no simulation scripts found (a script has a top-level 'requests:')\n")
+            output.stderr(
+                "error: no simulation scripts found (a script has a top-level 'requests:', a fleet script 'processes:')\n"
+            )
             return ExitCode.failure
         }
         return failed > 0 ? ExitCode.failure : ExitCode.success
@@ -165,6 +167,28 @@ enum TestCommand {
                 outcome.errors.append("\(at): error: policy '\(policyPath)' does not pass lint:")
                 outcome.errors += found.filter { $0.severity == .error }.prefix(10).map { "  " + $0.description }
             }
+            return outcome
+        }
+        if script.fleet != nil {
+            let result: FleetSimulator.Result
+            do {
+                result = try await FleetSimulator.run(policy: policy, script: script)
+            } catch {
+                outcome.errors.append("\(file):1:1: error: \(error)")
+                return outcome
+            }
+            var checker = ExpectationChecker(expectations)
+            for line in result.lines {
+                guard case .engine(let process, var event) = line else { continue }
+                event.request = event.request.map { "\(process)/\($0)" }
+                checker.observe(event, process: process)
+            }
+            let summary = result.summary
+            outcome.failures = checker.failures(
+                value: { summary.value($0) }, processValue: { summary.value($1, of: $0) })
+            outcome.checked =
+                expectations.requests.count + expectations.summary.count + expectations.events.count
+                + expectations.processSummaries.count
             return outcome
         }
         let result: Simulator.Result

@@ -40,10 +40,30 @@ public enum PolicySimulation {
         public var attempts: Int
     }
 
+    /// What only a fleet script (`processes:`) has: each process's summary and what the shared
+    /// token server and store saw.
+    public struct Fleet: Sendable, Equatable {
+        /// Each process's own counters, by process id.
+        public var processes: [String: Summary]
+        /// Calls that reached the token server.
+        public var tokenCalls: Int
+        /// Spent refresh tokens presented again (each revokes the token family).
+        public var reuses: Int
+        /// Refresh leases the store granted.
+        public var leases: Int
+        public var restarts: Int
+        public var kills: Int
+    }
+
     /// A run's events in order, its summary, and the script's expectations it did not meet.
     public struct Result: Sendable {
+        /// In a fleet script, each event's `request` is `process/request`, and events of no
+        /// request are left out.
         public var events: [PolicyEvent]
+        /// In a fleet script, the processes' counters summed.
         public var summary: Summary
+        /// A fleet script's own counters; `nil` for a one-process script.
+        public var fleet: Fleet?
         /// One line per unmet `expect:` entry, `FILE:LINE:COL: what was expected, what happened`;
         /// empty when every expectation held (or the script states none).
         public var unmet: [String]
@@ -86,6 +106,7 @@ public enum PolicySimulation {
         let (expectations, expectationDiagnostics) = SimulationExpectations.parse(parsed, file: file)
         let errors = (diagnostics + expectationDiagnostics).filter { $0.severity == .error }
         guard let decoded, errors.isEmpty else { throw .invalidScript(errors) }
+        if decoded.fleet != nil { return try await runFleet(policy: policy, script: decoded, expectations, file: file) }
         let result: Simulator.Result
         do {
             result = try await Simulator.run(policy: policy, script: decoded, loadPolicy: loadPolicy)
@@ -103,6 +124,42 @@ public enum PolicySimulation {
             summary: Summary(
                 requests: s.requests, delivered: s.delivered, failed: s.failed, loggedOut: s.loggedOut,
                 cancelled: s.cancelled, refreshes: s.refreshes, logouts: s.logouts, attempts: s.attempts),
+            unmet: unmet)
+    }
+
+    /// A fleet script's run (docs/commands.md, "Fleet scripts").
+    static func runFleet(
+        policy: Policy, script: SimulationScript, _ expectations: SimulationExpectations, file: String
+    ) async throws(Failure) -> Result {
+        let result: FleetSimulator.Result
+        do {
+            result = try await FleetSimulator.run(policy: policy, script: script)
+        } catch {
+            throw .stopped(error.description)
+        }
+        var checker = ExpectationChecker(expectations)
+        var events: [PolicyEvent] = []
+        for line in result.lines {
+            guard case .engine(let process, var event) = line else { continue }
+            event.request = event.request.map { "\(process)/\($0)" }
+            checker.observe(event, process: process)
+            if event.request != nil { events.append(event) }
+        }
+        let fleet = result.summary
+        let unmet = checker.failures(value: { fleet.value($0) }, processValue: { fleet.value($1, of: $0) }).map {
+            "\(file):\($0.range.start.line):\($0.range.start.column): \($0.message)"
+        }
+        func summary(_ s: Simulator.Summary) -> Summary {
+            Summary(
+                requests: s.requests, delivered: s.delivered, failed: s.failed, loggedOut: s.loggedOut,
+                cancelled: s.cancelled, refreshes: s.refreshes, logouts: s.logouts, attempts: s.attempts)
+        }
+        return Result(
+            events: events, summary: summary(fleet.total),
+            fleet: Fleet(
+                processes: Dictionary(uniqueKeysWithValues: fleet.processes.map { ($0.process, summary($0.summary)) }),
+                tokenCalls: fleet.tokenCalls, reuses: fleet.reuses, leases: fleet.leases, restarts: fleet.restarts,
+                kills: fleet.kills),
             unmet: unmet)
     }
 }

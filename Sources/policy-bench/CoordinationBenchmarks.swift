@@ -1,5 +1,6 @@
 import Foundation
 import ResponsePolicy
+import ResponsePolicyRedis
 
 #if canImport(Glibc)
     import Glibc

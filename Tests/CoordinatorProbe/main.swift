@@ -5,6 +5,7 @@
 //
 //   coordinator-probe redis URL KEY | file PATH  [--lease MS] [--hold MS] [--timeout MS] --counter FILE
 import Foundation
+import ResponsePolicyRedis
 import ResponsePolicy
 
 #if canImport(Glibc)

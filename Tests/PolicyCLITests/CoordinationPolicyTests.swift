@@ -1,5 +1,6 @@
 import Foundation
 import ResponsePolicy
+import ResponsePolicyRedis
 import Testing
 
 @testable import PolicyCLI
@@ -111,8 +112,31 @@ struct CoordinationPolicyTests {
         #expect(try await runPolicy(["lint", "--plugin", "coordination:etcd", file.path]).status == 0)
     }
 
-    @Test func theRegistryMakesTheNamedCoordinator() throws {
+    /// The core does not link hiredis: a program without ResponsePolicyRedis gets a positioned
+    /// error naming the product, from the registry and from `problems(in:)` (engine.problems).
+    @Test func redisWithoutItsProductIsAPositionedErrorNamingTheProduct() throws {
+        let yaml = "policy: 1\nname: api\n" + Self.rules
+            + "coordination: { use: redis, with: { url: \"redis://127.0.0.1:7000/2\" } }\n"
+        let policy = try Policy.load(yaml: yaml, file: "api.yaml")
         let registry = PluginRegistry()
+        do {
+            _ = try registry.makeCoordinator(for: policy, environment: [:])
+            Issue.record("a redis coordinator was made without ResponsePolicyRedis")
+        } catch {
+            #expect(error.reason.contains(".product(name: \"ResponsePolicyRedis\""), "\(error.reason)")
+            #expect(error.range?.start.line == yaml.split(separator: "\n").count, "\(String(describing: error.range))")
+        }
+        let problems = registry.problems(in: policy, environment: [:])
+        #expect(
+            problems.contains { $0.kind == .coordination && $0.reason.contains("ResponsePolicyRedis") }, "\(problems)")
+        var linked = registry
+        RedisCoordination.register(in: &linked)
+        #expect(linked.problems(in: policy, environment: [:]).isEmpty)
+    }
+
+    @Test func theRegistryMakesTheNamedCoordinator() throws {
+        var registry = PluginRegistry()
+        RedisCoordination.register(in: &registry)
         func make(_ yaml: String, environment: [String: String] = [:], credentials: String? = nil) throws
             -> any SessionCoordinator
         {

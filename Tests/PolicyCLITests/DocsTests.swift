@@ -77,9 +77,10 @@ struct DocsTests {
         #expect(syntax.isEmpty, "\(block): \(syntax.map(\.description))")
         guard syntax.isEmpty, case .mapping(let pairs) = parsed.root?.value else { return }
         let keys = pairs.compactMap(\.key.scalar)
-        if keys.contains("requests") {
+        if keys.contains("requests") || keys.contains("processes") {
             let (script, diagnostics) = SimulationScript.parse(parsed, file: block.description)
-            let errors = diagnostics.filter { $0.severity == .error }
+            let (_, expectDiagnostics) = SimulationExpectations.parse(parsed, file: block.description)
+            let errors = (diagnostics + expectDiagnostics).filter { $0.severity == .error }
             #expect(script != nil && errors.isEmpty, "\(block) is not a valid simulation script: \(errors)")
             return
         }

@@ -32,12 +32,17 @@ public struct CoordinatorConfiguration: Sendable {
         }
         return duration
     }
+
+    /// The key named by `signing-key-env` (nil when none is named), for a backend in another product.
+    package func signingKey() throws(CoordinationError) -> Data? { try CoordinationPlugins.signingKey(self) }
 }
 
 /// Makes a coordinator from a policy's `coordination:` section.
 public typealias CoordinatorFactory = @Sendable (CoordinatorConfiguration) throws -> any SessionCoordinator
 
-/// The built-in coordinators, `local`, `file` and `redis`, with their option schemas.
+/// The built-in coordinators, `local`, `file` and `redis`, with their option schemas. `redis` is
+/// declared here (lint, explain and the schema know it in every program) but made by the
+/// `ResponsePolicyRedis` product, which installs it in ``CoordinationBackends``.
 enum CoordinationPlugins {
     static let schemas: [String: PluginSchema?] = [
         "local": PluginSchema.none,
@@ -95,23 +100,56 @@ enum CoordinationPlugins {
                     connectTimeout: try config.duration("connect-timeout", default: .milliseconds(250)),
                     signingKey: try signingKey(config)))
         }
-        registry.register(coordination: "redis") { config in
-            guard let url = config.string("url") else { throw CoordinationError("'redis' coordination needs 'url'") }
-            var password: String?
-            if let variable = config.string("password-env") {
-                guard let value = config.environment[variable], !value.isEmpty else {
-                    throw CoordinationError("the environment variable '\(variable)' (password-env) is not set")
-                }
-                password = value
-            }
-            return try RedisSessionCoordinator(
-                .init(
-                    url: url, key: config.string("key") ?? config.policyName,
-                    lease: try config.duration("lease", default: .seconds(15)),
-                    connectTimeout: try config.duration("connect-timeout", default: .milliseconds(250)),
-                    password: password, signingKey: try signingKey(config)))
+        for (name, backend) in CoordinationBackends.installed {
+            registry.register(coordination: name, backend.factory)
         }
     }
+
+    /// The built-in coordination names whose backend lives in a library product of its own, with
+    /// that product: linking the core alone must not pull in its C library (hiredis).
+    static let products = ["redis": "ResponsePolicyRedis"]
+
+    /// Why `name` cannot be made in this program, when it is a built-in whose product is not linked.
+    static func notLinked(_ name: String) -> String? {
+        guard let product = products[name] else { return nil }
+        return "'coordination: \(name)' is in the \(product) library product, which this program does not link: "
+            + "add .product(name: \"\(product)\", package: \"response-policy\") to the target's dependencies "
+            + "and call RedisCoordination.install() at start (policy does)"
+    }
+}
+
+/// Coordination backends that library products add to every ``PluginRegistry`` made after they
+/// install themselves: the registration point through which `ResponsePolicyRedis` provides
+/// `coordination: redis` while the core links libyaml alone.
+///
+/// Why process-wide and not per registry: `policy` and a service make registries in many places
+/// (lint, explain, fetch, each engine); a backend installed once at start is in all of them, so
+/// the YAML that names it keeps working. A registry can still take a backend of its own with
+/// ``PluginRegistry/register(coordination:schema:_:)``.
+///
+/// ```swift
+/// import ResponsePolicyRedis
+/// RedisCoordination.install()   // once, before the first PluginRegistry()
+/// ```
+///
+/// Concurrency contract: `install` and `installed` may be called from any thread; the table lives
+/// behind one lock. A registry made before `install` keeps what it had.
+public enum CoordinationBackends {
+    /// One installed backend.
+    public struct Backend: Sendable {
+        public let factory: CoordinatorFactory
+        public init(_ factory: @escaping CoordinatorFactory) { self.factory = factory }
+    }
+
+    private static let table = Locked<[String: Backend]>([:])
+
+    /// Adds `name` (for example `redis`) to every registry made afterwards; replaces an earlier one.
+    public static func install(_ name: String, _ factory: @escaping CoordinatorFactory) {
+        table.withLock { $0[name] = Backend(factory) }
+    }
+
+    /// The backends installed so far, by name.
+    public static var installed: [String: Backend] { table.withLock { $0 } }
 }
 
 extension PluginRegistry {
@@ -136,7 +174,9 @@ extension PluginRegistry {
         let reference = policy.coordination
         guard let factory = coordination[reference.name] else {
             throw PluginError(
-                kind: .coordination, name: reference.name, reason: "no such plugin is registered in this program")
+                kind: .coordination, name: reference.name,
+                reason: CoordinationPlugins.notLinked(reference.name) ?? "no such plugin is registered in this program",
+                range: reference.range)
         }
         let storePath = policy.store.name == "file" ? policy.store.options["path"]?.string : nil
         let configuration = CoordinatorConfiguration(

@@ -15,7 +15,8 @@ public struct CoordinationError: Error, Sendable, Equatable, CustomStringConvert
 ///
 /// Concurrency contract: every method may be called from any thread; ``bump()`` never blocks.
 /// A wait ends at the latest after its timeout (a Dispatch timer), so it needs no cancellation.
-final class ChangeSignal: Sendable {
+package final class ChangeSignal: Sendable {
+    package init() {}
     private struct State {
         var version: UInt64 = 0
         var nextID: UInt64 = 0
@@ -23,9 +24,9 @@ final class ChangeSignal: Sendable {
     }
     private let state = Locked(State())
 
-    var version: UInt64 { state.withLock { $0.version } }
+    package var version: UInt64 { state.withLock { $0.version } }
 
-    func bump() {
+    package func bump() {
         let waiting = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             state.version += 1
             defer { state.waiters = [:] }
@@ -35,7 +36,7 @@ final class ChangeSignal: Sendable {
     }
 
     /// Returns when the version passes `seen`, or after `timeout`.
-    func wait(after seen: UInt64, timeout: Duration) async {
+    package func wait(after seen: UInt64, timeout: Duration) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let id = state.withLock { state -> UInt64? in
                 guard state.version == seen else { return nil }
@@ -64,13 +65,13 @@ final class ChangeSignal: Sendable {
 /// and a value out of range (an expiry past year 9999 or not a number, an empty or oversized
 /// token, a token with control characters that would split a header) refuses the whole
 /// credentials, with a reason that names the field and never its value.
-enum SharedCredentialsCodec {
+package enum SharedCredentialsCodec {
     /// 9999-12-31T23:59:59.999Z: the last instant every store and formatter can represent.
-    static let maxMilliseconds: Int64 = 253_402_300_799_999
+    package static let maxMilliseconds: Int64 = 253_402_300_799_999
     /// No token a real server issues comes near this; a larger one is refused, not stored.
     static let maxTokenBytes = 16_384
 
-    static func encode(_ credentials: Credentials, signer: SharedStateSigner? = nil) -> String {
+    package static func encode(_ credentials: Credentials, signer: SharedStateSigner? = nil) -> String {
         var object: [String: Any] = ["access_token": credentials.accessToken]
         if let signer { object["sig"] = signer.sign(SharedStateSigner.message(credentials)) }
         if let refresh = credentials.refreshToken { object["refresh_token"] = refresh }
@@ -81,24 +82,26 @@ enum SharedCredentialsCodec {
         return String(decoding: data, as: UTF8.self)
     }
 
-    static func decode(_ text: String, signer: SharedStateSigner? = nil) -> Credentials? {
+    package static func decode(_ text: String, signer: SharedStateSigner? = nil) -> Credentials? {
         try? check(text, signer: signer).get()
     }
 
-    static func decode(object: Any, signer: SharedStateSigner? = nil) -> Credentials? {
+    package static func decode(object: Any, signer: SharedStateSigner? = nil) -> Credentials? {
         try? check(object: object, signer: signer).get()
     }
 
     /// Decodes `text`, or says why it is refused (never quoting a value). With a `signer`, the
     /// credentials must carry its signature (`signing-key-env`).
-    static func check(_ text: String, signer: SharedStateSigner? = nil) -> Result<Credentials, CoordinationError> {
+    package static func check(_ text: String, signer: SharedStateSigner? = nil)
+        -> Result<Credentials, CoordinationError>
+    {
         guard !text.isEmpty, text.utf8.count <= 4 * maxTokenBytes,
             let object = try? JSONSerialization.jsonObject(with: Data(text.utf8))
         else { return .failure(CoordinationError("the shared credentials are not a JSON object")) }
         return check(object: object, signer: signer)
     }
 
-    static func check(object: Any, signer: SharedStateSigner? = nil) -> Result<Credentials, CoordinationError> {
+    package static func check(object: Any, signer: SharedStateSigner? = nil) -> Result<Credentials, CoordinationError> {
         let checked = check(unsigned: object)
         guard let signer, case .success(let credentials) = checked else { return checked }
         guard signer.verify(SharedStateSigner.message(credentials), mac: (object as? [String: Any])?["sig"] as? String)
@@ -143,7 +146,7 @@ enum SharedCredentialsCodec {
 
 extension Duration {
     /// Whole milliseconds, at least `floor`; saturates instead of trapping on huge durations.
-    func milliseconds(atLeast floor: Int64 = 1) -> Int64 {
+    package func milliseconds(atLeast floor: Int64 = 1) -> Int64 {
         let (seconds, attoseconds) = components
         let (whole, overflow) = seconds.multipliedReportingOverflow(by: 1000)
         if overflow { return seconds < 0 ? floor : Int64.max / 2 }
@@ -153,34 +156,35 @@ extension Duration {
 
 extension Date {
     /// Milliseconds since 1970, clamped to what ``SharedCredentialsCodec`` accepts (never traps).
-    var millisecondsSince1970: Int64 {
+    package var millisecondsSince1970: Int64 {
         checkedMillisecondsSince1970 ?? (timeIntervalSince1970 < 0 ? 0 : SharedCredentialsCodec.maxMilliseconds)
     }
 
     /// Milliseconds since 1970, or nil when out of 1970…9999 or not a number.
-    var checkedMillisecondsSince1970: Int64? {
+    package var checkedMillisecondsSince1970: Int64? {
         let value = (timeIntervalSince1970 * 1000).rounded()
         guard value.isFinite, value >= 0, value <= Double(SharedCredentialsCodec.maxMilliseconds) else { return nil }
         return Int64(value)
     }
 
-    init(milliseconds: Int64) { self.init(timeIntervalSince1970: Double(milliseconds) / 1000) }
+    package init(milliseconds: Int64) { self.init(timeIntervalSince1970: Double(milliseconds) / 1000) }
 }
 
 /// Healthy or not, with the one `.problem` per outage and one `.recovered` after it.
-struct CoordinatorHealth {
-    var down = false
-    var failures = 0
+package struct CoordinatorHealth {
+    package init() {}
+    package var down = false
+    package var failures = 0
 
     /// Returns the update to send, when this is news.
-    mutating func fail(_ reason: String) -> SessionUpdate? {
+    package mutating func fail(_ reason: String) -> SessionUpdate? {
         failures += 1
         if down { return nil }
         down = true
         return .problem(reason)
     }
 
-    mutating func recover() -> SessionUpdate? {
+    package mutating func recover() -> SessionUpdate? {
         failures = 0
         if !down { return nil }
         down = false
@@ -188,7 +192,7 @@ struct CoordinatorHealth {
     }
 
     /// Reconnect backoff: 50 ms doubling to 2 s.
-    var backoff: Duration {
+    package var backoff: Duration {
         .milliseconds(min(2000, 50 << min(max(failures - 1, 0), 6)))
     }
 }

@@ -105,7 +105,7 @@ extension EngineState {
     /// find ``FlightResult/unavailable(_:)`` (they fail; nobody is logged out).
     mutating func refreshEnded(
         _ ended: Flight, outcome: Result<Credentials, RefreshFailure>, shared: UInt64?, now: Duration,
-        coordinationTrouble: Bool = false
+        coordinationTrouble: Bool = false, adopted: Bool = false
     ) -> RefreshEnd {
         var end = RefreshEnd()
         if flight?.id == ended.id {
@@ -122,7 +122,7 @@ extension EngineState {
                 end.saved = true
             }
             lastRefresh = now
-            end.result = .ok
+            end.result = adopted ? .adopted : .ok
         case .success(let fresh) where signInEpoch == ended.signInEpoch:
             // A logout ended the session during the refresh, and nobody signed in since: the
             // server has already rotated the refresh token, so the old one is dead. Keep the new
@@ -191,7 +191,7 @@ extension EngineState {
     }
 
     /// The refresh task's end, in one transition: the session takes what the refresh produced
-    /// (``refreshEnded(_:outcome:shared:now:coordinationTrouble:)``; `lifetime`: the seconds the
+    /// (``refreshEnded(_:outcome:shared:now:coordinationTrouble:adopted:)``; `lifetime`: the seconds the
     /// new access token is valid for, as issued), a definitive failure that leads a waiter to a
     /// logout starts that logout (``logOutForFailedRefresh(insideLock:_:answerLogsOut:now:date:)``),
     /// and only then are the waiters woken and the dispatch queues moved. `answerLogsOut`: the
@@ -201,10 +201,11 @@ extension EngineState {
     /// from it), whether it logged out, and what to resume and cancel.
     mutating func refreshEnded(
         insideLock ended: Flight, outcome: Result<Credentials, RefreshFailure>, shared: UInt64?, lifetime: Double?,
-        answerLogsOut: Bool, coordinationTrouble: Bool, now: Duration, date: Date
+        answerLogsOut: Bool, coordinationTrouble: Bool, adopted: Bool = false, now: Duration, date: Date
     ) -> (RefreshEnd, loggedOut: Bool, Actions) {
         let end = refreshEnded(
-            ended, outcome: outcome, shared: shared, now: now, coordinationTrouble: coordinationTrouble)
+            ended, outcome: outcome, shared: shared, now: now, coordinationTrouble: coordinationTrouble,
+            adopted: adopted)
         if end.saved, let fresh = try? outcome.get(), credentials == fresh {
             credentialsBox = CredentialsBox(fresh, lifetime: lifetime)
         }

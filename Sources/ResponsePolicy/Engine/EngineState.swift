@@ -172,6 +172,11 @@ struct EngineState {
     /// What a refresh waiter finds when it wakes.
     enum FlightResult: Sendable {
         case ok
+        /// The coordinator answered the refresh with credentials the fleet already held, newer
+        /// than those that failed (no token call was made for it): the waiters are re-sent with
+        /// them, and that re-send is the generation rule's, not one of their refreshes (SPEC "When
+        /// a session ends"; issue 19, invariant d).
+        case adopted
         case failed(RefreshFailure)
         case loggedOut
         case cancelled

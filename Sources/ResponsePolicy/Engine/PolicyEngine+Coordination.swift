@@ -95,8 +95,11 @@ extension PolicyEngine {
             switch state.adopt(session, now: now) {
             case .ignored, .numbered: return nil
             case .adopted(let answered):
+                // The waiters are re-sent with the fleet's credentials: not one of their refreshes
+                // (issue 19, invariant d; a pair kept through an outage and published late may
+                // be refused at once, which must lead to a refresh, not to on-exhausted).
                 var woken: Actions = []
-                if let answered { state.endWaits(insideLock: answered, .ok, into: &woken) }
+                if let answered { state.endWaits(insideLock: answered, .adopted, into: &woken) }
                 return (state.runtime, woken)
             }
         }

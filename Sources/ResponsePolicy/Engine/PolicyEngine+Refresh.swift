@@ -102,7 +102,7 @@ extension PolicyEngine {
         // waking, and the refresh they all wait for must not queue behind them (its transport
         // has a connection pool of its own for the same reason).
         runInBackground(priority: .high) {
-            let (outcome, shared, trouble) = await self.coordinatedRefresh(
+            let (outcome, shared, trouble, adopted) = await self.coordinatedRefresh(
                 plugins.refresh, refreshContext, calls, failedGeneration: flight.sharedGeneration, context.runtime)
             let now = self.clock.now
             let date = self.clock.date
@@ -118,7 +118,7 @@ extension PolicyEngine {
             let (ended, _, actions) = self.state.withLock { state in
                 state.refreshEnded(
                     insideLock: flight, outcome: outcome, shared: shared, lifetime: lifetime, answerLogsOut: logsOut,
-                    coordinationTrouble: trouble, now: now, date: date)
+                    coordinationTrouble: trouble, adopted: adopted, now: now, date: date)
             }
             let (refreshed, discarded, keptAfterLogout) = (ended.saved, ended.discarded, ended.keptAfterLogout)
             if refreshed { self.saveCredentials(context.runtime) }
@@ -144,8 +144,9 @@ extension PolicyEngine {
 
     /// Takes the refresh turn from the coordinator, calls the plugin when the turn is this
     /// process's, and publishes what it returned. Returns the credentials to use, their shared
-    /// generation when the coordinator shares them, and whether a failure is coordination trouble
-    /// (which fails requests but never logs anyone out).
+    /// generation when the coordinator shares them, whether a failure is coordination trouble
+    /// (which fails requests but never logs anyone out), and whether the credentials are the
+    /// fleet's, newer than those that failed, taken without a token call (`.newer`).
     ///
     /// The built-in local coordinator is answered inline: it grants every turn and shares
     /// nothing, so one process pays nothing for the seam.
@@ -157,9 +158,9 @@ extension PolicyEngine {
     private func coordinatedRefresh(
         _ choice: Result<any RefreshPlugin, PluginError>?, _ context: RefreshContext, _ calls: RefreshCalls,
         failedGeneration: UInt64, _ runtime: PolicyRuntime
-    ) async -> (Result<Credentials, RefreshFailure>, shared: UInt64?, trouble: Bool) {
+    ) async -> (Result<Credentials, RefreshFailure>, shared: UInt64?, trouble: Bool, adopted: Bool) {
         let settings = calls.settings
-        guard !coordinatorIsLocal else { return (await callRefresh(choice, context, calls), nil, false) }
+        guard !coordinatorIsLocal else { return (await callRefresh(choice, context, calls), nil, false, false) }
         await publishUnpublished(runtime)
         var failedGeneration = failedGeneration
         let started = clock.now
@@ -196,7 +197,7 @@ extension PolicyEngine {
                     .failure(
                         RefreshFailure(
                             "coordination unavailable for refresh.timeout (\(settings.timeout.policyText)): \(reason); "
-                                + "the request fails and the session stays (on-unavailable: wait)", kind: .transient)), nil, true
+                                + "the request fails and the session stays (on-unavailable: wait)", kind: .transient)), nil, true, false
                 )
             }
             if !reported {
@@ -213,16 +214,19 @@ extension PolicyEngine {
         case .newer(let session), .published(let session):
             guard let credentials = session.credentials, !credentials.sameTokens(as: context.credentials) else {
                 return (
-                    .failure(RefreshFailure("the shared session holds no newer credentials", kind: .transient)), nil, true
+                    .failure(RefreshFailure("the shared session holds no newer credentials", kind: .transient)), nil,
+                    true, false
                 )
             }
-            return (.success(credentials), session.generation, false)
+            // `.newer`: the fleet held these before this refresh asked (no token call for it).
+            if case .newer = turn { return (.success(credentials), session.generation, false, true) }
+            return (.success(credentials), session.generation, false, false)
         case .failedElsewhere(let reason):
             // The holder's own failure (a definitive one logs it out, and that logout is
             // published); here it only fails the requests that waited for it.
             return (
                 .failure(RefreshFailure("the refresh failed in another process: \(reason)", kind: .transient)), nil,
-                true
+                true, false
             )
         case .limited:
             // The fleet-wide count is of lease grants, healthy rotations included: reaching it
@@ -230,39 +234,39 @@ extension PolicyEngine {
             return (
                 .failure(RefreshFailure("refresh.limit is used up across the processes sharing the session", kind: .transient)),
                 nil,
-                true
+                true, false
             )
         case .unavailable(let reason):
             if waits {
-                return (.failure(RefreshFailure("coordination unavailable: \(reason)", kind: .transient)), nil, true)
+                return (.failure(RefreshFailure("coordination unavailable: \(reason)", kind: .transient)), nil, true, false)
             }
             problem(
                 "coordination unavailable (\(reason)); refreshing in this process alone (on-unavailable: local)",
                 runtime)
-            return (await callRefresh(choice, context, calls), nil, false)
+            return (await callRefresh(choice, context, calls), nil, false, false)
         case .lease(let lease):
             let outcome = await callRefresh(choice, context, calls)
             switch outcome {
             case .failure(let failure):
                 await coordinator.endRefresh(lease, failure: failure.reason)
-                return (outcome, nil, false)
+                return (outcome, nil, false, false)
             case .success(let credentials):
                 switch await coordinator.publish(credentials, with: lease) {
                 case .published(let session):
-                    return (.success(session.credentials ?? credentials), session.generation, false)
+                    return (.success(session.credentials ?? credentials), session.generation, false, false)
                 case .leaseLost(let current):
                     // The pair the token endpoint returned is the newest it issued to this process:
                     // never thrown away (issue 19, invariant f). Kept here, and reported.
                     problem(
                         "the refresh lease was taken over before its token was published (generation "
                             + "\(current?.generation ?? 0) is stored); this process keeps the pair it got", runtime)
-                    return (.success(credentials), nil, false)
+                    return (.success(credentials), nil, false, false)
                 case .unavailable(let reason):
                     problem(
                         "coordination unavailable (\(reason)); the new token is kept in this process and "
                             + "published when the coordinator is back", runtime)
                     state.withLock { $0.unpublished = (credentials, lease) }
-                    return (outcome, nil, false)
+                    return (outcome, nil, false, false)
                 }
             }
         }

@@ -580,6 +580,14 @@ final class RequestMachine {
             // counting another re-send (a sign-in's token is newer and retried at once).
             return proactive ? top() : awaitRefresh(failedGeneration: signedGeneration, proactive: false)
         }
+        if case .adopted = result {
+            // Credentials the fleet already held answered the refresh (no token call): the re-send
+            // is the generation rule's and is not counted (issue 19, invariant d), so a refusal of
+            // them leads to a coordinated refresh, never to on-exhausted.
+            if !proactive, refreshResends > 0 { refreshResends -= 1 }
+            refreshRule = nil
+            return top()
+        }
         if proactive {
             switch result {
             case .loggedOut: return cancelledByLogout()
@@ -604,7 +612,7 @@ final class RequestMachine {
         let flow = refreshRule.map { scope.compiled[$0] }
         refreshRule = nil
         switch result {
-        case .ok, .superseded, .unavailable: return top()  // (.unavailable is handled above)
+        case .ok, .superseded, .unavailable, .adopted: return top()  // (.unavailable, .adopted: handled above)
         case .loggedOut: return cancelledByLogout()
         case .cancelled: return ended()
         case .failed(let refreshFailure) where !refreshFailure.isDefinitive:

@@ -63,5 +63,12 @@ package enum FileChecks {
             "Each reload compiles a policy; at most \(SimulationScript.maxReloads) steps naming at most "
                 + "\(SimulationScript.maxReloadFiles) files (of at most \(SimulationScript.maxReloadPolicyBytes >> 20) MiB "
                 + "each) keep a script from costing minutes."),
+        describe(
+            "too-many-processes", .error, "a fleet script declares more processes than the simulator allows",
+            "Each process is an engine of its own; at most \(FleetScript.maxProcesses) ('repeat' included) keep a "
+                + "fleet script small enough to read and to run in seconds."),
+        describe(
+            "too-many-events", .error, "a fleet script lists more events than the simulator allows",
+            "At most \(FleetScript.maxEvents) restarts, kills and store outages keep a fleet script bounded."),
     ]
 }

@@ -193,7 +193,8 @@ public struct PluginRegistry: Sendable {
         var problems = runtime.problems
         // The coordinator too: an unset `password-env` or an unusable URL would leave the fleet
         // uncoordinated (or, with on-unavailable: wait, unable to refresh) from its first start.
-        if policy.coordination.name != "local", coordination[policy.coordination.name] != nil {
+        let name = policy.coordination.name
+        if name != "local", coordination[name] != nil || CoordinationPlugins.notLinked(name) != nil {
             do {
                 let coordinator = try makeCoordinator(for: policy, environment: environment)
                 coordinator.stop()

@@ -29,6 +29,8 @@ package struct SimulationExpectations: Sendable {
 
     /// An event that must occur; only the fields given are compared.
     package struct Event: Sendable, Equatable, CustomStringConvertible {
+        /// In a fleet script, the process whose event it is; `request` is then `process/request`.
+        package var process: String?
         package var request: String?
         package var kind: PolicyEvent.Kind?
         package var attempt: Int?
@@ -40,7 +42,9 @@ package struct SimulationExpectations: Sendable {
         package var result: PolicyEvent.Result?
         package var range: SourceRange
 
-        package func matches(_ event: PolicyEvent) -> Bool {
+        /// Whether `event` (of `process`, in a fleet) is this one.
+        package func matches(_ event: PolicyEvent, process observed: String? = nil) -> Bool {
+            if let process, observed != process { return false }
             if let request, event.request != request { return false }
             if let kind, event.kind != kind { return false }
             if let attempt, event.attempt != attempt { return false }
@@ -56,7 +60,13 @@ package struct SimulationExpectations: Sendable {
         /// `{ request: a, event: refresh-start }`, the way the script writes it.
         package var description: String {
             var fields: [String] = []
-            if let request { fields.append("request: \(request)") }
+            if let process { fields.append("process: \(process)") }
+            if let request {
+                let written = process.map {
+                    request.hasPrefix($0 + "/") ? String(request.dropFirst($0.count + 1)) : request
+                }
+                fields.append("request: \(written ?? request)")
+            }
             if let kind { fields.append("event: \(kind.rawValue)") }
             if let attempt { fields.append("attempt: \(attempt)") }
             if let status { fields.append("status: \(status)") }
@@ -76,9 +86,11 @@ package struct SimulationExpectations: Sendable {
     /// Summary counters that must have these values, in the order written.
     package var summary: [(key: String, value: Int, range: SourceRange)] = []
     package var events: [Event] = []
+    /// In a fleet script, a process's own summary counters (its `expect: { summary: … }`).
+    package var processSummaries: [(process: String, key: String, value: Int, range: SourceRange)] = []
 
     /// Whether the script states anything to check.
-    package var isEmpty: Bool { requests.isEmpty && summary.isEmpty && events.isEmpty }
+    package var isEmpty: Bool { requests.isEmpty && summary.isEmpty && events.isEmpty && processSummaries.isEmpty }
 
     /// The top-level keys a script may carry for `policy test`.
     package static let scriptKeys = ["policy", "expect"]
@@ -87,7 +99,11 @@ package struct SimulationExpectations: Sendable {
     static let summaryKeys = [
         "requests", "delivered", "failed", "logged-out", "cancelled", "refreshes", "logouts", "attempts",
     ]
-    static let eventKeys = ["request", "event", "attempt", "status", "code", "rule", "action", "ok", "result"]
+    /// The fleet summary's counters beyond a process's (docs/commands.md, "Fleet scripts").
+    package static let fleetSummaryKeys = ["processes", "token-calls", "reuses", "leases", "restarts", "kills"]
+    static let eventKeys = [
+        "process", "request", "event", "attempt", "status", "code", "rule", "action", "ok", "result",
+    ]
     static let outcomes = ["delivered", "failed", "logged-out", "cancelled"]
 
     /// Reads the expectations of a parsed script; problems are positioned diagnostics.
@@ -118,12 +134,15 @@ extension PolicyDecoder {
                 }
             case "requests":
                 for item in pair.value.items ?? [] { requestExpectation(item, into: &expectations) }
+            case "processes":
+                for item in pair.value.items ?? [] { processExpectations(item, into: &expectations) }
             case "expect":
                 guard let fields = mappingFields(pair.value, "'expect'", allowed: ["summary", "events"]) else {
                     continue
                 }
+                let fleet = pairs.contains { $0.key.scalar == "processes" }
                 for (key, _, value) in fields {
-                    if key == "summary" { summaryExpectation(value, into: &expectations) }
+                    if key == "summary" { summaryExpectation(value, fleet: fleet, into: &expectations) }
                     if key == "events" {
                         for item in list(value, "events") ?? [] {
                             if let event = eventExpectation(item) { expectations.events.append(event) }
@@ -131,6 +150,45 @@ extension PolicyDecoder {
                     }
                 }
             default: continue
+            }
+        }
+    }
+
+    /// A fleet process's expectations: its requests' `expect:` (named `process/request`) and its
+    /// own `expect: { summary: … }`. A process with `repeat: N` expects the same of each copy.
+    mutating func processExpectations(_ node: YAMLNode, into expectations: inout SimulationExpectations) {
+        guard let pairs = node.pairs, let id = pairs.first(where: { $0.key.scalar == "id" })?.value.scalar else {
+            return
+        }
+        let copies = pairs.first(where: { $0.key.scalar == "repeat" })?.value.scalar.flatMap { Int($0) }
+        let ids =
+            copies.map { count in
+                count >= 1 && count <= FleetScript.maxProcesses ? (1...count).map { "\(id)-\($0)" } : []
+            } ?? [id]
+        var own = SimulationExpectations()
+        for item in pairs.first(where: { $0.key.scalar == "requests" })?.value.items ?? [] {
+            requestExpectation(item, into: &own)
+        }
+        if let expect = pairs.first(where: { $0.key.scalar == "expect" })?.value,
+            let fields = mappingFields(expect, "a process's 'expect'", allowed: ["summary"])
+        {
+            for (_, _, value) in fields {
+                summaryExpectation(value, fleet: false, into: &own)
+            }
+        }
+        // Past the script's bound the script itself is refused (`too-many-requests`); its
+        // expectations are not multiplied out.
+        guard expectations.requests.count + ids.count * own.requests.count <= SimulationScript.maxRequests else {
+            return
+        }
+        for process in ids {
+            for request in own.requests {
+                var copy = request
+                copy.id = "\(process)/\(request.id)"
+                expectations.requests.append(copy)
+            }
+            for entry in own.summary {
+                expectations.processSummaries.append((process, entry.key, entry.value, entry.range))
             }
         }
     }
@@ -169,8 +227,10 @@ extension PolicyDecoder {
         }
     }
 
-    mutating func summaryExpectation(_ node: YAMLNode, into expectations: inout SimulationExpectations) {
-        let allowed = SimulationExpectations.summaryKeys
+    mutating func summaryExpectation(
+        _ node: YAMLNode, fleet: Bool = false, into expectations: inout SimulationExpectations
+    ) {
+        let allowed = SimulationExpectations.summaryKeys + (fleet ? SimulationExpectations.fleetSummaryKeys : [])
         guard let fields = mappingFields(node, "'summary'", allowed: allowed) else { return }
         for (key, keyNode, value) in fields {
             if let number = integer(value, key, in: 0...Int.max) {
@@ -185,6 +245,7 @@ extension PolicyDecoder {
         var event = SimulationExpectations.Event(range: node.range)
         for (key, _, value) in fields {
             switch key {
+            case "process": event.process = string(value, key)
             case "request": event.request = string(value, key)
             case "event":
                 guard let text = string(value, key) else { continue }
@@ -192,7 +253,8 @@ extension PolicyDecoder {
                     event.kind = kind
                 } else {
                     let kinds = [
-                        "send", "response", "wait", "queued", "held", "cancel", "outcome", "logout", "reload", "problem",
+                        "send", "response", "wait", "queued", "held", "cancel", "outcome", "logout", "reload",
+                        "problem",
                         "refresh-start", "refresh-end",
                     ]
                     report(Self.unknownValue(text, of: key, among: kinds, at: value.range))
@@ -205,6 +267,9 @@ extension PolicyDecoder {
             case "ok": event.ok = boolean(value, key)
             default: event.result = outcome(value, key)
             }
+        }
+        if let process = event.process, let request = event.request {
+            event.request = "\(process)/\(request)"
         }
         if event == SimulationExpectations.Event(range: node.range) {
             report(.error("missing-key", "an expected event needs at least 'event:' or 'request:'", at: node.range))

@@ -65,6 +65,9 @@ package struct SimulationScript: Sendable {
     package var tokens: Tokens?
     package var refresh: [RefreshStep] = [RefreshStep()]
     package var reload: [Reload] = []
+    /// Several processes on one coordinator (`processes:`), instead of `requests:`; `nil` for a
+    /// one-process script.
+    package var fleet: FleetScript?
     /// The most requests a script may send, `repeat` and aliases included.
     package static let maxRequests = 100_000
     /// The most `reload:` steps a script may have: 100.
@@ -107,12 +110,14 @@ package struct SimulationScript: Sendable {
         return (sorted.hasErrors ? nil : script, sorted)
     }
 
-    /// Whether a parsed document is a script rather than a policy: a top-level `requests:`, and
-    /// no `policy:` or one that names a file (a policy's `policy:` is the schema number). Lint
-    /// tells them apart this way.
+    /// Whether a parsed document is a script rather than a policy: a top-level `requests:` (or
+    /// `processes:`, a fleet script), and no `policy:` or one that names a file (a policy's
+    /// `policy:` is the schema number). Lint tells them apart this way.
     package static func isScript(_ root: YAMLNode?) -> Bool {
         guard let pairs = root?.pairs else { return false }
-        guard pairs.contains(where: { $0.key.scalar == "requests" }) else { return false }
+        guard pairs.contains(where: { $0.key.scalar == "requests" || $0.key.scalar == "processes" }) else {
+            return false
+        }
         guard let version = pairs.first(where: { $0.key.scalar == "policy" })?.value else { return true }
         return !(version.isPlainScalar && version.scalar.map(PolicyDecoder.isInteger) == true)
     }
@@ -121,7 +126,8 @@ package struct SimulationScript: Sendable {
     /// policy file (`policy: 1`), where a script names the policy file to run. `nil` when that is
     /// not the case. Positioned at the `policy:` value.
     package static func versionInsteadOfPolicyPath(_ root: YAMLNode?, file: String?) -> Diagnostic? {
-        guard let pairs = root?.pairs, pairs.contains(where: { $0.key.scalar == "requests" }),
+        guard let pairs = root?.pairs,
+            pairs.contains(where: { $0.key.scalar == "requests" || $0.key.scalar == "processes" }),
             let version = pairs.first(where: { $0.key.scalar == "policy" })?.value, !isScript(root)
         else { return nil }
         var diagnostic = Diagnostic.error(
@@ -146,7 +152,7 @@ extension PolicyDecoder {
             let fields = mappingFields(
                 root, "a simulation script",
                 allowed: ["latency", "requests", "refresh", "reload", "seed", "tokens"]
-                    + SimulationExpectations.scriptKeys)
+                    + SimulationExpectations.scriptKeys + FleetScript.keys)
         else { return nil }
         var script = SimulationScript()
         if let latency = fields.first(where: { $0.key == "latency" }) {
@@ -157,9 +163,41 @@ extension PolicyDecoder {
         {
             script.seed = UInt64(value)
         }
+        let processes = fields.first(where: { $0.key == "processes" })
+        let events = fields.first(where: { $0.key == "events" })
+        if let processes {
+            if let requests = fields.first(where: { $0.key == "requests" }) {
+                report(
+                    .error(
+                        "invalid-value",
+                        "a fleet script lists each process's requests under its 'processes:' entry, "
+                            + "not in a top-level 'requests:'", at: requests.keyNode.range))
+            }
+            if let reload = fields.first(where: { $0.key == "reload" }) {
+                report(.error("invalid-value", "a fleet script cannot 'reload:' yet", at: reload.keyNode.range))
+            }
+            var total = 0
+            script.fleet = fleet(processes: processes.value, events: events?.value, totalRequests: &total)
+        } else if let events {
+            report(
+                .error(
+                    "invalid-value", "'events:' happen to a fleet: declare its 'processes:' (docs/commands.md)",
+                    at: events.keyNode.range))
+        }
         guard let requestsField = fields.first(where: { $0.key == "requests" }) else {
-            report(.error("missing-key", "a script needs 'requests:', the list of requests to send", at: root.range))
-            return nil
+            if processes == nil {
+                report(
+                    .error("missing-key", "a script needs 'requests:', the list of requests to send", at: root.range))
+                return nil
+            }
+            if let refresh = fields.first(where: { $0.key == "refresh" }) {
+                let steps = (list(refresh.value, "refresh") ?? []).compactMap { refreshStep($0) }
+                if !steps.isEmpty { script.refresh = steps }
+            }
+            if let tokens = fields.first(where: { $0.key == "tokens" }) {
+                script.tokens = scriptTokens(tokens.value)
+            }
+            return script
         }
         var ids = Set<String>()
         for item in requestsField.value.items ?? [] {

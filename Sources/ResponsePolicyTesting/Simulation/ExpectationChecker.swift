@@ -46,8 +46,9 @@ package struct ExpectationChecker: Sendable {
         for request in expectations.requests { tracks[request.id] = Track() }
     }
 
-    /// Takes the run's next event.
-    package mutating func observe(_ event: PolicyEvent) {
+    /// Takes the run's next event; in a fleet, `process` names whose it is and the event's
+    /// `request` is `process/request`.
+    package mutating func observe(_ event: PolicyEvent, process: String? = nil) {
         if let id = event.request, var track = tracks[id] {
             if event.kind == .send { track.attempts += 1 }
             if event.kind == .outcome, track.outcome == nil { track.outcome = event }
@@ -58,7 +59,7 @@ package struct ExpectationChecker: Sendable {
         }
         guard nextEvent < expectations.events.count else { return }
         let expected = expectations.events[nextEvent]
-        if expected.matches(event) {
+        if expected.matches(event, process: process) {
             nextEvent += 1
             lastMatched = event
             sinceMatch = []
@@ -71,6 +72,12 @@ package struct ExpectationChecker: Sendable {
 
     /// Every unmet expectation, in the order the script states them.
     package func failures(summary: Simulator.Summary) -> [Failure] {
+        failures(value: { SimulationExpectations.value($0, in: summary) }, processValue: { _, _ in nil })
+    }
+
+    /// Every unmet expectation of a fleet run: `value` reads the fleet summary by its script name,
+    /// `processValue` a process's (nil for a process the run does not know).
+    package func failures(value: (String) -> Int, processValue: (String, String) -> Int?) -> [Failure] {
         var failures: [Failure] = []
         for request in expectations.requests {
             let track = tracks[request.id] ?? Track()
@@ -109,13 +116,24 @@ package struct ExpectationChecker: Sendable {
                         context: context.events, contextTitle: context.title))
             }
         }
-        for (key, value, range) in expectations.summary {
-            let actual = SimulationExpectations.value(key, in: summary)
-            if actual != value {
+        for (key, expected, range) in expectations.summary {
+            let actual = value(key)
+            if actual != expected {
                 failures.append(
                     Failure(
-                        range: range, message: "summary: expected \(key) \(value), got \(actual)", context: [],
+                        range: range, message: "summary: expected \(key) \(expected), got \(actual)", context: [],
                         contextTitle: ""))
+            }
+        }
+        for (process, key, expected, range) in expectations.processSummaries {
+            let actual = processValue(process, key)
+            if actual != expected {
+                failures.append(
+                    Failure(
+                        range: range,
+                        message:
+                            "process '\(process)': expected \(key) \(expected), got \(actual.map(String.init) ?? "no such process")",
+                        context: [], contextTitle: ""))
             }
         }
         if nextEvent < expectations.events.count {

@@ -355,6 +355,11 @@ final class TokenServer: Sendable {
         newest.withLock { $0 = (number, now) }
     }
 
+    /// The family was revoked (a refresh token presented twice): no token is accepted any more.
+    func revoke() {
+        newest.withLock { $0 = nil }
+    }
+
     func accepts(_ request: HTTPRequest, at now: Duration) -> Bool {
         guard let token = Self.token(in: request), let newest = newest.withLock({ $0 }), token == newest.number else {
             return false

@@ -24,6 +24,9 @@ package final class InMemoryCoordinationStore: Sendable {
         var nextHolder: Int64 = 0
         var version: UInt64 = 0
         var waiters: [UInt64: CheckedContinuation<Void, Never>] = [:]
+        /// Waits whose deadline passed before they registered (they must not register, or no one
+        /// would ever resume them).
+        var expired: Set<UInt64> = []
         var nextWaiter: UInt64 = 0
         /// Refresh turns granted, publications stored, logouts stored: what a fleet summary counts.
         var granted = 0
@@ -54,7 +57,9 @@ package final class InMemoryCoordinationStore: Sendable {
             let subscribers = state.withLock { state -> [@Sendable (SessionUpdate) -> Void] in
                 guard state.available != newValue else { return [] }
                 state.available = newValue
-                return Array(state.subscribers.values)
+                // In the order the engines subscribed: a simulation's output must not depend on
+                // a dictionary's hash seed.
+                return state.subscribers.sorted { $0.key < $1.key }.map(\.value)
             }
             let update: SessionUpdate = newValue ? .recovered : .problem("the in-memory store is down")
             for subscriber in subscribers { subscriber(update) }
@@ -86,7 +91,9 @@ package final class InMemoryCoordinationStore: Sendable {
     fileprivate func withState<R>(_ body: (inout State) -> R) -> R { state.withLock(body) }
 
     func broadcast(_ update: SessionUpdate, except holder: UInt64?) {
-        let subscribers = state.withLock { state in state.subscribers.filter { $0.key != holder }.map(\.value) }
+        let subscribers = state.withLock { state in
+            state.subscribers.filter { $0.key != holder }.sorted { $0.key < $1.key }.map(\.value)
+        }
         for subscriber in subscribers { subscriber(update) }
         bump()
     }
@@ -95,7 +102,7 @@ package final class InMemoryCoordinationStore: Sendable {
         let waiting = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             state.version += 1
             defer { state.waiters = [:] }
-            return Array(state.waiters.values)
+            return state.waiters.sorted { $0.key < $1.key }.map(\.value)
         }
         for waiter in waiting { waiter.resume() }
     }
@@ -110,18 +117,26 @@ package final class InMemoryCoordinationStore: Sendable {
         }
         let sleeper = Task(executorPreference: executor) { [clock] in
             try? await clock.sleep(until: deadline)
-            let waiter = self.state.withLock { $0.waiters.removeValue(forKey: id) }
+            let waiter = self.state.withLock { state -> CheckedContinuation<Void, Never>? in
+                guard let waiter = state.waiters.removeValue(forKey: id) else {
+                    // Fired before the wait registered (a deadline a moment away, a busy pool).
+                    if !Task.isCancelled { state.expired.insert(id) }
+                    return nil
+                }
+                return waiter
+            }
             waiter?.resume()
         }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let registered = state.withLock { state -> Bool in
-                guard state.version == seen else { return false }
+                guard state.version == seen, !state.expired.contains(id) else { return false }
                 state.waiters[id] = continuation
                 return true
             }
             if !registered { continuation.resume() }
         }
         sleeper.cancel()
+        state.withLock { _ = $0.expired.remove(id) }
     }
 
     /// One engine's view of the store.

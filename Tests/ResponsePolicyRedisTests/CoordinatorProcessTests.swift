@@ -1,5 +1,7 @@
+import CoordinationTestSupport
 import Foundation
 import ResponsePolicy
+import ResponsePolicyRedis
 import TestGate
 import Testing
 
@@ -79,6 +81,8 @@ final class Probe: @unchecked Sendable {
     private let process = Process()
     private let input = Pipe()
     private let lines = Locked("")
+    /// Set when stdout reaches its end: every line the probe wrote has been read.
+    private let ended = Locked(false)
 
     static let binary: URL? = {
         let names = ["coordinator-probe"]
@@ -110,10 +114,12 @@ final class Probe: @unchecked Sendable {
         process.standardError = FileHandle.nullDevice
         let handle = output.fileHandleForReading
         let lines = self.lines
+        let ended = self.ended
         handle.readabilityHandler = { handle in
             let data = handle.availableData
             if data.isEmpty {
                 handle.readabilityHandler = nil
+                ended.withLock { $0 = true }
                 return
             }
             lines.withLock { $0 += String(decoding: data, as: UTF8.self) }
@@ -140,7 +146,9 @@ final class Probe: @unchecked Sendable {
         let deadline = Date().addingTimeInterval(seconds)
         while process.isRunning, Date() < deadline { usleep(5000) }
         if process.isRunning { kill() }
-        usleep(20_000)  // the last output
+        // The last output: read until the pipe's end, not for a while.
+        let drained = Date().addingTimeInterval(10)
+        while !ended.withLock({ $0 }), Date() < drained { usleep(1000) }
     }
 
     func kill() {

@@ -1,5 +1,6 @@
 internal import CHiredis
 import Foundation
+import ResponsePolicy
 
 #if canImport(Glibc)
     import Glibc
@@ -38,55 +39,6 @@ package enum RedisReply: Sendable, Equatable {
         if case .array(let items) = self { return items }
         return []
     }
-}
-
-/// Why a Redis call failed. Never carries the password or a command's arguments (they may be
-/// tokens): only what hiredis or the server said about the connection.
-package struct RedisError: Error, Sendable, Equatable, CustomStringConvertible {
-    package var message: String
-    package var description: String { message }
-}
-
-/// Where a Redis server is, parsed from `redis://[user@]host[:port][/db]`. A password in the URL
-/// is refused by lint; it comes from `password-env`.
-package struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
-    var host: String
-    var port: Int
-    var database: Int
-    var username: String?
-    var tls: Bool
-
-    /// `nil` with a reason when `text` is not a Redis URL.
-    package static func parse(_ text: String) -> Result<RedisEndpoint, RedisError> {
-        guard let components = URLComponents(string: text), let scheme = components.scheme?.lowercased(),
-            scheme == "redis" || scheme == "rediss"
-        else { return .failure(RedisError(message: "'url' must be redis://host[:port][/db] or rediss://…")) }
-        guard let host = components.host, !host.isEmpty else {
-            return .failure(RedisError(message: "'url' has no host"))
-        }
-        let path = components.path.trimmingCharacters(in: CharacterSet(charactersIn: "/"))
-        var database = 0
-        if !path.isEmpty {
-            guard let number = Int(path), number >= 0 else {
-                return .failure(RedisError(message: "'url' must end in a database number, like /0"))
-            }
-            database = number
-        }
-        let user = components.user.flatMap { $0.isEmpty ? nil : $0 }
-        return .success(
-            RedisEndpoint(
-                host: host, port: components.port ?? 6379, database: database, username: user,
-                tls: scheme == "rediss"))
-    }
-
-    /// Whether the host is this machine, where plain TCP is acceptable.
-    var isLoopback: Bool {
-        let bare = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]")).lowercased()
-        return bare == "localhost" || bare == "::1" || bare.hasPrefix("127.")
-    }
-
-    /// `host:port/db`, never with credentials.
-    package var description: String { "\(tls ? "rediss" : "redis")://\(host):\(port)/\(database)" }
 }
 
 /// One blocking hiredis connection.

@@ -1,4 +1,6 @@
+import CoordinationTestSupport
 import Foundation
+import ResponsePolicyRedis
 import TestGate
 import Testing
 

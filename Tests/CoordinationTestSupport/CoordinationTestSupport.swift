@@ -8,20 +8,20 @@ import Testing
 #endif
 
 /// A `redis-server` of the test's own, on a free loopback port, without persistence.
-final class RedisServerFixture: @unchecked Sendable {
+public final class RedisServerFixture: @unchecked Sendable {
     // @unchecked: `process` is replaced only by `kill`/`restart`, which the owning test calls
     // from one task.
-    let port: Int
+    public private(set) var port: Int
     private var process: Process?
 
-    static var isInstalled: Bool { executable != nil }
+    public static var isInstalled: Bool { executable != nil }
 
-    static let executable: String? = [
+    public static let executable: String? = [
         "/usr/bin/redis-server", "/usr/local/bin/redis-server", "/opt/homebrew/bin/redis-server",
     ]
     .first { FileManager.default.isExecutableFile(atPath: $0) }
 
-    init(password: String? = nil) throws {
+    public init(password: String? = nil) throws {
         port = Self.freePort()
         self.password = password
         try launch()
@@ -29,32 +29,43 @@ final class RedisServerFixture: @unchecked Sendable {
 
     private let password: String?
 
-    var url: String { "redis://127.0.0.1:\(port)/0" }
+    public var url: String { "redis://127.0.0.1:\(port)/0" }
 
+    /// Starts `redis-server` on `port`, or on another free port when that one was taken meanwhile.
+    ///
+    /// Why the identity check: a free port is free only until someone binds it. Tests start many
+    /// servers at once (and other test runs on the machine do too); a server that loses the race
+    /// for its port exits, and a readiness check that only PINGs would find the winner — another
+    /// test's server, killed under this one later ("Connection reset by peer").
     private func launch() throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Self.executable ?? "redis-server")
-        var arguments = [
-            "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode",
-            "no", "--loglevel", "warning",
-        ]
-        if let password { arguments += ["--requirepass", password] }
-        process.arguments = arguments
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        self.process = process
-        // Ready when it accepts a connection (at most 5 s).
-        let deadline = Date().addingTimeInterval(5)
-        while Date() < deadline {
-            if (try? command(["PING"])) != nil || password != nil && Self.canConnect(port) { return }
-            usleep(10_000)
+        for _ in 0..<5 {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: Self.executable ?? "redis-server")
+            var arguments = [
+                "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                "--protected-mode", "no", "--loglevel", "warning",
+            ]
+            if let password { arguments += ["--requirepass", password] }
+            process.arguments = arguments
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            self.process = process
+            // Ready when this process answers on the port (at most 10 s).
+            let deadline = Date().addingTimeInterval(10)
+            while Date() < deadline, process.isRunning {
+                let info = try? command(["INFO", "server"])
+                if info?.contains("process_id:\(process.processIdentifier)\r\n") == true { return }
+                usleep(5_000)
+            }
+            kill()
+            port = Self.freePort()
         }
-        throw FixtureError("redis-server did not start on port \(port)")
+        throw FixtureError("redis-server did not start on a free port")
     }
 
     /// Stops the server at once (SIGKILL), as a crash would.
-    func kill() {
+    public func kill() {
         if let process, process.isRunning {
             Glibc.kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
@@ -63,7 +74,7 @@ final class RedisServerFixture: @unchecked Sendable {
     }
 
     /// Starts it again on the same port, empty (no persistence).
-    func restart() throws {
+    public func restart() throws {
         kill()
         try launch()
     }
@@ -72,7 +83,7 @@ final class RedisServerFixture: @unchecked Sendable {
 
     /// Runs one command with redis-cli-free plain RESP over a socket; returns the raw reply text.
     @discardableResult
-    func command(_ arguments: [String]) throws -> String {
+    public func command(_ arguments: [String]) throws -> String {
         let descriptor = try Self.connect(port)
         defer { close(descriptor) }
         var request = "*\(arguments.count)\r\n"
@@ -95,7 +106,7 @@ final class RedisServerFixture: @unchecked Sendable {
     }
 
     /// `INFO commandstats` as command name → calls.
-    func commandCalls() throws -> [String: Int] {
+    public func commandCalls() throws -> [String: Int] {
         var calls: [String: Int] = [:]
         for line in try command(["INFO", "commandstats"]).split(separator: "\r\n") where line.hasPrefix("cmdstat_") {
             let name = line.dropFirst(8).prefix { $0 != ":" }
@@ -106,7 +117,36 @@ final class RedisServerFixture: @unchecked Sendable {
         return calls
     }
 
-    static func connect(_ port: Int) throws -> Int32 {
+    /// Waits until `count` clients subscribe to `channel` (`PUBSUB NUMSUB`), polling the server
+    /// for at most `timeout`: a coordinator's subscriber is ready, where a test used to sleep.
+    public func waitForSubscribers(
+        _ count: Int, on channel: String, within timeout: Duration = .seconds(60)
+    ) async -> Bool {
+        await poll(within: timeout) {
+            let reply = (try? command(["PUBSUB", "NUMSUB", channel])) ?? ""
+            let numbers = reply.split(separator: "\r\n").filter { $0.hasPrefix(":") }.compactMap { Int($0.dropFirst()) }
+            return (numbers.last ?? 0) >= count
+        }
+    }
+
+    /// Waits until the server has run `name` (lower case, as `INFO commandstats` names it) at least
+    /// `calls` times, for at most `timeout`: a client has asked, where a test used to sleep.
+    public func waitForCalls(_ name: String, atLeast calls: Int, within timeout: Duration = .seconds(60)) async
+        -> Bool
+    {
+        await poll(within: timeout) { ((try? commandCalls())?[name] ?? 0) >= calls }
+    }
+
+    private func poll(within timeout: Duration, _ condition: () -> Bool) async -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if condition() { return true }
+            try? await Task.sleep(for: .milliseconds(2))
+        }
+        return condition()
+    }
+
+    public static func connect(_ port: Int) throws -> Int32 {
         let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
@@ -124,13 +164,13 @@ final class RedisServerFixture: @unchecked Sendable {
         return descriptor
     }
 
-    static func canConnect(_ port: Int) -> Bool {
+    public static func canConnect(_ port: Int) -> Bool {
         guard let descriptor = try? connect(port) else { return false }
         close(descriptor)
         return true
     }
 
-    static func freePort() -> Int {
+    public static func freePort() -> Int {
         let (descriptor, port) = boundLoopbackSocket()
         close(descriptor)
         return port
@@ -138,7 +178,7 @@ final class RedisServerFixture: @unchecked Sendable {
 
     /// A TCP socket bound to a free loopback port, not listening yet: connections to it are
     /// refused until the caller listens. The caller closes it.
-    static func boundLoopbackSocket() -> (descriptor: Int32, port: Int) {
+    public static func boundLoopbackSocket() -> (descriptor: Int32, port: Int) {
         let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
@@ -157,23 +197,25 @@ final class RedisServerFixture: @unchecked Sendable {
     }
 }
 
-struct FixtureError: Error, CustomStringConvertible {
-    var description: String
-    init(_ description: String) { self.description = description }
+public struct FixtureError: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
 }
 
 /// Collects a coordinator's updates, with the time each arrived.
-final class UpdateLog: Sendable {
+public final class UpdateLog: Sendable {
     private let entries = Mutex<[(SessionUpdate, ContinuousClock.Instant)]>([])
 
-    var sink: @Sendable (SessionUpdate) -> Void {
+    public init() {}
+
+    public var sink: @Sendable (SessionUpdate) -> Void {
         { [self] update in self.entries.withLock { $0.append((update, .now)) } }
     }
 
-    var updates: [SessionUpdate] { entries.withLock { $0.map(\.0) } }
+    public var updates: [SessionUpdate] { entries.withLock { $0.map(\.0) } }
 
     /// Waits (really: these coordinators talk to real servers) until an update matches.
-    func first(
+    public func first(
         within timeout: Duration, where match: (SessionUpdate) -> Bool
     ) async -> (SessionUpdate, ContinuousClock.Instant)? {
         let deadline = ContinuousClock.now + timeout
@@ -185,16 +227,17 @@ final class UpdateLog: Sendable {
     }
 }
 
-func testCredentials(_ name: String) -> Credentials {
+public func testCredentials(_ name: String) -> Credentials {
     Credentials(
         accessToken: "access-\(name)", refreshToken: "refresh-\(name)",
         expiresAt: Date(timeIntervalSince1970: 2_000_000_000))
 }
 
 /// A refresh server double: counts the refreshes the lease holders make.
-final class RefreshCounter: Sendable {
+public final class RefreshCounter: Sendable {
     private let count = Mutex(0)
-    func refresh() async -> Credentials {
+    public init() {}
+    public func refresh() async -> Credentials {
         let number = count.withLock { value -> Int in
             value += 1
             return value
@@ -202,11 +245,11 @@ final class RefreshCounter: Sendable {
         try? await Task.sleep(for: .milliseconds(30))
         return testCredentials("refreshed-\(number)")
     }
-    var refreshes: Int { count.withLock { $0 } }
+    public var refreshes: Int { count.withLock { $0 } }
 }
 
 /// One engine's side of a refresh through a coordinator: what the engine of issue 11 will do.
-func coordinatedRefresh(
+public func coordinatedRefresh(
     _ coordinator: any SessionCoordinator, failedGeneration: UInt64, counter: RefreshCounter,
     timeout: Duration = .seconds(5)
 ) async -> RefreshTurn {
@@ -220,6 +263,6 @@ func coordinatedRefresh(
 }
 
 /// `Issue.record` as a `Void` call, for `guard … else { return recordFailure("…") }`.
-func recordFailure(_ message: String, sourceLocation: SourceLocation = #_sourceLocation) {
+public func recordFailure(_ message: String, sourceLocation: SourceLocation = #_sourceLocation) {
     Issue.record(Comment(rawValue: message), sourceLocation: sourceLocation)
 }

@@ -1,5 +1,6 @@
 import Dispatch
 import Foundation
+import ResponsePolicy
 
 /// Shares one session between processes on many machines through Redis: one refresh and one
 /// logout for every process that uses the same `key`.

@@ -1,0 +1,465 @@
+import CoordinationTestSupport
+import Foundation
+import Testing
+
+@testable import ResponsePolicy
+@testable import ResponsePolicyRedis
+
+/// Redis's Lua scripts, case for case against ``CoordinationRecord`` (the value the in-memory and
+/// file stores run): from one shared state, an operation gives the same answer and leaves the same
+/// state in Redis as in the value. A table of cases (every branch of each script) and seeded random
+/// sequences of operations, on a `redis-server` of the test's own.
+///
+/// How Redis keeps the record (see ``RedisSessionCoordinator``): `gen`/`creds` in the session hash,
+/// the fencing counter, the lease as a key with a TTL, the cooldown's end as a key with a TTL, the
+/// grants in a sorted set. Redis keeps no holder id and no failure (a failure is published), and a
+/// lapsed lease or cooldown is gone rather than kept: states are compared as Redis can hold them.
+/// Redis reads its own clock (`PTTL`, `TIME`), a few milliseconds after the test's: times are
+/// compared within `tolerance`, far above that gap on a quiet machine (a few ms) and far below the
+/// differences the cases tell apart (a 15 s lease from a 120 s one, 10 s and more between times).
+@Suite(.enabled(if: RedisServerFixture.isInstalled, "redis-server is not installed"))
+struct RedisScriptConformanceTests {
+    static let tolerance: Int64 = 5_000
+
+    // MARK: - The table
+
+    struct Case: Sendable, CustomTestStringConvertible {
+        let name: String
+        let state: @Sendable (Int64) -> CoordinationRecord
+        let operation: @Sendable (Int64) -> Operation
+        var testDescription: String { name }
+    }
+
+    static let cases: [Case] = [
+        Case(name: "join: an empty store is seeded from the local credentials", state: { _ in .init() }) { _ in
+            .join(local: creds("local"))
+        },
+        Case(name: "join: an empty store and no local credentials share nothing", state: { _ in .init() }) { _ in
+            .join(local: nil)
+        },
+        Case(name: "join: shared credentials win over the local ones", state: { _ in record(gen: 3) }) { _ in
+            .join(local: creds("local"))
+        },
+        Case(
+            name: "join: a running cooldown is shared even without credentials",
+            state: { now in record(gen: 0, credentials: nil, loggedOutUntil: now + 30_000) }
+        ) { _ in .join(local: nil) },
+        Case(
+            name: "join: a cooldown without credentials is seeded from the local ones",
+            state: { now in record(gen: 0, credentials: nil, loggedOutUntil: now + 30_000) }
+        ) { _ in .join(local: creds("local")) },
+        Case(
+            name: "begin: newer credentials stored (with a cooldown) are returned",
+            state: { now in record(gen: 4, loggedOutUntil: now + 20_000) }
+        ) { _ in .begin(failedGeneration: 3, leaseMs: 15_000, limit: nil) },
+        Case(name: "begin: nobody holds the lease: granted", state: { _ in record(gen: 2, fence: 5) }) { _ in
+            .begin(failedGeneration: 2, leaseMs: 15_000, limit: nil)
+        },
+        Case(
+            name: "begin: another holder: wait for what is left of its lease",
+            state: { now in record(gen: 2, fence: 5, lease: (5, now + 8_000)) }
+        ) { _ in .begin(failedGeneration: 2, leaseMs: 15_000, limit: nil) },
+        Case(
+            name: "begin: a lease longer than this process grants is cut to one lease",
+            state: { now in record(gen: 2, fence: 5, lease: (5, now + 120_000)) }
+        ) { _ in .begin(failedGeneration: 2, leaseMs: 15_000, limit: nil) },
+        Case(
+            name: "begin: a lapsed lease: granted with a larger fencing token",
+            state: { now in record(gen: 2, fence: 5, lease: (5, now - 1_000)) }
+        ) { _ in .begin(failedGeneration: 2, leaseMs: 15_000, limit: nil) },
+        Case(
+            name: "begin: refresh.limit used up across the fleet",
+            state: { now in record(gen: 2, fence: 5, refreshes: [now - 20_000, now - 10_000]) }
+        ) { _ in .begin(failedGeneration: 2, leaseMs: 15_000, limit: (2, 60_000)) },
+        Case(
+            name: "begin: grants older than the window no longer count",
+            state: { now in record(gen: 2, fence: 5, refreshes: [now - 200_000, now - 150_000, now - 10_000]) }
+        ) { _ in .begin(failedGeneration: 2, leaseMs: 15_000, limit: (2, 60_000)) },
+        Case(
+            name: "publish: the lease holds: stored with the next generation",
+            state: { now in record(gen: 2, fence: 5, lease: (5, now + 8_000)) }
+        ) { _ in .publish(creds("fresh"), RefreshLease(fencingToken: 5, generation: 2)) },
+        Case(
+            name: "publish: lapsed, nobody granted or published since: kept (invariant f)",
+            state: { now in record(gen: 2, fence: 5, lease: (5, now - 500)) }
+        ) { _ in .publish(creds("late"), RefreshLease(fencingToken: 5, generation: 2)) },
+        Case(
+            name: "publish: lapsed and another lease granted since: refused",
+            state: { now in record(gen: 2, fence: 6, lease: (6, now + 8_000)) }
+        ) { _ in .publish(creds("stale"), RefreshLease(fencingToken: 5, generation: 2)) },
+        Case(
+            name: "publish: lapsed and a lease granted and ended since: refused",
+            state: { _ in record(gen: 2, fence: 6) }
+        ) { _ in .publish(creds("stale"), RefreshLease(fencingToken: 5, generation: 2)) },
+        Case(
+            name: "publish: a sign-in since (the generation moved): refused",
+            state: { now in record(gen: 3, fence: 5, loggedOutUntil: now + 9_000) }
+        ) { _ in .publish(creds("stale"), RefreshLease(fencingToken: 5, generation: 2)) },
+        Case(
+            name: "publish: refused on an empty store",
+            state: { _ in record(gen: 0, credentials: nil, fence: 1) }
+        ) { _ in .publish(creds("stale"), RefreshLease(fencingToken: 1, generation: 1)) },
+        Case(
+            name: "end: the holder's own lease is released",
+            state: { now in record(gen: 2, fence: 5, lease: (5, now + 8_000)) }
+        ) { _ in .end(RefreshLease(fencingToken: 5, generation: 2), failure: "invalid_grant") },
+        Case(
+            name: "end: another holder's lease is kept",
+            state: { now in record(gen: 2, fence: 6, lease: (6, now + 8_000)) }
+        ) { _ in .end(RefreshLease(fencingToken: 5, generation: 2), failure: nil) },
+        Case(name: "logout: starts a cooldown", state: { _ in record(gen: 2) }) { now in
+            .logout(until: now + 30_000)
+        },
+        Case(
+            name: "logout: never shortens a longer cooldown",
+            state: { now in record(gen: 2, loggedOutUntil: now + 60_000) }
+        ) { now in .logout(until: now + 30_000) },
+        Case(
+            name: "logout: a cooldown that is over is replaced",
+            state: { now in record(gen: 2, loggedOutUntil: now - 5_000) }
+        ) { now in .logout(until: now + 30_000) },
+        Case(
+            name: "signIn: replaces the session, ends the cooldown, voids the lease",
+            state: { now in record(gen: 2, fence: 5, lease: (5, now + 8_000), loggedOutUntil: now + 30_000) }
+        ) { _ in .signIn(creds("signed-in")) },
+        Case(name: "signIn: on an empty store", state: { _ in .init() }) { _ in .signIn(creds("first")) },
+    ]
+
+    @Test(arguments: cases)
+    func theScriptAnswersAndStoresWhatTheValueDoes(_ testCase: Case) throws {
+        let server = try RedisServerFixture()
+        defer { server.kill() }
+        let redis = try ScriptedRecord(server, key: "case")
+        let now = try redis.now()
+        let start = testCase.state(now)
+        try redis.store(start, now: now)
+        var value = start
+        let operation = testCase.operation(now)
+        let expected = value.apply(operation, now: now)
+        let answer = try redis.apply(operation, now: now)
+        let stored = try redis.load()
+        Self.expectSame(expected, answer, testCase.name)
+        Self.expectSame(value, stored, now: try redis.now(), testCase.name)
+    }
+
+    // MARK: - Random sequences
+
+    /// Seeded random operations from a random fleet's point of view (stale and current
+    /// generations, current and stale leases, leases and cooldowns that lapse), applied to the
+    /// value and to Redis alike: after every step the answers and the states agree.
+    @Test(arguments: [1, 2, 3, 4] as [UInt64])
+    func randomSequencesLeaveRedisAndTheValueInOneState(seed: UInt64) throws {
+        let server = try RedisServerFixture()
+        defer { server.kill() }
+        let redis = try ScriptedRecord(server, key: "random-\(seed)")
+        var random = SplitMix(seed: seed)
+        var value = CoordinationRecord()
+        var leases: [RefreshLease] = []
+        for step in 0..<120 {
+            let now = try redis.now()
+            let operation: Operation
+            switch Int.random(in: 0..<20, using: &random) {
+            case 0..<2: operation = .join(local: Bool.random(using: &random) ? creds("local-\(step)") : nil)
+            case 2..<8:
+                let failed = value.generation &- UInt64.random(in: 0...1, using: &random)
+                let limit: (Int, Int64)? =
+                    Bool.random(using: &random) ? (Int.random(in: 1...4, using: &random), 60_000) : nil
+                operation = .begin(failedGeneration: value.generation == 0 ? 0 : failed, leaseMs: 15_000, limit: limit)
+            case 8..<12:
+                guard let lease = leases.randomElement(using: &random) else { continue }
+                operation = .publish(creds("pair-\(step)"), lease)
+            case 12..<14:
+                guard let lease = leases.randomElement(using: &random) else { continue }
+                operation = .end(lease, failure: Bool.random(using: &random) ? "failed \(step)" : nil)
+            case 14..<16: operation = .logout(until: now + Int64.random(in: 10_000...90_000, using: &random))
+            case 16: operation = .signIn(creds("sign-in-\(step)"))
+            case 17..<19:
+                // Time passes beyond the lease: its holder died, or is slow.
+                if value.lease != nil { value.lease?.expires = now - 1 } else { continue }
+                _ = try redis.call(["DEL", redis.keys.lease])
+                continue
+            default:
+                // The cooldown ends.
+                if value.loggedOutUntil != nil { value.loggedOutUntil = now - 1 } else { continue }
+                _ = try redis.call(["DEL", redis.keys.logout])
+                continue
+            }
+            let expected = value.apply(operation, now: now)
+            let answer = try redis.apply(operation, now: now)
+            if case .begin(.granted(let lease)) = expected { leases.append(lease) }
+            let label = "seed \(seed) step \(step): \(operation)"
+            Self.expectSame(expected, answer, label)
+            let stored = try redis.load()
+            Self.expectSame(value, stored, now: try redis.now(), label)
+            // Continue from what Redis holds (its clock decided the times), so drift never adds up.
+            value = Self.merged(value, stored)
+        }
+    }
+
+    // MARK: - Comparing
+
+    static func expectSame(
+        _ expected: Answer, _ answer: Answer, _ label: String, sourceLocation: SourceLocation = #_sourceLocation
+    ) {
+        switch (expected, answer) {
+        case (.begin(.wait(let holder, let left)), .begin(.wait(let redisHolder, let redisLeft))):
+            #expect(holder == redisHolder, "\(label)", sourceLocation: sourceLocation)
+            #expect(
+                abs(left - redisLeft) <= tolerance, "\(label): \(left) vs \(redisLeft)", sourceLocation: sourceLocation)
+        case (.publish(.leaseLost(let current)), .publish(.leaseLost(let redisCurrent))):
+            // Redis answers a refused publication from the session hash alone (no cooldown).
+            var current = current
+            current?.loggedOutUntil = nil
+            #expect(current == redisCurrent, "\(label)", sourceLocation: sourceLocation)
+        default:
+            #expect(expected == answer, "\(label)", sourceLocation: sourceLocation)
+        }
+    }
+
+    static func expectSame(
+        _ value: CoordinationRecord, _ stored: CoordinationRecord, now: Int64, _ label: String,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) {
+        #expect(value.generation == stored.generation, "\(label): generation", sourceLocation: sourceLocation)
+        #expect(value.credentials == stored.credentials, "\(label): credentials", sourceLocation: sourceLocation)
+        #expect(value.fence == stored.fence, "\(label): fencing counter", sourceLocation: sourceLocation)
+        let lease = value.lease.flatMap { $0.expires > now ? $0 : nil }
+        #expect(lease?.fence == stored.lease?.fence, "\(label): lease", sourceLocation: sourceLocation)
+        if let lease, let held = stored.lease {
+            #expect(
+                abs(lease.expires - held.expires) <= tolerance, "\(label): lease end", sourceLocation: sourceLocation)
+        }
+        let cooldown = value.loggedOutUntil.flatMap { $0 > now ? $0 : nil }
+        #expect(cooldown == stored.loggedOutUntil, "\(label): cooldown", sourceLocation: sourceLocation)
+        #expect(value.refreshes.count == stored.refreshes.count, "\(label): grants", sourceLocation: sourceLocation)
+        for (a, b) in zip(value.refreshes.sorted(), stored.refreshes.sorted()) {
+            #expect(abs(a - b) <= tolerance, "\(label): grant times", sourceLocation: sourceLocation)
+        }
+    }
+
+    /// The value with Redis's times (lease end, grants) and Redis's forgetting of what lapsed.
+    static func merged(_ value: CoordinationRecord, _ stored: CoordinationRecord) -> CoordinationRecord {
+        var next = value
+        next.lease = stored.lease
+        next.loggedOutUntil = stored.loggedOutUntil
+        next.refreshes = stored.refreshes
+        return next
+    }
+}
+
+// MARK: - Operations on the value and on Redis
+
+enum Operation: Sendable, CustomStringConvertible {
+    case join(local: Credentials?)
+    case begin(failedGeneration: UInt64, leaseMs: Int64, limit: (count: Int, perMs: Int64)?)
+    case publish(Credentials, RefreshLease)
+    case end(RefreshLease, failure: String?)
+    case logout(until: Int64)
+    case signIn(Credentials)
+
+    var description: String {
+        switch self {
+        case .join(let local): return "join(local: \(local?.accessToken ?? "nil"))"
+        case .begin(let failed, let leaseMs, let limit):
+            return
+                "begin(failed: \(failed), lease: \(leaseMs), limit: \(limit.map { "\($0.count)/\($0.perMs)" } ?? "-"))"
+        case .publish(let credentials, let lease):
+            return "publish(\(credentials.accessToken), fence \(lease.fencingToken), gen \(lease.generation))"
+        case .end(let lease, let failure): return "end(fence \(lease.fencingToken), failure: \(failure ?? "nil"))"
+        case .logout(let until): return "logout(until: \(until))"
+        case .signIn(let credentials): return "signIn(\(credentials.accessToken))"
+        }
+    }
+}
+
+enum Answer: Equatable {
+    case joined(SharedSession?)
+    case begin(CoordinationRecord.Begin)
+    case publish(PublishResult)
+    case done
+    case signedIn(SharedSession)
+}
+
+extension CoordinationRecord {
+    mutating func apply(_ operation: Operation, now: Int64) -> Answer {
+        switch operation {
+        case .join(let local): return .joined(join(local: local, now: now))
+        case .begin(let failed, let leaseMs, let limit):
+            return .begin(begin(failedGeneration: failed, leaseMs: leaseMs, limit: limit, holder: 7, now: now))
+        case .publish(let credentials, let lease): return .publish(publish(credentials, with: lease, now: now))
+        case .end(let lease, let failure):
+            end(lease, failure: failure)
+            return .done
+        case .logout(let until):
+            logout(until: until)
+            return .done
+        case .signIn(let credentials): return .signedIn(signIn(credentials))
+        }
+    }
+}
+
+/// The record as Redis keeps it, driven through the coordinator's scripts with the arguments
+/// their documentation names (``RedisSessionCoordinator``'s `…Script`s).
+final class ScriptedRecord {
+    let connection: RedisConnection
+    let keys: RedisSessionCoordinator.Keys
+
+    init(_ server: RedisServerFixture, key: String) throws {
+        guard case .success(let endpoint) = RedisEndpoint.parse(server.url) else { throw FixtureError("bad url") }
+        connection = try RedisConnection(endpoint, password: nil, timeout: .seconds(5))
+        keys = RedisSessionCoordinator.Keys(key)
+    }
+
+    @discardableResult
+    func call(_ arguments: [String]) throws -> RedisReply {
+        let reply = try connection.command(arguments)
+        if case .error(let message) = reply { throw FixtureError("\(arguments.prefix(2)): \(message)") }
+        return reply
+    }
+
+    /// Redis's clock, in ms since 1970.
+    func now() throws -> Int64 {
+        let items = try call(["TIME"]).items
+        return (items.first?.integer ?? 0) * 1000 + (items.count > 1 ? (items[1].integer ?? 0) / 1000 : 0)
+    }
+
+    func store(_ record: CoordinationRecord, now: Int64) throws {
+        try call(["DEL", keys.session, keys.lease, keys.fence, keys.logout, keys.refreshes])
+        if record.generation > 0 || record.credentials != nil {
+            var arguments = ["HSET", keys.session, "gen", String(record.generation)]
+            if let credentials = record.credentials {
+                arguments += ["creds", SharedCredentialsCodec.encode(credentials)]
+            }
+            try call(arguments)
+        }
+        if record.fence > 0 { try call(["SET", keys.fence, String(record.fence)]) }
+        if let lease = record.lease, lease.expires > now {
+            try call(["SET", keys.lease, String(lease.fence), "PX", String(lease.expires - now)])
+        }
+        if let until = record.loggedOutUntil, until > now {
+            try call(["SET", keys.logout, String(until), "PX", String(until - now)])
+        }
+        for (index, time) in record.refreshes.enumerated() {
+            try call(["ZADD", keys.refreshes, String(time), "seeded-\(index)"])
+        }
+    }
+
+    func load() throws -> CoordinationRecord {
+        var record = CoordinationRecord()
+        let now = try self.now()
+        record.generation = UInt64(try call(["HGET", keys.session, "gen"]).integer ?? 0)
+        record.credentials = try call(["HGET", keys.session, "creds"]).text.flatMap {
+            SharedCredentialsCodec.decode($0)
+        }
+        record.fence = UInt64(try call(["GET", keys.fence]).integer ?? 0)
+        if let fence = try call(["GET", keys.lease]).integer {
+            let left = try call(["PTTL", keys.lease]).integer ?? 0
+            record.lease = .init(fence: UInt64(fence), holder: 0, expires: now + left)
+        }
+        record.loggedOutUntil = try call(["GET", keys.logout]).integer
+        let scored = try call(["ZRANGE", keys.refreshes, "0", "-1", "WITHSCORES"]).items
+        record.refreshes = stride(from: 1, to: scored.count, by: 2).compactMap { scored[$0].integer }
+        return record
+    }
+
+    func apply(_ operation: Operation, now: Int64) throws -> Answer {
+        typealias Script = RedisSessionCoordinator
+        func session(_ generation: RedisReply, _ credentials: RedisReply, _ logout: RedisReply?) -> SharedSession {
+            let until = logout?.integer.flatMap { $0 > now ? Date(milliseconds: $0) : nil }
+            return SharedSession(
+                credentials: credentials.text.flatMap { SharedCredentialsCodec.decode($0) },
+                generation: UInt64(generation.integer ?? 0), loggedOutUntil: until)
+        }
+        switch operation {
+        case .join(let local):
+            let items = try call([
+                "EVAL", Script.seedScript, "2", keys.session, keys.logout,
+                local.map { SharedCredentialsCodec.encode($0) } ?? "", "0",
+            ]).items
+            guard items.count >= 4, items[0].integer == 0 else { return .joined(nil) }
+            let shared = session(items[1], items[2], items[3])
+            return .joined(shared.credentials != nil || shared.loggedOutUntil != nil ? shared : nil)
+        case .begin(let failed, let leaseMs, let limit):
+            let items = try call([
+                "EVAL", Script.beginScript, "5", keys.session, keys.lease, keys.fence, keys.logout, keys.refreshes,
+                String(failed), String(leaseMs), String(limit?.count ?? 0), String(limit?.perMs ?? 0),
+            ]).items
+            switch items.first?.integer {
+            case 0 where items.count >= 4: return .begin(.newer(session(items[1], items[2], items[3])))
+            case 1 where items.count >= 3:
+                return .begin(
+                    .granted(
+                        RefreshLease(
+                            fencingToken: UInt64(items[1].integer ?? 0), generation: UInt64(items[2].integer ?? 0))))
+            case 2 where items.count >= 3:
+                return .begin(.wait(holder: UInt64(items[1].integer ?? 0), leftMs: items[2].integer ?? 0))
+            case 3: return .begin(.limited)
+            default: throw FixtureError("begin: unexpected reply \(items)")
+            }
+        case .publish(let credentials, let lease):
+            let items = try call([
+                "EVAL", Script.publishScript, "3", keys.session, keys.lease, keys.fence, String(lease.fencingToken),
+                String(lease.generation), SharedCredentialsCodec.encode(credentials), keys.channel,
+            ]).items
+            let generation = UInt64(items.count > 1 ? items[1].integer ?? 0 : 0)
+            if items.first?.integer == 1 {
+                return .publish(.published(SharedSession(credentials: credentials, generation: generation)))
+            }
+            let stored = items.count > 2 ? items[2].text.flatMap { SharedCredentialsCodec.decode($0) } : nil
+            return .publish(.leaseLost(current: stored.map { SharedSession(credentials: $0, generation: generation) }))
+        case .end(let lease, let failure):
+            try call([
+                "EVAL", Script.endScript, "1", keys.lease, String(lease.fencingToken),
+                failure.map { #"{"t":"f","f":\#(lease.fencingToken),"w":"\#($0)"}"# } ?? "", keys.channel,
+            ])
+            return .done
+        case .logout(let until):
+            try call([
+                "EVAL", Script.logoutScript, "1", keys.logout, String(until), String(max(1, until - now)),
+                #"{"t":"l","u":\#(until),"r":"test"}"#, keys.channel,
+            ])
+            return .done
+        case .signIn(let credentials):
+            let generation = try call([
+                "EVAL", Script.signInScript, "3", keys.session, keys.lease, keys.logout,
+                SharedCredentialsCodec.encode(credentials), keys.channel,
+            ]).integer
+            return .signedIn(SharedSession(credentials: credentials, generation: UInt64(generation ?? 0)))
+        }
+    }
+}
+
+// MARK: - Helpers
+
+private func creds(_ name: String) -> Credentials {
+    // Whole milliseconds: what every store keeps.
+    Credentials(
+        accessToken: "access-\(name)", refreshToken: "refresh-\(name)", expiresAt: Date(milliseconds: 2_000_000_000_123)
+    )
+}
+
+private func record(
+    gen: UInt64, credentials: Credentials? = creds("shared"), fence: UInt64 = 0, lease: (UInt64, Int64)? = nil,
+    loggedOutUntil: Int64? = nil, refreshes: [Int64] = []
+) -> CoordinationRecord {
+    var record = CoordinationRecord()
+    record.generation = gen
+    record.credentials = credentials
+    record.fence = fence
+    record.lease = lease.map { .init(fence: $0.0, holder: 1, expires: $0.1) }
+    record.loggedOutUntil = loggedOutUntil
+    record.refreshes = refreshes
+    return record
+}
+
+struct SplitMix: RandomNumberGenerator {
+    private var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
