@@ -95,7 +95,6 @@ struct RequestSlotsModelTests {
         }
     }
 
-    // swiftlint:disable:next function_body_length cyclomatic_complexity
     static func run(seed: UInt64, steps: Int, weights: Weights) throws -> Counts {
         var random = SplitMix64(seed: seed)
         var state = EngineState(runtime: try Self.runtime())
@@ -303,7 +302,8 @@ struct RequestSlotsModelTests {
                 let outcome: Result<Credentials, RefreshFailure> =
                     fails
                     ? .failure(
-                        RefreshFailure(definitive ? "invalid_grant" : "unavailable", kind: definitive ? .definitive : .transient))
+                        RefreshFailure(
+                            definitive ? "invalid_grant" : "unavailable", kind: definitive ? .definitive : .transient))
                     : .success(Credentials(accessToken: "t\(step)"))
                 // The oracle, from the policy as compiled: a waiter whose failure edge is a logout.
                 let waiters = state.live(flight)
@@ -389,7 +389,10 @@ struct RequestSlotsModelTests {
                 }
             } else if take(weights.timer) {
                 // The earliest timer fires: the armed one, or one its request no longer counts.
-                guard let (id, entry) = heap.min(by: { $0.value.at < $1.value.at || ($0.value.at == $1.value.at && $0.key < $1.key) })
+                guard
+                    let (id, entry) = heap.min(by: {
+                        $0.value.at < $1.value.at || ($0.value.at == $1.value.at && $0.key < $1.key)
+                    })
                 else { continue }
                 now = max(now, entry.at)
                 heap[id] = nil
@@ -427,7 +430,8 @@ struct RequestSlotsModelTests {
             } else {
                 // A refresh ahead of expiry (or a sign-in) starts, with no request waiting yet.
                 guard state.flight == nil, !state.isLoggedOut(at: now) else { continue }
-                _ = state.decideRefresh(failedGeneration: state.generation, settings: settings, proactive: true, now: now)
+                _ = state.decideRefresh(
+                    failedGeneration: state.generation, settings: settings, proactive: true, now: now)
             }
             try check(state, heap: heap, limit: limit, context: context)
         }
@@ -444,7 +448,8 @@ struct RequestSlotsModelTests {
         #expect(state.dispatcher.inFlight <= limit, "\(context): more than the limit on the wire")
         let onWire = state.slots.values.filter { $0.phase.isOnWire }.count
         #expect(onWire <= limit, "\(context): \(onWire) on the wire, limit \(limit)")
-        let queuedIDs = Set(state.dispatcher.hosts.values.flatMap { Array($0.fresh.waiting) + Array($0.resent.waiting) })
+        let queuedIDs = Set(
+            state.dispatcher.hosts.values.flatMap { Array($0.fresh.waiting) + Array($0.resent.waiting) })
         for (id, slot) in state.slots {
             // Every queued request is in a queue; every waiter waits for the refresh in flight.
             if slot.phase.isQueued, slot.endReason == nil {

@@ -432,7 +432,8 @@ extension EngineState {
             forRetry: ask.retries + 1, settings: settings, response: ask.response, now: ask.date, random: ask.random)
         let budget = flow.budget == nil ? nil : settings.budget
         let deadline = flow.deadline == nil ? nil : slots[id]?.deadline
-        let (start, timer) = startBackoff(insideLock: id, budget: budget, until: now + delay, deadline: deadline, now: now)
+        let (start, timer) = startBackoff(
+            insideLock: id, budget: budget, until: now + delay, deadline: deadline, now: now)
         switch start {
         case .refused: return .refused
         case .pastDeadline: return .pastDeadline

@@ -741,7 +741,9 @@ final class RequestMachine {
         case .refresh(let proactive):
             // The logout this request's edge led to was started with the refresh's end: its
             // effects are this request's to perform, even when it was ended meanwhile.
-            if decided != nil, case .flight(let result, _)? = woken { return afterRefresh(result, proactive: proactive) }
+            if decided != nil, case .flight(let result, _)? = woken {
+                return afterRefresh(result, proactive: proactive)
+            }
             if endedOutside { return ended() }
             // Its deadline came first.
             if case .timer? = woken { return waitedPastDeadline() }
