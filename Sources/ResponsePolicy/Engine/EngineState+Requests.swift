@@ -375,7 +375,7 @@ extension EngineState {
     /// outcome.
     mutating func attemptEnded(
         insideLock id: UInt64, responseArrived: Bool, gotError: Bool, callerCancelled: Bool, scope: RuleGraph.Scope,
-        _ classified: Classified, retry ask: RetryAsk, now: Duration
+        _ classified: Classified, retry ask: RetryAsk?, now: Duration
     ) -> (AttemptDisposition, finished: Bool, RetryVerdict?, Actions) {
         let deadline = slots[id]?.deadline
         var (disposition, actions) = attemptEnded(
@@ -409,7 +409,7 @@ extension EngineState {
         }
         if finishes { finished(insideLock: id, into: &actions) }
         var verdict: RetryVerdict?
-        if retries, let rule = classified.rule, scope.compiled[rule].action == .retry {
+        if retries, let ask, let rule = classified.rule, scope.compiled[rule].action == .retry {
             verdict = retry(insideLock: id, scope.compiled[rule], classified, ask, now: now, into: &actions)
         }
         return (disposition, finishes, verdict, actions)

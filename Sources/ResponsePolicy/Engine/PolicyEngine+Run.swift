@@ -104,10 +104,14 @@ extension PolicyEngine {
         // body's code scan stays outside it). The transition decides what it leads to.
         let classified = classify(result, machine)
         let (now, id, scope) = (machine.now, machine.context.number, machine.scope)
-        var response: HTTPResponse?
-        if case .response(let arrived) = result { response = arrived }
-        let ask = EngineState.RetryAsk(
-            retries: machine.retries, response: response, date: machine.date, random: options.random)
+        // What a retry decision needs, only when a retry rule matched (most attempts need none).
+        var ask: EngineState.RetryAsk?
+        if let rule = classified.rule, scope.compiled[rule].action == .retry {
+            var response: HTTPResponse?
+            if case .response(let arrived) = result { response = arrived }
+            ask = EngineState.RetryAsk(
+                retries: machine.retries, response: response, date: machine.date, random: options.random)
+        }
         let (disposition, finished, verdict, actions) = state.withLock {
             $0.attemptEnded(
                 insideLock: id, responseArrived: arrived, gotError: gotError, callerCancelled: callerCancelled,
