@@ -57,7 +57,7 @@ extension EngineState {
         dispatcher.hosts.values.reduce(0) { count, host in
             count
                 + (host.fresh.waiting + host.resent.waiting).count { id in
-                    slots[id].map { $0.phase == .queued && $0.endReason == nil } ?? false
+                    slots[id].map { $0.phase.isQueued && $0.endReason == nil } ?? false
                 }
         }
     }
@@ -74,7 +74,6 @@ extension EngineState {
             return true
         }
         if slot.sent { entry.resent.items.append(id) } else { entry.fresh.items.append(id) }
-        modifySlot(id) { $0.phase = .queued }
         return false
     }
 
@@ -90,7 +89,7 @@ extension EngineState {
 
     /// Gives back the slot request `id` holds (it has parked or ended) and lets the next
     /// queued requests of its host out.
-    mutating func releaseDispatchSlot(insideLock id: UInt64, into woken: inout [UnsafeContinuation<Void, Never>]) {
+    mutating func releaseDispatchSlot(insideLock id: UInt64, into woken: inout Actions) {
         guard let host = slots[id]?.host else { return }
         let held =
             modifySlot(id) { slot -> Bool in
@@ -102,13 +101,13 @@ extension EngineState {
     }
 
     /// Lets queued requests of every host out, as far as their limits allow (after a refresh).
-    mutating func promoteAll(insideLock woken: inout [UnsafeContinuation<Void, Never>]) {
+    mutating func promoteAll(insideLock woken: inout Actions) {
         for host in Array(dispatcher.hosts.keys) { promote(insideLock: host, into: &woken) }
     }
 
     /// Lets queued requests of `host` out while it has free slots, those sent before first; stops
     /// at a request that must wait for the refresh in flight (each queue keeps its order).
-    private mutating func promote(insideLock host: String, into woken: inout [UnsafeContinuation<Void, Never>]) {
+    private mutating func promote(insideLock host: String, into woken: inout Actions) {
         guard var entry = dispatcher.hosts[host] else { return }
         promote(insideLock: &entry.resent, &entry.inFlight, into: &woken)
         if entry.resent.isEmpty { promote(insideLock: &entry.fresh, &entry.inFlight, into: &woken) }
@@ -119,12 +118,12 @@ extension EngineState {
 
     private mutating func promote(
         insideLock queue: inout Dispatcher.Queue, _ inFlight: inout Int,
-        into woken: inout [UnsafeContinuation<Void, Never>]
+        into woken: inout Actions
     ) {
         let refreshing = flight != nil
         while !queue.isEmpty {
             let id = queue.items[queue.head]
-            guard let slot = slots[id], slot.endReason == nil, slot.phase == .queued else {
+            guard let slot = slots[id], slot.endReason == nil, slot.phase.isQueued else {
                 // Ended while queued (a logout, its caller, its deadline): it leaves by itself.
                 queue.head += 1
                 continue
@@ -135,9 +134,9 @@ extension EngineState {
             inFlight += 1
             modifySlot(id) { slot in
                 slot.holdsSlot = true
-                slot.phase = .running
-                slot.wake = .dispatched
-                if let parked = slot.parked.take() { woken.append(parked) }
+                // Its deadline's timer stays armed until its task runs: a firing then does nothing.
+                slot.phase = .woken(.dispatched, timer: 0)
+                if let parked = slot.parked.take() { woken.append(.resume(parked)) }
             }
         }
     }

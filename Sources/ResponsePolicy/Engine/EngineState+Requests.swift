@@ -1,68 +1,207 @@
 import Foundation
 
-/// What the shell does after a transition that ends or wakes requests, once it has unlocked.
-struct Effects {
-    /// Parked requests to resume.
-    var resume: [UnsafeContinuation<Void, Never>] = []
-    /// Attempts on the wire to cancel.
-    var cancel: [AttemptCancellation] = []
+/// What the shell does after a transition, once it has unlocked: one list, in order.
+///
+/// A transition never awaits, locks or reads a clock; what it decides that touches the world
+/// outside the state (a parked task, an attempt on the wire, the timer heap) is an action here.
+/// `arm` and `disarm` are about the timer of the request the event is about: its own driver
+/// performs them (every other request's timer leaves the heap in that request's own task).
+enum Action {
+    /// Resumes a parked request.
+    case resume(UnsafeContinuation<Void, Never>)
+    /// Cancels an attempt on the wire.
+    case cancel(AttemptCancellation)
+    /// Schedules the request's timer at `at` with `token` (the token that counts in its phase).
+    case arm(at: Duration, token: UInt64)
+    /// Takes the request's timer off the heap: the wait or the attempt it bounded ended first.
+    case disarm
 }
 
-/// The transitions that end or wake requests from outside their own loop: their caller's
-/// cancellation, a timer, a logout. Each runs under the engine's lock and returns the
-/// continuations to resume and the attempts to cancel, which the shell performs after unlocking.
-extension EngineState {
-    /// What the top of a request's loop may do (``gate(insideLock:cancelled:now:)``).
-    enum Gate { case go, ended, loggedOut, held, queued }
+/// The ordered list of ``Action``s a transition returns. The first two are kept inline: most
+/// transitions return at most a timer to arm or disarm and one request to resume, and a list on
+/// the heap for each would cost an allocation per event on every request's path.
+struct Actions: Sequence, ExpressibleByArrayLiteral {
+    private var first: Action?
+    private var second: Action?
+    private var more: [Action] = []
+    private(set) var count = 0
 
-    /// The top of request `id`'s loop: it goes out now with the credentials and generation
-    /// returned, or it was ended, or the session is in its cooldown, or it waits. It waits for
-    /// the refresh in flight when its scope holds new requests (it has not gone out yet, so it
-    /// waits for the fresh token rather than going out with one already known to be stale), and
-    /// in its host's dispatch queue when the host's slots are taken.
-    ///
-    /// A request is held at most once before each attempt (`mayHold`: it has not yet waited for
-    /// a refresh before this attempt), so every attempt waits for at most one refresh before it
-    /// goes out: the bound ``WorstCase`` states. Held with no usable token (none, or expired at
-    /// `date`), a failure of the refresh leads it along `beforeSending` (the scope's
-    /// `on-failure`); with a valid one it is sent with it.
-    mutating func gate(
-        insideLock id: UInt64, cancelled: Bool, mayHold: Bool, beforeSending: RefreshRoute?, now: Duration,
-        date: Date
-    ) -> (Gate, CredentialsBox?, UInt64) {
-        guard let slot = slots[id], !cancelled, slot.endReason == nil else { return (.ended, nil, 0) }
-        if isLoggedOut(at: now) { return (.loggedOut, nil, 0) }
-        if mayHold, slot.holdsNewRequests, flight != nil {
-            let usable = credentials.map { credentials in credentials.expiresAt.map { $0 > date } ?? true } ?? false
-            join(insideLock: id, route: usable ? nil : beforeSending)
-            return (.held, nil, 0)
+    init() {}
+
+    init(arrayLiteral elements: Action...) {
+        for element in elements { append(element) }
+    }
+
+    var isEmpty: Bool { count == 0 }
+
+    mutating func append(_ action: Action) {
+        switch count {
+        case 0: first = action
+        case 1: second = action
+        default: more.append(action)
         }
-        if slot.host != nil, !acquireDispatchSlot(insideLock: id) { return (.queued, nil, 0) }
-        return (.go, credentialsBox, generation)
+        count += 1
+    }
+
+    static func += (list: inout Actions, other: Actions) {
+        for action in other { list.append(action) }
+    }
+
+    static func + (list: Actions, other: Actions) -> Actions {
+        var joined = list
+        joined += other
+        return joined
+    }
+
+    struct Iterator: IteratorProtocol {
+        let actions: Actions
+        var index = 0
+
+        mutating func next() -> Action? {
+            defer { index += 1 }
+            switch index {
+            case actions.count...: return nil
+            case 0: return actions.first
+            case 1: return actions.second
+            default: return actions.more[index - 2]
+            }
+        }
+    }
+
+    func makeIterator() -> Iterator { Iterator(actions: self) }
+}
+
+/// The transitions of a request's slot: the top of its loop, its attempt's begin and end, its
+/// park and wake, its backoff, its timer, its caller's cancellation, a logout's sweep. Each runs
+/// under the engine's lock and returns what the shell performs after unlocking (``Action``).
+extension EngineState {
+    /// What the top of a request's loop may do (``gate(insideLock:_:now:date:)``).
+    enum Gate { case go, ended, loggedOut, held, queued, refreshFirst }
+
+    /// What the gate needs to know of a request about to go out besides its slot: its loop's own
+    /// state and its scope's settings.
+    struct Departure {
+        /// Its caller's task is cancelled.
+        var cancelled = false
+        /// It has not waited for a refresh before this attempt yet (it is held at most once).
+        var mayHold = true
+        /// Where a failure of a refresh it is held for leads it when it has no usable token.
+        var beforeSending: RefreshRoute?
+        /// It may refresh ahead of expiry or sign in first (it has not just done so).
+        var mayRefreshFirst = true
+        /// Its scope's refresh plugin can sign in (get the first token).
+        var signsIn = false
+        /// Its scope has a refresh plugin.
+        var refreshes = false
+        /// Its scope's `refresh.ahead`.
+        var ahead: Duration?
+        /// The token generation a refresh ahead of expiry of this request failed for: while it is
+        /// current, the request does not refresh ahead again (one failure is one failure).
+        var failedAheadGeneration: UInt64?
+        /// Its scope's `attempt-timeout`.
+        var attemptTimeout: Duration?
+        /// What the attempt is cancelled by, if it goes out now.
+        var attempt = AttemptCancellation()
+    }
+
+    /// The top of request `id`'s loop, one transition: it goes out now (its attempt begins, with
+    /// the credentials and generation returned and its timeout armed), or it was ended, or the
+    /// session is in its cooldown, or it waits, or it refreshes first.
+    ///
+    /// It waits for the refresh in flight when its scope holds new requests (it has not gone out
+    /// yet, so it waits for the fresh token rather than going out with one already known to be
+    /// stale), and in its host's dispatch queue when the host's slots are taken. A request is held
+    /// at most once before each attempt (`mayHold`), so every attempt waits for at most one
+    /// refresh before it goes out: the bound ``WorstCase`` states. Held with no usable token
+    /// (none, or expired at `date`), a failure of the refresh leads it along `beforeSending` (the
+    /// scope's `on-failure`); with a valid one it is sent with it.
+    ///
+    /// It refreshes first when it has no credentials and its plugin can sign in (rather than
+    /// going out unsigned), or when its token expires within `ahead` (at most half the token's
+    /// lifetime as issued).
+    ///
+    /// Its attempt times out after `attempt-timeout`, and never past its deadline.
+    mutating func gate(insideLock id: UInt64, _ departure: Departure, now: Duration, date: Date) -> GateResult {
+        guard let slot = slots[id], !departure.cancelled, slot.endReason == nil else { return GateResult(.ended) }
+        if isLoggedOut(at: now) { return GateResult(.loggedOut) }
+        if departure.mayHold, slot.holdsNewRequests, flight != nil {
+            let usable = credentials.map { credentials in credentials.expiresAt.map { $0 > date } ?? true } ?? false
+            return GateResult(
+                .held, actions: join(insideLock: id, route: usable ? nil : departure.beforeSending, held: true))
+        }
+        if slot.host != nil, !acquireDispatchSlot(insideLock: id) {
+            // Queued: its deadline bounds the wait.
+            var actions: Actions = []
+            modifySlot(id) { slot in
+                var token: UInt64 = 0
+                if let deadline = slot.deadline {
+                    token = slot.nextTimer()
+                    actions.append(.arm(at: deadline, token: token))
+                }
+                slot.phase = .queued(timer: token)
+            }
+            return GateResult(.queued, actions: actions)
+        }
+        let credentials = credentialsBox?.credentials
+        if departure.mayRefreshFirst {
+            if credentials == nil, departure.signsIn {
+                var result = GateResult(.refreshFirst, credentialsBox, generation)
+                result.signingIn = true
+                return result
+            }
+            if departure.failedAheadGeneration != generation, departure.refreshes,
+                let ahead = credentialsBox?.effectiveAhead(departure.ahead), let expiry = credentials?.expiresAt,
+                expiry.timeIntervalSince(date) < ahead
+            {
+                return GateResult(.refreshFirst, credentialsBox, generation)
+            }
+        }
+        // It goes out: the attempt begins here, its timeout armed.
+        var timeoutAt = departure.attemptTimeout.map { now + $0 }
+        if let deadline = slot.deadline {
+            let limit = max(now, deadline)
+            timeoutAt = min(timeoutAt ?? limit, limit)
+        }
+        let actions = attemptBegan(insideLock: id, cancellation: departure.attempt, timeoutAt: timeoutAt) ?? []
+        return GateResult(.go, credentialsBox, generation, actions: actions)
+    }
+
+    /// What the gate decided, with the credentials and generation to sign with when it goes (or
+    /// to refresh), and the timer to arm (its attempt's timeout, or its wait's deadline).
+    struct GateResult {
+        let gate: Gate
+        var credentials: CredentialsBox?
+        var generation: UInt64 = 0
+        var actions: Actions = []
+        /// It refreshes first to get its first credentials.
+        var signingIn = false
+
+        init(_ gate: Gate, _ credentials: CredentialsBox? = nil, _ generation: UInt64 = 0, actions: Actions = []) {
+            self.gate = gate
+            self.credentials = credentials
+            self.generation = generation
+            self.actions = actions
+        }
     }
 
     /// Request `id` goes on the wire with `cancellation` (what a logout, a timeout or its caller
-    /// cancel it by) and its attempt timer `token` (0: none). `false` when it was already ended.
-    mutating func attemptBegan(insideLock id: UInt64, cancellation: AttemptCancellation, token: UInt64) -> Bool {
-        modifySlot(id) { slot in
-            guard slot.endReason == nil else { return false }
-            slot.attemptCancellation = cancellation
-            slot.timedOut = false
-            slot.phase = .onWire
-            slot.armedTimer = token
+    /// cancel it by), timing out at `timeoutAt`. `nil` when it was already ended; else the timer
+    /// to arm.
+    mutating func attemptBegan(insideLock id: UInt64, cancellation: AttemptCancellation, timeoutAt: Duration?)
+        -> Actions?
+    {
+        modifySlot(id) { slot -> Actions? in
+            guard slot.endReason == nil else { return nil }
+            var actions: Actions = []
+            var token: UInt64 = 0
+            if let timeoutAt {
+                token = slot.nextTimer()
+                actions.append(.arm(at: timeoutAt, token: token))
+            }
+            slot.phase = .onWire(cancellation, timer: token, timedOut: false)
             slot.sent = true
-            return true
-        } ?? false
-    }
-
-    /// Request `id` waits (for a refresh, a dispatch slot) with a timer at its deadline, armed
-    /// with `token`. `false` when it was already ended.
-    mutating func deadlineArmed(insideLock id: UInt64, token: UInt64) -> Bool {
-        modifySlot(id) { slot in
-            guard slot.endReason == nil else { return false }
-            slot.armedTimer = token
-            return true
-        } ?? false
+            return actions
+        } ?? nil
     }
 
     /// Request `id` parks with `continuation`, resumed by whoever sets its wake or ends it; a
@@ -71,11 +210,11 @@ extension EngineState {
     /// the caller resumes the continuation at once.
     mutating func parking(
         insideLock id: UInt64, _ continuation: UnsafeContinuation<Void, Never>,
-        into woken: inout [UnsafeContinuation<Void, Never>]
+        into woken: inout Actions
     ) -> Bool {
         let ready =
             modifySlot(id) { slot -> Bool in
-                if slot.wake != nil || slot.endReason != nil { return true }
+                if slot.phase.isWoken || slot.endReason != nil { return true }
                 slot.parked = continuation
                 return false
             } ?? true
@@ -83,31 +222,31 @@ extension EngineState {
         return ready
     }
 
-    /// Request `id`'s park ended: takes why (its wake), whether it was ended from outside, and
-    /// the logout a failed refresh decided on its behalf; its timer is disarmed and it no longer
-    /// waits for a refresh.
-    mutating func woke(insideLock id: UInt64) -> (RequestMachine.Wake?, endedOutside: Bool, DecidedLogout?) {
+    /// Request `id`'s park ended: takes why (its wake, `nil` when it was ended), whether it was
+    /// ended from outside, and its timer to take off the heap when the wait ended some other way
+    /// than by its firing. It runs its loop on.
+    mutating func woke(insideLock id: UInt64) -> (Wake?, endedOutside: Bool, Actions) {
         modifySlot(id) { slot in
-            let taken = slot.wake
-            slot.wake = nil
+            var taken: Wake?
+            if case .woken(let wake, _) = slot.phase { taken = wake }
             slot.phase = .running
-            slot.awaitedFlight = nil
-            slot.armedTimer = 0
-            slot.refreshRoute = nil
-            let decided = slot.decidedLogout
-            slot.decidedLogout = nil
-            return (taken, slot.endReason != nil, decided)
-        } ?? (nil, true, nil)
+            var actions: Actions = []
+            if slot.timerScheduled {
+                slot.timerScheduled = false
+                actions.append(.disarm)
+            }
+            return (taken, slot.endReason != nil, actions)
+        } ?? (nil, true, [])
     }
 
     /// Request `id` has its outcome: its dispatch slot goes to the next request (resumed from
     /// `woken` after unlocking) and its slot is removed.
-    mutating func finished(insideLock id: UInt64, into woken: inout [UnsafeContinuation<Void, Never>]) {
+    mutating func finished(insideLock id: UInt64, into woken: inout Actions) {
         if slots[id]?.host != nil { releaseDispatchSlot(insideLock: id, into: &woken) }
         slots.removeValue(forKey: id)
     }
 
-    /// What a retry's backoff start came to (``startBackoff(insideLock:budget:until:deadline:token:now:)``).
+    /// What a retry's backoff start came to (``startBackoff(insideLock:budget:until:deadline:now:)``).
     enum BackoffStart {
         /// The request waits until its timer (armed with the token given) fires.
         case started
@@ -121,34 +260,36 @@ extension EngineState {
 
     /// Request `id` retries after a backoff until `end`: the budget is asked (when the rule has
     /// a budget edge), a wait ending past `deadline` is refused, and otherwise the request is in
-    /// its backoff with the timer `token` armed. In the order of the edges' precedence: budget,
-    /// then deadline.
+    /// its backoff with its timer armed at `end` (the action returned). In the order of the
+    /// edges' precedence: budget, then deadline.
     mutating func startBackoff(
-        insideLock id: UInt64, budget: RetrySettings.Budget?, until end: Duration, deadline: Duration?,
-        token: UInt64, now: Duration
-    ) -> BackoffStart {
-        guard let slot = slots[id], slot.endReason == nil else { return .ended }
-        if let budget, !self.budget.takeRetry(at: now, budget: budget) { return .refused }
-        if let deadline, end > deadline { return .pastDeadline }
-        modifySlot(id) { slot in
-            slot.phase = .backoff
-            slot.armedTimer = token
+        insideLock id: UInt64, budget: RetrySettings.Budget?, until end: Duration, deadline: Duration?, now: Duration
+    ) -> (BackoffStart, Actions) {
+        guard let slot = slots[id], slot.endReason == nil else { return (.ended, []) }
+        if let budget, !self.budget.takeRetry(at: now, budget: budget) { return (.refused, []) }
+        if let deadline, end > deadline { return (.pastDeadline, []) }
+        let token = modifySlot(id) { slot -> UInt64 in
+            let token = slot.nextTimer()
+            slot.phase = .backoff(timer: token)
+            return token
         }
-        return .started
+        return (.started, [.arm(at: end, token: token ?? 0)])
     }
 
     /// Ends request `id` from outside its loop (its caller, or a logout): marks why, disarms its
     /// timer (a backoff's leaves the heap when the request's park ends, in its own task), and
     /// hands back its attempt and its park.
-    mutating func end(insideLock id: UInt64, _ reason: EndReason) -> Effects {
+    mutating func end(insideLock id: UInt64, _ reason: EndReason) -> Actions {
         modifySlot(id) { slot in
             if slot.endReason == nil { slot.endReason = reason }
-            slot.armedTimer = 0
-            var effects = Effects()
-            if let attempt = slot.attemptCancellation { effects.cancel.append(attempt) }
-            if let parked = slot.parked.take() { effects.resume.append(parked) }
-            return effects
-        } ?? Effects()
+            // A refresh waiter stays listed (disarmed): a failure of that refresh still decides
+            // the session's end through it.
+            slot.phase = slot.phase.disarmed
+            var actions: Actions = []
+            if case .onWire(let attempt, _, _) = slot.phase { actions.append(.cancel(attempt)) }
+            if let parked = slot.parked.take() { actions.append(.resume(parked)) }
+            return actions
+        } ?? []
     }
 
     /// What a request does with the attempt that just ended (``attemptEnded(insideLock:responseArrived:callerCancelled:)``).
@@ -168,46 +309,168 @@ extension EngineState {
     /// which a logout decided a moment later does not unsay; only the caller's cancellation
     /// drops it.
     mutating func attemptEnded(insideLock id: UInt64, responseArrived: Bool, callerCancelled: Bool)
-        -> AttemptDisposition
+        -> (AttemptDisposition, Actions)
     {
         modifySlot(id) { slot in
-            slot.attemptCancellation = nil
-            slot.armedTimer = 0
+            var timedOut = false
+            if case .onWire(_, _, let timed) = slot.phase { timedOut = timed }
             slot.phase = .running
-            if callerCancelled { return .ended }
-            switch slot.endReason {
-            case nil: return .result(timedOut: slot.timedOut)
-            case .loggedOut? where responseArrived: return .arrivedAfterLogout
-            default: return .ended
+            var actions: Actions = []
+            if slot.timerScheduled {
+                slot.timerScheduled = false
+                actions.append(.disarm)
             }
-        } ?? .ended
+            if callerCancelled { return (.ended, actions) }
+            switch slot.endReason {
+            case nil: return (.result(timedOut: timedOut), actions)
+            case .loggedOut? where responseArrived: return (.arrivedAfterLogout, actions)
+            default: return (.ended, actions)
+            }
+        } ?? (.ended, [])
+    }
+
+    /// The rule an attempt's result matches in its scope, found by the shell before the lock (a
+    /// lookup in the compiled flow; the body's code scan stays outside the lock).
+    struct Classified {
+        /// The business code read from the response's body.
+        var code: String?
+        /// The rule matched (`nil`: none). For an attempt that ended with no result, the rule a
+        /// timeout matches, which counts only when its timer fired.
+        var rule: Int?
+        /// The request may be sent again under the rule's retry settings (its method is listed,
+        /// or its caller gave it the rule's idempotency key).
+        var retryable = false
+    }
+
+    /// What the request brings to a retry decision: its own counters and the attempt's answer.
+    struct RetryAsk {
+        /// Retries already made.
+        var retries: Int
+        /// The response (for its `Retry-After`); `nil` after an error or a timeout.
+        var response: HTTPResponse?
+        /// The wall-clock time, for a `Retry-After` date.
+        var date: Date
+        var random: any RandomSource
+    }
+
+    /// What a `retry` rule came to (``attemptEnded(insideLock:responseArrived:gotError:callerCancelled:scope:_:retry:now:)``),
+    /// in the order of its edges' precedence.
+    enum RetryVerdict {
+        /// Out of retries, a method it may not re-send, or no loop edge: the escalation edge
+        /// taken (`nil`: none, the request fails with its retries exhausted).
+        case notRetried(RuleGraph.Escalation?)
+        /// The retry budget refused it.
+        case refused
+        /// The backoff would end past the deadline: not started.
+        case pastDeadline
+        /// It is in its backoff for `delay`, its timer armed.
+        case started(delay: Duration)
+    }
+
+    /// Request `id`'s attempt ended, classified as `classified` in `scope`: what counts (see
+    /// ``attemptEnded(insideLock:responseArrived:callerCancelled:)``), and whether the request has
+    /// its outcome now, decided from the compiled flow: its deadline came (a timeout at it), no
+    /// rule matched, or the rule's action is `deliver` or `fail`. Then its slot is removed in the
+    /// same transition (its dispatch slot goes to the next request), and the shell reports the
+    /// outcome.
+    mutating func attemptEnded(
+        insideLock id: UInt64, responseArrived: Bool, gotError: Bool, callerCancelled: Bool, scope: RuleGraph.Scope,
+        _ classified: Classified, retry ask: RetryAsk?, now: Duration
+    ) -> (AttemptDisposition, finished: Bool, RetryVerdict?, Actions) {
+        let deadline = slots[id]?.deadline
+        var (disposition, actions) = attemptEnded(
+            insideLock: id, responseArrived: responseArrived, callerCancelled: callerCancelled)
+        /// The rule's action ends the request here (no rule: the response is delivered, the error fails it).
+        func endsHere() -> Bool {
+            guard let rule = classified.rule else { return true }
+            let action = scope.compiled[rule].action
+            return action == .deliver || action == .fail
+        }
+        let finishes: Bool
+        /// Its rule retries (not after a logout, and not at its deadline).
+        var retries = false
+        switch disposition {
+        case .ended:
+            finishes = false
+        case .result(let timedOut) where !responseArrived && !gotError:
+            // No result: a timeout (at the deadline, or its rule decides), or a cancellation the
+            // request's loop reports.
+            if timedOut, let deadline, now >= deadline {
+                finishes = true
+            } else {
+                finishes = timedOut && endsHere()
+                retries = timedOut
+            }
+        case .result:
+            finishes = endsHere()
+            retries = true
+        case .arrivedAfterLogout:
+            finishes = endsHere()
+        }
+        if finishes { finished(insideLock: id, into: &actions) }
+        var verdict: RetryVerdict?
+        if retries, let ask, let rule = classified.rule, scope.compiled[rule].action == .retry {
+            verdict = retry(insideLock: id, scope.compiled[rule], classified, ask, now: now, into: &actions)
+        }
+        return (disposition, finishes, verdict, actions)
+    }
+
+    /// A `retry` rule matched request `id`'s attempt: retries left, then a request that may not
+    /// be sent again, then the budget, then the deadline (the order of the edges' precedence);
+    /// otherwise its backoff starts, the delay drawn here (`max-delay` caps it after jitter; a
+    /// `Retry-After` the rule honours replaces it).
+    mutating func retry(
+        insideLock id: UInt64, _ flow: RuleGraph.CompiledRule, _ classified: Classified, _ ask: RetryAsk,
+        now: Duration, into actions: inout Actions
+    ) -> RetryVerdict {
+        let settings = flow.retry
+        guard ask.retries < settings.maxRetries, flow.again != nil, classified.retryable else {
+            return .notRetried(
+                ask.retries < settings.maxRetries ? flow.notRetryable ?? flow.onExhausted : flow.onExhausted)
+        }
+        let delay = RetryTiming.delay(
+            forRetry: ask.retries + 1, settings: settings, response: ask.response, now: ask.date, random: ask.random)
+        let budget = flow.budget == nil ? nil : settings.budget
+        let deadline = flow.deadline == nil ? nil : slots[id]?.deadline
+        let (start, timer) = startBackoff(
+            insideLock: id, budget: budget, until: now + delay, deadline: deadline, now: now)
+        switch start {
+        case .refused: return .refused
+        case .pastDeadline: return .pastDeadline
+        case .ended: return .notRetried(nil)  // (not reached: its attempt's result counts)
+        case .started:
+            actions += timer
+            return .started(delay: delay)
+        }
     }
 
     /// Request `id`'s timer fired: its attempt timed out, its backoff is over, or its deadline
     /// came while it waited for a refresh or a dispatch slot. A stale firing (the attempt ended,
     /// the request was ended, the refresh or the slot came first) finds another token armed, or
     /// a wake already set, and does nothing.
-    mutating func timerFired(insideLock id: UInt64, token: UInt64) -> Effects {
+    mutating func timerFired(insideLock id: UInt64, token: UInt64) -> Actions {
         modifySlot(id) { slot in
-            var effects = Effects()
+            // It left the heap to fire: nothing to take off any more (unless it was armed again
+            // meanwhile, with a newer token).
+            if token == slot.timerTokens { slot.timerScheduled = false }
             // An attempt a logout left to finish (its response was arriving) still times out.
-            guard token != 0, slot.armedTimer == token, slot.endReason == nil || slot.phase == .onWire else {
-                return effects
+            guard token != 0, slot.phase.timer == token, slot.endReason == nil || slot.phase.isOnWire else {
+                return []
             }
-            slot.armedTimer = 0
+            var actions: Actions = []
             switch slot.phase {
-            case .onWire:
-                slot.timedOut = true
-                if let attempt = slot.attemptCancellation { effects.cancel.append(attempt) }
-            case .backoff, .awaitingRefresh, .queued:
-                guard slot.wake == nil else { break }
-                slot.wake = .timer
-                if let parked = slot.parked.take() { effects.resume.append(parked) }
-            case .running:
+            case .onWire(let attempt, _, _):
+                slot.phase = .onWire(attempt, timer: 0, timedOut: true)
+                actions.append(.cancel(attempt))
+            case .backoff, .held, .awaitingRefresh, .queued:
+                // A refresh waiter leaves the refresh (its phase no longer names it).
+                slot.phase = .woken(.timer, timer: 0)
+                if let parked = slot.parked.take() { actions.append(.resume(parked)) }
+            case .running, .woken:
                 break
             }
-            return effects
-        } ?? Effects()
+            return actions
+        } ?? []
     }
 
     /// A logout (its cooldown just started) ends every request but `trigger`: those waiting for
@@ -216,35 +479,38 @@ extension EngineState {
     /// requests (a backoff, a dispatch queue) end whatever `cancelInFlight` says. An attempt
     /// whose response is arriving (``AttemptCancellation/responseArriving()``) is not cancelled:
     /// it is marked ended and handled by its rule when its response is in.
-    mutating func endRequests(insideLock trigger: UInt64?, cancelInFlight: Bool) -> Effects {
-        var effects = Effects()
+    /// The parked requests are resumed first, then the attempts cancelled.
+    mutating func endRequests(insideLock trigger: UInt64?, cancelInFlight: Bool) -> Actions {
+        var actions: Actions = []
+        var cancels: Actions = []
         if let flight {
             for id in live(flight) where id != trigger {
                 modifySlot(id) { slot in
                     if slot.endReason == nil { slot.endReason = .loggedOut }
-                    slot.awaitedFlight = nil
-                    if let continuation = slot.parked.take() { effects.resume.append(continuation) }
+                    // It no longer waits for the refresh; its deadline's timer no longer counts.
+                    slot.phase = .running
+                    if let continuation = slot.parked.take() { actions.append(.resume(continuation)) }
                 }
             }
             self.flight?.waiters.removeAll { $0 != trigger }
         }
         for id in requestNumbers where id != trigger {
             modifySlot(id) { slot in
-                guard cancelInFlight || slot.phase == .backoff || slot.phase == .queued else { return }
+                guard cancelInFlight || slot.phase.isBackoff || slot.phase.isQueued else { return }
                 if slot.endReason == nil { slot.endReason = .loggedOut }
-                if slot.phase == .onWire, let attempt = slot.attemptCancellation, attempt.isArriving {
+                if case .onWire(let attempt, _, _) = slot.phase, attempt.isArriving {
                     // Its response is coming in: the server answered before it knew of the
                     // logout. It is read to the end (its timer stays armed) and handled by its
                     // rule (``attemptEnded(insideLock:responseArrived:callerCancelled:)``).
                     return
                 }
-                if let attempt = slot.attemptCancellation { effects.cancel.append(attempt) }
+                if case .onWire(let attempt, _, _) = slot.phase { cancels.append(.cancel(attempt)) }
                 // A backoff's timer is taken off the heap by the request itself, when its park
                 // ends; disarmed here, a firing in between does nothing.
-                slot.armedTimer = 0
-                if let continuation = slot.parked.take() { effects.resume.append(continuation) }
+                slot.phase = slot.phase.disarmed
+                if let continuation = slot.parked.take() { actions.append(.resume(continuation)) }
             }
         }
-        return effects
+        return actions + cancels
     }
 }

@@ -153,14 +153,14 @@ extension EngineState {
     /// same critical section that ends the refresh: the cooldown begins and every other request
     /// (its waiters first, then the rest as `cancel-in-flight` says) is ended as logged out
     /// before any of them is woken. So no waiter is released and sent between the failure and
-    /// the logout it causes. The trigger keeps its wait (``endWaits(insideLock:_:)`` wakes it
-    /// with the failure) and finds the logout in its slot's ``Slot/decidedLogout``.
+    /// the logout it causes. The trigger keeps its wait (``endWaits(insideLock:_:logout:into:)``
+    /// wakes it with the failure and the logout, whose effects it performs).
     ///
-    /// Returns the trigger and what to resume and cancel; `nil` when no waiter logs out (or the
-    /// session is already in a cooldown: many triggers make one logout).
+    /// Returns the trigger, its logout, and what to resume and cancel; `nil` when no waiter logs
+    /// out (or the session is already in a cooldown: many triggers make one logout).
     mutating func logOutForFailedRefresh(
         insideLock waiting: Flight, _ failure: RefreshFailure, answerLogsOut: Bool, now: Duration, date: Date
-    ) -> (trigger: UInt64, effects: Effects)? {
+    ) -> (trigger: UInt64, logout: DecidedLogout, actions: Actions)? {
         let waiters = live(waiting)
         var decided: (UInt64, RuleGraph.Escalation)?
         for id in waiters {
@@ -177,20 +177,54 @@ extension EngineState {
                 until: now + cooldown, untilDate: date.addingTimeInterval(cooldown.seconds),
                 reason: .refreshFailed(failure.reason, response: failure.response), extendOnly: false, now: now)
         else { return nil }
-        var effects = Effects()
+        var actions: Actions = []
         for id in waiters where id != trigger {
             modifySlot(id) { slot in
                 if slot.endReason == nil { slot.endReason = .loggedOut }
-                slot.awaitedFlight = nil
-                slot.armedTimer = 0
-                if let continuation = slot.parked.take() { effects.resume.append(continuation) }
+                // It no longer waits for the refresh; its deadline's timer no longer counts.
+                slot.phase = .running
+                if let continuation = slot.parked.take() { actions.append(.resume(continuation)) }
             }
         }
-        let others = endRequests(insideLock: trigger, cancelInFlight: escalation.logout.cancelInFlight)
-        effects.resume += others.resume
-        effects.cancel += others.cancel
-        modifySlot(trigger) { $0.decidedLogout = DecidedLogout(escalation) }
-        return (trigger, effects)
+        actions += endRequests(insideLock: trigger, cancelInFlight: escalation.logout.cancelInFlight)
+        return (trigger, DecidedLogout(escalation), actions)
+    }
+
+    /// The refresh task's end, in one transition: the session takes what the refresh produced
+    /// (``refreshEnded(_:outcome:shared:now:coordinationTrouble:adopted:)``; `lifetime`: the seconds the
+    /// new access token is valid for, as issued), a definitive failure that leads a waiter to a
+    /// logout starts that logout (``logOutForFailedRefresh(insideLock:_:answerLogsOut:now:date:)``),
+    /// and only then are the waiters woken and the dispatch queues moved. `answerLogsOut`: the
+    /// token endpoint's answer matches a logout rule.
+    ///
+    /// Returns what the refresh's end did (the shell saves credentials and emits `refresh-end`
+    /// from it), whether it logged out, and what to resume and cancel.
+    mutating func refreshEnded(
+        insideLock ended: Flight, outcome: Result<Credentials, RefreshFailure>, shared: UInt64?, lifetime: Double?,
+        answerLogsOut: Bool, coordinationTrouble: Bool, adopted: Bool = false, now: Duration, date: Date
+    ) -> (RefreshEnd, loggedOut: Bool, Actions) {
+        let end = refreshEnded(
+            ended, outcome: outcome, shared: shared, now: now, coordinationTrouble: coordinationTrouble,
+            adopted: adopted)
+        if end.saved, let fresh = try? outcome.get(), credentials == fresh {
+            credentialsBox = CredentialsBox(fresh, lifetime: lifetime)
+        }
+        guard let waiting = end.waiting else { return (end, false, []) }
+        var actions: Actions = []
+        var logout: (UInt64, DecidedLogout)?
+        // A definitive failure that logs a waiter out does so here, before any waiter is woken,
+        // so none is released and sent in between.
+        if case .failed(let failure) = end.result, failure.isDefinitive,
+            let decided = logOutForFailedRefresh(
+                insideLock: waiting, failure, answerLogsOut: answerLogsOut, now: now, date: date)
+        {
+            logout = (decided.trigger, decided.logout)
+            actions = decided.actions
+        }
+        // The waiters are resumed first, then the logout's cancellations, as before.
+        var woken: Actions = []
+        endWaits(insideLock: waiting, end.result, logout: logout, into: &woken)
+        return (end, logout != nil, woken + actions)
     }
 
     /// Starts a cooldown until `until` (`untilDate` on the wall clock). `false` when the session

@@ -8,18 +8,18 @@ struct EngineState {
     /// One request's part of the shared state: what a logout, a timer, the refresh it waits for,
     /// the dispatcher and its caller's cancellation reach it by.
     struct Slot {
-        var phase = RequestMachine.Phase.running
+        /// Where the request is, with what that phase needs (its attempt, the timer that counts,
+        /// the refresh it waits for, why it was woken).
+        var phase = Phase.running
         var endReason: EndReason?
-        /// The attempt on the wire, cancelled by a logout, a timeout or the caller.
-        var attemptCancellation: AttemptCancellation?
-        var timedOut = false
-        /// The park in progress, resumed by whoever sets `wake`, or by `end`.
+        /// The park in progress, resumed by whoever wakes or ends the request.
         var parked: UnsafeContinuation<Void, Never>?
-        var wake: RequestMachine.Wake?
-        /// The id of the refresh this request waits for, while it does.
-        var awaitedFlight: UInt64?
-        /// The token of the timer that counts (0: none): a stale firing carries an older one.
-        var armedTimer: UInt64 = 0
+        /// The last timer token handed out: each timer the request arms takes the next one, so a
+        /// stale firing (of an attempt that ended, a wait that ended) carries an older one.
+        var timerTokens: UInt64 = 0
+        /// Its timer node may be on the timer heap (armed, not yet fired or taken off): the
+        /// request's own task takes it off when the wait or the attempt ends some other way.
+        var timerScheduled = false
         /// Holds one of its host's dispatch slots (see ``Dispatcher``).
         var holdsSlot = false
         /// Has been on the wire (it leaves a dispatch queue ahead of those that have not).
@@ -29,13 +29,117 @@ struct EngineState {
         let dispatchLimit: Int
         /// Its scope's `refresh.hold-new-requests`.
         let holdsNewRequests: Bool
-        /// Where a failure of the refresh it waits for leads it (``RefreshRoute``); `nil` when
-        /// the failure cannot end the session through it (held with a token still valid).
-        var refreshRoute: RefreshRoute?
-        /// The logout its refresh's failure led to, decided and started (cooldown, the other
-        /// requests ended) in the transition that ended the refresh; this request performs its
-        /// effects (the event, the logout plugin) when it wakes.
-        var decidedLogout: DecidedLogout?
+        /// When it must have its outcome (its scope's `deadline` from its start): every wait is
+        /// bounded by it.
+        let deadline: Duration?
+
+        /// Takes the next timer token: the timer armed with it is the one that counts.
+        mutating func nextTimer() -> UInt64 {
+            timerTokens &+= 1
+            timerScheduled = true
+            return timerTokens
+        }
+
+        /// The timer token that counts in the current phase (0: none).
+        var armedTimer: UInt64 { phase.timer }
+
+        /// The id of the refresh this request waits for, while it does.
+        var awaitedFlight: UInt64? {
+            switch phase {
+            case .held(let wait), .awaitingRefresh(let wait): return wait.flight
+            default: return nil
+            }
+        }
+
+        /// Where a failure of the refresh it waits for leads it.
+        var refreshRoute: RefreshRoute? {
+            switch phase {
+            case .held(let wait), .awaitingRefresh(let wait): return wait.route
+            default: return nil
+            }
+        }
+    }
+
+    /// Where a request is. Each case carries what others reach it by in that phase; the timer
+    /// token in each is the one a firing must carry to count (0: none armed).
+    enum Phase {
+        /// Its own task runs its loop (deciding, signing): nothing outside waits on it.
+        case running
+        /// On the wire: its attempt (cancelled by a logout, its timeout or its caller), its
+        /// timeout's token, and whether the timeout fired.
+        case onWire(AttemptCancellation, timer: UInt64, timedOut: Bool)
+        /// Waiting for its backoff's timer.
+        case backoff(timer: UInt64)
+        /// About to go out, held until the refresh in flight ends (`hold-new-requests`).
+        case held(RefreshWait)
+        /// Waiting for a refresh it started or joined (a trigger, ahead of expiry, signing in).
+        case awaitingRefresh(RefreshWait)
+        /// In its host's dispatch queue, with its deadline's token.
+        case queued(timer: UInt64)
+        /// Woken (`Wake` says by what) and not yet running: its own task picks the wake up. The
+        /// token of a deadline timer still armed (its firing now finds nothing to do).
+        case woken(Wake, timer: UInt64)
+
+        /// The timer token that counts (0: none).
+        var timer: UInt64 {
+            switch self {
+            case .onWire(_, let timer, _), .backoff(let timer), .queued(let timer): return timer
+            case .held(let wait), .awaitingRefresh(let wait): return wait.timer
+            case .running, .woken: return 0
+            }
+        }
+
+        /// The same phase with its timer disarmed (a firing then does nothing).
+        var disarmed: Phase {
+            switch self {
+            case .onWire(let attempt, _, let timedOut): return .onWire(attempt, timer: 0, timedOut: timedOut)
+            case .backoff: return .backoff(timer: 0)
+            case .queued: return .queued(timer: 0)
+            case .held(var wait):
+                wait.timer = 0
+                return .held(wait)
+            case .awaitingRefresh(var wait):
+                wait.timer = 0
+                return .awaitingRefresh(wait)
+            case .running, .woken: return self
+            }
+        }
+
+        var isOnWire: Bool { if case .onWire = self { true } else { false } }
+        var isQueued: Bool { if case .queued = self { true } else { false } }
+        var isBackoff: Bool { if case .backoff = self { true } else { false } }
+        var isWoken: Bool { if case .woken = self { true } else { false } }
+        var isRunning: Bool { if case .running = self { true } else { false } }
+    }
+
+    /// A wait for the refresh in flight: its id, where its failure leads the request, and the
+    /// token of the request's deadline timer (0: none).
+    struct RefreshWait {
+        let flight: UInt64
+        /// Where a failure of the refresh leads it (``RefreshRoute``); `nil` when the failure
+        /// cannot end the session through it (held with a token still valid).
+        let route: RefreshRoute?
+        var timer: UInt64 = 0
+    }
+
+    /// Why a park ended, set by whoever ends it.
+    enum Wake {
+        /// Its timer fired (a backoff's end, or the deadline of a wait).
+        case timer
+        /// The refresh it waited for ended. `logout`: the logout its failure led to, decided and
+        /// started (cooldown, the other requests ended) in the transition that ended the refresh;
+        /// this request performs its effects (the event, the logout plugin).
+        case flight(FlightResult, logout: DecidedLogout?)
+        /// A dispatch slot is its own now.
+        case dispatched
+
+        /// Whether both are the same kind of wake (a flight's result aside).
+        func sameKind(as other: Wake) -> Bool {
+            switch (self, other) {
+            case (.timer, .timer), (.dispatched, .dispatched), (.flight, .flight): return true
+            default: return false
+            }
+        }
     }
 
     /// A logout decided for a request (see ``Slot/decidedLogout``), boxed: every slot carries the
@@ -185,42 +289,54 @@ struct EngineState {
         return body(&slots.values[index])
     }
 
-    /// Registers request `id` as waiting for the refresh in flight.
-    mutating func join(insideLock id: UInt64, route: RefreshRoute?) {
-        guard let current = flight?.id else { return }
+    /// Registers request `id` as waiting for the refresh in flight (`held`: before it goes out,
+    /// under `hold-new-requests`), with a timer at its deadline. Returns the timer to arm.
+    mutating func join(insideLock id: UInt64, route: RefreshRoute?, held: Bool = false) -> Actions {
+        guard let current = flight?.id else { return [] }
         flight?.waiters.append(id)
+        var actions: Actions = []
         modifySlot(id) { slot in
-            slot.awaitedFlight = current
-            slot.phase = .awaitingRefresh
-            slot.refreshRoute = route
+            var wait = RefreshWait(flight: current, route: route)
+            if let deadline = slot.deadline, slot.endReason == nil {
+                wait.timer = slot.nextTimer()
+                actions.append(.arm(at: deadline, token: wait.timer))
+            }
+            slot.phase = held ? .held(wait) : .awaitingRefresh(wait)
         }
+        return actions
     }
 
-    /// Wakes the requests waiting for `flight` (its result set) and lets queued requests out.
-    /// Returns the continuations to resume after unlocking.
+    /// Wakes the requests waiting for `flight` with `result` and lets queued requests out; the
+    /// continuations to resume are appended to `actions`. `logout`: the waiter whose edge the
+    /// refresh's failure took into a logout, and that logout (see
+    /// ``logOutForFailedRefresh(insideLock:_:answerLogsOut:now:date:)``).
     ///
     /// In request order, so a simulation's output is the same every run. A waiter that has been
     /// on the wire before gets a dispatch slot now when one is free, ahead of the requests still
     /// waiting for their first attempt; then the queues move, signed with the new token.
-    mutating func endWaits(insideLock flight: Flight, _ result: FlightResult) -> [UnsafeContinuation<Void, Never>] {
-        var woken: [UnsafeContinuation<Void, Never>] = []
+    mutating func endWaits(
+        insideLock flight: Flight, _ result: FlightResult, logout: (UInt64, DecidedLogout)? = nil,
+        into actions: inout Actions
+    ) {
         for id in live(flight) {
             let sent = modifySlot(id) { slot -> Bool in
-                slot.awaitedFlight = nil
-                slot.wake = .flight(result)
-                if let parked = slot.parked.take() { woken.append(parked) }
+                let decided = logout.flatMap { $0.0 == id ? $0.1 : nil }
+                slot.phase = .woken(.flight(result, logout: decided), timer: slot.phase.timer)
+                if let parked = slot.parked.take() { actions.append(.resume(parked)) }
                 return slot.sent && slot.host != nil
             }
             if sent == true { reserveDispatchSlot(insideLock: id) }
         }
-        promoteAll(insideLock: &woken)
-        return woken
+        promoteAll(insideLock: &actions)
     }
 
     /// Gives request `id` its slot, once.
-    mutating func register(_ id: UInt64, host: String?, dispatchLimit: Int, holdsNewRequests: Bool) {
+    mutating func register(
+        _ id: UInt64, host: String?, dispatchLimit: Int, holdsNewRequests: Bool, deadline: Duration? = nil
+    ) {
         guard slots[id] == nil else { return }
-        slots[id] = Slot(host: host, dispatchLimit: dispatchLimit, holdsNewRequests: holdsNewRequests)
+        slots[id] = Slot(
+            host: host, dispatchLimit: dispatchLimit, holdsNewRequests: holdsNewRequests, deadline: deadline)
     }
 
     /// The request numbers in flight, oldest first.

@@ -91,19 +91,21 @@ extension PolicyEngine {
     /// waiting for this engine's refresh retry with them at once.
     func adopt(_ session: SharedSession) {
         let now = clock.now
-        let adopted = state.withLock { state -> (PolicyRuntime, [UnsafeContinuation<Void, Never>])? in
+        let adopted = state.withLock { state -> (PolicyRuntime, Actions)? in
             switch state.adopt(session, now: now) {
             case .ignored, .numbered: return nil
             case .adopted(let answered):
                 // The waiters are re-sent with the fleet's credentials: not one of their refreshes
                 // (issue 19, invariant d; a pair kept through an outage and published late may
                 // be refused at once, which must lead to a refresh, not to on-exhausted).
-                return (state.runtime, answered.map { state.endWaits(insideLock: $0, .adopted) } ?? [])
+                var woken: Actions = []
+                if let answered { state.endWaits(insideLock: answered, .adopted, into: &woken) }
+                return (state.runtime, woken)
             }
         }
         guard let (runtime, woken) = adopted else { return }
         saveCredentials(runtime)
-        for continuation in woken { continuation.resume() }
+        perform(woken, for: nil)
     }
 
     /// The coordinator stored this engine's sign-in as `session`: its generation is the one to

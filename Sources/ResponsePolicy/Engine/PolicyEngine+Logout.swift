@@ -63,11 +63,11 @@ extension PolicyEngine {
     ) {
         let now = clock.now
         var untilDate = until ?? clock.date.addingTimeInterval(cooldown.seconds)
-        let taken = state.withLock { state -> (effects: Effects, credentials: Credentials?)? in
+        let taken = state.withLock { state -> (actions: Actions, credentials: Credentials?)? in
             if started {
                 // The cooldown the refresh's end started: publish that one.
                 if let started = state.loggedOutUntilDate { untilDate = started }
-                return (Effects(), state.credentials)
+                return ([], state.credentials)
             }
             // A later end from elsewhere extends the cooldown; anything else is the same logout.
             guard
@@ -88,8 +88,7 @@ extension PolicyEngine {
             event.reason = reason.eventText
             return event
         }
-        for continuation in taken.effects.resume { continuation.resume() }
-        for attempt in taken.effects.cancel { attempt.cancel() }
+        perform(taken.actions, for: nil)
         let coordinator = coordinatorIsLocal || !publish ? nil : coordinator
         guard plugin != nil || coordinator != nil else { return }
         let context = LogoutContext(

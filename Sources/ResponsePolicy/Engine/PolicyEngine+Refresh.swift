@@ -30,6 +30,7 @@ extension PolicyEngine {
         }
         let now = clock.now
         let context = machine.context
+        var joined: Actions = []
         let decision: Decision = state.withLock { state in
             let id = context.number
             if state.slots[id]?.endReason != nil { return .cancelled }
@@ -41,13 +42,15 @@ extension PolicyEngine {
             case .limited(let failure): return .fail(failure, start: "limit")
             case .remembered(let failure): return .fail(failure, start: "remembered")
             case .join:
-                state.join(insideLock: id, route: route)
+                joined = state.join(insideLock: id, route: route)
                 return .wait
             case .start(let flight, let credentials):
-                state.join(insideLock: id, route: route)
+                joined = state.join(insideLock: id, route: route)
                 return .start(flight, credentials: credentials)
             }
         }
+        // Its deadline's timer, armed with the wait.
+        perform(joined, for: machine)
         switch decision {
         case .retryNow: return .ok
         case .loggedOut: return .loggedOut
@@ -110,21 +113,12 @@ extension PolicyEngine {
             if case .failure(let failure) = outcome, failure.isDefinitive, let response = failure.response {
                 logsOut = judge(response) == .logout
             }
-            let (ended, waiters, logout) = self.state.withLock { state in
-                let ended = state.refreshEnded(
-                    flight, outcome: outcome, shared: shared, now: now, coordinationTrouble: trouble, adopted: adopted)
-                if ended.saved, let fresh = try? outcome.get(), state.credentials == fresh {
-                    state.credentialsBox = CredentialsBox(fresh, lifetime: lifetime)
-                }
-                // A definitive failure that logs a waiter out does so here, before any waiter is
-                // woken, so none is released and sent in between.
-                var logout: Effects?
-                if let waiting = ended.waiting, case .failed(let failure) = ended.result, failure.isDefinitive {
-                    logout =
-                        state.logOutForFailedRefresh(
-                            insideLock: waiting, failure, answerLogsOut: logsOut, now: now, date: date)?.effects
-                }
-                return (ended, ended.waiting.map { state.endWaits(insideLock: $0, ended.result) } ?? [], logout)
+            // One transition: the session takes the result, a failure's logout starts, and only
+            // then are the waiters woken (see `EngineState.refreshEnded(insideLock:…)`).
+            let (ended, _, actions) = self.state.withLock { state in
+                state.refreshEnded(
+                    insideLock: flight, outcome: outcome, shared: shared, lifetime: lifetime, answerLogsOut: logsOut,
+                    coordinationTrouble: trouble, adopted: adopted, now: now, date: date)
             }
             let (refreshed, discarded, keptAfterLogout) = (ended.saved, ended.discarded, ended.keptAfterLogout)
             if refreshed { self.saveCredentials(context.runtime) }
@@ -144,11 +138,7 @@ extension PolicyEngine {
                 end.status = failure.response?.status
             }
             self.emit(end, context.runtime)
-            for waiter in waiters { waiter.resume() }
-            if let logout {
-                for continuation in logout.resume { continuation.resume() }
-                for attempt in logout.cancel { attempt.cancel() }
-            }
+            self.perform(actions, for: nil)
         }
     }
 

@@ -19,10 +19,12 @@ extension PolicyEngine {
             case .finish:
                 return
             case .send:
+                // (The attempt's end read the clock: see `endAttempt`.)
                 await attempt(machine)
                 step = machine.afterAttempt()
             case .park:
                 await park(machine)
+                (machine.now, machine.date) = (clock.now, clock.date)
                 step = machine.afterPark()
             }
         }
@@ -38,7 +40,9 @@ extension PolicyEngine {
         // The frame holds only the machine and the cancellation: the request, the timer and the
         // result stay in the machine, and the synchronous parts run in their own calls.
         guard let cancellation = beginAttempt(machine) else {
-            machine.attemptOutcome = .cancelled
+            // Cancelled before it left (ended since the gate, or its deadline had come): its
+            // transition says which.
+            endAttempt(machine, .cancelled)
             return
         }
         guard attemptsInline else { return await attemptInTask(machine, cancellation) }
@@ -65,16 +69,11 @@ extension PolicyEngine {
         endAttempt(machine, result)
     }
 
-    /// Registers the attempt and arms its timeout; `nil` when the request was already ended.
+    /// The attempt the gate began (see ``EngineState/gate(insideLock:_:now:date:)``); `nil` when
+    /// it was already cancelled (the request was ended since, or its deadline had come).
     @inline(never)
     func beginAttempt(_ machine: RequestMachine) -> AttemptCancellation? {
-        let cancellation = AttemptCancellation()
-        let timeoutAt = machine.pendingTimeoutAt
-        let token = timeoutAt == nil ? 0 : machine.nextTimerToken()
-        let id = machine.context.number
-        let started = state.withLock { $0.attemptBegan(insideLock: id, cancellation: cancellation, token: token) }
-        guard started else { return nil }
-        if let timeoutAt { timers.schedule(machine.timer, at: timeoutAt, token: token) }
+        guard let cancellation = machine.pendingAttempt.take(), !cancellation.isCancelled else { return nil }
         if machine.host != nil, options.taskExecutor == nil {
             // Under a dispatch limit, the few requests on the wire decide for all the others (a
             // refresh trigger, a slot to free): when its answer comes, this task must not wait in
@@ -90,15 +89,38 @@ extension PolicyEngine {
     /// Disarms the attempt and stores what came of it.
     @inline(never)
     func endAttempt(_ machine: RequestMachine, _ result: AttemptResult) {
-        if machine.pendingTimeoutAt != nil { timers.cancel(machine.timer) }
         var arrived = false
-        if case .response = result { arrived = true }
+        var gotError = false
+        switch result {
+        case .response: arrived = true
+        case .error: gotError = true
+        case .cancelled: break
+        }
         // An inline attempt learns of its caller's cancellation as task cancellation.
         let callerCancelled = attemptsInline && Task.isCancelled
-        let disposition = state.withLock {
-            $0.attemptEnded(
-                insideLock: machine.context.number, responseArrived: arrived, callerCancelled: callerCancelled)
+        // The event's time, read once.
+        (machine.now, machine.date) = (clock.now, clock.date)
+        // The rule the result matches: a lookup in the compiled flow, made before the lock (the
+        // body's code scan stays outside it). The transition decides what it leads to.
+        let classified = classify(result, machine)
+        let (now, id, scope) = (machine.now, machine.context.number, machine.scope)
+        // What a retry decision needs, only when a retry rule matched (most attempts need none).
+        var ask: EngineState.RetryAsk?
+        if let rule = classified.rule, scope.compiled[rule].action == .retry {
+            var response: HTTPResponse?
+            if case .response(let arrived) = result { response = arrived }
+            ask = EngineState.RetryAsk(
+                retries: machine.retries, response: response, date: machine.date, random: options.random)
         }
+        let (disposition, finished, verdict, actions) = state.withLock {
+            $0.attemptEnded(
+                insideLock: id, responseArrived: arrived, gotError: gotError, callerCancelled: callerCancelled,
+                scope: scope, classified, retry: ask, now: now)
+        }
+        perform(actions, for: machine)
+        machine.slotFinished = finished
+        machine.retryVerdict = verdict
+        machine.classified = classified
         // Ended from outside (logout, the caller) wins over a timeout at the same instant; a
         // response that arrived before a logout reached it is still handled (see
         // ``EngineState/AttemptDisposition``). A cancelled attempt leaves the last response or
@@ -131,6 +153,30 @@ extension PolicyEngine {
         }
     }
 
+    /// The rule an attempt's result matches in the request's scope (see ``EngineState/Classified``).
+    @inline(never)
+    func classify(_ result: AttemptResult, _ machine: RequestMachine) -> EngineState.Classified {
+        var classified = EngineState.Classified()
+        let (scope, method, path) = (machine.scope, machine.method, machine.path)
+        switch result {
+        case .response(let response):
+            let code = machine.runtime.code(
+                of: response, scopeIndex: machine.scopeIndex, scanLimit: options.bodyScanLimit)
+            classified.code = code
+            classified.rule = scope.classifier.match(
+                status: response.status, code: code, headers: response.headers, method: method, path: path)
+        case .error(let error):
+            classified.rule = scope.classifier.match(error: error.errorClass, method: method, path: path)
+        case .cancelled:
+            // It may have timed out (the transition knows).
+            classified.rule = scope.classifier.match(error: .timeout, method: method, path: path)
+        }
+        if let rule = classified.rule, scope.compiled[rule].action == .retry {
+            classified.retryable = machine.isRetryable(scope.compiled[rule].retry)
+        }
+        return classified
+    }
+
     /// Suspends the request until whatever it waits for (its backoff timer, the refresh in
     /// flight) or `end` wakes it; returns at once when that already happened.
     @inline(never)  // a frame of its own, held only while this is awaited
@@ -143,10 +189,10 @@ extension PolicyEngine {
                 // A request that waits gives its dispatch slot to the next one, in the same
                 // critical section. (Done here, in a synchronous closure, rather than in the
                 // driver: a call there grew every waiting request's async frame by 1 KB.)
-                var woken: [UnsafeContinuation<Void, Never>] = []
+                var woken: Actions = []
                 let now = state.withLock { $0.parking(insideLock: id, continuation, into: &woken) }
                 if now { continuation.resume() }
-                for other in woken { other.resume() }
+                perform(woken, for: nil)
             }
         } onCancel: {
             end(id, .cancelled)
@@ -155,9 +201,23 @@ extension PolicyEngine {
 
     /// A request's timer fired (see ``EngineState/timerFired(insideLock:token:)``).
     func timerFired(_ id: UInt64, token: UInt64) {
-        let effects = state.withLock { $0.timerFired(insideLock: id, token: token) }
-        for attempt in effects.cancel { attempt.cancel() }
-        for parked in effects.resume { parked.resume() }
+        perform(state.withLock { $0.timerFired(insideLock: id, token: token) }, for: nil)
+    }
+
+    /// Performs what a transition decided, in order, after unlocking. `machine`: the request the
+    /// event was about, whose timer `arm` and `disarm` mean (`nil`: the list has none).
+    @inline(__always)
+    func perform(_ actions: Actions, for machine: RequestMachine?) {
+        for action in actions {
+            switch action {
+            case .resume(let continuation): continuation.resume()
+            case .cancel(let attempt): attempt.cancel()
+            case .arm(let deadline, let token):
+                if let machine { timers.schedule(machine.timer, at: deadline, token: token) }
+            case .disarm:
+                if let machine { timers.cancel(machine.timer) }
+            }
+        }
     }
 
     /// A plain transport's call in a task of its own. The attempt ends as soon as it is

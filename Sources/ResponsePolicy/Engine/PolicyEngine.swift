@@ -402,9 +402,12 @@ public final class PolicyEngine: Sendable {
     @inline(never)  // its temporaries stay out of `send`'s async frame
     private func outcome(of machine: RequestMachine) throws(PolicyEngineError) -> HTTPResponse {
         let id = machine.context.number
-        var woken: [UnsafeContinuation<Void, Never>] = []
-        state.withLock { $0.finished(insideLock: id, into: &woken) }
-        for continuation in woken { continuation.resume() }
+        // Removed already when the attempt's end decided the outcome.
+        if !machine.slotFinished {
+            var woken: Actions = []
+            state.withLock { $0.finished(insideLock: id, into: &woken) }
+            perform(woken, for: nil)
+        }
         return try machine.result.get()
     }
 
@@ -439,14 +442,12 @@ public final class PolicyEngine: Sendable {
             }
             throw .cancelled
         }
-        return RequestMachine(engine: self, original: request, context: context)
+        return RequestMachine(engine: self, original: request, context: context, date: clock.date)
     }
 
     /// Ends a request from outside its loop: marks why, cancels its attempt, ends its park.
     func end(_ id: UInt64, _ reason: EngineState.EndReason) {
-        let effects = state.withLock { $0.end(insideLock: id, reason) }
-        for attempt in effects.cancel { attempt.cancel() }
-        for parked in effects.resume { parked.resume() }
+        perform(state.withLock { $0.end(insideLock: id, reason) }, for: nil)
     }
 
     /// Requests still registered or waiting on a refresh: zero once every `send` has returned.

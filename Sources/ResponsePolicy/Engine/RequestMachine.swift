@@ -33,20 +33,7 @@ final class RequestMachine {
         case backoff, refresh(proactive: Bool), dispatch
     }
 
-    /// Why a park ended, set by whoever ends it.
-    enum Wake {
-        case timer, flight(EngineState.FlightResult), dispatched
-
-        /// Whether both are the same kind of wake (a flight's result aside).
-        func sameKind(as other: Wake) -> Bool {
-            switch (self, other) {
-            case (.timer, .timer), (.dispatched, .dispatched), (.flight, .flight): return true
-            default: return false
-            }
-        }
-    }
-
-    enum Phase { case running, onWire, backoff, awaitingRefresh, queued }
+    typealias Wake = EngineState.Wake
 
     enum AttemptOutcome { case response, error, timedOut, cancelled }
 
@@ -74,13 +61,13 @@ final class RequestMachine {
     /// and when it times out. (Not an optional: unwrapping one for the transport call cost the
     /// attempt's async frame 208 bytes.)
     var pendingRequest: HTTPRequest
-    var pendingTimeoutAt: Duration?
+    /// What the attempt about to go out is cancelled by (made for the gate, which begins it).
+    var pendingAttempt: AttemptCancellation?
     /// What the last attempt came to; its response or error is in `lastResponse` or `failure`.
     var attemptOutcome = AttemptOutcome.cancelled
     var waitingFor = Parked.backoff
     /// The rule whose refresh is awaited (`nil`: the scope's settings), for its failure edges.
     var refreshRule: Int?
-    var timerTokens: UInt64 = 0
 
     var attempt = 0
     var retries = 0
@@ -135,16 +122,26 @@ final class RequestMachine {
     /// at most one refresh before it goes out (the bound ``WorstCase`` states).
     var preSendWaited = false
     /// The logout its awaited refresh's failure led to, started by the refresh's end (see
-    /// ``EngineState/Slot/decidedLogout``): this request performs its effects.
+    /// ``EngineState/Wake/flight(_:logout:)``): this request performs its effects.
     var decidedLogout: EngineState.DecidedLogout?
 
-    /// A deadline timer is armed for the wait in progress (see ``parkUntilDeadline()``).
-    var deadlineArmed = false
     /// Its slot exists in the engine's state.
     var registered = false
+    /// Its slot was removed by the transition that decided its outcome (``EngineState/attemptEnded(insideLock:responseArrived:gotError:callerCancelled:scope:_:now:)``).
+    var slotFinished = false
+    /// The rule the last attempt's result matched, and its business code.
+    var classified = EngineState.Classified()
+    /// What the attempt's end decided for a `retry` rule.
+    var retryVerdict: EngineState.RetryVerdict?
+
+    /// The time of the event the machine is handling (its start, an attempt's end, a park's
+    /// end), on the engine's clock and on the wall clock: read once per event by the driver
+    /// (``PolicyEngine/drive(_:)``), never by the machine.
+    var now: Duration
+    var date: Date
 
     @inline(never)
-    init(engine: PolicyEngine, original: HTTPRequest, context: RequestContext) {
+    init(engine: PolicyEngine, original: HTTPRequest, context: RequestContext, date: Date) {
         self.engine = engine
         self.context = context
         let graph = context.runtime.policy.graph
@@ -160,6 +157,8 @@ final class RequestMachine {
         self.request = request
         pendingRequest = request
         deadline = scope.deadline.map { context.start + $0 }
+        now = context.start
+        self.date = date
         if let limit = context.runtime.policy.dispatch.maxInFlightPerHost.resolved(
             connectionsPerHost: engine.transportConnectionsPerHost)
         {
@@ -179,12 +178,6 @@ final class RequestMachine {
     /// request has at most one armed at a time.
     lazy var timer = RequestTimer(engine: engine, id: context.number)
 
-    /// A token for the next timer this request arms.
-    func nextTimerToken() -> UInt64 {
-        timerTokens &+= 1
-        return timerTokens
-    }
-
     // MARK: - Outcomes
 
     @inline(never)
@@ -195,7 +188,7 @@ final class RequestMachine {
     }
 
     func outcomeEvent(_ result: Result<HTTPResponse, PolicyEngineError>) -> PolicyEvent {
-        var event = PolicyEvent(.outcome, time: engine.clock.now, context: context)
+        var event = PolicyEvent(.outcome, time: now, context: context)
         event.edge = lastEdge?.id
         switch result {
         case .success(let response):
@@ -232,7 +225,7 @@ final class RequestMachine {
     @inline(never)
     func cancelledByLogout() -> Step {
         engine.emit(runtime) {
-            var event = PolicyEvent(.cancel, time: engine.clock.now, context: context)
+            var event = PolicyEvent(.cancel, time: now, context: context)
             event.reason = "logout"
             return event
         }
@@ -245,7 +238,7 @@ final class RequestMachine {
         let reason = engine.state.withLock { $0.slots[context.number]?.endReason }
         if reason == .loggedOut { return cancelledByLogout() }
         engine.emit(runtime) {
-            var event = PolicyEvent(.cancel, time: engine.clock.now, context: context)
+            var event = PolicyEvent(.cancel, time: now, context: context)
             event.reason = "the caller cancelled the request"
             return event
         }
@@ -266,7 +259,7 @@ final class RequestMachine {
         edge: @autoclosure () -> RuleGraph.Edge? = nil
     ) {
         engine.emit(runtime) {
-            var event = PolicyEvent(.response, time: engine.clock.now, context: context)
+            var event = PolicyEvent(.response, time: now, context: context)
             event.attempt = attempt
             event.status = lastResponse?.status
             event.code = lastCode
@@ -284,32 +277,43 @@ final class RequestMachine {
     /// Checks the request may go on, refreshes ahead of expiry, then signs and sends.
     @inline(never)
     /// `gated`: the gate already passed under the lock that ended a park (a backoff's timer, a
-    /// dispatch slot), at `gatedAt`: one lock for waking and going on.
-    func top(gated: Gated? = nil, at gatedAt: Duration? = nil) -> Step {
+    /// dispatch slot): one lock for waking and going on.
+    func top(gated given: Gated? = nil) -> Step {
         let first = !registered
-        // The first turn runs right after `admit`, which read the clock. Every later one (after a
-        // dispatch queue, a refresh, a backoff) reads it again: the attempt timeout runs from the
-        // moment the attempt leaves the engine, and a wait is bounded by the deadline alone.
-        let now = gatedAt ?? (first ? context.start : engine.clock.now)
-        let cancelled = Task.isCancelled
+        // `now` is the time of the event that led here: the first turn runs at the request's
+        // start, a later one (after a dispatch queue, a refresh, a backoff) when its park ended:
+        // the attempt timeout runs from the moment the attempt leaves the engine.
         let hold = scope.refresh.holdNewRequests
         let id = context.number
         registered = true
-        let mayHold = !preSendWaited
-        let beforeSending = EngineState.RefreshRoute(scope: scope, rule: nil)
-        let date = engine.clock.date
-        let (gate, box, generation) =
-            gated
-            ?? engine.state.withLock { state in
+        let deadline = deadline
+        let gated: Gated
+        if let given {
+            gated = given
+        } else {
+            let departure = self.departure()
+            let (now, date) = (now, date)
+            gated = engine.state.withLock { state in
                 if first {
-                    state.register(id, host: host, dispatchLimit: dispatchLimit, holdsNewRequests: hold)
+                    state.register(
+                        id, host: host, dispatchLimit: dispatchLimit, holdsNewRequests: hold, deadline: deadline)
                 }
-                return state.gate(
-                    insideLock: id, cancelled: cancelled, mayHold: mayHold, beforeSending: beforeSending, now: now,
-                    date: date)
+                return state.gate(insideLock: id, departure, now: now, date: date)
             }
-        switch gate {
-        case .go: break
+        }
+        let (box, generation) = (gated.credentials, gated.generation)
+        switch gated.gate {
+        case .go:
+            // Its attempt began in the gate's transition, its timeout armed.
+            engine.perform(gated.actions, for: self)
+        case .refreshFirst:
+            // No credentials and a plugin that can sign in (client_credentials, a login): the
+            // first token before the request goes out, rather than sending it unsigned. Or the
+            // token expires within `ahead`: a fresh one first.
+            signingIn = gated.signingIn
+            waitingFor = .refresh(proactive: true)
+            refreshRule = nil
+            return awaitRefresh(failedGeneration: generation, proactive: true)
         case .ended: return ended()
         case .loggedOut: return cancelledByLogout()
         case .held:
@@ -324,7 +328,9 @@ final class RequestMachine {
             }
             waitingFor = .refresh(proactive: true)
             refreshRule = nil
-            return parkUntilDeadline()
+            preSendWaited = true
+            engine.perform(gated.actions, for: self)
+            return .park
         case .queued:
             waitingFor = .dispatch
             let next = self.attempt + 1
@@ -333,25 +339,11 @@ final class RequestMachine {
                 event.attempt = next
                 return event
             }
-            return parkUntilDeadline()
+            engine.perform(gated.actions, for: self)
+            return .park
         }
         let credentials = box?.credentials
-        // With no credentials, a plugin that can sign in (client_credentials, a login) gets the
-        // first token before the request goes out, rather than sending it unsigned.
-        signingIn = credentials == nil && !skipProactive && plugins.signsIn
-        if signingIn {
-            waitingFor = .refresh(proactive: true)
-            refreshRule = nil
-            return awaitRefresh(failedGeneration: generation, proactive: true)
-        }
-        if !skipProactive, proactiveFailure?.generation != generation, plugins.refresh != nil,
-            let ahead = box?.effectiveAhead(scope.refreshAhead), let expiry = credentials?.expiresAt,
-            expiry.timeIntervalSince(engine.clock.date) < ahead
-        {
-            waitingFor = .refresh(proactive: true)
-            refreshRule = nil
-            return awaitRefresh(failedGeneration: generation, proactive: true)
-        }
+        signingIn = false
         skipProactive = false
         // Signed in place: the pending request is the one copy of the caller's request per attempt.
         var signed = request
@@ -362,40 +354,35 @@ final class RequestMachine {
         attempt += 1
         let attempt = attempt
         engine.emit(runtime) {
-            var event = PolicyEvent(.send, time: engine.clock.now, context: context)
+            var event = PolicyEvent(.send, time: now, context: context)
             event.attempt = attempt
             return event
         }
-        // The attempt timeout, and never past the deadline.
-        var timeoutAt = scope.attemptTimeout.map { now + $0 }
-        if let deadline {
-            let limit = max(now, deadline)
-            timeoutAt = min(timeoutAt ?? limit, limit)
-        }
-        pendingTimeoutAt = timeoutAt
         return .send
     }
 
-    /// Parks for a refresh or a dispatch slot, with a timer at the request's deadline: no
-    /// request waits past it (a backoff that would end past it is never started).
-    func parkUntilDeadline() -> Step {
-        if case .refresh(proactive: true) = waitingFor { preSendWaited = true }
-        guard let deadline else { return .park }
-        let token = nextTimerToken()
-        let id = context.number
-        let armed = engine.state.withLock { $0.deadlineArmed(insideLock: id, token: token) }
-        if armed {
-            deadlineArmed = true
-            engine.timers.schedule(timer, at: deadline, token: token)
-        }
-        return .park
+    /// What the gate needs of this request (see ``EngineState/Departure``), with a new
+    /// attempt's cancellation, kept for the attempt when it goes.
+    func departure() -> EngineState.Departure {
+        var departure = EngineState.Departure()
+        departure.cancelled = Task.isCancelled
+        departure.mayHold = !preSendWaited
+        departure.beforeSending = EngineState.RefreshRoute(scope: scope, rule: nil)
+        departure.mayRefreshFirst = !skipProactive
+        departure.signsIn = plugins.signsIn
+        departure.refreshes = plugins.refresh != nil
+        departure.ahead = scope.refreshAhead
+        departure.failedAheadGeneration = proactiveFailure?.generation
+        departure.attemptTimeout = scope.attemptTimeout
+        pendingAttempt = departure.attempt
+        return departure
     }
 
     /// The deadline passed while the request waited for a refresh or a dispatch slot.
     @inline(never)
     func waitedPastDeadline() -> Step {
         engine.emit(runtime) {
-            var event = PolicyEvent(.cancel, time: engine.clock.now, context: context)
+            var event = PolicyEvent(.cancel, time: now, context: context)
             event.reason = "deadline"
             return event
         }
@@ -414,10 +401,10 @@ final class RequestMachine {
         case .cancelled:
             return ended()
         case .response:
-            guard let response = lastResponse else { return ended() }
-            lastCode = runtime.code(of: response, scopeIndex: scopeIndex, scanLimit: engine.options.bodyScanLimit)
-            ruleIndex = scope.classifier.match(
-                status: response.status, code: lastCode, headers: response.headers, method: method, path: path)
+            guard lastResponse != nil else { return ended() }
+            // Classified by the shell before the attempt's end (see `PolicyEngine.classify`).
+            lastCode = classified.code
+            ruleIndex = classified.rule
             if ruleIndex.map({ scope.rules[$0].action != .refresh && scope.rules[$0].action != .logout }) ?? true {
                 // The server accepted this token: a later refresh of it is a healthy rotation.
                 engine.noteAccepted(signedGeneration)
@@ -425,7 +412,7 @@ final class RequestMachine {
         case .timedOut, .error:
             lastCode = nil
             if outcome == .timedOut {
-                if let deadline, engine.clock.now >= deadline {
+                if let deadline, now >= deadline {
                     failure = TransportError(.timeout, "deadline")
                     emitResponse(rule: nil, reason: "deadline", edge: scope.attemptDeadline)
                     return finish(.failure(.deadlineExceeded))
@@ -433,8 +420,8 @@ final class RequestMachine {
                 failure = TransportError(
                     .timeout, "no response within \(scope.attemptTimeout?.policyText ?? "the attempt timeout")")
             }
-            let errorClass = failure?.errorClass ?? .connection
-            ruleIndex = scope.classifier.match(error: errorClass, method: method, path: path)
+            // The rule its error class (or `timeout`) matches.
+            ruleIndex = classified.rule
         }
         guard let ruleIndex else {
             if let failure {
@@ -546,7 +533,11 @@ final class RequestMachine {
         guard
             let result = engine.decideRefresh(
                 self, failedGeneration: failedGeneration, settings: refreshSettings, proactive: proactive, route: route)
-        else { return parkUntilDeadline() }
+        else {
+            // Parked until the refresh ends, its deadline's timer armed with the wait.
+            if proactive { preSendWaited = true }
+            return .park
+        }
         return afterRefresh(result, proactive: proactive)
     }
 
@@ -554,7 +545,7 @@ final class RequestMachine {
     func tokenUsable() -> Bool {
         let credentials = engine.state.withLock { $0.credentials }
         guard let credentials else { return false }
-        return credentials.expiresAt.map { $0 > engine.clock.date } ?? true
+        return credentials.expiresAt.map { $0 > date } ?? true
     }
 
     func afterRefresh(_ result: EngineState.FlightResult, proactive: Bool) -> Step {
@@ -574,7 +565,7 @@ final class RequestMachine {
             // Coordination trouble: the request fails with the reason (or, ahead of expiry, goes
             // out with the token it has); no failure edge is taken, so nobody is logged out.
             if proactive, !signingIn, let credentials = engine.state.withLock({ $0.credentials }),
-                credentials.expiresAt.map({ $0 > engine.clock.date }) ?? true
+                credentials.expiresAt.map({ $0 > date }) ?? true
             {
                 skipProactive = true
                 return top()
@@ -603,7 +594,7 @@ final class RequestMachine {
             case .cancelled: return ended()
             case .failed(let refreshFailure):
                 let (credentials, generation) = engine.state.withLock { ($0.credentials, $0.generation) }
-                if signingIn || credentials == nil || credentials?.expiresAt.map({ $0 <= engine.clock.date }) == true {
+                if signingIn || credentials == nil || credentials?.expiresAt.map({ $0 <= date }) == true {
                     // No token, or an expired one (signing in, or held for a refresh that failed):
                     // sending would only fetch a refresh trigger. The failure edges decide.
                     signingIn = false
@@ -658,57 +649,39 @@ final class RequestMachine {
         }
     }
 
+    /// A `retry` rule matched: what the attempt's end decided (``EngineState/RetryVerdict``).
     func retryTrigger(_ flow: RuleGraph.CompiledRule) -> Step {
-        let settings = flow.retry
-        // The order of the checks is the order of the edges' precedence: retries left, then a
-        // request that may not be sent again, then the budget, then the deadline.
-        guard retries < settings.maxRetries, let again = flow.again, isRetryable(settings) else {
-            let edge = retries < settings.maxRetries ? flow.notRetryable ?? flow.onExhausted : flow.onExhausted
+        let verdict = retryVerdict
+        retryVerdict = nil
+        switch verdict {
+        case .notRetried(let edge)?:
             guard let edge else {
                 return finish(.failure(.retriesExhausted(lastResponse: lastResponse, lastError: failure)))
             }
             return follow(edge, of: flow, failing: .retriesExhausted(lastResponse: lastResponse, lastError: failure))
-        }
-        let now = engine.clock.now
-        let delay = RetryTiming.delay(
-            forRetry: retries + 1, settings: settings, response: lastResponse, now: engine.clock.date,
-            random: engine.options.random)
-        // One transition takes the budget, refuses a wait past the deadline and starts the
-        // backoff: one lock for the decision.
-        let token = nextTimerToken()
-        let budget = flow.budget == nil ? nil : settings.budget
-        let waitDeadline = flow.deadline == nil ? nil : deadline
-        let id = context.number
-        let start = engine.state.withLock { state in
-            state.startBackoff(
-                insideLock: id, budget: budget, until: now + delay, deadline: waitDeadline, token: token, now: now)
-        }
-        switch start {
-        case .refused:
+        case .refused?:
             guard let refused = flow.budget else { return ended() }
             return follow(refused, of: flow, failing: .retriesExhausted(lastResponse: lastResponse, lastError: failure))
-        case .pastDeadline:
+        case .pastDeadline?:
             // A wait that would end past the deadline is not started.
             guard let edge = flow.deadline else { return ended() }
             return follow(edge, of: flow, failing: .deadlineExceeded)
-        case .ended:
-            emitResponse(rule: flow.rule, edge: again)
+        case .started(let delay)?:
+            // In its backoff, its timer armed by the attempt's end.
+            emitResponse(rule: flow.rule, edge: flow.again)
+            retries += 1
+            let (attempt, now) = (attempt, now)
+            engine.emit(runtime) {
+                var event = PolicyEvent(.wait, time: now, context: context)
+                event.delay = delay
+                event.attempt = attempt
+                return event
+            }
+            waitingFor = .backoff
+            return .park
+        case nil:
             return ended()
-        case .started:
-            break
         }
-        emitResponse(rule: flow.rule, edge: again)
-        retries += 1
-        let attempt = attempt
-        engine.emit(runtime) {
-            var event = PolicyEvent(.wait, time: now, context: context)
-            event.delay = delay
-            event.attempt = attempt
-            return event
-        }
-        waitingFor = .backoff
-        engine.timers.schedule(timer, at: now + delay, token: token)
-        return .park
     }
 
     /// Whether this request may be sent again under a rule's effective retry settings: its
@@ -730,7 +703,7 @@ final class RequestMachine {
 
     // MARK: - After a park
 
-    typealias Gated = (EngineState.Gate, CredentialsBox?, UInt64)
+    typealias Gated = EngineState.GateResult
 
     /// The park ended: the backoff's timer, the refresh's end, or the request was ended.
     @inline(never)
@@ -743,47 +716,44 @@ final class RequestMachine {
         case .dispatch: goesOn = .dispatched
         case .refresh: goesOn = nil
         }
-        let now = engine.clock.now
-        let date = engine.clock.date
-        let cancelled = Task.isCancelled
-        let (mayHold, beforeSending) = (!preSendWaited, EngineState.RefreshRoute(scope: scope, rule: nil))
+        let departure = goesOn == nil ? nil : self.departure()
+        let (now, date) = (now, date)
         let id = context.number
-        let (woken, endedOutside, decided, gated) = engine.state.withLock {
-            state -> (Wake?, Bool, EngineState.DecidedLogout?, Gated?) in
-            let (woken, endedOutside, decided) = state.woke(insideLock: id)
+        let (woken, endedOutside, disarm, gated) = engine.state.withLock {
+            state -> (Wake?, Bool, Actions, Gated?) in
+            let (woken, endedOutside, disarm) = state.woke(insideLock: id)
             var gated: Gated?
             if !endedOutside, let goesOn, let woken, woken.sameKind(as: goesOn) {
-                gated = state.gate(
-                    insideLock: id, cancelled: cancelled, mayHold: mayHold, beforeSending: beforeSending, now: now,
-                    date: date)
+                if let departure { gated = state.gate(insideLock: id, departure, now: now, date: date) }
             }
-            return (woken, endedOutside, decided, gated)
+            return (woken, endedOutside, disarm, gated)
         }
+        // Woken some other way than by its timer: the timer leaves the heap here, in the task that
+        // scheduled it, so no ordering of the two can leave it behind.
+        engine.perform(disarm, for: self)
+        var decided: EngineState.DecidedLogout?
+        if case .flight(_, let logout)? = woken { decided = logout }
         decidedLogout = decided
-        if deadlineArmed {
-            deadlineArmed = false
-            // Woken some other way: the deadline's timer leaves the heap here, in this task.
-            if case .timer? = woken { return endedOutside ? ended() : waitedPastDeadline() }
-            engine.timers.cancel(timer)
-        }
         switch waitingFor {
         case .backoff:
-            // Ended some other way (a logout, the caller): take the timer off the heap here, in
-            // the task that scheduled it, so no ordering of the two can leave it behind.
-            if case .timer? = woken {} else { engine.timers.cancel(timer) }
             if endedOutside { return ended() }
-            return top(gated: gated, at: gated == nil ? nil : now)
+            return top(gated: gated)
         case .refresh(let proactive):
             // The logout this request's edge led to was started with the refresh's end: its
             // effects are this request's to perform, even when it was ended meanwhile.
-            if decided != nil, case .flight(let result)? = woken { return afterRefresh(result, proactive: proactive) }
+            if decided != nil, case .flight(let result, _)? = woken {
+                return afterRefresh(result, proactive: proactive)
+            }
             if endedOutside { return ended() }
-            guard case .flight(let result) = woken else { return ended() }
+            // Its deadline came first.
+            if case .timer? = woken { return waitedPastDeadline() }
+            guard case .flight(let result, _)? = woken else { return ended() }
             return afterRefresh(result, proactive: proactive)
         case .dispatch:
             if endedOutside { return ended() }
+            if case .timer? = woken { return waitedPastDeadline() }
             guard case .dispatched? = woken else { return ended() }
-            return top(gated: gated, at: gated == nil ? nil : now)
+            return top(gated: gated)
         }
     }
 }
