@@ -31,7 +31,9 @@ import Foundation
 ///
 /// Concurrency contract: a value; every method is pure.
 package struct SharedStateSigner: Sendable, Equatable {
-    private let key: [UInt8]
+    /// The key padded to a block and XORed with HMAC's inner and outer pads, worked out once.
+    private let innerPad: [UInt8]
+    private let outerPad: [UInt8]
     /// The store the seals are bound to (`file`, `redis:<key>`): a value signed for one fleet's
     /// key is refused under another's.
     package let scope: String
@@ -42,18 +44,32 @@ package struct SharedStateSigner: Sendable, Equatable {
         var bytes = [UInt8](key)
         if bytes.count > 64 { bytes = SHA256.hash(bytes) }
         let padded = bytes + [UInt8](repeating: 0, count: 64 - bytes.count)
-        self.key = padded
+        innerPad = padded.map { $0 ^ 0x36 }
+        outerPad = padded.map { $0 ^ 0x5c }
         self.scope = scope
-        keyID = String(Self.hmac(padded, "response-policy signing key id").prefix(8))
+        keyID = String(Self.hmac(innerPad, outerPad, "response-policy signing key id").prefix(8))
     }
 
     /// The HMAC-SHA256 of `message`, as 64 lower-case hex digits.
-    package func sign(_ message: String) -> String { Self.hmac(key, message) }
+    package func sign(_ message: String) -> String { Self.hmac(innerPad, outerPad, message) }
 
-    private static func hmac(_ key: [UInt8], _ message: String) -> String {
-        let inner = SHA256.hash(key.map { $0 ^ 0x36 } + Array(message.utf8))
-        let outer = SHA256.hash(key.map { $0 ^ 0x5c } + inner)
-        return outer.map { String(format: "%02x", $0) }.joined()
+    private static func hmac(_ innerPad: [UInt8], _ outerPad: [UInt8], _ message: String) -> String {
+        let inner = SHA256.hash(innerPad + Array(message.utf8))
+        let outer = SHA256.hash(outerPad + inner)
+        return hex(outer)
+    }
+
+    private static let hexDigits = Array("0123456789abcdef".utf8)
+
+    /// Lower-case hex of `bytes` (a seal is made several times per refresh turn: no `String(format:)`).
+    private static func hex(_ bytes: [UInt8]) -> String {
+        var digits = [UInt8]()
+        digits.reserveCapacity(bytes.count * 2)
+        for byte in bytes {
+            digits.append(hexDigits[Int(byte >> 4)])
+            digits.append(hexDigits[Int(byte & 0x0f)])
+        }
+        return String(decoding: digits, as: UTF8.self)
     }
 
     /// Whether `mac` signs `message` (compared in constant time).
