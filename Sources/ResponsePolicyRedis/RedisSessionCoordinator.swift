@@ -10,10 +10,10 @@ import ResponsePolicy
 ///
 /// | key | what |
 /// |---|---|
-/// | `response-policy:{key}:session` | hash: `gen` (the generation) and `creds` (the credentials JSON) |
+/// | `response-policy:{key}:session` | hash: `gen`, `creds` (credentials JSON), `epoch` (sealed: last sign-in's `gen`) |
 /// | `response-policy:{key}:lease` | the fencing token of the process refreshing now, `PX lease` |
 /// | `response-policy:{key}:fence` | the counter fencing tokens come from (`INCR`) |
-/// | `response-policy:{key}:logout` | the cooldown's end in ms since 1970, with a TTL to that end |
+/// | `response-policy:{key}:logout` | the cooldown's end (ms since 1970; sealed with its epoch), TTL to that end |
 /// | `response-policy:{key}:refreshes` | sorted set of lease grants, for `refresh.limit` fleet-wide |
 /// | `response-policy:{key}:events` | the pub/sub channel of publications, logouts and failures |
 ///
@@ -92,9 +92,12 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         var stopped = false
         var subscriberRunning = false
         /// A logout this process could not publish (Redis was unreachable): its end and reason.
-        var pendingLogout: (until: Int64, reason: String)?
+        var pendingLogout: (until: Int64, reason: String, epoch: UInt64)?
         /// The highest fencing token seen (signing-key-env): the next grant must carry the one after.
         var fence: UInt64 = 0
+        /// The latest session epoch known (signing-key-env): the generation of the last sign-in.
+        /// A logout decided in an earlier epoch is a replay (a sign-in already ended it).
+        var epoch: UInt64 = 0
     }
 
     /// The command connection; touched only on `queue`.
@@ -292,38 +295,69 @@ public final class RedisSessionCoordinator: SessionCoordinator {
     public func publishLogout(until: Date, reason: String) async {
         let untilMs = until.millisecondsSince1970
         let ttl = max(1, untilMs - Date().millisecondsSince1970)
-        let message = logoutMessage(untilMs, reason)
+        // The session epoch it was decided in: a logout racing a refresh (same epoch) applies; one
+        // put back after a sign-in (a later epoch) is refused as a replay.
+        let epoch = state.withLock { $0.epoch }
+        let message = logoutMessage(untilMs, reason, epoch: epoch)
         let result = await run([
             "EVAL", Self.logoutScript, "1", keys.logout, String(untilMs), String(ttl), message, keys.channel,
-            signer?.logoutSuffix(until: untilMs) ?? "",
+            signer?.logoutSuffix(until: untilMs, epoch: epoch) ?? "",
         ])
         if case .failure = result {
             // Published by the subscriber when Redis is back (issue 19: a logout during an outage
             // was never heard by the others, who kept sending through the cooldown).
             state.withLock { state in
-                if untilMs > (state.pendingLogout?.until ?? 0) { state.pendingLogout = (untilMs, reason) }
+                if untilMs > (state.pendingLogout?.until ?? 0) { state.pendingLogout = (untilMs, reason, epoch) }
             }
         }
     }
 
-    /// A logout's announcement, signed when the fleet has a key.
-    private func logoutMessage(_ untilMs: Int64, _ reason: String) -> String {
+    /// A logout's announcement, signed when the fleet has a key (with the session epoch it was
+    /// decided in).
+    private func logoutMessage(_ untilMs: Int64, _ reason: String, epoch: UInt64) -> String {
         let text = String(reason.prefix(300))
         var object: [String: Any] = ["t": "l", "u": untilMs, "r": text]
-        if let signer { object["s"] = signer.seal("logout", [String(untilMs), text]) }
+        if let signer {
+            object["e"] = epoch
+            object["s"] = signer.seal("logout", [String(untilMs), text, String(epoch)])
+        }
         return Self.json(object)
+    }
+
+    /// Why a logout decided in session `epoch` may not be applied: this process knows of a later
+    /// sign-in (`known`), which already ended that session. Nil when it may.
+    private func epochProblem(_ epoch: UInt64, known: UInt64, source: String) -> String? {
+        guard signer != nil, epoch < known else { return nil }
+        return "\(source) was refused: it was decided in session epoch \(epoch), before the sign-in of epoch "
+            + "\(known) that ended it (a logout put back after a sign-in: replayed; signing-key-env)"
+    }
+
+    /// Under a key: the session epoch a sign-in's (or publication's) announcement carries, checked,
+    /// remembered when later than the one known. A refused one is a problem, and never lowers it.
+    private func learnEpoch(_ value: Any?, generation: UInt64) {
+        guard let signer, let text = value as? String else { return }
+        switch signer.checkEpoch(text) {
+        case .failure(let error):
+            send(.problem("the session epoch of a publication on \(keys.channel) \(error.reason)"))
+        case .success(let epoch) where epoch <= generation: state.withLock { $0.epoch = max($0.epoch, epoch) }
+        case .success(let epoch):
+            send(
+                .problem(
+                    "the session epoch of a publication on \(keys.channel) was refused: epoch \(epoch) is past its "
+                        + "generation \(generation)"))
+        }
     }
 
     /// Publishes a logout that could not be published while Redis was unreachable, unless its
     /// cooldown is over by now.
     private func publishPendingLogout(on connection: RedisConnection) throws(RedisError) {
-        guard let (untilMs, reason) = state.withLock({ $0.pendingLogout }) else { return }
+        guard let (untilMs, reason, epoch) = state.withLock({ $0.pendingLogout }) else { return }
         let ttl = untilMs - Date().millisecondsSince1970
         if ttl > 0 {
-            let message = logoutMessage(untilMs, reason)
+            let message = logoutMessage(untilMs, reason, epoch: epoch)
             _ = try connection.command([
                 "EVAL", Self.logoutScript, "1", keys.logout, String(untilMs), String(ttl), message, keys.channel,
-                signer?.logoutSuffix(until: untilMs) ?? "",
+                signer?.logoutSuffix(until: untilMs, epoch: epoch) ?? "",
             ])
         }
         state.withLock { state in if state.pendingLogout?.until == untilMs { state.pendingLogout = nil } }
@@ -334,14 +368,16 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         // them only over the generation this process expected ({gen} otherwise: ask again).
         var expected = state.withLock { $0.latest?.generation ?? 0 }
         for _ in 0..<8 {
+            // The sign-in starts session epoch `expected + 1` (the generation it stores at), sealed.
             let arguments = [
                 "EVAL", Self.signInScript, "3", keys.session, keys.lease, keys.logout,
                 SharedCredentialsCodec.encode(credentials, signer: signer, generation: expected + 1), keys.channel,
-                signer == nil ? "" : String(expected),
+                signer == nil ? "" : String(expected), signer?.epochValue(expected + 1) ?? "",
             ]
             guard case .success(let reply) = await run(arguments) else { return nil }
             if let generation = reply.integer {
                 let session = SharedSession(credentials: credentials, generation: UInt64(generation))
+                if signer != nil { state.withLock { $0.epoch = max($0.epoch, UInt64(generation)) } }
                 remember(session)
                 return session
             }
@@ -427,12 +463,16 @@ public final class RedisSessionCoordinator: SessionCoordinator {
     }
 
     private func seedCommand(_ local: Credentials?) -> [String] {
-        let latest = state.withLock { $0.latest }
+        let (latest, epoch) = state.withLock { ($0.latest, $0.epoch) }
         let seed = latest?.credentials ?? local
+        let generation = latest?.generation ?? 0
+        // A re-seed keeps the session epoch known, so a logout decided before it stays refused
+        // and one decided after it (in this epoch) applies.
+        let sealedEpoch = epoch > 0 && epoch <= generation ? signer?.epochValue(epoch) : nil
         return [
             "EVAL", Self.seedScript, "2", keys.session, keys.logout,
-            seed.map { SharedCredentialsCodec.encode($0, signer: signer, generation: latest?.generation ?? 0) } ?? "",
-            String(latest?.generation ?? 0),
+            seed.map { SharedCredentialsCodec.encode($0, signer: signer, generation: generation) } ?? "",
+            String(generation), sealedEpoch ?? "",
         ]
     }
 
@@ -498,6 +538,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
                     credentials(object: $0, generation: generation, source: "a publication")
                 })
             else { break }
+            learnEpoch(object["e"], generation: generation)
             let session = SharedSession(credentials: credentials, generation: generation)
             if isNewer(session) {
                 remember(session)
@@ -512,8 +553,17 @@ public final class RedisSessionCoordinator: SessionCoordinator {
             }
             let until = number.int64Value
             let reason = object["r"] as? String ?? "logged out elsewhere"
-            if let refusal = signer?.check(object["s"] as? String, "logout", [String(until), reason]).refusal {
+            let sealedEpoch = object["e"] as? NSNumber
+            let epoch = sealedEpoch.map { $0.doubleValue.isFinite && $0.doubleValue >= 0 ? $0.uint64Value : 0 } ?? 0
+            if let refusal = signer?.check(object["s"] as? String, "logout", [String(until), reason, String(epoch)])
+                .refusal
+            {
                 send(.problem("a logout on \(keys.channel) was refused: \(refusal)"))
+                break
+            }
+            let known = state.withLock { $0.epoch }
+            if let problem = epochProblem(epoch, known: known, source: "a logout on \(keys.channel)") {
+                send(.problem(problem))
                 break
             }
             send(.loggedOut(until: Date(milliseconds: until), reason: reason))
@@ -570,9 +620,26 @@ public final class RedisSessionCoordinator: SessionCoordinator {
                 "the session hash \(keys.session) on \(endpoint) was refused: its generation \(generation) is older than "
                     + "\(seen), already seen (replayed, or Redis restored from an older snapshot)")
         }
-        switch signer.checkLogout(items[3].text) {
+        // The session epoch stored with the session (its own seal): never past the generation.
+        var stored: UInt64 = 0
+        switch signer.checkEpoch(items.count > 4 ? items[4].text : nil) {
+        case .failure(let error): return refuse("the session epoch in \(keys.session) on \(endpoint) \(error.reason)")
+        case .success(let epoch) where epoch > generation:
+            return refuse(
+                "the session epoch in \(keys.session) on \(endpoint) was refused: epoch \(epoch) is past its "
+                    + "generation \(generation)")
+        case .success(let epoch): stored = epoch
+        }
+        let known = state.withLock { state -> UInt64 in
+            state.epoch = max(state.epoch, stored)
+            return state.epoch
+        }
+        switch signer.checkLogoutEnd(items[3].text) {
         case .failure(let error): return refuse("the cooldown \(keys.logout) on \(endpoint) \(error.reason)")
-        case .success(let until):
+        case .success(let end):
+            let source = "the cooldown \(keys.logout) on \(endpoint)"
+            if let end, let problem = epochProblem(end.epoch, known: known, source: source) { return refuse(problem) }
+            let until = end?.until
             let now = Date().millisecondsSince1970
             return .success(
                 SharedSession(
@@ -708,26 +775,30 @@ public final class RedisSessionCoordinator: SessionCoordinator {
 
     // MARK: - Scripts
 
-    /// KEYS: session, logout. ARGV: credentials JSON (or empty), generation to seed with.
-    /// Returns {1} when it seeded, else {0, gen, creds, logout-until}.
+    /// KEYS: session, logout. ARGV: credentials JSON (or empty), generation to seed with, and under
+    /// a key the sealed session epoch known (or empty). Returns {1} when it seeded, else
+    /// {0, gen, creds, logout-until, epoch}.
     static let seedScript = """
         local gen = redis.call('HGET', KEYS[1], 'gen')
         if not gen and ARGV[1] ~= '' then
           redis.call('HSET', KEYS[1], 'gen', ARGV[2], 'creds', ARGV[1])
+          if (ARGV[3] or '') ~= '' then redis.call('HSET', KEYS[1], 'epoch', ARGV[3]) end
           return {1}
         end
-        return {0, gen or '0', redis.call('HGET', KEYS[1], 'creds') or '', redis.call('GET', KEYS[2]) or '0'}
+        return {0, gen or '0', redis.call('HGET', KEYS[1], 'creds') or '', redis.call('GET', KEYS[2]) or '0',
+          redis.call('HGET', KEYS[1], 'epoch') or ''}
         """
 
     /// KEYS: session, lease, fence, logout, refreshes. ARGV: failed generation, lease ms, limit
     /// count (0: none), limit window ms; under a key, the fencing token asked for and the lease's
-    /// sealed suffix. Returns {0, gen, creds, logout-until} (newer), {1, fence, gen} (lease
+    /// sealed suffix. Returns {0, gen, creds, logout-until, epoch} (newer), {1, fence, gen} (lease
     /// granted), {2, holder lease, lease ms left} (wait), {3, grants…} (limit reached), {4, counter}
     /// (the token asked for is not past the counter: ask again).
     static let beginScript = """
         local gen = tonumber(redis.call('HGET', KEYS[1], 'gen') or '0')
         if gen > tonumber(ARGV[1]) then
-          return {0, tostring(gen), redis.call('HGET', KEYS[1], 'creds') or '', redis.call('GET', KEYS[4]) or '0'}
+          return {0, tostring(gen), redis.call('HGET', KEYS[1], 'creds') or '', redis.call('GET', KEYS[4]) or '0',
+            redis.call('HGET', KEYS[1], 'epoch') or ''}
         end
         local holder = redis.call('GET', KEYS[2])
         if holder then
@@ -765,9 +836,10 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         """
 
     /// KEYS: session, lease, fence. ARGV: fence, generation the lease started from, credentials
-    /// JSON, channel. Stores while the lease holds, or when it lapsed with no lease granted and no
-    /// publication since (``CoordinationRecord/publish(_:with:now:)``). Returns {1, gen} when
-    /// stored and announced, {0, gen, creds} when refused.
+    /// JSON, channel. Announces the session epoch stored in the hash (`e`). Stores while the lease
+    /// holds, or when it lapsed with no lease granted and no publication since
+    /// (``CoordinationRecord/publish(_:with:now:)``). Returns {1, gen} when stored and announced,
+    /// {0, gen, creds} when refused.
     static let publishScript = """
         local gen = redis.call('HGET', KEYS[1], 'gen') or '0'
         local held = redis.call('GET', KEYS[2])
@@ -779,7 +851,9 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         local new = redis.call('HINCRBY', KEYS[1], 'gen', 1)
         redis.call('HSET', KEYS[1], 'creds', ARGV[3])
         redis.call('DEL', KEYS[2])
-        redis.call('PUBLISH', ARGV[4], '{"t":"c","g":' .. new .. ',"c":' .. ARGV[3] .. '}')
+        local epoch = redis.call('HGET', KEYS[1], 'epoch') or ''
+        if not string.match(epoch, '^[%w:.]+$') then epoch = '' else epoch = ',"e":"' .. epoch .. '"' end
+        redis.call('PUBLISH', ARGV[4], '{"t":"c","g":' .. new .. epoch .. ',"c":' .. ARGV[3] .. '}')
         return {1, tostring(new)}
         """
 
@@ -791,8 +865,8 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         return 1
         """
 
-    /// KEYS: logout. ARGV: until ms, ttl ms, message, channel, and under a key the end's seal
-    /// (`:<seal>`, stored after the number). Stores before it announces, and never shortens a
+    /// KEYS: logout. ARGV: until ms, ttl ms, message, channel, and under a key the end's session
+    /// epoch and seal (`:<epoch>:<seal>`, stored after the number). Stores before it announces, and never shortens a
     /// longer cooldown.
     static let logoutScript = """
         local current = tonumber(string.match(redis.call('GET', KEYS[1]) or '0', '^%d*') or '0') or 0
@@ -802,7 +876,8 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         """
 
     /// KEYS: session, lease, logout. ARGV: credentials JSON, channel, and under a key the generation
-    /// the credentials were sealed after ({gen} when it is not the stored one). Ends a cooldown and
+    /// the credentials were sealed after ({gen} when it is not the stored one) and the sealed
+    /// session epoch the sign-in starts (stored in the hash's `epoch`, announced as `e`). Ends a cooldown and
     /// voids a refresh in progress (its holder's publication is refused).
     static let signInScript = """
         local gen = redis.call('HGET', KEYS[1], 'gen') or '0'
@@ -810,7 +885,12 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         local new = redis.call('HINCRBY', KEYS[1], 'gen', 1)
         redis.call('HSET', KEYS[1], 'creds', ARGV[1])
         redis.call('DEL', KEYS[2], KEYS[3])
-        redis.call('PUBLISH', ARGV[2], '{"t":"c","g":' .. new .. ',"c":' .. ARGV[1] .. '}')
+        local epoch = ''
+        if (ARGV[4] or '') ~= '' then
+          redis.call('HSET', KEYS[1], 'epoch', ARGV[4])
+          epoch = ',"e":"' .. ARGV[4] .. '"'
+        end
+        redis.call('PUBLISH', ARGV[2], '{"t":"c","g":' .. new .. epoch .. ',"c":' .. ARGV[1] .. '}')
         return new
         """
 }

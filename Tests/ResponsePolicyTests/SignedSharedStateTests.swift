@@ -205,6 +205,42 @@ struct SignedSharedStateTests {
         else { return recordFailure("no lease after the file was removed") }
     }
 
+    /// A genuine logout put back after a sign-in ended it (the record it was stored in, validly
+    /// sealed) is an older revision: refused by every process that saw the sign-in, with a problem
+    /// naming the file, never applied.
+    @Test func aLogoutPutBackAfterASignInIsRefused() async throws {
+        let folder = try CoordinationRecordTests.Folder()
+        let credentials = folder.path + "/credentials.json"
+        let state = credentials + ".shared"
+        let decider = try FileSessionCoordinator(.init(path: credentials, signingKey: Self.key))
+        let listener = try FileSessionCoordinator(.init(path: credentials, signingKey: Self.key))
+        defer { [decider, listener].forEach { $0.stop() } }
+        let log = UpdateLog()
+        _ = await decider.start(local: testCredentials("seed"), updates: { _ in })
+        _ = await listener.start(local: nil, updates: log.sink)
+        await decider.publishLogout(until: Date().addingTimeInterval(600), reason: "revoked")
+        #expect(await log.first(within: .seconds(5)) { if case .loggedOut = $0 { true } else { false } } != nil)
+        let loggedOut = try Data(contentsOf: URL(fileURLWithPath: state))
+        let signedIn = try #require(await decider.publishSignIn(testCredentials("signed-in")))
+        let heard = await log.first(within: .seconds(5)) {
+            if case .credentials(let s) = $0 { s.generation == signedIn.generation } else { false }
+        }
+        #expect(heard != nil, "the listener never read the sign-in")
+        let mark = log.updates.count
+        #expect(FileSessionCoordinator.replaceFile(state, with: loggedOut) == nil)
+        let problem = await log.first(within: .seconds(5)) {
+            if case .problem(let text) = $0 { text.contains(state) && text.contains("replayed") } else { false }
+        }
+        #expect(problem != nil, "\(log.updates)")
+        #expect(!log.updates.dropFirst(mark).contains { if case .loggedOut = $0 { true } else { false } })
+        for process in [decider, listener] {
+            let turn = await process.beginRefresh(
+                .init(failedGeneration: signedIn.generation, timeout: .seconds(1), limit: nil))
+            guard case .unavailable(let reason) = turn else { return recordFailure("a replayed logout gave \(turn)") }
+            #expect(reason.contains("replayed") && reason.contains(state))
+        }
+    }
+
     @Test func withoutAKeyTheRecordIsUnsealedAndAKeyedProcessRefusesIt() async throws {
         let folder = try CoordinationRecordTests.Folder()
         let credentials = folder.path + "/credentials.json"

@@ -476,9 +476,12 @@ public final class FileSessionCoordinator: SessionCoordinator {
             let current = Self.identity(statePath)
             guard current != identity else { continue }
             identity = current
-            guard case .success(let read) = Self.read(statePath, signer: signer), let shared = read,
-                replayProblem(shared) == nil
-            else { continue }
+            guard case .success(let read) = Self.read(statePath, signer: signer), let shared = read else { continue }
+            if let replay = replayProblem(shared) {
+                // An older copy put back (say, a logout a sign-in already ended): said, never applied.
+                send(.problem(replay.reason))
+                continue
+            }
             var news: [SessionUpdate] = []
             state.withLock { state in
                 let seen = state.seen

@@ -44,21 +44,63 @@ extension SharedStateSigner {
         return .success((fence, expires))
     }
 
-    /// What follows a cooldown's end in the store: its seal.
-    package func logoutSuffix(until: Int64) -> String {
-        ":" + seal("logout-until", [String(until)])
+    /// What follows a cooldown's end in the store: the session epoch the logout was decided in
+    /// (``epochValue(_:)``) and the seal of both, `:<epoch>:<seal>`.
+    ///
+    /// Why the epoch: a logout ends the session of one epoch (the sign-in that started it). Put
+    /// back after a later sign-in ended it, a genuine, validly sealed logout would log the fleet
+    /// out again; bound to its epoch, it is refused by a process that knows of a later one.
+    package func logoutSuffix(until: Int64, epoch: UInt64 = 0) -> String {
+        ":\(epoch):" + seal("logout-until", [String(until), String(epoch)])
     }
 
     /// A cooldown's end read from the store (`0` or absent: none), or why it is refused.
     package func checkLogout(_ value: String?) -> Result<Int64?, CoordinationError> {
+        checkLogoutEnd(value).map { $0?.until }
+    }
+
+    /// A cooldown's end read from the store with the session epoch it was decided in (`0` or
+    /// absent: none), or why it is refused.
+    package func checkLogoutEnd(_ value: String?) -> Result<(until: Int64, epoch: UInt64)?, CoordinationError> {
         guard let value, !value.isEmpty, value != "0" else { return .success(nil) }
-        let parts = value.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
+        let parts = value.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false).map(String.init)
         guard let until = Int64(parts[0]), until >= 0, until <= SharedCredentialsCodec.maxMilliseconds else {
             return .failure(CoordinationError("was refused: it is out of range"))
         }
-        if let refusal = check(parts.count == 2 ? parts[1] : nil, "logout-until", [String(until)]).refusal {
+        guard parts.count == 3 else {
+            return .failure(CoordinationError("was refused: \(Check.missing.refusal ?? "")"))
+        }
+        guard let epoch = Self.epochNumber(parts[1]) else {
+            return .failure(CoordinationError("was refused: it is malformed"))
+        }
+        if let refusal = check(parts[2], "logout-until", [String(until), String(epoch)]).refusal {
             return .failure(CoordinationError("was refused: \(refusal)"))
         }
-        return .success(until)
+        return .success((until, epoch))
+    }
+
+    /// A session epoch as the store keeps it (the session hash's `epoch` field, a sign-in's
+    /// announcement): `<epoch>:<seal>`. An epoch is the generation a sign-in stored its
+    /// credentials at; refreshes keep it, only a sign-in starts a new one.
+    package func epochValue(_ epoch: UInt64) -> String {
+        "\(epoch):" + seal("epoch", [String(epoch)])
+    }
+
+    /// A session epoch read from the store (absent: 0, no sign-in yet), or why it is refused.
+    package func checkEpoch(_ value: String?) -> Result<UInt64, CoordinationError> {
+        guard let value, !value.isEmpty else { return .success(0) }
+        let parts = value.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
+        guard let epoch = Self.epochNumber(parts[0]) else {
+            return .failure(CoordinationError("was refused: it is malformed"))
+        }
+        if let refusal = check(parts.count == 2 ? parts[1] : nil, "epoch", [String(epoch)]).refusal {
+            return .failure(CoordinationError("was refused: \(refusal)"))
+        }
+        return .success(epoch)
+    }
+
+    private static func epochNumber(_ text: String) -> UInt64? {
+        guard let epoch = UInt64(text), epoch < 9_000_000_000_000_000 else { return nil }
+        return epoch
     }
 }

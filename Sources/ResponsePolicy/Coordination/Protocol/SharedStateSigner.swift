@@ -14,10 +14,11 @@ import Foundation
 /// one field, key or fleet to another):
 /// - the file store: the whole record as one value (``CoordinationRecord/sealFields``), with a
 ///   revision that grows with every write, so an older copy put back is refused too;
-/// - Redis: the credentials with the generation they are stored at, the logout cooldown's end, the
-///   lease (its fencing token and signed expiry), the recent lease grants (`refresh.limit`), and
-///   every announcement on the channel; the fencing counter is checked by prediction (a grant must
-///   carry the token the process asked for) and never goes back below what a process has seen.
+/// - Redis: the credentials with the generation they are stored at, the logout cooldown's end with
+///   the session epoch it was decided in (a logout put back after a sign-in is refused), the lease
+///   (its fencing token and signed expiry), the recent lease grants (`refresh.limit`), and every
+///   announcement on the channel; the fencing counter is checked by prediction (a grant must carry
+///   the token the process asked for) and never goes back below what a process has seen.
 ///
 /// A seal reads `v1.<key id>.<mac>`: the key id (8 hex digits of an HMAC of a constant) tells a
 /// value signed with another key (a rotation half done) from an unsigned or forged one, without

@@ -1,0 +1,187 @@
+import CoordinationTestSupport
+import Foundation
+import ResponsePolicy
+import ResponsePolicyRedis
+import Testing
+
+/// Issue 23, the replay the seals alone let through: a genuine, validly sealed logout (its
+/// announcement, or its stored end) put back after a sign-in ended it would log the whole fleet
+/// out again. A logout is bound to the session epoch it was decided in (the generation of the
+/// last sign-in; refreshes keep it), so a process that knows of a later sign-in refuses it with a
+/// `problem` naming the source, as coordination trouble. A logout racing a refresh (same epoch)
+/// still applies.
+@Suite(.enabled(if: RedisServerFixture.isInstalled, "redis-server is not installed"))
+struct SignedLogoutEpochTests {
+    static let key = Data("fleet-key".utf8)
+
+    func coordinator(_ server: RedisServerFixture, _ name: String) throws -> RedisSessionCoordinator {
+        try RedisSessionCoordinator(.init(url: server.url, key: name, signingKey: Self.key))
+    }
+
+    func attacker(_ server: RedisServerFixture) throws -> RedisConnection {
+        try RedisConnection(try RedisEndpoint.parse(server.url).get(), password: nil, timeout: .seconds(2))
+    }
+
+    /// Publishes a logout from `decider` until `listener`'s log hears it (the listener subscribes
+    /// in the background; a message sent before that is lost, as Redis pub/sub is).
+    func logOut(_ decider: RedisSessionCoordinator, heardBy log: UpdateLog, until: Date) async -> Bool {
+        for _ in 0..<50 {
+            await decider.publishLogout(until: until, reason: "revoked")
+            if await log.first(within: .milliseconds(100), where: { if case .loggedOut = $0 { true } else { false } })
+                != nil
+            {
+                return true
+            }
+        }
+        return false
+    }
+
+    static func problems(_ log: UpdateLog) -> [String] {
+        log.updates.compactMap { if case .problem(let text) = $0 { text } else { nil } }
+    }
+
+    @Test func aLogoutPutBackAfterASignInIsRefusedAsAReplay() async throws {
+        let server = try RedisServerFixture()
+        let decider = try coordinator(server, "e")
+        let listener = try coordinator(server, "e")
+        defer { [decider, listener].forEach { $0.stop() } }
+        let log = UpdateLog()
+        _ = await decider.start(local: testCredentials("seed"), updates: { _ in })
+        _ = await listener.start(local: nil, updates: log.sink)
+        let first = try #require(await decider.publishSignIn(testCredentials("first")))
+        let until = Date().addingTimeInterval(600)
+        #expect(await logOut(decider, heardBy: log, until: until))
+        // The genuine logout, as an attacker with the Redis password finds it: its stored end, and
+        // its announcement (the same bytes a keyed process publishes, sealed with the fleet's key).
+        let connection = try attacker(server)
+        let storedEnd = try #require(connection.command(["GET", "response-policy:{e}:logout"]).text)
+        let untilMs = until.millisecondsSince1970
+        let signer = SharedStateSigner(key: Self.key, scope: "redis:e")
+        let epoch = String(first.generation)
+        let announcement =
+            #"{"e":\#(epoch),"r":"revoked","s":"\#(signer.seal("logout", [String(untilMs), "revoked", epoch]))","#
+            + #""t":"l","u":\#(untilMs)}"#
+
+        let second = try #require(await decider.publishSignIn(testCredentials("second")))
+        #expect(second.generation > first.generation)
+        let signedIn = await log.first(within: .seconds(5)) {
+            if case .credentials(let session) = $0 { session.generation == second.generation } else { false }
+        }
+        #expect(signedIn != nil, "the listener never heard the sign-in")
+        let mark = log.updates.count
+
+        // Put back: the stored end (with its TTL) and the announcement, until the listener refuses it.
+        _ = try connection.command(["SET", "response-policy:{e}:logout", storedEnd, "PX", "600000"])
+        var refused = false
+        for _ in 0..<50 where !refused {
+            _ = try connection.command(["PUBLISH", "response-policy:{e}:events", announcement])
+            _ = await log.first(within: .milliseconds(100)) {
+                if case .problem(let text) = $0 { text.contains("a logout") && text.contains("replayed") } else { false }
+            }
+            refused = Self.problems(log).contains {
+                $0.contains("a logout on response-policy:{e}:events") && $0.contains("session epoch \(epoch)")
+                    && $0.contains("replayed")
+            }
+        }
+        #expect(refused, "\(Self.problems(log))")
+        #expect(!log.updates.dropFirst(mark).contains { if case .loggedOut = $0 { true } else { false } })
+
+        // A process that joins now learns the epoch from the session hash and refuses the stored end:
+        // coordination trouble, never a cooldown.
+        let late = try coordinator(server, "e")
+        defer { late.stop() }
+        let lateLog = UpdateLog()
+        let joined = await late.start(local: nil, updates: lateLog.sink)
+        #expect(joined?.loggedOutUntil == nil)
+        let turn = await late.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
+        guard case .unavailable(let reason) = turn else { return recordFailure("a replayed cooldown gave \(turn)") }
+        #expect(reason.contains("response-policy:{e}:logout") && reason.contains("replayed"))
+        #expect(!lateLog.updates.contains { if case .loggedOut = $0 { true } else { false } })
+        // The process that signed in refuses it too.
+        let again = await decider.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
+        guard case .unavailable = again else { return recordFailure("the signer-in accepted the replay: \(again)") }
+    }
+
+    @Test func aLogoutRacingARefreshInTheSameEpochStillApplies() async throws {
+        let server = try RedisServerFixture()
+        let signer = try coordinator(server, "r")
+        let refresher = try coordinator(server, "r")
+        let listener = try coordinator(server, "r")
+        defer { [signer, refresher, listener].forEach { $0.stop() } }
+        let log = UpdateLog()
+        _ = await signer.start(local: testCredentials("seed"), updates: { _ in })
+        _ = await refresher.start(local: nil, updates: { _ in })
+        _ = await listener.start(local: nil, updates: log.sink)
+        // Signed in until the listener (subscribing in the background) hears a sign-in.
+        var signedIn: SharedSession?
+        for _ in 0..<50 where signedIn == nil {
+            let session = await signer.publishSignIn(testCredentials("signed-in"))
+            let heard = await log.first(within: .milliseconds(100)) {
+                if case .credentials(let s) = $0 { s.generation == session?.generation } else { false }
+            }
+            if heard != nil { signedIn = session }
+        }
+        let epoch = try #require(signedIn)
+        // A process that joins now holds the signed-in pair (the epoch's first generation)...
+        let decider = try coordinator(server, "r")
+        defer { decider.stop() }
+        let joined = await decider.start(local: nil, updates: { _ in })
+        #expect(joined?.generation == epoch.generation)
+        // ...while another refreshes it: a new generation, the same epoch.
+        guard
+            case .lease(let lease) = await refresher.beginRefresh(
+                .init(failedGeneration: epoch.generation, timeout: .seconds(1), limit: nil))
+        else { return recordFailure("no lease") }
+        guard case .published(let refreshed) = await refresher.publish(testCredentials("rotated"), with: lease) else {
+            return recordFailure("not published")
+        }
+        let heard = await log.first(within: .seconds(5)) {
+            if case .credentials(let s) = $0 { s.generation == refreshed.generation } else { false }
+        }
+        #expect(heard != nil)
+        // The server answers the older token "signed in elsewhere": the decider's logout ends the
+        // session for the whole fleet, refresh or not.
+        let until = Date().addingTimeInterval(600)
+        await decider.publishLogout(until: until, reason: "revoked")
+        let loggedOut = await log.first(within: .seconds(5)) { if case .loggedOut = $0 { true } else { false } }
+        #expect(loggedOut != nil)
+        #expect(!Self.problems(log).contains { $0.contains("epoch") }, "\(Self.problems(log))")
+        let late = try coordinator(server, "r")
+        defer { late.stop() }
+        let lateJoin = await late.start(local: nil, updates: { _ in })
+        #expect(lateJoin?.generation == refreshed.generation)
+        #expect(lateJoin?.loggedOutUntil.map { abs($0.timeIntervalSince(until)) < 0.01 } == true)
+    }
+
+    /// Redis lost the session (a restart, a flush): the re-seed keeps the epoch known, so a logout
+    /// decided in it by a process that joins afterwards still applies for the others.
+    @Test func aReSeedKeepsTheEpochSoALaterLogoutStillApplies() async throws {
+        let server = try RedisServerFixture()
+        let signer = try coordinator(server, "s")
+        defer { signer.stop() }
+        let log = UpdateLog()
+        _ = await signer.start(local: testCredentials("seed"), updates: log.sink)
+        let signedIn = try #require(await signer.publishSignIn(testCredentials("signed-in")))
+        _ = try attacker(server).command(["FLUSHALL"])
+        // The signer's refresh turn finds the session gone and re-seeds it from what it holds.
+        guard
+            case .lease(let lease) = await signer.beginRefresh(
+                .init(failedGeneration: signedIn.generation, timeout: .seconds(1), limit: nil))
+        else { return recordFailure("no lease after the re-seed") }
+        await signer.endRefresh(lease, failure: nil)
+        let decider = try coordinator(server, "s")
+        defer { decider.stop() }
+        let joined = await decider.start(local: nil, updates: { _ in })
+        #expect(joined?.generation == signedIn.generation)
+        let until = Date().addingTimeInterval(600)
+        await decider.publishLogout(until: until, reason: "revoked")
+        let late = try coordinator(server, "s")
+        defer { late.stop() }
+        let lateJoin = await late.start(local: nil, updates: { _ in })
+        #expect(lateJoin?.loggedOutUntil.map { abs($0.timeIntervalSince(until)) < 0.01 } == true)
+        // The signer, who knows the epoch, takes the stored end too (it was decided in its epoch).
+        let turn = await signer.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
+        guard case .newer(let session) = turn else { return recordFailure("the signer refused the logout: \(turn)") }
+        #expect(session.loggedOutUntil != nil)
+    }
+}
