@@ -10,7 +10,7 @@ import ResponsePolicy
 ///
 /// | key | what |
 /// |---|---|
-/// | `response-policy:{key}:session` | hash: `gen`, `creds` (credentials JSON), `epoch` (sealed: last sign-in's `gen`) |
+/// | `response-policy:{key}:session` | hash: `gen`, `creds` (the JSON), `epoch` (sealed: last sign-in's `gen`) |
 /// | `response-policy:{key}:lease` | the fencing token of the process refreshing now, `PX lease` |
 /// | `response-policy:{key}:fence` | the counter fencing tokens come from (`INCR`) |
 /// | `response-policy:{key}:logout` | the cooldown's end (ms since 1970; sealed with its epoch), TTL to that end |
