@@ -191,7 +191,7 @@ import Testing
         var turns: [String] = []
         for _ in 0..<3 {
             let (coordinator, _) = try await fleet.started(local: testCredentials("seed"))
-            let turn = await coordinator.beginRefresh(Self.request(0, limit: (2, .seconds(30))))
+            let turn = await coordinator.beginRefresh(Self.request(0, limit: (2, .seconds(3600))))
             if case .lease(let lease) = turn { await coordinator.endRefresh(lease, failure: nil) }
             let name = if case .lease = turn { "lease" } else { "\(turn)" }
             turns.append(name)

@@ -121,7 +121,9 @@ struct RedisSessionCoordinatorTests {
         let server = try RedisServerFixture()
         let coordinators = try (0..<3).map { _ in try coordinator(server) }
         defer { coordinators.forEach { $0.stop() } }
-        let limit = (count: 2, per: Duration.seconds(30))
+        // A window far longer than any stall: in a full parallel run on two busy cores the three
+        // turns took more than 30 s of real time, and the first grant left a 30 s window.
+        let limit = (count: 2, per: Duration.seconds(3600))
         var turns: [RefreshTurn] = []
         for coordinator in coordinators {
             let turn = await coordinator.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(1), limit: limit))
