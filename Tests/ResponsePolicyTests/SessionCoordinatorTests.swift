@@ -236,8 +236,15 @@ final class SharedMemoryCoordinator: SessionCoordinator {
 
     /// Waits, yielding, until `condition` holds on the counts (bounded: a test that never gets
     /// there fails on its expectations instead of hanging).
+    /// Polls until `condition` holds (bounded by two minutes for a broken run). It sleeps between
+    /// looks instead of spinning on `Task.yield()`: on two cores a spinning refresh starved the
+    /// other engine, and under TSan 2,000,000 yields ran out before it waited, which changed the
+    /// interleaving the tests are about.
     func waitUntil(_ condition: (Counts) -> Bool) async {
-        for _ in 0..<2_000_000 where !condition(counts) { await Task.yield() }
+        let deadline = ContinuousClock.now + .seconds(120)
+        while !condition(counts), ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(1))
+        }
     }
 
     /// Sends `update` to every engine, as news from another process.

@@ -234,13 +234,25 @@ struct ExecCommand: Sendable {
     /// - Throws: ``RefreshFailure`` (start failure, timeout, non-zero status, too much output),
     ///   `CancellationError` when the task is cancelled (the process group is killed).
     func run(input: Data, credentials: Credentials?) async throws -> (stdout: Data, stderrLine: String) {
-        let run = CommandRun(self)
-        let result = await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<CommandRun.Result, Never>) in
-                run.start(input: input) { continuation.resume(returning: $0) }
+        var result: CommandRun.Result
+        var busy = 0
+        while true {
+            let run = CommandRun(self)
+            result = await withTaskCancellationHandler {
+                await withCheckedContinuation { (continuation: CheckedContinuation<CommandRun.Result, Never>) in
+                    run.start(input: input) { continuation.resume(returning: $0) }
+                }
+            } onCancel: {
+                run.cancel()
             }
-        } onCancel: {
-            run.cancel()
+            // ETXTBSY: the program file was just written and another process forked while it was
+            // still open for writing (a deploy that installs a credential helper and runs it at
+            // once). It passes when that fork execs or exits: started again a few times.
+            guard case .failedToStart(let code) = result.end, code == ETXTBSY, busy < 5, !Task.isCancelled else {
+                break
+            }
+            busy += 1
+            try? await Task.sleep(for: .milliseconds(10 * busy))
         }
         let program = (arguments.first ?? "").split(separator: "/").last.map(String.init) ?? ""
         let line = Self.redact(
