@@ -41,7 +41,10 @@ package struct Classifier: Sendable {
             let when = rule.when
             needsRequestCheck.append(when.methods != nil || when.path != nil || when.headers != nil)
             if when.matchesResponses {
-                if let codes = when.codes {
+                if let codes = when.codes, codes.count == 1, when.codeRanges == nil {
+                    // One code (nearly every code rule): nothing to deduplicate, no set to make.
+                    byCode[codes[0], default: []].append(i)
+                } else if let codes = when.codes {
                     var seen = Set<String>()
                     for code in codes where seen.insert(code).inserted { byCode[code, default: []].append(i) }
                     for range in when.codeRanges ?? [] {

@@ -83,10 +83,7 @@ struct FlowCompiler {
     mutating func compile(_ rule: Rule, index: Int) -> RuleGraph.CompiledRule {
         let id = "\(scope).rule.\(index + 1)"
         let first = edges.count
-        nodes.append(
-            RuleGraph.Node(
-                id: id, kind: .rule, label: "\(index + 1). \(rule.name): \(RuleGraph.describe(rule.when))",
-                scope: scope, rule: index, action: nil, settings: .none))
+        nodes.append(RuleGraph.Node(id: id, scope: scope, rule: rule, index: index))
         _ = edge(classifierID, id, .match)
         var r = rule.retry ?? retry
         // Request-wide settings are the scope's: the decoder refuses them in a rule's `then:`

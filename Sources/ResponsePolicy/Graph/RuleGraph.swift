@@ -193,15 +193,19 @@ package struct RuleGraph: Sendable {
         let logsOut = scopes.contains { scope in scope.nodes.contains { $0.action == .logout } }
         var nodes = [Node(outcome: "delivered", "delivered"), Node(outcome: "failed", "failed")]
         if logsOut { nodes.append(Node(outcome: "logged-out", "logged out")) }
-        var edges: [Edge] = []
         nodes.reserveCapacity(nodes.count + scopes.reduce(0) { $0 + $1.nodes.count })
-        edges.reserveCapacity(scopes.reduce(0) { $0 + $1.edges.count })
-        for scope in scopes {
-            nodes += scope.nodes
-            edges += scope.edges
-        }
+        for scope in scopes { nodes += scope.nodes }
         self.nodes = nodes
-        self.edges = edges
+        // One scope (no routes): its edges are all the edges, so the two share one array
+        // instead of holding a second copy of every edge.
+        if scopes.count == 1 {
+            edges = scopes[0].edges
+        } else {
+            var edges: [Edge] = []
+            edges.reserveCapacity(scopes.reduce(0) { $0 + $1.edges.count })
+            for scope in scopes { edges += scope.edges }
+            self.edges = edges
+        }
     }
 
     static func jsonPath(_ source: CodeSource?) -> JSONPath? {

@@ -37,7 +37,8 @@ extension PolicyDecoder {
 
     mutating func rule(_ node: YAMLNode, index: Int, scope: SectionScope, namePrefix: String) -> Rule? {
         guard let fields = mappingFields(node, "a rule", allowed: Self.ruleKeys) else { return nil }
-        var name = "\(namePrefix)-\(index + 1)"
+        // The default name (`rule-3`) only for a rule that gives none.
+        var given: String?
         var condition: Condition?
         var thenNode: YAMLNode?
         var source = RuleSource()
@@ -46,7 +47,7 @@ extension PolicyDecoder {
             case "name":
                 if let text = string(value, key) {
                     if Self.isPolicyName(text) {
-                        name = text
+                        given = text
                         source.name = value.range
                     } else {
                         report(
@@ -72,6 +73,7 @@ extension PolicyDecoder {
             default: break
             }
         }
+        let name = given ?? "\(namePrefix)-\(index + 1)"
         if !fields.contains(where: { $0.key == "when" }) {
             report(.error("missing-key", "rule '\(name)' needs 'when:' to say what it matches", at: node.range))
         }
@@ -94,8 +96,7 @@ extension PolicyDecoder {
     }
 
     /// Reads `then:` and resolves its overrides over `scope`.
-    mutating func then(_ node: YAMLNode, rule: Rule, scope: SectionScope) -> Rule? {
-        var rule = rule
+    mutating func then(_ node: YAMLNode, rule: consuming Rule, scope: SectionScope) -> Rule? {
         if node.scalar != nil {
             guard let action = choice(node, "then", ActionKind.self) else { return nil }
             rule.action = action
@@ -292,7 +293,8 @@ extension PolicyDecoder {
                         at: item.range))
                 continue
             }
-            if let dots = text.range(of: ".."), CodeTable.canonicalInteger(String(text[..<dots.lowerBound])) != nil {
+            // The byte check first: Foundation's `range(of:)` is slow, and nearly no code has a dot.
+            if text.utf8.contains(UInt8(ascii: ".")), let dots = text.range(of: ".."), CodeTable.canonicalInteger(String(text[..<dots.lowerBound])) != nil {
                 let high = text[dots.upperBound...]
                 report(
                     .error(

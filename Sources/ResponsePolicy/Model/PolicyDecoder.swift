@@ -35,7 +35,8 @@ package struct PolicyDecoder {
             report(.error("invalid-type", "\(what) must be a mapping, not \(node.kindDescription)", at: node.range))
             return nil
         }
-        var result: [(String, YAMLNode, YAMLNode)] = []
+        var result: [(key: String, keyNode: YAMLNode, value: YAMLNode)] = []
+        result.reserveCapacity(pairs.count)
         for pair in pairs {
             guard let key = pair.key.scalar else {
                 report(
@@ -273,8 +274,8 @@ package struct PolicyDecoder {
     /// One of an enum's raw values, with a hint for a near miss.
     mutating func choice<T: RawRepresentable & CaseIterable>(_ node: YAMLNode, _ key: String, _: T.Type) -> T?
     where T.RawValue == String {
-        let names = T.allCases.map(\.rawValue)
         guard case .scalar(let text, _) = node.value, !node.isNull else {
+            let names = T.allCases.map(\.rawValue)
             report(
                 .error(
                     "invalid-type",
@@ -283,6 +284,9 @@ package struct PolicyDecoder {
             return nil
         }
         if let value = T(rawValue: text) { return value }
+        // The names only for a message: made for every value read, they cost each rule of a
+        // large file an array of texts.
+        let names = T.allCases.map(\.rawValue)
         report(
             .error(
                 "invalid-value",

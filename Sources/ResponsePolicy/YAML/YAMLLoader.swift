@@ -230,12 +230,39 @@ private struct TreeBuilder {
         var items: [YAMLNode] = []
         var pairs: [YAMLNode.Pair] = []
         var pendingKey: YAMLNode?
-        /// The mapping's scalar keys so far, for duplicate detection in O(1).
-        var keys: [String: SourceRange] = [:]
+        /// The mapping's scalar keys so far, for duplicate detection in O(1), once it has more
+        /// than ``Frame/scanLimit`` pairs; a smaller mapping (nearly all of them) is scanned:
+        /// a dictionary per mapping was a tenth of building a 20,000-rule file's tree.
+        var keys: [String: SourceRange]?
         var start: SourcePosition
         var anchor: String?
         var tag: String?
         var size: Int
+
+        static let scanLimit = 8
+
+        /// Where `text` was first written as a key of this mapping (merge keys aside).
+        func firstKey(_ text: String) -> SourceRange? {
+            if let keys { return keys[text] }
+            for pair in pairs where !TreeBuilder.isMergeKey(pair.key) && pair.key.scalar == text {
+                return pair.key.range
+            }
+            return nil
+        }
+
+        /// Records a new scalar key, before its pair is appended.
+        mutating func noteKey(_ text: String, at range: SourceRange) {
+            if keys != nil {
+                keys?[text] = range
+            } else if pairs.count >= Self.scanLimit {
+                var table: [String: SourceRange] = [:]
+                for pair in pairs where !TreeBuilder.isMergeKey(pair.key) {
+                    if let key = pair.key.scalar, table[key] == nil { table[key] = pair.key.range }
+                }
+                table[text] = range
+                keys = table
+            }
+        }
     }
 
     let limits: YAMLLimits
@@ -421,8 +448,8 @@ private struct TreeBuilder {
             return nil
         }
         stack[last].pendingKey = nil
-        if let text = key.scalar, !isMergeKey(key) {
-            if let first = stack[last].keys[text] {
+        if let text = key.scalar, !Self.isMergeKey(key) {
+            if let first = stack[last].firstKey(text) {
                 diagnostics.append(
                     .error(
                         "duplicate-key",
@@ -430,23 +457,23 @@ private struct TreeBuilder {
                         at: key.range, notes: [.init(range: first, message: "first written here")]))
                 return nil
             }
-            stack[last].keys[text] = key.range
+            stack[last].noteKey(text, at: key.range)
         }
         stack[last].pairs.append(YAMLNode.Pair(key: key, value: node))
         return nil
     }
 
-    func isMergeKey(_ key: YAMLNode) -> Bool {
+    static func isMergeKey(_ key: YAMLNode) -> Bool {
         key.isPlainScalar && key.scalar == "<<"
     }
 
     /// Applies `<<` merge keys: the merged mappings' pairs are added where the mapping does not
     /// already have the key. A merge value that is not a mapping (or list of mappings) is reported.
     mutating func resolveMerges(_ pairs: [YAMLNode.Pair]) -> [YAMLNode.Pair] {
-        guard pairs.contains(where: { isMergeKey($0.key) }) else { return pairs }
-        var result = pairs.filter { !isMergeKey($0.key) }
+        guard pairs.contains(where: { Self.isMergeKey($0.key) }) else { return pairs }
+        var result = pairs.filter { !Self.isMergeKey($0.key) }
         var present = Set(result.compactMap { $0.key.scalar })
-        for pair in pairs where isMergeKey(pair.key) {
+        for pair in pairs where Self.isMergeKey(pair.key) {
             let sources: [YAMLNode]
             switch pair.value.value {
             case .mapping: sources = [pair.value]

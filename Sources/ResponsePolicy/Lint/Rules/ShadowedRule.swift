@@ -188,7 +188,14 @@ struct ShadowedRule: LintRule {
             if when.errors != nil { erroring.add(position, path: path, header: "") }
             guard when.matchesResponses else { return }
             if let codes = when.codes {
-                for code in Set(codes) { byCode[code, default: Bucket()].add(position, path: path, header: header) }
+                if codes.count == 1 {
+                    // One code (nearly every rule): no set to make to skip repeats.
+                    byCode[codes[0], default: Bucket()].add(position, path: path, header: header)
+                } else {
+                    for code in Set(codes) {
+                        byCode[code, default: Bucket()].add(position, path: path, header: header)
+                    }
+                }
                 if when.codeRanges != nil { ranged.add(position, path: path, header: header) }
             } else if let statuses = when.statuses {
                 if statuses.reduce(0, { $0 + $1.upper - $1.lower + 1 }) > 100 {
