@@ -201,8 +201,18 @@ extension RuleGraph {
         /// with overrides; the scope's deliver, fail or logout node otherwise).
         package let node: String
         package let actionNode: String
-        /// The edges leaving the rule node and its own action node.
-        package let edges: [Edge]
+        /// The edge into the rule node, and the edges leaving it and its own action node.
+        package var edges: [Edge] {
+            storedEdges ?? [
+                Edge(from: classifierNode, to: node, kind: .match, label: ""),
+                Edge(from: node, to: actionNode, kind: .then, label: ""),
+            ]
+        }
+        /// `nil` for a rule whose edges are just `match` and `then` (every deliver and fail rule):
+        /// made when asked, instead of an array of two edges held by each of 20,000 rules.
+        private let storedEdges: [Edge]?
+        /// The scope's classifier node, where the `match` edge starts.
+        private let classifierNode: String
         /// The escalations below, boxed, `nil` for a rule that has none (deliver, fail, logout):
         /// inline, seven optional escalations with their logout settings cost every rule 1 KB.
         let escalations: EscalationBox?
@@ -230,15 +240,21 @@ extension RuleGraph {
         package let neverRetried: [String]
 
         init(
-            index: Int, rule: Rule, settings: EffectiveSettings, node: String, actionNode: String, edges: [Edge],
-            escalations: Escalations, again: Edge?, methods: [String]?, neverRetried: [String]
+            index: Int, rule: Rule, settings: EffectiveSettings, node: String, actionNode: String,
+            classifierNode: String, edges: ArraySlice<Edge>, escalations: Escalations, again: Edge?,
+            methods: [String]?, neverRetried: [String]
         ) {
             self.index = index
             self.rule = rule
             self.settings = settings
             self.node = node
             self.actionNode = actionNode
-            self.edges = edges
+            self.classifierNode = classifierNode
+            let plain =
+                edges.count == 2
+                && edges.first == Edge(from: classifierNode, to: node, kind: .match, label: "")
+                && edges.last == Edge(from: node, to: actionNode, kind: .then, label: "")
+            storedEdges = plain ? nil : Array(edges)
             self.escalations = escalations.isEmpty ? nil : EscalationBox(escalations)
             self.again = again
             self.methods = methods

@@ -60,11 +60,11 @@ extension PolicyDecoder {
             case "when":
                 condition = self.condition(value)
                 source.when = value.range
-                for item in value.pairs?.first(where: { $0.key.scalar == "code" })?.value.items ?? [] {
+                let codeNode = value.pairs?.first(where: { $0.key.scalar == "code" })?.value
+                for item in codeNode?.items ?? [] {
                     if let code = item.scalar, source.codes[code] == nil { source.codes[code] = item.range }
                 }
-                if let single = value.pairs?.first(where: { $0.key.scalar == "code" })?.value, let code = single.scalar
-                {
+                if let single = codeNode, let code = single.scalar {
                     source.codes[code] = single.range
                 }
             case "then":
@@ -241,6 +241,14 @@ extension PolicyDecoder {
                         "invalid-type",
                         "a status must be a code like 503 or a range like \"500-599\", not \(item.kindDescription)",
                         at: item.range))
+                continue
+            }
+            // A bare code (nearly every status written): read without splitting, as the split
+            // below would read it (one part, no spaces to trim).
+            if !text.utf8.contains(where: { $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: " ") }),
+                let code = Int(text), (100...599).contains(code)
+            {
+                result.append(StatusRange(code))
                 continue
             }
             let parts = text.split(separator: "-", omittingEmptySubsequences: false).map { $0.trimmingSpaces }

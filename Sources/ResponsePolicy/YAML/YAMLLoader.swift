@@ -241,17 +241,17 @@ private struct TreeBuilder {
 
         static let scanLimit = 8
 
-        /// Where `text` was first written as a key of this mapping (merge keys aside).
-        func firstKey(_ text: String) -> SourceRange? {
-            if let keys { return keys[text] }
-            for pair in pairs where !TreeBuilder.isMergeKey(pair.key) && pair.key.scalar == text {
-                return pair.key.range
+        /// Records a scalar key of this mapping (merge keys aside), before its pair is
+        /// appended, and returns where it was first written when it is a duplicate (then it is
+        /// not recorded). Mutating, so that it runs on the frame in place: a copy of the frame
+        /// per key made every pair's append copy the mapping's pairs.
+        mutating func register(_ text: String, at range: SourceRange) -> SourceRange? {
+            if let first = keys?[text] { return first }
+            if keys == nil {
+                for pair in pairs where !TreeBuilder.isMergeKey(pair.key) && pair.key.scalar == text {
+                    return pair.key.range
+                }
             }
-            return nil
-        }
-
-        /// Records a new scalar key, before its pair is appended.
-        mutating func noteKey(_ text: String, at range: SourceRange) {
             if keys != nil {
                 keys?[text] = range
             } else if pairs.count >= Self.scanLimit {
@@ -261,7 +261,11 @@ private struct TreeBuilder {
                 }
                 table[text] = range
                 keys = table
+            } else if pairs.isEmpty {
+                // Room for a rule's few keys at once, not grown one append at a time.
+                pairs.reserveCapacity(4)
             }
+            return nil
         }
     }
 
@@ -449,7 +453,7 @@ private struct TreeBuilder {
         }
         stack[last].pendingKey = nil
         if let text = key.scalar, !Self.isMergeKey(key) {
-            if let first = stack[last].firstKey(text) {
+            if let first = stack[last].register(text, at: key.range) {
                 diagnostics.append(
                     .error(
                         "duplicate-key",
@@ -457,7 +461,6 @@ private struct TreeBuilder {
                         at: key.range, notes: [.init(range: first, message: "first written here")]))
                 return nil
             }
-            stack[last].noteKey(text, at: key.range)
         }
         stack[last].pairs.append(YAMLNode.Pair(key: key, value: node))
         return nil

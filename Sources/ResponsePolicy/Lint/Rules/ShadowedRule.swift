@@ -25,6 +25,7 @@ struct ShadowedRule: LintRule {
         var budget = Glob.coverBudget  // bounds the glob-against-glob work of the whole run
         for (rules, _) in context.ruleSets {
             var index = CoverIndex()
+            index.byCode.reserveCapacity(rules.count { $0.when.codes != nil })
             for position in rules.indices {
                 let rule = rules[position]
                 let candidates = index.candidates(for: rule.when)
