@@ -50,7 +50,8 @@ extension RuleGraph {
         package var label: String {
             switch labelSource {
             case .text(let text): return text
-            case .rule(let rule): return "\(self.rule.map { $0 + 1 } ?? 0). \(rule.name): \(RuleGraph.describe(rule.when))"
+            case .rule(let rule):
+                return "\(self.rule.map { $0 + 1 } ?? 0). \(rule.name): \(RuleGraph.describe(rule.when))"
             }
         }
         /// A rule node's label is made from its rule when asked: compiling a 20,000-rule policy

@@ -302,7 +302,9 @@ extension PolicyDecoder {
                 continue
             }
             // The byte check first: Foundation's `range(of:)` is slow, and nearly no code has a dot.
-            if text.utf8.contains(UInt8(ascii: ".")), let dots = text.range(of: ".."), CodeTable.canonicalInteger(String(text[..<dots.lowerBound])) != nil {
+            if text.utf8.contains(UInt8(ascii: ".")), let dots = text.range(of: ".."),
+                CodeTable.canonicalInteger(String(text[..<dots.lowerBound])) != nil
+            {
                 let high = text[dots.upperBound...]
                 report(
                     .error(

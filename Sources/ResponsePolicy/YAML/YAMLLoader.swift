@@ -262,8 +262,9 @@ private struct TreeBuilder {
                 table[text] = range
                 keys = table
             } else if pairs.isEmpty {
-                // Room for a rule's few keys at once, not grown one append at a time.
-                pairs.reserveCapacity(4)
+                // Room for two keys at once (most mappings of a policy have one to three):
+                // grown one append at a time, a rule's mapping was allocated three times.
+                pairs.reserveCapacity(2)
             }
             return nil
         }
@@ -361,12 +362,17 @@ private struct TreeBuilder {
             case YAML_FOLDED_SCALAR_STYLE: style = .folded
             default: style = .plain
             }
-            let resolved: (text: String, style: YAMLNode.Style, tag: String?)
-            switch Self.resolveCoreTag(Self.string(scalar.tag), text: text, style: style) {
-            case .success(let value): resolved = value
-            case .failure(let message): return .error("invalid-tag", message.description, at: range)
+            let node: YAMLNode
+            if scalar.tag == nil {
+                // No tag (nearly every scalar): nothing to resolve.
+                node = YAMLNode(.scalar(text, style), range: range)
+            } else {
+                switch Self.resolveCoreTag(Self.string(scalar.tag), text: text, style: style) {
+                case .success(let resolved):
+                    node = YAMLNode(.scalar(resolved.text, resolved.style), range: range, tag: resolved.tag)
+                case .failure(let message): return .error("invalid-tag", message.description, at: range)
+                }
             }
-            let node = YAMLNode(.scalar(resolved.text, resolved.style), range: range, tag: resolved.tag)
             return add(node, size: 1, anchor: Self.string(scalar.anchor), at: range)
         case YAML_ALIAS_EVENT:
             let name = Self.string(event.data.alias.anchor) ?? ""
