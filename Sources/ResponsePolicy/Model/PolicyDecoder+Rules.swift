@@ -36,13 +36,16 @@ extension PolicyDecoder {
     }
 
     mutating func rule(_ node: YAMLNode, index: Int, scope: SectionScope, namePrefix: String) -> Rule? {
-        guard let fields = mappingFields(node, "a rule", allowed: Self.ruleKeys) else { return nil }
+        guard let pairs = mappingPairs(node, "a rule") else { return nil }
         // The default name (`rule-3`) only for a rule that gives none.
         var given: String?
         var condition: Condition?
         var thenNode: YAMLNode?
         var source = RuleSource()
-        for (key, _, value) in fields {
+        var hasWhen = false
+        for pair in pairs {
+            guard let key = fieldKey(pair, "a rule", allowed: Self.ruleKeys) else { continue }
+            let value = pair.value
             switch key {
             case "name":
                 if let text = string(value, key) {
@@ -58,6 +61,7 @@ extension PolicyDecoder {
                     }
                 }
             case "when":
+                hasWhen = true
                 condition = self.condition(value)
                 source.when = value.range
                 let codeNode = value.pairs?.first(where: { $0.key.scalar == "code" })?.value
@@ -74,7 +78,7 @@ extension PolicyDecoder {
             }
         }
         let name = given ?? "\(namePrefix)-\(index + 1)"
-        if !fields.contains(where: { $0.key == "when" }) {
+        if !hasWhen {
             report(.error("missing-key", "rule '\(name)' needs 'when:' to say what it matches", at: node.range))
         }
         guard let thenNode else {
@@ -170,9 +174,11 @@ extension PolicyDecoder {
     }
 
     mutating func condition(_ node: YAMLNode) -> Condition? {
-        guard let fields = mappingFields(node, "'when'", allowed: Self.whenKeys) else { return nil }
+        guard let pairs = mappingPairs(node, "'when'") else { return nil }
         var condition = Condition()
-        for (key, _, value) in fields {
+        for pair in pairs {
+            guard let key = fieldKey(pair, "'when'", allowed: Self.whenKeys) else { continue }
+            let value = pair.value
             switch key {
             case "status": condition.statuses = statuses(value)
             case "code":

@@ -54,6 +54,34 @@ package struct PolicyDecoder {
         return result
     }
 
+    /// The pairs of a mapping, for reading key by key with ``fieldKey(_:_:allowed:)``: what
+    /// ``mappingFields(_:_:allowed:ignorePrefix:)`` reads, without making the list of fields
+    /// (each a tuple of two copied nodes), for the mappings read once per rule. Empty for null;
+    /// `nil`, reported, for anything but a mapping.
+    mutating func mappingPairs(_ node: YAMLNode, _ what: String) -> [YAMLNode.Pair]? {
+        guard let pairs = node.pairs else {
+            if node.isNull { return [] }
+            report(.error("invalid-type", "\(what) must be a mapping, not \(node.kindDescription)", at: node.range))
+            return nil
+        }
+        return pairs
+    }
+
+    /// A pair's key when it is one of `allowed`; reported as ``mappingFields(_:_:allowed:ignorePrefix:)``
+    /// reports it otherwise.
+    mutating func fieldKey(_ pair: YAMLNode.Pair, _ what: String, allowed: [String]) -> String? {
+        guard let key = pair.key.scalar else {
+            report(
+                .error("invalid-key", "keys must be plain names, not \(pair.key.kindDescription)", at: pair.key.range))
+            return nil
+        }
+        guard allowed.contains(key) else {
+            report(Self.unknownKey(key, in: what, allowed: allowed, at: pair.key.range))
+            return nil
+        }
+        return key
+    }
+
     /// The sections a key may have been meant for, to point at when it is written in another
     /// one (`cooldown:` under `retry:`). Read from the decoder's own key lists.
     static var sectionsByKey: [(section: String, keys: [String])] {
