@@ -100,6 +100,17 @@ struct FlowCompiler {
         let first = edges.count
         nodes.append(RuleGraph.Node(id: id, scope: scope, rule: rule, index: index))
         _ = edge(classifierID, id, .match)
+        if rule.action == .deliver || rule.action == .fail, rule.retry == nil, rule.refresh == nil, rule.logout == nil {
+            // What the general path below gives these rules, without making the three effective
+            // sections first (copying them cost each of 20,000 deliver and fail rules dozens of
+            // retains): the scope's settings, one `then` edge to the scope's terminal node.
+            let actionNode = terminal(rule.action).1
+            _ = edge(id, actionNode, .then)
+            return RuleGraph.CompiledRule(
+                index: index, rule: rule, settings: scopeSettings, node: id, actionNode: actionNode,
+                classifierNode: classifierID, edges: edges[first...], escalations: RuleGraph.Escalations(),
+                again: nil, methods: nil, neverRetried: [])
+        }
         var r = rule.retry ?? retry
         // Request-wide settings are the scope's: the decoder refuses them in a rule's `then:`
         // (`request-wide-override`), and the compiled rule states what the engine runs.
