@@ -1,3 +1,4 @@
+import CoordinationTestSupport
 import Testing
 
 @testable import ResponsePolicy

@@ -1,3 +1,4 @@
+import CoordinationTestSupport
 import Foundation
 import Testing
 
