@@ -64,12 +64,11 @@ extension RedisSessionCoordinatorTests {
     @Test func forgedCredentialsAndLogoutsAreRefusedWithASigningKey() async throws {
         let server = try RedisServerFixture()
         let key = Data("fleet-key".utf8)
-        let coordinator = try RedisSessionCoordinator(.init(url: server.url, key: "signed", signingKey: key))
+        let coordinator = try server.coordinator(key: "signed", signingKey: key)
         defer { coordinator.stop() }
         let log = UpdateLog()
         _ = await coordinator.start(local: testCredentials("seed"), updates: log.sink)
-        let attacker = try RedisConnection(
-            try RedisEndpoint.parse(server.url).get(), password: nil, timeout: .seconds(2))
+        let attacker = try server.attacker()
         #expect(await server.waitForSubscribers(1, on: RedisServerFixture.channel("signed")))
         let forged = #"{"access_token":"attacker","refresh_token":"attacker-refresh"}"#
         _ = try attacker.command(["HSET", "response-policy:{signed}:session", "gen", "9", "creds", forged])

@@ -1,4 +1,5 @@
 import CoordinationTestSupport
+import Foundation
 import ResponsePolicy
 import ResponsePolicyRedis
 
@@ -7,9 +8,16 @@ import ResponsePolicyRedis
 extension RedisServerFixture {
     /// A Redis coordinator on this server; the caller stops it.
     func coordinator(
-        key: String = "mobile-api", lease: Duration = .seconds(15), connectTimeout: Duration = .milliseconds(250)
+        key: String = "mobile-api", lease: Duration = .seconds(15), connectTimeout: Duration = .milliseconds(250),
+        signingKey: Data? = nil
     ) throws -> RedisSessionCoordinator {
-        try RedisSessionCoordinator(.init(url: url, key: key, lease: lease, connectTimeout: connectTimeout))
+        try RedisSessionCoordinator(
+            .init(url: url, key: key, lease: lease, connectTimeout: connectTimeout, signingKey: signingKey))
+    }
+
+    /// A plain client of this server, as any client with its password could be: it forges what it likes.
+    func attacker() throws -> RedisConnection {
+        try RedisConnection(try RedisEndpoint.parse(url).get(), password: nil, timeout: .seconds(2))
     }
 
     /// The pub/sub channel of the session under `key`.
