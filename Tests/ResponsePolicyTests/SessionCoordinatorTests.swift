@@ -3,6 +3,7 @@ import Foundation
 import Testing
 
 @testable import ResponsePolicy
+@testable import ResponsePolicyTesting
 
 /// The engine's side of the ``SessionCoordinator`` seam: it asks before refreshing, publishes what
 /// it refreshed, logs out and signs in through the coordinator, and turns the coordinator's news
@@ -19,11 +20,18 @@ struct SessionCoordinatorTests {
         }
     }
 
+    /// An engine on `coordinator`; with `scheduler`, on its virtual clock and executor, so no
+    /// timeout (an attempt's, a refresh's) fires because the machine was busy.
     private static func engine(
         _ coordinator: SharedMemoryCoordinator, transport: any Transport, refresh: (any RefreshPlugin)? = nil,
-        events: EventLog = EventLog(), policy: String = policy
+        events: EventLog = EventLog(), policy: String = policy, scheduler: SimulationScheduler? = nil
     ) throws -> PolicyEngine {
         var options = PolicyEngine.Options()
+        if let scheduler {
+            options.clock = scheduler.clock
+            options.taskExecutor = scheduler.executor
+            options.random = SeededRandomSource(seed: 7)
+        }
         options.coordinator = coordinator
         options.refreshPlugin = refresh
         options.observers = [events]
@@ -32,16 +40,23 @@ struct SessionCoordinatorTests {
             credentials: MemoryCredentialStore(Credentials(accessToken: "token-0")), options: options)
     }
 
+    /// On the virtual clock: on the system clock, a run of CI's ThreadSanitizer step (20 suites
+    /// at once on two cores) once kept both engines from their answers for longer than
+    /// `attempt-timeout` (10 s). Both attempts then timed out and were sent again, which made 6
+    /// requests where 4 are expected (reproduced on purpose by the next test).
     @Test func twoEnginesSharingACoordinatorMakeOneRefresh() async throws {
+        let scheduler = SimulationScheduler(clock: VirtualClock(), externalWorkGracePeriod: .zero)
         let coordinator = SharedMemoryCoordinator()
         let transport = Self.tokenServer()
         // The refresh holds its lease until the other engine waits for it.
         let refresh = CountingRefresh { await coordinator.waitUntil { $0.waited >= 1 } }
-        let a = try Self.engine(coordinator, transport: transport, refresh: refresh)
-        let b = try Self.engine(coordinator, transport: transport, refresh: refresh)
-        async let first = a.send(HTTPRequest(url: testURL, id: "a"))
-        async let second = b.send(HTTPRequest(url: testURL, id: "b"))
-        let (ra, rb) = try await (first, second)
+        let a = try Self.engine(coordinator, transport: transport, refresh: refresh, scheduler: scheduler)
+        let b = try Self.engine(coordinator, transport: transport, refresh: refresh, scheduler: scheduler)
+        let (ra, rb) = try await scheduler.runDetached {
+            async let first = a.send(HTTPRequest(url: testURL, id: "a"))
+            async let second = b.send(HTTPRequest(url: testURL, id: "b"))
+            return try await (first, second)
+        }
         #expect(ra.body == Data(#"{"status":0}"#.utf8) && rb.body == ra.body)
         #expect(refresh.calls == 1)
         let counts = coordinator.counts
@@ -50,19 +65,57 @@ struct SessionCoordinatorTests {
         #expect(b.debugSnapshot.credentials?.accessToken == "token-1")
         #expect(a.debugSnapshot.sharedGeneration == b.debugSnapshot.sharedGeneration)
         // Each engine sent its request twice: once with the dead token, once with the shared one.
-        #expect(transport.requests.count == 4)
+        #expect(transport.requests.map { $0.headers["Authorization"] ?? "" }.sorted() == [
+            "Bearer token-0", "Bearer token-0", "Bearer token-1", "Bearer token-1",
+        ])
+        #expect(scheduler.clock.now == .zero, "no time passed: nothing waited for a timer")
+    }
+
+    /// The 6 requests the test above once saw, on purpose: each engine's first answer comes after
+    /// its attempt's timeout (as when the machine starves the engine that long). Each attempt is
+    /// sent again (the `transient` rule retries a timeout) with the token still current; the fleet
+    /// still makes one refresh, and no refresh token is presented twice.
+    @Test func attemptsAnsweredAfterTheirTimeoutAreSentAgainAndTheFleetStillMakesOneRefresh() async throws {
+        let scheduler = SimulationScheduler(clock: VirtualClock(), externalWorkGracePeriod: .zero)
+        let clock = scheduler.clock
+        let coordinator = SharedMemoryCoordinator()
+        let transport = RecordingTransport { request, count in
+            // The first two attempts (one per engine) answer after `attempt-timeout` (10 s).
+            if count <= 2 { try await clock.sleep(until: clock.now + .seconds(11)) }
+            return request.headers["Authorization"] == "Bearer token-0"
+                ? response(#"{"status":1401}"#) : response(#"{"status":0}"#)
+        }
+        let refresh = CountingRefresh { await coordinator.waitUntil { $0.waited >= 1 } }
+        let a = try Self.engine(coordinator, transport: transport, refresh: refresh, scheduler: scheduler)
+        let b = try Self.engine(coordinator, transport: transport, refresh: refresh, scheduler: scheduler)
+        let (ra, rb) = try await scheduler.runDetached {
+            async let first = a.send(HTTPRequest(url: testURL, id: "a"))
+            async let second = b.send(HTTPRequest(url: testURL, id: "b"))
+            return try await (first, second)
+        }
+        #expect(ra.body == Data(#"{"status":0}"#.utf8) && rb.body == ra.body)
+        #expect(refresh.calls == 1)
+        #expect(coordinator.counts.publish == 1 && coordinator.counts.endRefresh == 0)
+        #expect(a.debugSnapshot.sharedGeneration == b.debugSnapshot.sharedGeneration)
+        let sent = transport.requests.map { "\($0.id ?? ""):\($0.headers["Authorization"] ?? "")" }
+        // Per engine: the attempt that timed out, its retry (refused: refresh), the shared token.
+        #expect(sent.filter { $0.hasPrefix("a:") } == ["a:Bearer token-0", "a:Bearer token-0", "a:Bearer token-1"])
+        #expect(sent.filter { $0.hasPrefix("b:") } == ["b:Bearer token-0", "b:Bearer token-0", "b:Bearer token-1"])
     }
 
     @Test func aRefreshThatFailsEndsItsLeaseAndTheOtherEngineFailsWithoutCallingThePlugin() async throws {
+        let scheduler = SimulationScheduler(clock: VirtualClock(), externalWorkGracePeriod: .zero)
         let coordinator = SharedMemoryCoordinator()
         let transport = Self.tokenServer()
         let refresh = FailingRefresh { await coordinator.waitUntil { $0.waited >= 1 } }
         let failing = basePolicy + "\n  share-window: 0s\n  on-failure: fail\n"
-        let a = try Self.engine(coordinator, transport: transport, refresh: refresh, policy: failing)
-        let b = try Self.engine(coordinator, transport: transport, refresh: refresh, policy: failing)
-        async let first = outcome(a)
-        async let second = outcome(b)
-        let results = await [first, second]
+        let a = try Self.engine(coordinator, transport: transport, refresh: refresh, policy: failing, scheduler: scheduler)
+        let b = try Self.engine(coordinator, transport: transport, refresh: refresh, policy: failing, scheduler: scheduler)
+        let results = try await scheduler.runDetached {
+            async let first = outcome(a)
+            async let second = outcome(b)
+            return await [first, second]
+        }
         #expect(refresh.calls == 1)
         #expect(coordinator.counts.endRefresh == 1 && coordinator.counts.publish == 0)
         for result in results {
@@ -90,9 +143,9 @@ struct SessionCoordinatorTests {
 
     @Test func aLogoutFromElsewhereCancelsInFlightRequestsAndRefusesNewOnes() async throws {
         let coordinator = SharedMemoryCoordinator()
-        let started = Locked(0)
+        let (started, starting) = AsyncStream.makeStream(of: Void.self)
         let transport = RecordingTransport { _, _ in
-            started.withLock { $0 += 1 }
+            starting.yield()
             // Ended by the logout's cancellation, never by time.
             try await Task.sleep(for: .seconds(600))
             return response(#"{"status":0}"#)
@@ -100,7 +153,7 @@ struct SessionCoordinatorTests {
         let events = EventLog()
         let engine = try Self.engine(coordinator, transport: transport, events: events)
         let inFlight = Task { await outcome(engine, id: "in-flight") }
-        await coordinator.waitUntil { _ in started.withLock { $0 } == 1 }
+        for await _ in started { break }
         let until = Date().addingTimeInterval(30)
         coordinator.push(.loggedOut(until: until, reason: "signed in elsewhere"))
         coordinator.push(.loggedOut(until: until, reason: "signed in elsewhere"))
@@ -227,6 +280,7 @@ final class SharedMemoryCoordinator: SessionCoordinator {
         var waiting: [CheckedContinuation<RefreshTurn, Never>] = []
         var subscribers: [@Sendable (SessionUpdate) -> Void] = []
         var loggedOutReason: String?
+        var watchers: [(condition: @Sendable (Counts) -> Bool, continuation: CheckedContinuation<Void, Never>)] = []
     }
 
     private let state = Locked(State())
@@ -235,17 +289,34 @@ final class SharedMemoryCoordinator: SessionCoordinator {
     var session: SharedSession { state.withLock { $0.session } }
     var loggedOutReason: String? { state.withLock { $0.loggedOutReason } }
 
-    /// Waits, yielding, until `condition` holds on the counts (bounded: a test that never gets
-    /// there fails on its expectations instead of hanging).
-    /// Polls until `condition` holds (bounded by two minutes for a broken run). It sleeps between
-    /// looks instead of spinning on `Task.yield()`: on two cores a spinning refresh starved the
-    /// other engine, and under TSan 2,000,000 yields ran out before it waited, which changed the
-    /// interleaving the tests are about.
-    func waitUntil(_ condition: (Counts) -> Bool) async {
-        let deadline = ContinuousClock.now + .seconds(120)
-        while !condition(counts), ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(1))
+    /// Returns once `condition` holds on the counts: every change of the counts wakes the waits
+    /// it satisfies (a signal, not a poll). A refresh that waits here for the other engine takes
+    /// no time, real or virtual, and starves nothing.
+    func waitUntil(_ condition: @escaping @Sendable (Counts) -> Bool) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let holds = state.withLock { state -> Bool in
+                if condition(state.counts) { return true }
+                state.watchers.append((condition, continuation))
+                return false
+            }
+            if holds { continuation.resume() }
         }
+    }
+
+    /// Changes the state under its lock, then wakes the waits whose condition now holds.
+    private func change<T>(_ body: (inout State) -> T) -> T {
+        let (result, woken) = state.withLock { state -> (T, [CheckedContinuation<Void, Never>]) in
+            let result = body(&state)
+            var woken: [CheckedContinuation<Void, Never>] = []
+            state.watchers.removeAll { watcher in
+                guard watcher.condition(state.counts) else { return false }
+                woken.append(watcher.continuation)
+                return true
+            }
+            return (result, woken)
+        }
+        for continuation in woken { continuation.resume() }
+        return result
     }
 
     /// Sends `update` to every engine, as news from another process.
@@ -254,7 +325,7 @@ final class SharedMemoryCoordinator: SessionCoordinator {
     }
 
     func start(local: Credentials?, updates: @escaping @Sendable (SessionUpdate) -> Void) async -> SharedSession? {
-        state.withLock { state in
+        change { state in
             state.counts.start += 1
             state.subscribers.append(updates)
             if state.session.credentials == nil {
@@ -268,7 +339,7 @@ final class SharedMemoryCoordinator: SessionCoordinator {
 
     func beginRefresh(_ request: RefreshTurnRequest) async -> RefreshTurn {
         await withCheckedContinuation { continuation in
-            let answer = state.withLock { state -> RefreshTurn? in
+            let answer = change { state -> RefreshTurn? in
                 state.counts.beginRefresh += 1
                 if state.session.generation > request.failedGeneration { return .newer(state.session) }
                 if state.holder == nil {
@@ -288,7 +359,7 @@ final class SharedMemoryCoordinator: SessionCoordinator {
         typealias Taken = (
             PublishResult, [CheckedContinuation<RefreshTurn, Never>], [@Sendable (SessionUpdate) -> Void]
         )
-        let (result, waiting, subscribers) = state.withLock { state -> Taken in
+        let (result, waiting, subscribers) = change { state -> Taken in
             state.counts.publish += 1
             guard state.holder == lease.fencingToken else { return (.leaseLost(current: state.session), [], []) }
             state.holder = nil
@@ -305,7 +376,7 @@ final class SharedMemoryCoordinator: SessionCoordinator {
     }
 
     func endRefresh(_ lease: RefreshLease, failure: String?) async {
-        let waiting = state.withLock { state -> [CheckedContinuation<RefreshTurn, Never>] in
+        let waiting = change { state -> [CheckedContinuation<RefreshTurn, Never>] in
             state.counts.endRefresh += 1
             guard state.holder == lease.fencingToken else { return [] }
             state.holder = nil
@@ -316,7 +387,7 @@ final class SharedMemoryCoordinator: SessionCoordinator {
     }
 
     func publishLogout(until: Date, reason: String) async {
-        state.withLock { state in
+        change { state in
             state.counts.publishLogout += 1
             state.session.loggedOutUntil = until
             state.loggedOutReason = reason
@@ -324,7 +395,7 @@ final class SharedMemoryCoordinator: SessionCoordinator {
     }
 
     func publishSignIn(_ credentials: Credentials) async -> SharedSession? {
-        state.withLock { state in
+        change { state in
             state.counts.publishSignIn += 1
             state.session = SharedSession(credentials: credentials, generation: state.session.generation + 1)
             return state.session
