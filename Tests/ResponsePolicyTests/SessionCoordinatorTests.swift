@@ -10,7 +10,7 @@ import Testing
 /// into state changes. Checked against an in-memory coordinator that keeps the contract and
 /// counts every call.
 struct SessionCoordinatorTests {
-    private static let policy = basePolicy + "\n  share-window: 0s\nlogout: { cooldown: 60s }\n"
+    fileprivate static let policy = basePolicy + "\n  share-window: 0s\nlogout: { cooldown: 60s }\n"
 
     /// 1401 for `token-0`, `{"status":0}` for any other token.
     private static func tokenServer() -> RecordingTransport {
@@ -22,7 +22,7 @@ struct SessionCoordinatorTests {
 
     /// An engine on `coordinator`; with `scheduler`, on its virtual clock and executor, so no
     /// timeout (an attempt's, a refresh's) fires because the machine was busy.
-    private static func engine(
+    fileprivate static func engine(
         _ coordinator: SharedMemoryCoordinator, transport: any Transport, refresh: (any RefreshPlugin)? = nil,
         events: EventLog = EventLog(), policy: String = policy, scheduler: SimulationScheduler? = nil
     ) throws -> PolicyEngine {
@@ -40,35 +40,62 @@ struct SessionCoordinatorTests {
             credentials: MemoryCredentialStore(Credentials(accessToken: "token-0")), options: options)
     }
 
-    /// On the virtual clock: on the system clock, a run of CI's ThreadSanitizer step (20 suites
-    /// at once on two cores) once kept both engines from their answers for longer than
-    /// `attempt-timeout` (10 s). Both attempts then timed out and were sent again, which made 6
-    /// requests where 4 are expected (reproduced on purpose by the next test).
-    @Test func twoEnginesSharingACoordinatorMakeOneRefresh() async throws {
-        let scheduler = SimulationScheduler(clock: VirtualClock(), externalWorkGracePeriod: .zero)
+    /// Two engines on one coordinator and one scheduler's virtual clock: no timeout (an
+    /// attempt's, a refresh's) fires because the machine was busy. On the system clock, a run of
+    /// CI's ThreadSanitizer step (20 suites at once on two cores) once kept both engines from their
+    /// answers for longer than `attempt-timeout` (10 s): both attempts timed out and were sent
+    /// again, 6 requests where 4 were expected (reproduced on purpose below).
+    private struct TwoEngines<Plugin: RefreshPlugin> {
+        let scheduler: SimulationScheduler
         let coordinator = SharedMemoryCoordinator()
-        let transport = Self.tokenServer()
-        // The refresh holds its lease until the other engine waits for it.
-        let refresh = CountingRefresh { await coordinator.waitUntil { $0.waited >= 1 } }
-        let a = try Self.engine(coordinator, transport: transport, refresh: refresh, scheduler: scheduler)
-        let b = try Self.engine(coordinator, transport: transport, refresh: refresh, scheduler: scheduler)
-        let (ra, rb) = try await scheduler.runDetached {
-            async let first = a.send(HTTPRequest(url: testURL, id: "a"))
-            async let second = b.send(HTTPRequest(url: testURL, id: "b"))
-            return try await (first, second)
+        let refresh: Plugin
+        let a: PolicyEngine
+        let b: PolicyEngine
+
+        /// `refresh` is made with the coordinator, so that it can hold its lease until the other
+        /// engine waits for it.
+        init(
+            transport: any Transport, policy: String = SessionCoordinatorTests.policy,
+            clock: VirtualClock = VirtualClock(), refresh: (SharedMemoryCoordinator) -> Plugin
+        ) throws {
+            scheduler = SimulationScheduler(clock: clock, externalWorkGracePeriod: .zero)
+            self.refresh = refresh(coordinator)
+            a = try SessionCoordinatorTests.engine(
+                coordinator, transport: transport, refresh: self.refresh, policy: policy, scheduler: scheduler)
+            b = try SessionCoordinatorTests.engine(
+                coordinator, transport: transport, refresh: self.refresh, policy: policy, scheduler: scheduler)
         }
-        #expect(ra.body == Data(#"{"status":0}"#.utf8) && rb.body == ra.body)
-        #expect(refresh.calls == 1)
-        let counts = coordinator.counts
+
+        /// Sends request "a" from one engine and "b" from the other at once.
+        func send() async throws -> [Result<HTTPResponse, PolicyEngineError>] {
+            let (a, b) = (a, b)
+            return try await scheduler.runDetached {
+                async let first = outcome(a, id: "a")
+                async let second = outcome(b, id: "b")
+                return await [first, second]
+            }
+        }
+    }
+
+    @Test func twoEnginesSharingACoordinatorMakeOneRefresh() async throws {
+        let transport = Self.tokenServer()
+        let fleet = try TwoEngines(transport: transport) { coordinator in
+            CountingRefresh { await coordinator.waitUntil { $0.waited >= 1 } }
+        }
+        let bodies = try await fleet.send().map { try $0.get().body }
+        #expect(bodies == [Data(#"{"status":0}"#.utf8), Data(#"{"status":0}"#.utf8)])
+        #expect(fleet.refresh.calls == 1)
+        let counts = fleet.coordinator.counts
         #expect(counts.publish == 1 && counts.endRefresh == 0 && counts.start == 2)
-        #expect(a.debugSnapshot.credentials?.accessToken == "token-1")
-        #expect(b.debugSnapshot.credentials?.accessToken == "token-1")
-        #expect(a.debugSnapshot.sharedGeneration == b.debugSnapshot.sharedGeneration)
+        #expect(fleet.a.debugSnapshot.credentials?.accessToken == "token-1")
+        #expect(fleet.b.debugSnapshot.credentials?.accessToken == "token-1")
+        #expect(fleet.a.debugSnapshot.sharedGeneration == fleet.b.debugSnapshot.sharedGeneration)
         // Each engine sent its request twice: once with the dead token, once with the shared one.
-        #expect(transport.requests.map { $0.headers["Authorization"] ?? "" }.sorted() == [
-            "Bearer token-0", "Bearer token-0", "Bearer token-1", "Bearer token-1",
-        ])
-        #expect(scheduler.clock.now == .zero, "no time passed: nothing waited for a timer")
+        #expect(
+            transport.requests.map { $0.headers["Authorization"] ?? "" }.sorted() == [
+                "Bearer token-0", "Bearer token-0", "Bearer token-1", "Bearer token-1",
+            ])
+        #expect(fleet.scheduler.clock.now == .zero, "no time passed: nothing waited for a timer")
     }
 
     /// The 6 requests the test above once saw, on purpose: each engine's first answer comes after
@@ -76,27 +103,21 @@ struct SessionCoordinatorTests {
     /// sent again (the `transient` rule retries a timeout) with the token still current; the fleet
     /// still makes one refresh, and no refresh token is presented twice.
     @Test func attemptsAnsweredAfterTheirTimeoutAreSentAgainAndTheFleetStillMakesOneRefresh() async throws {
-        let scheduler = SimulationScheduler(clock: VirtualClock(), externalWorkGracePeriod: .zero)
-        let clock = scheduler.clock
-        let coordinator = SharedMemoryCoordinator()
+        let clock = VirtualClock()
         let transport = RecordingTransport { request, count in
             // The first two attempts (one per engine) answer after `attempt-timeout` (10 s).
             if count <= 2 { try await clock.sleep(until: clock.now + .seconds(11)) }
             return request.headers["Authorization"] == "Bearer token-0"
                 ? response(#"{"status":1401}"#) : response(#"{"status":0}"#)
         }
-        let refresh = CountingRefresh { await coordinator.waitUntil { $0.waited >= 1 } }
-        let a = try Self.engine(coordinator, transport: transport, refresh: refresh, scheduler: scheduler)
-        let b = try Self.engine(coordinator, transport: transport, refresh: refresh, scheduler: scheduler)
-        let (ra, rb) = try await scheduler.runDetached {
-            async let first = a.send(HTTPRequest(url: testURL, id: "a"))
-            async let second = b.send(HTTPRequest(url: testURL, id: "b"))
-            return try await (first, second)
+        let fleet = try TwoEngines(transport: transport, clock: clock) { coordinator in
+            CountingRefresh { await coordinator.waitUntil { $0.waited >= 1 } }
         }
-        #expect(ra.body == Data(#"{"status":0}"#.utf8) && rb.body == ra.body)
-        #expect(refresh.calls == 1)
-        #expect(coordinator.counts.publish == 1 && coordinator.counts.endRefresh == 0)
-        #expect(a.debugSnapshot.sharedGeneration == b.debugSnapshot.sharedGeneration)
+        let bodies = try await fleet.send().map { try $0.get().body }
+        #expect(bodies == [Data(#"{"status":0}"#.utf8), Data(#"{"status":0}"#.utf8)])
+        #expect(fleet.refresh.calls == 1)
+        #expect(fleet.coordinator.counts.publish == 1 && fleet.coordinator.counts.endRefresh == 0)
+        #expect(fleet.a.debugSnapshot.sharedGeneration == fleet.b.debugSnapshot.sharedGeneration)
         let sent = transport.requests.map { "\($0.id ?? ""):\($0.headers["Authorization"] ?? "")" }
         // Per engine: the attempt that timed out, its retry (refused: refresh), the shared token.
         #expect(sent.filter { $0.hasPrefix("a:") } == ["a:Bearer token-0", "a:Bearer token-0", "a:Bearer token-1"])
@@ -104,18 +125,12 @@ struct SessionCoordinatorTests {
     }
 
     @Test func aRefreshThatFailsEndsItsLeaseAndTheOtherEngineFailsWithoutCallingThePlugin() async throws {
-        let scheduler = SimulationScheduler(clock: VirtualClock(), externalWorkGracePeriod: .zero)
-        let coordinator = SharedMemoryCoordinator()
-        let transport = Self.tokenServer()
-        let refresh = FailingRefresh { await coordinator.waitUntil { $0.waited >= 1 } }
         let failing = basePolicy + "\n  share-window: 0s\n  on-failure: fail\n"
-        let a = try Self.engine(coordinator, transport: transport, refresh: refresh, policy: failing, scheduler: scheduler)
-        let b = try Self.engine(coordinator, transport: transport, refresh: refresh, policy: failing, scheduler: scheduler)
-        let results = try await scheduler.runDetached {
-            async let first = outcome(a)
-            async let second = outcome(b)
-            return await [first, second]
+        let fleet = try TwoEngines(transport: Self.tokenServer(), policy: failing) { coordinator in
+            FailingRefresh { await coordinator.waitUntil { $0.waited >= 1 } }
         }
+        let results = try await fleet.send()
+        let (refresh, coordinator) = (fleet.refresh, fleet.coordinator)
         #expect(refresh.calls == 1)
         #expect(coordinator.counts.endRefresh == 1 && coordinator.counts.publish == 0)
         for result in results {
