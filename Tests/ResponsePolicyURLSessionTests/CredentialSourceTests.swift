@@ -672,13 +672,7 @@ final class CredentialServer: Sendable {
     private let fixture: FixtureServer
     var port: Int { fixture.port }
 
-    private init(_ fixture: FixtureServer) { self.fixture = fixture }
-
-    static func start() async throws -> CredentialServer {
-        CredentialServer(try await FixtureServer.start("credential_server"))
-    }
-
-    func stop() { fixture.stopBlocking() }
+    fileprivate init(_ fixture: FixtureServer) { self.fixture = fixture }
 
     func url(_ path: String) -> URL { fixture.url(path) }
 
@@ -687,8 +681,7 @@ final class CredentialServer: Sendable {
     func stats() async throws -> Stats { try await fixture.stats(Stats.self) }
 }
 
+/// Runs `body` with a fresh server and stops the server afterwards, also when `body` throws.
 func withCredentialServer(_ body: (CredentialServer) async throws -> Void) async throws {
-    let server = try await CredentialServer.start()
-    defer { server.stop() }
-    try await body(server)
+    try await withFixtureServer("credential_server") { try await body(CredentialServer($0)) }
 }

@@ -84,20 +84,15 @@ final class FixtureServer: Sendable {
         }
     }
 
-    /// Closes its stdin, which makes it exit, and waits until it did. It blocks: from a task, call
-    /// ``stop()``.
-    func stopBlocking() {
-        try? input.fileHandleForWriting.close()
-        if process.isRunning { process.terminate() }
-        process.waitUntilExit()
-    }
-
-    /// ``stopBlocking()`` on a dispatch thread: a blocked thread of the cooperative pool (two on a
-    /// two-core machine) stalls every other test meanwhile.
+    /// Closes its stdin, which makes it exit, and waits until it did, on a dispatch thread: a
+    /// blocked thread of the cooperative pool (two on a two-core machine) stalls every other test
+    /// meanwhile.
     func stop() async {
         await withCheckedContinuation { continuation in
             DispatchQueue.global().async {
-                self.stopBlocking()
+                try? self.input.fileHandleForWriting.close()
+                if self.process.isRunning { self.process.terminate() }
+                self.process.waitUntilExit()
                 continuation.resume()
             }
         }

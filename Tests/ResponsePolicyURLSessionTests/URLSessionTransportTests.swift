@@ -447,15 +447,7 @@ final class TestServer: Sendable {
     private let fixture: FixtureServer
     var port: Int { fixture.port }
 
-    private init(_ fixture: FixtureServer) { self.fixture = fixture }
-
-    static func start() async throws -> TestServer { TestServer(try await FixtureServer.start("test_server")) }
-
-    /// Stops the server and waits for it to exit (it blocks: from a task, ``stopOffThePool()``).
-    func stop() { fixture.stopBlocking() }
-
-    /// ``stop()`` on a dispatch thread, off the cooperative pool.
-    func stopOffThePool() async { await fixture.stop() }
+    fileprivate init(_ fixture: FixtureServer) { self.fixture = fixture }
 
     func url(_ pathAndQuery: String) -> URL { fixture.url(pathAndQuery) }
 
@@ -488,14 +480,7 @@ final class TestServer: Sendable {
 
 /// Runs `body` with a fresh server and stops the server afterwards, also when `body` throws.
 func withTestServer(_ body: (TestServer) async throws -> Void) async throws {
-    let server = try await TestServer.start()
-    do {
-        try await body(server)
-    } catch {
-        await server.stopOffThePool()
-        throw error
-    }
-    await server.stopOffThePool()
+    try await withFixtureServer("test_server") { try await body(TestServer($0)) }
 }
 
 /// A local TCP port nothing listens on, and nothing else can take.
