@@ -1,4 +1,6 @@
-import CoordinationTestSupport
+// The doubles every engine test target shares (basePolicy, RecordingTransport, the coordination
+// fixtures), for every file of this target.
+@_exported import CoordinationTestSupport
 import Foundation
 import ResponsePolicy
 import ResponsePolicyRedis

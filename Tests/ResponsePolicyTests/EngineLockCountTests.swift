@@ -1,4 +1,3 @@
-import CoordinationTestSupport
 import Foundation
 import Testing
 

@@ -1,4 +1,3 @@
-import CoordinationTestSupport
 import Testing
 
 @testable import ResponsePolicy
