@@ -338,6 +338,8 @@ extension PolicyDecoder {
 
     /// `"1400-1499"` (either bound may be negative: `"-10--1"`) as a range of integer codes.
     static func codeRange(_ text: String) -> CodeRange? {
+        // No '-' at all (nearly every code): not a range, and no byte array to make.
+        guard text.utf8.contains(UInt8(ascii: "-")) else { return nil }
         let bytes = Array(text.utf8)
         guard bytes.count >= 3 else { return nil }
         // The separating '-' is the first one after the first digit.

@@ -373,7 +373,7 @@ private struct TreeBuilder {
                 case .failure(let message): return .error("invalid-tag", message.description, at: range)
                 }
             }
-            return add(node, size: 1, anchor: Self.string(scalar.anchor), at: range)
+            return add(consume node, size: 1, anchor: Self.string(scalar.anchor), at: range)
         case YAML_ALIAS_EVENT:
             let name = Self.string(event.data.alias.anchor) ?? ""
             guard let anchored = anchors[name] else {
@@ -383,7 +383,7 @@ private struct TreeBuilder {
             }
             var node = anchored.node
             node.range = range
-            return add(node, size: anchored.size, anchor: nil, at: range)
+            return add(consume node, size: anchored.size, anchor: nil, at: range)
         case YAML_MAPPING_START_EVENT:
             if let failure = push(at: range) { return failure }
             let data = event.data.mapping_start
@@ -402,13 +402,15 @@ private struct TreeBuilder {
             guard let frame = stack.popLast() else { return nil }
             let fullRange = SourceRange(start: frame.start, end: end)
             // `!!map` on a mapping and `!!seq` on a list say what they are anyway.
-            let redundant = frame.isMapping ? Self.coreTagPrefix + "map" : Self.coreTagPrefix + "seq"
-            let tag = frame.tag == redundant ? nil : frame.tag
+            // (The text is made only for a tagged collection: a 21-byte text per mapping showed.)
+            let tag = frame.tag.flatMap { written in
+                written == (frame.isMapping ? Self.coreTagPrefix + "map" : Self.coreTagPrefix + "seq") ? nil : written
+            }
             let node =
                 frame.isMapping
                 ? YAMLNode(.mapping(resolveMerges(frame.pairs)), range: fullRange, tag: tag)
                 : YAMLNode(.sequence(frame.items), range: fullRange, tag: tag)
-            return add(node, size: frame.size, anchor: frame.anchor, at: fullRange, counted: true)
+            return add(consume node, size: frame.size, anchor: frame.anchor, at: fullRange, counted: true)
         default:
             break
         }
