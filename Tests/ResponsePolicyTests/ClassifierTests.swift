@@ -21,6 +21,12 @@ import Testing
         // Text that only looks like a number, and negative numbers.
         text += "  - { name: t1, when: { code: [\"01000\", \"+1001\", \"1002.0\", \"-0\", \"1e3\"] }, then: fail }\n"
         text += "  - { name: t2, when: { code: [-1000, 0, \"-1003\"] }, then: deliver }\n"
+        // A range expanded into the table, over codes earlier rules already name, and one too wide to.
+        text += "  - { name: t3, when: { code: [\"1003-1020\", 5000, \"E1004\"] }, then: fail }\n"
+        text += "  - { name: t4, when: { code: [\"990-9999\"] }, then: fail }\n"
+        // A code whose first rule is narrowed by status: the later rule on it answers other statuses.
+        text += "  - { name: t5, when: { code: [20000], status: [200] }, then: deliver }\n"
+        text += "  - { name: t6, when: { code: [20000, \"20001-20003\"] }, then: fail }\n"
         text += "  - { name: s500, when: { status: [500] }, then: fail }\n"
         return text
     }
@@ -38,6 +44,7 @@ import Testing
         let scope = policy.graph.scopes[policy.graph.scopes.count - 1]
         var probes: [String?] = [nil, "0", "", "E", "1000 ", "E999", "-", "-0", "00", "01000", "+1001", "1002.0"]
         probes += ["1e3", "-1000", "-1003", "-01003", "999999999999999999", "9999999999999999999", "１０００"]
+        probes += ["995", "1015", "5000", "9999", "10000", "20000", "20002"]
         for index in -1...min(codeCount + 1, 60) { probes += ["\(1000 + index)", "E\(1000 + index)"] }
         for index in stride(from: 60, through: codeCount + 1, by: 97) {
             probes += ["\(1000 + index)", "E\(1000 + index)"]

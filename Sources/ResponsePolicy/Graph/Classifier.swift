@@ -30,9 +30,9 @@ package struct Classifier: Sendable {
     package init(rules: [Rule]) {
         conditions = rules.map(\.when)
         var byStatus = [[Int32]](repeating: [], count: 500)
-        var byCode: [String: [Int32]] = [:]
-        // Sized once: grown by doubling, rehashing 20,000 codes was a third of making the table.
-        byCode.reserveCapacity(rules.count { $0.when.codes != nil })
+        // Filled in place: building a `[String: [Int32]]` first and converting it hashed every
+        // code's text once more than needed (a fifth of making the table for 20,000 codes).
+        var byCode = CodeTable(expecting: CodeTable.integerBound(rules))
         var anyResponse: [Int32] = []
         var wideCodeRanges: [(range: CodeRange, rule: Int32)] = []
         var byError = [[Int32]](repeating: [], count: TransportErrorClass.allCases.count)
@@ -45,10 +45,10 @@ package struct Classifier: Sendable {
             if when.matchesResponses {
                 if let codes = when.codes, codes.count == 1, when.codeRanges == nil {
                     // One code (nearly every code rule): nothing to deduplicate, no set to make.
-                    byCode[codes[0], default: []].append(i)
+                    byCode.append(i, to: codes[0])
                 } else if let codes = when.codes {
                     var seen = Set<String>()
-                    for code in codes where seen.insert(code).inserted { byCode[code, default: []].append(i) }
+                    for code in codes where seen.insert(code).inserted { byCode.append(i, to: code) }
                     for range in when.codeRanges ?? [] {
                         // A range of up to 4,096 codes is expanded into the table, so matching it stays
                         // one lookup; a wider one is checked on its own (policies rarely have any).
@@ -58,7 +58,7 @@ package struct Classifier: Sendable {
                         }
                         for value in range.lower...range.upper {
                             let code = String(value)
-                            if seen.insert(code).inserted { byCode[code, default: []].append(i) }
+                            if seen.insert(code).inserted { byCode.append(i, to: code) }
                         }
                     }
                 } else if let statuses = when.statuses {
@@ -80,7 +80,7 @@ package struct Classifier: Sendable {
             }
         }
         self.byStatus = byStatus
-        self.byCode = CodeTable(byCode)
+        self.byCode = byCode
         self.anyResponse = anyResponse
         self.wideCodeRanges = wideCodeRanges
         self.byError = byError
@@ -192,35 +192,54 @@ package struct Classifier: Sendable {
 /// two such codes are equal as text exactly when their values are; parsing one costs a few
 /// nanoseconds and its table slot is found with one multiplication.
 ///
-/// Concurrency contract: immutable after construction.
+/// Concurrency contract: filled by ``Classifier/init(rules:)`` (``append(_:to:)``), then held
+/// in a `let` and only read.
 struct CodeTable: Sendable {
     /// Open addressing with linear probing; at most half full.
-    private let slots: [(value: Int64, rules: [Int32])?]
+    private var slots: [(value: Int64, rules: [Int32])?]
     private let shift: Int
-    private let others: [String: [Int32]]
+    private var others: [String: [Int32]] = [:]
 
-    init(_ byCode: [String: [Int32]]) {
-        var integers: [(Int64, [Int32])] = []
-        var others: [String: [Int32]] = [:]
-        for (code, list) in byCode {
-            if let value = Self.canonicalInteger(code) {
-                integers.append((value, list))
-            } else {
-                others[code] = list
+    /// An empty table with room for `count` integer codes (more would break the half-full
+    /// bound, so `count` must be at least the number of distinct integer codes appended).
+    init(expecting count: Int) {
+        var bits = 1
+        while (1 << bits) < count * 2 { bits += 1 }
+        slots = [(value: Int64, rules: [Int32])?](repeating: nil, count: 1 << bits)
+        shift = 64 - bits
+    }
+
+    /// At least the number of distinct integer codes the rules name (each code listed, each
+    /// value of each range ``Classifier/expandLimit`` expands), so the table is sized once.
+    static func integerBound(_ rules: [Rule]) -> Int {
+        var count = 0
+        for rule in rules where rule.when.matchesResponses {
+            guard let codes = rule.when.codes else { continue }
+            for code in codes where canonicalInteger(code) != nil { count += 1 }
+            for range in rule.when.codeRanges ?? [] where range.count <= Classifier.expandLimit {
+                count += Int(range.count)
             }
         }
-        var bits = 1
-        while (1 << bits) < integers.count * 2 { bits += 1 }
-        var slots = [(value: Int64, rules: [Int32])?](repeating: nil, count: 1 << bits)
-        let shift = 64 - bits
-        for (value, list) in integers {
-            var slot = Self.slot(value, shift)
-            while slots[slot] != nil { slot = (slot + 1) & (slots.count - 1) }
-            slots[slot] = (value, list)
+        return count
+    }
+
+    /// Adds rule `rule` to the list of `code` (rules are appended in ascending order).
+    mutating func append(_ rule: Int32, to code: String) {
+        guard let value = Self.canonicalInteger(code) else {
+            others[code, default: []].append(rule)
+            return
         }
-        self.slots = slots
-        self.shift = shift
-        self.others = others
+        var slot = Self.slot(value, shift)
+        // Only the value is read: a copy of the slot's list held here would make the append
+        // below copy the list, for every further rule on a code many rules share.
+        while let found = slots[slot]?.value {
+            if found == value {
+                slots[slot]?.rules.append(rule)
+                return
+            }
+            slot = (slot + 1) & (slots.count - 1)
+        }
+        slots[slot] = (value, [rule])
     }
 
     subscript(code: String) -> [Int32]? {
@@ -241,7 +260,21 @@ struct CodeTable: Sendable {
     /// The value of `text` when it is a canonical integer: an optional `-`, then digits without a
     /// leading zero (`0` itself excepted, `-0` not), at most 18 of them.
     static func canonicalInteger(_ text: String) -> Int64? {
-        var utf8 = text.utf8.makeIterator()
+        // Over the contiguous bytes (every native string, small ones too) when there are: the
+        // UTF-8 view's own iterator cost about 200 instructions for a five-digit code, and lint
+        // and the classifier read each of 20,000 codes this way several times.
+        if let value = text.utf8.withContiguousStorageIfAvailable({ buffer in
+            var bytes = buffer.makeIterator()
+            return canonicalInteger(&bytes)
+        }) {
+            return value
+        }
+        var bytes = text.utf8.makeIterator()
+        return canonicalInteger(&bytes)
+    }
+
+    @inline(__always)
+    private static func canonicalInteger(_ utf8: inout some IteratorProtocol<UInt8>) -> Int64? {
         guard var byte = utf8.next() else { return nil }
         let negative = byte == UInt8(ascii: "-")
         if negative {
