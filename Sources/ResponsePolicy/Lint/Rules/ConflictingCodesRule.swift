@@ -50,8 +50,11 @@ struct ConflictingCodesRule: LintRule {
     func check(_ context: LintContext) -> [Diagnostic] {
         var findings: [Diagnostic] = []
         for (rules, _) in context.ruleSets {
-            var firstByCode: [String: Int] = [:]
-            firstByCode.reserveCapacity(rules.count { $0.when.codes != nil })
+            // The first rule of each code: integer codes by value (a canonical integer text and
+            // its value determine each other), so 20,000 codes are not hashed as text; others by text.
+            var firstByValue: [Int64: Int] = [:]
+            firstByValue.reserveCapacity(rules.count { $0.when.codes != nil })
+            var firstByText: [String: Int] = [:]
             // Earlier rules' ranges, and integer codes, to check ranges and codes against.
             var ranges: [(range: CodeRange, text: String, rule: Int)] = []
             var integers: [(value: Int64, text: String, rule: Int)] = []
@@ -86,12 +89,17 @@ struct ConflictingCodesRule: LintRule {
             }
             for (index, rule) in rules.enumerated() {
                 for code in rule.when.codes ?? [] {
-                    if let earlierIndex = firstByCode[code] {
+                    let value = CodeTable.canonicalInteger(code)
+                    let earlier = if let value { firstByValue[value] } else { firstByText[code] }
+                    if let earlierIndex = earlier {
                         if conflicts(earlierIndex, index) { conflict(earlierIndex, code, index, code) }
                         continue
                     }
-                    firstByCode[code] = index
-                    guard let value = CodeTable.canonicalInteger(code) else { continue }
+                    guard let value else {
+                        firstByText[code] = index
+                        continue
+                    }
+                    firstByValue[value] = index
                     if let earlier = ranges.first(where: { $0.range.contains(value) && conflicts($0.rule, index) }) {
                         conflict(earlier.rule, earlier.text, index, code)
                     }

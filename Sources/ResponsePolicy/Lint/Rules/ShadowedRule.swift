@@ -25,7 +25,7 @@ struct ShadowedRule: LintRule {
         var budget = Glob.coverBudget  // bounds the glob-against-glob work of the whole run
         for (rules, _) in context.ruleSets {
             var index = CoverIndex()
-            index.byCode.reserveCapacity(rules.count { $0.when.codes != nil })
+            index.byValue.reserveCapacity(rules.count { $0.when.codes != nil })
             for position in rules.indices {
                 let rule = rules[position]
                 let candidates = index.candidates(for: rule.when)
@@ -169,6 +169,10 @@ struct ShadowedRule: LintRule {
             header.name + "\u{0}" + header.value.pattern
         }
 
+        /// Rules naming business codes, by each code: integer codes by value (a canonical integer
+        /// text and its value determine each other, and hashing 20,000 codes as text cost more),
+        /// other codes by text.
+        var byValue: [Int64: Bucket] = [:]
         var byCode: [String: Bucket] = [:]
         /// Rules naming code ranges.
         var ranged = Bucket()
@@ -191,11 +195,9 @@ struct ShadowedRule: LintRule {
             if let codes = when.codes {
                 if codes.count == 1 {
                     // One code (nearly every rule): no set to make to skip repeats.
-                    byCode[codes[0], default: Bucket()].add(position, path: path, header: header)
+                    addCode(codes[0], position, path: path, header: header)
                 } else {
-                    for code in Set(codes) {
-                        byCode[code, default: Bucket()].add(position, path: path, header: header)
-                    }
+                    for code in Set(codes) { addCode(code, position, path: path, header: header) }
                 }
                 if when.codeRanges != nil { ranged.add(position, path: path, header: header) }
             } else if let statuses = when.statuses {
@@ -214,6 +216,14 @@ struct ShadowedRule: LintRule {
             }
         }
 
+        private mutating func addCode(_ code: String, _ position: Int, path: String, header: String) {
+            if let value = CodeTable.canonicalInteger(code) {
+                byValue[value, default: Bucket()].add(position, path: path, header: header)
+            } else {
+                byCode[code, default: Bucket()].add(position, path: path, header: header)
+            }
+        }
+
         /// Earlier positions that may cover `when`, ascending: every one, however far back.
         func candidates(for when: Condition) -> [Int] {
             var lists: [[Int]] = []
@@ -221,7 +231,9 @@ struct ShadowedRule: LintRule {
                 let headers = when.headers
                 if when.codes != nil {
                     if let code = when.codes?.first {
-                        byCode[code]?.candidates(for: when.path, headers: headers, into: &lists)
+                        let bucket =
+                            if let value = CodeTable.canonicalInteger(code) { byValue[value] } else { byCode[code] }
+                        bucket?.candidates(for: when.path, headers: headers, into: &lists)
                     }
                     ranged.candidates(for: when.path, headers: headers, into: &lists)
                 }
