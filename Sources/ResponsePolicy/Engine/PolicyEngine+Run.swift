@@ -205,9 +205,11 @@ extension PolicyEngine {
     }
 
     /// Performs what a transition decided, in order, after unlocking. `machine`: the request the
-    /// event was about, whose timer `arm` and `disarm` mean (`nil`: the list has none).
+    /// event was about, whose timer `arm` and `disarm` mean and whose refresh `startRefresh`
+    /// starts (`nil`: the list has none); `runtime`: whose observers see the events and whose
+    /// store saves (the machine's by default).
     @inline(__always)
-    func perform(_ actions: Actions, for machine: RequestMachine?) {
+    func perform(_ actions: Actions, for machine: RequestMachine?, runtime: PolicyRuntime? = nil) {
         for action in actions {
             switch action {
             case .resume(let continuation): continuation.resume()
@@ -216,7 +218,23 @@ extension PolicyEngine {
                 if let machine { timers.schedule(machine.timer, at: deadline, token: token) }
             case .disarm:
                 if let machine { timers.cancel(machine.timer) }
+            case .emit, .save, .startRefresh, .publish:
+                performRare(action, for: machine, runtime: runtime)
             }
+        }
+    }
+
+    /// The actions of a refresh or a logout (kept out of `perform`, which every event inlines).
+    @inline(never)
+    func performRare(_ action: Action, for machine: RequestMachine?, runtime: PolicyRuntime?) {
+        guard let runtime = runtime ?? machine?.runtime ?? Optional(state.withLock({ $0.runtime })) else { return }
+        switch action {
+        case .emit(let event): emit(event, runtime)
+        case .save: saveCredentials(runtime)
+        case .startRefresh(let start):
+            if let machine { startRefresh(start, for: machine) }
+        case .publish(let notice): publish(notice)
+        case .resume, .cancel, .arm, .disarm: break
         }
     }
 
@@ -275,12 +293,6 @@ extension PolicyEngine {
         let b = random.nextBits()
         let hex = String(a, radix: 16) + String(b, radix: 16)
         return String(repeating: "0", count: max(0, 32 - hex.count)) + hex
-    }
-
-    /// The error of a request the current logout ended.
-    func loggedOutError() -> PolicyEngineError {
-        let (until, reason) = state.withLock { $0.cooldown } ?? (clock.date, .host("logged out"))
-        return .loggedOut(until: until, reason: reason)
     }
 
     /// Whether a refresh endpoint's answer matches a `logout` rule of the scope.
