@@ -112,12 +112,35 @@ extension PolicyEngine {
             ask = EngineState.RetryAsk(
                 retries: machine.retries, response: response, date: machine.date, random: options.random)
         }
-        let (disposition, finished, verdict, actions) = state.withLock {
-            $0.attemptEnded(
+        // A refresh trigger or a logout rule decides in the same transition as the attempt's end
+        // (one lock for the event): what it needs of the request, made only then.
+        var event: EngineState.RequestEvent?
+        var trigger: RuleGraph.CompiledRule?
+        if let rule = classified.rule, scope.compiled[rule].action == .refresh || scope.compiled[rule].action == .logout {
+            trigger = scope.compiled[rule]
+            event = triggerEvent(machine, result, classified)
+        }
+        let (disposition, finished, verdict, actions, next) = state.withLock {
+            state -> (EngineState.AttemptDisposition, Bool, EngineState.RetryVerdict?, Actions, EngineState.Next?) in
+            var (disposition, finished, verdict, actions) = state.attemptEnded(
                 insideLock: id, responseArrived: arrived, gotError: gotError, callerCancelled: callerCancelled,
                 scope: scope, classified, retry: ask, now: now)
+            guard let event, let trigger, !finished, case .result(let timedOut) = disposition,
+                arrived || gotError || timedOut
+            else { return (disposition, finished, verdict, actions, nil) }
+            let next: EngineState.Next
+            if trigger.action == .refresh {
+                next = state.refreshTrigger(insideLock: event, &machine.loop, trigger, into: &actions)
+            } else {
+                state.noteResponse(event, machine.loop, rule: trigger.rule, into: &actions)
+                next = state.logout(
+                    insideLock: event, &machine.loop, trigger.logout,
+                    reason: .rule(trigger.rule.name, response: event.lastResponse), into: &actions)
+            }
+            return (disposition, finished, verdict, actions, next)
         }
         perform(actions, for: machine)
+        machine.decided = next.map(RequestMachine.Decided.init)
         machine.slotFinished = finished
         machine.retryVerdict = verdict
         machine.classified = classified
@@ -151,6 +174,26 @@ extension PolicyEngine {
         case .cancelled:
             machine.attemptOutcome = .cancelled
         }
+    }
+
+    /// The event of an attempt's end that a refresh trigger or a logout rule decides in (see
+    /// ``EngineState/RequestEvent``): the attempt's answer, as the request will keep it.
+    @inline(never)  // the rare path's temporaries stay out of `endAttempt`'s frame
+    func triggerEvent(_ machine: RequestMachine, _ result: AttemptResult, _ classified: EngineState.Classified)
+        -> EngineState.RequestEvent
+    {
+        var event = machine.event()
+        event.code = nil
+        switch result {
+        case .response(let response):
+            (event.lastResponse, event.failure, event.code) = (response, nil, classified.code)
+        case .error(let error):
+            (event.lastResponse, event.failure) = (nil, error)
+        case .cancelled:
+            // (It counts only when its timer fired: a timeout.)
+            (event.lastResponse, event.failure) = (nil, machine.timeoutFailure)
+        }
+        return event
     }
 
     /// The rule an attempt's result matches in the request's scope (see ``EngineState/Classified``).

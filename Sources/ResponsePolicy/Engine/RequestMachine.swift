@@ -84,6 +84,16 @@ final class RequestMachine {
     /// What the attempt's end decided for a `retry` rule.
     var retryVerdict: EngineState.RetryVerdict?
 
+    /// What a refresh trigger or a logout rule decided in the transition that ended the attempt
+    /// (see `PolicyEngine.endAttempt`), for ``afterAttempt()`` to carry out. Boxed: only those
+    /// attempts have one, and every waiting request carries the field.
+    var decided: Decided?
+
+    final class Decided {
+        let next: EngineState.Next
+        init(_ next: EngineState.Next) { self.next = next }
+    }
+
     /// The time of the event the machine is handling (its start, an attempt's end, a park's
     /// end), on the engine's clock and on the wall clock: read once per event by the driver
     /// (``PolicyEngine/drive(_:)``), never by the machine.
@@ -226,7 +236,7 @@ final class RequestMachine {
 
     /// Does what a transition decided: signs and sends, parks, reports the outcome, or classifies
     /// a token endpoint's answer (outside the lock) and lets the refresh's failure decide.
-    func apply(_ next: EngineState.Next, _ event: EngineState.RequestEvent) -> Step {
+    func apply(_ next: EngineState.Next, _ event: EngineState.RequestEvent?) -> Step {
         switch next {
         case .park:
             return .park
@@ -248,7 +258,8 @@ final class RequestMachine {
             }
             return .send
         case .judge(let rule, let failure):
-            var judged = event
+            // (Its own event: a departure made now is the one a gate in this transition uses.)
+            var judged = event ?? self.event()
             judged.answerLogsOut =
                 failure.response.map {
                     engine.endsSession($0, scope: scope, scopeIndex: scopeIndex, runtime, method: method, path: path)
@@ -286,6 +297,7 @@ final class RequestMachine {
     @inline(never)
     func afterAttempt() -> Step {
         pendingRequest = request  // drops the signed copy
+        let decided = self.decided.take()
         let outcome = attemptOutcome
         attemptOutcome = .cancelled
         let ruleIndex: Int?
@@ -309,8 +321,7 @@ final class RequestMachine {
                     emitResponse(rule: nil, reason: "deadline", edge: scope.attemptDeadline)
                     return finish(.failure(.deadlineExceeded))
                 }
-                failure = TransportError(
-                    .timeout, "no response within \(scope.attemptTimeout?.policyText ?? "the attempt timeout")")
+                failure = timeoutFailure
             }
             // The rule its error class (or `timeout`) matches.
             ruleIndex = classified.rule
@@ -334,7 +345,10 @@ final class RequestMachine {
             emitResponse(rule: flow.rule)
             guard let lastResponse else { return finish(.failure(.transport(failure ?? TransportError(.connection)))) }
             return finish(.failure(.failed(response: lastResponse, rule: flow.rule.name)))
-        case .logout:
+        case .refresh where decided != nil, .logout:
+            // Decided with the attempt's end, under its lock.
+            // (No new event: the departure made with the attempt's end is the one its gate used.)
+            if let decided { return apply(decided.next, nil) }
             return run(event()) { state, event, loop, actions in
                 state.noteResponse(event, loop, rule: flow.rule, into: &actions)
                 return state.logout(
@@ -352,6 +366,11 @@ final class RequestMachine {
         case .retry:
             return retryTrigger(flow)
         }
+    }
+
+    /// The error of an attempt that timed out before its deadline.
+    var timeoutFailure: TransportError {
+        TransportError(.timeout, "no response within \(scope.attemptTimeout?.policyText ?? "the attempt timeout")")
     }
 
     /// A `retry` rule matched: what the attempt's end decided (``EngineState/RetryVerdict``).
