@@ -1,7 +1,16 @@
 import Foundation
 
-/// One request in flight: its decisions, and the state others reach it by (a logout, a timer,
-/// the refresh it waits for, its caller's cancellation).
+/// One request in flight, driven: it performs what its transitions decide and nothing else.
+///
+/// Every decision is a transition of ``EngineState`` (the gate at the top of its loop, its
+/// attempt's end with the refresh trigger or logout rule it meets, the retry's verdict, the end of
+/// a park with the after-refresh tree, an escalation edge, carrying out a `logout`), run under the
+/// engine's lock, one acquisition per event (``run(_:_:)``), with the request's own counters (its
+/// ``EngineState/RequestLoop``) handed to it `inout`. What the machine does itself is what cannot
+/// run under a lock or is only reporting: sign the attempt (the authorize plugin), read the code of
+/// a token endpoint's answer (``EngineState/Next/judge(rule:_:)``), and emit the `send`, `response`
+/// and `outcome` events of what was decided. It reads no clock: the driver reads the time once per
+/// event (``PolicyEngine/drive(_:)``).
 ///
 /// Why a synchronous state machine under a three-step async driver (`PolicyEngine.drive`): an
 /// async function's frame lives on the task's heap for as long as it is suspended, and the
