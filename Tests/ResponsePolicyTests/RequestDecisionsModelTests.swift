@@ -63,7 +63,8 @@ struct RequestDecisionsModelTests {
             model.run(requests: random.int(1...6))
             total.add(model.counts)
             if !model.failures.isEmpty {
-                failures.append("seed \(seed):\n" + model.failures.prefix(5).joined(separator: "\n") + "\n--- policy:\n\(yaml)")
+                failures.append(
+                    "seed \(seed):\n" + model.failures.prefix(5).joined(separator: "\n") + "\n--- policy:\n\(yaml)")
                 if failures.count >= 3 { break }
             }
         }
@@ -90,7 +91,8 @@ struct RequestDecisionsModelTests {
             model.run(requests: random.int(4...10), within: 2)
             total.add(model.counts)
             if !model.failures.isEmpty {
-                failures.append("seed \(seed):\n" + model.failures.prefix(5).joined(separator: "\n") + "\n--- policy:\n\(yaml)")
+                failures.append(
+                    "seed \(seed):\n" + model.failures.prefix(5).joined(separator: "\n") + "\n--- policy:\n\(yaml)")
                 if failures.count >= 3 { break }
             }
         }
@@ -181,7 +183,9 @@ struct RequestDecisionsModelTests {
                 // Requests woken (or ended while parked) run at the current time, in random order,
                 // interleaved with whatever else happens now.
                 let runnable = requests.values.filter { request in
-                    guard !request.done, request.attempt == nil, let slot = state.slots[request.id] else { return false }
+                    guard !request.done, request.attempt == nil, let slot = state.slots[request.id] else {
+                        return false
+                    }
                     return slot.phase.isWoken || slot.endReason != nil
                 }.map(\.id).sorted()
                 let next = nextTime()
@@ -292,7 +296,9 @@ struct RequestDecisionsModelTests {
                             + "(+ \(request.uncounted) re-sent by the generation rule)")
                 }
                 if request.loop.refreshResends > worst.refreshResends {
-                    fail("request \(id): \(request.loop.refreshResends) re-sends after a refresh, the worst case has \(worst.refreshResends)")
+                    fail(
+                        "request \(id): \(request.loop.refreshResends) re-sends after a refresh, the worst case has \(worst.refreshResends)"
+                    )
                 }
                 request.attempt = attempt
                 // Answered within its attempt timeout, or not, and then it times out.
@@ -471,7 +477,8 @@ struct RequestDecisionsModelTests {
                 if case .refresh = request.loop.waitingFor, waited > longest, longest > .zero,
                     slot.deadline.map({ now < $0 }) ?? true
                 {
-                    fail("request \(id) waited \(waited.policyText) for a refresh, the worst case \(longest.policyText)")
+                    fail(
+                        "request \(id) waited \(waited.policyText) for a refresh, the worst case \(longest.policyText)")
                 }
             }
             transition(id) { state, event, loop, actions in state.afterPark(insideLock: event, &loop, into: &actions) }
@@ -568,7 +575,9 @@ struct RequestDecisionsModelTests {
                     if refresh != nil { fail("a second refresh started while one is in flight") }
                     counts.refreshes += 1
                     let timeout = start.settings.timeout
-                    refresh = (start.flight, now + .milliseconds(random.int(0...Int(timeout.seconds * 1_000))), id, timeout)
+                    refresh = (
+                        start.flight, now + .milliseconds(random.int(0...Int(timeout.seconds * 1_000))), id, timeout
+                    )
                 }
             }
         }

@@ -664,7 +664,9 @@ extension EngineState {
 
     /// Appends an event about request `r` to `actions` when someone observes.
     @inline(__always)
-    func note(_ r: RequestEvent, _ kind: PolicyEvent.Kind, into actions: inout Actions, _ fill: (inout PolicyEvent) -> Void) {
+    func note(
+        _ r: RequestEvent, _ kind: PolicyEvent.Kind, into actions: inout Actions, _ fill: (inout PolicyEvent) -> Void
+    ) {
         guard r.observed else { return }
         var event = PolicyEvent(kind, time: r.now, context: r.context)
         fill(&event)
@@ -808,7 +810,9 @@ extension EngineState {
         guard loop.refreshResends < flow.refresh.maxPerRequest else {
             let error = PolicyEngineError.refreshFailed(
                 reason: "the request was re-sent \(loop.refreshResends) time(s) for refresh triggers")
-            guard let exhausted = flow.onExhausted else { return finish(insideLock: r, .failure(error), into: &actions) }
+            guard let exhausted = flow.onExhausted else {
+                return finish(insideLock: r, .failure(error), into: &actions)
+            }
             return follow(insideLock: r, &loop, exhausted, of: flow, failing: error, into: &actions)
         }
         noteResponse(r, loop, rule: flow.rule, into: &actions)

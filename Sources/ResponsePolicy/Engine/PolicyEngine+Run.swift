@@ -116,7 +116,8 @@ extension PolicyEngine {
         // (one lock for the event): what it needs of the request, made only then.
         var event: EngineState.RequestEvent?
         var trigger: RuleGraph.CompiledRule?
-        if let rule = classified.rule, scope.compiled[rule].action == .refresh || scope.compiled[rule].action == .logout {
+        if let rule = classified.rule, scope.compiled[rule].action == .refresh || scope.compiled[rule].action == .logout
+        {
             trigger = scope.compiled[rule]
             event = triggerEvent(machine, result, classified)
         }

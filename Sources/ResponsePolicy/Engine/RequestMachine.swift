@@ -367,7 +367,8 @@ final class RequestMachine {
         case .refresh where arrivedAfterLogout, .retry where arrivedAfterLogout:
             // The session ended while this response came in: no refresh or retry follows.
             emitResponse(rule: flow.rule)
-            return run(event()) { state, event, _, actions in state.cancelledByLogout(insideLock: event, into: &actions) }
+            return run(event()) { state, event, _, actions in state.cancelledByLogout(insideLock: event, into: &actions)
+            }
         case .refresh:
             return run(event()) { state, event, loop, actions in
                 state.refreshTrigger(insideLock: event, &loop, flow, into: &actions)
