@@ -109,11 +109,12 @@ import Testing
             return await group.reduce(into: []) { $0.append($1) }
         }
         #expect(counter.refreshes == 1)
+        #expect(turns.filter { if case .lease = $0 { true } else { false } }.count == 1)
         let expected = SharedSession(credentials: testCredentials("refreshed-1"), generation: 1)
         for turn in turns {
             switch turn {
             case .lease: break
-            case .published(let session), .newer(let session): #expect(session.credentials == expected.credentials)
+            case .published(let session), .newer(let session): #expect(session == expected)
             default: Issue.record("unexpected turn \(turn)")
             }
         }
@@ -137,8 +138,39 @@ import Testing
             await publisher.publish(testCredentials("new"), with: lease)
                 == .published(SharedSession(credentials: testCredentials("new"), generation: 1)))
         let heard = await log.first(within: .seconds(60)) { if case .credentials = $0 { true } else { false } }
-        guard case .credentials(let session)? = heard?.0 else { return recordFailure("no update") }
-        #expect(session.credentials == testCredentials("new") && session.generation == 1)
+        #expect(heard?.0 == .credentials(SharedSession(credentials: testCredentials("new"), generation: 1)))
+    }
+
+    @Test(arguments: backends)
+    func aFailedRefreshFailsTheWaitersOnce(_ backend: Backend) async throws {
+        let fleet = try Fleet(backend)
+        let (holder, _) = try await fleet.started(local: testCredentials("seed"))
+        let (waiter, _) = try await fleet.started(local: nil)
+        let reason = "the token endpoint answered 400 invalid_grant"
+        // The waiter must be waiting when the holder fails. Redis says so (the waiter's turn script
+        // ran); the other stores do not, so a waiter that asked only after the failure (and was
+        // rightly granted the next lease) ends that lease and the round is played again.
+        for _ in 0..<50 {
+            guard case .lease(let lease) = await holder.beginRefresh(Self.request(0)) else {
+                return recordFailure("no lease")
+            }
+            let asked = try fleet.server?.commandCalls()["evalsha", default: 0]
+            async let waiting = waiter.beginRefresh(Self.request(0))
+            if let server = fleet.server, let asked {
+                #expect(await server.waitForCalls("evalsha", atLeast: asked + 1))
+            } else {
+                await Task.yield()
+            }
+            await holder.endRefresh(lease, failure: reason)
+            switch await waiting {
+            case .failedElsewhere(let heard):
+                #expect(heard == reason)
+                return
+            case .lease(let late): await waiter.endRefresh(late, failure: nil)
+            case let other: return recordFailure("the wait ended with \(other)")
+            }
+        }
+        recordFailure("in 50 rounds the waiter never asked before the holder failed")
     }
 
     @Test(arguments: backends)

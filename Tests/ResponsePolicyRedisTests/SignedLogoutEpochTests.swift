@@ -14,14 +14,6 @@ import Testing
 struct SignedLogoutEpochTests {
     static let key = Data("fleet-key".utf8)
 
-    func coordinator(_ server: RedisServerFixture, _ name: String) throws -> RedisSessionCoordinator {
-        try RedisSessionCoordinator(.init(url: server.url, key: name, signingKey: Self.key))
-    }
-
-    func attacker(_ server: RedisServerFixture) throws -> RedisConnection {
-        try RedisConnection(try RedisEndpoint.parse(server.url).get(), password: nil, timeout: .seconds(2))
-    }
-
     /// Publishes a logout from `decider` until `listener`'s log hears it (the listener subscribes
     /// in the background; a message sent before that is lost, as Redis pub/sub is).
     func logOut(_ decider: RedisSessionCoordinator, heardBy log: UpdateLog, until: Date) async -> Bool {
@@ -42,8 +34,8 @@ struct SignedLogoutEpochTests {
 
     @Test func aLogoutPutBackAfterASignInIsRefusedAsAReplay() async throws {
         let server = try RedisServerFixture()
-        let decider = try coordinator(server, "e")
-        let listener = try coordinator(server, "e")
+        let decider = try server.coordinator(key: "e", signingKey: Self.key)
+        let listener = try server.coordinator(key: "e", signingKey: Self.key)
         defer { [decider, listener].forEach { $0.stop() } }
         let log = UpdateLog()
         _ = await decider.start(local: testCredentials("seed"), updates: { _ in })
@@ -53,7 +45,7 @@ struct SignedLogoutEpochTests {
         #expect(await logOut(decider, heardBy: log, until: until))
         // The genuine logout, as an attacker with the Redis password finds it: its stored end, and
         // its announcement (the same bytes a keyed process publishes, sealed with the fleet's key).
-        let connection = try attacker(server)
+        let connection = try server.attacker()
         let storedEnd = try #require(connection.command(["GET", "response-policy:{e}:logout"]).text)
         let untilMs = until.millisecondsSince1970
         let signer = SharedStateSigner(key: Self.key, scope: "redis:e")
@@ -88,7 +80,7 @@ struct SignedLogoutEpochTests {
 
         // A process that joins now learns the epoch from the session hash and refuses the stored end:
         // coordination trouble, never a cooldown.
-        let late = try coordinator(server, "e")
+        let late = try server.coordinator(key: "e", signingKey: Self.key)
         defer { late.stop() }
         let lateLog = UpdateLog()
         let joined = await late.start(local: nil, updates: lateLog.sink)
@@ -104,9 +96,9 @@ struct SignedLogoutEpochTests {
 
     @Test func aLogoutRacingARefreshInTheSameEpochStillApplies() async throws {
         let server = try RedisServerFixture()
-        let signer = try coordinator(server, "r")
-        let refresher = try coordinator(server, "r")
-        let listener = try coordinator(server, "r")
+        let signer = try server.coordinator(key: "r", signingKey: Self.key)
+        let refresher = try server.coordinator(key: "r", signingKey: Self.key)
+        let listener = try server.coordinator(key: "r", signingKey: Self.key)
         defer { [signer, refresher, listener].forEach { $0.stop() } }
         let log = UpdateLog()
         _ = await signer.start(local: testCredentials("seed"), updates: { _ in })
@@ -123,7 +115,7 @@ struct SignedLogoutEpochTests {
         }
         let epoch = try #require(signedIn)
         // A process that joins now holds the signed-in pair (the epoch's first generation)...
-        let decider = try coordinator(server, "r")
+        let decider = try server.coordinator(key: "r", signingKey: Self.key)
         defer { decider.stop() }
         let joined = await decider.start(local: nil, updates: { _ in })
         #expect(joined?.generation == epoch.generation)
@@ -146,7 +138,7 @@ struct SignedLogoutEpochTests {
         let loggedOut = await log.first(within: .seconds(5)) { if case .loggedOut = $0 { true } else { false } }
         #expect(loggedOut != nil)
         #expect(!Self.problems(log).contains { $0.contains("epoch") }, "\(Self.problems(log))")
-        let late = try coordinator(server, "r")
+        let late = try server.coordinator(key: "r", signingKey: Self.key)
         defer { late.stop() }
         let lateJoin = await late.start(local: nil, updates: { _ in })
         #expect(lateJoin?.generation == refreshed.generation)
@@ -157,25 +149,25 @@ struct SignedLogoutEpochTests {
     /// decided in it by a process that joins afterwards still applies for the others.
     @Test func aReSeedKeepsTheEpochSoALaterLogoutStillApplies() async throws {
         let server = try RedisServerFixture()
-        let signer = try coordinator(server, "s")
+        let signer = try server.coordinator(key: "s", signingKey: Self.key)
         defer { signer.stop() }
         let log = UpdateLog()
         _ = await signer.start(local: testCredentials("seed"), updates: log.sink)
         let signedIn = try #require(await signer.publishSignIn(testCredentials("signed-in")))
-        _ = try attacker(server).command(["FLUSHALL"])
+        _ = try server.attacker().command(["FLUSHALL"])
         // The signer's refresh turn finds the session gone and re-seeds it from what it holds.
         guard
             case .lease(let lease) = await signer.beginRefresh(
                 .init(failedGeneration: signedIn.generation, timeout: .seconds(1), limit: nil))
         else { return recordFailure("no lease after the re-seed") }
         await signer.endRefresh(lease, failure: nil)
-        let decider = try coordinator(server, "s")
+        let decider = try server.coordinator(key: "s", signingKey: Self.key)
         defer { decider.stop() }
         let joined = await decider.start(local: nil, updates: { _ in })
         #expect(joined?.generation == signedIn.generation)
         let until = Date().addingTimeInterval(600)
         await decider.publishLogout(until: until, reason: "revoked")
-        let late = try coordinator(server, "s")
+        let late = try server.coordinator(key: "s", signingKey: Self.key)
         defer { late.stop() }
         let lateJoin = await late.start(local: nil, updates: { _ in })
         #expect(lateJoin?.loggedOutUntil.map { abs($0.timeIntervalSince(until)) < 0.01 } == true)

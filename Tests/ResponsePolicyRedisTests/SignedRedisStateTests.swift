@@ -14,25 +14,17 @@ import Testing
 struct SignedRedisStateTests {
     static let key = Data("fleet-key".utf8)
 
-    func coordinator(_ server: RedisServerFixture, _ name: String) throws -> RedisSessionCoordinator {
-        try RedisSessionCoordinator(.init(url: server.url, key: name, signingKey: Self.key))
-    }
-
-    func attacker(_ server: RedisServerFixture) throws -> RedisConnection {
-        try RedisConnection(try RedisEndpoint.parse(server.url).get(), password: nil, timeout: .seconds(2))
-    }
-
     /// A session every field of which a keyed process wrote: generation 1 (one publication), a
     /// fencing counter, a cooldown, and the lease value it held (returned).
     func prepared(_ server: RedisServerFixture, _ name: String) async throws -> String {
-        let holder = try coordinator(server, name)
+        let holder = try server.coordinator(key: name, signingKey: Self.key)
         defer { holder.stop() }
         _ = await holder.start(local: testCredentials("seed"), updates: { _ in })
         guard
             case .lease(let lease) = await holder.beginRefresh(
                 .init(failedGeneration: 0, timeout: .seconds(1), limit: nil))
         else { throw CoordinationError("no lease") }
-        let held = try attacker(server).command(["GET", "response-policy:{\(name)}:lease"]).text ?? ""
+        let held = try server.attacker().command(["GET", "response-policy:{\(name)}:lease"]).text ?? ""
         guard case .published = await holder.publish(testCredentials("rotated"), with: lease) else {
             throw CoordinationError("not published")
         }
@@ -43,7 +35,7 @@ struct SignedRedisStateTests {
     func probe(
         _ server: RedisServerFixture, _ name: String, limit: (count: Int, per: Duration)? = nil
     ) async throws -> (SharedSession?, RefreshTurn, [SessionUpdate]) {
-        let process = try coordinator(server, name)
+        let process = try server.coordinator(key: name, signingKey: Self.key)
         defer { process.stop() }
         let log = UpdateLog()
         let shared = await process.start(local: testCredentials("local"), updates: log.sink)
@@ -76,7 +68,7 @@ struct SignedRedisStateTests {
             let name = "s\(index)"
             let held = try await prepared(server, name)
             let x = SharedStateSigner(key: Self.key, scope: "redis:\(name)")
-            let connection = try attacker(server)
+            let connection = try server.attacker()
             for command in commands {
                 let resolved = command.map { word -> String in
                     switch word {
@@ -126,7 +118,7 @@ struct SignedRedisStateTests {
         let server = try RedisServerFixture()
         _ = try await prepared(server, "limit")
         let now = Date().millisecondsSince1970
-        _ = try attacker(server).command([
+        _ = try server.attacker().command([
             "ZADD", "response-policy:{limit}:refreshes", String(now), "50", String(now), "51",
         ])
         let (_, turn, updates) = try await probe(server, "limit", limit: (2, .seconds(3600)))
@@ -134,7 +126,7 @@ struct SignedRedisStateTests {
         #expect(reason.contains("response-policy:{limit}:refreshes"))
         #expect(updates.contains { if case .problem(let text) = $0 { text.contains("refresh.limit") } else { false } })
         // Real grants still count: two keyed leases in the window use the limit up.
-        _ = try attacker(server).command(["DEL", "response-policy:{limit}:refreshes"])
+        _ = try server.attacker().command(["DEL", "response-policy:{limit}:refreshes"])
         let process = try RedisSessionCoordinator(.init(url: server.url, key: "limit", signingKey: Self.key))
         defer { process.stop() }
         _ = await process.start(local: nil, updates: { _ in })
@@ -155,11 +147,11 @@ struct SignedRedisStateTests {
     /// fencing token.
     @Test func aRolledBackSessionIsRefusedAndTheFencingCounterIsNeverTrusted() async throws {
         let server = try RedisServerFixture()
-        let process = try coordinator(server, "r")
+        let process = try server.coordinator(key: "r", signingKey: Self.key)
         defer { process.stop() }
         let log = UpdateLog()
         _ = await process.start(local: testCredentials("seed"), updates: log.sink)
-        let connection = try attacker(server)
+        let connection = try server.attacker()
         let seed = try connection.command(["HGET", "response-policy:{r}:session", "creds"]).text ?? ""
         guard
             case .lease(let first) = await process.beginRefresh(
@@ -193,7 +185,7 @@ struct SignedRedisStateTests {
     @Test func forgedPublicationsAreRefusedWithAProblem() async throws {
         let server = try RedisServerFixture()
         _ = try await prepared(server, "p")
-        let listener = try coordinator(server, "p")
+        let listener = try server.coordinator(key: "p", signingKey: Self.key)
         defer { listener.stop() }
         let log = UpdateLog()
         _ = await listener.start(local: nil, updates: log.sink)
@@ -209,7 +201,7 @@ struct SignedRedisStateTests {
             #"{"f":2,"s":"\#(x.seal("failure", ["3", "w"]))","t":"f","w":"w"}"#,
         ]
         let channel = "response-policy:{p}:events"
-        let connection = try attacker(server)
+        let connection = try server.attacker()
         // Sent until the subscriber (subscribing in the background) has heard them all: a message
         // sent before it subscribed is lost, as Redis pub/sub is.
         var heard = 0
@@ -235,7 +227,7 @@ struct SignedRedisStateTests {
     /// sign-in, a logout heard by the others and joined by a process that starts later.
     @Test func aKeyedFleetCoordinatesAsAnUnkeyedOne() async throws {
         let server = try RedisServerFixture()
-        let fleet = try (0..<4).map { _ in try coordinator(server, "fleet") }
+        let fleet = try (0..<4).map { _ in try server.coordinator(key: "fleet", signingKey: Self.key) }
         defer { fleet.forEach { $0.stop() } }
         let log = UpdateLog()
         for (index, process) in fleet.enumerated() {
@@ -267,7 +259,7 @@ struct SignedRedisStateTests {
         }
         #expect(heard != nil)
         #expect(!log.updates.contains { if case .problem = $0 { true } else { false } }, "\(log.updates)")
-        let late = try coordinator(server, "fleet")
+        let late = try server.coordinator(key: "fleet", signingKey: Self.key)
         defer { late.stop() }
         let joined = await late.start(local: nil, updates: { _ in })
         #expect(joined?.credentials == testCredentials("signed-in") && joined?.generation == 2)

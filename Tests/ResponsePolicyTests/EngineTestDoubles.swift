@@ -3,26 +3,6 @@ import Testing
 
 @testable import ResponsePolicy
 
-/// A transport that records every request and answers through a handler.
-final class RecordingTransport: Transport {
-    let handler: @Sendable (HTTPRequest, Int) async throws -> HTTPResponse
-    private let log = Locked<[HTTPRequest]>([])
-
-    init(_ handler: @escaping @Sendable (HTTPRequest, Int) async throws -> HTTPResponse) {
-        self.handler = handler
-    }
-
-    var requests: [HTTPRequest] { log.withLock { $0 } }
-
-    func send(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let count = log.withLock { log in
-            log.append(request)
-            return log.count
-        }
-        return try await handler(request, count)
-    }
-}
-
 /// A refresh plugin that counts calls and hands out `token-1`, `token-2`, …
 final class CountingRefresh: RefreshPlugin {
     private let count = Locked(0)
@@ -50,12 +30,6 @@ final class EventLog: PolicyObserver {
     func observe(_ event: PolicyEvent) { stored.withLock { $0.append(event) } }
     var events: [PolicyEvent] { stored.withLock { $0 } }
 }
-
-func response(_ body: String, status: Int = 200, headers: HTTPHeaders = [:]) -> HTTPResponse {
-    HTTPResponse(status: status, headers: headers, body: Data(body.utf8))
-}
-
-let testURL = URL(fileURLWithPath: "/").appendingPathComponent("profile")
 
 /// An engine on a virtual clock and a deterministic scheduler.
 struct SimulatedEngine {

@@ -1,4 +1,5 @@
 import Foundation
+import TestGate
 import Testing
 
 @testable import ResponsePolicy
@@ -10,6 +11,11 @@ import Testing
 /// The `exec` plugin as a process owner: a wrapper script and its children stopped at the
 /// plugin's own timeout with nothing left running, only descriptors 0-2 inherited, and stderr
 /// made safe (every secret redacted whatever its length, control characters escaped).
+///
+/// It bounds wall time (a hanging command stopped within its timeout + 1 s), so it runs in
+/// `.ci/run`'s real-time step: beside the full suite on two busy cores, the run's end was once
+/// reported 3 s after the start.
+@Suite(.realTimeStep, .loadGate(.realTime))
 struct ExecProcessTests {
     @Test func aHangingWrapperScriptFailsWithinItsTimeoutAndLeavesNoProcess() async throws {
         try await withExecDirectory { directory in

@@ -2,13 +2,14 @@ import Foundation
 import Testing
 
 @testable import ResponsePolicy
+@testable import ResponsePolicyTesting
 
 /// The engine's side of the ``SessionCoordinator`` seam: it asks before refreshing, publishes what
 /// it refreshed, logs out and signs in through the coordinator, and turns the coordinator's news
 /// into state changes. Checked against an in-memory coordinator that keeps the contract and
 /// counts every call.
 struct SessionCoordinatorTests {
-    private static let policy = basePolicy + "\n  share-window: 0s\nlogout: { cooldown: 60s }\n"
+    fileprivate static let policy = basePolicy + "\n  share-window: 0s\nlogout: { cooldown: 60s }\n"
 
     /// 1401 for `token-0`, `{"status":0}` for any other token.
     private static func tokenServer() -> RecordingTransport {
@@ -18,11 +19,18 @@ struct SessionCoordinatorTests {
         }
     }
 
-    private static func engine(
+    /// An engine on `coordinator`; with `scheduler`, on its virtual clock and executor, so no
+    /// timeout (an attempt's, a refresh's) fires because the machine was busy.
+    fileprivate static func engine(
         _ coordinator: SharedMemoryCoordinator, transport: any Transport, refresh: (any RefreshPlugin)? = nil,
-        events: EventLog = EventLog(), policy: String = policy
+        events: EventLog = EventLog(), policy: String = policy, scheduler: SimulationScheduler? = nil
     ) throws -> PolicyEngine {
         var options = PolicyEngine.Options()
+        if let scheduler {
+            options.clock = scheduler.clock
+            options.taskExecutor = scheduler.executor
+            options.random = SeededRandomSource(seed: 7)
+        }
         options.coordinator = coordinator
         options.refreshPlugin = refresh
         options.observers = [events]
@@ -31,37 +39,97 @@ struct SessionCoordinatorTests {
             credentials: MemoryCredentialStore(Credentials(accessToken: "token-0")), options: options)
     }
 
-    @Test func twoEnginesSharingACoordinatorMakeOneRefresh() async throws {
+    /// Two engines on one coordinator and one scheduler's virtual clock: no timeout (an
+    /// attempt's, a refresh's) fires because the machine was busy. On the system clock, a run of
+    /// CI's ThreadSanitizer step (20 suites at once on two cores) once kept both engines from their
+    /// answers for longer than `attempt-timeout` (10 s): both attempts timed out and were sent
+    /// again, 6 requests where 4 were expected (reproduced on purpose below).
+    private struct TwoEngines<Plugin: RefreshPlugin> {
+        let scheduler: SimulationScheduler
         let coordinator = SharedMemoryCoordinator()
+        let refresh: Plugin
+        let a: PolicyEngine
+        let b: PolicyEngine
+
+        /// `refresh` is made with the coordinator, so that it can hold its lease until the other
+        /// engine waits for it.
+        init(
+            transport: any Transport, policy: String = SessionCoordinatorTests.policy,
+            clock: VirtualClock = VirtualClock(), refresh: (SharedMemoryCoordinator) -> Plugin
+        ) throws {
+            scheduler = SimulationScheduler(clock: clock, externalWorkGracePeriod: .zero)
+            self.refresh = refresh(coordinator)
+            a = try SessionCoordinatorTests.engine(
+                coordinator, transport: transport, refresh: self.refresh, policy: policy, scheduler: scheduler)
+            b = try SessionCoordinatorTests.engine(
+                coordinator, transport: transport, refresh: self.refresh, policy: policy, scheduler: scheduler)
+        }
+
+        /// Sends request "a" from one engine and "b" from the other at once.
+        func send() async throws -> [Result<HTTPResponse, PolicyEngineError>] {
+            let (a, b) = (a, b)
+            return try await scheduler.runDetached {
+                async let first = outcome(a, id: "a")
+                async let second = outcome(b, id: "b")
+                return await [first, second]
+            }
+        }
+    }
+
+    @Test func twoEnginesSharingACoordinatorMakeOneRefresh() async throws {
         let transport = Self.tokenServer()
-        // The refresh holds its lease until the other engine waits for it.
-        let refresh = CountingRefresh { await coordinator.waitUntil { $0.waited >= 1 } }
-        let a = try Self.engine(coordinator, transport: transport, refresh: refresh)
-        let b = try Self.engine(coordinator, transport: transport, refresh: refresh)
-        async let first = a.send(HTTPRequest(url: testURL, id: "a"))
-        async let second = b.send(HTTPRequest(url: testURL, id: "b"))
-        let (ra, rb) = try await (first, second)
-        #expect(ra.body == Data(#"{"status":0}"#.utf8) && rb.body == ra.body)
-        #expect(refresh.calls == 1)
-        let counts = coordinator.counts
+        let fleet = try TwoEngines(transport: transport) { coordinator in
+            CountingRefresh { await coordinator.waitUntil { $0.waited >= 1 } }
+        }
+        let bodies = try await fleet.send().map { try $0.get().body }
+        #expect(bodies == [Data(#"{"status":0}"#.utf8), Data(#"{"status":0}"#.utf8)])
+        #expect(fleet.refresh.calls == 1)
+        let counts = fleet.coordinator.counts
         #expect(counts.publish == 1 && counts.endRefresh == 0 && counts.start == 2)
-        #expect(a.debugSnapshot.credentials?.accessToken == "token-1")
-        #expect(b.debugSnapshot.credentials?.accessToken == "token-1")
-        #expect(a.debugSnapshot.sharedGeneration == b.debugSnapshot.sharedGeneration)
+        #expect(fleet.a.debugSnapshot.credentials?.accessToken == "token-1")
+        #expect(fleet.b.debugSnapshot.credentials?.accessToken == "token-1")
+        #expect(fleet.a.debugSnapshot.sharedGeneration == fleet.b.debugSnapshot.sharedGeneration)
         // Each engine sent its request twice: once with the dead token, once with the shared one.
-        #expect(transport.requests.count == 4)
+        #expect(
+            transport.requests.map { $0.headers["Authorization"] ?? "" }.sorted() == [
+                "Bearer token-0", "Bearer token-0", "Bearer token-1", "Bearer token-1",
+            ])
+        #expect(fleet.scheduler.clock.now == .zero, "no time passed: nothing waited for a timer")
+    }
+
+    /// The 6 requests the test above once saw, on purpose: each engine's first answer comes after
+    /// its attempt's timeout (as when the machine starves the engine that long). Each attempt is
+    /// sent again (the `transient` rule retries a timeout) with the token still current; the fleet
+    /// still makes one refresh, and no refresh token is presented twice.
+    @Test func attemptsAnsweredAfterTheirTimeoutAreSentAgainAndTheFleetStillMakesOneRefresh() async throws {
+        let clock = VirtualClock()
+        let transport = RecordingTransport { request, count in
+            // The first two attempts (one per engine) answer after `attempt-timeout` (10 s).
+            if count <= 2 { try await clock.sleep(until: clock.now + .seconds(11)) }
+            return request.headers["Authorization"] == "Bearer token-0"
+                ? response(#"{"status":1401}"#) : response(#"{"status":0}"#)
+        }
+        let fleet = try TwoEngines(transport: transport, clock: clock) { coordinator in
+            CountingRefresh { await coordinator.waitUntil { $0.waited >= 1 } }
+        }
+        let bodies = try await fleet.send().map { try $0.get().body }
+        #expect(bodies == [Data(#"{"status":0}"#.utf8), Data(#"{"status":0}"#.utf8)])
+        #expect(fleet.refresh.calls == 1)
+        #expect(fleet.coordinator.counts.publish == 1 && fleet.coordinator.counts.endRefresh == 0)
+        #expect(fleet.a.debugSnapshot.sharedGeneration == fleet.b.debugSnapshot.sharedGeneration)
+        let sent = transport.requests.map { "\($0.id ?? ""):\($0.headers["Authorization"] ?? "")" }
+        // Per engine: the attempt that timed out, its retry (refused: refresh), the shared token.
+        #expect(sent.filter { $0.hasPrefix("a:") } == ["a:Bearer token-0", "a:Bearer token-0", "a:Bearer token-1"])
+        #expect(sent.filter { $0.hasPrefix("b:") } == ["b:Bearer token-0", "b:Bearer token-0", "b:Bearer token-1"])
     }
 
     @Test func aRefreshThatFailsEndsItsLeaseAndTheOtherEngineFailsWithoutCallingThePlugin() async throws {
-        let coordinator = SharedMemoryCoordinator()
-        let transport = Self.tokenServer()
-        let refresh = FailingRefresh { await coordinator.waitUntil { $0.waited >= 1 } }
         let failing = basePolicy + "\n  share-window: 0s\n  on-failure: fail\n"
-        let a = try Self.engine(coordinator, transport: transport, refresh: refresh, policy: failing)
-        let b = try Self.engine(coordinator, transport: transport, refresh: refresh, policy: failing)
-        async let first = outcome(a)
-        async let second = outcome(b)
-        let results = await [first, second]
+        let fleet = try TwoEngines(transport: Self.tokenServer(), policy: failing) { coordinator in
+            FailingRefresh { await coordinator.waitUntil { $0.waited >= 1 } }
+        }
+        let results = try await fleet.send()
+        let (refresh, coordinator) = (fleet.refresh, fleet.coordinator)
         #expect(refresh.calls == 1)
         #expect(coordinator.counts.endRefresh == 1 && coordinator.counts.publish == 0)
         for result in results {
@@ -89,9 +157,9 @@ struct SessionCoordinatorTests {
 
     @Test func aLogoutFromElsewhereCancelsInFlightRequestsAndRefusesNewOnes() async throws {
         let coordinator = SharedMemoryCoordinator()
-        let started = Locked(0)
+        let (started, starting) = AsyncStream.makeStream(of: Void.self)
         let transport = RecordingTransport { _, _ in
-            started.withLock { $0 += 1 }
+            starting.yield()
             // Ended by the logout's cancellation, never by time.
             try await Task.sleep(for: .seconds(600))
             return response(#"{"status":0}"#)
@@ -99,7 +167,7 @@ struct SessionCoordinatorTests {
         let events = EventLog()
         let engine = try Self.engine(coordinator, transport: transport, events: events)
         let inFlight = Task { await outcome(engine, id: "in-flight") }
-        await coordinator.waitUntil { _ in started.withLock { $0 } == 1 }
+        for await _ in started { break }
         let until = Date().addingTimeInterval(30)
         coordinator.push(.loggedOut(until: until, reason: "signed in elsewhere"))
         coordinator.push(.loggedOut(until: until, reason: "signed in elsewhere"))
@@ -226,6 +294,7 @@ final class SharedMemoryCoordinator: SessionCoordinator {
         var waiting: [CheckedContinuation<RefreshTurn, Never>] = []
         var subscribers: [@Sendable (SessionUpdate) -> Void] = []
         var loggedOutReason: String?
+        var watchers: [(condition: @Sendable (Counts) -> Bool, continuation: CheckedContinuation<Void, Never>)] = []
     }
 
     private let state = Locked(State())
@@ -234,17 +303,34 @@ final class SharedMemoryCoordinator: SessionCoordinator {
     var session: SharedSession { state.withLock { $0.session } }
     var loggedOutReason: String? { state.withLock { $0.loggedOutReason } }
 
-    /// Waits, yielding, until `condition` holds on the counts (bounded: a test that never gets
-    /// there fails on its expectations instead of hanging).
-    /// Polls until `condition` holds (bounded by two minutes for a broken run). It sleeps between
-    /// looks instead of spinning on `Task.yield()`: on two cores a spinning refresh starved the
-    /// other engine, and under TSan 2,000,000 yields ran out before it waited, which changed the
-    /// interleaving the tests are about.
-    func waitUntil(_ condition: (Counts) -> Bool) async {
-        let deadline = ContinuousClock.now + .seconds(120)
-        while !condition(counts), ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(1))
+    /// Returns once `condition` holds on the counts: every change of the counts wakes the waits
+    /// it satisfies (a signal, not a poll). A refresh that waits here for the other engine takes
+    /// no time, real or virtual, and starves nothing.
+    func waitUntil(_ condition: @escaping @Sendable (Counts) -> Bool) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let holds = state.withLock { state -> Bool in
+                if condition(state.counts) { return true }
+                state.watchers.append((condition, continuation))
+                return false
+            }
+            if holds { continuation.resume() }
         }
+    }
+
+    /// Changes the state under its lock, then wakes the waits whose condition now holds.
+    private func change<T>(_ body: (inout State) -> T) -> T {
+        let (result, woken) = state.withLock { state -> (T, [CheckedContinuation<Void, Never>]) in
+            let result = body(&state)
+            var woken: [CheckedContinuation<Void, Never>] = []
+            state.watchers.removeAll { watcher in
+                guard watcher.condition(state.counts) else { return false }
+                woken.append(watcher.continuation)
+                return true
+            }
+            return (result, woken)
+        }
+        for continuation in woken { continuation.resume() }
+        return result
     }
 
     /// Sends `update` to every engine, as news from another process.
@@ -253,7 +339,7 @@ final class SharedMemoryCoordinator: SessionCoordinator {
     }
 
     func start(local: Credentials?, updates: @escaping @Sendable (SessionUpdate) -> Void) async -> SharedSession? {
-        state.withLock { state in
+        change { state in
             state.counts.start += 1
             state.subscribers.append(updates)
             if state.session.credentials == nil {
@@ -267,7 +353,7 @@ final class SharedMemoryCoordinator: SessionCoordinator {
 
     func beginRefresh(_ request: RefreshTurnRequest) async -> RefreshTurn {
         await withCheckedContinuation { continuation in
-            let answer = state.withLock { state -> RefreshTurn? in
+            let answer = change { state -> RefreshTurn? in
                 state.counts.beginRefresh += 1
                 if state.session.generation > request.failedGeneration { return .newer(state.session) }
                 if state.holder == nil {
@@ -287,7 +373,7 @@ final class SharedMemoryCoordinator: SessionCoordinator {
         typealias Taken = (
             PublishResult, [CheckedContinuation<RefreshTurn, Never>], [@Sendable (SessionUpdate) -> Void]
         )
-        let (result, waiting, subscribers) = state.withLock { state -> Taken in
+        let (result, waiting, subscribers) = change { state -> Taken in
             state.counts.publish += 1
             guard state.holder == lease.fencingToken else { return (.leaseLost(current: state.session), [], []) }
             state.holder = nil
@@ -304,7 +390,7 @@ final class SharedMemoryCoordinator: SessionCoordinator {
     }
 
     func endRefresh(_ lease: RefreshLease, failure: String?) async {
-        let waiting = state.withLock { state -> [CheckedContinuation<RefreshTurn, Never>] in
+        let waiting = change { state -> [CheckedContinuation<RefreshTurn, Never>] in
             state.counts.endRefresh += 1
             guard state.holder == lease.fencingToken else { return [] }
             state.holder = nil
@@ -315,7 +401,7 @@ final class SharedMemoryCoordinator: SessionCoordinator {
     }
 
     func publishLogout(until: Date, reason: String) async {
-        state.withLock { state in
+        change { state in
             state.counts.publishLogout += 1
             state.session.loggedOutUntil = until
             state.loggedOutReason = reason
@@ -323,7 +409,7 @@ final class SharedMemoryCoordinator: SessionCoordinator {
     }
 
     func publishSignIn(_ credentials: Credentials) async -> SharedSession? {
-        state.withLock { state in
+        change { state in
             state.counts.publishSignIn += 1
             state.session = SharedSession(credentials: credentials, generation: state.session.generation + 1)
             return state.session

@@ -3,20 +3,6 @@ import Testing
 
 @testable import ResponsePolicy
 
-/// The policy most engine tests start from: the business-code scheme plus transient retries.
-let basePolicy = """
-    policy: 1
-    name: test
-    classify: { code: body.status }
-    rules:
-      - { name: token-expired, when: { code: [1401] }, then: refresh }
-      - { name: forced-logout, when: { code: [202] }, then: logout }
-      - { name: transient, when: { status: [503], error: [timeout, connection] }, then: retry }
-    refresh:
-      use: oauth2
-      with: { token-url: "https://auth.example.com/token", client-id: app }
-    """
-
 /// Runs a script against a policy on the virtual clock and checks nothing leaked.
 func simulate(
     _ policyText: String, _ scriptText: String, sourceLocation: SourceLocation = #_sourceLocation

@@ -657,10 +657,6 @@ final class CredentialEventLog: PolicyObserver {
 
 /// A running `credential_server.py`.
 final class CredentialServer: Sendable {
-    struct Failure: Error, CustomStringConvertible {
-        var description: String
-    }
-
     struct Stats: Decodable {
         var counters: [String: Int]
         var lastForm: [String: String]
@@ -673,75 +669,19 @@ final class CredentialServer: Sendable {
         }
     }
 
-    let port: Int
-    private let process: Process
-    private let input: Pipe
+    private let fixture: FixtureServer
+    var port: Int { fixture.port }
 
-    private init(port: Int, process: Process, input: Pipe) {
-        self.port = port
-        self.process = process
-        self.input = input
-    }
+    fileprivate init(_ fixture: FixtureServer) { self.fixture = fixture }
 
-    static func start() async throws -> CredentialServer {
-        try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global().async { continuation.resume(with: Result { try startBlocking() }) }
-        }
-    }
+    func url(_ path: String) -> URL { fixture.url(path) }
 
-    private static func startBlocking() throws -> CredentialServer {
-        guard
-            let script = Bundle.module.url(
-                forResource: "credential_server", withExtension: "py", subdirectory: "Fixtures")
-        else { throw Failure(description: "Fixtures/credential_server.py is missing from the test bundle") }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-u", script.path]
-        let input = Pipe()
-        let output = Pipe()
-        process.standardInput = input
-        process.standardOutput = output
-        process.standardError = FileHandle.standardError
-        try process.run()
-        var line = Data()
-        while !line.contains(UInt8(ascii: "\n")) {
-            let chunk = output.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            line.append(chunk)
-        }
-        let text = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-        guard text.hasPrefix("PORT "), let port = Int(text.dropFirst(5)) else {
-            process.terminate()
-            throw Failure(description: "credential_server.py did not report its port; it said \(text.debugDescription)")
-        }
-        return CredentialServer(port: port, process: process, input: input)
-    }
+    func control(_ settings: [String: any Sendable]) async throws { try await fixture.control(settings) }
 
-    func stop() {
-        try? input.fileHandleForWriting.close()
-        if process.isRunning { process.terminate() }
-        process.waitUntilExit()
-    }
-
-    func url(_ path: String) -> URL {
-        URL(string: "http://127.0.0.1:\(port)\(path)") ?? URL(fileURLWithPath: "/invalid")
-    }
-
-    func control(_ settings: [String: any Sendable]) async throws {
-        let body = try JSONSerialization.data(withJSONObject: settings)
-        let response = try await URLSessionTransport(timeout: .seconds(10)).send(
-            HTTPRequest(method: "POST", url: url("/_control"), body: body))
-        guard response.status == 200 else { throw Failure(description: "/_control answered \(response.status)") }
-    }
-
-    func stats() async throws -> Stats {
-        let response = try await URLSessionTransport(timeout: .seconds(10)).send(HTTPRequest(url: url("/_stats")))
-        return try JSONDecoder().decode(Stats.self, from: response.body)
-    }
+    func stats() async throws -> Stats { try await fixture.stats(Stats.self) }
 }
 
+/// Runs `body` with a fresh server and stops the server afterwards, also when `body` throws.
 func withCredentialServer(_ body: (CredentialServer) async throws -> Void) async throws {
-    let server = try await CredentialServer.start()
-    defer { server.stop() }
-    try await body(server)
+    try await withFixtureServer("credential_server") { try await body(CredentialServer($0)) }
 }

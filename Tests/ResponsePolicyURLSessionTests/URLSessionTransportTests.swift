@@ -430,9 +430,7 @@ private struct TokenResponse: Decodable {
 
 /// A running `test_server.py`; stopped by `withTestServer` whatever the test's outcome.
 final class TestServer: Sendable {
-    struct Failure: Error, CustomStringConvertible {
-        var description: String
-    }
+    typealias Failure = FixtureServer.Failure
 
     struct Stats: Decodable {
         var counters: [String: Int]
@@ -446,65 +444,12 @@ final class TestServer: Sendable {
         }
     }
 
-    let port: Int
-    private let process: Process
-    private let input: Pipe
+    private let fixture: FixtureServer
+    var port: Int { fixture.port }
 
-    private init(port: Int, process: Process, input: Pipe) {
-        self.port = port
-        self.process = process
-        self.input = input
-    }
+    fileprivate init(_ fixture: FixtureServer) { self.fixture = fixture }
 
-    /// Starts the server and waits for its `PORT <n>` line, off the cooperative thread pool since it blocks.
-    static func start() async throws -> TestServer {
-        try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global().async {
-                continuation.resume(with: Result { try startBlocking() })
-            }
-        }
-    }
-
-    private static func startBlocking() throws -> TestServer {
-        guard
-            let script = Bundle.module.url(forResource: "test_server", withExtension: "py", subdirectory: "Fixtures")
-        else {
-            throw Failure(description: "Fixtures/test_server.py is missing from the test bundle")
-        }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-u", script.path]
-        let input = Pipe()
-        let output = Pipe()
-        process.standardInput = input
-        process.standardOutput = output
-        process.standardError = FileHandle.standardError
-        try process.run()
-
-        var line = Data()
-        while !line.contains(UInt8(ascii: "\n")) {
-            let chunk = output.fileHandleForReading.availableData
-            if chunk.isEmpty { break }  // the server exited
-            line.append(chunk)
-        }
-        let text = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-        guard text.hasPrefix("PORT "), let port = Int(text.dropFirst(5)) else {
-            process.terminate()
-            throw Failure(description: "test_server.py did not report its port; it said \(text.debugDescription)")
-        }
-        return TestServer(port: port, process: process, input: input)
-    }
-
-    /// Closes the server's stdin, which makes it exit, and makes sure it did.
-    func stop() {
-        try? input.fileHandleForWriting.close()
-        if process.isRunning { process.terminate() }
-        process.waitUntilExit()
-    }
-
-    func url(_ pathAndQuery: String) -> URL {
-        URL(string: "http://127.0.0.1:\(port)\(pathAndQuery)") ?? URL(fileURLWithPath: "/invalid")
-    }
+    func url(_ pathAndQuery: String) -> URL { fixture.url(pathAndQuery) }
 
     func refreshRequest(_ refreshToken: String) -> HTTPRequest {
         HTTPRequest(
@@ -516,19 +461,9 @@ final class TestServer: Sendable {
     }
 
     /// Posts `settings` to `/_control`.
-    func control(_ settings: [String: any Sendable]) async throws {
-        let body = try JSONSerialization.data(withJSONObject: settings)
-        let request = HTTPRequest(method: "POST", url: url("/_control"), body: body)
-        let response = try await URLSessionTransport(timeout: .seconds(10)).send(request)
-        guard response.status == 200 else {
-            throw Failure(description: "/_control: \(String(decoding: response.body, as: UTF8.self))")
-        }
-    }
+    func control(_ settings: [String: any Sendable]) async throws { try await fixture.control(settings) }
 
-    func stats() async throws -> Stats {
-        let response = try await URLSessionTransport(timeout: .seconds(10)).send(HTTPRequest(url: url("/_stats")))
-        return try JSONDecoder().decode(Stats.self, from: response.body)
-    }
+    func stats() async throws -> Stats { try await fixture.stats(Stats.self) }
 
     /// Polls `/_stats` until `counter` reaches `value`, for at most a minute: a wait on the
     /// server's signal, whose bound only says "never" on a machine the rest of the suite keeps busy.
@@ -545,27 +480,7 @@ final class TestServer: Sendable {
 
 /// Runs `body` with a fresh server and stops the server afterwards, also when `body` throws.
 func withTestServer(_ body: (TestServer) async throws -> Void) async throws {
-    let server = try await TestServer.start()
-    do {
-        try await body(server)
-    } catch {
-        await server.stopOffThePool()
-        throw error
-    }
-    await server.stopOffThePool()
-}
-
-extension TestServer {
-    /// ``stop()``, which waits for the process to exit, on a dispatch thread: a blocked thread of
-    /// the cooperative pool (two on a two-core machine) stalls every other test meanwhile.
-    func stopOffThePool() async {
-        await withCheckedContinuation { continuation in
-            DispatchQueue.global().async {
-                self.stop()
-                continuation.resume()
-            }
-        }
-    }
+    try await withFixtureServer("test_server") { try await body(TestServer($0)) }
 }
 
 /// A local TCP port nothing listens on, and nothing else can take.

@@ -275,6 +275,18 @@ package enum PolicySchema {
         ])
     }
 
+    /// `none`, or a mapping of at most these keys, each typed by `value` (`retry.budget`,
+    /// `refresh.limit`, `refresh.transient`).
+    static func noneOr(
+        _ keys: [String], description: String? = nil, _ value: (String) -> SchemaJSON
+    ) -> SchemaJSON {
+        let mapping = SchemaJSON.object([
+            ("type", "object"), ("properties", .object(keys.map { ($0, value($0)) })), ("additionalProperties", false),
+        ])
+        let anyOf: (String, SchemaJSON) = ("anyOf", [.object([("const", "none")]), mapping])
+        return .object((description.map { [("description", .string($0))] } ?? []) + [anyOf])
+    }
+
     /// A list, or one item alone (the decoder reads `status: 401` as `status: [401]`).
     static func listOrOne(_ item: SchemaJSON) -> SchemaJSON {
         .object([("anyOf", .array([item, .object([("type", "array"), ("items", item)])]))])
@@ -330,70 +342,20 @@ package enum PolicySchema {
             "idempotency-key": .object([("description", "a header name, or none"), ("type", textTypes)]),
             "on-exhausted": action,
             "deadline": durationOrNone,
-            "budget": .object([
-                (
-                    "anyOf",
-                    .array([
-                        .object([("const", "none")]),
-                        .object([
-                            ("type", "object"),
-                            (
-                                "properties",
-                                .object(
-                                    PolicyDecoder.budgetKeys.map {
-                                        ($0, $0 == "ratio" ? .object([("type", "number"), ("minimum", 0)]) : integer)
-                                    })
-                            ),
-                            ("additionalProperties", false),
-                        ]),
-                    ])
-                )
-            ]),
+            "budget": noneOr(PolicyDecoder.budgetKeys) {
+                $0 == "ratio" ? .object([("type", "number"), ("minimum", 0)]) : integer
+            },
             // refresh
             "timeout": duration,
             "share-window": duration,
             "max-per-request": .object([("type", "integer"), ("minimum", 0), ("maximum", 100)]),
             "on-failure": action,
-            "limit": .object([
-                (
-                    "anyOf",
-                    .array([
-                        .object([("const", "none")]),
-                        .object([
-                            ("type", "object"),
-                            (
-                                "properties",
-                                .object(
-                                    PolicyDecoder.limitKeys.map {
-                                        ($0, $0 == "per" ? duration : .object([("type", "integer"), ("minimum", 1)]))
-                                    })
-                            ),
-                            ("additionalProperties", false),
-                        ]),
-                    ])
-                )
-            ]),
+            "limit": noneOr(PolicyDecoder.limitKeys) { $0 == "per" ? duration : .object([("type", "integer"), ("minimum", 1)]) },
             "ahead": durationOrNone,
-            "transient": .object([
-                ("description", "retries of transient token-endpoint trouble within refresh.timeout, or none"),
-                (
-                    "anyOf",
-                    .array([
-                        .object([("const", "none")]),
-                        .object([
-                            ("type", "object"),
-                            (
-                                "properties",
-                                .object(
-                                    PolicyDecoder.transientKeys.map {
-                                        ($0, $0 == "retry-after" ? enumeration(["honor", "ignore"]) : duration)
-                                    })
-                            ),
-                            ("additionalProperties", false),
-                        ]),
-                    ])
-                ),
-            ]),
+            "transient": noneOr(
+                PolicyDecoder.transientKeys,
+                description: "retries of transient token-endpoint trouble within refresh.timeout, or none"
+            ) { $0 == "retry-after" ? enumeration(["honor", "ignore"]) : duration },
             // logout
             "cancel-in-flight": .object([("type", "boolean")]),
             "hold-new-requests": .object([
