@@ -271,7 +271,8 @@ extension PolicyEngine {
     /// The actions of a refresh or a logout (kept out of `perform`, which every event inlines).
     @inline(never)
     func performRare(_ action: Action, for machine: RequestMachine?, runtime: PolicyRuntime?) {
-        guard let runtime = runtime ?? machine?.runtime ?? Optional(state.withLock({ $0.runtime })) else { return }
+        // (Every caller that may emit or save names its runtime; the engine's is a last resort.)
+        let runtime = runtime ?? machine?.runtime ?? state.withLock { $0.runtime }
         switch action {
         case .emit(let event): emit(event, runtime)
         case .save: saveCredentials(runtime)
