@@ -75,4 +75,32 @@ struct EngineLockCountTests {
         print("engine lock acquisitions: a one-attempt request \(none), a refresh-trigger re-send \(one - none)")
         #expect(one - none <= 9, "a refresh-trigger re-send took the lock \(one - none) times")
     }
+
+    /// A request whose retry rule is out of retries follows its `on-exhausted` edge in the
+    /// transition that ends its attempt, which removes its slot too: admit, gate, the attempt's
+    /// end with the edge (3; on main 4, the outcome's slot removal a lock of its own, and 6 when
+    /// the edge logs out: the logout and the cooldown's read took one each).
+    @Test func lockAcquisitionsWhenRetriesAreExhausted() async throws {
+        let transport = RecordingTransport { _, _ in response("", status: 503) }
+        let sim = try SimulatedEngine(
+            """
+            policy: 1
+            name: locks
+            retry: { max-retries: 0, on-exhausted: fail }
+            rules: [{ name: busy, when: { status: [503] }, then: retry }]
+            """, transport: transport)
+        let before = sim.engine.state.acquisitions
+        let failed = try await sim.run { engine in
+            do {
+                _ = try await engine.send(HTTPRequest(url: testURL))
+                return false
+            } catch {
+                return true
+            }
+        }
+        let taken = sim.engine.state.acquisitions - before - 2
+        print("engine lock acquisitions: a request whose retries are exhausted \(taken)")
+        #expect(failed)
+        #expect(taken <= 3, "a request whose retries are exhausted took the lock \(taken) times")
+    }
 }

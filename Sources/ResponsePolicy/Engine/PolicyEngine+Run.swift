@@ -126,9 +126,19 @@ extension PolicyEngine {
             var (disposition, finished, verdict, actions) = state.attemptEnded(
                 insideLock: id, responseArrived: arrived, gotError: gotError, callerCancelled: callerCancelled,
                 scope: scope, classified, retry: ask, now: now)
-            guard let event, let trigger, !finished, case .result(let timedOut) = disposition,
-                arrived || gotError || timedOut
-            else { return (disposition, finished, verdict, actions, nil) }
+            guard !finished, case .result(let timedOut) = disposition, arrived || gotError || timedOut else {
+                return (disposition, finished, verdict, actions, nil)
+            }
+            // A retry rule that does not retry follows its escalation edge in the same transition.
+            if let verdict, let rule = classified.rule, case let flow = scope.compiled[rule], flow.action == .retry,
+                let (escalation, error) = escalation(verdict, flow, machine, result)
+            {
+                let event = triggerEvent(machine, result, classified)
+                let next = state.follow(
+                    insideLock: event, &machine.loop, escalation, of: flow, failing: error, into: &actions)
+                return (disposition, finished, verdict, actions, next)
+            }
+            guard let event, let trigger else { return (disposition, finished, verdict, actions, nil) }
             let next: EngineState.Next
             if trigger.action == .refresh {
                 next = state.refreshTrigger(insideLock: event, &machine.loop, trigger, into: &actions)
@@ -174,6 +184,27 @@ extension PolicyEngine {
             machine.attemptOutcome = .timedOut
         case .cancelled:
             machine.attemptOutcome = .cancelled
+        }
+    }
+
+    /// The escalation edge a retry rule's verdict leads along, with the failure it fails with
+    /// (`nil`: it retries, or ends with no edge: see ``RequestMachine/retryTrigger(_:)``).
+    func escalation(
+        _ verdict: EngineState.RetryVerdict, _ flow: RuleGraph.CompiledRule, _ machine: RequestMachine,
+        _ result: AttemptResult
+    ) -> (RuleGraph.Escalation, PolicyEngineError)? {
+        var exhausted: PolicyEngineError {
+            switch result {
+            case .response(let response): return .retriesExhausted(lastResponse: response, lastError: nil)
+            case .error(let error): return .retriesExhausted(lastResponse: nil, lastError: error)
+            case .cancelled: return .retriesExhausted(lastResponse: nil, lastError: machine.timeoutFailure)
+            }
+        }
+        switch verdict {
+        case .notRetried(let edge): return edge.map { ($0, exhausted) }
+        case .refused: return flow.budget.map { ($0, exhausted) }
+        case .pastDeadline: return flow.deadline.map { ($0, .deadlineExceeded) }
+        case .started: return nil
         }
     }
 

@@ -374,6 +374,8 @@ final class RequestMachine {
                 state.refreshTrigger(insideLock: event, &loop, flow, into: &actions)
             }
         case .retry:
+            // An escalation edge it took was followed with the attempt's end, under its lock.
+            if let decided { return apply(decided.next, nil) }
             return retryTrigger(flow)
         }
     }
