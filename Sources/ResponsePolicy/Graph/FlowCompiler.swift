@@ -20,9 +20,15 @@ struct FlowCompiler {
     private var nodes: [RuleGraph.Node] = []
     private var edges: [RuleGraph.Edge] = []
     /// The scope's deliver, fail and logout nodes some edge leads to.
-    private var terminals: Set<ActionKind> = []
+    private var terminals = Terminals()
     /// Made once, so every `match` edge shares the one text.
     private let classifierID: String
+    /// The scope's terminal nodes' ids (`default.deliver`), made once.
+    private let deliverID: String
+    private let failID: String
+    private let logoutID: String
+    /// `default.rule.`: each rule's node id is this and its number.
+    private let rulePrefix: String
     /// The scope's own settings, shared by every rule that overrides none of them.
     private let scopeSettings: RuleGraph.EffectiveSettings
     /// The scope's logout settings, shared by every escalation.
@@ -41,6 +47,10 @@ struct FlowCompiler {
         self.logout = logout
         self.routeMethods = routeMethods
         classifierID = scope + ".classify"
+        deliverID = scope + "." + ActionKind.deliver.rawValue
+        failID = scope + "." + ActionKind.fail.rawValue
+        logoutID = scope + "." + ActionKind.logout.rawValue
+        rulePrefix = scope + ".rule."
         scopeSettings = RuleGraph.EffectiveSettings(retry: retry, refresh: refresh, logout: logout)
         logoutBox = RuleGraph.LogoutBox(logout)
         nodes.append(
@@ -61,8 +71,13 @@ struct FlowCompiler {
     /// is drawn as fail, which is what the engine would do with it.
     private mutating func terminal(_ kind: ActionKind) -> (ActionKind, String) {
         let kind: ActionKind = kind == .retry || kind == .refresh ? .fail : kind
+        // Every deliver and fail rule reaches one: the ids are made once per scope.
         terminals.insert(kind)
-        return (kind, "\(scope).\(kind.rawValue)")
+        switch kind {
+        case .deliver: return (kind, deliverID)
+        case .logout: return (kind, logoutID)
+        default: return (kind, failID)
+        }
     }
 
     private mutating func edge(_ from: String, _ to: String, _ kind: RuleGraph.EdgeKind, _ label: String = "")
@@ -81,13 +96,21 @@ struct FlowCompiler {
     }
 
     mutating func compile(_ rule: Rule, index: Int) -> RuleGraph.CompiledRule {
-        let id = "\(scope).rule.\(index + 1)"
+        let id = rulePrefix + String(index + 1)
         let first = edges.count
-        nodes.append(
-            RuleGraph.Node(
-                id: id, kind: .rule, label: "\(index + 1). \(rule.name): \(RuleGraph.describe(rule.when))",
-                scope: scope, rule: index, action: nil, settings: .none))
+        nodes.append(RuleGraph.Node(id: id, scope: scope, rule: rule, index: index))
         _ = edge(classifierID, id, .match)
+        if rule.action == .deliver || rule.action == .fail, rule.retry == nil, rule.refresh == nil, rule.logout == nil {
+            // What the general path below gives these rules, without making the three effective
+            // sections first (copying them cost each of 20,000 deliver and fail rules dozens of
+            // retains): the scope's settings, one `then` edge to the scope's terminal node.
+            let actionNode = terminal(rule.action).1
+            _ = edge(id, actionNode, .then)
+            return RuleGraph.CompiledRule(
+                index: index, rule: rule, settings: scopeSettings, node: id, actionNode: actionNode,
+                classifierNode: classifierID, edges: edges[first...], escalations: RuleGraph.Escalations(),
+                again: nil, methods: nil, neverRetried: [])
+        }
         var r = rule.retry ?? retry
         // Request-wide settings are the scope's: the decoder refuses them in a rule's `then:`
         // (`request-wide-override`), and the compiled rule states what the engine runs.
@@ -182,8 +205,27 @@ struct FlowCompiler {
             ? scopeSettings : RuleGraph.EffectiveSettings(retry: r, refresh: f, logout: l)
         return RuleGraph.CompiledRule(
             index: index, rule: rule, settings: settings, node: id, actionNode: actionNode,
-            edges: Array(edges[first...]), escalations: escalations, again: again, methods: methods,
-            neverRetried: neverRetried)
+            classifierNode: classifierID, edges: edges[first...], escalations: escalations, again: again,
+            methods: methods, neverRetried: neverRetried)
+    }
+
+    /// The terminal actions some edge leads to, as bits: a hashed set cost every rule a hash.
+    struct Terminals {
+        private var bits: UInt8 = 0
+
+        private static func bit(_ kind: ActionKind) -> UInt8 {
+            switch kind {
+            case .deliver: return 1
+            case .fail: return 2
+            case .logout: return 4
+            case .retry: return 8
+            case .refresh: return 16
+            }
+        }
+
+        mutating func insert(_ kind: ActionKind) { bits |= Self.bit(kind) }
+
+        func contains(_ kind: ActionKind) -> Bool { bits & Self.bit(kind) != 0 }
     }
 
     struct Finished {

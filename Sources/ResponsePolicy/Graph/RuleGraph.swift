@@ -127,7 +127,18 @@ package struct RuleGraph: Sendable {
     package let scopes: [Scope]
     /// Every node: the shared outcomes (those some edge reaches), then each scope's classifier,
     /// rules, the rules' own action nodes and the scope's deliver, fail and logout nodes.
-    package let nodes: [Node]
+    ///
+    /// Made when asked (by `graph` and tools, a few times per run): held, it was a second copy
+    /// of every scope's nodes, 20,000 and more for a large policy.
+    package var nodes: [Node] {
+        var nodes = outcomes
+        nodes.reserveCapacity(outcomes.count + scopes.reduce(0) { $0 + $1.nodes.count })
+        for scope in scopes { nodes += scope.nodes }
+        return nodes
+    }
+    /// The shared outcome nodes some edge reaches: delivered, failed, and logged out when an
+    /// edge leads there.
+    private let outcomes: [Node]
     /// Every edge of every scope, in scope and rule order.
     package let edges: [Edge]
 
@@ -191,17 +202,19 @@ package struct RuleGraph: Sendable {
         // Delivered and failed are always reached (no rule matches); logged out only when some
         // edge leads there: no orphan node.
         let logsOut = scopes.contains { scope in scope.nodes.contains { $0.action == .logout } }
-        var nodes = [Node(outcome: "delivered", "delivered"), Node(outcome: "failed", "failed")]
-        if logsOut { nodes.append(Node(outcome: "logged-out", "logged out")) }
-        var edges: [Edge] = []
-        nodes.reserveCapacity(nodes.count + scopes.reduce(0) { $0 + $1.nodes.count })
-        edges.reserveCapacity(scopes.reduce(0) { $0 + $1.edges.count })
-        for scope in scopes {
-            nodes += scope.nodes
-            edges += scope.edges
+        var outcomes = [Node(outcome: "delivered", "delivered"), Node(outcome: "failed", "failed")]
+        if logsOut { outcomes.append(Node(outcome: "logged-out", "logged out")) }
+        self.outcomes = outcomes
+        // One scope (no routes): its edges are all the edges, so the two share one array
+        // instead of holding a second copy of every edge.
+        if scopes.count == 1 {
+            edges = scopes[0].edges
+        } else {
+            var edges: [Edge] = []
+            edges.reserveCapacity(scopes.reduce(0) { $0 + $1.edges.count })
+            for scope in scopes { edges += scope.edges }
+            self.edges = edges
         }
-        self.nodes = nodes
-        self.edges = edges
     }
 
     static func jsonPath(_ source: CodeSource?) -> JSONPath? {

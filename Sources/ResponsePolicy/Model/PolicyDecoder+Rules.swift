@@ -36,17 +36,21 @@ extension PolicyDecoder {
     }
 
     mutating func rule(_ node: YAMLNode, index: Int, scope: SectionScope, namePrefix: String) -> Rule? {
-        guard let fields = mappingFields(node, "a rule", allowed: Self.ruleKeys) else { return nil }
-        var name = "\(namePrefix)-\(index + 1)"
+        guard let pairs = mappingPairs(node, "a rule") else { return nil }
+        // The default name (`rule-3`) only for a rule that gives none.
+        var given: String?
         var condition: Condition?
         var thenNode: YAMLNode?
         var source = RuleSource()
-        for (key, _, value) in fields {
+        var hasWhen = false
+        for pair in pairs {
+            guard let key = fieldKey(pair, "a rule", allowed: Self.ruleKeys) else { continue }
+            let value = pair.value
             switch key {
             case "name":
                 if let text = string(value, key) {
                     if Self.isPolicyName(text) {
-                        name = text
+                        given = text
                         source.name = value.range
                     } else {
                         report(
@@ -57,13 +61,14 @@ extension PolicyDecoder {
                     }
                 }
             case "when":
+                hasWhen = true
                 condition = self.condition(value)
                 source.when = value.range
-                for item in value.pairs?.first(where: { $0.key.scalar == "code" })?.value.items ?? [] {
+                let codeNode = value.pairs?.first(where: { $0.key.scalar == "code" })?.value
+                for item in codeNode?.items ?? [] {
                     if let code = item.scalar, source.codes[code] == nil { source.codes[code] = item.range }
                 }
-                if let single = value.pairs?.first(where: { $0.key.scalar == "code" })?.value, let code = single.scalar
-                {
+                if let single = codeNode, let code = single.scalar {
                     source.codes[code] = single.range
                 }
             case "then":
@@ -72,7 +77,8 @@ extension PolicyDecoder {
             default: break
             }
         }
-        if !fields.contains(where: { $0.key == "when" }) {
+        let name = given ?? "\(namePrefix)-\(index + 1)"
+        if !hasWhen {
             report(.error("missing-key", "rule '\(name)' needs 'when:' to say what it matches", at: node.range))
         }
         guard let thenNode else {
@@ -94,8 +100,7 @@ extension PolicyDecoder {
     }
 
     /// Reads `then:` and resolves its overrides over `scope`.
-    mutating func then(_ node: YAMLNode, rule: Rule, scope: SectionScope) -> Rule? {
-        var rule = rule
+    mutating func then(_ node: YAMLNode, rule: consuming Rule, scope: SectionScope) -> Rule? {
         if node.scalar != nil {
             guard let action = choice(node, "then", ActionKind.self) else { return nil }
             rule.action = action
@@ -169,9 +174,11 @@ extension PolicyDecoder {
     }
 
     mutating func condition(_ node: YAMLNode) -> Condition? {
-        guard let fields = mappingFields(node, "'when'", allowed: Self.whenKeys) else { return nil }
+        guard let pairs = mappingPairs(node, "'when'") else { return nil }
         var condition = Condition()
-        for (key, _, value) in fields {
+        for pair in pairs {
+            guard let key = fieldKey(pair, "'when'", allowed: Self.whenKeys) else { continue }
+            let value = pair.value
             switch key {
             case "status": condition.statuses = statuses(value)
             case "code":
@@ -242,6 +249,14 @@ extension PolicyDecoder {
                         at: item.range))
                 continue
             }
+            // A bare code (nearly every status written): read without splitting, as the split
+            // below would read it (one part, no spaces to trim).
+            if !text.utf8.contains(where: { $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: " ") }),
+                let code = Int(text), (100...599).contains(code)
+            {
+                result.append(StatusRange(code))
+                continue
+            }
             let parts = text.split(separator: "-", omittingEmptySubsequences: false).map { $0.trimmingSpaces }
             let bounds = parts.map { Int($0) }
             if parts.count == 1, let code = bounds[0], item.isPlainScalar || item.scalar != nil {
@@ -292,7 +307,10 @@ extension PolicyDecoder {
                         at: item.range))
                 continue
             }
-            if let dots = text.range(of: ".."), CodeTable.canonicalInteger(String(text[..<dots.lowerBound])) != nil {
+            // The byte check first: Foundation's `range(of:)` is slow, and nearly no code has a dot.
+            if text.utf8.contains(UInt8(ascii: ".")), let dots = text.range(of: ".."),
+                CodeTable.canonicalInteger(String(text[..<dots.lowerBound])) != nil
+            {
                 let high = text[dots.upperBound...]
                 report(
                     .error(
@@ -320,6 +338,8 @@ extension PolicyDecoder {
 
     /// `"1400-1499"` (either bound may be negative: `"-10--1"`) as a range of integer codes.
     static func codeRange(_ text: String) -> CodeRange? {
+        // No '-' at all (nearly every code): not a range, and no byte array to make.
+        guard text.utf8.contains(UInt8(ascii: "-")) else { return nil }
         let bytes = Array(text.utf8)
         guard bytes.count >= 3 else { return nil }
         // The separating '-' is the first one after the first digit.

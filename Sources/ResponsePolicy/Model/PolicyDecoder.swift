@@ -35,7 +35,8 @@ package struct PolicyDecoder {
             report(.error("invalid-type", "\(what) must be a mapping, not \(node.kindDescription)", at: node.range))
             return nil
         }
-        var result: [(String, YAMLNode, YAMLNode)] = []
+        var result: [(key: String, keyNode: YAMLNode, value: YAMLNode)] = []
+        result.reserveCapacity(pairs.count)
         for pair in pairs {
             guard let key = pair.key.scalar else {
                 report(
@@ -51,6 +52,34 @@ package struct PolicyDecoder {
             }
         }
         return result
+    }
+
+    /// The pairs of a mapping, for reading key by key with ``fieldKey(_:_:allowed:)``: what
+    /// ``mappingFields(_:_:allowed:ignorePrefix:)`` reads, without making the list of fields
+    /// (each a tuple of two copied nodes), for the mappings read once per rule. Empty for null;
+    /// `nil`, reported, for anything but a mapping.
+    mutating func mappingPairs(_ node: YAMLNode, _ what: String) -> [YAMLNode.Pair]? {
+        guard let pairs = node.pairs else {
+            if node.isNull { return [] }
+            report(.error("invalid-type", "\(what) must be a mapping, not \(node.kindDescription)", at: node.range))
+            return nil
+        }
+        return pairs
+    }
+
+    /// A pair's key when it is one of `allowed`; reported as ``mappingFields(_:_:allowed:ignorePrefix:)``
+    /// reports it otherwise.
+    mutating func fieldKey(_ pair: YAMLNode.Pair, _ what: String, allowed: [String]) -> String? {
+        guard let key = pair.key.scalar else {
+            report(
+                .error("invalid-key", "keys must be plain names, not \(pair.key.kindDescription)", at: pair.key.range))
+            return nil
+        }
+        guard allowed.contains(key) else {
+            report(Self.unknownKey(key, in: what, allowed: allowed, at: pair.key.range))
+            return nil
+        }
+        return key
     }
 
     /// The sections a key may have been meant for, to point at when it is written in another
@@ -273,8 +302,8 @@ package struct PolicyDecoder {
     /// One of an enum's raw values, with a hint for a near miss.
     mutating func choice<T: RawRepresentable & CaseIterable>(_ node: YAMLNode, _ key: String, _: T.Type) -> T?
     where T.RawValue == String {
-        let names = T.allCases.map(\.rawValue)
         guard case .scalar(let text, _) = node.value, !node.isNull else {
+            let names = T.allCases.map(\.rawValue)
             report(
                 .error(
                     "invalid-type",
@@ -283,6 +312,9 @@ package struct PolicyDecoder {
             return nil
         }
         if let value = T(rawValue: text) { return value }
+        // The names only for a message: made for every value read, they cost each rule of a
+        // large file an array of texts.
+        let names = T.allCases.map(\.rawValue)
         report(
             .error(
                 "invalid-value",

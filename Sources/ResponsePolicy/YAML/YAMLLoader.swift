@@ -230,12 +230,44 @@ private struct TreeBuilder {
         var items: [YAMLNode] = []
         var pairs: [YAMLNode.Pair] = []
         var pendingKey: YAMLNode?
-        /// The mapping's scalar keys so far, for duplicate detection in O(1).
-        var keys: [String: SourceRange] = [:]
+        /// The mapping's scalar keys so far, for duplicate detection in O(1), once it has more
+        /// than ``Frame/scanLimit`` pairs; a smaller mapping (nearly all of them) is scanned:
+        /// a dictionary per mapping was a tenth of building a 20,000-rule file's tree.
+        var keys: [String: SourceRange]?
         var start: SourcePosition
         var anchor: String?
         var tag: String?
         var size: Int
+
+        static let scanLimit = 8
+
+        /// Records a scalar key of this mapping (merge keys aside), before its pair is
+        /// appended, and returns where it was first written when it is a duplicate (then it is
+        /// not recorded). Mutating, so that it runs on the frame in place: a copy of the frame
+        /// per key made every pair's append copy the mapping's pairs.
+        mutating func register(_ text: String, at range: SourceRange) -> SourceRange? {
+            if let first = keys?[text] { return first }
+            if keys == nil {
+                for pair in pairs where !TreeBuilder.isMergeKey(pair.key) && pair.key.scalar == text {
+                    return pair.key.range
+                }
+            }
+            if keys != nil {
+                keys?[text] = range
+            } else if pairs.count >= Self.scanLimit {
+                var table: [String: SourceRange] = [:]
+                for pair in pairs where !TreeBuilder.isMergeKey(pair.key) {
+                    if let key = pair.key.scalar, table[key] == nil { table[key] = pair.key.range }
+                }
+                table[text] = range
+                keys = table
+            } else if pairs.isEmpty {
+                // Room for two keys at once (most mappings of a policy have one to three):
+                // grown one append at a time, a rule's mapping was allocated three times.
+                pairs.reserveCapacity(2)
+            }
+            return nil
+        }
     }
 
     let limits: YAMLLimits
@@ -330,13 +362,18 @@ private struct TreeBuilder {
             case YAML_FOLDED_SCALAR_STYLE: style = .folded
             default: style = .plain
             }
-            let resolved: (text: String, style: YAMLNode.Style, tag: String?)
-            switch Self.resolveCoreTag(Self.string(scalar.tag), text: text, style: style) {
-            case .success(let value): resolved = value
-            case .failure(let message): return .error("invalid-tag", message.description, at: range)
+            let node: YAMLNode
+            if scalar.tag == nil {
+                // No tag (nearly every scalar): nothing to resolve.
+                node = YAMLNode(.scalar(text, style), range: range)
+            } else {
+                switch Self.resolveCoreTag(Self.string(scalar.tag), text: text, style: style) {
+                case .success(let resolved):
+                    node = YAMLNode(.scalar(resolved.text, resolved.style), range: range, tag: resolved.tag)
+                case .failure(let message): return .error("invalid-tag", message.description, at: range)
+                }
             }
-            let node = YAMLNode(.scalar(resolved.text, resolved.style), range: range, tag: resolved.tag)
-            return add(node, size: 1, anchor: Self.string(scalar.anchor), at: range)
+            return add(consume node, size: 1, anchor: Self.string(scalar.anchor), at: range)
         case YAML_ALIAS_EVENT:
             let name = Self.string(event.data.alias.anchor) ?? ""
             guard let anchored = anchors[name] else {
@@ -346,7 +383,7 @@ private struct TreeBuilder {
             }
             var node = anchored.node
             node.range = range
-            return add(node, size: anchored.size, anchor: nil, at: range)
+            return add(consume node, size: anchored.size, anchor: nil, at: range)
         case YAML_MAPPING_START_EVENT:
             if let failure = push(at: range) { return failure }
             let data = event.data.mapping_start
@@ -365,13 +402,15 @@ private struct TreeBuilder {
             guard let frame = stack.popLast() else { return nil }
             let fullRange = SourceRange(start: frame.start, end: end)
             // `!!map` on a mapping and `!!seq` on a list say what they are anyway.
-            let redundant = frame.isMapping ? Self.coreTagPrefix + "map" : Self.coreTagPrefix + "seq"
-            let tag = frame.tag == redundant ? nil : frame.tag
+            // (The text is made only for a tagged collection: a 21-byte text per mapping showed.)
+            let tag = frame.tag.flatMap { written in
+                written == (frame.isMapping ? Self.coreTagPrefix + "map" : Self.coreTagPrefix + "seq") ? nil : written
+            }
             let node =
                 frame.isMapping
                 ? YAMLNode(.mapping(resolveMerges(frame.pairs)), range: fullRange, tag: tag)
                 : YAMLNode(.sequence(frame.items), range: fullRange, tag: tag)
-            return add(node, size: frame.size, anchor: frame.anchor, at: fullRange, counted: true)
+            return add(consume node, size: frame.size, anchor: frame.anchor, at: fullRange, counted: true)
         default:
             break
         }
@@ -398,14 +437,16 @@ private struct TreeBuilder {
 
     /// Adds a finished node to the enclosing container, or makes it the root.
     /// `counted` is true for containers, whose own node was counted when they started.
+    /// The node is consumed: moved into its container, not copied (a copy per node, and two
+    /// per key, were a sixth of the instructions building the tree took).
     mutating func add(
-        _ node: YAMLNode, size: Int, anchor: String?, at range: SourceRange, counted: Bool = false
+        _ node: consuming YAMLNode, size: Int, anchor: String?, at range: SourceRange, counted: Bool = false
     ) -> Diagnostic? {
         if !counted {
             nodes += size
             if nodes > limits.maxNodes { return tooManyNodes(range) }
         }
-        if let anchor { anchors[anchor] = Anchored(node: node, size: size) }
+        if let anchor { anchors[anchor] = Anchored(node: copy node, size: size) }
         let last = stack.count - 1
         guard last >= 0 else {
             root = node
@@ -416,13 +457,12 @@ private struct TreeBuilder {
             stack[last].items.append(node)
             return nil
         }
-        guard let key = stack[last].pendingKey else {
+        guard let key = stack[last].pendingKey.take() else {
             stack[last].pendingKey = node
             return nil
         }
-        stack[last].pendingKey = nil
-        if let text = key.scalar, !isMergeKey(key) {
-            if let first = stack[last].keys[text] {
+        if let text = key.scalar, !Self.isMergeKey(key) {
+            if let first = stack[last].register(text, at: key.range) {
                 diagnostics.append(
                     .error(
                         "duplicate-key",
@@ -430,23 +470,22 @@ private struct TreeBuilder {
                         at: key.range, notes: [.init(range: first, message: "first written here")]))
                 return nil
             }
-            stack[last].keys[text] = key.range
         }
         stack[last].pairs.append(YAMLNode.Pair(key: key, value: node))
         return nil
     }
 
-    func isMergeKey(_ key: YAMLNode) -> Bool {
+    static func isMergeKey(_ key: YAMLNode) -> Bool {
         key.isPlainScalar && key.scalar == "<<"
     }
 
     /// Applies `<<` merge keys: the merged mappings' pairs are added where the mapping does not
     /// already have the key. A merge value that is not a mapping (or list of mappings) is reported.
     mutating func resolveMerges(_ pairs: [YAMLNode.Pair]) -> [YAMLNode.Pair] {
-        guard pairs.contains(where: { isMergeKey($0.key) }) else { return pairs }
-        var result = pairs.filter { !isMergeKey($0.key) }
+        guard pairs.contains(where: { Self.isMergeKey($0.key) }) else { return pairs }
+        var result = pairs.filter { !Self.isMergeKey($0.key) }
         var present = Set(result.compactMap { $0.key.scalar })
-        for pair in pairs where isMergeKey(pair.key) {
+        for pair in pairs where Self.isMergeKey(pair.key) {
             let sources: [YAMLNode]
             switch pair.value.value {
             case .mapping: sources = [pair.value]

@@ -45,7 +45,14 @@ package struct YAMLNode: Sendable, Hashable {
     /// A plain scalar that YAML reads as null: empty, `~` or `null`.
     package var isNull: Bool {
         if case .scalar(let text, .plain) = value, tag == nil {
-            return text.isEmpty || text == "~" || text == "null" || text == "Null" || text == "NULL"
+            // By length first: asked of nearly every scalar the decoder reads, and four text
+            // comparisons each time showed in profiles. (Only ASCII texts equal these.)
+            switch text.utf8.count {
+            case 0: return true
+            case 1: return text == "~"
+            case 4: return text == "null" || text == "Null" || text == "NULL"
+            default: return false
+            }
         }
         return false
     }

@@ -51,6 +51,7 @@ struct ConflictingCodesRule: LintRule {
         var findings: [Diagnostic] = []
         for (rules, _) in context.ruleSets {
             var firstByCode: [String: Int] = [:]
+            firstByCode.reserveCapacity(rules.count { $0.when.codes != nil })
             // Earlier rules' ranges, and integer codes, to check ranges and codes against.
             var ranges: [(range: CodeRange, text: String, rule: Int)] = []
             var integers: [(value: Int64, text: String, rule: Int)] = []

@@ -51,6 +51,8 @@ struct LeadingZeroCodeRule: LintRule {
 
     static func hasLeadingZero(_ code: String) -> Bool {
         let digits = code.hasPrefix("-") ? code.dropFirst() : Substring(code)
+        // A byte look first: counting characters is a pass over the text, for every code.
+        guard digits.utf8.first == UInt8(ascii: "0") else { return false }
         return digits.count > 1 && digits.first == "0" && digits.allSatisfy { $0.isASCII && $0.isNumber }
     }
 }

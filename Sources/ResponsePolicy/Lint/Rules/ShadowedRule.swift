@@ -25,6 +25,7 @@ struct ShadowedRule: LintRule {
         var budget = Glob.coverBudget  // bounds the glob-against-glob work of the whole run
         for (rules, _) in context.ruleSets {
             var index = CoverIndex()
+            index.byCode.reserveCapacity(rules.count { $0.when.codes != nil })
             for position in rules.indices {
                 let rule = rules[position]
                 let candidates = index.candidates(for: rule.when)
@@ -188,7 +189,14 @@ struct ShadowedRule: LintRule {
             if when.errors != nil { erroring.add(position, path: path, header: "") }
             guard when.matchesResponses else { return }
             if let codes = when.codes {
-                for code in Set(codes) { byCode[code, default: Bucket()].add(position, path: path, header: header) }
+                if codes.count == 1 {
+                    // One code (nearly every rule): no set to make to skip repeats.
+                    byCode[codes[0], default: Bucket()].add(position, path: path, header: header)
+                } else {
+                    for code in Set(codes) {
+                        byCode[code, default: Bucket()].add(position, path: path, header: header)
+                    }
+                }
                 if when.codeRanges != nil { ranged.add(position, path: path, header: header) }
             } else if let statuses = when.statuses {
                 if statuses.reduce(0, { $0 + $1.upper - $1.lower + 1 }) > 100 {
