@@ -52,22 +52,8 @@ struct RequestDecisionsModelTests {
 
     @Test(arguments: 0..<8)
     func randomPoliciesAndEventsStayWithinTheCompiledFlow(batch: Int) throws {
-        var total = Counts()
-        var failures: [String] = []
-        for index in 0..<400 {
-            let seed = UInt64(batch * 400 + index) &* 0x2545_F491_4F6C_DD1D &+ 11
-            var random = SplitMix(seed: seed)
-            let yaml = RandomPolicy.make(&random)
-            guard let policy = try? Policy.load(yaml: yaml, file: "random.yaml") else { continue }
-            var model = try Model(policy: policy, seed: seed)
-            model.run(requests: random.int(1...6))
-            total.add(model.counts)
-            if !model.failures.isEmpty {
-                failures.append(
-                    "seed \(seed):\n" + model.failures.prefix(5).joined(separator: "\n") + "\n--- policy:\n\(yaml)")
-                if failures.count >= 3 { break }
-            }
-        }
+        let seeds = (0..<400).map { UInt64(batch * 400 + $0) &* 0x2545_F491_4F6C_DD1D &+ 11 }
+        let (total, failures) = try Self.run(seeds) { model, random in model.run(requests: random.int(1...6)) }
         #expect(failures.isEmpty, "\(failures.joined(separator: "\n\n"))")
         // The paths are reached: sends, backoffs, refreshes, held requests, logouts.
         #expect(total.sends > 1_000 && total.backoffs > 15 && total.refreshes > 50, "\(total)")
@@ -80,15 +66,28 @@ struct RequestDecisionsModelTests {
     /// old order put back (the waiters woken before the logout is decided) this fails with
     /// "sent after a failed refresh's logout was decided".
     @Test func heldRequestsNeverEscapeAFailedRefreshsLogoutUnderRandomPolicies() throws {
+        let seeds = (0..<600).map { UInt64($0) &* 0x9E37_79B9_7F4A_7C15 &+ 5 }
+        let (total, failures) = try Self.run(seeds, definitive: 80) { model, random in
+            model.run(requests: random.int(4...10), within: 2)
+        }
+        #expect(failures.isEmpty, "\(failures.joined(separator: "\n\n"))")
+        #expect(total.refreshLogouts > 50 && total.held > 200, "\(total)")
+        print("held requests and failed refreshes under random policies: \(total)")
+    }
+
+    /// Runs one model per seed on a random policy drawn from it; the counts of all, and the
+    /// failures of the first three seeds that failed (each with its policy, to replay it).
+    static func run(
+        _ seeds: [UInt64], definitive: Int = 20, _ body: (inout Model, inout SplitMix) -> Void
+    ) throws -> (Counts, [String]) {
         var total = Counts()
         var failures: [String] = []
-        for index in 0..<600 {
-            let seed = UInt64(index) &* 0x9E37_79B9_7F4A_7C15 &+ 5
+        for seed in seeds {
             var random = SplitMix(seed: seed)
             let yaml = RandomPolicy.make(&random)
             guard let policy = try? Policy.load(yaml: yaml, file: "random.yaml") else { continue }
-            var model = try Model(policy: policy, seed: seed, definitive: 80)
-            model.run(requests: random.int(4...10), within: 2)
+            var model = try Model(policy: policy, seed: seed, definitive: definitive)
+            body(&model, &random)
             total.add(model.counts)
             if !model.failures.isEmpty {
                 failures.append(
@@ -96,9 +95,7 @@ struct RequestDecisionsModelTests {
                 if failures.count >= 3 { break }
             }
         }
-        #expect(failures.isEmpty, "\(failures.joined(separator: "\n\n"))")
-        #expect(total.refreshLogouts > 50 && total.held > 200, "\(total)")
-        print("held requests and failed refreshes under random policies: \(total)")
+        return (total, failures)
     }
 
     /// One case: a policy, an engine state, its requests, a clock, a timer heap and a refresh.
