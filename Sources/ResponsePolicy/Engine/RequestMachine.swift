@@ -385,24 +385,14 @@ final class RequestMachine {
         TransportError(.timeout, "no response within \(scope.attemptTimeout?.policyText ?? "the attempt timeout")")
     }
 
-    /// A `retry` rule matched: what the attempt's end decided (``EngineState/RetryVerdict``).
+    /// A `retry` rule matched: what the attempt's end decided (``EngineState/RetryVerdict``). An
+    /// escalation edge the verdict leads along was already followed in that transition (see
+    /// `PolicyEngine.escalation`), so what is left here has no edge: a backoff started, retries
+    /// over with none to follow, or a request the transition ended.
     func retryTrigger(_ flow: RuleGraph.CompiledRule) -> Step {
         let verdict = retryVerdict
         retryVerdict = nil
-        let exhausted = PolicyEngineError.retriesExhausted(lastResponse: lastResponse, lastError: failure)
-        let edge: RuleGraph.Escalation
-        let error: PolicyEngineError
         switch verdict {
-        case .notRetried(let taken)?:
-            guard let taken else { return finish(.failure(exhausted)) }
-            (edge, error) = (taken, exhausted)
-        case .refused?:
-            guard let refused = flow.budget else { return ended() }
-            (edge, error) = (refused, exhausted)
-        case .pastDeadline?:
-            // A wait that would end past the deadline is not started.
-            guard let taken = flow.deadline else { return ended() }
-            (edge, error) = (taken, .deadlineExceeded)
         case .started(let delay)?:
             // In its backoff, its timer armed by the attempt's end.
             emitResponse(rule: flow.rule, edge: flow.again)
@@ -416,11 +406,10 @@ final class RequestMachine {
             }
             loop.waitingFor = .backoff
             return .park
-        case nil:
+        case .notRetried?:
+            return finish(.failure(.retriesExhausted(lastResponse: lastResponse, lastError: failure)))
+        case .refused?, .pastDeadline?, nil:
             return ended()
-        }
-        return run(event()) { state, event, loop, actions in
-            state.follow(insideLock: event, &loop, edge, of: flow, failing: error, into: &actions)
         }
     }
 
