@@ -376,7 +376,7 @@ struct RequestDecisionsModelTests {
             requests[id] = request
             perform(actions, for: id)
             guard case .result(let timedOut) = disposition, !cancelled || timedOut else {
-                if finished {
+                if finished != nil {
                     finish(id)
                 } else {
                     transition(id) { state, event, _, actions in state.ended(insideLock: event, into: &actions) }
@@ -388,7 +388,7 @@ struct RequestDecisionsModelTests {
             request.failure = error ?? (cancelled ? TransportError(.timeout, "no response") : nil)
             request.code = classified.code
             requests[id] = request
-            if finished {
+            if finished != nil {
                 // Delivered or failed by its rule (or no rule), or at its deadline.
                 finish(id)
                 return

@@ -238,7 +238,7 @@ struct RequestSlotsModelTests {
                     callerCancelled: false, scope: scope, classified, retry: ask, now: now)
                 perform(actions, for: id)
                 waiting[id] = .running
-                if finished {
+                if finished != nil {
                     #expect(state.slots[id] == nil, "\(context): request \(id) finished, its slot kept")
                     // By its rule, or (a timeout) at its deadline.
                     let pastDeadline = deadline.map { now >= $0 } ?? false

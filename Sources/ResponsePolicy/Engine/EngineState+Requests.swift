@@ -400,6 +400,14 @@ extension EngineState {
         case started(delay: Duration)
     }
 
+    /// Why an attempt's end finished its request (``attemptEnded(insideLock:responseArrived:gotError:callerCancelled:scope:_:retry:now:)``).
+    enum Finish: Equatable {
+        /// It timed out at its deadline: the request fails with `deadlineExceeded`.
+        case deadline
+        /// No rule matched, or the matching rule delivers or fails: the driver reports that.
+        case rule
+    }
+
     /// Request `id`'s attempt ended, classified as `classified` in `scope`: what counts (see
     /// ``attemptEnded(insideLock:responseArrived:callerCancelled:)``), and whether the request has
     /// its outcome now, decided from the compiled flow: its deadline came (a timeout at it), no
@@ -409,7 +417,7 @@ extension EngineState {
     mutating func attemptEnded(
         insideLock id: UInt64, responseArrived: Bool, gotError: Bool, callerCancelled: Bool, scope: RuleGraph.Scope,
         _ classified: Classified, retry ask: RetryAsk?, now: Duration
-    ) -> (AttemptDisposition, finished: Bool, RetryVerdict?, Actions) {
+    ) -> (AttemptDisposition, finished: Finish?, RetryVerdict?, Actions) {
         let deadline = slots[id]?.deadline
         var (disposition, actions) = attemptEnded(
             insideLock: id, responseArrived: responseArrived, callerCancelled: callerCancelled)
@@ -419,28 +427,28 @@ extension EngineState {
             let action = scope.compiled[rule].action
             return action == .deliver || action == .fail
         }
-        let finishes: Bool
+        let finishes: Finish?
         /// Its rule retries (not after a logout, and not at its deadline).
         var retries = false
         switch disposition {
         case .ended:
-            finishes = false
+            finishes = nil
         case .result(let timedOut) where !responseArrived && !gotError:
             // No result: a timeout (at the deadline, or its rule decides), or a cancellation the
             // request's loop reports.
             if timedOut, let deadline, now >= deadline {
-                finishes = true
+                finishes = .deadline
             } else {
-                finishes = timedOut && endsHere()
+                finishes = timedOut && endsHere() ? .rule : nil
                 retries = timedOut
             }
         case .result:
-            finishes = endsHere()
+            finishes = endsHere() ? .rule : nil
             retries = true
         case .arrivedAfterLogout:
-            finishes = endsHere()
+            finishes = endsHere() ? .rule : nil
         }
-        if finishes { finished(insideLock: id, into: &actions) }
+        if finishes != nil { finished(insideLock: id, into: &actions) }
         var verdict: RetryVerdict?
         if retries, let ask, let rule = classified.rule, scope.compiled[rule].action == .retry {
             verdict = retry(insideLock: id, scope.compiled[rule], classified, ask, now: now, into: &actions)

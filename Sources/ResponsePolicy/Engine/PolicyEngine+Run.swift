@@ -122,11 +122,11 @@ extension PolicyEngine {
             event = triggerEvent(machine, result, classified)
         }
         let (disposition, finished, verdict, actions, next) = state.withLock {
-            state -> (EngineState.AttemptDisposition, Bool, EngineState.RetryVerdict?, Actions, EngineState.Next?) in
+            state -> (EngineState.AttemptDisposition, EngineState.Finish?, EngineState.RetryVerdict?, Actions, EngineState.Next?) in
             var (disposition, finished, verdict, actions) = state.attemptEnded(
                 insideLock: id, responseArrived: arrived, gotError: gotError, callerCancelled: callerCancelled,
                 scope: scope, classified, retry: ask, now: now)
-            guard !finished, case .result(let timedOut) = disposition, arrived || gotError || timedOut else {
+            guard finished == nil, case .result(let timedOut) = disposition, arrived || gotError || timedOut else {
                 return (disposition, finished, verdict, actions, nil)
             }
             // A retry rule that does not retry follows its escalation edge in the same transition.
@@ -152,7 +152,8 @@ extension PolicyEngine {
         }
         perform(actions, for: machine)
         machine.decided = next.map(RequestMachine.Decided.init)
-        machine.slotFinished = finished
+        machine.slotFinished = finished != nil
+        machine.finishedAtDeadline = finished == .deadline
         machine.retryVerdict = verdict
         machine.classified = classified
         // Ended from outside (logout, the caller) wins over a timeout at the same instant; a

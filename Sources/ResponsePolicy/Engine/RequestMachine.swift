@@ -88,6 +88,8 @@ final class RequestMachine {
     var registered = false
     /// Its slot was removed by the transition that decided its outcome (``EngineState/attemptEnded(insideLock:responseArrived:gotError:callerCancelled:scope:_:now:)``).
     var slotFinished = false
+    /// That transition finished it because its attempt timed out at its deadline.
+    var finishedAtDeadline = false
     /// The rule the last attempt's result matched, and its business code.
     var classified = EngineState.Classified()
     /// What the attempt's end decided for a `retry` rule.
@@ -325,7 +327,7 @@ final class RequestMachine {
         case .timedOut, .error:
             lastCode = nil
             if outcome == .timedOut {
-                if let deadline, now >= deadline {
+                if finishedAtDeadline {
                     failure = TransportError(.timeout, "deadline")
                     emitResponse(rule: nil, reason: "deadline", edge: scope.attemptDeadline)
                     return finish(.failure(.deadlineExceeded))
