@@ -222,6 +222,13 @@ package enum PolicyExplainer {
             parts.append("\(worst.refreshResends) re-send\(worst.refreshResends == 1 ? "" : "s") after a refresh")
         }
         if !parts.isEmpty { text += " (1 + " + parts.joined(separator: " + ") + ")" }
+        if worst.refreshResends > 0 {
+            // The generation rule's re-sends are not counted above: how many there are depends on how
+            // many refreshes other requests make meanwhile, which only the deadline bounds.
+            text +=
+                ", plus one re-send each time another request's refresh replaced the token an attempt"
+                + " carried (the deadline bounds those)"
+        }
         if worst.retries > 0 {
             // Per retry: the longest wait of any rule that can retry that many times.
             let each = worst.waits.count > 1 ? " (" + worst.waits.map(\.policyText).joined(separator: " + ") + ")" : ""

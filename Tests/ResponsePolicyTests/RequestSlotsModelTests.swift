@@ -133,6 +133,8 @@ struct RequestSlotsModelTests {
                 switch action {
                 case .resume: Issue.record("\(context): nothing parked, nothing to resume")
                 case .cancel: break  // the attempt's end arrives as an event of its own
+                case .emit, .save, .publish: break
+                case .startRefresh: Issue.record("\(context): a refresh started by no request's transition")
                 case .arm(let at, let token):
                     guard let id else {
                         Issue.record("\(context): a timer armed for no request")
@@ -236,7 +238,7 @@ struct RequestSlotsModelTests {
                     callerCancelled: false, scope: scope, classified, retry: ask, now: now)
                 perform(actions, for: id)
                 waiting[id] = .running
-                if finished {
+                if finished != nil {
                     #expect(state.slots[id] == nil, "\(context): request \(id) finished, its slot kept")
                     // By its rule, or (a timeout) at its deadline.
                     let pastDeadline = deadline.map { now >= $0 } ?? false

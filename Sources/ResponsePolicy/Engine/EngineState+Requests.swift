@@ -15,6 +15,39 @@ enum Action {
     case arm(at: Duration, token: UInt64)
     /// Takes the request's timer off the heap: the wait or the attempt it bounded ended first.
     case disarm
+    /// Hands an event to the observers (made only when someone observes: a transition builds
+    /// none for an engine nobody watches, so the request path allocates nothing for it).
+    indirect case emit(PolicyEvent)
+    /// Saves the credentials now held to the credential store (a refresh, an adoption).
+    case save
+    /// Starts the refresh task of a flight this transition began (the request the event is about
+    /// started it: its scope's refresh plugin is called).
+    indirect case startRefresh(RefreshStart)
+    /// Tells the fleet and the logout plugin that the session ended: the coordinator first (the
+    /// other processes stop sending), then the plugin, in the background.
+    indirect case publish(LogoutNotice)
+}
+
+/// A refresh a transition began (``Action/startRefresh(_:)``): the flight, the credentials it
+/// replaces, the settings it runs under and why it was asked for (``RefreshContext/reason``).
+struct RefreshStart {
+    let flight: EngineState.Flight
+    let credentials: Credentials?
+    let settings: RefreshSettings
+    let reason: String
+}
+
+/// A logout a transition decided, for the world outside (``Action/publish(_:)``): its cooldown's
+/// end and reason, the ended session's credentials (read with the cooldown's start, so a sign-in
+/// right after is not the session the plugin ends), and whether the plugin is called and the
+/// coordinator told (not for news from another process).
+struct LogoutNotice {
+    let until: Date
+    let reason: LogoutReason
+    let credentials: Credentials?
+    let requestID: String?
+    let plugin: (any LogoutPlugin)?
+    let publishes: Bool
 }
 
 /// The ordered list of ``Action``s a transition returns. The first two are kept inline: most
@@ -367,6 +400,14 @@ extension EngineState {
         case started(delay: Duration)
     }
 
+    /// Why an attempt's end finished its request (``attemptEnded(insideLock:responseArrived:gotError:callerCancelled:scope:_:retry:now:)``).
+    enum Finish: Equatable {
+        /// It timed out at its deadline: the request fails with `deadlineExceeded`.
+        case deadline
+        /// No rule matched, or the matching rule delivers or fails: the driver reports that.
+        case rule
+    }
+
     /// Request `id`'s attempt ended, classified as `classified` in `scope`: what counts (see
     /// ``attemptEnded(insideLock:responseArrived:callerCancelled:)``), and whether the request has
     /// its outcome now, decided from the compiled flow: its deadline came (a timeout at it), no
@@ -376,7 +417,7 @@ extension EngineState {
     mutating func attemptEnded(
         insideLock id: UInt64, responseArrived: Bool, gotError: Bool, callerCancelled: Bool, scope: RuleGraph.Scope,
         _ classified: Classified, retry ask: RetryAsk?, now: Duration
-    ) -> (AttemptDisposition, finished: Bool, RetryVerdict?, Actions) {
+    ) -> (AttemptDisposition, finished: Finish?, RetryVerdict?, Actions) {
         let deadline = slots[id]?.deadline
         var (disposition, actions) = attemptEnded(
             insideLock: id, responseArrived: responseArrived, callerCancelled: callerCancelled)
@@ -386,28 +427,28 @@ extension EngineState {
             let action = scope.compiled[rule].action
             return action == .deliver || action == .fail
         }
-        let finishes: Bool
+        let finishes: Finish?
         /// Its rule retries (not after a logout, and not at its deadline).
         var retries = false
         switch disposition {
         case .ended:
-            finishes = false
+            finishes = nil
         case .result(let timedOut) where !responseArrived && !gotError:
             // No result: a timeout (at the deadline, or its rule decides), or a cancellation the
             // request's loop reports.
             if timedOut, let deadline, now >= deadline {
-                finishes = true
+                finishes = .deadline
             } else {
-                finishes = timedOut && endsHere()
+                finishes = timedOut && endsHere() ? .rule : nil
                 retries = timedOut
             }
         case .result:
-            finishes = endsHere()
+            finishes = endsHere() ? .rule : nil
             retries = true
         case .arrivedAfterLogout:
-            finishes = endsHere()
+            finishes = endsHere() ? .rule : nil
         }
-        if finishes { finished(insideLock: id, into: &actions) }
+        if finishes != nil { finished(insideLock: id, into: &actions) }
         var verdict: RetryVerdict?
         if retries, let ask, let rule = classified.rule, scope.compiled[rule].action == .retry {
             verdict = retry(insideLock: id, scope.compiled[rule], classified, ask, now: now, into: &actions)
@@ -512,5 +553,570 @@ extension EngineState {
             }
         }
         return actions + cancels
+    }
+}
+
+// MARK: - A request's decisions
+
+/// The decisions of a request's loop, each one transition under one lock: the top of its loop
+/// (``proceed(insideLock:_:_:into:)``), a refresh trigger, what a refresh it waited for came to,
+/// the end of a park, an escalation edge, and carrying out a `logout`. Each takes the event (the
+/// request's ``RequestEvent``, read by its driver with the time) and the request's own
+/// ``RequestLoop`` (its counters, kept by the driver between events), and returns what the
+/// driver does next (``Next``) with the ordered ``Actions`` the shell performs after unlocking.
+extension EngineState {
+    /// What a request's loop keeps between its events and its decisions read: its counters and
+    /// what it waits for. Owned by the request's driver (``RequestMachine``), handed to each
+    /// transition `inout`.
+    struct RequestLoop {
+        /// What a park waits for.
+        enum Parked {
+            /// A backoff; a refresh this request started or joined (`proactive`: one ahead of
+            /// expiry, or one a new request waits for under `hold-new-requests`); a dispatch slot.
+            case backoff, refresh(proactive: Bool), dispatch
+        }
+
+        var waitingFor = Parked.backoff
+        /// The rule whose refresh is awaited (`nil`: the scope's settings), for its failure edges.
+        var refreshRule: Int?
+        var attempt = 0
+        var retries = 0
+        /// Re-sends after a refresh this request waited for (`max-per-request` counts them).
+        var refreshResends = 0
+        /// The token generation the last attempt was signed with.
+        var signedGeneration: UInt64 = 0
+        /// The proactive refresh for this turn of the loop is done.
+        var skipProactive = false
+        /// A proactive refresh of this request that failed, and the token generation it failed for:
+        /// while that generation is current, the request neither refreshes ahead again nor calls the
+        /// refresh plugin for a trigger, but meets this failure (one failure is one failure: the
+        /// same dead refresh token is not sent twice). Boxed, to keep waiting requests small.
+        var proactiveFailure: ProactiveFailure?
+        /// The proactive refresh awaited gets the first credentials (there were none): its failure
+        /// follows the failure edges, since there is no token to send instead.
+        var signingIn = false
+        /// The request has waited for a refresh before the attempt about to go out (held, ahead of
+        /// expiry, signing in): it is not held again before that attempt, so each attempt waits for
+        /// at most one refresh before it goes out (the bound ``WorstCase`` states).
+        var preSendWaited = false
+        /// The reason of the refresh that failed, for the outcome and the logout it leads to, and
+        /// the token endpoint's answer to it, when it answered.
+        var refreshFailureReason: String?
+        var refreshFailureResponse: HTTPResponse?
+        /// The escalation edge taken after a refresh ended, reported with the outcome.
+        var lastEdge: RuleGraph.Edge?
+        /// Why a retry was refused (`budget`, `not-retryable`), for the outcome's reason.
+        var refusal: RuleGraph.EdgeKind?
+        /// The logout its awaited refresh's failure led to, started by the refresh's end (see
+        /// ``Wake/flight(_:logout:)``): this request performs its effects.
+        var decidedLogout: DecidedLogout?
+
+        /// Why this request asks for a refresh, for the refresh plugin (``RefreshContext/reason``).
+        func refreshReason(_ scope: RuleGraph.Scope) -> String {
+            if signingIn { return "sign-in" }
+            if case .refresh(proactive: true) = waitingFor { return "ahead" }
+            return refreshRule.map { scope.rules[$0].name } ?? "refresh"
+        }
+    }
+
+    /// A refresh ahead of expiry of a request that failed, and the token generation it failed for.
+    final class ProactiveFailure {
+        let failure: RefreshFailure
+        let generation: UInt64
+
+        init(_ failure: RefreshFailure, generation: UInt64) {
+            self.failure = failure
+            self.generation = generation
+        }
+    }
+
+    /// What a request's transition knows of it besides its loop: fixed for the request (its number,
+    /// scope, context), or read by its driver for this event (the time, the last attempt's answer,
+    /// and a departure made ready in case it goes out now).
+    struct RequestEvent {
+        let id: UInt64
+        let scope: RuleGraph.Scope
+        let scopeIndex: Int
+        let context: RequestContext
+        var now: Duration
+        var date: Date
+        /// What the gate needs if the request goes out in this transition (its attempt's
+        /// cancellation made ready).
+        var departure: Departure
+        /// The last attempt's response (or transport error) and business code, for events and for
+        /// delivering it when an edge says so.
+        var lastResponse: HTTPResponse?
+        var failure: TransportError?
+        var code: String?
+        /// Whether the token endpoint's answer to a failed refresh matches a `logout` rule of the
+        /// request's scope (classified by the shell, outside the lock, when ``Next/judge(_:_:)``
+        /// asked for it); `nil`: not classified.
+        var answerLogsOut: Bool?
+
+        var observed: Bool { !context.runtime.observers.isEmpty }
+    }
+
+    /// What the driver does after a request's transition.
+    enum Next {
+        /// It goes out: the attempt began (its timeout armed); signed with these credentials.
+        case send(CredentialsBox?, generation: UInt64)
+        /// It waits (held, queued, a refresh, a backoff) until its park ends.
+        case park
+        /// It has its outcome; its slot was removed in the same transition.
+        case finish(Result<HTTPResponse, PolicyEngineError>)
+        /// A refresh it waited for failed definitively with an answer that the rule's
+        /// `refresh-answer` edge may take: the shell classifies the answer outside the lock (a code
+        /// scan), then ``refreshFailed(insideLock:_:_:rule:_:into:)`` decides.
+        case judge(rule: Int, RefreshFailure)
+    }
+
+    /// Appends an event about request `r` to `actions` when someone observes.
+    @inline(__always)
+    func note(
+        _ r: RequestEvent, _ kind: PolicyEvent.Kind, into actions: inout Actions, _ fill: (inout PolicyEvent) -> Void
+    ) {
+        guard r.observed else { return }
+        var event = PolicyEvent(kind, time: r.now, context: r.context)
+        fill(&event)
+        actions.append(.emit(event))
+    }
+
+    /// The `response` event of the attempt just classified: the rule that matched and what the
+    /// request does now (the rule's action, or where an escalation edge led), with the edge.
+    func noteResponse(
+        _ r: RequestEvent, _ loop: RequestLoop, rule: Rule?, action: ActionKind? = nil, reason: String? = nil,
+        edge: RuleGraph.Edge? = nil, into actions: inout Actions
+    ) {
+        note(r, .response, into: &actions) { event in
+            event.attempt = loop.attempt
+            event.status = r.lastResponse?.status
+            event.code = r.code
+            event.error = r.failure?.errorClass
+            event.rule = rule?.name
+            event.action = action ?? rule?.action
+            event.reason = reason
+            event.edge = edge?.id
+        }
+    }
+
+    /// The request has its outcome: its slot goes (its dispatch slot to the next request).
+    mutating func finish(
+        insideLock r: RequestEvent, _ result: Result<HTTPResponse, PolicyEngineError>, into actions: inout Actions
+    ) -> Next {
+        finished(insideLock: r.id, into: &actions)
+        return .finish(result)
+    }
+
+    /// The error of a request a logout ended: the cooldown's end and reason.
+    func loggedOutError(_ date: Date) -> PolicyEngineError {
+        let (until, reason) = cooldown ?? (date, .host("logged out"))
+        return .loggedOut(until: until, reason: reason)
+    }
+
+    /// Ended by a logout while on the wire or waiting: a `cancel` event, then the logged-out
+    /// outcome.
+    mutating func cancelledByLogout(insideLock r: RequestEvent, into actions: inout Actions) -> Next {
+        note(r, .cancel, into: &actions) { $0.reason = "logout" }
+        return finish(insideLock: r, .failure(loggedOutError(r.date)), into: &actions)
+    }
+
+    /// The request was ended from outside its loop: by a logout, or by its caller.
+    mutating func ended(insideLock r: RequestEvent, into actions: inout Actions) -> Next {
+        if slots[r.id]?.endReason == .loggedOut { return cancelledByLogout(insideLock: r, into: &actions) }
+        note(r, .cancel, into: &actions) { $0.reason = "the caller cancelled the request" }
+        return finish(insideLock: r, .failure(.cancelled), into: &actions)
+    }
+
+    /// The deadline passed while the request waited for a refresh or a dispatch slot.
+    mutating func waitedPastDeadline(insideLock r: RequestEvent, into actions: inout Actions) -> Next {
+        note(r, .cancel, into: &actions) { $0.reason = "deadline" }
+        return finish(insideLock: r, .failure(.deadlineExceeded), into: &actions)
+    }
+
+    /// Delivers the last response, or fails with the transport error when there is none.
+    mutating func deliverOrFail(insideLock r: RequestEvent, into actions: inout Actions) -> Next {
+        if let response = r.lastResponse { return finish(insideLock: r, .success(response), into: &actions) }
+        return finish(insideLock: r, .failure(.transport(r.failure ?? TransportError(.connection))), into: &actions)
+    }
+
+    /// Whether the credentials held can still be sent at `date` (present and not expired).
+    func tokenUsable(at date: Date) -> Bool {
+        guard let credentials else { return false }
+        return credentials.expiresAt.map { $0 > date } ?? true
+    }
+
+    /// The top of request `r`'s loop: the gate (``gate(insideLock:_:now:date:)``) with what its
+    /// loop says (held at most once per attempt, no second refresh ahead in one turn), and what
+    /// the gate's answer leads to: it goes out (its attempt numbered, signed with the credentials
+    /// returned), it waits (held, queued: an event says so), it refreshes first, or it ends.
+    mutating func proceed(insideLock r: RequestEvent, _ loop: inout RequestLoop, into actions: inout Actions) -> Next {
+        var departure = r.departure
+        departure.mayHold = !loop.preSendWaited
+        departure.mayRefreshFirst = !loop.skipProactive
+        departure.failedAheadGeneration = loop.proactiveFailure?.generation
+        let gated = gate(insideLock: r.id, departure, now: r.now, date: r.date)
+        switch gated.gate {
+        case .go:
+            // Its attempt began in the gate, its timeout armed.
+            actions += gated.actions
+            loop.signingIn = false
+            loop.skipProactive = false
+            loop.signedGeneration = gated.generation
+            loop.preSendWaited = false
+            loop.attempt += 1
+            return .send(gated.credentials, generation: gated.generation)
+        case .refreshFirst:
+            // No credentials and a plugin that can sign in (client_credentials, a login): the
+            // first token before the request goes out, rather than sending it unsigned. Or the
+            // token expires within `ahead`: a fresh one first.
+            loop.signingIn = gated.signingIn
+            loop.waitingFor = .refresh(proactive: true)
+            loop.refreshRule = nil
+            return awaitRefresh(
+                insideLock: r, &loop, failedGeneration: gated.generation, proactive: true, into: &actions)
+        case .ended:
+            return ended(insideLock: r, into: &actions)
+        case .loggedOut:
+            return cancelledByLogout(insideLock: r, into: &actions)
+        case .held:
+            // About to go out (a first attempt or a retry) while a refresh is in flight: it waits
+            // for the fresh token, and says so.
+            let next = loop.attempt + 1
+            note(r, .held, into: &actions) { event in
+                event.attempt = next
+                event.reason = "refresh in flight"
+            }
+            loop.waitingFor = .refresh(proactive: true)
+            loop.refreshRule = nil
+            loop.preSendWaited = true
+            actions += gated.actions
+            return .park
+        case .queued:
+            loop.waitingFor = .dispatch
+            let next = loop.attempt + 1
+            note(r, .queued, into: &actions) { $0.attempt = next }
+            actions += gated.actions
+            return .park
+        }
+    }
+
+    /// A `refresh` rule matched request `r`'s attempt. The generation first: refused with a token
+    /// older than the current one, the request is re-sent with the current one at once, and that
+    /// re-send is not counted (no refresh was waited for; the same holds for credentials adopted
+    /// from the fleet: issue 19, invariant d). Then `max-per-request` (its `on-exhausted` edge);
+    /// then a failure of this request's own refresh ahead of expiry for this very token (met
+    /// again, not asked again: the same refresh token is never presented twice); otherwise it
+    /// starts or joins the refresh.
+    mutating func refreshTrigger(
+        insideLock r: RequestEvent, _ loop: inout RequestLoop, _ flow: RuleGraph.CompiledRule,
+        into actions: inout Actions
+    ) -> Next {
+        if generation > loop.signedGeneration {
+            noteResponse(r, loop, rule: flow.rule, into: &actions)
+            return proceed(insideLock: r, &loop, into: &actions)
+        }
+        guard loop.refreshResends < flow.refresh.maxPerRequest else {
+            let error = PolicyEngineError.refreshFailed(
+                reason: "the request was re-sent \(loop.refreshResends) time(s) for refresh triggers")
+            guard let exhausted = flow.onExhausted else {
+                return finish(insideLock: r, .failure(error), into: &actions)
+            }
+            return follow(insideLock: r, &loop, exhausted, of: flow, failing: error, into: &actions)
+        }
+        noteResponse(r, loop, rule: flow.rule, into: &actions)
+        loop.refreshResends += 1
+        loop.refreshRule = flow.index
+        if let earlier = loop.proactiveFailure, earlier.generation == loop.signedGeneration,
+            generation == loop.signedGeneration
+        {
+            // This request's refresh ahead of expiry already failed for this token: that is the
+            // refresh's failure, not a reason to send the same refresh token again.
+            return afterRefresh(insideLock: r, &loop, .failed(earlier.failure), proactive: false, into: &actions)
+        }
+        loop.waitingFor = .refresh(proactive: false)
+        return awaitRefresh(
+            insideLock: r, &loop, failedGeneration: loop.signedGeneration, proactive: false, into: &actions)
+    }
+
+    /// Asks for a token newer than `failedGeneration` (``decideRefresh(failedGeneration:settings:proactive:now:)``):
+    /// an answer now, or a wait for the refresh in flight, joined in this transition (its
+    /// deadline's timer armed with it), which this may just have started.
+    mutating func awaitRefresh(
+        insideLock r: RequestEvent, _ loop: inout RequestLoop, failedGeneration: UInt64, proactive: Bool,
+        into actions: inout Actions
+    ) -> Next {
+        // Where this request goes when the refresh fails: its rule's failure edges, or (before
+        // sending, with no usable token) the scope's; with a token still valid, nowhere yet (it
+        // is sent with it).
+        let route: RefreshRoute?
+        if !proactive {
+            route = RefreshRoute(scope: r.scope, rule: loop.refreshRule)
+        } else if loop.signingIn || !tokenUsable(at: r.date) {
+            route = RefreshRoute(scope: r.scope, rule: nil)
+        } else {
+            route = nil
+        }
+        if slots[r.id]?.endReason != nil {
+            return afterRefresh(insideLock: r, &loop, .cancelled, proactive: proactive, into: &actions)
+        }
+        let settings = loop.refreshRule.map { r.scope.compiled[$0].refresh } ?? r.scope.refresh
+        let failure: RefreshFailure
+        let start: String
+        switch decideRefresh(failedGeneration: failedGeneration, settings: settings, proactive: proactive, now: r.now) {
+        case .loggedOut:
+            return afterRefresh(insideLock: r, &loop, .loggedOut, proactive: proactive, into: &actions)
+        case .retryNow:
+            return afterRefresh(insideLock: r, &loop, .ok, proactive: proactive, into: &actions)
+        case .limited(let limited):
+            (failure, start) = (limited, "limit")
+        case .remembered(let remembered):
+            (failure, start) = (remembered, "remembered")
+        case .join:
+            // Parked until the refresh ends, its deadline's timer armed with the wait.
+            actions += join(insideLock: r.id, route: route)
+            if proactive { loop.preSendWaited = true }
+            return .park
+        case .start(let flight, let credentials):
+            actions += join(insideLock: r.id, route: route)
+            actions.append(
+                .startRefresh(
+                    RefreshStart(
+                        flight: flight, credentials: credentials, settings: settings,
+                        reason: loop.refreshReason(r.scope))))
+            if proactive { loop.preSendWaited = true }
+            return .park
+        }
+        // A failed refresh without a call: said with a start and an end.
+        note(r, .refreshStart, into: &actions) { $0.reason = start }
+        note(r, .refreshEnd, into: &actions) { event in
+            event.ok = false
+            event.reason = failure.reason
+        }
+        return afterRefresh(insideLock: r, &loop, .failed(failure), proactive: proactive, into: &actions)
+    }
+
+    /// What a refresh request `r` waited for (or asked for) came to, and where that leads it: the
+    /// logout the refresh's end decided on its edge (its effects), coordination trouble (it fails,
+    /// or goes out with a token still valid; nobody is logged out), a superseded refresh (it
+    /// decides again), credentials adopted from the fleet (re-sent, not counted), a refresh ahead
+    /// of expiry (sent with the token it has, the failure remembered; with none, the failure
+    /// edges decide), a transient failure (it fails, the session goes on), or a definitive one:
+    /// the rule's `on-failure`, its `refresh-answer` when the token endpoint's answer matches a
+    /// `logout` rule, or before sending the scope's own edge.
+    mutating func afterRefresh(
+        insideLock r: RequestEvent, _ loop: inout RequestLoop, _ result: FlightResult, proactive: Bool,
+        into actions: inout Actions
+    ) -> Next {
+        if let decided = loop.decidedLogout?.escalation, case .failed(let failure) = result {
+            // The refresh's end already logged the session out on this request's edge (the
+            // cooldown runs, every other request was ended): its effects are this request's.
+            loop.decidedLogout = nil
+            loop.lastEdge = decided.edge
+            loop.refreshFailureReason = failure.reason
+            loop.refreshFailureResponse = failure.response
+            let reason = LogoutReason.refreshFailed(failure.reason, response: failure.response)
+            logoutEffects(insideLock: r, reason: reason, into: &actions)
+            return finish(insideLock: r, .failure(loggedOutError(r.date)), into: &actions)
+        }
+        switch result {
+        case .unavailable(let failure):
+            // Coordination trouble: the request fails with the reason (or, ahead of expiry, goes
+            // out with the token it has); no failure edge is taken, so nobody is logged out.
+            if proactive, !loop.signingIn, tokenUsable(at: r.date) {
+                loop.skipProactive = true
+                return proceed(insideLock: r, &loop, into: &actions)
+            }
+            loop.signingIn = false
+            loop.refreshRule = nil
+            loop.refreshFailureReason = failure.reason
+            return finish(insideLock: r, .failure(.refreshFailed(reason: failure.reason)), into: &actions)
+        case .superseded:
+            // The refresh belonged to a session that has since ended: decide again, without
+            // counting another re-send (a sign-in's token is newer and retried at once).
+            if proactive { return proceed(insideLock: r, &loop, into: &actions) }
+            return awaitRefresh(
+                insideLock: r, &loop, failedGeneration: loop.signedGeneration, proactive: false, into: &actions)
+        case .adopted:
+            // Credentials the fleet already held answered the refresh (no token call): the re-send
+            // is the generation rule's and is not counted (issue 19, invariant d), so a refusal of
+            // them leads to a coordinated refresh, never to on-exhausted.
+            if !proactive, loop.refreshResends > 0 { loop.refreshResends -= 1 }
+            loop.refreshRule = nil
+            return proceed(insideLock: r, &loop, into: &actions)
+        case .loggedOut:
+            return cancelledByLogout(insideLock: r, into: &actions)
+        case .cancelled:
+            return ended(insideLock: r, into: &actions)
+        case .ok:
+            if proactive { loop.skipProactive = true } else { loop.refreshRule = nil }
+            return proceed(insideLock: r, &loop, into: &actions)
+        case .failed(let failure) where proactive:
+            if loop.signingIn || !tokenUsable(at: r.date) {
+                // No token, or an expired one (signing in, or held for a refresh that failed):
+                // sending would only fetch a refresh trigger. The failure edges decide.
+                loop.signingIn = false
+                return afterRefresh(insideLock: r, &loop, .failed(failure), proactive: false, into: &actions)
+            }
+            // The token is still valid for a moment: try it, but remember the failure.
+            loop.proactiveFailure = ProactiveFailure(failure, generation: generation)
+            loop.skipProactive = true
+            return proceed(insideLock: r, &loop, into: &actions)
+        case .failed(let failure) where !failure.isDefinitive:
+            // Transient trouble outlasted refresh.timeout (or a definitive answer is still fresh:
+            // see `decideRefresh`): the request fails with the reason, the session goes on. Only a
+            // definitive answer reaches on-failure.
+            let flow = loop.refreshRule.map { r.scope.compiled[$0] }
+            loop.refreshRule = nil
+            loop.lastEdge = flow?.onTransient?.edge
+            return finish(insideLock: r, .failure(.refreshFailed(reason: failure.reason)), into: &actions)
+        case .failed(let failure):
+            let rule = loop.refreshRule
+            loop.refreshRule = nil
+            // The refresh's own reason goes with every way this ends (a logout names it too).
+            loop.refreshFailureReason = failure.reason
+            loop.refreshFailureResponse = failure.response
+            guard let rule, r.scope.compiled[rule].onFailure != nil else {
+                // A refresh before sending (ahead of expiry, signing in) has no rule: the
+                // scope's own edge decides.
+                let error = PolicyEngineError.refreshFailed(reason: failure.reason)
+                guard let escalation = r.scope.beforeSendingFailure else {
+                    return finish(insideLock: r, .failure(error), into: &actions)
+                }
+                loop.lastEdge = escalation.edge
+                switch escalation.action {
+                case .logout:
+                    return logout(
+                        insideLock: r, &loop, escalation.logout,
+                        reason: .refreshFailed(failure.reason, response: failure.response), into: &actions)
+                case .deliver where r.lastResponse != nil:
+                    return deliverOrFail(insideLock: r, into: &actions)
+                default:
+                    return finish(insideLock: r, .failure(error), into: &actions)
+                }
+            }
+            if failure.response != nil, r.scope.compiled[rule].refreshAnswer != nil, r.answerLogsOut == nil {
+                // Whether the answer matches a logout rule is a code scan: made outside the lock.
+                return .judge(rule: rule, failure)
+            }
+            return refreshFailed(insideLock: r, &loop, rule: rule, failure, into: &actions)
+        }
+    }
+
+    /// A refresh for rule `rule` failed definitively: its `refresh-answer` edge when the token
+    /// endpoint's answer matches a `logout` rule (``RequestEvent/answerLogsOut``), else its
+    /// `on-failure`.
+    mutating func refreshFailed(
+        insideLock r: RequestEvent, _ loop: inout RequestLoop, rule: Int, _ failure: RefreshFailure,
+        into actions: inout Actions
+    ) -> Next {
+        let flow = r.scope.compiled[rule]
+        let error = PolicyEngineError.refreshFailed(reason: failure.reason)
+        if failure.response != nil, let answer = flow.refreshAnswer, r.answerLogsOut == true {
+            return follow(insideLock: r, &loop, answer, of: flow, failing: error, emit: false, into: &actions)
+        }
+        guard let onFailure = flow.onFailure else { return finish(insideLock: r, .failure(error), into: &actions) }
+        return follow(insideLock: r, &loop, onFailure, of: flow, failing: error, emit: false, into: &actions)
+    }
+
+    /// Follows an escalation edge of `flow`: the response event says where it led and why (taken
+    /// with a response; taken after a refresh ended, the outcome names the edge), and the request
+    /// ends there. `error` is the failure when the edge leads to fail.
+    mutating func follow(
+        insideLock r: RequestEvent, _ loop: inout RequestLoop, _ escalation: RuleGraph.Escalation,
+        of flow: RuleGraph.CompiledRule, failing error: PolicyEngineError, emit: Bool = true,
+        into actions: inout Actions
+    ) -> Next {
+        if !emit { loop.lastEdge = escalation.edge }
+        if escalation.edge.kind == .budget || escalation.edge.kind == .notRetryable {
+            loop.refusal = escalation.edge.kind
+        }
+        if emit {
+            noteResponse(
+                r, loop, rule: flow.rule, action: escalation.action, reason: escalation.edge.kind.rawValue,
+                edge: escalation.edge, into: &actions)
+        }
+        switch escalation.action {
+        case .logout:
+            return logout(
+                insideLock: r, &loop, escalation.logout, reason: .rule(flow.rule.name, response: r.lastResponse),
+                into: &actions)
+        case .deliver:
+            if r.lastResponse == nil, case .retriesExhausted = error {
+                return finish(insideLock: r, .failure(error), into: &actions)
+            }
+            return deliverOrFail(insideLock: r, into: &actions)
+        default:
+            return finish(insideLock: r, .failure(error), into: &actions)
+        }
+    }
+
+    /// Request `r`'s park ended: its backoff's timer or a dispatch slot sends it on (the gate runs
+    /// in this transition), the refresh it waited for ended (``afterRefresh(insideLock:_:_:proactive:into:)``),
+    /// its deadline came, or it was ended. Its timer leaves the heap here when the wait ended some
+    /// other way than by its firing.
+    mutating func afterPark(insideLock r: RequestEvent, _ loop: inout RequestLoop, into actions: inout Actions)
+        -> Next
+    {
+        let (woken, endedOutside, disarm) = woke(insideLock: r.id)
+        actions += disarm
+        var decided: DecidedLogout?
+        var result: FlightResult?
+        if case .flight(let flightResult, let logout)? = woken { (decided, result) = (logout, flightResult) }
+        loop.decidedLogout = decided
+        switch loop.waitingFor {
+        case .backoff:
+            if endedOutside { return ended(insideLock: r, into: &actions) }
+            return proceed(insideLock: r, &loop, into: &actions)
+        case .refresh(let proactive):
+            // The logout this request's edge led to was started with the refresh's end: its
+            // effects are this request's to perform, even when it was ended meanwhile.
+            if decided != nil, let result {
+                return afterRefresh(insideLock: r, &loop, result, proactive: proactive, into: &actions)
+            }
+            if endedOutside { return ended(insideLock: r, into: &actions) }
+            // Its deadline came first.
+            if case .timer? = woken { return waitedPastDeadline(insideLock: r, into: &actions) }
+            guard let result else { return ended(insideLock: r, into: &actions) }
+            return afterRefresh(insideLock: r, &loop, result, proactive: proactive, into: &actions)
+        case .dispatch:
+            if endedOutside { return ended(insideLock: r, into: &actions) }
+            if case .timer? = woken { return waitedPastDeadline(insideLock: r, into: &actions) }
+            guard case .dispatched? = woken else { return ended(insideLock: r, into: &actions) }
+            return proceed(insideLock: r, &loop, into: &actions)
+        }
+    }
+
+    /// Carries out a rule's `logout` for request `r` (directly, as an escalation, or as the
+    /// failure edge of its refresh): the cooldown starts and every other request is ended
+    /// (``logOut(insideLock:cooldown:cancelInFlight:reason:trigger:now:date:)``), the event and
+    /// the publication follow after unlocking, and the request ends logged out. Many triggers
+    /// make one logout: a request that finds the cooldown running only ends.
+    mutating func logout(
+        insideLock r: RequestEvent, _ loop: inout RequestLoop, _ settings: LogoutSettings, reason: LogoutReason,
+        into actions: inout Actions
+    ) -> Next {
+        // A logout that a failed refresh led to names the refresh's reason, whichever edge led there.
+        let reason =
+            loop.refreshFailureReason.map { LogoutReason.refreshFailed($0, response: loop.refreshFailureResponse) }
+            ?? reason
+        let plugin = r.context.runtime.scopes[r.scopeIndex].logout
+        logOut(
+            insideLock: settings.cooldown, cancelInFlight: settings.cancelInFlight, reason: reason, trigger: r.id,
+            context: r.context, plugin: plugin, publishes: true, now: r.now, date: r.date, into: &actions)
+        return finish(insideLock: r, .failure(loggedOutError(r.date)), into: &actions)
+    }
+
+    /// The effects of a logout a refresh's end already started on request `r`'s edge (the
+    /// cooldown and the ending of the other requests are done): the event and the publication.
+    func logoutEffects(insideLock r: RequestEvent, reason: LogoutReason, into actions: inout Actions) {
+        note(r, .logout, into: &actions) { event in
+            event.rule = reason.ruleName
+            event.reason = reason.eventText
+        }
+        actions.append(
+            .publish(
+                LogoutNotice(
+                    until: loggedOutUntilDate ?? r.date, reason: reason, credentials: credentials,
+                    requestID: r.context.id, plugin: r.context.runtime.scopes[r.scopeIndex].logout, publishes: true)))
     }
 }

@@ -197,11 +197,14 @@ extension EngineState {
     /// and only then are the waiters woken and the dispatch queues moved. `answerLogsOut`: the
     /// token endpoint's answer matches a logout rule.
     ///
-    /// Returns what the refresh's end did (the shell saves credentials and emits `refresh-end`
-    /// from it), whether it logged out, and what to resume and cancel.
+    /// Returns what the refresh's end did, whether it logged out, and the actions in order: save
+    /// the credentials (when it took new ones), the `refresh-end` event (about `context`, the
+    /// request that started the refresh; made when someone observes), then the waiters resumed
+    /// and the logout's cancellations.
     mutating func refreshEnded(
         insideLock ended: Flight, outcome: Result<Credentials, RefreshFailure>, shared: UInt64?, lifetime: Double?,
-        answerLogsOut: Bool, coordinationTrouble: Bool, adopted: Bool = false, now: Duration, date: Date
+        answerLogsOut: Bool, coordinationTrouble: Bool, adopted: Bool = false, context: RequestContext? = nil,
+        now: Duration, date: Date
     ) -> (RefreshEnd, loggedOut: Bool, Actions) {
         let end = refreshEnded(
             ended, outcome: outcome, shared: shared, now: now, coordinationTrouble: coordinationTrouble,
@@ -209,7 +212,27 @@ extension EngineState {
         if end.saved, let fresh = try? outcome.get(), credentials == fresh {
             credentialsBox = CredentialsBox(fresh, lifetime: lifetime)
         }
-        guard let waiting = end.waiting else { return (end, false, []) }
+        var said: Actions = []
+        if end.saved { said.append(.save) }
+        if let context, !context.runtime.observers.isEmpty {
+            var event = PolicyEvent(.refreshEnd, time: now, context: context)
+            switch outcome {
+            case .success where end.discarded:
+                event.ok = false
+                event.reason = "the session was signed in again during the refresh; its token was discarded"
+            case .success where end.keptAfterLogout:
+                event.ok = false
+                event.reason =
+                    "the session was logged out during the refresh; its new tokens were saved, and the session stays logged out"
+            case .success: event.ok = true
+            case .failure(let failure):
+                event.ok = false
+                event.reason = failure.reason
+                event.status = failure.response?.status
+            }
+            said.append(.emit(event))
+        }
+        guard let waiting = end.waiting else { return (end, false, said) }
         var actions: Actions = []
         var logout: (UInt64, DecidedLogout)?
         // A definitive failure that logs a waiter out does so here, before any waiter is woken,
@@ -222,7 +245,7 @@ extension EngineState {
             actions = decided.actions
         }
         // The waiters are resumed first, then the logout's cancellations, as before.
-        var woken: Actions = []
+        var woken: Actions = said
         endWaits(insideLock: waiting, end.result, logout: logout, into: &woken)
         return (end, logout != nil, woken + actions)
     }
@@ -245,6 +268,44 @@ extension EngineState {
         logoutReason = reason
         // A refresh in flight belongs to the ended session: its token must not sign back in.
         sessionEpoch += 1
+        return true
+    }
+
+    /// Ends the session, one transition for every way it ends (a request's `logout` rule or edge,
+    /// the host's ``PolicyEngine/logout(reason:)``, news from another process): the cooldown starts
+    /// (``startCooldown(until:untilDate:reason:extendOnly:now:)``; `until`: the end another
+    /// process published, which extends a cooldown already running), every request but
+    /// `trigger` is ended as logged out (``endRequests(insideLock:cancelInFlight:)``), and the
+    /// actions say the rest in order: the `logout` event, the requests resumed and cancelled, and
+    /// the publication (`publishes`: the coordinator is told and `plugin` called, with the ending
+    /// session's credentials read here, with the cooldown's start). Returns `false`, with no
+    /// action, when the session is already in its cooldown: many triggers make one logout.
+    @discardableResult
+    mutating func logOut(
+        insideLock cooldown: Duration, cancelInFlight: Bool, reason: LogoutReason, trigger: UInt64?,
+        context: RequestContext?, plugin: (any LogoutPlugin)?, publishes: Bool, until: Date? = nil, now: Duration,
+        date: Date, into actions: inout Actions
+    ) -> Bool {
+        let untilDate = until ?? date.addingTimeInterval(cooldown.seconds)
+        guard
+            startCooldown(
+                until: now + cooldown, untilDate: untilDate, reason: reason, extendOnly: until != nil, now: now)
+        else { return false }
+        let ended = endRequests(insideLock: trigger, cancelInFlight: cancelInFlight)
+        if !(context?.runtime ?? runtime).observers.isEmpty {
+            var event = PolicyEvent(.logout, time: now, context: context)
+            event.rule = reason.ruleName
+            event.reason = reason.eventText
+            actions.append(.emit(event))
+        }
+        actions += ended
+        if publishes || plugin != nil {
+            actions.append(
+                .publish(
+                    LogoutNotice(
+                        until: untilDate, reason: reason, credentials: credentials, requestID: context?.id,
+                        plugin: plugin, publishes: publishes)))
+        }
         return true
     }
 

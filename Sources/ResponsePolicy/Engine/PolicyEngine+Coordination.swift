@@ -98,14 +98,14 @@ extension PolicyEngine {
                 // The waiters are re-sent with the fleet's credentials: not one of their refreshes
                 // (issue 19, invariant d; a pair kept through an outage and published late may
                 // be refused at once, which must lead to a refresh, not to on-exhausted).
-                var woken: Actions = []
+                // Saved first, then the waiters go on.
+                var woken: Actions = [.save]
                 if let answered { state.endWaits(insideLock: answered, .adopted, into: &woken) }
                 return (state.runtime, woken)
             }
         }
         guard let (runtime, woken) = adopted else { return }
-        saveCredentials(runtime)
-        perform(woken, for: nil)
+        perform(woken, for: nil, runtime: runtime)
     }
 
     /// The coordinator stored this engine's sign-in as `session`: its generation is the one to

@@ -1,26 +1,6 @@
 import Foundation
 
 extension PolicyEngine {
-    /// Ends the session because a request's response (or its refresh) said so: starts the
-    /// cooldown, ends every other request in flight or waiting as logged out, calls the logout
-    /// plugin once and tells the coordinator.
-    ///
-    /// Many logout triggers arriving together make one logout: the first starts the cooldown,
-    /// the others find it running and only end their own request.
-    ///
-    /// `started`: the state part of this logout (the cooldown, the other requests ended) was
-    /// already done by the transition that ended a failed refresh
-    /// (``EngineState/logOutForFailedRefresh(insideLock:_:answerLogsOut:now:date:)``); only its
-    /// effects remain (the event, the plugin, the coordinator).
-    func logout(
-        settings: LogoutSettings, plugins: PolicyRuntime.ScopePlugins, trigger: RequestMachine, reason: LogoutReason,
-        started: Bool = false
-    ) {
-        endSession(
-            cooldown: settings.cooldown, cancelInFlight: settings.cancelInFlight, reason: reason, trigger: trigger,
-            plugin: plugins.logout, runtime: trigger.runtime, publish: true, started: started)
-    }
-
     /// Signs the user out because the host says so: the same as a `logout` rule matching (the
     /// cooldown of the policy's `logout:` section, `cancel-in-flight`, the logout plugin called
     /// once, the coordinator told), with ``LogoutReason/host(_:)`` as the reason every request
@@ -35,7 +15,7 @@ extension PolicyEngine {
         let index = runtime.policy.graph.scopes.count - 1
         let settings = runtime.policy.graph.scopes[index].logout
         endSession(
-            cooldown: settings.cooldown, cancelInFlight: settings.cancelInFlight, reason: .host(reason), trigger: nil,
+            cooldown: settings.cooldown, cancelInFlight: settings.cancelInFlight, reason: .host(reason),
             plugin: runtime.scopes[index].logout, runtime: runtime, publish: true)
     }
 
@@ -53,52 +33,39 @@ extension PolicyEngine {
         guard remaining > 0 else { return }
         endSession(
             cooldown: .seconds(remaining), cancelInFlight: settings.cancelInFlight, reason: .elsewhere(reason),
-            trigger: nil, plugin: nil, runtime: runtime, publish: false, until: until)
+            plugin: nil, runtime: runtime, publish: false, until: until)
     }
 
-    /// The one place a session ends. (See ``logout(settings:plugins:trigger:reason:)``.)
+    /// Ends the session from outside any request (the host, another process): the transition
+    /// every logout shares (``EngineState/logOut(insideLock:cancelInFlight:reason:trigger:context:plugin:publishes:until:now:date:into:)``),
+    /// then its actions. (A request's own logout is a transition of that request.)
     private func endSession(
-        cooldown: Duration, cancelInFlight: Bool, reason: LogoutReason, trigger: RequestMachine?,
-        plugin: (any LogoutPlugin)?, runtime: PolicyRuntime, publish: Bool, until: Date? = nil, started: Bool = false
+        cooldown: Duration, cancelInFlight: Bool, reason: LogoutReason, plugin: (any LogoutPlugin)?,
+        runtime: PolicyRuntime, publish: Bool, until: Date? = nil
     ) {
-        let now = clock.now
-        var untilDate = until ?? clock.date.addingTimeInterval(cooldown.seconds)
-        let taken = state.withLock { state -> (actions: Actions, credentials: Credentials?)? in
-            if started {
-                // The cooldown the refresh's end started: publish that one.
-                if let started = state.loggedOutUntilDate { untilDate = started }
-                return ([], state.credentials)
-            }
-            // A later end from elsewhere extends the cooldown; anything else is the same logout.
-            guard
-                state.startCooldown(
-                    until: now + cooldown, untilDate: untilDate, reason: reason, extendOnly: until != nil, now: now)
-            else { return nil }
-            // The ending session's credentials, read with the cooldown's start: a sign-in right
-            // after must not make the plugin end the new session instead.
-            return (
-                state.endRequests(insideLock: trigger?.context.number, cancelInFlight: cancelInFlight),
-                state.credentials
-            )
+        let (now, date) = (clock.now, clock.date)
+        var actions: Actions = []
+        _ = state.withLock { state in
+            state.logOut(
+                insideLock: cooldown, cancelInFlight: cancelInFlight, reason: reason, trigger: nil, context: nil,
+                plugin: plugin, publishes: publish, until: until, now: now, date: date, into: &actions)
         }
-        guard let taken else { return }
-        emit(runtime) {
-            var event = PolicyEvent(.logout, time: now, context: trigger?.context)
-            event.rule = reason.ruleName
-            event.reason = reason.eventText
-            return event
-        }
-        perform(taken.actions, for: nil)
-        let coordinator = coordinatorIsLocal || !publish ? nil : coordinator
-        guard plugin != nil || coordinator != nil else { return }
+        perform(actions, for: nil, runtime: runtime)
+    }
+
+    /// Tells the coordinator that the session ended (unless it is the local one, or the news came
+    /// from it), then calls the logout plugin, in the background (``Action/publish(_:)``).
+    func publish(_ notice: LogoutNotice) {
+        let coordinator = coordinatorIsLocal || !notice.publishes ? nil : coordinator
+        guard notice.plugin != nil || coordinator != nil else { return }
+        let plugin = notice.plugin
         let context = LogoutContext(
-            requestID: trigger?.context.id, reason: reason.eventText, credentials: taken.credentials,
+            requestID: notice.requestID, reason: notice.reason.eventText, credentials: notice.credentials,
             transport: sessionTransport, clock: clock)
-        let text = reason.eventText
-        let publishedUntil = untilDate
+        let (until, text) = (notice.until, notice.reason.eventText)
         runInBackground {
             // Published first: the other processes stop sending while the plugin ends the session.
-            await coordinator?.publishLogout(until: publishedUntil, reason: text)
+            await coordinator?.publishLogout(until: until, reason: text)
             await plugin?.logout(context)
         }
     }

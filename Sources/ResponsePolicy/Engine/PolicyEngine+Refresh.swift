@@ -9,77 +9,19 @@ extension PolicyEngine {
         _ = acceptedHint.max(generation, ordering: .relaxed)
     }
 
-    /// Decides what a refresh trigger does now: an outcome, or `nil` when the request must park
-    /// until the refresh in flight ends (which this may just have started). The request is then
-    /// already registered as a waiter, in the same critical section that saw the refresh
-    /// running, so no ending can slip between the decision and the wait.
-    ///
-    /// A request whose token is already older than the current one retries at once; within
-    /// `share-window` after a refresh it retries without refreshing; beyond `limit` the refresh
-    /// fails without a call. Cancelling the waiting request ends its park; the refresh goes on
-    /// for the others.
-    @inline(never)
-    func decideRefresh(
-        _ machine: RequestMachine, failedGeneration: UInt64, settings: RefreshSettings, proactive: Bool,
-        route: EngineState.RefreshRoute?
-    ) -> EngineState.FlightResult? {
-        enum Decision {
-            case retryNow, wait, loggedOut, cancelled
-            case start(EngineState.Flight, credentials: Credentials?)
-            case fail(RefreshFailure, start: String)
+    /// Starts the refresh a transition of `machine`'s began (``Action/startRefresh(_:)``), with
+    /// the policy's rules as the judge of the token endpoint's answer (classified as if it
+    /// answered `machine`'s request: its scope's rules, its method and path).
+    func startRefresh(_ start: RefreshStart, for machine: RequestMachine) {
+        let (scope, scopeIndex, method, path, context) = (
+            machine.scope, machine.scopeIndex, machine.method, machine.path, machine.context
+        )
+        let judge: @Sendable (HTTPResponse) -> ActionKind? = { [self] response in
+            ruleAction(for: response, scope: scope, scopeIndex: scopeIndex, context.runtime, method: method, path: path)
         }
-        let now = clock.now
-        let context = machine.context
-        var joined: Actions = []
-        let decision: Decision = state.withLock { state in
-            let id = context.number
-            if state.slots[id]?.endReason != nil { return .cancelled }
-            switch state.decideRefresh(
-                failedGeneration: failedGeneration, settings: settings, proactive: proactive, now: now)
-            {
-            case .loggedOut: return .loggedOut
-            case .retryNow: return .retryNow
-            case .limited(let failure): return .fail(failure, start: "limit")
-            case .remembered(let failure): return .fail(failure, start: "remembered")
-            case .join:
-                joined = state.join(insideLock: id, route: route)
-                return .wait
-            case .start(let flight, let credentials):
-                joined = state.join(insideLock: id, route: route)
-                return .start(flight, credentials: credentials)
-            }
-        }
-        // Its deadline's timer, armed with the wait.
-        perform(joined, for: machine)
-        switch decision {
-        case .retryNow: return .ok
-        case .loggedOut: return .loggedOut
-        case .cancelled: return .cancelled
-        case .wait: return nil
-        case .fail(let failure, let startReason):
-            emit(context.runtime) {
-                var start = PolicyEvent(.refreshStart, time: now, context: context)
-                start.reason = startReason
-                return start
-            }
-            emit(context.runtime) {
-                var end = PolicyEvent(.refreshEnd, time: now, context: context)
-                end.ok = false
-                end.reason = failure.reason
-                return end
-            }
-            return .failed(failure)
-        case .start(let flight, let credentials):
-            let (scope, scopeIndex, method, path) = (machine.scope, machine.scopeIndex, machine.method, machine.path)
-            // The token endpoint's answer as the policy's rules see it (see `RefreshFailure`).
-            let judge: @Sendable (HTTPResponse) -> ActionKind? = { [self] response in
-                ruleAction(for: response, scope: scope, scopeIndex: scopeIndex, context.runtime, method: method, path: path)
-            }
-            startRefresh(
-                flight, credentials: credentials, settings: settings, plugins: machine.plugins, context,
-                reason: machine.refreshReason, judge: judge)
-            return nil
-        }
+        startRefresh(
+            start.flight, credentials: start.credentials, settings: start.settings, plugins: machine.plugins, context,
+            reason: start.reason, judge: judge)
     }
 
     /// Starts the refresh task. It outlives the request that started it, and it is background
@@ -115,30 +57,12 @@ extension PolicyEngine {
             }
             // One transition: the session takes the result, a failure's logout starts, and only
             // then are the waiters woken (see `EngineState.refreshEnded(insideLock:…)`).
-            let (ended, _, actions) = self.state.withLock { state in
+            let (_, _, actions) = self.state.withLock { state in
                 state.refreshEnded(
                     insideLock: flight, outcome: outcome, shared: shared, lifetime: lifetime, answerLogsOut: logsOut,
-                    coordinationTrouble: trouble, adopted: adopted, now: now, date: date)
+                    coordinationTrouble: trouble, adopted: adopted, context: context, now: now, date: date)
             }
-            let (refreshed, discarded, keptAfterLogout) = (ended.saved, ended.discarded, ended.keptAfterLogout)
-            if refreshed { self.saveCredentials(context.runtime) }
-            var end = PolicyEvent(.refreshEnd, time: now, context: context)
-            switch outcome {
-            case .success where discarded:
-                end.ok = false
-                end.reason = "the session was signed in again during the refresh; its token was discarded"
-            case .success where keptAfterLogout:
-                end.ok = false
-                end.reason =
-                    "the session was logged out during the refresh; its new tokens were saved, and the session stays logged out"
-            case .success: end.ok = true
-            case .failure(let failure):
-                end.ok = false
-                end.reason = failure.reason
-                end.status = failure.response?.status
-            }
-            self.emit(end, context.runtime)
-            self.perform(actions, for: nil)
+            self.perform(actions, for: nil, runtime: context.runtime)
         }
     }
 

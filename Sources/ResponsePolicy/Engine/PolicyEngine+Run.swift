@@ -112,13 +112,48 @@ extension PolicyEngine {
             ask = EngineState.RetryAsk(
                 retries: machine.retries, response: response, date: machine.date, random: options.random)
         }
-        let (disposition, finished, verdict, actions) = state.withLock {
-            $0.attemptEnded(
+        // A refresh trigger or a logout rule decides in the same transition as the attempt's end
+        // (one lock for the event): what it needs of the request, made only then.
+        var event: EngineState.RequestEvent?
+        var trigger: RuleGraph.CompiledRule?
+        if let rule = classified.rule, scope.compiled[rule].action == .refresh || scope.compiled[rule].action == .logout
+        {
+            trigger = scope.compiled[rule]
+            event = triggerEvent(machine, result, classified)
+        }
+        let (disposition, finished, verdict, actions, next) = state.withLock {
+            state -> (EngineState.AttemptDisposition, EngineState.Finish?, EngineState.RetryVerdict?, Actions, EngineState.Next?) in
+            var (disposition, finished, verdict, actions) = state.attemptEnded(
                 insideLock: id, responseArrived: arrived, gotError: gotError, callerCancelled: callerCancelled,
                 scope: scope, classified, retry: ask, now: now)
+            guard finished == nil, case .result(let timedOut) = disposition, arrived || gotError || timedOut else {
+                return (disposition, finished, verdict, actions, nil)
+            }
+            // A retry rule that does not retry follows its escalation edge in the same transition.
+            if let verdict, let rule = classified.rule, case let flow = scope.compiled[rule], flow.action == .retry,
+                let (escalation, error) = escalation(verdict, flow, machine, result)
+            {
+                let event = triggerEvent(machine, result, classified)
+                let next = state.follow(
+                    insideLock: event, &machine.loop, escalation, of: flow, failing: error, into: &actions)
+                return (disposition, finished, verdict, actions, next)
+            }
+            guard let event, let trigger else { return (disposition, finished, verdict, actions, nil) }
+            let next: EngineState.Next
+            if trigger.action == .refresh {
+                next = state.refreshTrigger(insideLock: event, &machine.loop, trigger, into: &actions)
+            } else {
+                state.noteResponse(event, machine.loop, rule: trigger.rule, into: &actions)
+                next = state.logout(
+                    insideLock: event, &machine.loop, trigger.logout,
+                    reason: .rule(trigger.rule.name, response: event.lastResponse), into: &actions)
+            }
+            return (disposition, finished, verdict, actions, next)
         }
         perform(actions, for: machine)
-        machine.slotFinished = finished
+        machine.decided = next.map(RequestMachine.Decided.init)
+        machine.slotFinished = finished != nil
+        machine.finishedAtDeadline = finished == .deadline
         machine.retryVerdict = verdict
         machine.classified = classified
         // Ended from outside (logout, the caller) wins over a timeout at the same instant; a
@@ -151,6 +186,47 @@ extension PolicyEngine {
         case .cancelled:
             machine.attemptOutcome = .cancelled
         }
+    }
+
+    /// The escalation edge a retry rule's verdict leads along, with the failure it fails with
+    /// (`nil`: it retries, or ends with no edge: see ``RequestMachine/retryTrigger(_:)``).
+    func escalation(
+        _ verdict: EngineState.RetryVerdict, _ flow: RuleGraph.CompiledRule, _ machine: RequestMachine,
+        _ result: AttemptResult
+    ) -> (RuleGraph.Escalation, PolicyEngineError)? {
+        var exhausted: PolicyEngineError {
+            switch result {
+            case .response(let response): return .retriesExhausted(lastResponse: response, lastError: nil)
+            case .error(let error): return .retriesExhausted(lastResponse: nil, lastError: error)
+            case .cancelled: return .retriesExhausted(lastResponse: nil, lastError: machine.timeoutFailure)
+            }
+        }
+        switch verdict {
+        case .notRetried(let edge): return edge.map { ($0, exhausted) }
+        case .refused: return flow.budget.map { ($0, exhausted) }
+        case .pastDeadline: return flow.deadline.map { ($0, .deadlineExceeded) }
+        case .started: return nil
+        }
+    }
+
+    /// The event of an attempt's end that a refresh trigger or a logout rule decides in (see
+    /// ``EngineState/RequestEvent``): the attempt's answer, as the request will keep it.
+    @inline(never)  // the rare path's temporaries stay out of `endAttempt`'s frame
+    func triggerEvent(_ machine: RequestMachine, _ result: AttemptResult, _ classified: EngineState.Classified)
+        -> EngineState.RequestEvent
+    {
+        var event = machine.event()
+        event.code = nil
+        switch result {
+        case .response(let response):
+            (event.lastResponse, event.failure, event.code) = (response, nil, classified.code)
+        case .error(let error):
+            (event.lastResponse, event.failure) = (nil, error)
+        case .cancelled:
+            // (It counts only when its timer fired: a timeout.)
+            (event.lastResponse, event.failure) = (nil, machine.timeoutFailure)
+        }
+        return event
     }
 
     /// The rule an attempt's result matches in the request's scope (see ``EngineState/Classified``).
@@ -205,9 +281,11 @@ extension PolicyEngine {
     }
 
     /// Performs what a transition decided, in order, after unlocking. `machine`: the request the
-    /// event was about, whose timer `arm` and `disarm` mean (`nil`: the list has none).
+    /// event was about, whose timer `arm` and `disarm` mean and whose refresh `startRefresh`
+    /// starts (`nil`: the list has none); `runtime`: whose observers see the events and whose
+    /// store saves (the machine's by default).
     @inline(__always)
-    func perform(_ actions: Actions, for machine: RequestMachine?) {
+    func perform(_ actions: Actions, for machine: RequestMachine?, runtime: PolicyRuntime? = nil) {
         for action in actions {
             switch action {
             case .resume(let continuation): continuation.resume()
@@ -216,7 +294,24 @@ extension PolicyEngine {
                 if let machine { timers.schedule(machine.timer, at: deadline, token: token) }
             case .disarm:
                 if let machine { timers.cancel(machine.timer) }
+            case .emit, .save, .startRefresh, .publish:
+                performRare(action, for: machine, runtime: runtime)
             }
+        }
+    }
+
+    /// The actions of a refresh or a logout (kept out of `perform`, which every event inlines).
+    @inline(never)
+    func performRare(_ action: Action, for machine: RequestMachine?, runtime: PolicyRuntime?) {
+        // (Every caller that may emit or save names its runtime; the engine's is a last resort.)
+        let runtime = runtime ?? machine?.runtime ?? state.withLock { $0.runtime }
+        switch action {
+        case .emit(let event): emit(event, runtime)
+        case .save: saveCredentials(runtime)
+        case .startRefresh(let start):
+            if let machine { startRefresh(start, for: machine) }
+        case .publish(let notice): publish(notice)
+        case .resume, .cancel, .arm, .disarm: break
         }
     }
 
@@ -275,12 +370,6 @@ extension PolicyEngine {
         let b = random.nextBits()
         let hex = String(a, radix: 16) + String(b, radix: 16)
         return String(repeating: "0", count: max(0, 32 - hex.count)) + hex
-    }
-
-    /// The error of a request the current logout ended.
-    func loggedOutError() -> PolicyEngineError {
-        let (until, reason) = state.withLock { $0.cooldown } ?? (clock.date, .host("logged out"))
-        return .loggedOut(until: until, reason: reason)
     }
 
     /// Whether a refresh endpoint's answer matches a `logout` rule of the scope.

@@ -21,7 +21,10 @@
 /// (``totalWithRetryAfter``), since it is the server's doing and the deadline bounds it.
 /// The deadline cuts a request short whatever this says.
 package struct WorstCase: Sendable, Hashable {
-    /// Attempts put on the wire: the first, every retry, every re-send after a refresh trigger.
+    /// Attempts put on the wire: the first, every retry, every re-send after a refresh the request
+    /// waited for. Not counted: the generation rule's re-sends (a trigger on a token another
+    /// request's refresh already replaced); how many depends on the others, and only the deadline
+    /// bounds them (`explain` says so).
     package var attempts: Int
     package var retries: Int
     package var refreshResends: Int
