@@ -276,8 +276,11 @@ public final class URLSessionTransport: CancellableTransport {
                 // new body stream when libcurl rewinds the body (see `makeURLRequest`).
                 task.delegate = delegate
                 delegate.register(call, for: task)
-                call.start(task, continuation)
+                // Attached first: an attempt the engine cancelled since it began (a logout, its
+                // timeout) stops the call here, and `start` then never resumes the task, so the
+                // request does not reach the server at all.
                 slot.attach(call)
+                call.start(task, continuation)
             }
         } onCancel: {
             slot.stop(throwing: CancellationError())

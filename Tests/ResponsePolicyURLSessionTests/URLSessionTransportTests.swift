@@ -232,6 +232,22 @@ struct URLSessionTransportTests {
         }
     }
 
+    /// An attempt the engine cancelled after its gate (a logout decided meanwhile) but before the
+    /// transport started it never reaches the server: the call is stopped before its task runs.
+    @Test func anAttemptCancelledBeforeItStartsSendsNothing() async throws {
+        try await withTestServer { server in
+            let transport = URLSessionTransport(timeout: .seconds(30))
+            let cancellation = AttemptCancellation()
+            cancellation.cancel()
+
+            await #expect(throws: CancellationError.self) {
+                try await transport.send(HTTPRequest(url: server.url("/echo")), cancellation: cancellation)
+            }
+            let stats = try await server.stats()
+            #expect(stats.counters["echo_calls"] == 0)
+        }
+    }
+
     @Test func errorMessagesCarryNoCredentials() async throws {
         try await withTestServer { server in
             let transport = URLSessionTransport(timeout: .seconds(10))
