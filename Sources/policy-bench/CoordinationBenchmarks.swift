@@ -69,32 +69,39 @@ extension Benchmarks {
             pings.append((ContinuousClock.now - start).nanoseconds / 1000)
         }
 
-        // An uncontended refresh turn.
-        guard let single = try? RedisSessionCoordinator(.init(url: url, key: "bench")) else { return [] }
-        _ = await single.start(local: Credentials(accessToken: "a", refreshToken: "r"), updates: { _ in })
-        try? await Task.sleep(for: .milliseconds(200))  // the subscriber's own start-up read is done
-        var generation: UInt64 = 0
-        // One turn to warm up: the scripts are loaded once per connection (SCRIPT LOAD).
-        if case .lease(let lease) = await single.beginRefresh(
-            .init(failedGeneration: 0, timeout: .seconds(5), limit: nil)),
-            case .published(let session) = await single.publish(Credentials(accessToken: "w"), with: lease)
-        {
-            generation = session.generation
-        }
-        var turns: [Double] = []
-        let before = calls()
-        for index in 0..<iterations {
-            let start = ContinuousClock.now
-            let turn = await single.beginRefresh(.init(failedGeneration: generation, timeout: .seconds(5), limit: nil))
-            guard case .lease(let lease) = turn else { continue }
-            if case .published(let session) = await single.publish(
-                Credentials(accessToken: "a\(index)", refreshToken: "r\(index)"), with: lease)
+        /// Warm refresh turns of `coordinator` (started, one turn made to load its scripts), each
+        /// timed; with Redis's command counts before and after them.
+        func warmTurns(_ coordinator: RedisSessionCoordinator) async -> ([Double], [String: Int], [String: Int]) {
+            _ = await coordinator.start(local: Credentials(accessToken: "a", refreshToken: "r"), updates: { _ in })
+            try? await Task.sleep(for: .milliseconds(200))  // the subscriber's own start-up read is done
+            var generation: UInt64 = 0
+            // One turn to warm up: the scripts are loaded once per connection (SCRIPT LOAD).
+            if case .lease(let lease) = await coordinator.beginRefresh(
+                .init(failedGeneration: 0, timeout: .seconds(5), limit: nil)),
+                case .published(let session) = await coordinator.publish(Credentials(accessToken: "w"), with: lease)
             {
                 generation = session.generation
             }
-            turns.append((ContinuousClock.now - start).nanoseconds / 1000)
+            var turns: [Double] = []
+            let before = calls()
+            for index in 0..<iterations {
+                let start = ContinuousClock.now
+                let turn = await coordinator.beginRefresh(
+                    .init(failedGeneration: generation, timeout: .seconds(5), limit: nil))
+                guard case .lease(let lease) = turn else { continue }
+                if case .published(let session) = await coordinator.publish(
+                    Credentials(accessToken: "a\(index)", refreshToken: "r\(index)"), with: lease)
+                {
+                    generation = session.generation
+                }
+                turns.append((ContinuousClock.now - start).nanoseconds / 1000)
+            }
+            return (turns, before, calls())
         }
-        let after = calls()
+
+        // An uncontended refresh turn.
+        guard let single = try? RedisSessionCoordinator(.init(url: url, key: "bench")) else { return [] }
+        let (turns, before, after) = await warmTurns(single)
         let refreshCount = Double(max(1, turns.count))
         // commandstats counts the commands inside a script too; the client sends only EVALSHAs (and
         // a SCRIPT LOAD per script and connection, before the first turn).
@@ -113,29 +120,9 @@ extension Benchmarks {
         if let signed = try? RedisSessionCoordinator(
             .init(url: url, key: "bench-signed", signingKey: Data(repeating: 0x5a, count: 32)))
         {
-            _ = await signed.start(local: Credentials(accessToken: "a", refreshToken: "r"), updates: { _ in })
-            try? await Task.sleep(for: .milliseconds(200))
-            var signedGeneration: UInt64 = 0
-            if case .lease(let lease) = await signed.beginRefresh(
-                .init(failedGeneration: 0, timeout: .seconds(5), limit: nil)),
-                case .published(let session) = await signed.publish(Credentials(accessToken: "w"), with: lease)
-            {
-                signedGeneration = session.generation
-            }
-            let signedBefore = calls()
-            for index in 0..<iterations {
-                let start = ContinuousClock.now
-                let turn = await signed.beginRefresh(
-                    .init(failedGeneration: signedGeneration, timeout: .seconds(5), limit: nil))
-                guard case .lease(let lease) = turn else { continue }
-                if case .published(let session) = await signed.publish(
-                    Credentials(accessToken: "a\(index)", refreshToken: "r\(index)"), with: lease)
-                {
-                    signedGeneration = session.generation
-                }
-                signedTurns.append((ContinuousClock.now - start).nanoseconds / 1000)
-            }
-            let signedAfter = calls()
+            let signedBefore: [String: Int]
+            let signedAfter: [String: Int]
+            (signedTurns, signedBefore, signedAfter) = await warmTurns(signed)
             var scripts = 0
             for name in ["eval", "evalsha"] { scripts += (signedAfter[name] ?? 0) - (signedBefore[name] ?? 0) }
             signedRoundTrips = Double(scripts) / Double(max(1, signedTurns.count))
