@@ -398,6 +398,20 @@ extension EngineState {
         case pastDeadline
         /// It is in its backoff for `delay`, its timer armed.
         case started(delay: Duration)
+
+        /// The escalation edge of `flow` this verdict leads along, with the failure it fails with
+        /// (`exhausted`: the retries-exhausted error of the attempt's result); `nil` when it
+        /// retries or the edge it would take is not compiled (see ``RequestMachine/retryTrigger(_:)``).
+        func escalation(of flow: RuleGraph.CompiledRule, exhausted: @autoclosure () -> PolicyEngineError)
+            -> (RuleGraph.Escalation, PolicyEngineError)?
+        {
+            switch self {
+            case .notRetried(let edge): return edge.map { ($0, exhausted()) }
+            case .refused: return flow.budget.map { ($0, exhausted()) }
+            case .pastDeadline: return flow.deadline.map { ($0, .deadlineExceeded) }
+            case .started: return nil
+            }
+        }
     }
 
     /// Why an attempt's end finished its request (``attemptEnded(insideLock:responseArrived:gotError:callerCancelled:scope:_:retry:now:)``).

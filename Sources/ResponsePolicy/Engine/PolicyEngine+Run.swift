@@ -131,7 +131,7 @@ extension PolicyEngine {
             }
             // A retry rule that does not retry follows its escalation edge in the same transition.
             if let verdict, let rule = classified.rule, case let flow = scope.compiled[rule], flow.action == .retry,
-                let (escalation, error) = escalation(verdict, flow, machine, result)
+                let (escalation, error) = verdict.escalation(of: flow, exhausted: exhausted(result, machine))
             {
                 let event = triggerEvent(machine, result, classified)
                 let next = state.follow(
@@ -188,24 +188,13 @@ extension PolicyEngine {
         }
     }
 
-    /// The escalation edge a retry rule's verdict leads along, with the failure it fails with
-    /// (`nil`: it retries, or ends with no edge: see ``RequestMachine/retryTrigger(_:)``).
-    func escalation(
-        _ verdict: EngineState.RetryVerdict, _ flow: RuleGraph.CompiledRule, _ machine: RequestMachine,
-        _ result: AttemptResult
-    ) -> (RuleGraph.Escalation, PolicyEngineError)? {
-        var exhausted: PolicyEngineError {
-            switch result {
-            case .response(let response): return .retriesExhausted(lastResponse: response, lastError: nil)
-            case .error(let error): return .retriesExhausted(lastResponse: nil, lastError: error)
-            case .cancelled: return .retriesExhausted(lastResponse: nil, lastError: machine.timeoutFailure)
-            }
-        }
-        switch verdict {
-        case .notRetried(let edge): return edge.map { ($0, exhausted) }
-        case .refused: return flow.budget.map { ($0, exhausted) }
-        case .pastDeadline: return flow.deadline.map { ($0, .deadlineExceeded) }
-        case .started: return nil
+    /// The retries-exhausted error of an attempt's result (a timeout when it was cancelled by its
+    /// timer), for the escalation edge a retry rule's verdict leads along.
+    func exhausted(_ result: AttemptResult, _ machine: RequestMachine) -> PolicyEngineError {
+        switch result {
+        case .response(let response): return .retriesExhausted(lastResponse: response, lastError: nil)
+        case .error(let error): return .retriesExhausted(lastResponse: nil, lastError: error)
+        case .cancelled: return .retriesExhausted(lastResponse: nil, lastError: machine.timeoutFailure)
         }
     }
 

@@ -389,7 +389,7 @@ final class RequestMachine {
 
     /// A `retry` rule matched: what the attempt's end decided (``EngineState/RetryVerdict``). An
     /// escalation edge the verdict leads along was already followed in that transition (see
-    /// `PolicyEngine.escalation`), so what is left here has no edge: a backoff started, retries
+    /// ``EngineState/RetryVerdict/escalation(of:exhausted:)``), so what is left here has no edge: a backoff started, retries
     /// over with none to follow, or a request the transition ended.
     func retryTrigger(_ flow: RuleGraph.CompiledRule) -> Step {
         let verdict = retryVerdict
