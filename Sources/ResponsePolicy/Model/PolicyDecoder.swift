@@ -30,26 +30,14 @@ package struct PolicyDecoder {
     mutating func mappingFields(
         _ node: YAMLNode, _ what: String, allowed: [String], ignorePrefix: String? = nil
     ) -> [(key: String, keyNode: YAMLNode, value: YAMLNode)]? {
-        guard let pairs = node.pairs else {
-            if node.isNull { return [] }
-            report(.error("invalid-type", "\(what) must be a mapping, not \(node.kindDescription)", at: node.range))
-            return nil
-        }
+        guard let pairs = mappingPairs(node, what) else { return nil }
         var result: [(key: String, keyNode: YAMLNode, value: YAMLNode)] = []
         result.reserveCapacity(pairs.count)
         for pair in pairs {
-            guard let key = pair.key.scalar else {
-                report(
-                    .error(
-                        "invalid-key", "keys must be plain names, not \(pair.key.kindDescription)", at: pair.key.range))
-                continue
-            }
-            if let ignorePrefix, key.hasPrefix(ignorePrefix) { continue }
-            if allowed.contains(key) {
-                result.append((key, pair.key, pair.value))
-            } else {
-                report(Self.unknownKey(key, in: what, allowed: allowed, at: pair.key.range))
-            }
+            // Ignored keys are skipped before they are checked, so they are never reported.
+            if let ignorePrefix, let key = pair.key.scalar, key.hasPrefix(ignorePrefix) { continue }
+            guard let key = fieldKey(pair, what, allowed: allowed) else { continue }
+            result.append((key, pair.key, pair.value))
         }
         return result
     }
