@@ -57,7 +57,7 @@ enum GraphRenderer {
             }
             out += "  }\n"
         }
-        for node in graph.nodes where node.kind == .outcome {
+        for node in graph.outcomes {
             out += "  \(quote(node.id)) [\(shape(node.kind)), label=\(quote(node.label))];\n"
         }
         for edge in graph.edges {
@@ -77,7 +77,7 @@ enum GraphRenderer {
             }
             out += "  end\n"
         }
-        for node in graph.nodes where node.kind == .outcome {
+        for node in graph.outcomes {
             out += "  \(mermaidNode(node))\n"
         }
         for edge in graph.edges {

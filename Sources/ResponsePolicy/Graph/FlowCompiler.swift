@@ -55,7 +55,7 @@ struct FlowCompiler {
         logoutBox = RuleGraph.LogoutBox(logout)
         nodes.append(
             RuleGraph.Node(
-                id: scope + ".classify", kind: .classifier,
+                id: classifierID, kind: .classifier,
                 label: "classify \(summary)" + (classify.map { " by \($0)" } ?? ""), scope: scope, rule: nil,
                 action: nil, settings: .none))
     }

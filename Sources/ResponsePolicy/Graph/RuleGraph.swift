@@ -138,7 +138,7 @@ package struct RuleGraph: Sendable {
     }
     /// The shared outcome nodes some edge reaches: delivered, failed, and logged out when an
     /// edge leads there.
-    private let outcomes: [Node]
+    package let outcomes: [Node]
     /// Every edge of every scope, in scope and rule order.
     package let edges: [Edge]
 

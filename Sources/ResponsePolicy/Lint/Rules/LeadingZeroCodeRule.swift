@@ -53,6 +53,6 @@ struct LeadingZeroCodeRule: LintRule {
         let digits = code.hasPrefix("-") ? code.dropFirst() : Substring(code)
         // A byte look first: counting characters is a pass over the text, for every code.
         guard digits.utf8.first == UInt8(ascii: "0") else { return false }
-        return digits.count > 1 && digits.first == "0" && digits.allSatisfy { $0.isASCII && $0.isNumber }
+        return digits.count > 1 && digits.allSatisfy { $0.isASCII && $0.isNumber }
     }
 }
