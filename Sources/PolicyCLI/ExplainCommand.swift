@@ -222,9 +222,10 @@ package enum PolicyExplainer {
             parts.append("\(worst.refreshResends) re-send\(worst.refreshResends == 1 ? "" : "s") after a refresh")
         }
         if !parts.isEmpty { text += " (1 + " + parts.joined(separator: " + ") + ")" }
-        if worst.refreshResends > 0 {
+        if scope.compiled.contains(where: { $0.action == .refresh }) {
             // The generation rule's re-sends are not counted above: how many there are depends on how
-            // many refreshes other requests make meanwhile, which only the deadline bounds.
+            // many refreshes other requests make meanwhile, which only the deadline bounds. Any
+            // refresh rule makes them, `max-per-request: 0` too (they do not count against it).
             text +=
                 ", plus one re-send each time another request's refresh replaced the token an attempt"
                 + " carried (the deadline bounds those)"
