@@ -68,4 +68,19 @@ import Testing
             #expect(CodeTable.canonicalInteger(text) == nil, "\(text)")
         }
     }
+
+    /// A table sized for fewer codes than it is given grows instead of filling up (a full
+    /// open-addressing table would make a probe loop forever), and finds every code after.
+    @Test func aTableGivenMoreCodesThanItExpectedGrowsAndFindsThemAll() {
+        var table = CodeTable(expecting: 1)
+        for code in 0..<1_000 {
+            table.append(Int32(code), to: String(code * 7 - 300))
+            table.append(Int32(code + 1), to: String(code * 7 - 300))
+        }
+        for code in 0..<1_000 {
+            #expect(table[String(code * 7 - 300)] == [Int32(code), Int32(code + 1)], "code \(code * 7 - 300)")
+        }
+        #expect(table["5"] == nil)
+        #expect(table["-301"] == nil)
+    }
 }

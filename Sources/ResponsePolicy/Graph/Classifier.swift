@@ -197,11 +197,12 @@ package struct Classifier: Sendable {
 struct CodeTable: Sendable {
     /// Open addressing with linear probing; at most half full.
     private var slots: [(value: Int64, rules: [Int32])?]
-    private let shift: Int
+    private var shift: Int
+    /// Slots in use: the table doubles when more than half are, so a probe always ends.
+    private var used = 0
     private var others: [String: [Int32]] = [:]
 
-    /// An empty table with room for `count` integer codes (more would break the half-full
-    /// bound, so `count` must be at least the number of distinct integer codes appended).
+    /// An empty table with room for `count` integer codes (more make it grow once per doubling).
     init(expecting count: Int) {
         var bits = 1
         while (1 << bits) < count * 2 { bits += 1 }
@@ -240,13 +241,29 @@ struct CodeTable: Sendable {
             slot = (slot + 1) & (slots.count - 1)
         }
         slots[slot] = (value, [rule])
+        used += 1
+        if used * 2 > slots.count { grow() }
+    }
+
+    /// Twice the slots, every entry placed again (not reached when ``integerBound(_:)`` sized
+    /// the table: a safety net, so a table filled past its size never makes a probe loop forever).
+    private mutating func grow() {
+        let old = slots
+        shift -= 1
+        slots = [(value: Int64, rules: [Int32])?](repeating: nil, count: old.count * 2)
+        for case let entry? in old {
+            var slot = Self.slot(entry.value, shift)
+            while slots[slot] != nil { slot = (slot + 1) & (slots.count - 1) }
+            slots[slot] = entry
+        }
     }
 
     subscript(code: String) -> [Int32]? {
         guard let value = Self.canonicalInteger(code) else { return others[code] }
         var slot = Self.slot(value, shift)
-        while let entry = slots[slot] {
-            if entry.value == value { return entry.rules }
+        // Only the value is read while probing: no copy of another code's list per probe.
+        while let found = slots[slot]?.value {
+            if found == value { return slots[slot]?.rules }
             slot = (slot + 1) & (slots.count - 1)
         }
         return nil
