@@ -398,7 +398,7 @@ private struct TreeBuilder {
                     frame.isMapping ? .mapping : .sequence, slots: pending[frame.firstSlot...], tag: tag,
                     range: fullRange)
             }
-            pending.removeSubrange(frame.firstSlot...)
+            pending.removeLast(pending.count - frame.firstSlot)
             return add(node, size: frame.size, anchor: frame.anchor, at: fullRange, counted: true)
         default:
             break
@@ -450,16 +450,17 @@ private struct TreeBuilder {
             return nil
         }
         stack[last].pendingKey = -1
-        if document.isMergeKey(key) {
-            stack[last].hasMergeKey = true
-        } else if let text = document.text(of: key) {
-            let keyRange = document.entries[Int(key)].range
-            if let first = register(text, at: keyRange) {
+        let keyEntry = document.entries[Int(key)]
+        if keyEntry.kind == .scalar {
+            let text = document.texts[Int(keyEntry.first)]
+            if keyEntry.style == .plain, keyEntry.tag < 0, text == "<<" {
+                stack[last].hasMergeKey = true
+            } else if let first = register(text, at: keyEntry.range) {
                 diagnostics.append(
                     .error(
                         "duplicate-key",
                         "duplicate key '\(text.truncatedForMessage)'; each key may appear once in a mapping",
-                        at: keyRange, notes: [.init(range: first, message: "first written here")]))
+                        at: keyEntry.range, notes: [.init(range: first, message: "first written here")]))
                 return nil
             }
         }
