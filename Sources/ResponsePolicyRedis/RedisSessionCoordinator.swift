@@ -298,17 +298,36 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         // The session epoch it was decided in: a logout racing a refresh (same epoch) applies; one
         // put back after a sign-in (a later epoch) is refused as a replay.
         let epoch = state.withLock { $0.epoch }
-        let message = logoutMessage(untilMs, reason, epoch: epoch)
-        let result = await run([
-            "EVAL", Self.logoutScript, "1", keys.logout, String(untilMs), String(ttl), message, keys.channel,
-            signer?.logoutSuffix(until: untilMs, epoch: epoch) ?? "",
-        ])
-        if case .failure = result {
+        switch await run(logoutCommand(untilMs, ttl: ttl, reason: reason, epoch: epoch)) {
+        case .success(let reply): learnFromRefusedLogout(reply)
+        case .failure:
             // Published by the subscriber when Redis is back (issue 19: a logout during an outage
             // was never heard by the others, who kept sending through the cooldown).
             state.withLock { state in
                 if untilMs > (state.pendingLogout?.until ?? 0) { state.pendingLogout = (untilMs, reason, epoch) }
             }
+        }
+    }
+
+    /// `logoutScript`'s command for a logout until `untilMs` decided in session `epoch`.
+    private func logoutCommand(_ untilMs: Int64, ttl: Int64, reason: String, epoch: UInt64) -> [String] {
+        [
+            "EVAL", Self.logoutScript, "2", keys.logout, keys.session, String(untilMs), String(ttl),
+            logoutMessage(untilMs, reason, epoch: epoch), keys.channel,
+        ] + (signer.map { [$0.logoutSuffix(until: untilMs, epoch: epoch), String(epoch)] } ?? [])
+    }
+
+    /// `logoutScript` refused a logout decided before the sign-in that started the stored epoch
+    /// (`{0, epoch}`): this process had not heard of that sign-in. Nothing was stored or announced
+    /// (it ended only the session the sign-in had already ended); the epoch is learned, so this
+    /// process's next logout belongs to the current session. An epoch that fails its seal is a
+    /// problem, and is not learned.
+    private func learnFromRefusedLogout(_ reply: RedisReply) {
+        let items = reply.items
+        guard let signer, items.first?.integer == 0, items.count > 1 else { return }
+        switch signer.checkEpoch(items[1].text) {
+        case .success(let epoch): state.withLock { $0.epoch = max($0.epoch, epoch) }
+        case .failure(let error): send(.problem("the session epoch in \(keys.session) on \(endpoint) \(error.reason)"))
         }
     }
 
@@ -354,11 +373,8 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         guard let (untilMs, reason, epoch) = state.withLock({ $0.pendingLogout }) else { return }
         let ttl = untilMs - Date().millisecondsSince1970
         if ttl > 0 {
-            let message = logoutMessage(untilMs, reason, epoch: epoch)
-            _ = try connection.command([
-                "EVAL", Self.logoutScript, "1", keys.logout, String(untilMs), String(ttl), message, keys.channel,
-                signer?.logoutSuffix(until: untilMs, epoch: epoch) ?? "",
-            ])
+            let command = logoutCommand(untilMs, ttl: ttl, reason: reason, epoch: epoch)
+            learnFromRefusedLogout(try connection.command(command))
         }
         state.withLock { state in if state.pendingLogout?.until == untilMs { state.pendingLogout = nil } }
     }
@@ -638,8 +654,15 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         case .failure(let error): return refuse("the cooldown \(keys.logout) on \(endpoint) \(error.reason)")
         case .success(let end):
             let source = "the cooldown \(keys.logout) on \(endpoint)"
-            if let end, let problem = epochProblem(end.epoch, known: known, source: source) { return refuse(problem) }
-            let until = end?.until
+            var until = end?.until
+            // An end decided before the sign-in of the known epoch (put back after it, or stored by
+            // a process that ran an older logout script) ended only the session that sign-in
+            // ended: a problem, and no cooldown. The session itself is the current one, so it is
+            // not refused: refusing it paused every refresh turn and join until the end expired.
+            if let end, let problem = epochProblem(end.epoch, known: known, source: source) {
+                send(.problem(problem))
+                until = nil
+            }
             let now = Date().millisecondsSince1970
             return .success(
                 SharedSession(
@@ -865,14 +888,21 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         return 1
         """
 
-    /// KEYS: logout. ARGV: until ms, ttl ms, message, channel, and under a key the end's session
-    /// epoch and seal (`:<epoch>:<seal>`, stored after the number). Stores before it announces, and never shortens a
-    /// longer cooldown.
+    /// KEYS: logout, session. ARGV: until ms, ttl ms, message, channel, and under a key the end's
+    /// session epoch and seal (`:<epoch>:<seal>`, stored after the number) and that epoch alone.
+    /// A logout decided in an epoch older than the session hash's (by a process that had not heard
+    /// of the sign-in that started it) ended only the session that sign-in ended: it is neither
+    /// stored nor announced, and the reply is {0, stored epoch}. Otherwise it stores before it
+    /// announces, never shortens a longer cooldown, and replies {1}.
     static let logoutScript = """
+        if (ARGV[6] or '') ~= '' then
+          local epoch = redis.call('HGET', KEYS[2], 'epoch') or ''
+          if tonumber(ARGV[6]) < (tonumber(string.match(epoch, '^%d+') or '0') or 0) then return {0, epoch} end
+        end
         local current = tonumber(string.match(redis.call('GET', KEYS[1]) or '0', '^%d*') or '0') or 0
         if tonumber(ARGV[1]) > current then redis.call('SET', KEYS[1], ARGV[1] .. (ARGV[5] or ''), 'PX', ARGV[2]) end
         redis.call('PUBLISH', ARGV[4], ARGV[3])
-        return 1
+        return {1}
         """
 
     /// KEYS: session, lease, logout. ARGV: credentials JSON, channel, and under a key the generation

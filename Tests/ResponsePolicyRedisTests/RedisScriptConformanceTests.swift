@@ -415,7 +415,7 @@ final class ScriptedRecord {
             return .done
         case .logout(let until):
             try call([
-                "EVAL", Script.logoutScript, "1", keys.logout, String(until), String(max(1, until - now)),
+                "EVAL", Script.logoutScript, "2", keys.logout, keys.session, String(until), String(max(1, until - now)),
                 #"{"t":"l","u":\#(until),"r":"test"}"#, keys.channel,
             ])
             return .done

@@ -263,7 +263,7 @@ struct SignedRedisStateTests {
         let signedIn = await fleet[2].publishSignIn(testCredentials("signed-in"))
         #expect(signedIn?.generation == 2)
         // A logout decided before this process heard of the sign-in belongs to the session the
-        // sign-in ended, and the others refuse it as a replay (`SignedLogoutEpochTests`): this one
+        // sign-in ended, and is neither stored nor announced (`SignedLogoutEpochTests`): this one
         // is decided after.
         let learned = await loggerLog.first(within: .seconds(10)) {
             if case .credentials(let session) = $0 { session.generation == 2 } else { false }
