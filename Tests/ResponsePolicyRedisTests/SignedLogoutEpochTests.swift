@@ -247,6 +247,11 @@ struct SignedLogoutEpochTests {
         defer { signer.stop() }
         let log = UpdateLog()
         _ = await signer.start(local: testCredentials("seed"), updates: log.sink)
+        // Its subscriber in place and done re-reading the session (`EVAL` on its own connection):
+        // one re-reading after the flush re-seeds the session between the refresh turn's grant
+        // and its own re-seed, and the turn is then coordination trouble.
+        #expect(await server.waitForSubscribers(1, on: RedisServerFixture.channel("s")))
+        #expect(await server.waitForCalls("eval", atLeast: 1))
         let signedIn = try #require(await signer.publishSignIn(testCredentials("signed-in")))
         _ = try server.attacker().command(["FLUSHALL"])
         // The signer's refresh turn finds the session gone and re-seeds it from what it holds.
