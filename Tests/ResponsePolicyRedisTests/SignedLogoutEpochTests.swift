@@ -14,20 +14,6 @@ import Testing
 struct SignedLogoutEpochTests {
     static let key = Data("fleet-key".utf8)
 
-    /// Publishes a logout from `decider` until `listener`'s log hears it (the listener subscribes
-    /// in the background; a message sent before that is lost, as Redis pub/sub is).
-    func logOut(_ decider: RedisSessionCoordinator, heardBy log: UpdateLog, until: Date) async -> Bool {
-        for _ in 0..<50 {
-            await decider.publishLogout(until: until, reason: "revoked")
-            if await log.first(within: .milliseconds(100), where: { if case .loggedOut = $0 { true } else { false } })
-                != nil
-            {
-                return true
-            }
-        }
-        return false
-    }
-
     static func problems(_ log: UpdateLog) -> [String] { problems(log.updates) }
 
     static func problems(_ updates: [SessionUpdate]) -> [String] {

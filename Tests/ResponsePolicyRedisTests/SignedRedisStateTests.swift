@@ -270,13 +270,7 @@ struct SignedRedisStateTests {
         }
         try #require(learned != nil, "the logging-out process never heard of the sign-in")
         let until = Date().addingTimeInterval(600)
-        // Published until the listener (subscribing in the background) hears it.
-        var heard: (SessionUpdate, ContinuousClock.Instant)?
-        for _ in 0..<50 where heard == nil {
-            await fleet[0].publishLogout(until: until, reason: "revoked")
-            heard = await log.first(within: .milliseconds(100)) { if case .loggedOut = $0 { true } else { false } }
-        }
-        #expect(heard != nil)
+        #expect(await logOut(fleet[0], heardBy: log, until: until))
         #expect(!log.updates.contains { if case .problem = $0 { true } else { false } }, "\(log.updates)")
         let late = try server.coordinator(key: "fleet", signingKey: Self.key)
         defer { late.stop() }
