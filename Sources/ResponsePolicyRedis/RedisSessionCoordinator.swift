@@ -10,7 +10,7 @@ import ResponsePolicy
 ///
 /// | key | what |
 /// |---|---|
-/// | `response-policy:{key}:session` | hash: `gen`, `creds` (the JSON), `epoch` (sealed: last sign-in's `gen`) |
+/// | `response-policy:{key}:session` | hash: `gen`, `creds` (JSON), `epoch` (last sign-in's `gen`, sealed if keyed) |
 /// | `response-policy:{key}:lease` | the fencing token of the process refreshing now, `PX lease` |
 /// | `response-policy:{key}:fence` | the counter fencing tokens come from (`INCR`) |
 /// | `response-policy:{key}:logout` | the cooldown's end (ms since 1970; sealed with its epoch), TTL to that end |
@@ -314,7 +314,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         [
             "EVAL", Self.logoutScript, "2", keys.logout, keys.session, String(untilMs), String(ttl),
             logoutMessage(untilMs, reason, epoch: epoch), keys.channel,
-        ] + (signer.map { [$0.logoutSuffix(until: untilMs, epoch: epoch), String(epoch)] } ?? [])
+        ] + [signer?.logoutSuffix(until: untilMs, epoch: epoch) ?? "", String(epoch)]
     }
 
     /// `logoutScript` refused a logout decided before the sign-in that started the stored epoch
@@ -324,7 +324,11 @@ public final class RedisSessionCoordinator: SessionCoordinator {
     /// problem, and is not learned.
     private func learnFromRefusedLogout(_ reply: RedisReply) {
         let items = reply.items
-        guard let signer, items.first?.integer == 0, items.count > 1 else { return }
+        guard items.first?.integer == 0, items.count > 1 else { return }
+        guard let signer else {
+            if let epoch = Self.plainEpoch(items[1].text) { state.withLock { $0.epoch = max($0.epoch, epoch) } }
+            return
+        }
         switch signer.checkEpoch(items[1].text) {
         case .success(let epoch): state.withLock { $0.epoch = max($0.epoch, epoch) }
         case .failure(let error): send(.problem("the session epoch in \(keys.session) on \(endpoint) \(error.reason)"))
@@ -354,7 +358,15 @@ public final class RedisSessionCoordinator: SessionCoordinator {
     /// Under a key: the session epoch a sign-in's (or publication's) announcement carries, checked,
     /// remembered when later than the one known. A refused one is a problem, and never lowers it.
     private func learnEpoch(_ value: Any?, generation: UInt64) {
-        guard let signer, let text = value as? String else { return }
+        guard let text = value as? String else { return }
+        guard let signer else {
+            // Unsigned: a number, trusted as everything else is without a key; it only keeps a
+            // logout decided before it from being stored.
+            if let epoch = Self.plainEpoch(text), epoch <= generation {
+                state.withLock { $0.epoch = max($0.epoch, epoch) }
+            }
+            return
+        }
         switch signer.checkEpoch(text) {
         case .failure(let error):
             send(.problem("the session epoch of a publication on \(keys.channel) \(error.reason)"))
@@ -393,7 +405,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
             guard case .success(let reply) = await run(arguments) else { return nil }
             if let generation = reply.integer {
                 let session = SharedSession(credentials: credentials, generation: UInt64(generation))
-                if signer != nil { state.withLock { $0.epoch = max($0.epoch, UInt64(generation)) } }
+                state.withLock { $0.epoch = max($0.epoch, UInt64(generation)) }
                 remember(session)
                 return session
             }
@@ -484,7 +496,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         let generation = latest?.generation ?? 0
         // A re-seed keeps the session epoch known, so a logout decided before it stays refused
         // and one decided after it (in this epoch) applies.
-        let sealedEpoch = epoch > 0 && epoch <= generation ? signer?.epochValue(epoch) : nil
+        let sealedEpoch = epoch > 0 && epoch <= generation ? signer?.epochValue(epoch) ?? String(epoch) : nil
         return [
             "EVAL", Self.seedScript, "2", keys.session, keys.logout,
             seed.map { SharedCredentialsCodec.encode($0, signer: signer, generation: generation) } ?? "",
@@ -615,6 +627,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
             return .failure(CoordinationError(reason))
         }
         guard let signer else {
+            learnEpoch(items.count > 4 ? items[4].text : nil, generation: generation)
             return .success(
                 SharedSession(
                     credentials: credentials(text, generation: generation, source: "the session hash"),
@@ -791,6 +804,12 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         return Date(milliseconds: min(milliseconds, SharedCredentialsCodec.maxMilliseconds))
     }
 
+    /// The number a session epoch starts with (sealed or not), when it is one.
+    private static func plainEpoch(_ text: String?) -> UInt64? {
+        guard let text, let epoch = UInt64(text.prefix { $0 != ":" }), epoch < 9_000_000_000_000_000 else { return nil }
+        return epoch
+    }
+
     private static func json(_ object: [String: Any]) -> String {
         let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data()
         return String(decoding: data, as: UTF8.self)
@@ -888,8 +907,9 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         return 1
         """
 
-    /// KEYS: logout, session. ARGV: until ms, ttl ms, message, channel, and under a key the end's
-    /// session epoch and seal (`:<epoch>:<seal>`, stored after the number) and that epoch alone.
+    /// KEYS: logout, session. ARGV: until ms, ttl ms, message, channel, under a key the end's
+    /// session epoch and seal (`:<epoch>:<seal>`, stored after the number; empty without one),
+    /// and the session epoch the logout was decided in.
     /// A logout decided in an epoch older than the session hash's (by a process that had not heard
     /// of the sign-in that started it) ended only the session that sign-in ended: it is neither
     /// stored nor announced, and the reply is {0, stored epoch}. Otherwise it stores before it
@@ -907,19 +927,19 @@ public final class RedisSessionCoordinator: SessionCoordinator {
 
     /// KEYS: session, lease, logout. ARGV: credentials JSON, channel, and under a key the generation
     /// the credentials were sealed after ({gen} when it is not the stored one) and the sealed
-    /// session epoch the sign-in starts (stored in the hash's `epoch`, announced as `e`). Ends a cooldown and
-    /// voids a refresh in progress (its holder's publication is refused).
+    /// session epoch the sign-in starts. The epoch (without a key: the new generation, unsealed)
+    /// is stored in the hash's `epoch` and announced as `e`. Ends a cooldown and voids a refresh
+    /// in progress (its holder's publication is refused).
     static let signInScript = """
         local gen = redis.call('HGET', KEYS[1], 'gen') or '0'
         if (ARGV[3] or '') ~= '' and gen ~= ARGV[3] then return {gen} end
         local new = redis.call('HINCRBY', KEYS[1], 'gen', 1)
         redis.call('HSET', KEYS[1], 'creds', ARGV[1])
         redis.call('DEL', KEYS[2], KEYS[3])
-        local epoch = ''
-        if (ARGV[4] or '') ~= '' then
-          redis.call('HSET', KEYS[1], 'epoch', ARGV[4])
-          epoch = ',"e":"' .. ARGV[4] .. '"'
-        end
+        local epoch = ARGV[4] or ''
+        if epoch == '' then epoch = tostring(new) end
+        redis.call('HSET', KEYS[1], 'epoch', epoch)
+        epoch = ',"e":"' .. epoch .. '"'
         redis.call('PUBLISH', ARGV[2], '{"t":"c","g":' .. new .. epoch .. ',"c":' .. ARGV[1] .. '}')
         return new
         """
