@@ -449,7 +449,7 @@ enum RandomPolicy {
         if classify { text += "classify: { code: body.status }\n" }
         text += "rules:\n" + rules(&r, classify: classify, prefix: "r")
         text += "refresh:\n  use: oauth2\n  with: { token-url: \"https://auth.example.com/token\", client-id: app }\n"
-        text += "  timeout: 1s\n  max-per-request: \(r.int(0...2))\n"
+        text += "  timeout: 1s\n  max-per-request: \(r.int(1...2))\n"
         text += "  on-exhausted: \(r.pick(endings))\n  on-failure: \(r.pick(endings))\n"
         if r.chance(30) { text += "  share-window: 300ms\n" }
         text += "logout: { cooldown: \(r.pick(["500ms", "2s", "30s"])) }\n"
@@ -494,7 +494,7 @@ enum RandomPolicy {
             case 4: then = "refresh"
             case 5:
                 then =
-                    "{ do: refresh, max-per-request: \(r.int(0...2)), on-exhausted: \(r.pick(endings)), on-failure: \(r.pick(endings)) }"
+                    "{ do: refresh, max-per-request: \(r.int(1...2)), on-exhausted: \(r.pick(endings)), on-failure: \(r.pick(endings)) }"
             case 6: then = "retry"
             default:
                 // Each rule its own backoff: a request's waits take, retry by retry, the settings of
