@@ -151,6 +151,16 @@ package struct Classifier: Sendable {
         return best
     }
 
+    /// How many rules the code table lists under `code`: those naming it, and those with a
+    /// range of at most ``expandLimit`` codes holding it.
+    ///
+    /// Lint's code checks (`shadowed-rule`, `conflicting-codes`) read it so that a code only one
+    /// rule names, nearly every code of a large policy, costs them no table of their own: with
+    /// one rule on a code, no other rule names it to shadow or contradict it there.
+    func ruleCount(code: String) -> Int {
+        byCode.count(code: code)
+    }
+
     /// The index of the first rule matching an attempt that failed with `errorClass`.
     package func match(error errorClass: TransportErrorClass, method: String, path: String) -> Int? {
         let classIndex = TransportErrorClass.allCases.firstIndex(of: errorClass) ?? 0
@@ -260,10 +270,22 @@ struct CodeTable: Sendable {
 
     subscript(code: String) -> [Int32]? {
         guard let value = Self.canonicalInteger(code) else { return others[code] }
+        return index(of: value).flatMap { slots[$0]?.rules }
+    }
+
+    /// The length of `code`'s list (`0` without one), read in place: no copy of the list.
+    func count(code: String) -> Int {
+        guard let value = Self.canonicalInteger(code) else { return others[code]?.count ?? 0 }
+        return index(of: value).flatMap { slots[$0]?.rules.count } ?? 0
+    }
+
+    /// The slot holding `value`'s list, if there is one.
+    @inline(__always)
+    private func index(of value: Int64) -> Int? {
         var slot = Self.slot(value, shift)
         // Only the value is read while probing: no copy of another code's list per probe.
         while let found = slots[slot]?.value {
-            if found == value { return slots[slot]?.rules }
+            if found == value { return slot }
             slot = (slot + 1) & (slots.count - 1)
         }
         return nil

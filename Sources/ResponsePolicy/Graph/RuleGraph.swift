@@ -166,8 +166,11 @@ package struct RuleGraph: Sendable {
         // A held request waits for whichever refresh is in flight, which any scope may have
         // started: the longest refresh timeout of the policy bounds every held wait.
         var timeouts = ([parts.refresh] + parts.routes.map(\.refresh)).filter { $0.plugin != nil }.map(\.timeout)
-        for rule in parts.rules + parts.routes.flatMap({ $0.rules ?? [] }) where rule.action == .refresh {
-            if let timeout = rule.refresh?.timeout { timeouts.append(timeout) }
+        // Each list read in place: joining them first copied every rule of the policy.
+        for rules in [parts.rules] + parts.routes.compactMap(\.rules) {
+            for rule in rules where rule.action == .refresh {
+                if let timeout = rule.refresh?.timeout { timeouts.append(timeout) }
+            }
         }
         let heldFor = timeouts.max()
         for (index, route) in parts.routes.enumerated() {

@@ -23,16 +23,17 @@ struct ShadowedRule: LintRule {
     func check(_ context: LintContext) -> [Diagnostic] {
         var findings: [Diagnostic] = []
         var budget = Glob.coverBudget  // bounds the glob-against-glob work of the whole run
-        for (rules, _) in context.ruleSets {
-            var index = CoverIndex()
-            index.byValue.reserveCapacity(rules.count { $0.when.codes != nil })
+        for (rules, scope) in context.ruleSets {
+            var index = CoverIndex(classifier: scope.classifier)
             for position in rules.indices {
                 let rule = rules[position]
-                let candidates = index.candidates(for: rule.when)
+                // Read out of the rule once: each read copied the condition's lists.
+                let when = rule.when
+                let candidates = index.candidates(for: when)
                 if !context.hasError(in: rule.range),
                     let earlier = candidates.first(where: {
                         !context.hasError(in: rules[$0].range)
-                            && Self.covers(rules[$0].when, rule.when, budget: &budget)
+                            && Self.covers(rules[$0].when, when, budget: &budget)
                     }).map({ rules[$0] })
                 {
                     findings.append(
@@ -42,7 +43,7 @@ struct ShadowedRule: LintRule {
                             at: rule.source.when ?? rule.range,
                             notes: [.init(range: earlier.range, message: "'\(earlier.name)' is here")]))
                 }
-                index.add(rule.when, at: position)
+                index.add(when, at: position)
             }
         }
         return findings
@@ -127,6 +128,8 @@ struct ShadowedRule: LintRule {
             /// The positions whose path can cover `path` and whose headers can be among `headers`.
             func candidates(for path: Glob?, headers: [Condition.HeaderMatch]?, into lists: inout [[Int]]) {
                 guard indexed else {
+                    // Most buckets asked are empty (`ranged` and `open`, for a file of code rules).
+                    if few.isEmpty { return }
                     // The same choice as the dictionaries below make, entry by entry.
                     let pattern = path?.pattern
                     let literal = pattern.map { !Self.isPattern($0) } ?? false
@@ -169,9 +172,13 @@ struct ShadowedRule: LintRule {
             header.name + "\u{0}" + header.value.pattern
         }
 
-        /// Rules naming business codes, by each code: integer codes by value (a canonical integer
-        /// text and its value determine each other, and hashing 20,000 codes as text cost more),
-        /// other codes by text.
+        /// The scope's decision table, built over the same rules: how many rules name a code.
+        let classifier: Classifier
+
+        /// Rules naming business codes, by each code that more than one rule names (a bucket for
+        /// a code only one rule names would never be asked for: nearly every code of a large
+        /// policy): integer codes by value (a canonical integer text and its value determine each
+        /// other, and hashing 20,000 codes as text cost more), other codes by text.
         var byValue: [Int64: Bucket] = [:]
         var byCode: [String: Bucket] = [:]
         /// Rules naming code ranges.
@@ -183,6 +190,10 @@ struct ShadowedRule: LintRule {
         var open = Bucket()
         var erroring = Bucket()
         var every: [Int] = []
+
+        init(classifier: Classifier) {
+            self.classifier = classifier
+        }
 
         mutating func add(_ when: Condition, at position: Int) {
             every.append(position)
@@ -217,6 +228,7 @@ struct ShadowedRule: LintRule {
         }
 
         private mutating func addCode(_ code: String, _ position: Int, path: String, header: String) {
+            guard classifier.ruleCount(code: code) > 1 else { return }
             if let value = CodeTable.canonicalInteger(code) {
                 byValue[value, default: Bucket()].add(position, path: path, header: header)
             } else {
@@ -230,7 +242,7 @@ struct ShadowedRule: LintRule {
             if when.matchesResponses {
                 let headers = when.headers
                 if when.codes != nil {
-                    if let code = when.codes?.first {
+                    if let code = when.codes?.first, classifier.ruleCount(code: code) > 1 {
                         let bucket =
                             if let value = CodeTable.canonicalInteger(code) { byValue[value] } else { byCode[code] }
                         bucket?.candidates(for: when.path, headers: headers, into: &lists)
@@ -248,7 +260,7 @@ struct ShadowedRule: LintRule {
                 // `error: []` matches nothing; anything may "cover" it.
                 lists.append(every)
             }
-            if lists.count == 1 { return lists[0] }
+            if lists.count <= 1 { return lists.first ?? [] }
             return lists.flatMap { $0 }.sorted()
         }
     }
