@@ -198,13 +198,23 @@ extension RuleGraph {
         package var retry: RetrySettings { settings.retry }
         package var refresh: RefreshSettings { settings.refresh }
         package var logout: LogoutSettings { settings.logout }
-        /// The rule's node, and the node of its action (its own for retry, refresh and a logout
-        /// with overrides; the scope's deliver, fail or logout node otherwise).
-        package let node: String
+        /// The rule's node (`default.rule.3`: made when asked, as nothing but tools reads it),
+        /// and the node of its action (its own for retry, refresh and a logout with overrides;
+        /// the scope's deliver, fail or logout node otherwise).
+        package var node: String { scope + ".rule." + String(index + 1) }
         package let actionNode: String
+        /// The scope's id (`default`, `route-1`).
+        private let scope: String
+        /// The rule's nodes in the scope's graph: its own (labelled `N. name: condition`, made
+        /// when asked), then its action node when it has one of its own.
+        package var nodes: [Node] { [Node(id: node, scope: scope, rule: rule, index: index)] + ownNodes }
+        /// The rule's own action node (retry, refresh, a logout with overrides), or none.
+        let ownNodes: [Node]
         /// The edge into the rule node, and the edges leaving it and its own action node.
         package var edges: [Edge] {
-            storedEdges ?? [
+            if let storedEdges { return storedEdges }
+            let node = node
+            return [
                 Edge(from: classifierNode, to: node, kind: .match, label: ""),
                 Edge(from: node, to: actionNode, kind: .then, label: ""),
             ]
@@ -240,22 +250,29 @@ extension RuleGraph {
         /// idempotency key can make them retryable). All of them when the rule never retries.
         package let neverRetried: [String]
 
+        /// `edges` `nil`: the rule's edges are `match` and `then` alone.
         init(
-            index: Int, rule: Rule, settings: EffectiveSettings, node: String, actionNode: String,
-            classifierNode: String, edges: ArraySlice<Edge>, escalations: Escalations, again: Edge?,
-            methods: [String]?, neverRetried: [String]
+            index: Int, rule: Rule, scope: String, settings: EffectiveSettings, actionNode: String,
+            classifierNode: String, edges: ArraySlice<Edge>?, ownNodes: [Node], escalations: Escalations,
+            again: Edge?, methods: [String]?, neverRetried: [String]
         ) {
             self.index = index
             self.rule = rule
+            self.scope = scope
             self.settings = settings
-            self.node = node
             self.actionNode = actionNode
             self.classifierNode = classifierNode
-            let plain =
-                edges.count == 2
-                && edges.first == Edge(from: classifierNode, to: node, kind: .match, label: "")
-                && edges.last == Edge(from: node, to: actionNode, kind: .then, label: "")
-            storedEdges = plain ? nil : Array(edges)
+            self.ownNodes = ownNodes
+            if let edges {
+                let node = scope + ".rule." + String(index + 1)
+                let plain =
+                    edges.count == 2
+                    && edges.first == Edge(from: classifierNode, to: node, kind: .match, label: "")
+                    && edges.last == Edge(from: node, to: actionNode, kind: .then, label: "")
+                storedEdges = plain ? nil : Array(edges)
+            } else {
+                storedEdges = nil
+            }
             self.escalations = escalations.isEmpty ? nil : EscalationBox(escalations)
             self.again = again
             self.methods = methods
