@@ -32,15 +32,16 @@ package struct Classifier: Sendable {
         var byStatus = [[Int32]](repeating: [], count: 500)
         // Filled in place: building a `[String: [Int32]]` first and converting it hashed every
         // code's text once more than needed (a fifth of making the table for 20,000 codes).
-        var byCode = CodeTable(expecting: CodeTable.integerBound(rules))
+        var byCode = CodeTable(expecting: CodeTable.integerBound(conditions))
         var anyResponse: [Int32] = []
         var wideCodeRanges: [(range: CodeRange, rule: Int32)] = []
         var byError = [[Int32]](repeating: [], count: TransportErrorClass.allCases.count)
         var needsRequestCheck: [Bool] = []
         needsRequestCheck.reserveCapacity(rules.count)
-        for (index, rule) in rules.enumerated() {
+        // Over the conditions just copied out of the rules: reading each rule's again copied
+        // its condition a second time (a retain of each of its lists).
+        for (index, when) in conditions.enumerated() {
             let i = Int32(index)
-            let when = rule.when
             needsRequestCheck.append(when.methods != nil || when.path != nil || when.headers != nil)
             if when.matchesResponses {
                 if let codes = when.codes, codes.count == 1, when.codeRanges == nil {
@@ -222,12 +223,12 @@ struct CodeTable: Sendable {
 
     /// At least the number of distinct integer codes the rules name (each code listed, each
     /// value of each range ``Classifier/expandLimit`` expands), so the table is sized once.
-    static func integerBound(_ rules: [Rule]) -> Int {
+    static func integerBound(_ conditions: [Condition]) -> Int {
         var count = 0
-        for rule in rules where rule.when.matchesResponses {
-            guard let codes = rule.when.codes else { continue }
+        for when in conditions where when.matchesResponses {
+            guard let codes = when.codes else { continue }
             for code in codes where canonicalInteger(code) != nil { count += 1 }
-            for range in rule.when.codeRanges ?? [] where range.count <= Classifier.expandLimit {
+            for range in when.codeRanges ?? [] where range.count <= Classifier.expandLimit {
                 count += Int(range.count)
             }
         }

@@ -106,9 +106,7 @@ struct FlowCompiler {
             // retains): the scope's settings, the `match` edge and one `then` edge to the
             // scope's terminal node, made when asked.
             return RuleGraph.CompiledRule(
-                index: index, rule: rule, scope: scope, settings: scopeSettings, actionNode: terminal(rule.action).1,
-                classifierNode: classifierID, edges: nil, ownNodes: [], escalations: RuleGraph.Escalations(),
-                again: nil, methods: nil, neverRetried: [])
+                plain: index, rule: rule, scope: scope, settings: scopeSettings, actionNode: terminal(rule.action).1)
         }
         let id = rulePrefix + String(index + 1)
         var ownNodes: [RuleGraph.Node] = []
@@ -208,7 +206,7 @@ struct FlowCompiler {
         defer { edges.removeAll(keepingCapacity: true) }
         return RuleGraph.CompiledRule(
             index: index, rule: rule, scope: scope, settings: settings, actionNode: actionNode,
-            classifierNode: classifierID, edges: edges[...], ownNodes: ownNodes, escalations: escalations, again: again,
+            edges: edges[...], ownNodes: ownNodes, escalations: escalations, again: again,
             methods: methods, neverRetried: neverRetried)
     }
 
