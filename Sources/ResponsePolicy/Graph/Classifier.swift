@@ -23,6 +23,13 @@ package struct Classifier: Sendable {
     private let byError: [[Int32]]
     /// Whether every rule in the table depends only on status/code, so no further check is needed.
     private let needsRequestCheck: [Bool]
+    /// For each rule: whether the code table lists another rule under one of its codes (a code
+    /// both name, or one inside the other's range of at most ``expandLimit`` codes).
+    ///
+    /// Lint's code checks (`shadowed-rule`, `conflicting-codes`) read it so that a rule whose
+    /// codes no other rule names, nearly every rule of a large policy, costs them no table
+    /// entries of their own: no other rule names its codes to shadow or contradict it there.
+    let sharesCode: [Bool]
 
     /// The widest code range expanded into the code table.
     static let expandLimit: Int64 = 4096
@@ -38,6 +45,14 @@ package struct Classifier: Sendable {
         var byError = [[Int32]](repeating: [], count: TransportErrorClass.allCases.count)
         var needsRequestCheck: [Bool] = []
         needsRequestCheck.reserveCapacity(rules.count)
+        var sharesCode = [Bool](repeating: false, count: rules.count)
+        /// Lists rule `i` under `code`, and marks both it and the code's first rule when the
+        /// code already had one (the rules between were marked when they came).
+        func list(_ i: Int32, under code: String) {
+            guard let first = byCode.append(i, to: code) else { return }
+            sharesCode[Int(first)] = true
+            sharesCode[Int(i)] = true
+        }
         // Over the conditions just copied out of the rules: reading each rule's again copied
         // its condition a second time (a retain of each of its lists).
         for (index, when) in conditions.enumerated() {
@@ -46,10 +61,10 @@ package struct Classifier: Sendable {
             if when.matchesResponses {
                 if let codes = when.codes, codes.count == 1, when.codeRanges == nil {
                     // One code (nearly every code rule): nothing to deduplicate, no set to make.
-                    byCode.append(i, to: codes[0])
+                    list(i, under: codes[0])
                 } else if let codes = when.codes {
                     var seen = Set<String>()
-                    for code in codes where seen.insert(code).inserted { byCode.append(i, to: code) }
+                    for code in codes where seen.insert(code).inserted { list(i, under: code) }
                     for range in when.codeRanges ?? [] {
                         // A range of up to 4,096 codes is expanded into the table, so matching it stays
                         // one lookup; a wider one is checked on its own (policies rarely have any).
@@ -59,7 +74,7 @@ package struct Classifier: Sendable {
                         }
                         for value in range.lower...range.upper {
                             let code = String(value)
-                            if seen.insert(code).inserted { byCode.append(i, to: code) }
+                            if seen.insert(code).inserted { list(i, under: code) }
                         }
                     }
                 } else if let statuses = when.statuses {
@@ -86,6 +101,7 @@ package struct Classifier: Sendable {
         self.wideCodeRanges = wideCodeRanges
         self.byError = byError
         self.needsRequestCheck = needsRequestCheck
+        self.sharesCode = sharesCode
     }
 
     /// The index of the first rule matching a response, or `nil` (the response is delivered).
@@ -150,16 +166,6 @@ package struct Classifier: Sendable {
             }
         }
         return best
-    }
-
-    /// How many rules the code table lists under `code`: those naming it, and those with a
-    /// range of at most ``expandLimit`` codes holding it.
-    ///
-    /// Lint's code checks (`shadowed-rule`, `conflicting-codes`) read it so that a code only one
-    /// rule names, nearly every code of a large policy, costs them no table of their own: with
-    /// one rule on a code, no other rule names it to shadow or contradict it there.
-    func ruleCount(code: String) -> Int {
-        byCode.count(code: code)
     }
 
     /// The index of the first rule matching an attempt that failed with `errorClass`.
@@ -235,25 +241,30 @@ struct CodeTable: Sendable {
         return count
     }
 
-    /// Adds rule `rule` to the list of `code` (rules are appended in ascending order).
-    mutating func append(_ rule: Int32, to code: String) {
-        guard let value = Self.canonicalInteger(code) else {
-            others[code, default: []].append(rule)
-            return
+    /// Adds rule `rule` to the list of `code` (rules are appended in ascending order), and
+    /// returns the list's first rule when it had one.
+    @discardableResult
+    mutating func append(_ rule: Int32, to code: String) -> Int32? {
+        func append(to list: inout [Int32]) -> Int32? {
+            defer { list.append(rule) }
+            return list.first
         }
+        guard let value = Self.canonicalInteger(code) else { return append(to: &others[code, default: []]) }
         var slot = Self.slot(value, shift)
         // Only the value is read: a copy of the slot's list held here would make the append
         // below copy the list, for every further rule on a code many rules share.
         while let found = slots[slot]?.value {
             if found == value {
+                let first = slots[slot]?.rules.first
                 slots[slot]?.rules.append(rule)
-                return
+                return first
             }
             slot = (slot + 1) & (slots.count - 1)
         }
         slots[slot] = (value, [rule])
         used += 1
         if used * 2 > slots.count { grow() }
+        return nil
     }
 
     /// Twice the slots, every entry placed again (not reached when ``integerBound(_:)`` sized
@@ -271,22 +282,10 @@ struct CodeTable: Sendable {
 
     subscript(code: String) -> [Int32]? {
         guard let value = Self.canonicalInteger(code) else { return others[code] }
-        return index(of: value).flatMap { slots[$0]?.rules }
-    }
-
-    /// The length of `code`'s list (`0` without one), read in place: no copy of the list.
-    func count(code: String) -> Int {
-        guard let value = Self.canonicalInteger(code) else { return others[code]?.count ?? 0 }
-        return index(of: value).flatMap { slots[$0]?.rules.count } ?? 0
-    }
-
-    /// The slot holding `value`'s list, if there is one.
-    @inline(__always)
-    private func index(of value: Int64) -> Int? {
         var slot = Self.slot(value, shift)
         // Only the value is read while probing: no copy of another code's list per probe.
         while let found = slots[slot]?.value {
-            if found == value { return slot }
+            if found == value { return slots[slot]?.rules }
             slot = (slot + 1) & (slots.count - 1)
         }
         return nil

@@ -100,7 +100,7 @@ struct FlowCompiler {
     /// compiled rules when a tool asks (a 20,000-rule scope held 20,000 nodes and 40,000 edges
     /// that lint and the engine never read).
     mutating func compile(_ rule: Rule, index: Int) -> RuleGraph.CompiledRule {
-        if rule.action == .deliver || rule.action == .fail, rule.retry == nil, rule.refresh == nil, rule.logout == nil {
+        if rule.action == .deliver || rule.action == .fail, !rule.overridesSettings {
             // What the general path below gives these rules, without making the three effective
             // sections first (copying them cost each of 20,000 deliver and fail rules dozens of
             // retains): the scope's settings, the `match` edge and one `then` edge to the
@@ -201,8 +201,7 @@ struct FlowCompiler {
         // A rule that overrides nothing runs with exactly its scope's settings (r, f and l are
         // then the sections themselves): it shares the scope's box.
         let settings =
-            rule.retry == nil && rule.refresh == nil && rule.logout == nil
-            ? scopeSettings : RuleGraph.EffectiveSettings(retry: r, refresh: f, logout: l)
+            rule.overridesSettings ? RuleGraph.EffectiveSettings(retry: r, refresh: f, logout: l) : scopeSettings
         defer { edges.removeAll(keepingCapacity: true) }
         return RuleGraph.CompiledRule(
             index: index, rule: rule, scope: scope, settings: settings, actionNode: actionNode,

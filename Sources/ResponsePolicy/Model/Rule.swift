@@ -40,6 +40,9 @@ package struct Rule: Sendable, Hashable {
         get { storage.overridden?.logout }
         set { overridden = Overridden.make(retry: retry, refresh: refresh, logout: newValue) }
     }
+    /// Whether `then:` overrides any setting (one of the three above is set), read without
+    /// copying a section out to compare it with `nil`.
+    package var overridesSettings: Bool { storage.overridden != nil }
     /// The three above, boxed and `nil` when there are none: inline, three optional sections
     /// made every rule of a 20,000-rule file half a kilobyte larger, and most rules override
     /// nothing.

@@ -91,11 +91,11 @@ struct ConflictingCodesRule: LintRule {
                 let codes = rule.when.codes ?? []
                 for code in codes {
                     let value = CodeTable.canonicalInteger(code)
-                    // A rule's only code that the scope's code table lists for this rule alone
-                    // (nearly every code of a large policy) has no earlier rule naming it and no
-                    // later one: it needs no entry. (A rule listing several codes may list one
-                    // twice; those go through the tables, which see the repeat.)
-                    if codes.count > 1 || scope.classifier.ruleCount(code: code) > 1 {
+                    // The code of a rule whose codes no other rule names (nearly every rule of a
+                    // large policy) has no earlier rule naming it and no later one: it needs no
+                    // entry. (A rule listing several codes may list one twice; those go through
+                    // the tables, which see the repeat.)
+                    if codes.count > 1 || scope.classifier.sharesCode[index] {
                         let earlier = if let value { firstByValue[value] } else { firstByText[code] }
                         if let earlierIndex = earlier {
                             if conflicts(earlierIndex, index) { conflict(earlierIndex, code, index, code) }

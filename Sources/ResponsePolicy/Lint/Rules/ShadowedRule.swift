@@ -29,7 +29,7 @@ struct ShadowedRule: LintRule {
                 let rule = rules[position]
                 // Read out of the rule once: each read copied the condition's lists.
                 let when = rule.when
-                let candidates = index.candidates(for: when)
+                let candidates = index.candidates(for: when, at: position)
                 if !context.hasError(in: rule.range),
                     let earlier = candidates.first(where: {
                         !context.hasError(in: rules[$0].range)
@@ -172,13 +172,13 @@ struct ShadowedRule: LintRule {
             header.name + "\u{0}" + header.value.pattern
         }
 
-        /// The scope's decision table, built over the same rules: how many rules name a code.
+        /// The scope's decision table, built over the same rules: which rules share a code.
         let classifier: Classifier
 
-        /// Rules naming business codes, by each code that more than one rule names (a bucket for
-        /// a code only one rule names would never be asked for: nearly every code of a large
-        /// policy): integer codes by value (a canonical integer text and its value determine each
-        /// other, and hashing 20,000 codes as text cost more), other codes by text.
+        /// Rules naming business codes, by each code, for rules whose codes another rule names
+        /// too (a bucket holding a code's only rule would never be asked for: nearly every code
+        /// of a large policy): integer codes by value (a canonical integer text and its value
+        /// determine each other, and hashing 20,000 codes as text cost more), other codes by text.
         var byValue: [Int64: Bucket] = [:]
         var byCode: [String: Bucket] = [:]
         /// Rules naming code ranges.
@@ -204,11 +204,14 @@ struct ShadowedRule: LintRule {
             if when.errors != nil { erroring.add(position, path: path, header: "") }
             guard when.matchesResponses else { return }
             if let codes = when.codes {
-                if codes.count == 1 {
-                    // One code (nearly every rule): no set to make to skip repeats.
-                    addCode(codes[0], position, path: path, header: header)
-                } else {
-                    for code in Set(codes) { addCode(code, position, path: path, header: header) }
+                // A rule whose codes no other rule names is never asked for by code: no buckets.
+                if classifier.sharesCode[position] {
+                    if codes.count == 1 {
+                        // One code (nearly every rule): no set to make to skip repeats.
+                        addCode(codes[0], position, path: path, header: header)
+                    } else {
+                        for code in Set(codes) { addCode(code, position, path: path, header: header) }
+                    }
                 }
                 if when.codeRanges != nil { ranged.add(position, path: path, header: header) }
             } else if let statuses = when.statuses {
@@ -228,7 +231,6 @@ struct ShadowedRule: LintRule {
         }
 
         private mutating func addCode(_ code: String, _ position: Int, path: String, header: String) {
-            guard classifier.ruleCount(code: code) > 1 else { return }
             if let value = CodeTable.canonicalInteger(code) {
                 byValue[value, default: Bucket()].add(position, path: path, header: header)
             } else {
@@ -236,13 +238,14 @@ struct ShadowedRule: LintRule {
             }
         }
 
-        /// Earlier positions that may cover `when`, ascending: every one, however far back.
-        func candidates(for when: Condition) -> [Int] {
+        /// Earlier positions that may cover `when`, the condition of the rule at `position`,
+        /// ascending: every one, however far back.
+        func candidates(for when: Condition, at position: Int) -> [Int] {
             var lists: [[Int]] = []
             if when.matchesResponses {
                 let headers = when.headers
                 if when.codes != nil {
-                    if let code = when.codes?.first, classifier.ruleCount(code: code) > 1 {
+                    if let code = when.codes?.first, classifier.sharesCode[position] {
                         let bucket =
                             if let value = CodeTable.canonicalInteger(code) { byValue[value] } else { byCode[code] }
                         bucket?.candidates(for: when.path, headers: headers, into: &lists)
