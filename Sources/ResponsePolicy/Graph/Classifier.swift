@@ -78,9 +78,10 @@ package struct Classifier: Sendable {
                         }
                     }
                 } else if let statuses = when.statuses {
-                    var seen = Set<Int>()
                     for range in statuses {
-                        for status in range.lower...range.upper where seen.insert(status).inserted {
+                        // Rules come in ascending order, so a status that already lists this rule
+                        // lists it last: overlapping ranges list it once, without a set per rule.
+                        for status in range.lower...range.upper where byStatus[status - 100].last != i {
                             byStatus[status - 100].append(i)
                         }
                     }

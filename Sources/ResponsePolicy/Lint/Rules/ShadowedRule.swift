@@ -218,9 +218,11 @@ struct ShadowedRule: LintRule {
                 if statuses.reduce(0, { $0 + $1.upper - $1.lower + 1 }) > 100 {
                     wide.add(position, path: path, header: header)
                 } else {
+                    // One range (nearly every rule) repeats no status: no set to fill.
+                    let single = statuses.count == 1
                     var seen = Set<Int>()
                     for range in statuses {
-                        for status in range.lower...range.upper where seen.insert(status).inserted {
+                        for status in range.lower...range.upper where single || seen.insert(status).inserted {
                             byStatus[status, default: Bucket()].add(position, path: path, header: header)
                         }
                     }
