@@ -10,7 +10,7 @@ import ResponsePolicy
 ///
 /// | key | what |
 /// |---|---|
-/// | `response-policy:{key}:session` | hash: `gen`, `creds` (the JSON), `epoch` (sealed: last sign-in's `gen`) |
+/// | `response-policy:{key}:session` | hash: `gen`, `creds` (JSON), `epoch` (last sign-in's `gen`, sealed if keyed) |
 /// | `response-policy:{key}:lease` | the fencing token of the process refreshing now, `PX lease` |
 /// | `response-policy:{key}:fence` | the counter fencing tokens come from (`INCR`) |
 /// | `response-policy:{key}:logout` | the cooldown's end (ms since 1970; sealed with its epoch), TTL to that end |
@@ -298,17 +298,40 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         // The session epoch it was decided in: a logout racing a refresh (same epoch) applies; one
         // put back after a sign-in (a later epoch) is refused as a replay.
         let epoch = state.withLock { $0.epoch }
-        let message = logoutMessage(untilMs, reason, epoch: epoch)
-        let result = await run([
-            "EVAL", Self.logoutScript, "1", keys.logout, String(untilMs), String(ttl), message, keys.channel,
-            signer?.logoutSuffix(until: untilMs, epoch: epoch) ?? "",
-        ])
-        if case .failure = result {
+        switch await run(logoutCommand(untilMs, ttl: ttl, reason: reason, epoch: epoch)) {
+        case .success(let reply): learnFromRefusedLogout(reply)
+        case .failure:
             // Published by the subscriber when Redis is back (issue 19: a logout during an outage
             // was never heard by the others, who kept sending through the cooldown).
             state.withLock { state in
                 if untilMs > (state.pendingLogout?.until ?? 0) { state.pendingLogout = (untilMs, reason, epoch) }
             }
+        }
+    }
+
+    /// `logoutScript`'s command for a logout until `untilMs` decided in session `epoch`.
+    private func logoutCommand(_ untilMs: Int64, ttl: Int64, reason: String, epoch: UInt64) -> [String] {
+        [
+            "EVAL", Self.logoutScript, "2", keys.logout, keys.session, String(untilMs), String(ttl),
+            logoutMessage(untilMs, reason, epoch: epoch), keys.channel,
+        ] + [signer?.logoutSuffix(until: untilMs, epoch: epoch) ?? "", String(epoch)]
+    }
+
+    /// `logoutScript` refused a logout decided before the sign-in that started the stored epoch
+    /// (`{0, epoch}`): this process had not heard of that sign-in. Nothing was stored or announced
+    /// (it ended only the session the sign-in had already ended); the epoch is learned, so this
+    /// process's next logout belongs to the current session. An epoch that fails its seal is a
+    /// problem, and is not learned.
+    private func learnFromRefusedLogout(_ reply: RedisReply) {
+        let items = reply.items
+        guard items.first?.integer == 0, items.count > 1 else { return }
+        guard let signer else {
+            if let epoch = Self.plainEpoch(items[1].text) { state.withLock { $0.epoch = max($0.epoch, epoch) } }
+            return
+        }
+        switch signer.checkEpoch(items[1].text) {
+        case .success(let epoch): state.withLock { $0.epoch = max($0.epoch, epoch) }
+        case .failure(let error): send(.problem("the session epoch in \(keys.session) on \(endpoint) \(error.reason)"))
         }
     }
 
@@ -335,7 +358,15 @@ public final class RedisSessionCoordinator: SessionCoordinator {
     /// Under a key: the session epoch a sign-in's (or publication's) announcement carries, checked,
     /// remembered when later than the one known. A refused one is a problem, and never lowers it.
     private func learnEpoch(_ value: Any?, generation: UInt64) {
-        guard let signer, let text = value as? String else { return }
+        guard let text = value as? String else { return }
+        guard let signer else {
+            // Unsigned: a number, trusted as everything else is without a key; it only keeps a
+            // logout decided before it from being stored.
+            if let epoch = Self.plainEpoch(text), epoch <= generation {
+                state.withLock { $0.epoch = max($0.epoch, epoch) }
+            }
+            return
+        }
         switch signer.checkEpoch(text) {
         case .failure(let error):
             send(.problem("the session epoch of a publication on \(keys.channel) \(error.reason)"))
@@ -354,11 +385,8 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         guard let (untilMs, reason, epoch) = state.withLock({ $0.pendingLogout }) else { return }
         let ttl = untilMs - Date().millisecondsSince1970
         if ttl > 0 {
-            let message = logoutMessage(untilMs, reason, epoch: epoch)
-            _ = try connection.command([
-                "EVAL", Self.logoutScript, "1", keys.logout, String(untilMs), String(ttl), message, keys.channel,
-                signer?.logoutSuffix(until: untilMs, epoch: epoch) ?? "",
-            ])
+            let command = logoutCommand(untilMs, ttl: ttl, reason: reason, epoch: epoch)
+            learnFromRefusedLogout(try connection.command(command))
         }
         state.withLock { state in if state.pendingLogout?.until == untilMs { state.pendingLogout = nil } }
     }
@@ -377,7 +405,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
             guard case .success(let reply) = await run(arguments) else { return nil }
             if let generation = reply.integer {
                 let session = SharedSession(credentials: credentials, generation: UInt64(generation))
-                if signer != nil { state.withLock { $0.epoch = max($0.epoch, UInt64(generation)) } }
+                state.withLock { $0.epoch = max($0.epoch, UInt64(generation)) }
                 remember(session)
                 return session
             }
@@ -468,7 +496,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         let generation = latest?.generation ?? 0
         // A re-seed keeps the session epoch known, so a logout decided before it stays refused
         // and one decided after it (in this epoch) applies.
-        let sealedEpoch = epoch > 0 && epoch <= generation ? signer?.epochValue(epoch) : nil
+        let sealedEpoch = epoch > 0 && epoch <= generation ? signer?.epochValue(epoch) ?? String(epoch) : nil
         return [
             "EVAL", Self.seedScript, "2", keys.session, keys.logout,
             seed.map { SharedCredentialsCodec.encode($0, signer: signer, generation: generation) } ?? "",
@@ -599,6 +627,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
             return .failure(CoordinationError(reason))
         }
         guard let signer else {
+            learnEpoch(items.count > 4 ? items[4].text : nil, generation: generation)
             return .success(
                 SharedSession(
                     credentials: credentials(text, generation: generation, source: "the session hash"),
@@ -638,8 +667,15 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         case .failure(let error): return refuse("the cooldown \(keys.logout) on \(endpoint) \(error.reason)")
         case .success(let end):
             let source = "the cooldown \(keys.logout) on \(endpoint)"
-            if let end, let problem = epochProblem(end.epoch, known: known, source: source) { return refuse(problem) }
-            let until = end?.until
+            var until = end?.until
+            // An end decided before the sign-in of the known epoch (put back after it, or stored by
+            // a process that ran an older logout script) ended only the session that sign-in
+            // ended: a problem, and no cooldown. The session itself is the current one, so it is
+            // not refused: refusing it paused every refresh turn and join until the end expired.
+            if let end, let problem = epochProblem(end.epoch, known: known, source: source) {
+                send(.problem(problem))
+                until = nil
+            }
             let now = Date().millisecondsSince1970
             return .success(
                 SharedSession(
@@ -768,6 +804,12 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         return Date(milliseconds: min(milliseconds, SharedCredentialsCodec.maxMilliseconds))
     }
 
+    /// The number a session epoch starts with (sealed or not), when it is one.
+    private static func plainEpoch(_ text: String?) -> UInt64? {
+        guard let text, let epoch = UInt64(text.prefix { $0 != ":" }), epoch < 9_000_000_000_000_000 else { return nil }
+        return epoch
+    }
+
     private static func json(_ object: [String: Any]) -> String {
         let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data()
         return String(decoding: data, as: UTF8.self)
@@ -865,31 +907,39 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         return 1
         """
 
-    /// KEYS: logout. ARGV: until ms, ttl ms, message, channel, and under a key the end's session
-    /// epoch and seal (`:<epoch>:<seal>`, stored after the number). Stores before it announces, and never shortens a
-    /// longer cooldown.
+    /// KEYS: logout, session. ARGV: until ms, ttl ms, message, channel, under a key the end's
+    /// session epoch and seal (`:<epoch>:<seal>`, stored after the number; empty without one),
+    /// and the session epoch the logout was decided in.
+    /// A logout decided in an epoch older than the session hash's (by a process that had not heard
+    /// of the sign-in that started it) ended only the session that sign-in ended: it is neither
+    /// stored nor announced, and the reply is {0, stored epoch}. Otherwise it stores before it
+    /// announces, never shortens a longer cooldown, and replies {1}.
     static let logoutScript = """
+        if (ARGV[6] or '') ~= '' then
+          local epoch = redis.call('HGET', KEYS[2], 'epoch') or ''
+          if tonumber(ARGV[6]) < (tonumber(string.match(epoch, '^%d+') or '0') or 0) then return {0, epoch} end
+        end
         local current = tonumber(string.match(redis.call('GET', KEYS[1]) or '0', '^%d*') or '0') or 0
         if tonumber(ARGV[1]) > current then redis.call('SET', KEYS[1], ARGV[1] .. (ARGV[5] or ''), 'PX', ARGV[2]) end
         redis.call('PUBLISH', ARGV[4], ARGV[3])
-        return 1
+        return {1}
         """
 
     /// KEYS: session, lease, logout. ARGV: credentials JSON, channel, and under a key the generation
     /// the credentials were sealed after ({gen} when it is not the stored one) and the sealed
-    /// session epoch the sign-in starts (stored in the hash's `epoch`, announced as `e`). Ends a cooldown and
-    /// voids a refresh in progress (its holder's publication is refused).
+    /// session epoch the sign-in starts. The epoch (without a key: the new generation, unsealed)
+    /// is stored in the hash's `epoch` and announced as `e`. Ends a cooldown and voids a refresh
+    /// in progress (its holder's publication is refused).
     static let signInScript = """
         local gen = redis.call('HGET', KEYS[1], 'gen') or '0'
         if (ARGV[3] or '') ~= '' and gen ~= ARGV[3] then return {gen} end
         local new = redis.call('HINCRBY', KEYS[1], 'gen', 1)
         redis.call('HSET', KEYS[1], 'creds', ARGV[1])
         redis.call('DEL', KEYS[2], KEYS[3])
-        local epoch = ''
-        if (ARGV[4] or '') ~= '' then
-          redis.call('HSET', KEYS[1], 'epoch', ARGV[4])
-          epoch = ',"e":"' .. ARGV[4] .. '"'
-        end
+        local epoch = ARGV[4] or ''
+        if epoch == '' then epoch = tostring(new) end
+        redis.call('HSET', KEYS[1], 'epoch', epoch)
+        epoch = ',"e":"' .. epoch .. '"'
         redis.call('PUBLISH', ARGV[2], '{"t":"c","g":' .. new .. epoch .. ',"c":' .. ARGV[1] .. '}')
         return new
         """

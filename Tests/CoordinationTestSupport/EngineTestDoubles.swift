@@ -19,6 +19,16 @@ public let basePolicy = """
       with: { token-url: "https://auth.example.com/token", client-id: app }
     """
 
+/// Collects events from any thread.
+public final class EventLog: PolicyObserver {
+    private let stored = Mutex<[PolicyEvent]>([])
+    public init() {}
+    public func observe(_ event: PolicyEvent) { stored.withLock { $0.append(event) } }
+    public var events: [PolicyEvent] { stored.withLock { $0 } }
+    /// The reasons of the `problem` events.
+    public var problems: [String] { events.filter { $0.kind == .problem }.compactMap(\.reason) }
+}
+
 /// A transport that records every request and answers through a handler (given the request and
 /// its number, from 1, in the order the transport was called).
 public final class RecordingTransport: Transport {

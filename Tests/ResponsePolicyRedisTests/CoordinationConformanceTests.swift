@@ -29,6 +29,8 @@ import Testing
         let folder: URL
         let memory = InMemoryCoordinationStore(clock: SystemPolicyClock())
         private var coordinators: [any SessionCoordinator] = []
+        /// Coordinators made and never started: they do not subscribe.
+        private var unstarted = 0
         static let key = "conformance"
 
         init(_ backend: Backend) throws {
@@ -61,11 +63,18 @@ import Testing
             let made = try coordinator(lease: lease)
             let shared = await made.start(local: local, updates: updates)
             if let server {
-                let listening = coordinators.count
+                let listening = coordinators.count - unstarted
                 #expect(await server.waitForSubscribers(listening, on: "response-policy:{\(Self.key)}:events"))
                 #expect(await server.waitForCalls("eval", atLeast: listening))
             }
             return (made, shared)
+        }
+
+        /// A coordinator that is never started: a process that hears nothing of the others (its
+        /// view is what it last read, here nothing), though its calls reach the store.
+        func unheard() throws -> any SessionCoordinator {
+            unstarted += 1
+            return try coordinator()
         }
 
         deinit {
@@ -256,5 +265,42 @@ import Testing
         #expect(after?.credentials == testCredentials("again"))
         #expect(after?.loggedOutUntil == nil)
         #expect(after?.generation == signedIn?.generation)
+    }
+
+    /// A process that had not heard of a sign-in meets the server's logout code on the old token:
+    /// its logout ended only the session the sign-in had already ended, so it changes nothing for
+    /// the current one. It is not stored (a process that joins later, and a refresh turn, find
+    /// the signed-in session without a cooldown) and nobody hears it.
+    @Test(arguments: backends)
+    func aLogoutFromAProcessThatMissedASignInChangesNothing(_ backend: Backend) async throws {
+        let fleet = try Fleet(backend)
+        let log = UpdateLog()
+        let (signer, _) = try await fleet.started(local: testCredentials("seed"))
+        _ = try await fleet.started(local: nil, updates: log.sink)
+        let missed = try fleet.unheard()
+        let signedIn = try #require(await signer.publishSignIn(testCredentials("signed-in")))
+        let heard = await log.first(within: .seconds(60)) {
+            if case .credentials(let session) = $0 { session.generation == signedIn.generation } else { false }
+        }
+        try #require(heard != nil, "the listener never heard the sign-in")
+
+        await missed.publishLogout(until: Date().addingTimeInterval(600), reason: "rule session-revoked")
+        let (_, late) = try await fleet.started(local: nil)
+        #expect(late == SharedSession(credentials: testCredentials("signed-in"), generation: signedIn.generation))
+        let turn = await signer.beginRefresh(Self.request(0))
+        guard case .newer(let session) = turn else { return recordFailure("the signer's turn was \(turn)") }
+        #expect(session.generation == signedIn.generation && session.loggedOutUntil == nil)
+        // A rotation reaches the listener after anything the logout could have made it hear.
+        guard case .lease(let lease) = await signer.beginRefresh(Self.request(signedIn.generation)) else {
+            return recordFailure("no lease for the signed-in session")
+        }
+        guard case .published(let rotated) = await signer.publish(testCredentials("rotated"), with: lease) else {
+            return recordFailure("the rotation was not published")
+        }
+        let rotation = await log.first(within: .seconds(60)) {
+            if case .credentials(let session) = $0 { session.generation == rotated.generation } else { false }
+        }
+        #expect(rotation != nil, "the listener never heard the rotation")
+        #expect(!log.updates.contains { if case .loggedOut = $0 { true } else { false } }, "\(log.updates)")
     }
 }

@@ -1,7 +1,6 @@
 import Foundation
 import ResponsePolicy
 import ResponsePolicyRedis
-import Synchronization
 import Testing
 
 /// Issue 23: a Redis that is not on a loopback address, without `signing-key-env`, is a run-time
@@ -9,12 +8,6 @@ import Testing
 /// without making `PolicyEngine(checking:)` refuse the policy. (`redis://0.0.0.0:1` is not a
 /// loopback address by the lint's rule, and connects nowhere off this host.)
 struct CoordinationTrustWarningRedisTests {
-    final class Events: PolicyObserver {
-        private let log = Mutex<[PolicyEvent]>([])
-        func observe(_ event: PolicyEvent) { log.withLock { $0.append(event) } }
-        var problems: [String] { log.withLock { $0.filter { $0.kind == .problem }.compactMap(\.reason) } }
-    }
-
     static var plugins: PluginRegistry {
         var registry = PluginRegistry()
         RedisCoordination.register(in: &registry)
@@ -26,8 +19,8 @@ struct CoordinationTrustWarningRedisTests {
             yaml: "policy: 1\nname: t\ncoordination: { use: redis, with: { \(with) } }\n", plugins: plugins.catalog)
     }
 
-    static func engine(_ policy: Policy, environment: [String: String] = [:]) -> (PolicyEngine, Events) {
-        let events = Events()
+    static func engine(_ policy: Policy, environment: [String: String] = [:]) -> (PolicyEngine, EventLog) {
+        let events = EventLog()
         var options = PolicyEngine.Options()
         options.observers = [events]
         options.environment = environment

@@ -10,7 +10,7 @@ import Testing
 /// state in Redis as in the value. A table of cases (every branch of each script) and seeded random
 /// sequences of operations, on a `redis-server` of the test's own.
 ///
-/// How Redis keeps the record (see ``RedisSessionCoordinator``): `gen`/`creds` in the session hash,
+/// How Redis keeps the record (see ``RedisSessionCoordinator``): `gen`/`creds`/`epoch` in the session hash,
 /// the fencing counter, the lease as a key with a TTL, the cooldown's end as a key with a TTL, the
 /// grants in a sorted set. Redis keeps no holder id and no failure (a failure is published), and a
 /// lapsed lease or cooldown is gone rather than kept: states are compared as Redis can hold them.
@@ -108,16 +108,28 @@ struct RedisScriptConformanceTests {
             state: { now in record(gen: 2, fence: 6, lease: (6, now + 8_000)) }
         ) { _ in .end(RefreshLease(fencingToken: 5, generation: 2), failure: nil) },
         Case(name: "logout: starts a cooldown", state: { _ in record(gen: 2) }) { now in
-            .logout(until: now + 30_000)
+            .logout(until: now + 30_000, epoch: 0)
         },
         Case(
             name: "logout: never shortens a longer cooldown",
             state: { now in record(gen: 2, loggedOutUntil: now + 60_000) }
-        ) { now in .logout(until: now + 30_000) },
+        ) { now in .logout(until: now + 30_000, epoch: 0) },
         Case(
             name: "logout: a cooldown that is over is replaced",
             state: { now in record(gen: 2, loggedOutUntil: now - 5_000) }
-        ) { now in .logout(until: now + 30_000) },
+        ) { now in .logout(until: now + 30_000, epoch: 0) },
+        Case(
+            name: "logout: decided in the current session epoch: starts a cooldown",
+            state: { _ in record(gen: 4, epoch: 3) }
+        ) { now in .logout(until: now + 30_000, epoch: 3) },
+        Case(
+            name: "logout: decided before the last sign-in: stores nothing",
+            state: { _ in record(gen: 4, epoch: 3) }
+        ) { now in .logout(until: now + 30_000, epoch: 2) },
+        Case(
+            name: "logout: decided before the last sign-in: keeps a running cooldown as it is",
+            state: { now in record(gen: 4, loggedOutUntil: now + 10_000, epoch: 3) }
+        ) { now in .logout(until: now + 30_000, epoch: 1) },
         Case(
             name: "signIn: replaces the session, ends the cooldown, voids the lease",
             state: { now in record(gen: 2, fence: 5, lease: (5, now + 8_000), loggedOutUntil: now + 30_000) }
@@ -171,7 +183,10 @@ struct RedisScriptConformanceTests {
             case 12..<14:
                 guard let lease = leases.randomElement(using: &random) else { continue }
                 operation = .end(lease, failure: Bool.random(using: &random) ? "failed \(step)" : nil)
-            case 14..<16: operation = .logout(until: now + Int64.random(in: 10_000...90_000, using: &random))
+            case 14..<16:
+                // Decided in the current session epoch, or (a process that missed a sign-in) the one before.
+                let epoch = value.epoch &- min(value.epoch, UInt64.random(in: 0...1, using: &random))
+                operation = .logout(until: now + Int64.random(in: 10_000...90_000, using: &random), epoch: epoch)
             case 16: operation = .signIn(creds("sign-in-\(step)"))
             case 17..<19:
                 // Time passes beyond the lease: its holder died, or is slow.
@@ -223,6 +238,7 @@ struct RedisScriptConformanceTests {
         #expect(value.generation == stored.generation, "\(label): generation", sourceLocation: sourceLocation)
         #expect(value.credentials == stored.credentials, "\(label): credentials", sourceLocation: sourceLocation)
         #expect(value.fence == stored.fence, "\(label): fencing counter", sourceLocation: sourceLocation)
+        #expect(value.epoch == stored.epoch, "\(label): session epoch", sourceLocation: sourceLocation)
         let lease = value.lease.flatMap { $0.expires > now ? $0 : nil }
         #expect(lease?.fence == stored.lease?.fence, "\(label): lease", sourceLocation: sourceLocation)
         if let lease, let held = stored.lease {
@@ -254,7 +270,7 @@ enum Operation: Sendable, CustomStringConvertible {
     case begin(failedGeneration: UInt64, leaseMs: Int64, limit: (count: Int, perMs: Int64)?)
     case publish(Credentials, RefreshLease)
     case end(RefreshLease, failure: String?)
-    case logout(until: Int64)
+    case logout(until: Int64, epoch: UInt64)
     case signIn(Credentials)
 
     var description: String {
@@ -266,7 +282,7 @@ enum Operation: Sendable, CustomStringConvertible {
         case .publish(let credentials, let lease):
             return "publish(\(credentials.accessToken), fence \(lease.fencingToken), gen \(lease.generation))"
         case .end(let lease, let failure): return "end(fence \(lease.fencingToken), failure: \(failure ?? "nil"))"
-        case .logout(let until): return "logout(until: \(until))"
+        case .logout(let until, let epoch): return "logout(until: \(until), epoch: \(epoch))"
         case .signIn(let credentials): return "signIn(\(credentials.accessToken))"
         }
     }
@@ -290,8 +306,8 @@ extension CoordinationRecord {
         case .end(let lease, let failure):
             end(lease, failure: failure)
             return .done
-        case .logout(let until):
-            logout(until: until)
+        case .logout(let until, let epoch):
+            logout(until: until, epoch: epoch)
             return .done
         case .signIn(let credentials): return .signedIn(signIn(credentials))
         }
@@ -332,6 +348,7 @@ final class ScriptedRecord {
             }
             try call(arguments)
         }
+        if record.epoch > 0 { try call(["HSET", keys.session, "epoch", String(record.epoch)]) }
         if record.fence > 0 { try call(["SET", keys.fence, String(record.fence)]) }
         if let lease = record.lease, lease.expires > now {
             try call(["SET", keys.lease, String(lease.fence), "PX", String(lease.expires - now)])
@@ -352,6 +369,7 @@ final class ScriptedRecord {
             SharedCredentialsCodec.decode($0)
         }
         record.fence = UInt64(try call(["GET", keys.fence]).integer ?? 0)
+        record.epoch = UInt64(try call(["HGET", keys.session, "epoch"]).integer ?? 0)
         if let fence = try call(["GET", keys.lease]).integer {
             let left = try call(["PTTL", keys.lease]).integer ?? 0
             record.lease = .init(fence: UInt64(fence), holder: 0, expires: now + left)
@@ -413,10 +431,10 @@ final class ScriptedRecord {
                 failure.map { #"{"t":"f","f":\#(lease.fencingToken),"w":"\#($0)"}"# } ?? "", keys.channel,
             ])
             return .done
-        case .logout(let until):
+        case .logout(let until, let epoch):
             try call([
-                "EVAL", Script.logoutScript, "1", keys.logout, String(until), String(max(1, until - now)),
-                #"{"t":"l","u":\#(until),"r":"test"}"#, keys.channel,
+                "EVAL", Script.logoutScript, "2", keys.logout, keys.session, String(until), String(max(1, until - now)),
+                #"{"t":"l","u":\#(until),"r":"test"}"#, keys.channel, "", String(epoch),
             ])
             return .done
         case .signIn(let credentials):
@@ -440,7 +458,7 @@ private func creds(_ name: String) -> Credentials {
 
 private func record(
     gen: UInt64, credentials: Credentials? = creds("shared"), fence: UInt64 = 0, lease: (UInt64, Int64)? = nil,
-    loggedOutUntil: Int64? = nil, refreshes: [Int64] = []
+    loggedOutUntil: Int64? = nil, refreshes: [Int64] = [], epoch: UInt64 = 0
 ) -> CoordinationRecord {
     var record = CoordinationRecord()
     record.generation = gen
@@ -449,6 +467,7 @@ private func record(
     record.lease = lease.map { .init(fence: $0.0, holder: 1, expires: $0.1) }
     record.loggedOutUntil = loggedOutUntil
     record.refreshes = refreshes
+    record.epoch = epoch
     return record
 }
 

@@ -25,3 +25,18 @@ extension RedisServerFixture {
     /// The pub/sub channel of the session under `key`.
     static func channel(_ key: String = "mobile-api") -> String { "response-policy:{\(key)}:events" }
 }
+
+/// Publishes a logout (reason `revoked`) from `decider` until `log` hears it; false when it never
+/// does. The listener subscribes in the background, and a message sent before that is lost, as
+/// Redis pub/sub is.
+func logOut(_ decider: any SessionCoordinator, heardBy log: UpdateLog, until: Date) async -> Bool {
+    for _ in 0..<50 {
+        await decider.publishLogout(until: until, reason: "revoked")
+        if await log.first(within: .milliseconds(100), where: { if case .loggedOut = $0 { true } else { false } })
+            != nil
+        {
+            return true
+        }
+    }
+    return false
+}

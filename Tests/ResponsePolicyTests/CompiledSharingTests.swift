@@ -44,19 +44,26 @@ struct CompiledSharingTests {
         return text
     }
 
+    static func overridesNothing(_ flow: RuleGraph.CompiledRule) -> Bool {
+        flow.rule.retry == nil && flow.rule.refresh == nil && flow.rule.logout == nil
+    }
+
     @Test(arguments: [1, 2, 3, 4, 5] as [UInt64])
     func sharedSettingsAreTheSectionsAndOverridesAreTheirOwn(seed: UInt64) throws {
         let policy = try Policy.load(yaml: Self.policy(seed: seed, count: 60))
         let scope = try #require(policy.graph.scopes.last)
-        var shared: RuleGraph.EffectiveSettings?
+        // Both kinds of rule are there, and the shared box is known before any rule is compared
+        // with it (compared with nil, every identity check below would pass whatever the boxes).
+        #expect(scope.compiled.filter { Self.overridesNothing($0) }.count >= 2)
+        #expect(scope.compiled.contains { !Self.overridesNothing($0) })
+        let shared = try #require(scope.compiled.first { Self.overridesNothing($0) }?.settings)
         for flow in scope.compiled {
-            if flow.rule.retry == nil && flow.rule.refresh == nil && flow.rule.logout == nil {
+            if Self.overridesNothing(flow) {
                 // Every rule that overrides nothing runs with exactly the scope's sections, from one box.
                 #expect(flow.retry == scope.retry)
                 #expect(flow.refresh == scope.refresh)
                 #expect(flow.logout == scope.logout)
-                if let shared { #expect(flow.settings === shared) }
-                shared = flow.settings
+                #expect(flow.settings === shared)
             } else {
                 // An override is the rule's own, and reaches no other rule.
                 #expect(flow.settings !== shared)

@@ -84,6 +84,53 @@ struct CoordinationRecordTests {
         }
     }
 
+    /// Random sign-ins, refreshes and logouts, each logout decided in an epoch some process knew
+    /// (the current one, or one a later sign-in ended that the process had not heard of): a logout
+    /// decided before the last sign-in never changes the record; one decided in its epoch starts or
+    /// lengthens the cooldown as before. Refreshes keep the epoch, sign-ins start one.
+    @Test(arguments: [1, 2, 3] as [UInt64])
+    func aLogoutDecidedBeforeTheLastSignInChangesNothing(seed: UInt64) {
+        var random = SplitMix64(seed: seed)
+        var record = CoordinationRecord()
+        record.credentials = Credentials(accessToken: "a0", refreshToken: "r0")
+        var epochs: [UInt64] = [0]
+        var now: Int64 = 1_000_000
+        var refused = 0
+        var applied = 0
+        for step in 0..<2000 {
+            now += Int64.random(in: 0...500, using: &random)
+            switch Int.random(in: 0..<6, using: &random) {
+            case 0:
+                let session = record.signIn(Credentials(accessToken: "a\(step)", refreshToken: "r\(step)"))
+                #expect(record.epoch == session.generation && record.loggedOutUntil == nil)
+                epochs.append(record.epoch)
+            case 1:
+                let epoch = record.epoch
+                if case .granted(let lease) = record.begin(
+                    failedGeneration: record.generation, leaseMs: 1000, limit: nil, holder: 1, now: now)
+                {
+                    _ = record.publish(Credentials(accessToken: "p\(step)"), with: lease, now: now)
+                }
+                #expect(record.epoch == epoch, "seed \(seed) step \(step): a refresh moved the epoch")
+            default:
+                let decided = epochs.randomElement(using: &random) ?? 0
+                let before = record
+                let until = now + Int64.random(in: 1...30_000, using: &random)
+                let changed = record.logout(until: until, epoch: decided)
+                if decided < before.epoch {
+                    #expect(!changed && record == before, "seed \(seed) step \(step): a stale logout was stored")
+                    refused += 1
+                } else {
+                    #expect(changed == (until > (before.loggedOutUntil ?? 0)), "seed \(seed) step \(step)")
+                    #expect(record.loggedOutUntil == max(until, before.loggedOutUntil ?? 0))
+                    applied += 1
+                }
+            }
+        }
+        // Both kinds of logout were met, so both checks ran.
+        #expect(refused > 0 && applied > 0)
+    }
+
     @Test func aLapsedLeasePublishesOnlyWhenNobodyWasGrantedOneSince() {
         var record = CoordinationRecord()
         guard case .granted(let first) = record.begin(failedGeneration: 0, leaseMs: 100, limit: nil, holder: 1, now: 0)
@@ -170,6 +217,7 @@ struct CoordinationRecordTests {
             (#"{"generation":1,"logged-out-until":1e300}"#, "logged-out-until"),
             (#"{"generation":-1}"#, "generation"),
             (#"{"lease":{"fence":1,"expires":1e30,"pid":1}}"#, "lease"),
+            (#"{"generation":1,"epoch":2}"#, "epoch"),
         ] {
             #expect(FileSessionCoordinator.replaceFile(state, with: Data(text.utf8)) == nil)
             guard case .failure(let error) = FileSessionCoordinator.read(state) else {

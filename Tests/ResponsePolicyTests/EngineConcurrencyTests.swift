@@ -79,7 +79,10 @@ struct EngineConcurrencyTests {
         var options = PolicyEngine.Options()
         options.refreshPlugin = refresh
         let engine = PolicyEngine(
-            policy: try Policy.load(yaml: basePolicy + "\n  on-failure: fail\n  max-per-request: 3\n"),
+            // A cooldown far longer than the storm: on the real clock, a starved CI machine once took
+            // 82 s, and the default cooldown ran out before `isLoggedOut` was asked.
+            policy: try Policy.load(
+                yaml: basePolicy + "\n  on-failure: fail\n  max-per-request: 3\nlogout: { cooldown: 1h }\n"),
             transport: LogoutTransport(), credentials: MemoryCredentialStore(Credentials(accessToken: "token-0")),
             options: options)
         let count = await withTaskGroup(of: Int.self) { group in

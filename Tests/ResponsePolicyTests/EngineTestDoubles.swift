@@ -24,13 +24,6 @@ final class CountingRefresh: RefreshPlugin {
     }
 }
 
-/// Collects events from any thread.
-final class EventLog: PolicyObserver {
-    private let stored = Locked<[PolicyEvent]>([])
-    func observe(_ event: PolicyEvent) { stored.withLock { $0.append(event) } }
-    var events: [PolicyEvent] { stored.withLock { $0 } }
-}
-
 /// An engine on a virtual clock and a deterministic scheduler.
 struct SimulatedEngine {
     let clock: VirtualClock

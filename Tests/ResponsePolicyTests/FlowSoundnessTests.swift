@@ -361,6 +361,47 @@ struct FlowSoundnessTests {
         }
     }
 
+    /// A refresh rule with `max-per-request: 0` never refreshes for a request, but the generation
+    /// rule still re-sends a request refused with a token that was replaced meanwhile (here by a
+    /// sign-in), without counting it: the graph draws that loop edge, as for any refresh rule.
+    @Test func aRefreshRuleWithNoRefreshesPerRequestStillReSendsAReplacedToken() async throws {
+        let clock = VirtualClock()
+        let transport = RecordingTransport { request, _ in
+            guard request.headers["Authorization"] == "Bearer token-0" else { return response(#"{"status":0}"#) }
+            try await clock.sleep(until: .seconds(2))  // answered after the sign-in
+            return response(#"{"status":1401}"#)
+        }
+        let policy = """
+            policy: 1
+            name: test
+            classify: { code: body.status }
+            rules:
+              - { name: token-expired, when: { code: [1401] }, then: { do: refresh, max-per-request: 0 } }
+            refresh:
+              use: oauth2
+              with: { token-url: "https://auth.example.com/token", client-id: app }
+            """
+        let refresh = CountingRefresh()
+        let sim = try SimulatedEngine(policy, transport: transport, refresh: refresh, clock: clock)
+        let scheduler = sim.scheduler
+        let result = try await sim.run { engine -> HTTPResponse? in
+            let a = Task(executorPreference: scheduler) { try? await engine.send(HTTPRequest(url: testURL, id: "a")) }
+            try await clock.sleep(until: .seconds(1))  // a is out with token-0
+            engine.signIn(Credentials(accessToken: "signed-in", refreshToken: "new-session"))
+            return await a.value
+        }
+        #expect(result?.status == 200)
+        #expect(transport.requests.map { $0.headers["Authorization"] } == ["Bearer token-0", "Bearer signed-in"])
+        #expect(refresh.calls == 0)
+        let scope = try #require(try Policy.load(yaml: policy).graph.scopes.last)
+        let flow = try #require(scope.compiled.first)
+        let again = try #require(flow.again, "the engine re-sent from \(flow.actionNode), which has no loop edge")
+        #expect(again.kind == .resend && again.from == flow.actionNode && again.to == scope.id + ".classify")
+        #expect(scope.edges.contains(again))
+        // Not a refresh a request waits for: the worst case counts none.
+        #expect(WorstCase(scope: scope).refreshResends == 0 && WorstCase(scope: scope).refreshWait == .zero)
+    }
+
     @Test func aRetryThatCanNeverHappenIsNotDrawnAsOne() throws {
         let policy = try Policy.load(
             yaml: """

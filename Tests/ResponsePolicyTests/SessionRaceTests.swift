@@ -72,6 +72,58 @@ import Testing
 }
 
 extension SessionRaceTests {
+    /// A request signed with the old session's token is answered with the logout code only after
+    /// `signIn`: the server ended the session that token belonged to, which the sign-in already
+    /// replaced. The request fails by its rule, and the new session goes on; a request signed
+    /// after the sign-in that meets the same code still logs out (found by the fleet review: the
+    /// engine logged the new session out).
+    @Test(arguments: [false, true])
+    func aLogoutCodeForATokenFromBeforeASignInDoesNotEndTheNewSession(startSignedIn: Bool) async throws {
+        let clock = VirtualClock()
+        let transport = RecordingTransport { request, _ in
+            switch request.id {
+            case "old":
+                // Answered 5 s later: the sign-in happens meanwhile.
+                try await clock.sleep(until: .seconds(5))
+                return response(#"{"status":202}"#)
+            case "after":
+                return response(#"{"status":202}"#)
+            default:
+                return response(#"{"status":0}"#)
+            }
+        }
+        let sim = try SimulatedEngine(
+            basePolicy, transport: transport, refresh: CountingRefresh(),
+            credentials: startSignedIn ? Credentials(accessToken: "token-0") : nil, clock: clock)
+        let scheduler = sim.scheduler
+        let (old, next, afterSignIn, last) = try await sim.run {
+            engine -> (String, String, String, String) in
+            func outcome(_ id: String) async -> String {
+                do throws(PolicyEngineError) {
+                    return "\(try await engine.send(HTTPRequest(url: testURL, id: id)).status)"
+                } catch {
+                    return "\(error)"
+                }
+            }
+            let oldTask = Task(executorPreference: scheduler) { await outcome("old") }
+            try await clock.sleep(until: .seconds(1))
+            engine.signIn(Credentials(accessToken: "signed-in", refreshToken: "new-session"))
+            let old = await oldTask.value
+            let next = await outcome("next")
+            let afterSignIn = await outcome("after")
+            let last = await outcome("last")
+            return (old, next, afterSignIn, last)
+        }
+        #expect(old == "rule 'forced-logout' failed the request (HTTP 200 (14 bytes))", "old: \(old)")
+        #expect(next == "200", "the new session was logged out by the old session's answer: \(next)")
+        let nextSent = transport.requests.first { $0.id == "next" }?.headers["Authorization"]
+        #expect(nextSent == "Bearer signed-in")
+        // The same code on the new session's own token is the server ending it.
+        #expect(afterSignIn.hasPrefix("logged out"), "after: \(afterSignIn)")
+        #expect(last.hasPrefix("logged out"), "last: \(last)")
+        #expect(!transport.requests.contains { $0.id == "last" })
+    }
+
     final class RecordingLogout: LogoutPlugin {
         let seen = Locked<[String?]>([])
         func logout(_ context: LogoutContext) async { seen.withLock { $0.append(context.credentials?.accessToken) } }

@@ -17,7 +17,8 @@ import Foundation
 ///   it releases it with its descriptors.
 /// - `<credentials>.shared`: the shared state as JSON (mode 0600, it holds the tokens): generation,
 ///   credentials, the lease (fencing token, holder pid, expiry), the last fencing token, the
-///   cooldown's end, the last failed refresh, the recent lease grants for `refresh.limit`. It is
+///   cooldown's end, the session epoch (the last sign-in's generation), the last failed refresh,
+///   the recent lease grants for `refresh.limit`. It is
 ///   replaced with `rename(2)`, so a reader without the lock sees an old state or a new one.
 ///
 /// A watcher thread notices a new state file (its inode changes with each rename) within
@@ -62,8 +63,9 @@ public final class FileSessionCoordinator: SessionCoordinator {
         var health = CoordinatorHealth()
         var stopped = false
         var watching = false
-        /// A logout this process could not store (the lock file was busy or unwritable).
-        var pendingLogout: Int64?
+        /// A logout this process could not store (the lock file was busy or unwritable): its end
+        /// and the session epoch it was decided in.
+        var pendingLogout: (until: Int64, epoch: UInt64)?
         /// The highest revision of a sealed record read or written: an older copy put back is a replay.
         var revision: UInt64 = 0
     }
@@ -177,18 +179,23 @@ public final class FileSessionCoordinator: SessionCoordinator {
     }
 
     public func publishLogout(until: Date, reason: String) async {
-        let stored = await transact { shared in shared.logout(until: until.millisecondsSince1970) }
-        if case .failure = stored {
+        let end = until.millisecondsSince1970
+        // The session epoch it was decided in: the latest this process has read. A logout decided
+        // before a sign-in it had not read yet is not stored (``CoordinationRecord/logout(until:epoch:)``).
+        let epoch = state.withLock { $0.seen.epoch }
+        let stored = await transact { shared in shared.logout(until: end, epoch: epoch) }
+        switch stored {
+        case .failure:
             // Published when the lock file is usable again (issue 19: a logout during an outage
             // was never heard by the others).
             state.withLock { state in
-                state.pendingLogout = max(state.pendingLogout ?? 0, until.millisecondsSince1970)
+                if end > (state.pendingLogout?.until ?? 0) { state.pendingLogout = (end, epoch) }
             }
+        case .success(false): return
+        case .success(true): break
         }
         // This process knows of its own logout: the watcher need not announce it back.
-        state.withLock { state in
-            state.seen.loggedOutUntil = max(state.seen.loggedOutUntil ?? 0, until.millisecondsSince1970)
-        }
+        state.withLock { state in state.seen.loggedOutUntil = max(state.seen.loggedOutUntil ?? 0, end) }
     }
 
     public func publishSignIn(_ credentials: Credentials) async -> SharedSession? {
@@ -251,8 +258,10 @@ public final class FileSessionCoordinator: SessionCoordinator {
         }
         let before = shared
         let pending = state.withLock { $0.pendingLogout }
-        if let pending { shared.logout(until: pending) }
+        if let pending { shared.logout(until: pending.until, epoch: pending.epoch) }
         let result = body(&shared)
+        // Read now: the session epoch is known from here on (a logout decided later belongs to it).
+        state.withLock { $0.seen.epoch = max($0.seen.epoch, shared.epoch) }
         if shared != before {
             // Never below a revision this process has seen: a file removed and recreated goes on
             // from there, so no older copy can pass for newer.
@@ -261,7 +270,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
             state.withLock { $0.revision = max($0.revision, shared.revision) }
         }
         if let pending {
-            state.withLock { state in if state.pendingLogout == pending { state.pendingLogout = nil } }
+            state.withLock { state in if state.pendingLogout?.until == pending.until { state.pendingLogout = nil } }
         }
         return .success(result)
     }
@@ -363,6 +372,8 @@ public final class FileSessionCoordinator: SessionCoordinator {
         shared.fence = fence ?? 0
         guard let revision = unsigned(object["revision"]) else { return refuse("revision") }
         shared.revision = revision ?? 0
+        guard let epoch = unsigned(object["epoch"]), epoch ?? 0 <= shared.generation else { return refuse("epoch") }
+        shared.epoch = epoch ?? 0
         if let credentials = object["credentials"] {
             // Under a key the record's seal covers them (with every other field).
             switch SharedCredentialsCodec.check(object: credentials, signer: nil) {
@@ -407,6 +418,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
     static func write(_ shared: Shared, to path: String, signer: SharedStateSigner? = nil) -> CoordinationError? {
         var object: [String: Any] = ["generation": shared.generation, "fence": shared.fence]
         if shared.revision > 0 { object["revision"] = shared.revision }
+        if shared.epoch > 0 { object["epoch"] = shared.epoch }
         if let credentials = shared.credentials,
             let encoded = try? JSONSerialization.jsonObject(with: Data(SharedCredentialsCodec.encode(credentials).utf8))
         {

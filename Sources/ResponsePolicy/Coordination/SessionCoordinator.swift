@@ -30,7 +30,9 @@ import Foundation
 ///   carries a fencing token larger than every earlier one. Publishing: the credentials and a new,
 ///   larger generation are stored together, and only while the lease still holds (a holder whose
 ///   lease expired publishes nothing and gets `.leaseLost`). A logout: the cooldown's end is stored
-///   before it is announced.
+///   before it is announced; one decided in a session epoch older than the stored one (the
+///   generation of the last sign-in, which its process had not heard of) is neither stored nor
+///   announced, as that sign-in already ended the session it ended.
 /// - **Late or twice.** Updates may arrive late, twice, or out of order, and a process may hear of
 ///   its own publication. The engine ignores credentials whose generation is not newer than the
 ///   one it holds, and a logout whose end is not later than the cooldown it already keeps.

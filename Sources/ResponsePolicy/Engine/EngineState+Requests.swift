@@ -1109,6 +1109,15 @@ extension EngineState {
         insideLock r: RequestEvent, _ loop: inout RequestLoop, _ settings: LogoutSettings, reason: LogoutReason,
         into actions: inout Actions
     ) -> Next {
+        // The server's logout code answered an attempt signed before the last sign-in: it ended
+        // the session that attempt belonged to, which the sign-in already replaced. The request
+        // fails by its rule; the session signed in since goes on (a race, not the server ending
+        // this session).
+        if loop.refreshFailureReason == nil, case .rule(let name, let response?) = reason,
+            loop.signedGeneration < signInGeneration
+        {
+            return finish(insideLock: r, .failure(.failed(response: response, rule: name)), into: &actions)
+        }
         // A logout that a failed refresh led to names the refresh's reason, whichever edge led there.
         let reason =
             loop.refreshFailureReason.map { LogoutReason.refreshFailed($0, response: loop.refreshFailureResponse) }

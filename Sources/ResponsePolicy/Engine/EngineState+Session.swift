@@ -314,6 +314,7 @@ extension EngineState {
     mutating func signIn(_ signedIn: Credentials) {
         credentials = signedIn
         generation += 1
+        signInGeneration = generation
         sessionEpoch += 1
         signInEpoch += 1
         loggedOutUntil = nil

@@ -246,6 +246,10 @@ struct EngineState {
     /// it started, still holds the newest tokens the server issued (a rotated refresh token the
     /// old one no longer replaces), so they are kept; the session stays logged out.
     var signInEpoch: UInt64 = 0
+    /// ``generation`` right after the last sign-in (0 before any): an attempt signed with an
+    /// older generation carried the previous session's token (or none), so a logout code in its
+    /// answer ends that session, which is already over, and not the one signed in since.
+    var signInGeneration: UInt64 = 0
     /// One slot per request in flight, by request number.
     var slots: [UInt64: Slot] = [:]
     var nextRequest: UInt64 = 0

@@ -183,9 +183,9 @@ struct FlowCompiler {
                     id: actionNode, kind: .action, label: Self.refreshLabel(f), scope: scope, rule: index,
                     action: .refresh, settings: .refresh(f)))
             _ = edge(id, actionNode, .then)
-            if f.maxPerRequest > 0 {
-                again = edge(actionNode, classifierID, .resend, "re-send with the new token")
-            }
+            // Every refresh rule, `max-per-request: 0` too: the generation rule re-sends, uncounted,
+            // a request refused with a token another refresh or a sign-in has replaced meanwhile.
+            again = edge(actionNode, classifierID, .resend, "re-send with the new token")
             escalations.onExhausted = escalation(f.onExhausted, from: actionNode, .onExhausted, "on-exhausted")
             escalations.onFailure = escalation(f.onFailure, from: actionNode, .onFailure, "on-failure")
             escalations.onTransient = escalation(

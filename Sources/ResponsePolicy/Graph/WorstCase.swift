@@ -61,7 +61,7 @@ package struct WorstCase: Sendable, Hashable {
     init(compiled: [RuleGraph.CompiledRule], attemptTimeout: Duration?, heldFor: Duration?, holds: Bool) {
         let retrying = compiled.filter(\.canRetry).map(\.retry)
         retries = retrying.map(\.maxRetries).max() ?? 0
-        let refreshing = compiled.filter { $0.action == .refresh && $0.again != nil }.map(\.refresh)
+        let refreshing = compiled.filter { $0.action == .refresh && $0.refresh.maxPerRequest > 0 }.map(\.refresh)
         refreshResends = refreshing.map(\.maxPerRequest).max() ?? 0
         refreshWait = refreshing.map(\.timeout).max() ?? .zero
         attempts = 1 + retries + refreshResends

@@ -119,7 +119,9 @@ extension PolicyDecoder {
         }
         guard let action = choice(doPair.value, "do", ActionKind.self) else { return nil }
         rule.action = action
-        rule.overrides = node
+        // Kept with the rule for as long as the policy lives: a copy of its own, so that the
+        // rule does not keep the whole file's nodes alive.
+        rule.overrides = node.detached()
         apply(overrides: node, to: &rule, scope: scope)
         return rule
     }

@@ -46,7 +46,7 @@ package struct PolicyDecoder {
     /// ``mappingFields(_:_:allowed:ignorePrefix:)`` reads, without making the list of fields
     /// (each a tuple of two copied nodes), for the mappings read once per rule. Empty for null;
     /// `nil`, reported, for anything but a mapping.
-    mutating func mappingPairs(_ node: YAMLNode, _ what: String) -> [YAMLNode.Pair]? {
+    mutating func mappingPairs(_ node: YAMLNode, _ what: String) -> YAMLNode.Pairs? {
         guard let pairs = node.pairs else {
             if node.isNull { return [] }
             report(.error("invalid-type", "\(what) must be a mapping, not \(node.kindDescription)", at: node.range))
@@ -120,10 +120,10 @@ package struct PolicyDecoder {
     }
 
     /// A list, or a single scalar read as a one-item list (`status: 401` means `status: [401]`).
-    mutating func list(_ node: YAMLNode, _ key: String) -> [YAMLNode]? {
+    mutating func list(_ node: YAMLNode, _ key: String) -> YAMLNode.Items? {
         switch node.value {
         case .sequence(let items): return items
-        case .scalar where !node.isNull: return [node]
+        case .scalar where !node.isNull: return YAMLNode.Items(single: node)
         default:
             report(.error("invalid-type", "'\(key)' must be a list, not \(node.kindDescription)", at: node.range))
             return nil

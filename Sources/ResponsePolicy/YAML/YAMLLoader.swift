@@ -1,6 +1,6 @@
 internal import CYAML
 
-/// Parses YAML text with libyaml into a ``YAMLNode`` tree that keeps 1-based positions.
+/// Parses YAML text with libyaml into a ``YAMLDocument`` whose nodes keep 1-based positions.
 ///
 /// Why events and not libyaml's document API: building the tree from events lets the loader
 /// enforce ``YAMLLimits`` as it goes (depth, nodes after alias expansion) and stop at the first
@@ -66,7 +66,7 @@ package struct YAMLLoader {
                 }
                 defer { yaml_event_delete(&event) }
                 if event.type == YAML_STREAM_END_EVENT {
-                    return .success(builder.root)
+                    return .success(builder.root())
                 }
                 if let failure = builder.handle(&event) {
                     return .failure(.syntax(failure))
@@ -215,71 +215,56 @@ package struct YAMLLoader {
     }
 }
 
-/// Builds the node tree from libyaml events with an explicit stack (no recursion, so depth is
-/// bounded by ``YAMLLimits/maxDepth`` and not by the thread's stack).
+/// Builds a ``YAMLDocument`` from libyaml events with an explicit stack (no recursion, so depth
+/// is bounded by ``YAMLLimits/maxDepth`` and not by the thread's stack).
+///
+/// The children of the open collections wait in one shared list (`pending`), each open
+/// collection owning the part from its `firstSlot` on; a finished collection moves its part into
+/// the document. No collection allocates a list of its own while it is being read.
 private struct TreeBuilder {
-    struct Anchored {
-        var node: YAMLNode
-        var size: Int
-    }
-
-    /// An open mapping or sequence. Children are appended in place (`stack[last].items.append`),
-    /// never through a copied enum payload, so building a list of n items is O(n), not O(n²).
+    /// An open mapping or sequence.
     struct Frame {
         var isMapping: Bool
-        var items: [YAMLNode] = []
-        var pairs: [YAMLNode.Pair] = []
-        var pendingKey: YAMLNode?
-        /// The mapping's scalar keys so far, for duplicate detection in O(1), once it has more
-        /// than ``Frame/scanLimit`` pairs; a smaller mapping (nearly all of them) is scanned:
-        /// a dictionary per mapping was a tenth of building a 20,000-rule file's tree.
-        var keys: [String: SourceRange]?
         var start: SourcePosition
         var anchor: String?
         var tag: String?
         var size: Int
+        /// Where this collection's children start in `pending` (a mapping's as key, value, …).
+        var firstSlot: Int
+        /// A mapping's key read, waiting for its value; -1 for none.
+        var pendingKey: Int32 = -1
+        var hasMergeKey = false
+        /// The mapping's scalar keys so far, for duplicate detection in O(1), once it has more
+        /// than ``Frame/scanLimit`` pairs; a smaller mapping (nearly all of them) is scanned:
+        /// a dictionary per mapping was a tenth of building a 20,000-rule file's tree.
+        var keys: [String: SourceRange]?
 
         static let scanLimit = 8
-
-        /// Records a scalar key of this mapping (merge keys aside), before its pair is
-        /// appended, and returns where it was first written when it is a duplicate (then it is
-        /// not recorded). Mutating, so that it runs on the frame in place: a copy of the frame
-        /// per key made every pair's append copy the mapping's pairs.
-        mutating func register(_ text: String, at range: SourceRange) -> SourceRange? {
-            if let first = keys?[text] { return first }
-            if keys == nil {
-                for pair in pairs where !TreeBuilder.isMergeKey(pair.key) && pair.key.scalar == text {
-                    return pair.key.range
-                }
-            }
-            if keys != nil {
-                keys?[text] = range
-            } else if pairs.count >= Self.scanLimit {
-                var table: [String: SourceRange] = [:]
-                for pair in pairs where !TreeBuilder.isMergeKey(pair.key) {
-                    if let key = pair.key.scalar, table[key] == nil { table[key] = pair.key.range }
-                }
-                table[text] = range
-                keys = table
-            } else if pairs.isEmpty {
-                // Room for two keys at once (most mappings of a policy have one to three):
-                // grown one append at a time, a rule's mapping was allocated three times.
-                pairs.reserveCapacity(2)
-            }
-            return nil
-        }
     }
 
     let limits: YAMLLimits
+    /// The node bound, kept well inside the document's 32-bit node numbers whatever the limits say.
+    let maxNodes: Int
+    var document = YAMLDocument.Builder()
     var stack: [Frame] = []
-    var anchors: [String: Anchored] = [:]
-    var root: YAMLNode?
+    var pending: [Int32] = []
+    var anchors: [String: (node: Int32, size: Int)] = [:]
+    var rootNode: Int32?
     var documents = 0
     var nodes = 0
     var diagnostics: [Diagnostic] = []
 
     init(limits: YAMLLimits) {
         self.limits = limits
+        maxNodes = min(limits.maxNodes, Int(Int32.max) / 4)
+    }
+
+    /// The finished document's root; the builder is not used after.
+    mutating func root() -> YAMLNode? {
+        guard let rootNode else { return nil }
+        let built = YAMLDocument(document)
+        document = YAMLDocument.Builder()
+        return YAMLNode(built, rootNode)
     }
 
     static func position(_ mark: yaml_mark_t) -> SourcePosition {
@@ -362,18 +347,18 @@ private struct TreeBuilder {
             case YAML_FOLDED_SCALAR_STYLE: style = .folded
             default: style = .plain
             }
-            let node: YAMLNode
+            let node: Int32
             if scalar.tag == nil {
                 // No tag (nearly every scalar): nothing to resolve.
-                node = YAMLNode(.scalar(text, style), range: range)
+                node = document.scalar(text, style: style, tag: nil, range: range)
             } else {
                 switch Self.resolveCoreTag(Self.string(scalar.tag), text: text, style: style) {
                 case .success(let resolved):
-                    node = YAMLNode(.scalar(resolved.text, resolved.style), range: range, tag: resolved.tag)
+                    node = document.scalar(resolved.text, style: resolved.style, tag: resolved.tag, range: range)
                 case .failure(let message): return .error("invalid-tag", message.description, at: range)
                 }
             }
-            return add(consume node, size: 1, anchor: Self.string(scalar.anchor), at: range)
+            return add(node, size: 1, anchor: Self.string(scalar.anchor), at: range)
         case YAML_ALIAS_EVENT:
             let name = Self.string(event.data.alias.anchor) ?? ""
             guard let anchored = anchors[name] else {
@@ -381,23 +366,21 @@ private struct TreeBuilder {
                     "undefined-alias", "alias '*\(name.truncatedForMessage)' refers to no anchor defined before it",
                     at: range)
             }
-            var node = anchored.node
-            node.range = range
-            return add(consume node, size: anchored.size, anchor: nil, at: range)
+            return add(document.alias(of: anchored.node, at: range), size: anchored.size, anchor: nil, at: range)
         case YAML_MAPPING_START_EVENT:
             if let failure = push(at: range) { return failure }
             let data = event.data.mapping_start
             stack.append(
                 Frame(
-                    isMapping: true, start: start, anchor: Self.string(data.anchor), tag: Self.string(data.tag), size: 1
-                ))
+                    isMapping: true, start: start, anchor: Self.string(data.anchor), tag: Self.string(data.tag),
+                    size: 1, firstSlot: pending.count))
         case YAML_SEQUENCE_START_EVENT:
             if let failure = push(at: range) { return failure }
             let data = event.data.sequence_start
             stack.append(
                 Frame(
                     isMapping: false, start: start, anchor: Self.string(data.anchor), tag: Self.string(data.tag),
-                    size: 1))
+                    size: 1, firstSlot: pending.count))
         case YAML_MAPPING_END_EVENT, YAML_SEQUENCE_END_EVENT:
             guard let frame = stack.popLast() else { return nil }
             let fullRange = SourceRange(start: frame.start, end: end)
@@ -406,11 +389,17 @@ private struct TreeBuilder {
             let tag = frame.tag.flatMap { written in
                 written == (frame.isMapping ? Self.coreTagPrefix + "map" : Self.coreTagPrefix + "seq") ? nil : written
             }
-            let node =
-                frame.isMapping
-                ? YAMLNode(.mapping(resolveMerges(frame.pairs)), range: fullRange, tag: tag)
-                : YAMLNode(.sequence(frame.items), range: fullRange, tag: tag)
-            return add(consume node, size: frame.size, anchor: frame.anchor, at: fullRange, counted: true)
+            let node: Int32
+            if frame.isMapping, frame.hasMergeKey {
+                let slots = resolveMerges(pending[frame.firstSlot...])
+                node = document.collection(.mapping, slots: slots, tag: tag, range: fullRange)
+            } else {
+                node = document.collection(
+                    frame.isMapping ? .mapping : .sequence, slots: pending[frame.firstSlot...], tag: tag,
+                    range: fullRange)
+            }
+            pending.removeLast(pending.count - frame.firstSlot)
+            return add(node, size: frame.size, anchor: frame.anchor, at: fullRange, counted: true)
         default:
             break
         }
@@ -424,7 +413,7 @@ private struct TreeBuilder {
                 at: range)
         }
         nodes += 1
-        if nodes > limits.maxNodes { return tooManyNodes(range) }
+        if nodes > maxNodes { return tooManyNodes(range) }
         return nil
     }
 
@@ -435,88 +424,142 @@ private struct TreeBuilder {
             at: range)
     }
 
-    /// Adds a finished node to the enclosing container, or makes it the root.
-    /// `counted` is true for containers, whose own node was counted when they started.
-    /// The node is consumed: moved into its container, not copied (a copy per node, and two
-    /// per key, were a sixth of the instructions building the tree took).
+    /// Adds a finished node to the enclosing collection, or makes it the root.
+    /// `counted` is true for collections, whose own node was counted when they started.
     mutating func add(
-        _ node: consuming YAMLNode, size: Int, anchor: String?, at range: SourceRange, counted: Bool = false
+        _ node: Int32, size: Int, anchor: String?, at range: SourceRange, counted: Bool = false
     ) -> Diagnostic? {
         if !counted {
             nodes += size
-            if nodes > limits.maxNodes { return tooManyNodes(range) }
+            if nodes > maxNodes { return tooManyNodes(range) }
         }
-        if let anchor { anchors[anchor] = Anchored(node: copy node, size: size) }
+        if let anchor { anchors[anchor] = (node, size) }
         let last = stack.count - 1
         guard last >= 0 else {
-            root = node
+            rootNode = node
             return nil
         }
         stack[last].size += size
         guard stack[last].isMapping else {
-            stack[last].items.append(node)
+            pending.append(node)
             return nil
         }
-        guard let key = stack[last].pendingKey.take() else {
+        let key = stack[last].pendingKey
+        guard key >= 0 else {
             stack[last].pendingKey = node
             return nil
         }
-        if let text = key.scalar, !Self.isMergeKey(key) {
-            if let first = stack[last].register(text, at: key.range) {
+        stack[last].pendingKey = -1
+        let keyEntry = document.entries[Int(key)]
+        if keyEntry.kind == .scalar {
+            let text = document.texts[Int(keyEntry.first)]
+            if keyEntry.style == .plain, keyEntry.tag < 0, text == "<<" {
+                stack[last].hasMergeKey = true
+            } else if let first = register(text, at: keyEntry.range) {
                 diagnostics.append(
                     .error(
                         "duplicate-key",
                         "duplicate key '\(text.truncatedForMessage)'; each key may appear once in a mapping",
-                        at: key.range, notes: [.init(range: first, message: "first written here")]))
+                        at: keyEntry.range, notes: [.init(range: first, message: "first written here")]))
                 return nil
             }
         }
-        stack[last].pairs.append(YAMLNode.Pair(key: key, value: node))
+        pending.append(key)
+        pending.append(node)
         return nil
     }
 
-    static func isMergeKey(_ key: YAMLNode) -> Bool {
-        key.isPlainScalar && key.scalar == "<<"
+    /// Records a scalar key of the innermost mapping (merge keys aside), before its pair is
+    /// added, and returns where it was first written when it is a duplicate (then it is not
+    /// recorded).
+    mutating func register(_ text: String, at range: SourceRange) -> SourceRange? {
+        let last = stack.count - 1
+        if let first = stack[last].keys?[text] { return first }
+        guard stack[last].keys == nil else {
+            stack[last].keys?[text] = range
+            return nil
+        }
+        let firstSlot = stack[last].firstSlot
+        var table: [String: SourceRange]?
+        if pending.count - firstSlot >= 2 * Frame.scanLimit { table = [:] }
+        var slot = firstSlot
+        while slot < pending.count {
+            let key = pending[slot]
+            if !document.isMergeKey(key), let written = document.text(of: key) {
+                let writtenRange = document.entries[Int(key)].range
+                if written == text { return writtenRange }
+                if table != nil, table?[written] == nil { table?[written] = writtenRange }
+            }
+            slot += 2
+        }
+        if var table {
+            table[text] = range
+            stack[last].keys = table
+        }
+        return nil
     }
 
-    /// Applies `<<` merge keys: the merged mappings' pairs are added where the mapping does not
-    /// already have the key. A merge value that is not a mapping (or list of mappings) is reported.
-    mutating func resolveMerges(_ pairs: [YAMLNode.Pair]) -> [YAMLNode.Pair] {
-        guard pairs.contains(where: { Self.isMergeKey($0.key) }) else { return pairs }
-        var result = pairs.filter { !Self.isMergeKey($0.key) }
-        var present = Set(result.compactMap { $0.key.scalar })
-        for pair in pairs where Self.isMergeKey(pair.key) {
-            let sources: [YAMLNode]
-            switch pair.value.value {
-            case .mapping: sources = [pair.value]
-            case .sequence(let items): sources = items
+    /// Applies `<<` merge keys to a finished mapping's slots (key, value, …): the merged mappings'
+    /// pairs are added where the mapping does not already have the key, earlier merged mappings
+    /// winning over later ones. A merge value that is not a mapping (or list of mappings) is
+    /// reported.
+    mutating func resolveMerges(_ slots: ArraySlice<Int32>) -> [Int32] {
+        var result: [Int32] = []
+        var merges: [Int32] = []
+        var present = Set<String>()
+        var slot = slots.startIndex
+        while slot + 1 < slots.endIndex {
+            let key = slots[slot]
+            if document.isMergeKey(key) {
+                merges.append(slots[slot + 1])
+            } else {
+                result.append(key)
+                result.append(slots[slot + 1])
+                if let text = document.text(of: key) { present.insert(text) }
+            }
+            slot += 2
+        }
+        for value in merges {
+            let valueEntry = document.entries[Int(value)]
+            let sources: ArraySlice<Int32>
+            switch valueEntry.kind {
+            case .mapping: sources = [value]
+            case .sequence:
+                sources = document.children[Int(valueEntry.first)..<Int(valueEntry.first + valueEntry.count)]
             case .scalar:
                 diagnostics.append(
                     .error(
                         "invalid-merge", "a merge key '<<' takes an alias of a mapping, like '<<: *defaults'",
-                        at: pair.value.range))
+                        at: valueEntry.range))
                 continue
             }
             var reported = false
             for source in sources {
-                guard let merged = source.pairs else {
+                let sourceEntry = document.entries[Int(source)]
+                guard sourceEntry.kind == .mapping else {
                     // An item written here is pointed at; one reached through an alias was written
                     // at its anchor, so the finding points at the alias that brought it (once).
                     let written =
-                        source.range.start >= pair.value.range.start && source.range.end <= pair.value.range.end
+                        sourceEntry.range.start >= valueEntry.range.start
+                        && sourceEntry.range.end <= valueEntry.range.end
                     if written || !reported {
                         diagnostics.append(
                             .error(
                                 "invalid-merge", "a merge key '<<' can only merge mappings",
-                                at: written ? source.range : pair.value.range))
+                                at: written ? sourceEntry.range : valueEntry.range))
                     }
                     reported = reported || !written
                     continue
                 }
-                for mergedPair in merged {
-                    guard let key = mergedPair.key.scalar, !present.contains(key) else { continue }
-                    present.insert(key)
-                    result.append(mergedPair)
+                var merged = Int(sourceEntry.first)
+                while merged + 1 < Int(sourceEntry.first + sourceEntry.count) {
+                    let mergedKey = document.children[merged]
+                    if let text = document.text(of: mergedKey), !present.contains(text) {
+                        present.insert(text)
+                        result.append(mergedKey)
+                        result.append(document.children[merged + 1])
+                    }
+                    merged += 2
                 }
             }
         }

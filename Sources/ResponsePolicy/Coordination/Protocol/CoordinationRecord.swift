@@ -50,6 +50,10 @@ struct CoordinationRecord: Sendable, Equatable {
     var lease: Lease?
     /// The end of a fleet-wide cooldown, in milliseconds since 1970.
     var loggedOutUntil: Int64?
+    /// The session epoch: the generation the last sign-in stored its credentials at (refreshes
+    /// keep it; 0 before any sign-in). A logout decided in an older epoch ended a session that
+    /// sign-in had already ended.
+    var epoch: UInt64 = 0
     var failure: Failure?
     /// When recent leases were granted (ms), for `refresh.limit` across the fleet.
     var refreshes: [Int64] = []
@@ -140,11 +144,13 @@ struct CoordinationRecord: Sendable, Equatable {
         if let reason { failure = Failure(fence: held.fencingToken, reason: String(reason.prefix(300))) }
     }
 
-    /// Logs the session out until `until`; never shortens a longer cooldown. Returns whether it
-    /// changed the record.
+    /// Logs the session out until `until`, decided in session epoch `decided` (the latest the
+    /// deciding process knew); never shortens a longer cooldown. A logout decided before the last
+    /// sign-in (by a process that had not heard of it) changes nothing: that sign-in already
+    /// ended the session it ended. Returns whether it changed the record.
     @discardableResult
-    mutating func logout(until: Int64) -> Bool {
-        guard until > (loggedOutUntil ?? 0) else { return false }
+    mutating func logout(until: Int64, epoch decided: UInt64) -> Bool {
+        guard decided >= epoch, until > (loggedOutUntil ?? 0) else { return false }
         loggedOutUntil = until
         return true
     }
@@ -152,6 +158,7 @@ struct CoordinationRecord: Sendable, Equatable {
     /// A sign-in replaces the session, ends a cooldown and voids a refresh in progress.
     mutating func signIn(_ signedIn: Credentials) -> SharedSession {
         generation += 1
+        epoch = generation
         credentials = signedIn
         lease = nil
         loggedOutUntil = nil

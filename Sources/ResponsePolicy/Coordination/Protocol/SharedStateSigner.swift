@@ -150,6 +150,8 @@ extension CoordinationRecord {
         if let loggedOutUntil { fields += ["logged-out-until", String(loggedOutUntil)] }
         if let failure { fields += ["failure", String(failure.fence), failure.reason] }
         fields += ["refreshes"] + refreshes.map(String.init)
+        // Only once there is one: a record sealed before epochs were kept still checks.
+        if epoch > 0 { fields += ["epoch", String(epoch)] }
         return fields
     }
 }

@@ -31,6 +31,13 @@ package final class InMemoryCoordinationStore: Sendable {
         /// Refresh turns granted, publications stored, logouts stored: what a fleet summary counts.
         var granted = 0
         var published = 0
+        /// The session epoch each engine has heard of, by holder: what its logouts are decided in.
+        var epochs: [Int64: UInt64] = [:]
+
+        /// `holder` has read the record: it knows its session epoch from now on.
+        mutating func heard(_ record: CoordinationRecord, by holder: Int64) {
+            epochs[holder] = max(epochs[holder] ?? 0, record.epoch)
+        }
     }
 
     private let state = Locked(State())
@@ -152,7 +159,10 @@ package final class InMemoryCoordinationStore: Sendable {
         {
             let now = store.nowMs
             store.withState { $0.subscribers[UInt64(holder)] = updates }
-            return store.transact { record, _ in record.join(local: local, now: now) } ?? nil
+            return store.transact { record, state in
+                defer { state.heard(record, by: holder) }
+                return record.join(local: local, now: now)
+            } ?? nil
         }
 
         func beginRefresh(_ request: RefreshTurnRequest) async -> RefreshTurn {
@@ -164,6 +174,7 @@ package final class InMemoryCoordinationStore: Sendable {
                 let seen = store.version
                 let now = store.nowMs
                 let answer = store.transact { record, state -> RefreshTurn? in
+                    defer { state.heard(record, by: holder) }
                     if let awaited, let outcome = record.outcome(
                         for: awaited, failedGeneration: request.failedGeneration, now: now)
                     {
@@ -199,6 +210,7 @@ package final class InMemoryCoordinationStore: Sendable {
             let now = store.nowMs
             guard
                 let result = store.transact({ record, state -> PublishResult in
+                    defer { state.heard(record, by: holder) }
                     let result = record.publish(credentials, with: lease, now: now)
                     if case .published = result { state.published += 1 }
                     return result
@@ -215,12 +227,26 @@ package final class InMemoryCoordinationStore: Sendable {
 
         func publishLogout(until: Date, reason: String) async {
             let end = until.millisecondsSince1970
-            guard store.transact({ record, _ in record.logout(until: end) }) == true else { return }
+            // Decided in the epoch this engine has heard of: one decided before a sign-in it had
+            // not heard of is not stored (``CoordinationRecord/logout(until:epoch:)``).
+            let stored = store.transact { record, state -> Bool in
+                defer { state.heard(record, by: holder) }
+                return record.logout(until: end, epoch: state.epochs[holder] ?? 0)
+            }
+            guard stored == true else { return }
             store.broadcast(.loggedOut(until: until, reason: reason), except: UInt64(holder))
         }
 
         func publishSignIn(_ credentials: Credentials) async -> SharedSession? {
-            guard let session = store.transact({ record, _ in record.signIn(credentials) }) else { return nil }
+            guard
+                let session = store.transact({ record, state -> SharedSession in
+                    let session = record.signIn(credentials)
+                    // Told to every engine listening, in this call (``broadcast(_:except:)``).
+                    state.heard(record, by: holder)
+                    for listening in state.subscribers.keys { state.heard(record, by: Int64(listening)) }
+                    return session
+                })
+            else { return nil }
             store.broadcast(.credentials(session), except: UInt64(holder))
             return session
         }
