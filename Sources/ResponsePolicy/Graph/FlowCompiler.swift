@@ -281,8 +281,8 @@ struct FlowCompiler {
                     action: kind, settings: kind == .logout ? .logout(logout) : .none))
         }
         return Finished(
-            classifierNode: classifierNode, nodes: nodes, edges: edges, noMatchResponse: noMatchResponse, noMatchError: noMatchError,
-            attemptDeadline: attemptDeadline, beforeSending: beforeSending)
+            classifierNode: classifierNode, nodes: nodes, edges: edges, noMatchResponse: noMatchResponse,
+            noMatchError: noMatchError, attemptDeadline: attemptDeadline, beforeSending: beforeSending)
     }
 
     /// The methods a rule sees: its own `method:` and its route's together.
