@@ -243,8 +243,12 @@ private struct TreeBuilder {
     }
 
     let limits: YAMLLimits
-    /// The node bound, kept well inside the document's 32-bit node numbers whatever the limits say.
+    /// The node bound: the limits', but at most ``nodeBound``.
     let maxNodes: Int
+    /// The most nodes a document holds whatever the limits say (4,194,304, twice the default
+    /// limit): one collection's slots (two per pair, merged pairs included, each counted as a
+    /// node) then always fit ``YAMLDocument/Entry/maxSlots``.
+    static let nodeBound = 1 << 22
     var document = YAMLDocument.Builder()
     var stack: [Frame] = []
     var pending: [Int32] = []
@@ -256,7 +260,7 @@ private struct TreeBuilder {
 
     init(limits: YAMLLimits) {
         self.limits = limits
-        maxNodes = min(limits.maxNodes, Int(Int32.max) / 4)
+        maxNodes = min(limits.maxNodes, Self.nodeBound)
     }
 
     /// The finished document's root; the builder is not used after.
@@ -420,7 +424,7 @@ private struct TreeBuilder {
     func tooManyNodes(_ range: SourceRange) -> Diagnostic {
         .error(
             "too-many-nodes",
-            "the document expands to more than \(limits.maxNodes) nodes (aliases count what they repeat)",
+            "the document expands to more than \(maxNodes) nodes (aliases count what they repeat)",
             at: range)
     }
 
@@ -453,7 +457,7 @@ private struct TreeBuilder {
         let keyEntry = document.entries[Int(key)]
         if keyEntry.kind == .scalar {
             let text = document.texts[Int(keyEntry.first)]
-            if keyEntry.style == .plain, keyEntry.tag < 0, text == "<<" {
+            if keyEntry.style == .plain, !keyEntry.isTagged, text == "<<" {
                 stack[last].hasMergeKey = true
             } else if let first = register(text, at: keyEntry.range) {
                 diagnostics.append(
