@@ -52,6 +52,13 @@ extension RuleGraph {
             case .text(let text): return text
             case .rule(let rule):
                 return "\(self.rule.map { $0 + 1 } ?? 0). \(rule.name): \(RuleGraph.describe(rule.when))"
+            case .settings:
+                switch source {
+                case .none: return ""
+                case .retry(let r): return FlowCompiler.retryLabel(r)
+                case .refresh(let f): return FlowCompiler.refreshLabel(f)
+                case .logout(let l): return "logout (cooldown \(l.cooldown.policyText))"
+                }
             }
         }
         /// A rule node's label is made from its rule when asked: compiling a 20,000-rule policy
@@ -84,6 +91,15 @@ extension RuleGraph {
         ) {
             self.init(
                 id: id, kind: kind, labelSource: .text(label), scope: scope, rule: rule, action: action,
+                settings: source)
+        }
+
+        /// A rule's own action node (retry, refresh, a logout with its own settings), labelled
+        /// from its settings when asked: `retry (max 3, exponential 1s ×2 ≤ 8s)`. Made for every
+        /// retry and refresh rule, these texts were a third of compiling a policy of such rules.
+        init(id: String, action: ActionKind, scope: String, rule index: Int, settings source: SettingsSource) {
+            self.init(
+                id: id, kind: .action, labelSource: .settings, scope: scope, rule: index, action: action,
                 settings: source)
         }
 
@@ -123,10 +139,12 @@ extension RuleGraph {
         }
     }
 
-    /// Where a node's label comes from: its text, or a rule node's rule.
+    /// Where a node's label comes from: its text, a rule node's rule, or an action node's
+    /// settings.
     enum LabelSource: Sendable {
         case text(String)
         case rule(Rule)
+        case settings
     }
 
     /// Boxed (`indirect`): a node of a deliver or fail rule holds no settings, and inline the

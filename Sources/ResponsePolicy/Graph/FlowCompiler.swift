@@ -133,9 +133,7 @@ struct FlowCompiler {
             if l != logout {
                 actionNode = id + ".logout"
                 ownNodes.append(
-                    RuleGraph.Node(
-                        id: actionNode, kind: .action, label: "logout (cooldown \(l.cooldown.policyText))",
-                        scope: scope, rule: index, action: .logout, settings: .logout(l)))
+                    RuleGraph.Node(id: actionNode, action: .logout, scope: scope, rule: index, settings: .logout(l)))
                 _ = edge(id, actionNode, .then)
                 _ = edge(actionNode, "logged-out", .cooldown, "cooldown \(l.cooldown.policyText)")
             } else {
@@ -145,9 +143,7 @@ struct FlowCompiler {
         case .retry:
             actionNode = id + ".retry"
             ownNodes.append(
-                RuleGraph.Node(
-                    id: actionNode, kind: .action, label: Self.retryLabel(r), scope: scope, rule: index,
-                    action: .retry, settings: .retry(r)))
+                RuleGraph.Node(id: actionNode, action: .retry, scope: scope, rule: index, settings: .retry(r)))
             _ = edge(id, actionNode, .then)
             methods = Self.methodsSeen(rule.when.methods, routeMethods)
             if r.idempotencyKey == nil, let seen = methods {
@@ -179,9 +175,7 @@ struct FlowCompiler {
         case .refresh:
             actionNode = id + ".refresh"
             ownNodes.append(
-                RuleGraph.Node(
-                    id: actionNode, kind: .action, label: Self.refreshLabel(f), scope: scope, rule: index,
-                    action: .refresh, settings: .refresh(f)))
+                RuleGraph.Node(id: actionNode, action: .refresh, scope: scope, rule: index, settings: .refresh(f)))
             _ = edge(id, actionNode, .then)
             // Every refresh rule, `max-per-request: 0` too: the generation rule re-sends, uncounted,
             // a request refused with a token another refresh or a sign-in has replaced meanwhile.
