@@ -23,6 +23,13 @@ package struct Classifier: Sendable {
     private let byError: [[Int32]]
     /// Whether every rule in the table depends only on status/code, so no further check is needed.
     private let needsRequestCheck: [Bool]
+    /// For each rule: whether the code table lists another rule under one of its codes (a code
+    /// both name, or one inside the other's range of at most ``expandLimit`` codes).
+    ///
+    /// Lint's code checks (`shadowed-rule`, `conflicting-codes`) read it so that a rule whose
+    /// codes no other rule names, nearly every rule of a large policy, costs them no table
+    /// entries of their own: no other rule names its codes to shadow or contradict it there.
+    let sharesCode: [Bool]
 
     /// The widest code range expanded into the code table.
     static let expandLimit: Int64 = 4096
@@ -32,23 +39,32 @@ package struct Classifier: Sendable {
         var byStatus = [[Int32]](repeating: [], count: 500)
         // Filled in place: building a `[String: [Int32]]` first and converting it hashed every
         // code's text once more than needed (a fifth of making the table for 20,000 codes).
-        var byCode = CodeTable(expecting: CodeTable.integerBound(rules))
+        var byCode = CodeTable(expecting: CodeTable.integerBound(conditions))
         var anyResponse: [Int32] = []
         var wideCodeRanges: [(range: CodeRange, rule: Int32)] = []
         var byError = [[Int32]](repeating: [], count: TransportErrorClass.allCases.count)
         var needsRequestCheck: [Bool] = []
         needsRequestCheck.reserveCapacity(rules.count)
-        for (index, rule) in rules.enumerated() {
+        var sharesCode = [Bool](repeating: false, count: rules.count)
+        /// Lists rule `i` under `code`, and marks both it and the code's first rule when the
+        /// code already had one (the rules between were marked when they came).
+        func list(_ i: Int32, under code: String) {
+            guard let first = byCode.append(i, to: code) else { return }
+            sharesCode[Int(first)] = true
+            sharesCode[Int(i)] = true
+        }
+        // Over the conditions just copied out of the rules: reading each rule's again copied
+        // its condition a second time (a retain of each of its lists).
+        for (index, when) in conditions.enumerated() {
             let i = Int32(index)
-            let when = rule.when
             needsRequestCheck.append(when.methods != nil || when.path != nil || when.headers != nil)
             if when.matchesResponses {
                 if let codes = when.codes, codes.count == 1, when.codeRanges == nil {
                     // One code (nearly every code rule): nothing to deduplicate, no set to make.
-                    byCode.append(i, to: codes[0])
+                    list(i, under: codes[0])
                 } else if let codes = when.codes {
                     var seen = Set<String>()
-                    for code in codes where seen.insert(code).inserted { byCode.append(i, to: code) }
+                    for code in codes where seen.insert(code).inserted { list(i, under: code) }
                     for range in when.codeRanges ?? [] {
                         // A range of up to 4,096 codes is expanded into the table, so matching it stays
                         // one lookup; a wider one is checked on its own (policies rarely have any).
@@ -58,13 +74,14 @@ package struct Classifier: Sendable {
                         }
                         for value in range.lower...range.upper {
                             let code = String(value)
-                            if seen.insert(code).inserted { byCode.append(i, to: code) }
+                            if seen.insert(code).inserted { list(i, under: code) }
                         }
                     }
                 } else if let statuses = when.statuses {
-                    var seen = Set<Int>()
                     for range in statuses {
-                        for status in range.lower...range.upper where seen.insert(status).inserted {
+                        // Rules come in ascending order, so a status that already lists this rule
+                        // lists it last: overlapping ranges list it once, without a set per rule.
+                        for status in range.lower...range.upper where byStatus[status - 100].last != i {
                             byStatus[status - 100].append(i)
                         }
                     }
@@ -85,6 +102,7 @@ package struct Classifier: Sendable {
         self.wideCodeRanges = wideCodeRanges
         self.byError = byError
         self.needsRequestCheck = needsRequestCheck
+        self.sharesCode = sharesCode
     }
 
     /// The index of the first rule matching a response, or `nil` (the response is delivered).
@@ -212,37 +230,42 @@ struct CodeTable: Sendable {
 
     /// At least the number of distinct integer codes the rules name (each code listed, each
     /// value of each range ``Classifier/expandLimit`` expands), so the table is sized once.
-    static func integerBound(_ rules: [Rule]) -> Int {
+    static func integerBound(_ conditions: [Condition]) -> Int {
         var count = 0
-        for rule in rules where rule.when.matchesResponses {
-            guard let codes = rule.when.codes else { continue }
+        for when in conditions where when.matchesResponses {
+            guard let codes = when.codes else { continue }
             for code in codes where canonicalInteger(code) != nil { count += 1 }
-            for range in rule.when.codeRanges ?? [] where range.count <= Classifier.expandLimit {
+            for range in when.codeRanges ?? [] where range.count <= Classifier.expandLimit {
                 count += Int(range.count)
             }
         }
         return count
     }
 
-    /// Adds rule `rule` to the list of `code` (rules are appended in ascending order).
-    mutating func append(_ rule: Int32, to code: String) {
-        guard let value = Self.canonicalInteger(code) else {
-            others[code, default: []].append(rule)
-            return
+    /// Adds rule `rule` to the list of `code` (rules are appended in ascending order), and
+    /// returns the list's first rule when it had one.
+    @discardableResult
+    mutating func append(_ rule: Int32, to code: String) -> Int32? {
+        func append(to list: inout [Int32]) -> Int32? {
+            defer { list.append(rule) }
+            return list.first
         }
+        guard let value = Self.canonicalInteger(code) else { return append(to: &others[code, default: []]) }
         var slot = Self.slot(value, shift)
         // Only the value is read: a copy of the slot's list held here would make the append
         // below copy the list, for every further rule on a code many rules share.
         while let found = slots[slot]?.value {
             if found == value {
+                let first = slots[slot]?.rules.first
                 slots[slot]?.rules.append(rule)
-                return
+                return first
             }
             slot = (slot + 1) & (slots.count - 1)
         }
         slots[slot] = (value, [rule])
         used += 1
         if used * 2 > slots.count { grow() }
+        return nil
     }
 
     /// Twice the slots, every entry placed again (not reached when ``integerBound(_:)`` sized

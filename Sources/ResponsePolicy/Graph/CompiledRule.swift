@@ -52,6 +52,13 @@ extension RuleGraph {
             case .text(let text): return text
             case .rule(let rule):
                 return "\(self.rule.map { $0 + 1 } ?? 0). \(rule.name): \(RuleGraph.describe(rule.when))"
+            case .settings:
+                switch source {
+                case .none: return ""
+                case .retry(let r): return FlowCompiler.retryLabel(r)
+                case .refresh(let f): return FlowCompiler.refreshLabel(f)
+                case .logout(let l): return "logout (cooldown \(l.cooldown.policyText))"
+                }
             }
         }
         /// A rule node's label is made from its rule when asked: compiling a 20,000-rule policy
@@ -84,6 +91,15 @@ extension RuleGraph {
         ) {
             self.init(
                 id: id, kind: kind, labelSource: .text(label), scope: scope, rule: rule, action: action,
+                settings: source)
+        }
+
+        /// A rule's own action node (retry, refresh, a logout with its own settings), labelled
+        /// from its settings when asked: `retry (max 3, exponential 1s ×2 ≤ 8s)`. Made for every
+        /// retry and refresh rule, these texts were a third of compiling a policy of such rules.
+        init(id: String, action: ActionKind, scope: String, rule index: Int, settings source: SettingsSource) {
+            self.init(
+                id: id, kind: .action, labelSource: .settings, scope: scope, rule: index, action: action,
                 settings: source)
         }
 
@@ -123,10 +139,12 @@ extension RuleGraph {
         }
     }
 
-    /// Where a node's label comes from: its text, or a rule node's rule.
+    /// Where a node's label comes from: its text, a rule node's rule, or an action node's
+    /// settings.
     enum LabelSource: Sendable {
         case text(String)
         case rule(Rule)
+        case settings
     }
 
     /// Boxed (`indirect`): a node of a deliver or fail rule holds no settings, and inline the
@@ -198,13 +216,23 @@ extension RuleGraph {
         package var retry: RetrySettings { settings.retry }
         package var refresh: RefreshSettings { settings.refresh }
         package var logout: LogoutSettings { settings.logout }
-        /// The rule's node, and the node of its action (its own for retry, refresh and a logout
-        /// with overrides; the scope's deliver, fail or logout node otherwise).
-        package let node: String
+        /// The rule's node (`default.rule.3`: made when asked, as nothing but tools reads it),
+        /// and the node of its action (its own for retry, refresh and a logout with overrides;
+        /// the scope's deliver, fail or logout node otherwise).
+        package var node: String { scope + ".rule." + String(index + 1) }
         package let actionNode: String
+        /// The scope's id (`default`, `route-1`).
+        private let scope: String
+        /// The rule's nodes in the scope's graph: its own (labelled `N. name: condition`, made
+        /// when asked), then its action node when it has one of its own.
+        package var nodes: [Node] { [Node(id: node, scope: scope, rule: rule, index: index)] + ownNodes }
+        /// The rule's own action node (retry, refresh, a logout with overrides), or none.
+        let ownNodes: [Node]
         /// The edge into the rule node, and the edges leaving it and its own action node.
         package var edges: [Edge] {
-            storedEdges ?? [
+            if let storedEdges { return storedEdges }
+            let node = node
+            return [
                 Edge(from: classifierNode, to: node, kind: .match, label: ""),
                 Edge(from: node, to: actionNode, kind: .then, label: ""),
             ]
@@ -213,7 +241,7 @@ extension RuleGraph {
         /// made when asked, instead of an array of two edges held by each of 20,000 rules.
         private let storedEdges: [Edge]?
         /// The scope's classifier node, where the `match` edge starts.
-        private let classifierNode: String
+        private var classifierNode: String { scope + ".classify" }
         /// The escalations below, boxed, `nil` for a rule that has none (deliver, fail, logout):
         /// inline, seven optional escalations with their logout settings cost every rule 1 KB.
         let escalations: EscalationBox?
@@ -240,20 +268,39 @@ extension RuleGraph {
         /// idempotency key can make them retryable). All of them when the rule never retries.
         package let neverRetried: [String]
 
+        /// `edges` `nil`: the rule's edges are `match` and `then` alone.
+        /// A deliver or fail rule that overrides nothing: the scope's settings, `match` and `then`
+        /// edges alone, no escalations (made without the general initializer's seven empty
+        /// escalations, for each of 20,000 such rules).
+        init(plain index: Int, rule: Rule, scope: String, settings: EffectiveSettings, actionNode: String) {
+            self.index = index
+            self.rule = rule
+            self.scope = scope
+            self.settings = settings
+            self.actionNode = actionNode
+            ownNodes = []
+            storedEdges = nil
+            escalations = nil
+            again = nil
+            methods = nil
+            neverRetried = []
+        }
+
         init(
-            index: Int, rule: Rule, settings: EffectiveSettings, node: String, actionNode: String,
-            classifierNode: String, edges: ArraySlice<Edge>, escalations: Escalations, again: Edge?,
-            methods: [String]?, neverRetried: [String]
+            index: Int, rule: Rule, scope: String, settings: EffectiveSettings, actionNode: String,
+            edges: ArraySlice<Edge>, ownNodes: [Node], escalations: Escalations, again: Edge?, methods: [String]?,
+            neverRetried: [String]
         ) {
             self.index = index
             self.rule = rule
+            self.scope = scope
             self.settings = settings
-            self.node = node
             self.actionNode = actionNode
-            self.classifierNode = classifierNode
+            self.ownNodes = ownNodes
+            let node = scope + ".rule." + String(index + 1)
             let plain =
                 edges.count == 2
-                && edges.first == Edge(from: classifierNode, to: node, kind: .match, label: "")
+                && edges.first == Edge(from: scope + ".classify", to: node, kind: .match, label: "")
                 && edges.last == Edge(from: node, to: actionNode, kind: .then, label: "")
             storedEdges = plain ? nil : Array(edges)
             self.escalations = escalations.isEmpty ? nil : EscalationBox(escalations)

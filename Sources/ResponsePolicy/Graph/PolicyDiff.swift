@@ -293,12 +293,8 @@ package struct PolicyDiff: Sendable {
     /// Each rule's action node, by rule index: its own (retry, refresh, a logout with its own
     /// settings), the scope's logout node for another logout rule, `nil` for deliver and fail.
     static func actionNodes(_ scope: RuleGraph.Scope) -> [RuleGraph.Node?] {
-        var own: [Int: RuleGraph.Node] = [:]
-        for node in scope.nodes where node.kind == .action {
-            if let rule = node.rule { own[rule] = node }
-        }
         let shared = logoutNode(scope)
-        return scope.compiled.map { rule in own[rule.index] ?? (rule.action == .logout ? shared : nil) }
+        return scope.compiled.map { rule in rule.ownNodes.first ?? (rule.action == .logout ? shared : nil) }
     }
 
     /// A rule's effective settings: its action node's (the graph's texts), less the scope-wide

@@ -26,9 +26,30 @@ package struct RuleGraph: Sendable {
         package let refresh: RefreshSettings
         package let logout: LogoutSettings
         package let authorize: PluginReference
-        /// The scope's nodes (classifier, rules, actions) and edges, in rule order.
-        package let nodes: [Node]
-        package let edges: [Edge]
+        /// The scope's nodes: the classifier, each rule's (its own and its action's), then the
+        /// scope's refresh-before-send, deliver, fail and logout nodes. Made when asked, from
+        /// the compiled rules (by `graph`, `explain` and `diff`, a few times per run): held, they
+        /// were 20,000 nodes and 40,000 edges of a large policy that lint and the engine never read.
+        package var nodes: [Node] {
+            var nodes = [classifierNode]
+            nodes.reserveCapacity(compiled.count + closingNodes.count + 1)
+            for flow in compiled { nodes += flow.nodes }
+            nodes += closingNodes
+            return nodes
+        }
+        /// The scope's edges: each rule's, in rule order, then the scope's own (no match, the
+        /// deadline, refresh before sending, the outcomes). Made when asked, as ``nodes``.
+        package var edges: [Edge] {
+            var edges: [Edge] = []
+            edges.reserveCapacity(2 * compiled.count + closingEdges.count)
+            for flow in compiled { edges += flow.edges }
+            edges += closingEdges
+            return edges
+        }
+        private let classifierNode: Node
+        /// The scope's nodes and edges after its rules'.
+        private let closingNodes: [Node]
+        private let closingEdges: [Edge]
         /// Classifier → deliver: a response no rule matches.
         package let noMatchResponse: Edge
         /// Classifier → fail: a failed attempt no rule matches.
@@ -77,11 +98,11 @@ package struct RuleGraph: Sendable {
                 scope: id, summary: Self.summary(route), classify: classify, retry: retry, refresh: refresh,
                 logout: logout, routeMethods: route?.methods,
                 hasLogoutResponseRule: rules.contains { $0.action == .logout && $0.when.matchesResponses })
-            compiler.reserve(rules: rules.count, actions: rules.count { $0.action != .deliver && $0.action != .fail })
             compiled = rules.enumerated().map { compiler.compile($0.element, index: $0.offset) }
             let finished = compiler.finish(hasErrorRules: rules.contains { $0.when.errors?.isEmpty == false })
-            nodes = finished.nodes
-            edges = finished.edges
+            classifierNode = finished.classifierNode
+            closingNodes = finished.nodes
+            closingEdges = finished.edges
             noMatchResponse = finished.noMatchResponse
             noMatchError = finished.noMatchError
             attemptDeadline = finished.attemptDeadline
@@ -119,8 +140,15 @@ package struct RuleGraph: Sendable {
         package func compiled(_ rule: Rule) -> CompiledRule? { compiled.first { $0.rule == rule } }
 
         /// The actions a request in this scope can reach, read off the compiled nodes (every
-        /// node is the target of an edge from the classifier or a node it reaches).
-        package var reachableActions: Set<ActionKind> { Set(nodes.compactMap(\.action)) }
+        /// node is the target of an edge from the classifier or a node it reaches). Only action
+        /// nodes have an action: the rules' own and the scope's, read without making the rest.
+        package var reachableActions: Set<ActionKind> {
+            var actions = Set(closingNodes.compactMap(\.action))
+            for flow in compiled {
+                for node in flow.ownNodes { if let action = node.action { actions.insert(action) } }
+            }
+            return actions
+        }
     }
 
     /// Routes in their order, then the top level: the first whose route matches a request applies.
@@ -131,16 +159,15 @@ package struct RuleGraph: Sendable {
     /// Made when asked (by `graph` and tools, a few times per run): held, it was a second copy
     /// of every scope's nodes, 20,000 and more for a large policy.
     package var nodes: [Node] {
-        var nodes = outcomes
-        nodes.reserveCapacity(outcomes.count + scopes.reduce(0) { $0 + $1.nodes.count })
-        for scope in scopes { nodes += scope.nodes }
-        return nodes
+        outcomes + scopes.flatMap(\.nodes)
     }
     /// The shared outcome nodes some edge reaches: delivered, failed, and logged out when an
     /// edge leads there.
     package let outcomes: [Node]
-    /// Every edge of every scope, in scope and rule order.
-    package let edges: [Edge]
+    /// Every edge of every scope, in scope and rule order (made when asked, as the nodes).
+    package var edges: [Edge] {
+        scopes.count == 1 ? scopes[0].edges : scopes.flatMap(\.edges)
+    }
 
     /// The scope for a request: the first matching route, else the top level.
     package func scope(method: String, path: String) -> Scope {
@@ -166,8 +193,11 @@ package struct RuleGraph: Sendable {
         // A held request waits for whichever refresh is in flight, which any scope may have
         // started: the longest refresh timeout of the policy bounds every held wait.
         var timeouts = ([parts.refresh] + parts.routes.map(\.refresh)).filter { $0.plugin != nil }.map(\.timeout)
-        for rule in parts.rules + parts.routes.flatMap({ $0.rules ?? [] }) where rule.action == .refresh {
-            if let timeout = rule.refresh?.timeout { timeouts.append(timeout) }
+        // Each list read in place: joining them first copied every rule of the policy.
+        for rules in [parts.rules] + parts.routes.compactMap(\.rules) {
+            for rule in rules where rule.action == .refresh {
+                if let timeout = rule.refresh?.timeout { timeouts.append(timeout) }
+            }
         }
         let heldFor = timeouts.max()
         for (index, route) in parts.routes.enumerated() {
@@ -201,20 +231,10 @@ package struct RuleGraph: Sendable {
         self.scopes = scopes
         // Delivered and failed are always reached (no rule matches); logged out only when some
         // edge leads there: no orphan node.
-        let logsOut = scopes.contains { scope in scope.nodes.contains { $0.action == .logout } }
+        let logsOut = scopes.contains { $0.reachableActions.contains(.logout) }
         var outcomes = [Node(outcome: "delivered", "delivered"), Node(outcome: "failed", "failed")]
         if logsOut { outcomes.append(Node(outcome: "logged-out", "logged out")) }
         self.outcomes = outcomes
-        // One scope (no routes): its edges are all the edges, so the two share one array
-        // instead of holding a second copy of every edge.
-        if scopes.count == 1 {
-            edges = scopes[0].edges
-        } else {
-            var edges: [Edge] = []
-            edges.reserveCapacity(scopes.reduce(0) { $0 + $1.edges.count })
-            for scope in scopes { edges += scope.edges }
-            self.edges = edges
-        }
     }
 
     static func jsonPath(_ source: CodeSource?) -> JSONPath? {

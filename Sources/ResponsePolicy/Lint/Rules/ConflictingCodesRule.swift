@@ -49,11 +49,11 @@ struct ConflictingCodesRule: LintRule {
 
     func check(_ context: LintContext) -> [Diagnostic] {
         var findings: [Diagnostic] = []
-        for (rules, _) in context.ruleSets {
-            // The first rule of each code: integer codes by value (a canonical integer text and
-            // its value determine each other), so 20,000 codes are not hashed as text; others by text.
+        for (rules, scope) in context.ruleSets {
+            // The first rule of each code that more than one rule names: integer codes by value (a
+            // canonical integer text and its value determine each other, so codes are not hashed as
+            // text), others by text.
             var firstByValue: [Int64: Int] = [:]
-            firstByValue.reserveCapacity(rules.count { $0.when.codes != nil })
             var firstByText: [String: Int] = [:]
             // Earlier rules' ranges, and integer codes, to check ranges and codes against.
             var ranges: [(range: CodeRange, text: String, rule: Int)] = []
@@ -88,18 +88,22 @@ struct ConflictingCodesRule: LintRule {
                     && Self.sameFilters(rules[earlierIndex].when, rules[index].when)
             }
             for (index, rule) in rules.enumerated() {
-                for code in rule.when.codes ?? [] {
+                let codes = rule.when.codes ?? []
+                for code in codes {
                     let value = CodeTable.canonicalInteger(code)
-                    let earlier = if let value { firstByValue[value] } else { firstByText[code] }
-                    if let earlierIndex = earlier {
-                        if conflicts(earlierIndex, index) { conflict(earlierIndex, code, index, code) }
-                        continue
+                    // The code of a rule whose codes no other rule names (nearly every rule of a
+                    // large policy) has no earlier rule naming it and no later one: it needs no
+                    // entry. (A rule listing several codes may list one twice; those go through
+                    // the tables, which see the repeat.)
+                    if codes.count > 1 || scope.classifier.sharesCode[index] {
+                        let earlier = if let value { firstByValue[value] } else { firstByText[code] }
+                        if let earlierIndex = earlier {
+                            if conflicts(earlierIndex, index) { conflict(earlierIndex, code, index, code) }
+                            continue
+                        }
+                        if let value { firstByValue[value] = index } else { firstByText[code] = index }
                     }
-                    guard let value else {
-                        firstByText[code] = index
-                        continue
-                    }
-                    firstByValue[value] = index
+                    guard let value else { continue }
                     if let earlier = ranges.first(where: { $0.range.contains(value) && conflicts($0.rule, index) }) {
                         conflict(earlier.rule, earlier.text, index, code)
                     }

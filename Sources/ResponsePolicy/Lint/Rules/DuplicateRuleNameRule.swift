@@ -34,10 +34,10 @@ struct DuplicateRuleNameRule: LintRule {
             var first: [String: Int] = [:]
             first.reserveCapacity(rules.count)
             for (position, rule) in rules.enumerated() {
-                guard let earlierPosition = first[rule.name] else {
-                    first[rule.name] = position
-                    continue
-                }
+                // One hash of the name per rule: a lookup, then an insert, hashed every name twice.
+                // A repeated name puts the first rule's position back.
+                guard let earlierPosition = first.updateValue(position, forKey: rule.name) else { continue }
+                first[rule.name] = earlierPosition
                 let earlier = rules[earlierPosition]
                 // The same written name twice is one rule repeated through a YAML alias: a
                 // shadowed rule, which `shadowed-rule` reports.

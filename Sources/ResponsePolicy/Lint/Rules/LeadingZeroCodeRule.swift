@@ -50,9 +50,12 @@ struct LeadingZeroCodeRule: LintRule {
     }
 
     static func hasLeadingZero(_ code: String) -> Bool {
-        let digits = code.hasPrefix("-") ? code.dropFirst() : Substring(code)
-        // A byte look first: counting characters is a pass over the text, for every code.
-        guard digits.utf8.first == UInt8(ascii: "0") else { return false }
-        return digits.count > 1 && digits.allSatisfy { $0.isASCII && $0.isNumber }
+        // Over the bytes: `hasPrefix` and a substring of characters cost more than the check, for
+        // every code. Two or more ASCII digits are as many bytes as characters, and a byte
+        // that is no ASCII digit fails the check in either.
+        var digits = code.utf8[...]
+        if digits.first == UInt8(ascii: "-") { digits = digits.dropFirst() }
+        guard digits.first == UInt8(ascii: "0") else { return false }
+        return digits.count > 1 && digits.allSatisfy { $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }
     }
 }

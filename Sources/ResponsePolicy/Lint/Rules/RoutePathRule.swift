@@ -36,11 +36,15 @@ struct RoutePathRule: LintRule {
             findings.append(
                 .error(Self.description.id, "\(what) '\(pattern.truncatedForMessage)' \(problem)", at: range))
         }
+        func check(_ rule: Rule) {
+            // Where the rule's `when:` is, read only for a rule with a path.
+            if let path = rule.when.path { check(path, at: rule.source.when ?? rule.range, "path") }
+        }
         for route in context.parts.routes {
             check(route.path, at: route.range, "route path")
-            for rule in route.rules ?? [] { check(rule.when.path, at: rule.source.when ?? rule.range, "path") }
+            for rule in route.rules ?? [] { check(rule) }
         }
-        for rule in context.parts.rules { check(rule.when.path, at: rule.source.when ?? rule.range, "path") }
+        for rule in context.parts.rules { check(rule) }
         return findings
     }
 

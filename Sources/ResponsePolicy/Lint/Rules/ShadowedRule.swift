@@ -23,16 +23,17 @@ struct ShadowedRule: LintRule {
     func check(_ context: LintContext) -> [Diagnostic] {
         var findings: [Diagnostic] = []
         var budget = Glob.coverBudget  // bounds the glob-against-glob work of the whole run
-        for (rules, _) in context.ruleSets {
-            var index = CoverIndex()
-            index.byValue.reserveCapacity(rules.count { $0.when.codes != nil })
+        for (rules, scope) in context.ruleSets {
+            var index = CoverIndex(classifier: scope.classifier)
             for position in rules.indices {
                 let rule = rules[position]
-                let candidates = index.candidates(for: rule.when)
+                // Read out of the rule once: each read copied the condition's lists.
+                let when = rule.when
+                let candidates = index.candidates(for: when, at: position)
                 if !context.hasError(in: rule.range),
                     let earlier = candidates.first(where: {
                         !context.hasError(in: rules[$0].range)
-                            && Self.covers(rules[$0].when, rule.when, budget: &budget)
+                            && Self.covers(rules[$0].when, when, budget: &budget)
                     }).map({ rules[$0] })
                 {
                     findings.append(
@@ -42,7 +43,7 @@ struct ShadowedRule: LintRule {
                             at: rule.source.when ?? rule.range,
                             notes: [.init(range: earlier.range, message: "'\(earlier.name)' is here")]))
                 }
-                index.add(rule.when, at: position)
+                index.add(when, at: position)
             }
         }
         return findings
@@ -127,6 +128,8 @@ struct ShadowedRule: LintRule {
             /// The positions whose path can cover `path` and whose headers can be among `headers`.
             func candidates(for path: Glob?, headers: [Condition.HeaderMatch]?, into lists: inout [[Int]]) {
                 guard indexed else {
+                    // Most buckets asked are empty (`ranged` and `open`, for a file of code rules).
+                    if few.isEmpty { return }
                     // The same choice as the dictionaries below make, entry by entry.
                     let pattern = path?.pattern
                     let literal = pattern.map { !Self.isPattern($0) } ?? false
@@ -169,9 +172,13 @@ struct ShadowedRule: LintRule {
             header.name + "\u{0}" + header.value.pattern
         }
 
-        /// Rules naming business codes, by each code: integer codes by value (a canonical integer
-        /// text and its value determine each other, and hashing 20,000 codes as text cost more),
-        /// other codes by text.
+        /// The scope's decision table, built over the same rules: which rules share a code.
+        let classifier: Classifier
+
+        /// Rules naming business codes, by each code, for rules whose codes another rule names
+        /// too (a bucket holding a code's only rule would never be asked for: nearly every code
+        /// of a large policy): integer codes by value (a canonical integer text and its value
+        /// determine each other, and hashing 20,000 codes as text cost more), other codes by text.
         var byValue: [Int64: Bucket] = [:]
         var byCode: [String: Bucket] = [:]
         /// Rules naming code ranges.
@@ -184,6 +191,10 @@ struct ShadowedRule: LintRule {
         var erroring = Bucket()
         var every: [Int] = []
 
+        init(classifier: Classifier) {
+            self.classifier = classifier
+        }
+
         mutating func add(_ when: Condition, at position: Int) {
             every.append(position)
             let path = when.path?.pattern ?? ""
@@ -193,20 +204,25 @@ struct ShadowedRule: LintRule {
             if when.errors != nil { erroring.add(position, path: path, header: "") }
             guard when.matchesResponses else { return }
             if let codes = when.codes {
-                if codes.count == 1 {
-                    // One code (nearly every rule): no set to make to skip repeats.
-                    addCode(codes[0], position, path: path, header: header)
-                } else {
-                    for code in Set(codes) { addCode(code, position, path: path, header: header) }
+                // A rule whose codes no other rule names is never asked for by code: no buckets.
+                if classifier.sharesCode[position] {
+                    if codes.count == 1 {
+                        // One code (nearly every rule): no set to make to skip repeats.
+                        addCode(codes[0], position, path: path, header: header)
+                    } else {
+                        for code in Set(codes) { addCode(code, position, path: path, header: header) }
+                    }
                 }
                 if when.codeRanges != nil { ranged.add(position, path: path, header: header) }
             } else if let statuses = when.statuses {
                 if statuses.reduce(0, { $0 + $1.upper - $1.lower + 1 }) > 100 {
                     wide.add(position, path: path, header: header)
                 } else {
+                    // One range (nearly every rule) repeats no status: no set to fill.
+                    let single = statuses.count == 1
                     var seen = Set<Int>()
                     for range in statuses {
-                        for status in range.lower...range.upper where seen.insert(status).inserted {
+                        for status in range.lower...range.upper where single || seen.insert(status).inserted {
                             byStatus[status, default: Bucket()].add(position, path: path, header: header)
                         }
                     }
@@ -224,13 +240,14 @@ struct ShadowedRule: LintRule {
             }
         }
 
-        /// Earlier positions that may cover `when`, ascending: every one, however far back.
-        func candidates(for when: Condition) -> [Int] {
+        /// Earlier positions that may cover `when`, the condition of the rule at `position`,
+        /// ascending: every one, however far back.
+        func candidates(for when: Condition, at position: Int) -> [Int] {
             var lists: [[Int]] = []
             if when.matchesResponses {
                 let headers = when.headers
                 if when.codes != nil {
-                    if let code = when.codes?.first {
+                    if let code = when.codes?.first, classifier.sharesCode[position] {
                         let bucket =
                             if let value = CodeTable.canonicalInteger(code) { byValue[value] } else { byCode[code] }
                         bucket?.candidates(for: when.path, headers: headers, into: &lists)
@@ -248,7 +265,7 @@ struct ShadowedRule: LintRule {
                 // `error: []` matches nothing; anything may "cover" it.
                 lists.append(every)
             }
-            if lists.count == 1 { return lists[0] }
+            if lists.count <= 1 { return lists.first ?? [] }
             return lists.flatMap { $0 }.sorted()
         }
     }
