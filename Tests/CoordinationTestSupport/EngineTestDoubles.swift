@@ -20,8 +20,12 @@ public let basePolicy = """
     """
 
 /// Collects events from any thread.
+///
+/// Behind the engine's own `Locked` (a pthread mutex), not `Synchronization.Mutex`: on Linux the
+/// latter waits on futexes ThreadSanitizer does not see, so the TSan step reported every
+/// observation from two threads as an access race.
 public final class EventLog: PolicyObserver {
-    private let stored = Mutex<[PolicyEvent]>([])
+    private let stored = Locked<[PolicyEvent]>([])
     public init() {}
     public func observe(_ event: PolicyEvent) { stored.withLock { $0.append(event) } }
     public var events: [PolicyEvent] { stored.withLock { $0 } }
@@ -33,7 +37,8 @@ public final class EventLog: PolicyObserver {
 /// its number, from 1, in the order the transport was called).
 public final class RecordingTransport: Transport {
     public let handler: @Sendable (HTTPRequest, Int) async throws -> HTTPResponse
-    private let log = Mutex<[HTTPRequest]>([])
+    /// `Locked`, not `Mutex`, for ThreadSanitizer (see ``EventLog``).
+    private let log = Locked<[HTTPRequest]>([])
 
     public init(_ handler: @escaping @Sendable (HTTPRequest, Int) async throws -> HTTPResponse) {
         self.handler = handler
