@@ -105,7 +105,7 @@ enum GraphRenderer {
                 if let methods = route.methods { text += ",\"method\":[" + methods.map(q).joined(separator: ",") + "]" }
                 text += ",\"own-rules\":\(route.rules != nil)}"
             }
-            text += ",\"classifier\":\(q(scope.id + ".classify")),\"rules\":["
+            text += ",\"classifier\":\(q(RuleGraph.classifierID(scope: scope.id))),\"rules\":["
             text += scope.compiled.map { rule in
                 "{\"index\":\(rule.index + 1),\"name\":\(q(rule.rule.name)),\"node\":\(q(rule.node)),"
                     + "\"action\":\(q(rule.action.rawValue)),\"action-node\":\(q(rule.actionNode)),"

@@ -1,4 +1,10 @@
 extension RuleGraph {
+    /// The id of a scope's classifier node (`default.classify`), where its requests start.
+    package static func classifierID(scope: String) -> String { scope + ".classify" }
+
+    /// The id of rule `index` (0-based) of a scope (`default.rule.3`).
+    package static func ruleNodeID(scope: String, index: Int) -> String { scope + ".rule." + String(index + 1) }
+
     /// What an edge stands for: the engine decision that takes it.
     ///
     /// Every transition a request can make is one of these, from one node to another; `policy
@@ -219,7 +225,7 @@ extension RuleGraph {
         /// The rule's node (`default.rule.3`: made when asked, as nothing but tools reads it),
         /// and the node of its action (its own for retry, refresh and a logout with overrides;
         /// the scope's deliver, fail or logout node otherwise).
-        package var node: String { scope + ".rule." + String(index + 1) }
+        package var node: String { RuleGraph.ruleNodeID(scope: scope, index: index) }
         package let actionNode: String
         /// The scope's id (`default`, `route-1`).
         private let scope: String
@@ -241,7 +247,7 @@ extension RuleGraph {
         /// made when asked, instead of an array of two edges held by each of 20,000 rules.
         private let storedEdges: [Edge]?
         /// The scope's classifier node, where the `match` edge starts.
-        private var classifierNode: String { scope + ".classify" }
+        private var classifierNode: String { RuleGraph.classifierID(scope: scope) }
         /// The escalations below, boxed, `nil` for a rule that has none (deliver, fail, logout):
         /// inline, seven optional escalations with their logout settings cost every rule 1 KB.
         let escalations: EscalationBox?
@@ -268,7 +274,6 @@ extension RuleGraph {
         /// idempotency key can make them retryable). All of them when the rule never retries.
         package let neverRetried: [String]
 
-        /// `edges` `nil`: the rule's edges are `match` and `then` alone.
         /// A deliver or fail rule that overrides nothing: the scope's settings, `match` and `then`
         /// edges alone, no escalations (made without the general initializer's seven empty
         /// escalations, for each of 20,000 such rules).
@@ -297,10 +302,10 @@ extension RuleGraph {
             self.settings = settings
             self.actionNode = actionNode
             self.ownNodes = ownNodes
-            let node = scope + ".rule." + String(index + 1)
+            let node = RuleGraph.ruleNodeID(scope: scope, index: index)
             let plain =
                 edges.count == 2
-                && edges.first == Edge(from: scope + ".classify", to: node, kind: .match, label: "")
+                && edges.first == Edge(from: RuleGraph.classifierID(scope: scope), to: node, kind: .match, label: "")
                 && edges.last == Edge(from: node, to: actionNode, kind: .then, label: "")
             storedEdges = plain ? nil : Array(edges)
             self.escalations = escalations.isEmpty ? nil : EscalationBox(escalations)

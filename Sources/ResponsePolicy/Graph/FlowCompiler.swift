@@ -32,8 +32,6 @@ struct FlowCompiler {
     private let deliverID: String
     private let failID: String
     private let logoutID: String
-    /// `default.rule.`: each rule's node id is this and its number.
-    private let rulePrefix: String
     /// The scope's own settings, shared by every rule that overrides none of them.
     private let scopeSettings: RuleGraph.EffectiveSettings
     /// The scope's logout settings, shared by every escalation.
@@ -51,11 +49,10 @@ struct FlowCompiler {
         self.refresh = refresh
         self.logout = logout
         self.routeMethods = routeMethods
-        classifierID = scope + ".classify"
+        classifierID = RuleGraph.classifierID(scope: scope)
         deliverID = scope + "." + ActionKind.deliver.rawValue
         failID = scope + "." + ActionKind.fail.rawValue
         logoutID = scope + "." + ActionKind.logout.rawValue
-        rulePrefix = scope + ".rule."
         scopeSettings = RuleGraph.EffectiveSettings(retry: retry, refresh: refresh, logout: logout)
         logoutBox = RuleGraph.LogoutBox(logout)
         classifierNode = RuleGraph.Node(
@@ -108,7 +105,7 @@ struct FlowCompiler {
             return RuleGraph.CompiledRule(
                 plain: index, rule: rule, scope: scope, settings: scopeSettings, actionNode: terminal(rule.action).1)
         }
-        let id = rulePrefix + String(index + 1)
+        let id = RuleGraph.ruleNodeID(scope: scope, index: index)
         var ownNodes: [RuleGraph.Node] = []
         _ = edge(classifierID, id, .match)
         var r = rule.retry ?? retry
