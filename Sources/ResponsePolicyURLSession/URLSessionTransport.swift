@@ -50,9 +50,14 @@ public final class URLSessionTransport: CancellableTransport {
     /// The largest response body accepted, in bytes (`max-body`); `nil` for no limit. 64 MiB by default.
     public let maxBody: Int?
     /// How many redirects one ``send(_:)`` follows before it fails with a connection error: 10.
-    public static let maxRedirects = 10
+    public static let maxRedirects = RedirectRules.maxRedirects
     /// The default of ``maxBody``: 64 MiB.
     public static let defaultMaxBody = 64 << 20
+    /// The most header fields a response may have (distinct names); more fail the attempt with
+    /// `TransportError(.tooLarge)`. 500 by default.
+    public let maxHeaders: Int
+    /// The default of ``maxHeaders``: 500. Real responses carry a few dozen.
+    public static let defaultMaxHeaders = 500
 
     private let session: URLSession
     private let delegate: SessionDelegate
@@ -62,28 +67,37 @@ public final class URLSessionTransport: CancellableTransport {
     /// requests already queued in this one.
     private let control = Locked<URLSessionTransport?>(nil)
     private let isControl: Bool
-    /// How a request with a body goes out: on a fresh connection (the default). The others are
-    /// kept for the measurement in `KeepAliveResetTests`.
+    /// How a request with a body goes out: on the kept-alive connections, sent again whole when
+    /// libcurl rewinds it (the default). The others are kept for the measurement in
+    /// `KeepAliveResetTests`.
     let bodyMode: BodyMode
 
     /// How a request with a body goes out.
     ///
-    /// Why not simply `httpBody` on a kept-alive connection: when libcurl sends a request on an
+    /// The trouble with `httpBody` on a kept-alive connection: when libcurl sends a request on an
     /// idle connection that the server resets at that moment (gunicorn's keep-alive timeout), it
     /// sends the request again on a new connection and first rewinds the body. FoundationNetworking
     /// cannot rewind an `httpBody` and says it did, so the second try carries the headers, the
     /// Content-Length and none of the body, and stalls until the timeout (issue 20: a token POST
-    /// lost its body and logged the session out). A stream body it can rewind, by asking the
-    /// delegate for a new stream, but it sends a stream chunked, with the Content-Length beside
-    /// `Transfer-Encoding: chunked`, which RFC 9112 §6.3 forbids. So a request with a body goes on
-    /// a connection nobody used before: a session made for it alone (libcurl keeps its connections
-    /// per session), asking the server to close after (`Connection: close`). Nothing is reset at
-    /// reuse, and the body is never asked for twice. The cost is one connection per request with a
-    /// body (measured in `KeepAliveResetTests`); a token call is one per token lifetime.
+    /// lost its body and logged the session out). A stream body it can rewind, but it sends a
+    /// stream chunked, with the Content-Length beside `Transfer-Encoding: chunked`, which RFC 9112
+    /// §6.3 forbids.
+    ///
+    /// What it does do on a rewind is ask the task's delegate for a new body stream, for an
+    /// `httpBody` too (and then ignores the answer). That is the signal: the transport answers
+    /// `nil`, cancels that data task and sends the request again itself, whole (``keptAlive``).
+    /// libcurl rewinds only when a reused connection died before any byte of the answer came back,
+    /// so the server never saw the request, and re-sending it is what libcurl itself meant to do.
+    /// On Apple platforms URLSession rewinds bodies correctly and never asks.
     enum BodyMode: Sendable {
-        /// A session of its own, `Connection: close`: a new connection per request with a body.
+        /// `httpBody` on the shared, kept-alive connections; a rewound request is cancelled and
+        /// sent again whole, on a connection of its own after ``URLSessionTransport/maxRewinds``
+        /// rewinds in a row. The default.
+        case keptAlive
+        /// A session of its own, `Connection: close`: a new connection per request with a body
+        /// (what the transport did before `keptAlive`).
         case freshConnection
-        /// `httpBody` on the shared, kept-alive connections (what the transport did before).
+        /// `httpBody` on the shared, kept-alive connections, nothing done on a rewind (the bug).
         case data
         /// A rewindable `httpBodyStream` on the shared connections (chunked on the wire).
         case stream
@@ -105,12 +119,16 @@ public final class URLSessionTransport: CancellableTransport {
     ///     A zero or negative value times out every request at once. Defaults to 60 seconds.
     ///   - maxBody: The largest response body accepted, in bytes; `nil` for no limit. A larger body is not read
     ///     to its end: ``send(_:)`` throws `TransportError(.tooLarge)`. Defaults to 64 MiB.
+    ///   - maxHeaders: The most header fields (distinct names: FoundationNetworking joins repeated
+    ///     ones) a response may have; with more, ``send(_:)`` throws `TransportError(.tooLarge)`.
+    ///     Defaults to 500.
     ///   - session: A session whose configuration (proxies, TLS settings, headers) to use. The transport always
     ///     sends through a session of its own made from that configuration, because it must be the session's
     ///     delegate to keep redirects and body sizes in hand; cookies and the URL cache stay off in the default
     ///     configuration. Defaults to `nil`: an ephemeral configuration with no cookie storage and no URL cache.
     public convenience init(
-        timeout: Duration = .seconds(60), maxBody: Int? = URLSessionTransport.defaultMaxBody, session: URLSession? = nil
+        timeout: Duration = .seconds(60), maxBody: Int? = URLSessionTransport.defaultMaxBody,
+        maxHeaders: Int = URLSessionTransport.defaultMaxHeaders, session: URLSession? = nil
     ) {
         let configuration: URLSessionConfiguration
         if let session {
@@ -123,23 +141,26 @@ public final class URLSessionTransport: CancellableTransport {
             configuration.urlCache = nil
             configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
         }
-        self.init(timeout: timeout, maxBody: maxBody, configuration: configuration, isControl: false)
+        self.init(
+            timeout: timeout, maxBody: maxBody, maxHeaders: maxHeaders, configuration: configuration, isControl: false)
     }
 
     /// A transport that sends bodies as `bodyMode` says (for tests that measure the difference).
     convenience init(timeout: Duration, bodyMode: BodyMode) {
         let configuration = URLSessionConfiguration.ephemeral
         configuration.urlCache = nil
-        self.init(timeout: timeout, maxBody: Self.defaultMaxBody, configuration: configuration, isControl: false,
-            bodyMode: bodyMode)
+        self.init(
+            timeout: timeout, maxBody: Self.defaultMaxBody, maxHeaders: Self.defaultMaxHeaders,
+            configuration: configuration, isControl: false, bodyMode: bodyMode)
     }
 
     /// With `isControl`: the transport for session calls, on a session of its own.
     private init(
-        timeout: Duration, maxBody: Int?, configuration: URLSessionConfiguration, isControl: Bool,
-        bodyMode: BodyMode = .freshConnection
+        timeout: Duration, maxBody: Int?, maxHeaders: Int, configuration: URLSessionConfiguration, isControl: Bool,
+        bodyMode: BodyMode = .keptAlive
     ) {
         self.bodyMode = bodyMode
+        self.maxHeaders = max(1, maxHeaders)
         self.timeout = timeout
         self.maxBody = maxBody
         self.isControl = isControl
@@ -159,11 +180,12 @@ public final class URLSessionTransport: CancellableTransport {
     /// engine's refresh and logout calls.
     public var sessionCallTransport: any Transport {
         if isControl { return self }
-        let (configuration, timeout, maxBody) = (session.configuration, timeout, maxBody)
+        let (configuration, timeout, maxBody, maxHeaders) = (session.configuration, timeout, maxBody, maxHeaders)
         return control.withLock { control in
             if let control { return control }
             let made = URLSessionTransport(
-                timeout: timeout, maxBody: maxBody, configuration: configuration, isControl: true)
+                timeout: timeout, maxBody: maxBody, maxHeaders: maxHeaders, configuration: configuration,
+                isControl: true)
             control = made
             return made
         }
@@ -232,32 +254,49 @@ public final class URLSessionTransport: CancellableTransport {
         }
         defer { timer.cancel() }
         var current = request
-        var crossedOrigin = false
-        for hop in 0...Self.maxRedirects {
-            let response = try await once(current, limit: limit, slot: slot)
-            guard let next = Self.redirect(from: current, response: response, original: request) else {
+        var hop = 0
+        var rewinds = 0
+        while true {
+            let response: HTTPResponse
+            do {
+                // After two rewinds in a row (each a pooled connection reset as it was reused),
+                // the request goes on a connection of its own, where no reset at reuse can happen.
+                response = try await once(current, limit: limit, slot: slot, fresh: rewinds >= Self.maxRewinds)
+            } catch is BodyRewound {
+                // libcurl found the kept-alive connection reset before any byte of the answer came
+                // back and was about to send the request again without its body (see `BodyMode`):
+                // the transport sends it again itself, whole, as libcurl meant to.
+                rewinds += 1
+                continue
+            }
+            guard let next = RedirectRules.redirect(from: current, response: response, original: request) else {
                 return response
             }
             guard hop < Self.maxRedirects else {
                 throw TransportError(.connection, "\(label): more than \(Self.maxRedirects) redirects")
             }
-            if !Self.sameOrigin(next.url, current.url) { crossedOrigin = true }
+            hop += 1
+            rewinds = 0
             current = next
-            if crossedOrigin { current.headers = Self.headersSafeAcrossOrigins(current.headers) }
         }
-        throw TransportError(.connection, "\(label): more than \(Self.maxRedirects) redirects")
     }
 
-    /// One exchange on the wire, without following redirects.
-    private func once(_ request: HTTPRequest, limit: Int?, slot: CallSlot) async throws -> HTTPResponse {
+    /// How often a request whose body libcurl rewound is sent again on the pooled connections
+    /// before it goes on a connection of its own: 2.
+    static let maxRewinds = 2
+
+    /// One exchange on the wire, without following redirects; with `fresh`, on a connection of
+    /// its own.
+    private func once(_ request: HTTPRequest, limit: Int?, slot: CallSlot, fresh: Bool) async throws -> HTTPResponse
+    {
         var urlRequest = makeURLRequest(request)
+        let hasBody = !(request.body?.isEmpty ?? true)
+        let fresh = fresh || (bodyMode == .freshConnection && hasBody)
         let call = DataTaskCall(
             label: "\(request.method) \(Self.redacted(request.url))", url: request.url, limit: limit,
-            arriving: slot.arriving,
-            body: urlRequest.httpBodyStream == nil ? nil : request.body)
-        // A request with a body goes on a connection of its own (see `BodyMode`); the control
-        // transport's calls (token, logout) always do, so a token call never meets a reset.
-        let fresh = bodyMode == .freshConnection && (isControl || !(request.body?.isEmpty ?? true))
+            maxHeaders: maxHeaders, arriving: slot.arriving,
+            body: urlRequest.httpBodyStream == nil ? nil : request.body,
+            resendsWhenRewound: bodyMode == .keptAlive && !fresh)
         let session: URLSession
         let delegate: SessionDelegate
         if fresh {
@@ -285,84 +324,6 @@ public final class URLSessionTransport: CancellableTransport {
         } onCancel: {
             slot.stop(throwing: CancellationError())
         }
-    }
-
-    // MARK: - Redirects
-
-    /// The request to send next when `response` is a redirect the request's policy follows; `nil` otherwise.
-    static func redirect(from request: HTTPRequest, response: HTTPResponse, original: HTTPRequest) -> HTTPRequest? {
-        guard [301, 302, 303, 307, 308].contains(response.status), original.redirects != .none,
-            let location = response.headers["Location"], !location.isEmpty,
-            var target = URL(string: location, relativeTo: request.url)?.absoluteURL,
-            let scheme = target.scheme?.lowercased(), scheme == "http" || scheme == "https", target.host != nil
-        else { return nil }
-        if !sameOrigin(target, request.url), target.user != nil || target.password != nil {
-            // Credentials a server wrote into a `Location` are not sent anywhere.
-            guard var components = URLComponents(url: target, resolvingAgainstBaseURL: false) else { return nil }
-            components.user = nil
-            components.password = nil
-            guard let stripped = components.url else { return nil }
-            target = stripped
-        }
-        if original.redirects == .sameOrigin, !sameOrigin(target, original.url) { return nil }
-        if !sameOrigin(target, request.url) { target = withoutEchoedQuery(target, sent: request.url) }
-        var next = request
-        next.url = target
-        let toGET =
-            (response.status == 303 && request.method != "HEAD")
-            || ((response.status == 301 || response.status == 302) && request.method == "POST")
-        if toGET {
-            next.method = "GET"
-            next.body = nil
-            next.headers.remove("Content-Type")
-            next.headers.remove("Content-Length")
-        }
-        return next
-    }
-
-    /// `target` without the query parameters the request just sent had in its own query (the same name and value,
-    /// or a value of 8 characters or more under any name): a
-    /// query-preserving redirect to another origin (`Location: https://elsewhere/?<our query>`) would otherwise
-    /// carry a `query` authorizer's token (or an API key in the URL) there. Parameters the server added itself
-    /// stay.
-    static func withoutEchoedQuery(_ target: URL, sent: URL) -> URL {
-        let sentItems = (URLComponents(url: sent, resolvingAgainstBaseURL: false)?.queryItems ?? [])
-            .filter { !($0.value ?? "").isEmpty }
-        // A parameter repeated as it was, or a long value (a token) repeated under another name.
-        let sentPairs = Set(sentItems.map { $0.name + "=" + ($0.value ?? "") })
-        let sentLongValues = Set(sentItems.compactMap(\.value).filter { $0.count >= 8 })
-        guard !sentItems.isEmpty, var components = URLComponents(url: target, resolvingAgainstBaseURL: false),
-            let items = components.queryItems
-        else { return target }
-        let kept = items.filter { item in
-            guard let value = item.value, !value.isEmpty else { return true }
-            return !sentPairs.contains(item.name + "=" + value) && !sentLongValues.contains(value)
-        }
-        guard kept.count != items.count else { return target }
-        components.queryItems = kept.isEmpty ? nil : kept
-        return components.url ?? target
-    }
-
-    /// Whether two URLs have one origin: scheme, host and port (the scheme's default when none is written).
-    static func sameOrigin(_ a: URL, _ b: URL) -> Bool {
-        func origin(_ url: URL) -> (String, String, Int) {
-            let scheme = url.scheme?.lowercased() ?? ""
-            return (scheme, url.host?.lowercased() ?? "", url.port ?? (scheme == "https" ? 443 : 80))
-        }
-        return origin(a) == origin(b)
-    }
-
-    /// The headers that may follow a request to another origin: none that can carry a credential.
-    static let headersKeptAcrossOrigins: Set<String> = [
-        "accept", "accept-language", "content-language", "content-type", "user-agent",
-    ]
-
-    static func headersSafeAcrossOrigins(_ headers: HTTPHeaders) -> HTTPHeaders {
-        var kept = HTTPHeaders()
-        for field in headers where headersKeptAcrossOrigins.contains(field.name.lowercased()) {
-            kept.add(field.name, field.value)
-        }
-        return kept
     }
 
     /// The transport error class of a `URLError`, or `nil` when the code is not a network failure of any class.
@@ -452,14 +413,7 @@ public final class URLSessionTransport: CancellableTransport {
     }
 
     /// `url` without query, fragment, user or password: safe to put into messages and logs.
-    static func redacted(_ url: URL) -> String {
-        guard var components = URLComponents(url: url, resolvingAgainstBaseURL: true) else { return "<url>" }
-        components.query = nil
-        components.fragment = nil
-        components.user = nil
-        components.password = nil
-        return components.string ?? "<url>"
-    }
+    static func redacted(_ url: URL) -> String { RedirectRules.redacted(url) }
 }
 
 /// The data task a ``URLSessionTransport`` send is on now (one per redirect hop), so that cancellation and the
@@ -525,18 +479,28 @@ private final class SessionDelegate: NSObject, URLSessionDataDelegate, @unchecke
         completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
     ) {
         let call = call(for: dataTask)
-        let tooLarge = call?.announced(response.expectedContentLength) ?? false
+        let tooLarge = (call?.tooManyHeaders(response) ?? false) || (call?.announced(response.expectedContentLength) ?? false)
         if !tooLarge, let status = (response as? HTTPURLResponse)?.statusCode { call?.received(status: status) }
         completionHandler(tooLarge ? .cancel : .allow)
     }
 
-    /// A fresh stream of the body when libcurl rewinds it to send the request again (a kept-alive
-    /// connection reset when it was reused): the same bytes from the start.
+    /// libcurl rewinds the body to send the request again (a kept-alive connection reset when it
+    /// was reused, before any byte of the answer): a stream body gets a fresh stream of the same
+    /// bytes; an `httpBody`, which FoundationNetworking cannot rewind, gets `nil` and its call is
+    /// ended as rewound, so the transport sends the request again whole (see `BodyMode`).
+    ///
+    /// FoundationNetworking calls this on its own work queue and waits for the answer.
     func urlSession(
         _ session: URLSession, task: URLSessionTask,
         needNewBodyStream completionHandler: @escaping @Sendable (InputStream?) -> Void
     ) {
-        completionHandler(call(for: task)?.body.map { InputStream(data: $0) })
+        let call = call(for: task)
+        if let body = call?.body {
+            completionHandler(InputStream(data: body))
+            return
+        }
+        completionHandler(nil)
+        if call?.resendsWhenRewound == true { call?.rewound() }
     }
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
@@ -574,13 +538,45 @@ private final class DataTaskCall: Sendable {
     private let arriving: (@Sendable () -> Void)?
     /// The request body sent as a stream, for a rewind (see `SessionDelegate`).
     let body: Data?
+    private let maxHeaders: Int
+    /// Whether a rewind of an `httpBody` ends the call as ``BodyRewound`` (`BodyMode.keptAlive`).
+    let resendsWhenRewound: Bool
 
-    init(label: String, url: URL, limit: Int?, arriving: (@Sendable () -> Void)?, body: Data?) {
+    init(
+        label: String, url: URL, limit: Int?, maxHeaders: Int, arriving: (@Sendable () -> Void)?, body: Data?,
+        resendsWhenRewound: Bool
+    ) {
         self.label = label
         self.url = url
         self.limit = limit
+        self.maxHeaders = maxHeaders
         self.arriving = arriving
         self.body = body
+        self.resendsWhenRewound = resendsWhenRewound
+    }
+
+    /// libcurl rewound the `httpBody` it cannot rewind: ends the call with ``BodyRewound`` and
+    /// cancels the data task from another thread (this runs on FoundationNetworking's work queue,
+    /// where `cancel` would wait for itself).
+    func rewound() {
+        let running: (URLSessionDataTask, CheckedContinuation<HTTPResponse, any Error>)? = state.withLock { state in
+            guard case .running(let task, let continuation, _) = state else { return nil }
+            state = .finished
+            return (task, continuation)
+        }
+        guard let (task, continuation) = running else { return }
+        continuation.resume(throwing: BodyRewound())
+        DispatchQueue.global().async { task.cancel() }
+    }
+
+    /// Whether the response's head has more fields than the limit (FoundationNetworking hands
+    /// them over joined by name).
+    func tooManyHeaders(_ response: URLResponse) -> Bool {
+        guard let fields = (response as? HTTPURLResponse)?.allHeaderFields, fields.count > maxHeaders else {
+            return false
+        }
+        stop(throwing: TransportError(.tooLarge, "\(label): the response has more than \(maxHeaders) header fields (max-headers)"))
+        return true
     }
 
     /// The status and headers are in: unless the transport will follow it as a redirect, the
@@ -707,6 +703,10 @@ private final class DataTaskCall: Sendable {
         return ": " + text
     }
 }
+
+/// A data task whose `httpBody` libcurl rewound (see `URLSessionTransport.BodyMode`): the
+/// transport sends the request again.
+struct BodyRewound: Error {}
 
 /// `bytes` for people: `64 MiB`, `1 MiB`, `1500 bytes`.
 func byteCount(_ bytes: Int) -> String {

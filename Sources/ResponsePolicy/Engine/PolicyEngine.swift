@@ -67,8 +67,6 @@ public final class PolicyEngine: Sendable {
     /// then run inline. (Not an optional: unwrapping one copied the existential on every attempt.)
     let inlineTransport: any CancellableTransport
     let attemptsInline: Bool
-    /// The transport's ``Transport/connectionsPerHost``, read once: `dispatch: auto`'s limit.
-    let transportConnectionsPerHost: Int?
     let registry: PluginRegistry
     let store: (any CredentialStore)?
     let options: Options
@@ -111,7 +109,6 @@ public final class PolicyEngine: Sendable {
     ) {
         self.transport = transport
         sessionTransport = UserAgentTransport(transport.sessionCallTransport, userAgent: options.userAgent)
-        transportConnectionsPerHost = transport.connectionsPerHost
         if let cancellable = transport as? any CancellableTransport {
             inlineTransport = cancellable
             attemptsInline = true

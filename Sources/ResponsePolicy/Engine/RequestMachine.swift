@@ -131,7 +131,7 @@ final class RequestMachine {
         now = context.start
         self.date = date
         if let limit = context.runtime.policy.dispatch.maxInFlightPerHost.resolved(
-            connectionsPerHost: engine.transportConnectionsPerHost)
+            connectionsPerHost: engine.transport.inFlightLimit(for: original.url))
         {
             dispatchLimit = limit
             host = original.url.host.map { host in original.url.port.map { "\(host):\($0)" } ?? host } ?? ""
