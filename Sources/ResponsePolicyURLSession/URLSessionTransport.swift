@@ -67,40 +67,47 @@ public final class URLSessionTransport: CancellableTransport {
     /// requests already queued in this one.
     private let control = Locked<URLSessionTransport?>(nil)
     private let isControl: Bool
-    /// How a request with a body goes out: on the kept-alive connections, sent again whole when
-    /// libcurl rewinds it (the default). The others are kept for the measurement in
+    /// How a request with a body goes out: on Linux on a fresh connection, on Apple platforms on
+    /// the kept-alive ones (see `BodyMode`). The others are kept for the measurement in
     /// `KeepAliveResetTests`.
     let bodyMode: BodyMode
 
     /// How a request with a body goes out.
     ///
-    /// The trouble with `httpBody` on a kept-alive connection: when libcurl sends a request on an
-    /// idle connection that the server resets at that moment (gunicorn's keep-alive timeout), it
-    /// sends the request again on a new connection and first rewinds the body. FoundationNetworking
-    /// cannot rewind an `httpBody` and says it did, so the second try carries the headers, the
+    /// Why not simply `httpBody` on a kept-alive connection on Linux: when libcurl sends a request
+    /// on an idle connection that the server resets at that moment (gunicorn's keep-alive
+    /// timeout), it sends the request again on a new connection. FoundationNetworking cannot
+    /// rewind an `httpBody` and says it did, so the second try carries the headers, the
     /// Content-Length and none of the body, and stalls until the timeout (issue 20: a token POST
     /// lost its body and logged the session out). A stream body it can rewind, but it sends a
     /// stream chunked, with the Content-Length beside `Transfer-Encoding: chunked`, which RFC 9112
-    /// §6.3 forbids.
-    ///
-    /// What it does do on a rewind is ask the task's delegate for a new body stream, for an
-    /// `httpBody` too (and then ignores the answer). That is the signal: the transport answers
-    /// `nil`, cancels that data task and sends the request again itself, whole (``keptAlive``).
-    /// libcurl rewinds only when a reused connection died before any byte of the answer came back,
-    /// so the server never saw the request, and re-sending it is what libcurl itself meant to do.
-    /// On Apple platforms URLSession rewinds bodies correctly and never asks.
+    /// §6.3 forbids. Answering libcurl's rewind (FoundationNetworking asks the delegate for a new
+    /// stream, for an `httpBody` too) by cancelling and re-sending the request does not cover it
+    /// either: libcurl rewinds only what it already counted as sent, and a body it had read but
+    /// not yet written goes out short without a rewind (issue 33 measured 9–10 of 12 bodies whole
+    /// against a server that resets every reused connection, the rest short or failed). So on
+    /// Linux a request with a body goes on a connection nobody used before: a session made for it
+    /// alone (libcurl keeps its connections per session), asking the server to close after
+    /// (`Connection: close`), which costs a connection (over TLS a handshake) per request with a
+    /// body. `ResponsePolicyCurl`'s `CurlTransport` rewinds bodies itself and has no such cost.
+    /// Apple's URLSession rewinds bodies correctly: there, bodies use the kept-alive connections.
     enum BodyMode: Sendable {
-        /// `httpBody` on the shared, kept-alive connections; a rewound request is cancelled and
-        /// sent again whole, on a connection of its own after ``URLSessionTransport/maxRewinds``
-        /// rewinds in a row. The default.
-        case keptAlive
-        /// A session of its own, `Connection: close`: a new connection per request with a body
-        /// (what the transport did before `keptAlive`).
+        /// A session of its own, `Connection: close`: a new connection per request with a body.
+        /// The default on Linux.
         case freshConnection
-        /// `httpBody` on the shared, kept-alive connections, nothing done on a rewind (the bug).
+        /// `httpBody` on the shared, kept-alive connections. The default on Apple platforms.
         case data
         /// A rewindable `httpBodyStream` on the shared connections (chunked on the wire).
         case stream
+
+        /// The platform's default.
+        static var platformDefault: BodyMode {
+            #if canImport(FoundationNetworking)
+                .freshConnection
+            #else
+                .data
+            #endif
+        }
     }
 
     /// Creates a transport.
@@ -157,7 +164,7 @@ public final class URLSessionTransport: CancellableTransport {
     /// With `isControl`: the transport for session calls, on a session of its own.
     private init(
         timeout: Duration, maxBody: Int?, maxHeaders: Int, configuration: URLSessionConfiguration, isControl: Bool,
-        bodyMode: BodyMode = .keptAlive
+        bodyMode: BodyMode = .platformDefault
     ) {
         self.bodyMode = bodyMode
         self.maxHeaders = max(1, maxHeaders)
@@ -254,49 +261,28 @@ public final class URLSessionTransport: CancellableTransport {
         }
         defer { timer.cancel() }
         var current = request
-        var hop = 0
-        var rewinds = 0
-        while true {
-            let response: HTTPResponse
-            do {
-                // After two rewinds in a row (each a pooled connection reset as it was reused),
-                // the request goes on a connection of its own, where no reset at reuse can happen.
-                response = try await once(current, limit: limit, slot: slot, fresh: rewinds >= Self.maxRewinds)
-            } catch is BodyRewound {
-                // libcurl found the kept-alive connection reset before any byte of the answer came
-                // back and was about to send the request again without its body (see `BodyMode`):
-                // the transport sends it again itself, whole, as libcurl meant to.
-                rewinds += 1
-                continue
-            }
+        for hop in 0...Self.maxRedirects {
+            let response = try await once(current, limit: limit, slot: slot)
             guard let next = RedirectRules.redirect(from: current, response: response, original: request) else {
                 return response
             }
-            guard hop < Self.maxRedirects else {
-                throw TransportError(.connection, "\(label): more than \(Self.maxRedirects) redirects")
-            }
-            hop += 1
-            rewinds = 0
+            guard hop < Self.maxRedirects else { break }
             current = next
         }
+        throw TransportError(.connection, "\(label): more than \(Self.maxRedirects) redirects")
     }
 
-    /// How often a request whose body libcurl rewound is sent again on the pooled connections
-    /// before it goes on a connection of its own: 2.
-    static let maxRewinds = 2
-
-    /// One exchange on the wire, without following redirects; with `fresh`, on a connection of
-    /// its own.
-    private func once(_ request: HTTPRequest, limit: Int?, slot: CallSlot, fresh: Bool) async throws -> HTTPResponse
-    {
+    /// One exchange on the wire, without following redirects.
+    private func once(_ request: HTTPRequest, limit: Int?, slot: CallSlot) async throws -> HTTPResponse {
         var urlRequest = makeURLRequest(request)
-        let hasBody = !(request.body?.isEmpty ?? true)
-        let fresh = fresh || (bodyMode == .freshConnection && hasBody)
+        // A request with a body goes on a connection of its own on Linux (see `BodyMode`); the
+        // control transport's calls (token, logout) always do there, so a token call never
+        // meets a reset.
+        let fresh = bodyMode == .freshConnection && (isControl || !(request.body?.isEmpty ?? true))
         let call = DataTaskCall(
             label: "\(request.method) \(Self.redacted(request.url))", url: request.url, limit: limit,
             maxHeaders: maxHeaders, arriving: slot.arriving,
-            body: urlRequest.httpBodyStream == nil ? nil : request.body,
-            resendsWhenRewound: bodyMode == .keptAlive && !fresh)
+            body: urlRequest.httpBodyStream == nil ? nil : request.body)
         let session: URLSession
         let delegate: SessionDelegate
         if fresh {
@@ -484,23 +470,13 @@ private final class SessionDelegate: NSObject, URLSessionDataDelegate, @unchecke
         completionHandler(tooLarge ? .cancel : .allow)
     }
 
-    /// libcurl rewinds the body to send the request again (a kept-alive connection reset when it
-    /// was reused, before any byte of the answer): a stream body gets a fresh stream of the same
-    /// bytes; an `httpBody`, which FoundationNetworking cannot rewind, gets `nil` and its call is
-    /// ended as rewound, so the transport sends the request again whole (see `BodyMode`).
-    ///
-    /// FoundationNetworking calls this on its own work queue and waits for the answer.
+    /// A fresh stream of the body when libcurl rewinds it to send the request again (a kept-alive
+    /// connection reset when it was reused): the same bytes from the start.
     func urlSession(
         _ session: URLSession, task: URLSessionTask,
         needNewBodyStream completionHandler: @escaping @Sendable (InputStream?) -> Void
     ) {
-        let call = call(for: task)
-        if let body = call?.body {
-            completionHandler(InputStream(data: body))
-            return
-        }
-        completionHandler(nil)
-        if call?.resendsWhenRewound == true { call?.rewound() }
+        completionHandler(call(for: task)?.body.map { InputStream(data: $0) })
     }
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
@@ -539,34 +515,14 @@ private final class DataTaskCall: Sendable {
     /// The request body sent as a stream, for a rewind (see `SessionDelegate`).
     let body: Data?
     private let maxHeaders: Int
-    /// Whether a rewind of an `httpBody` ends the call as ``BodyRewound`` (`BodyMode.keptAlive`).
-    let resendsWhenRewound: Bool
 
-    init(
-        label: String, url: URL, limit: Int?, maxHeaders: Int, arriving: (@Sendable () -> Void)?, body: Data?,
-        resendsWhenRewound: Bool
-    ) {
+    init(label: String, url: URL, limit: Int?, maxHeaders: Int, arriving: (@Sendable () -> Void)?, body: Data?) {
         self.label = label
         self.url = url
         self.limit = limit
         self.maxHeaders = maxHeaders
         self.arriving = arriving
         self.body = body
-        self.resendsWhenRewound = resendsWhenRewound
-    }
-
-    /// libcurl rewound the `httpBody` it cannot rewind: ends the call with ``BodyRewound`` and
-    /// cancels the data task from another thread (this runs on FoundationNetworking's work queue,
-    /// where `cancel` would wait for itself).
-    func rewound() {
-        let running: (URLSessionDataTask, CheckedContinuation<HTTPResponse, any Error>)? = state.withLock { state in
-            guard case .running(let task, let continuation, _) = state else { return nil }
-            state = .finished
-            return (task, continuation)
-        }
-        guard let (task, continuation) = running else { return }
-        continuation.resume(throwing: BodyRewound())
-        DispatchQueue.global().async { task.cancel() }
     }
 
     /// Whether the response's head has more fields than the limit (FoundationNetworking hands
@@ -703,10 +659,6 @@ private final class DataTaskCall: Sendable {
         return ": " + text
     }
 }
-
-/// A data task whose `httpBody` libcurl rewound (see `URLSessionTransport.BodyMode`): the
-/// transport sends the request again.
-struct BodyRewound: Error {}
 
 /// `bytes` for people: `64 MiB`, `1 MiB`, `1500 bytes`.
 func byteCount(_ bytes: Int) -> String {
