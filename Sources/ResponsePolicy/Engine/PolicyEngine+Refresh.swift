@@ -246,7 +246,9 @@ extension PolicyEngine {
             let outcome = await callRefreshOnce(choice, context, timeout: deadline - clock.now, total: settings.timeout)
             guard case .failure(let raw) = outcome else { return outcome }
             var failure = calls.judged(raw)
-            guard !failure.isDefinitive, let transient = settings.transient else { return .failure(failure) }
+            guard !failure.isDefinitive, !failure.endsRefresh, let transient = settings.transient else {
+                return .failure(failure)
+            }
             if clock.now >= deadline, let previous { failure = previous }
             previous = failure
             let requested =

@@ -6,6 +6,12 @@ extension PolicyEngine {
         case response(HTTPResponse)
         case error(TransportError)
         case cancelled
+
+        /// A failure over the size limit (`too-large`): never retried.
+        var isTooLarge: Bool {
+            if case .error(let error) = self { return error.errorClass == .tooLarge }
+            return false
+        }
     }
 
     /// The request loop: sign, send, classify, act; until an outcome. Every decision is made by
@@ -237,7 +243,9 @@ extension PolicyEngine {
             classified.rule = scope.classifier.match(error: .timeout, method: method, path: path)
         }
         if let rule = classified.rule, scope.compiled[rule].action == .retry {
-            classified.retryable = machine.isRetryable(scope.compiled[rule].retry)
+            // A response over the size limit is definitive: the same request gets the same answer,
+            // so a `retry` rule that matches `too-large` (by name or `any`) does not retry it.
+            classified.retryable = !result.isTooLarge && machine.isRetryable(scope.compiled[rule].retry)
         }
         return classified
     }

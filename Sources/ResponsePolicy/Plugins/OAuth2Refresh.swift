@@ -427,6 +427,11 @@ package enum TokenEndpoint {
             response = try await transport.send(request)
         } catch is CancellationError {
             throw CancellationError()
+        } catch let error as TransportError where error.errorClass == .tooLarge {
+            // Not trouble that passes: another call gets the same answer (a bomb, a wrong endpoint).
+            var failure = RefreshFailure("the token endpoint's answer was refused (\(error))", kind: .transient)
+            failure.endsRefresh = true
+            throw failure
         } catch let error as TransportError {
             throw RefreshFailure("the token endpoint could not be reached (\(error))", kind: .transient)
         } catch {

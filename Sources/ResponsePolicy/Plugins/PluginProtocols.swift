@@ -59,6 +59,10 @@ public struct RefreshFailure: Error, Sendable, Equatable, CustomStringConvertibl
     /// How long to wait before the next try, when the plugin knows (`nil`: the response's
     /// `Retry-After`, else the engine's backoff).
     public var retryAfter: Duration?
+    /// Whether another call within this refresh would only get the same answer (the token
+    /// endpoint's answer was over its size limit, `too-large`): the refresh fails at once, still
+    /// transient, so the session goes on. `false` by default.
+    package var endsRefresh = false
 
     /// Creates a failure.
     ///
