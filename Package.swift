@@ -49,7 +49,9 @@ let package = Package(
         .executableTarget(name: "policy", dependencies: ["PolicyCLI", "PolicyStartup", "ResponsePolicyRedis"]),
         .executableTarget(
             name: "policy-bench",
-            dependencies: ["ResponsePolicy", "ResponsePolicyURLSession", "ResponsePolicyCurl", "ResponsePolicyRedis"]),
+            dependencies: [
+                "ResponsePolicy", "ResponsePolicyURLSession", "ResponsePolicyCurl", "ResponsePolicyRedis", "CCurl",
+            ]),
         // Test helper: one coordinator in a child process, driven over stdin/stdout by the
         // multi-process coordination tests (killed with SIGKILL mid-refresh).
         .executableTarget(
