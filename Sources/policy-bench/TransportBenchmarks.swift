@@ -384,7 +384,10 @@ final class BenchNginx: @unchecked Sendable {
         if let systemBundle {
             try? systemBundle.write(toFile: "/etc/ssl/certs/ca-certificates.crt", atomically: false, encoding: .utf8)
         }
-        if process.isRunning { process.terminate() }
+        // SIGQUIT is nginx's graceful stop, SIGKILL if it is still there a second later.
+        if process.isRunning { kill(process.processIdentifier, SIGQUIT) }
+        for _ in 0..<20 where process.isRunning { usleep(50_000) }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         process.waitUntilExit()
         try? FileManager.default.removeItem(atPath: folder)
     }

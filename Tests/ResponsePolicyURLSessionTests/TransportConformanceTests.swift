@@ -23,8 +23,9 @@ enum TransportKind: String, CaseIterable, Sendable, CustomTestStringConvertible 
 }
 
 /// One contract, both transports: every test here runs against `URLSessionTransport` and
-/// `CurlTransport` alike (`Fixtures/test_server.py` on loopback, a server per test).
-@Suite(.loadGate(.realTime))
+/// `CurlTransport` alike (`Fixtures/test_server.py` on loopback, a server per test). A step of
+/// its own in CI (`.ci/run`): the bombs and the endless body keep a core busy for seconds.
+@Suite(.realTimeStep, .loadGate(.realTime))
 struct TransportConformanceTests {
     // MARK: - Round trips
 
