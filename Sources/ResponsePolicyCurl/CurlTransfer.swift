@@ -28,8 +28,8 @@ final class CurlTransfer: @unchecked Sendable {
     }
 
     let state = Locked<State>(.idle)
-    /// `METHOD url` with the URL redacted, for messages.
-    let label: String
+    /// `METHOD url` with the URL redacted, for messages (made only when one is written).
+    var label: String { "\(request.method) \(RedirectRules.redacted(request.url))" }
     let url: URL
     /// The largest decoded body accepted; `nil` for none.
     let limit: Int?
@@ -67,7 +67,6 @@ final class CurlTransfer: @unchecked Sendable {
         self.timeoutMilliseconds = timeoutMilliseconds
         errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE) + 1)
         errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
-        label = "\(request.method) \(RedirectRules.redacted(request.url))"
         url = request.url
         self.limit = limit
         self.maxHeaders = maxHeaders

@@ -147,7 +147,8 @@ public final class CurlTransport: CancellableTransport {
 
     private func perform(_ request: HTTPRequest, cancellation: AttemptCancellation?) async throws -> HTTPResponse {
         try Task.checkCancellation()
-        let label = "\(request.method) \(RedirectRules.redacted(request.url))"
+        // Made only for a message: parsing the URL again costs microseconds per request.
+        var label: String { "\(request.method) \(RedirectRules.redacted(request.url))" }
         guard let loop else {
             throw TransportError(.connection, "\(label): libcurl could not be initialized")
         }

@@ -34,23 +34,32 @@ extension Benchmarks {
         var failures = 0
     }
 
-    static func transport(quick: Bool, installCA: Bool) async -> [BenchResult] {
+    /// - Parameter only: `transport` for every row, or a prefix of the rows wanted
+    ///   (`transport-h2`, `transport-tls1-post`).
+    ///   - clients: The clients measured (`--clients engine+curl,raw-libcurl`, for profiling one).
+    static func transport(
+        quick: Bool, installCA: Bool, only: String = "transport", clients: Set<Client> = Set(Client.allCases),
+        requests: Int? = nil
+    ) async -> [BenchResult] {
         guard let nginx = BenchNginx.start(installCA: installCA) else {
             FileHandle.standardError.write(
                 Data("transport: could not start nginx (apt-get install nginx-light libnginx-mod-http-echo)\n".utf8))
             return []
         }
         defer { nginx.stop() }
-        let sequential = quick ? 10 : 300
-        let rounds = quick ? 1 : 20
+        let sequential = quick ? 10 : requests ?? 300
+        let rounds = quick ? 1 : max(1, (requests ?? 320) / 16)
         var results: [BenchResult] = []
         for (scheme, port) in [("http", nginx.httpPort), ("tls1", nginx.tls1Port), ("h2", nginx.h2Port)] {
             let host = scheme == "http" ? "http://127.0.0.1:\(port)" : "https://localhost:\(port)"
             for method in ["GET", "POST"] {
                 for concurrent in [false, true] {
-                    guard let url = URL(string: host + (method == "GET" ? "/get" : "/post")) else { continue }
+                    let name = "transport-\(scheme)-\(method.lowercased())-\(concurrent ? "c16" : "seq")"
+                    guard name.hasPrefix(only) || only == "transport",
+                        let url = URL(string: host + (method == "GET" ? "/get" : "/post"))
+                    else { continue }
                     var figures: [Client: Figure] = [:]
-                    for client in Client.allCases {
+                    for client in Client.allCases where clients.contains(client) {
                         let figure = await measureClient(
                             client, url: url, method: method, count: concurrent ? 16 * rounds : sequential,
                             concurrency: concurrent ? 16 : 1, http2: scheme == "h2", nginx: nginx)
@@ -60,14 +69,12 @@ extension Benchmarks {
                                 + "\(Int(figure.cpuMicros)) us CPU, \(Int(figure.wallMicros)) us wall, "
                                 + "\(figure.connections) connections, \(figure.failures) failed")
                     }
-                    results.append(
-                        transportRow(
-                            "transport-\(scheme)-\(method.lowercased())-\(concurrent ? "c16" : "seq")", figures))
+                    results.append(transportRow(name, figures))
                 }
             }
         }
         // 16 at once over HTTP/2 with 20 ms of server time: wall against raw URLSession's.
-        if let url = URL(string: "https://localhost:\(nginx.h2Port)/slow") {
+        if "transport-h2-c16-20ms".hasPrefix(only), let url = URL(string: "https://localhost:\(nginx.h2Port)/slow") {
             var figures: [Client: Figure] = [:]
             for client in Client.allCases {
                 figures[client] = await measureClient(

@@ -86,7 +86,12 @@ if stormHTTP {
 }
 // Needs nginx (nginx-light, libnginx-mod-http-echo): only on request, `--only transport`.
 if only.map({ $0.hasPrefix("transport") }) == true {
-    results += await Benchmarks.transport(quick: quick, installCA: arguments.contains("--install-ca"))
+    let clients = argv.firstIndex(of: "--clients").flatMap { $0 + 1 < argv.count ? argv[$0 + 1] : nil }
+        .map { Set($0.split(separator: ",").compactMap { Benchmarks.Client(rawValue: String($0)) }) }
+    results += await Benchmarks.transport(
+        quick: quick, installCA: arguments.contains("--install-ca"), only: only ?? "transport",
+        clients: clients ?? Set(Benchmarks.Client.allCases),
+        requests: argv.firstIndex(of: "--requests").flatMap { $0 + 1 < argv.count ? Int(argv[$0 + 1]) : nil })
 }
 if wanted("engine") { results.append(await Benchmarks.engineOverhead(quick: quick)) }
 if wanted("load") { results.append(Benchmarks.loadDefault(quick: quick)) }
