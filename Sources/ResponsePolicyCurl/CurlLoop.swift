@@ -191,7 +191,9 @@ final class CurlLoop: @unchecked Sendable {
             _ = ccurl_easy_setopt_pointer(easy, CURLOPT_READDATA, context)
             _ = ccurl_easy_setopt_seek_callback(easy, CURLOPT_SEEKFUNCTION, curlSeekCallback)
             _ = ccurl_easy_setopt_pointer(easy, CURLOPT_SEEKDATA, context)
-            if method != "POST" { _ = method.withCString { ccurl_easy_setopt_pointer(easy, CURLOPT_CUSTOMREQUEST, $0) } }
+            if method != "POST" {
+                _ = method.withCString { ccurl_easy_setopt_pointer(easy, CURLOPT_CUSTOMREQUEST, $0) }
+            }
         } else if method == "HEAD" {
             _ = ccurl_easy_setopt_long(easy, CURLOPT_NOBODY, 1)
         } else if method != "GET" {

@@ -220,7 +220,8 @@ final class CurlTransfer: @unchecked Sendable {
         let count = min(buffer.count, requestBody.count - readOffset)
         guard count > 0 else { return 0 }
         requestBody.withUnsafeBytes { source in
-            buffer.baseAddress?.copyMemory(from: source.baseAddress! + readOffset, byteCount: count)
+            guard let from = source.baseAddress else { return }
+            buffer.baseAddress?.copyMemory(from: from + readOffset, byteCount: count)
         }
         readOffset += count
         return count

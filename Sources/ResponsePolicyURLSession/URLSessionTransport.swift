@@ -465,7 +465,8 @@ private final class SessionDelegate: NSObject, URLSessionDataDelegate, @unchecke
         completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
     ) {
         let call = call(for: dataTask)
-        let tooLarge = (call?.tooManyHeaders(response) ?? false) || (call?.announced(response.expectedContentLength) ?? false)
+        let tooLarge =
+            (call?.tooManyHeaders(response) ?? false) || (call?.announced(response.expectedContentLength) ?? false)
         if !tooLarge, let status = (response as? HTTPURLResponse)?.statusCode { call?.received(status: status) }
         completionHandler(tooLarge ? .cancel : .allow)
     }
@@ -531,7 +532,8 @@ private final class DataTaskCall: Sendable {
         guard let fields = (response as? HTTPURLResponse)?.allHeaderFields, fields.count > maxHeaders else {
             return false
         }
-        stop(throwing: TransportError(.tooLarge, "\(label): the response has more than \(maxHeaders) header fields (max-headers)"))
+        let message = "\(label): the response has more than \(maxHeaders) header fields (max-headers)"
+        stop(throwing: TransportError(.tooLarge, message))
         return true
     }
 

@@ -143,7 +143,8 @@ extension Benchmarks {
             }
             let transport: any Transport =
                 client == .engineCurl
-                ? CurlTransport(timeout: .seconds(30), caFile: nginx.caBundle) : URLSessionTransport(timeout: .seconds(30))
+                ? CurlTransport(timeout: .seconds(30), caFile: nginx.caBundle)
+                : URLSessionTransport(timeout: .seconds(30))
             let engine = PolicyEngine(
                 policy: policy, transport: transport, credentials: MemoryCredentialStore(Credentials(accessToken: "t")))
             send = { (try? await engine.send(request))?.status == 200 }
@@ -219,7 +220,9 @@ enum RawCurl {
             _ = ccurl_easy_setopt_long(easy, CURLOPT_PIPEWAIT, 1)
             _ = ccurl_easy_setopt_data_callback(easy, CURLOPT_WRITEFUNCTION, { _, size, count, _ in size * count })
             if body != nil {
-                bodyBytes.withUnsafeBytes { _ = ccurl_easy_setopt_pointer(easy, CURLOPT_COPYPOSTFIELDS, $0.baseAddress) }
+                bodyBytes.withUnsafeBytes {
+                    _ = ccurl_easy_setopt_pointer(easy, CURLOPT_COPYPOSTFIELDS, $0.baseAddress)
+                }
                 _ = ccurl_easy_setopt_offset(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(bodyBytes.count))
             }
         }
@@ -227,7 +230,9 @@ enum RawCurl {
         for _ in 0..<concurrency {
             guard let easy = curl_easy_init() else { return Benchmarks.Figure() }
             // COPYPOSTFIELDS reads POSTFIELDSIZE first.
-            if body != nil { _ = ccurl_easy_setopt_offset(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(bodyBytes.count)) }
+            if body != nil {
+                _ = ccurl_easy_setopt_offset(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(bodyBytes.count))
+            }
             configure(easy)
             handles.append(easy)
         }
@@ -294,7 +299,9 @@ final class BenchNginx: @unchecked Sendable {
     }
 
     static func start(installCA: Bool) -> BenchNginx? {
-        let binary = ["/usr/sbin/nginx", "/usr/local/sbin/nginx"].first { FileManager.default.isExecutableFile(atPath: $0) }
+        let binary = ["/usr/sbin/nginx", "/usr/local/sbin/nginx"].first {
+            FileManager.default.isExecutableFile(atPath: $0)
+        }
         guard let binary else { return nil }
         let folder = NSTemporaryDirectory() + "policy-bench-nginx-\(getpid())"
         try? FileManager.default.createDirectory(atPath: folder + "/logs", withIntermediateDirectories: true)
@@ -377,7 +384,8 @@ final class BenchNginx: @unchecked Sendable {
         process.standardError = FileHandle.standardError
         guard (try? process.run()) != nil else { return nil }
         let server = BenchNginx(
-            folder: folder, ports: ports, caBundle: installCA ? nil : bundle, process: process, systemBundle: systemBundle)
+            folder: folder, ports: ports, caBundle: installCA ? nil : bundle, process: process,
+            systemBundle: systemBundle)
         // Ready when stub_status answers.
         for _ in 0..<100 {
             if server.accepted(orNil: true) != nil { return server }
@@ -444,7 +452,9 @@ final class BenchNginx: @unchecked Sendable {
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         _ = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
+            }
         }
         return Int(UInt16(bigEndian: address.sin_port))
     }

@@ -58,7 +58,8 @@ struct KeepAliveResetTests {
             let transport = TransportKind.curl.make(timeout: .seconds(5))
             let body = Data(String(repeating: "b", count: 107).utf8)
             for _ in 0..<100 {
-                let response = try await transport.send(HTTPRequest(method: "POST", url: server.url("/token"), body: body))
+                let request = HTTPRequest(method: "POST", url: server.url("/token"), body: body)
+                let response = try await transport.send(request)
                 #expect(try JSONDecoder().decode(Answer.self, from: response.body).received == body.count)
             }
             let control = transport.sessionCallTransport

@@ -95,7 +95,9 @@ struct TransportConformanceTests {
                 for index in 0..<16 {
                     let request = HTTPRequest(
                         method: "POST", url: server.url("/echo"), body: Data("request-\(index)".utf8))
-                    group.addTask { try JSONDecoder().decode(Echo.self, from: try await transport.send(request).body).body }
+                    group.addTask {
+                        try JSONDecoder().decode(Echo.self, from: try await transport.send(request).body).body
+                    }
                 }
                 return try await group.reduce(into: Set<String>()) { $0.insert($1) }
             }
@@ -131,7 +133,9 @@ struct TransportConformanceTests {
         }
         let port = try closedPort()
         let url = try #require(URL(string: "http://127.0.0.1:\(port)/api"))
-        let refused = try await #require(throws: TransportError.self) { try await kind.make().send(HTTPRequest(url: url)) }
+        let refused = try await #require(throws: TransportError.self) {
+            try await kind.make().send(HTTPRequest(url: url))
+        }
         #expect(refused.errorClass == .connection)
     }
 
@@ -216,7 +220,9 @@ struct TransportConformanceTests {
         try await withTestServer { server in
             let transport = kind.make(maxBody: 100_000)
             for length in ["", "&length=0"] {
-                #expect(try await transport.send(HTTPRequest(url: server.url("/big?bytes=100000\(length)"))).body.count == 100_000)
+                #expect(
+                    try await transport.send(HTTPRequest(url: server.url("/big?bytes=100000\(length)"))).body.count
+                        == 100_000)
                 let error = try await #require(throws: TransportError.self) {
                     try await transport.send(HTTPRequest(url: server.url("/big?bytes=100001\(length)")))
                 }
@@ -225,7 +231,9 @@ struct TransportConformanceTests {
             }
             var capped = HTTPRequest(url: server.url("/big?bytes=2000"))
             capped.maxResponseBytes = 1_000
-            #expect(try await #require(throws: TransportError.self) { try await transport.send(capped) }.errorClass == .tooLarge)
+            #expect(
+                try await #require(throws: TransportError.self) { try await transport.send(capped) }.errorClass
+                    == .tooLarge)
         }
     }
 
@@ -239,7 +247,8 @@ struct TransportConformanceTests {
             #expect(small.body == Data(count: 1000), "decoded")
             for encoding in ["gzip", "deflate"] {
                 let error = try await #require(throws: TransportError.self) {
-                    try await transport.send(HTTPRequest(url: server.url("/bomb?bytes=\(256 << 20)&encoding=\(encoding)")))
+                    try await transport.send(
+                        HTTPRequest(url: server.url("/bomb?bytes=\(256 << 20)&encoding=\(encoding)")))
                 }
                 #expect(error.errorClass == .tooLarge, "\(encoding)")
             }

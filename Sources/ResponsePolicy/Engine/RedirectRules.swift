@@ -81,7 +81,8 @@ package enum RedirectRules {
     /// Scheme, lowercased host and port (the scheme's default when none is written).
     package static func origin(_ url: URL) -> Origin {
         let scheme = url.scheme?.lowercased() ?? ""
-        return Origin(scheme: scheme, host: url.host?.lowercased() ?? "", port: url.port ?? (scheme == "https" ? 443 : 80))
+        return Origin(
+            scheme: scheme, host: url.host?.lowercased() ?? "", port: url.port ?? (scheme == "https" ? 443 : 80))
     }
 
     /// An origin as RFC 6454 defines it.
