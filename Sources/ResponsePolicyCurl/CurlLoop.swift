@@ -39,6 +39,32 @@ final class CurlLoop: @unchecked Sendable {
 
     // Loop-thread state.
     private var running: [UnsafeMutableRawPointer: CurlTransfer] = [:]
+    /// Transfers handed to libcurl per origin, and those waiting for one of them to end.
+    private var admitted: [RedirectRules.Origin: Int] = [:]
+    private var waiting: [RedirectRules.Origin: Queue] = [:]
+
+    /// A first-in, first-out queue of transfers; one that was stopped while it waited is skipped
+    /// when its turn comes (its continuation was resumed already).
+    private struct Queue {
+        private var items: [CurlTransfer] = []
+        private var head = 0
+
+        var isEmpty: Bool { head == items.count }
+
+        mutating func append(_ transfer: CurlTransfer) { items.append(transfer) }
+
+        mutating func next() -> CurlTransfer? {
+            guard head < items.count else { return nil }
+            defer {
+                head += 1
+                if head > 1_024, head * 2 > items.count {
+                    items.removeFirst(head)
+                    head = 0
+                }
+            }
+            return items[head]
+        }
+    }
     private var idleHandles: [UnsafeMutableRawPointer] = []
 
     private static let initialized: Bool = {
@@ -51,8 +77,9 @@ final class CurlLoop: @unchecked Sendable {
         self.share = share
         self.settings = settings
         _ = ccurl_multi_setopt_long(multi, CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))
-        // Headroom over what `dispatch: auto` lets out, for the engine's refresh and logout calls.
-        _ = ccurl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, settings.connectionsPerHost + 2)
+        // No CURLMOPT_MAX_HOST_CONNECTIONS: a transfer libcurl parks for want of a connection is
+        // woken only by another transfer's end, and under a storm all of them ended up parked
+        // on idle connections (libcurl 7.88). The loop admits transfers per origin itself.
         _ = ccurl_multi_setopt_long(multi, CURLMOPT_MAX_CONCURRENT_STREAMS, settings.streamsPerConnection)
         _ = ccurl_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, max(16, (settings.connectionsPerHost + 2) * 4))
         _ = ccurl_share_setopt_long(share, CURLSHOPT_SHARE, Int(CURL_LOCK_DATA_DNS.rawValue))
@@ -119,15 +146,35 @@ final class CurlLoop: @unchecked Sendable {
             transfer.finish(.failure(TransportError(.connection, "\(transfer.label): the transport was shut down")))
             end(transfer)
         }
+        for origin in Array(waiting.keys) {
+            while let transfer = waiting[origin]?.next() {
+                transfer.finish(.failure(TransportError(.connection, "\(transfer.label): the transport was shut down")))
+            }
+        }
+        waiting = [:]
         for easy in idleHandles { curl_easy_cleanup(easy) }
         curl_multi_cleanup(multi)
         curl_share_cleanup(share)
     }
 
+    /// How many transfers to `origin` libcurl carries at once: the connections per host, two
+    /// more for the engine's refresh and logout calls; over HTTP/2, 100 streams on each.
+    private func admissionLimit(_ origin: RedirectRules.Origin) -> Int {
+        let connections = settings.connectionsPerHost + 2
+        return protocols.withLock { $0[origin] } == true ? connections * settings.streamsPerConnection : connections
+    }
+
     private func begin(_ transfer: CurlTransfer) {
         guard !transfer.isFinished else { return }
+        let origin = transfer.origin
+        guard admitted[origin, default: 0] < admissionLimit(origin) else {
+            waiting[origin, default: Queue()].append(transfer)
+            return
+        }
+        admitted[origin, default: 0] += 1
         let easy = idleHandles.popLast() ?? curl_easy_init()
         guard let easy else {
+            release(origin)
             transfer.finish(.failure(TransportError(.connection, "\(transfer.label): libcurl could not make a handle")))
             return
         }
@@ -140,6 +187,7 @@ final class CurlLoop: @unchecked Sendable {
             transfer.easy = nil
             curl_easy_reset(easy)
             idleHandles.append(easy)
+            release(origin)
             transfer.finish(.failure(TransportError(.connection, "\(transfer.label): libcurl refused the transfer")))
         }
     }
@@ -151,7 +199,9 @@ final class CurlLoop: @unchecked Sendable {
         _ = ccurl_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
         _ = ccurl_easy_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 0)
         _ = ccurl_easy_setopt_pointer(easy, CURLOPT_SHARE, UnsafeRawPointer(share))
-        _ = ccurl_easy_setopt_long(easy, CURLOPT_PIPEWAIT, 1)
+        // Over TLS, wait for the first connection's ALPN rather than open one per transfer: if it
+        // is HTTP/2 they all go on it as streams.
+        if RedirectRules.origin(request.url).scheme == "https" { _ = ccurl_easy_setopt_long(easy, CURLOPT_PIPEWAIT, 1) }
         _ = ccurl_easy_setopt_long(
             easy, CURLOPT_HTTP_VERSION,
             Int(settings.http2 ? CURL_HTTP_VERSION_2TLS : CURL_HTTP_VERSION_1_1))
@@ -228,13 +278,29 @@ final class CurlLoop: @unchecked Sendable {
         transfer.finish(result)
     }
 
-    /// Takes the transfer's handle out of the multi handle and keeps it for the next transfer.
+    /// Takes the transfer's handle out of the multi handle and keeps it for the next transfer
+    /// (a transfer still waiting for admission is skipped when its turn comes).
     private func end(_ transfer: CurlTransfer) {
         guard let easy = transfer.easy, running.removeValue(forKey: easy) != nil else { return }
         curl_multi_remove_handle(multi, easy)
         transfer.easy = nil
         curl_easy_reset(easy)
         if idleHandles.count < 64 { idleHandles.append(easy) } else { curl_easy_cleanup(easy) }
+        release(transfer.origin)
+    }
+
+    /// A transfer to `origin` ended: the next one waiting for it starts.
+    private func release(_ origin: RedirectRules.Origin) {
+        admitted[origin, default: 1] -= 1
+        if admitted[origin] == 0 { admitted[origin] = nil }
+        while let next = waiting[origin]?.next() {
+            if waiting[origin]?.isEmpty == true { waiting[origin] = nil }
+            if !next.isFinished {
+                begin(next)
+                return
+            }
+        }
+        waiting[origin] = nil
     }
 }
 

@@ -56,6 +56,8 @@ final class CurlTransfer: @unchecked Sendable {
     let errorBuffer: UnsafeMutablePointer<CChar>
     /// The request as it goes out (its headers and method are set on the handle by the loop).
     let request: HTTPRequest
+    /// Where it goes: the loop admits a bounded number of transfers per origin.
+    let origin: RedirectRules.Origin
     /// What is left of the call's timeout for this hop.
     let timeoutMilliseconds: Int
 
@@ -64,6 +66,7 @@ final class CurlTransfer: @unchecked Sendable {
         arriving: (@Sendable () -> Void)?
     ) {
         self.request = request
+        origin = RedirectRules.origin(request.url)
         self.timeoutMilliseconds = timeoutMilliseconds
         errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE) + 1)
         errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)

@@ -105,6 +105,35 @@ struct TransportConformanceTests {
         }
     }
 
+    /// Many more requests at once than connections: they wait inside the transport and all end,
+    /// the cancelled ones too (a storm once left `CurlTransport`'s transfers parked on idle
+    /// connections for good).
+    @Test(arguments: TransportKind.allCases)
+    func aStormBeyondTheConnectionsEndsWithEveryRequestAnswered(_ kind: TransportKind) async throws {
+        try await withTestServer { server in
+            let transport = kind.make(timeout: .seconds(60))
+            let statuses = await withTaskGroup(of: Int.self) { group in
+                for index in 0..<300 {
+                    let request = HTTPRequest(
+                        method: index % 3 == 0 ? "POST" : "GET", url: server.url("/echo?i=\(index)"),
+                        body: index % 3 == 0 ? Data("b-\(index)".utf8) : nil)
+                    group.addTask {
+                        if index % 10 == 0 {
+                            // Cancelled while it waits for a connection (or on the wire).
+                            let task = Task { try await transport.send(request) }
+                            task.cancel()
+                            return (try? await task.value)?.status ?? -1
+                        }
+                        return (try? await transport.send(request))?.status ?? 0
+                    }
+                }
+                return await group.reduce(into: [Int: Int]()) { $0[$1, default: 0] += 1 }
+            }
+            #expect(statuses[0] == nil, "every request not cancelled was answered: \(statuses)")
+            #expect(statuses[200, default: 0] >= 270)
+        }
+    }
+
     // MARK: - Failures
 
     @Test(arguments: TransportKind.allCases)

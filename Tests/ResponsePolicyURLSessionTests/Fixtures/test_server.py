@@ -422,6 +422,8 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main():
+    # A listen backlog for bursts of new connections (URLSession on Linux opens one per POST).
+    ThreadingHTTPServer.request_queue_size = 256
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
