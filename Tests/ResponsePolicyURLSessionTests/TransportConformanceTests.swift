@@ -340,3 +340,86 @@ struct Echo: Decodable {
         }
     }
 }
+
+/// `dispatch: auto` asks the transport per request's origin (``Transport/inFlightLimit(for:)``):
+/// over HTTP/2 an origin carries many streams on one connection, over HTTP/1.1 one request per
+/// connection.
+struct DispatchPerOriginTests {
+    /// Holds every request until released; counts them per host.
+    final class HoldingTransport: Transport, @unchecked Sendable {
+        // Guarded by `state`'s lock.
+        private struct State {
+            var inFlight: [String: Int] = [:]
+            var maximum: [String: Int] = [:]
+            var held: [CheckedContinuation<Void, Never>] = []
+        }
+
+        private let state = Locked(State())
+
+        func inFlightLimit(for url: URL) -> Int? { url.host == "h2.example" ? 5 : 2 }
+
+        func send(_ request: HTTPRequest) async throws -> HTTPResponse {
+            let host = request.url.host ?? ""
+            await withCheckedContinuation { continuation in
+                state.withLock { state in
+                    state.inFlight[host, default: 0] += 1
+                    state.maximum[host] = max(state.maximum[host] ?? 0, state.inFlight[host] ?? 0)
+                    state.held.append(continuation)
+                }
+            }
+            state.withLock { $0.inFlight[host, default: 1] -= 1 }
+            return HTTPResponse(status: 200)
+        }
+
+        var inFlight: [String: Int] { state.withLock { $0.inFlight } }
+        var maximum: [String: Int] { state.withLock { $0.maximum } }
+
+        func releaseAll() {
+            for continuation in state.withLock({ state in
+                defer { state.held = [] }; return state.held
+            }) {
+                continuation.resume()
+            }
+        }
+    }
+
+    @Test func theLimitIsTheTransportsForEachOrigin() async throws {
+        let policy = try Policy.load(yaml: "policy: 1\nname: d\n", file: "d.yaml")
+        let transport = HoldingTransport()
+        let engine = PolicyEngine(policy: policy, transport: transport)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for host in ["h1.example", "h2.example"] {
+                for index in 0..<12 {
+                    let url = try #require(URL(string: "https://\(host)/r/\(index)"))
+                    group.addTask { _ = try await engine.send(HTTPRequest(url: url)) }
+                }
+            }
+            // Until each host has its limit in flight (the rest wait in the engine's queue).
+            var turns = 0
+            while transport.inFlight != ["h1.example": 2, "h2.example": 5], turns < 1_000_000 {
+                await Task.yield()
+                turns += 1
+            }
+            for _ in 0..<200 { await Task.yield() }
+            #expect(transport.inFlight == ["h1.example": 2, "h2.example": 5])
+            // Then release whatever arrives until every request is done.
+            let releaser = Task {
+                while !Task.isCancelled {
+                    transport.releaseAll()
+                    await Task.yield()
+                }
+            }
+            try await group.waitForAll()
+            releaser.cancel()
+        }
+        #expect(transport.maximum == ["h1.example": 2, "h2.example": 5])
+    }
+
+    @Test func curlSaysSixPerHTTP1HostBeforeAnOriginAnsweredInHTTP2() throws {
+        let transport = CurlTransport()
+        let url = try #require(URL(string: "https://api.example.com/x"))
+        #expect(transport.inFlightLimit(for: url) == 6)
+        #expect(CurlTransport(connectionsPerHost: 3).inFlightLimit(for: url) == 3)
+        #expect(URLSessionTransport().inFlightLimit(for: url) == URLSessionTransport().connectionsPerHost)
+    }
+}
