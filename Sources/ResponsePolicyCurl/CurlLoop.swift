@@ -42,6 +42,7 @@ final class CurlLoop: @unchecked Sendable {
     /// Transfers handed to libcurl per origin, and those waiting for one of them to end.
     private var admitted: [RedirectRules.Origin: Int] = [:]
     private var waiting: [RedirectRules.Origin: Queue] = [:]
+    private var lastSweep = ContinuousClock.now
 
     /// A first-in, first-out queue of transfers; one that was stopped while it waited is skipped
     /// when its turn comes (its continuation was resumed already).
@@ -52,6 +53,10 @@ final class CurlLoop: @unchecked Sendable {
         var isEmpty: Bool { head == items.count }
 
         mutating func append(_ transfer: CurlTransfer) { items.append(transfer) }
+
+        func forEach(_ body: (CurlTransfer) -> Void) {
+            for index in head..<items.count { body(items[index]) }
+        }
 
         mutating func next() -> CurlTransfer? {
             guard head < items.count else { return nil }
@@ -140,18 +145,20 @@ final class CurlLoop: @unchecked Sendable {
                 guard message.pointee.msg == CURLMSG_DONE, let easy = message.pointee.easy_handle else { continue }
                 completed(easy, ccurl_message_result(message))
             }
-            curl_multi_poll(multi, nil, 0, 1_000, nil)
+            if !waiting.isEmpty { sweepWaiting() }
+            curl_multi_poll(multi, nil, 0, waiting.isEmpty ? 1_000 : 100, nil)
         }
-        for transfer in running.values {
-            transfer.finish(.failure(TransportError(.connection, "\(transfer.label): the transport was shut down")))
-            end(transfer)
-        }
+        // The waiting first, so that no ending transfer admits one of them.
         for origin in Array(waiting.keys) {
             while let transfer = waiting[origin]?.next() {
                 transfer.finish(.failure(TransportError(.connection, "\(transfer.label): the transport was shut down")))
             }
         }
         waiting = [:]
+        for transfer in running.values {
+            transfer.finish(.failure(TransportError(.connection, "\(transfer.label): the transport was shut down")))
+            end(transfer)
+        }
         for easy in idleHandles { curl_easy_cleanup(easy) }
         curl_multi_cleanup(multi)
         curl_share_cleanup(share)
@@ -216,7 +223,9 @@ final class CurlLoop: @unchecked Sendable {
         _ = "http,https".withCString { ccurl_easy_setopt_pointer(easy, CURLOPT_PROTOCOLS_STR, $0) }
         // Every encoding libcurl can decode, decoded before the write callback counts the bytes.
         _ = "".withCString { ccurl_easy_setopt_pointer(easy, CURLOPT_ACCEPT_ENCODING, $0) }
-        _ = ccurl_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, max(1, transfer.timeoutMilliseconds))
+        let left = (transfer.deadline - ContinuousClock.now).components
+        let milliseconds = left.seconds * 1_000 + left.attoseconds / 1_000_000_000_000_000
+        _ = ccurl_easy_setopt_long(easy, CURLOPT_TIMEOUT_MS, Int(max(1, min(milliseconds, Int64(Int32.max)))))
         _ = ccurl_easy_setopt_pointer(easy, CURLOPT_ERRORBUFFER, transfer.errorBuffer)
         _ = ccurl_easy_setopt_data_callback(easy, CURLOPT_HEADERFUNCTION, curlHeaderCallback)
         _ = ccurl_easy_setopt_pointer(easy, CURLOPT_HEADERDATA, context)
@@ -287,6 +296,21 @@ final class CurlLoop: @unchecked Sendable {
         curl_easy_reset(easy)
         if idleHandles.count < 64 { idleHandles.append(easy) } else { curl_easy_cleanup(easy) }
         release(transfer.origin)
+    }
+
+    /// Fails the transfers whose timeout passed while they waited for admission (at most every
+    /// 100 ms: the queues may be long).
+    private func sweepWaiting() {
+        let now = ContinuousClock.now
+        guard now - lastSweep >= .milliseconds(100) else { return }
+        lastSweep = now
+        for origin in Array(waiting.keys) {
+            waiting[origin]?.forEach { transfer in
+                guard transfer.deadline <= now else { return }
+                transfer.finish(
+                    .failure(TransportError(.timeout, "\(transfer.label): no complete response within the timeout")))
+            }
+        }
     }
 
     /// A transfer to `origin` ended: the next one waiting for it starts.

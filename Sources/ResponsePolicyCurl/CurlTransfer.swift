@@ -58,16 +58,17 @@ final class CurlTransfer: @unchecked Sendable {
     let request: HTTPRequest
     /// Where it goes: the loop admits a bounded number of transfers per origin.
     let origin: RedirectRules.Origin
-    /// What is left of the call's timeout for this hop.
-    let timeoutMilliseconds: Int
+    /// When the call's timeout ends: a transfer waiting for admission past it fails, and the
+    /// rest is libcurl's `CURLOPT_TIMEOUT_MS` once it starts.
+    let deadline: ContinuousClock.Instant
 
     init(
-        request: HTTPRequest, limit: Int?, maxHeaders: Int, timeoutMilliseconds: Int,
+        request: HTTPRequest, limit: Int?, maxHeaders: Int, deadline: ContinuousClock.Instant,
         arriving: (@Sendable () -> Void)?
     ) {
         self.request = request
         origin = RedirectRules.origin(request.url)
-        self.timeoutMilliseconds = timeoutMilliseconds
+        self.deadline = deadline
         errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE) + 1)
         errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
         url = request.url

@@ -163,8 +163,7 @@ public final class CurlTransport: CancellableTransport {
                 throw TransportError(.timeout, "\(label): no complete response within \(timeout)")
             }
             let transfer = CurlTransfer(
-                request: current, limit: limit, maxHeaders: maxHeaders,
-                timeoutMilliseconds: Int(min(left.milliseconds.rounded(.up), Double(Int32.max))), arriving: arriving)
+                request: current, limit: limit, maxHeaders: maxHeaders, deadline: deadline, arriving: arriving)
             let response: HTTPResponse
             do {
                 response = try await run(transfer, on: loop, cancellation: cancellation)
