@@ -22,7 +22,7 @@ struct PluginSchemaFileTests {
     }
 
     static let exported = """
-        # Host plugins and their options, for `policy lint --plugins FILE`.
+        # Host plugins and their options, for `policy lint` (found beside the policies, or --plugins FILE).
         # Written by PluginRegistry.exportSchemas(); regenerate it when a plugin changes.
         plugins: 1
         refresh:
@@ -50,13 +50,14 @@ struct PluginSchemaFileTests {
 
     @Test func lintWithThePluginsFileCatchesATypoInAHostPluginsOptions() async throws {
         let folder = try TemporaryDirectory()
-        let schemas = try folder.write("plugins.yaml", Self.exported)
+        // Kept apart from the policy, so only --plugins reads it (one beside it would be found).
+        let schemas = try folder.write("schemas/plugins.yaml", Self.exported)
         let policy = try folder.write(
             "sso.yaml",
             """
             policy: 1
             name: sso
-            rules: [{ when: { status: [401] }, then: refresh }]
+            rules: [{ name: missing-scope, when: { status: [401], header: { WWW-Authenticate: '*insufficient_scope*' } }, then: deliver }, { when: { status: [401] }, then: refresh }]
             refresh: { use: my-sso, with: { realm: corp, mod: fast } }
             logout: { cooldown: 20s }
             observe: [{ use: metrics, with: { anything: goes } }]

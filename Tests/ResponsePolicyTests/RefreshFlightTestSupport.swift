@@ -7,14 +7,15 @@ import Foundation
 extension EngineState {
     /// A refresh trigger of request `id` (a local flight, no coordinator), as `awaitRefresh` asks it.
     mutating func trigger(
-        failedGeneration: UInt64, settings: RefreshSettings, proactive: Bool, now: Duration, request id: UInt64 = 0
+        failedGeneration: UInt64, settings: RefreshSettings, proactive: Bool, now: Duration, request id: UInt64 = 0,
+        coordination: RefreshFlight.Coordination = .local
     ) -> RefreshFlight.TriggerDecision {
         let context = RequestContext(
             number: id, explicitID: nil, runtime: runtime, start: now, method: "GET", path: "/")
         let trigger = RefreshFlight.Trigger(
             failedGeneration: failedGeneration, settings: settings, proactive: proactive, reason: "test",
             starter: RefreshFlight.Starter(context: context, scopeIndex: runtime.policy.graph.scopes.count - 1),
-            coordination: .local)
+            coordination: coordination)
         return refresh.trigger(trigger, sessionFacts(at: now), now: now)
     }
 

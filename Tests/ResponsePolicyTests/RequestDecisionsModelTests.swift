@@ -142,9 +142,8 @@ struct RequestDecisionsModelTests {
         var requests: [UInt64: Request] = [:]
         var arrivals: [(at: Duration, path: String, method: String)] = []
         var heap: [UInt64: (token: UInt64, at: Duration)] = [:]
-        /// What the refresh flight has out (a plugin call, a coordinator turn, a publication) and when
-        /// it answers.
-        enum Out { case call(RefreshFlight.Call), turn(UInt64), publication(UInt64) }
+        /// What the refresh flight has out (a plugin call, a coordinator turn) and when it answers.
+        enum Out { case call(RefreshFlight.Call), turn(UInt64) }
         var refresh: (out: Out, at: Duration)?
         /// The refresh flight's timer.
         var flightTimer: RefreshFlight.Timer?
@@ -338,9 +337,7 @@ struct RequestDecisionsModelTests {
                 request.done = true
                 if state.slots[id] != nil { fail("request \(id) finished with its slot kept") }
                 if heap[id] != nil { fail("request \(id) finished with its timer on the heap") }
-                // (With a coordinator, a pair in hand is published within the coordinator's own bound
-                // after the refresh's timeout, 300ms here, once per refresh it waited for.)
-                let took = now - request.start - (shared ? .milliseconds(300 * (worst.refreshResends + 1)) : .zero)
+                let took = now - request.start
                 if let bound = worst.totalWithRetryAfter ?? worst.total, took > bound {
                     fail("request \(id) took \(took.policyText), beyond the worst case \(bound.policyText)")
                 }
@@ -495,11 +492,7 @@ struct RequestDecisionsModelTests {
             if let parkedAt = requests[id]?.parkedAt, let request = requests[id] {
                 // A wait for a refresh lasts at most its timeout (the refresh's, or the deadline's).
                 let waited = now - parkedAt
-                // (With a coordinator, a pair in hand is published within the coordinator's own bound,
-                // 300ms here, after the refresh's timeout.)
-                let longest =
-                    max(request.scope.worstCase.heldWait, request.scope.worstCase.refreshWait)
-                    + (shared ? .milliseconds(300) : .zero)
+                let longest = max(request.scope.worstCase.heldWait, request.scope.worstCase.refreshWait)
                 if case .refresh = request.loop.waitingFor, waited > longest, longest > .zero,
                     slot.deadline.map({ now < $0 }) ?? true
                 {
@@ -515,8 +508,8 @@ struct RequestDecisionsModelTests {
 
         /// What the refresh flight has out answers: the plugin's call (new tokens, a definitive
         /// answer, sometimes the token endpoint's, which a logout rule may match, or transient
-        /// trouble, sometimes with a `Retry-After`), the coordinator's turn (a lease, or coordination
-        /// trouble) or the publication.
+        /// trouble, sometimes with a `Retry-After`) or the coordinator's turn (a lease, or
+        /// coordination trouble).
         mutating func endRefresh() {
             guard let (out, _) = refresh else { return }
             refresh = nil
@@ -550,14 +543,6 @@ struct RequestDecisionsModelTests {
                 default: turn = .limited
                 }
                 flightStep(state.refresh.turn(id, turn, now: now))
-            case .publication(let id):
-                let result: PublishResult
-                switch random.int(0...9) {
-                case 0...6: result = .published(SharedSession(credentials: nil, generation: UInt64(random.int(1...9))))
-                case 7: result = .leaseLost(current: nil)
-                default: result = .unavailable("the store is unavailable")
-                }
-                flightStep(state.refresh.published(id, result))
             }
         }
 
@@ -636,8 +621,6 @@ struct RequestDecisionsModelTests {
                     case .ask(let id, _, _):
                         if refresh != nil { fail("a turn asked while the flight has something out") }
                         refresh = (.turn(id), now + .milliseconds(random.int(0...300)))
-                    case .publish(let id, _, _):
-                        refresh = (.publication(id), now + .milliseconds(random.int(0...300)))
                     case .arm(let timer):
                         flightTimer = timer
                     case .disarm(let id):

@@ -37,7 +37,7 @@ struct SessionEndsOnlyWhenMeantTests {
         var transient = RefreshSettings.Transient()
         let waits = (1...6).map { transient.delay(afterCall: $0, requested: nil) }
         #expect(waits == [.milliseconds(500), .seconds(1), .seconds(2), .seconds(4), .seconds(5), .seconds(5)])
-        #expect(transient.delay(afterCall: 1, requested: .seconds(60)) == .seconds(5), "Retry-After up to max-delay")
+        #expect(transient.delay(afterCall: 1, requested: .seconds(60)) == .seconds(60), "Retry-After obeyed in full")
         #expect(transient.delay(afterCall: 3, requested: .zero) == .milliseconds(50), "Retry-After: 0 is not a loop")
         transient.honorRetryAfter = false
         #expect(transient.delay(afterCall: 1, requested: .seconds(3)) == .milliseconds(500))

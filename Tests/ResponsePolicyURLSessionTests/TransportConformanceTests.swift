@@ -25,7 +25,7 @@ enum TransportKind: String, CaseIterable, Sendable, CustomTestStringConvertible 
 /// One contract, both transports: every test here runs against `URLSessionTransport` and
 /// `CurlTransport` alike (`Fixtures/test_server.py` on loopback, a server per test). A step of
 /// its own in CI (`.ci/run`): the bombs and the endless body keep a core busy for seconds.
-@Suite(.realTimeStep, .loadGate(.realTime))
+@Suite(.measuresRealTime(filter: "TransportConformanceTests"), .loadGate(.realTime))
 struct TransportConformanceTests {
     // MARK: - Round trips
 

@@ -36,9 +36,8 @@ enum RefreshWork {
     /// Asks the coordinator for a refresh turn (publishing a pair kept through an outage first);
     /// its answer is ``RefreshFlight/turn(_:_:now:)``.
     case ask(UInt64, RefreshTurnRequest, PolicyRuntime)
-    /// Publishes the flight's pair under its lease; the answer is ``RefreshFlight/published(_:_:)``.
-    case publish(UInt64, Credentials, RefreshLease)
-    /// Publishes the pair kept while the coordinator could not take it (``RefreshFlight/unpublished``).
+    /// Publishes the pair the session took under its lease (``RefreshFlight/unpublished``): at
+    /// once after a refresh, again when the coordinator is back after trouble.
     case publishPending(PolicyRuntime)
     /// Tells the coordinator the turn failed, with the reason.
     case endTurn(RefreshLease, String)

@@ -46,8 +46,6 @@ extension EngineState {
             if let flight = refresh.current, flight.id == id {
                 actions.append(.refresh(.ask(id, request, flight.starter.context.runtime)))
             }
-        case .publish(let id, let credentials, let lease):
-            actions.append(.refresh(.publish(id, credentials, lease)))
         case .wait(let timer, let retry, let problem):
             let runtime = (flight?.starter.context.runtime) ?? self.runtime
             if let problem { actions.append(.refresh(.problem(problem, runtime))) }
@@ -124,6 +122,13 @@ extension EngineState {
             took = true
             keptAfterLogout = true
             result = .superseded
+        case .success(let fresh) where ending.shared != nil && !ending.issued:
+            // The fleet's credentials (another process refreshed), for a session a sign-in here
+            // replaced meanwhile: news like any other, taken when newer than what is held.
+            if case .adopted = adopt(SharedSession(credentials: fresh, generation: ending.shared ?? 0), now: now) {
+                took = true
+            }
+            result = .superseded
         case .success:
             discarded = true
             result = .superseded
@@ -149,8 +154,10 @@ extension EngineState {
         var said: Actions = [.refresh(.disarm(ended.id))]
         let runtime = ended.starter.context.runtime
         if took { said.append(.save) }
-        if let lease = ending.unpublished, case .success(let fresh) = ending.outcome {
-            refresh.unpublished = (fresh, lease)
+        if let lease = ending.unpublished, took, let credentials {
+            // Taken and saved first: the pair reaches the fleet under the lease after that.
+            refresh.unpublished = (credentials, lease)
+            said.append(.refresh(.publishPending(runtime)))
         } else if took, ending.kept != nil, case .shared = ended.coordination, let lease = ended.lease,
             let credentials
         {

@@ -51,14 +51,8 @@ extension PolicyEngine {
                     return state.refresh.turn(id, turn, now: now)
                 }
             }
-        case .publish(let id, let credentials, let lease):
-            let coordinator = coordinator
-            runInBackground(priority: .high) { [self] in
-                let result = await coordinator.publish(credentials, with: lease)
-                flightEvent(state.withLock { $0.runtime }) { state, _, _ in state.refresh.published(id, result) }
-            }
         case .publishPending(let runtime):
-            runInBackground { [self] in await publishUnpublished(runtime) }
+            runInBackground(priority: .high) { [self] in await publishUnpublished(runtime) }
         case .endTurn(let lease, let reason):
             let coordinator = coordinator
             runInBackground { await coordinator.endRefresh(lease, failure: reason) }
@@ -192,14 +186,26 @@ extension PolicyEngine {
         }
     }
 
-    // MARK: - A pair kept through an outage
+    // MARK: - Publishing the pair
 
-    /// Publishes the pair a refresh produced while the coordinator was unavailable, under its
-    /// lease's fencing check (it is stored only if nobody was granted a lease since).
+    /// Publishes the pair a refresh of this engine produced (``RefreshFlight/unpublished``), which
+    /// the session took and saved first, under its lease's fencing check (it is stored only if
+    /// nobody was granted a lease since). Asked again before every refresh turn and when the
+    /// coordinator is back, until it is stored or refused.
     func publishUnpublished(_ runtime: PolicyRuntime) async {
         guard let (credentials, lease) = state.withLock({ $0.refresh.unpublished }) else { return }
         switch await coordinator.publish(credentials, with: lease) {
-        case .unavailable: return
+        case .unavailable(let reason):
+            let first = state.withLock { state -> Bool in
+                guard state.refresh.unpublished?.lease == lease, !state.refresh.unpublishedReported else { return false }
+                state.refresh.unpublishedReported = true
+                return true
+            }
+            if first {
+                problem(
+                    "coordination unavailable (\(reason)); the new token is kept in this process and "
+                        + "published when the coordinator is back", runtime)
+            }
         case .published(let session):
             state.withLock { state in
                 if state.refresh.unpublished?.lease == lease { state.refresh.unpublished = nil }
@@ -208,11 +214,12 @@ extension PolicyEngine {
                 }
             }
         case .leaseLost(let current):
+            // The pair the token endpoint returned is the newest it issued to this process: never
+            // thrown away. Kept here, and reported.
             state.withLock { state in if state.refresh.unpublished?.lease == lease { state.refresh.unpublished = nil } }
             problem(
-                "the token kept during the coordination outage could not be published: another process refreshed "
-                    + "since (generation \(current?.generation ?? 0))", runtime)
-            if let current { adopt(current) }
+                "the refresh lease was taken over before this process's new token was published (generation "
+                    + "\(current?.generation ?? 0) is stored); this process keeps the pair it got", runtime)
         }
     }
 }

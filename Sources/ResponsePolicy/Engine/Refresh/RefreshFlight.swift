@@ -63,8 +63,6 @@ struct RefreshFlight {
         /// Between calls (a transient answer's backoff or `Retry-After`), or before the first one
         /// (a `Retry-After` another flight was given): the next call at the flight's timer.
         case waiting
-        /// The pair the call brought is being published under the lease.
-        case publishing(Credentials, lifetime: Double?)
     }
 
     /// A refresh in progress and the requests waiting for it.
@@ -113,10 +111,10 @@ struct RefreshFlight {
         /// The token of its timer that counts (a stale firing carries an older one).
         var timer: UInt64 = 0
 
-        /// Whether it has a call, a turn or a publication out (its timer is then its deadline).
+        /// Whether it has a call or a turn out (its timer is then its deadline).
         var isOut: Bool {
             switch phase {
-            case .asking, .calling, .publishing: return true
+            case .asking, .calling: return true
             case .pausing, .waiting: return false
             }
         }
@@ -177,7 +175,8 @@ struct RefreshFlight {
         /// Credentials the token endpoint returned with an answer the refresh could not use: their
         /// refresh token is kept.
         var kept: Credentials?
-        /// The pair could not be published (the coordinator unavailable): kept, published later.
+        /// The pair is published under this lease after the session took it (and saved it): a
+        /// pair in hand never waits for the store, and survives the store's trouble.
         var unpublished: RefreshLease?
         /// Tell the coordinator that the turn failed.
         var endTurn: RefreshLease?
@@ -193,8 +192,6 @@ struct RefreshFlight {
         case call(Call, deadline: Timer?, problem: String?)
         /// Asks the coordinator for a turn, its deadline timer armed.
         case ask(flight: UInt64, RefreshTurnRequest, deadline: Timer?)
-        /// Publishes the pair under the lease (no deadline: the pair is in hand).
-        case publish(flight: UInt64, Credentials, RefreshLease)
         /// Arms the flight's timer: the next call or turn is then. `retry`: the `refresh-retry`
         /// event of a transient answer.
         case wait(Timer, retry: RetryNote?, problem: String?)
@@ -274,9 +271,14 @@ struct RefreshFlight {
     var remembered: Remembered?
     /// The end of the longest `Retry-After` the token endpoint asked for, and that answer.
     private(set) var embargo: (until: Duration, failure: RefreshFailure)?
-    /// A pair this engine's refresh produced that the coordinator could not store (unavailable):
-    /// kept and used here, and published when the coordinator is back.
-    var unpublished: (credentials: Credentials, lease: RefreshLease)?
+    /// A pair this engine's refresh produced, taken and saved, not yet stored by the coordinator
+    /// (published right after the refresh; while the coordinator is unavailable, kept and used here
+    /// and published when it is back).
+    var unpublished: (credentials: Credentials, lease: RefreshLease)? {
+        didSet { if unpublished?.lease != oldValue?.lease { unpublishedReported = false } }
+    }
+    /// The coordinator's unavailability was reported for the pair not yet published.
+    var unpublishedReported = false
 
     /// Nothing in progress: no flight, no call out.
     var isIdle: Bool { current == nil && detached.isEmpty }
@@ -444,12 +446,11 @@ struct RefreshFlight {
                         kind: .transient, keeping: credentials)
                     return failed(&flight, failure, logsOut: false, now: now, date: date)
                 }
-                if case .shared = flight.coordination, let lease = flight.lease {
-                    flight.phase = .publishing(credentials, lifetime: lifetime)
-                    flight.timer = 0
-                    return .publish(flight: flight.id, credentials, lease)
-                }
-                return .end(Ending(flight: flight, outcome: .success(credentials), issued: true, lifetime: lifetime))
+                // The session takes the pair now (and saves it); with a coordinator it is published
+                // under the lease after that.
+                var ending = Ending(flight: flight, outcome: .success(credentials), issued: true, lifetime: lifetime)
+                if case .shared = flight.coordination { ending.unpublished = flight.lease }
+                return .end(ending)
             case .failed(let failure, let logsOut):
                 return failed(&flight, failure, logsOut: logsOut, now: now, date: date)
             }
@@ -601,37 +602,6 @@ struct RefreshFlight {
         }
     }
 
-    /// The coordinator answered the publication of flight `id`'s pair.
-    mutating func published(_ id: UInt64, _ result: PublishResult) -> Step {
-        guard var flight = find(id) else { return .none }
-        let step = Self.published(&flight, result)
-        return put(flight, step)
-    }
-
-    private static func published(_ flight: inout Flight, _ result: PublishResult) -> Step {
-        do {
-            guard case .publishing(let credentials, let lifetime) = flight.phase else { return .none }
-            var ending = Ending(flight: flight, outcome: .success(credentials), issued: true, lifetime: lifetime)
-            switch result {
-            case .published(let session):
-                ending.outcome = .success(session.credentials ?? credentials)
-                ending.shared = session.generation
-            case .leaseLost(let current):
-                // The pair the token endpoint returned is the newest it issued to this process:
-                // never thrown away. Kept here, and reported.
-                ending.problem =
-                    "the refresh lease was taken over before its token was published (generation "
-                    + "\(current?.generation ?? 0) is stored); this process keeps the pair it got"
-            case .unavailable(let reason):
-                ending.unpublished = flight.lease
-                ending.problem =
-                    "coordination unavailable (\(reason)); the new token is kept in this process and "
-                    + "published when the coordinator is back"
-            }
-            return .end(ending)
-        }
-    }
-
     /// Flight `id`'s timer fired: a backoff's or a pause's end (the next call or turn), or its
     /// deadline with a call or turn out (its waiters are released; the flight runs on).
     mutating func timerFired(_ id: UInt64, token: UInt64, _ session: SessionFacts, now: Duration) -> Step {
@@ -657,8 +627,6 @@ struct RefreshFlight {
                     failure = outlasted(flight, last, now: now)
                 }
                 return .release(flight: flight.id, failure)
-            case .publishing:
-                return .none
             case .waiting, .pausing:
                 if now >= flight.deadline {
                     // (A pause never ends past the deadline but may end on it.)
