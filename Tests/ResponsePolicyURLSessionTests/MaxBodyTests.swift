@@ -106,7 +106,7 @@ struct TooLargeIsDefinitiveTests {
                     name: big
                     rules:
                       - { name: anything, when: { error: [any] }, then: retry }
-                    retry: { max-retries: 3, backoff: constant, initial: 10ms }
+                    retry: { max-retries: 3, backoff: constant, initial: 10ms, attempt-timeout: 5m }
                     """, file: "big.yaml")
             let events = Recorder()
             var options = PolicyEngine.Options()

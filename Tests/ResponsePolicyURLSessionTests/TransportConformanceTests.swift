@@ -345,9 +345,9 @@ struct Echo: Decodable {
 /// over HTTP/2 an origin carries many streams on one connection, over HTTP/1.1 one request per
 /// connection.
 struct DispatchPerOriginTests {
-    /// Holds every request until released; counts them per host.
+    /// Holds every request until released; counts them per host and says when each arrives.
     final class HoldingTransport: Transport, @unchecked Sendable {
-        // Guarded by `state`'s lock.
+        // Guarded by `state`'s lock; `arrivals` is itself Sendable.
         private struct State {
             var inFlight: [String: Int] = [:]
             var maximum: [String: Int] = [:]
@@ -355,6 +355,12 @@ struct DispatchPerOriginTests {
         }
 
         private let state = Locked(State())
+        let arrivals: AsyncStream<Void>
+        private let arrived: AsyncStream<Void>.Continuation
+
+        init() {
+            (arrivals, arrived) = AsyncStream.makeStream()
+        }
 
         func inFlightLimit(for url: URL) -> Int? { url.host == "h2.example" ? 5 : 2 }
 
@@ -366,6 +372,7 @@ struct DispatchPerOriginTests {
                     state.maximum[host] = max(state.maximum[host] ?? 0, state.inFlight[host] ?? 0)
                     state.held.append(continuation)
                 }
+                arrived.yield()
             }
             state.withLock { $0.inFlight[host, default: 1] -= 1 }
             return HTTPResponse(status: 200)
@@ -374,17 +381,19 @@ struct DispatchPerOriginTests {
         var inFlight: [String: Int] { state.withLock { $0.inFlight } }
         var maximum: [String: Int] { state.withLock { $0.maximum } }
 
+        /// Lets every request held now go on.
         func releaseAll() {
-            for continuation in state.withLock({ state in
-                defer { state.held = [] }; return state.held
-            }) {
-                continuation.resume()
+            let held = state.withLock { state in
+                defer { state.held = [] }
+                return state.held
             }
+            for continuation in held { continuation.resume() }
         }
     }
 
     @Test func theLimitIsTheTransportsForEachOrigin() async throws {
-        let policy = try Policy.load(yaml: "policy: 1\nname: d\n", file: "d.yaml")
+        // No attempt timeout to speak of: the requests are held for as long as the test takes.
+        let policy = try Policy.load(yaml: "policy: 1\nname: d\nretry: { attempt-timeout: 1h }\n", file: "d.yaml")
         let transport = HoldingTransport()
         let engine = PolicyEngine(policy: policy, transport: transport)
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -394,23 +403,17 @@ struct DispatchPerOriginTests {
                     group.addTask { _ = try await engine.send(HTTPRequest(url: url)) }
                 }
             }
-            // Until each host has its limit in flight (the rest wait in the engine's queue).
-            var turns = 0
-            while transport.inFlight != ["h1.example": 2, "h2.example": 5], turns < 1_000_000 {
-                await Task.yield()
-                turns += 1
+            // Each host's limit arrives (the rest wait in the engine's queue); then release the
+            // held ones at every arrival until all 24 went through.
+            var arrived = 0
+            for await _ in transport.arrivals {
+                arrived += 1
+                if arrived == 7 { #expect(transport.inFlight == ["h1.example": 2, "h2.example": 5]) }
+                if arrived >= 7 { transport.releaseAll() }
+                if arrived == 24 { break }
             }
-            for _ in 0..<200 { await Task.yield() }
-            #expect(transport.inFlight == ["h1.example": 2, "h2.example": 5])
-            // Then release whatever arrives until every request is done.
-            let releaser = Task {
-                while !Task.isCancelled {
-                    transport.releaseAll()
-                    await Task.yield()
-                }
-            }
+            transport.releaseAll()
             try await group.waitForAll()
-            releaser.cancel()
         }
         #expect(transport.maximum == ["h1.example": 2, "h2.example": 5])
     }
