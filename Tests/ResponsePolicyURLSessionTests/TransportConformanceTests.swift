@@ -305,6 +305,15 @@ struct TransportConformanceTests {
             }
             #expect(error.errorClass == .tooLarge)
             #expect(error.message.hasSuffix("the response has more than 50 header fields (max-headers)"))
+
+            // 10,000 small fields at the default limit: printed for the record (the time is
+            // policy-bench's business); curl stops at the 501st, FoundationNetworking parses all.
+            let start = ContinuousClock.now
+            let flood = try await #require(throws: TransportError.self) {
+                try await kind.make().send(HTTPRequest(url: server.url("/headers?count=10000")))
+            }
+            #expect(flood.errorClass == .tooLarge)
+            print("TransportConformanceTests: 10,000 header fields over \(kind): \(ContinuousClock.now - start)")
         }
     }
 
