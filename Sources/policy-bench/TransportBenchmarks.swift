@@ -14,7 +14,8 @@ import ResponsePolicyURLSession
 /// bundle of the system's certificates plus it, so each TLS client loads 140 certificates as in
 /// production). Each row runs, in the same run: the engine over `CurlTransport`, the engine over
 /// `URLSessionTransport`, raw URLSession (one shared session, no engine) and raw libcurl (an easy
-/// handle reused sequentially, a multi handle for 16 at once). Reported per request: CPU
+/// handle reused sequentially, a multi handle for 16 at once; the CA store cached and every
+/// connection kept, libcurl at its best). Reported per request: CPU
 /// (getrusage, the whole process) and wall; and the connections nginx accepted.
 ///
 /// `transport-h2-c16-20ms`: 16 concurrent GETs over HTTP/2 where the server takes 20 ms, the
@@ -216,6 +217,9 @@ enum RawCurl {
         func configure(_ easy: UnsafeMutableRawPointer) {
             _ = url.absoluteString.withCString { ccurl_easy_setopt_pointer(easy, CURLOPT_URL, $0) }
             if let caFile { _ = caFile.withCString { ccurl_easy_setopt_pointer(easy, CURLOPT_CAINFO, $0) } }
+            // libcurl at its best: the CA store cached (Debian's default CA folder disables the
+            // cache), as CurlTransport has it.
+            _ = ccurl_easy_setopt_pointer(easy, CURLOPT_CAPATH, nil)
             _ = ccurl_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
             _ = ccurl_easy_setopt_long(easy, CURLOPT_PIPEWAIT, 1)
             _ = ccurl_easy_setopt_data_callback(easy, CURLOPT_WRITEFUNCTION, { _, size, count, _ in size * count })
@@ -240,6 +244,8 @@ enum RawCurl {
         guard let multi = curl_multi_init() else { return Benchmarks.Figure() }
         defer { curl_multi_cleanup(multi) }
         _ = ccurl_multi_setopt_long(multi, CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))
+        // Keep every connection of a round for the next (the default cache shrinks with the handles).
+        _ = ccurl_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, 64)
         var failures = 0
         func round() {
             if concurrency == 1, let easy = handles.first {
