@@ -26,6 +26,9 @@ import ResponsePolicy
 /// let engine = PolicyEngine(policy: policy, transport: transport)
 /// ```
 ///
+/// As libcurl does, it honours the proxy variables (`https_proxy`, `http_proxy`, `no_proxy`); it
+/// stores no cookies and reads no `.netrc`, and speaks only http and https.
+///
 /// What it adds or changes on the wire: `Accept-Encoding` for every encoding libcurl decodes
 /// (gzip, deflate, br, zstd; bodies are handed back decoded), libcurl's `Accept: */*` when the
 /// request has none; no `Expect: 100-continue` and no form `Content-Type` a body did not have.
