@@ -127,9 +127,10 @@ struct AuthlibTokenAnswerTests {
     }
 
     static var runs: Bool { AuthlibTests.runs }
+    static let needsAuthlib = AuthlibTests.needsAuthlib
 
     @Test(
-        .enabled(if: runs, AuthlibTests.needsAuthlib),
+        .enabled(if: runs, Self.needsAuthlib),
         arguments: ["1e18", "-5", "\"soon\"", "4294967296", "31536000000"])
     func aPairWithAnUnusableExpiresInIsKept(_ expiresIn: String) async throws {
         let python = try AuthlibTests.requirePython()
@@ -156,7 +157,7 @@ struct AuthlibTokenAnswerTests {
     }
 
     @Test(
-        .enabled(if: runs, AuthlibTests.needsAuthlib),
+        .enabled(if: runs, Self.needsAuthlib),
         arguments: [["token_type": "mac"], ["access_token": "abc\r\nX-Injected: 1"]])
     func anUnusableTokenFailsTheRefreshAndKeepsTheRotatedRefreshToken(_ overrides: [String: String]) async throws {
         let python = try AuthlibTests.requirePython()
@@ -182,7 +183,7 @@ struct AuthlibTokenAnswerTests {
         }
     }
 
-    @Test(.enabled(if: runs, AuthlibTests.needsAuthlib))
+    @Test(.enabled(if: runs, Self.needsAuthlib))
     func aRetryAfterOf30sMakesOneTokenCall() async throws {
         let python = try AuthlibTests.requirePython()
         try await withFixtureServer("authlib_server", python: python, arguments: ["1", "0"]) { server in
@@ -198,7 +199,7 @@ struct AuthlibTokenAnswerTests {
         }
     }
 
-    @Test(.enabled(if: runs, AuthlibTests.needsAuthlib))
+    @Test(.enabled(if: runs, Self.needsAuthlib))
     func aWrongPasswordMakesOneTokenCall() async throws {
         let python = try AuthlibTests.requirePython()
         try await withFixtureServer("authlib_server", python: python, arguments: ["1", "0"]) { server in
@@ -212,7 +213,7 @@ struct AuthlibTokenAnswerTests {
         }
     }
 
-    @Test(.enabled(if: runs, AuthlibTests.needsAuthlib))
+    @Test(.enabled(if: runs, Self.needsAuthlib))
     func insufficientScopeIsDeliveredNotRefreshed() async throws {
         let python = try AuthlibTests.requirePython()
         try await withFixtureServer("authlib_server", python: python, arguments: ["30", "0"]) { server in
@@ -228,7 +229,7 @@ struct AuthlibTokenAnswerTests {
         }
     }
 
-    @Test(.enabled(if: runs, AuthlibTests.needsAuthlib))
+    @Test(.enabled(if: runs, Self.needsAuthlib))
     func anOutageWhileTheFirstTokenIsRefusedNeverLogsOut() async throws {
         let python = try AuthlibTests.requirePython()
         try await withFixtureServer("authlib_server", python: python, arguments: ["1", "0"]) { server in
