@@ -1,5 +1,13 @@
 import Foundation
 
+/// What one attempt came to, as the transport returned it.
+enum AttemptResult: Sendable {
+    case response(HTTPResponse)
+    case error(TransportError)
+    /// Cancelled: by its timer (a timeout), a logout, or its caller; its transition says which.
+    case cancelled
+}
+
 /// What the shell does after a transition, once it has unlocked: one list, in order.
 ///
 /// A transition never awaits, locks or reads a clock; what it decides that touches the world
@@ -120,7 +128,7 @@ struct Actions: Sequence, ExpressibleByArrayLiteral {
 /// park and wake, its backoff, its timer, its caller's cancellation, a logout's sweep. Each runs
 /// under the engine's lock and returns what the shell performs after unlocking (``Action``).
 extension EngineState {
-    /// What the top of a request's loop may do (``gate(insideLock:_:now:date:)``).
+    /// What the top of a request's loop may do (``gate(_:_:now:date:)``).
     enum Gate { case go, ended, loggedOut, held, queued, refreshFirst }
 
     /// What the gate needs to know of a request about to go out besides its slot: its loop's own
@@ -168,15 +176,15 @@ extension EngineState {
     /// lifetime as issued).
     ///
     /// Its attempt times out after `attempt-timeout`, and never past its deadline.
-    mutating func gate(insideLock id: UInt64, _ departure: Departure, now: Duration, date: Date) -> GateResult {
+    mutating func gate(_ id: UInt64, _ departure: Departure, now: Duration, date: Date) -> GateResult {
         guard let slot = slots[id], !departure.cancelled, slot.endReason == nil else { return GateResult(.ended) }
         if isLoggedOut(at: now) { return GateResult(.loggedOut) }
         if departure.mayHold, slot.holdsNewRequests, let flight, !flight.released {
             let usable = credentials.map { credentials in credentials.expiresAt.map { $0 > date } ?? true } ?? false
             return GateResult(
-                .held, actions: join(insideLock: id, route: usable ? nil : departure.beforeSending, held: true))
+                .held, actions: join(id, route: usable ? nil : departure.beforeSending, held: true))
         }
-        if slot.host != nil, !acquireDispatchSlot(insideLock: id) {
+        if slot.host != nil, !acquireDispatchSlot(id) {
             // Queued: its deadline bounds the wait.
             var actions: Actions = []
             modifySlot(id) { slot in
@@ -209,7 +217,7 @@ extension EngineState {
             let limit = max(now, deadline)
             timeoutAt = min(timeoutAt ?? limit, limit)
         }
-        let actions = attemptBegan(insideLock: id, cancellation: departure.attempt, timeoutAt: timeoutAt) ?? []
+        let actions = attemptBegan(id, cancellation: departure.attempt, timeoutAt: timeoutAt) ?? []
         return GateResult(.go, credentialsBox, generation, actions: actions)
     }
 
@@ -234,7 +242,7 @@ extension EngineState {
     /// Request `id` goes on the wire with `cancellation` (what a logout, a timeout or its caller
     /// cancel it by), timing out at `timeoutAt`. `nil` when it was already ended; else the timer
     /// to arm.
-    mutating func attemptBegan(insideLock id: UInt64, cancellation: AttemptCancellation, timeoutAt: Duration?)
+    mutating func attemptBegan(_ id: UInt64, cancellation: AttemptCancellation, timeoutAt: Duration?)
         -> Actions?
     {
         modifySlot(id) { slot -> Actions? in
@@ -256,7 +264,7 @@ extension EngineState {
     /// unlocking). Returns `true` when there is nothing to wait for (already woken or ended):
     /// the caller resumes the continuation at once.
     mutating func parking(
-        insideLock id: UInt64, _ continuation: UnsafeContinuation<Void, Never>,
+        _ id: UInt64, _ continuation: UnsafeContinuation<Void, Never>,
         into woken: inout Actions
     ) -> Bool {
         let ready =
@@ -265,14 +273,14 @@ extension EngineState {
                 slot.parked = continuation
                 return false
             } ?? true
-        if !ready, slots[id]?.host != nil { releaseDispatchSlot(insideLock: id, into: &woken) }
+        if !ready, slots[id]?.host != nil { releaseDispatchSlot(id, into: &woken) }
         return ready
     }
 
     /// Request `id`'s park ended: takes why (its wake, `nil` when it was ended), whether it was
     /// ended from outside, and its timer to take off the heap when the wait ended some other way
     /// than by its firing. It runs its loop on.
-    mutating func woke(insideLock id: UInt64) -> (Wake?, endedOutside: Bool, Actions) {
+    mutating func woke(_ id: UInt64) -> (Wake?, endedOutside: Bool, Actions) {
         modifySlot(id) { slot in
             var taken: Wake?
             if case .woken(let wake, _) = slot.phase { taken = wake }
@@ -288,12 +296,12 @@ extension EngineState {
 
     /// Request `id` has its outcome: its dispatch slot goes to the next request (resumed from
     /// `woken` after unlocking) and its slot is removed.
-    mutating func finished(insideLock id: UInt64, into woken: inout Actions) {
-        if slots[id]?.host != nil { releaseDispatchSlot(insideLock: id, into: &woken) }
+    mutating func finished(_ id: UInt64, into woken: inout Actions) {
+        if slots[id]?.host != nil { releaseDispatchSlot(id, into: &woken) }
         slots.removeValue(forKey: id)
     }
 
-    /// What a retry's backoff start came to (``startBackoff(insideLock:budget:until:deadline:now:)``).
+    /// What a retry's backoff start came to (``startBackoff(_:budget:until:deadline:now:)``).
     enum BackoffStart {
         /// The request waits until its timer (armed with the token given) fires.
         case started
@@ -310,7 +318,7 @@ extension EngineState {
     /// its backoff with its timer armed at `end` (the action returned). In the order of the
     /// edges' precedence: budget, then deadline.
     mutating func startBackoff(
-        insideLock id: UInt64, budget: RetrySettings.Budget?, until end: Duration, deadline: Duration?, now: Duration
+        _ id: UInt64, budget: RetrySettings.Budget?, until end: Duration, deadline: Duration?, now: Duration
     ) -> (BackoffStart, Actions) {
         guard let slot = slots[id], slot.endReason == nil else { return (.ended, []) }
         if let budget, !self.budget.takeRetry(at: now, budget: budget) { return (.refused, []) }
@@ -326,7 +334,7 @@ extension EngineState {
     /// Ends request `id` from outside its loop (its caller, or a logout): marks why, disarms its
     /// timer (a backoff's leaves the heap when the request's park ends, in its own task), and
     /// hands back its attempt and its park.
-    mutating func end(insideLock id: UInt64, _ reason: EndReason) -> Actions {
+    mutating func end(_ id: UInt64, _ reason: EndReason) -> Actions {
         modifySlot(id) { slot in
             if slot.endReason == nil { slot.endReason = reason }
             // A refresh waiter stays listed (disarmed): a failure of that refresh still decides
@@ -339,7 +347,7 @@ extension EngineState {
         } ?? []
     }
 
-    /// What a request does with the attempt that just ended (``attemptEnded(insideLock:responseArrived:callerCancelled:)``).
+    /// What a request does with the attempt that just ended (``attemptEnded(_:responseArrived:callerCancelled:)``).
     enum AttemptDisposition: Equatable {
         /// Its result counts (a response, an error, or a timeout when `timedOut`).
         case result(timedOut: Bool)
@@ -352,28 +360,27 @@ extension EngineState {
     }
 
     /// Request `id`'s attempt ended (`responseArrived`: the transport returned a response):
-    /// disarms it and says what counts. A response that has arrived is the server's answer,
-    /// which a logout decided a moment later does not unsay; only the caller's cancellation
-    /// drops it.
-    mutating func attemptEnded(insideLock id: UInt64, responseArrived: Bool, callerCancelled: Bool)
-        -> (AttemptDisposition, Actions)
-    {
+    /// disarms it (its timer, appended to `actions`) and says what counts. A response that has
+    /// arrived is the server's answer, which a logout decided a moment later does not unsay; only
+    /// the caller's cancellation drops it.
+    mutating func attemptDisposition(
+        _ id: UInt64, responseArrived: Bool, callerCancelled: Bool, into actions: inout Actions
+    ) -> AttemptDisposition {
         modifySlot(id) { slot in
             var timedOut = false
             if case .onWire(_, _, let timed) = slot.phase { timedOut = timed }
             slot.phase = .running
-            var actions: Actions = []
             if slot.timerScheduled {
                 slot.timerScheduled = false
                 actions.append(.disarm)
             }
-            if callerCancelled { return (.ended, actions) }
+            if callerCancelled { return .ended }
             switch slot.endReason {
-            case nil: return (.result(timedOut: timedOut), actions)
-            case .loggedOut? where responseArrived: return (.arrivedAfterLogout, actions)
-            default: return (.ended, actions)
+            case nil: return .result(timedOut: timedOut)
+            case .loggedOut? where responseArrived: return .arrivedAfterLogout
+            default: return .ended
             }
-        } ?? (.ended, [])
+        } ?? .ended
     }
 
     /// The rule an attempt's result matches in its scope, found by the shell before the lock (a
@@ -400,8 +407,7 @@ extension EngineState {
         var random: any RandomSource
     }
 
-    /// What a `retry` rule came to (``attemptEnded(insideLock:responseArrived:gotError:callerCancelled:scope:_:retry:now:)``),
-    /// in the order of its edges' precedence.
+    /// What a `retry` rule came to (``retry(_:_:_:_:now:into:)``), in the order of its edges' precedence.
     enum RetryVerdict {
         /// Out of retries, a method it may not re-send, or no loop edge: the escalation edge
         /// taken (`nil`: none, the request fails with its retries exhausted).
@@ -415,7 +421,7 @@ extension EngineState {
 
         /// The escalation edge of `flow` this verdict leads along, with the failure it fails with
         /// (`exhausted`: the retries-exhausted error of the attempt's result); `nil` when it
-        /// retries or the edge it would take is not compiled (see ``RequestMachine/retryTrigger(_:)``).
+        /// retries or the edge it would take is not compiled.
         func escalation(of flow: RuleGraph.CompiledRule, exhausted: @autoclosure () -> PolicyEngineError)
             -> (RuleGraph.Escalation, PolicyEngineError)?
         {
@@ -428,68 +434,12 @@ extension EngineState {
         }
     }
 
-    /// Why an attempt's end finished its request (``attemptEnded(insideLock:responseArrived:gotError:callerCancelled:scope:_:retry:now:)``).
-    enum Finish: Equatable {
-        /// It timed out at its deadline: the request fails with `deadlineExceeded`.
-        case deadline
-        /// No rule matched, or the matching rule delivers or fails: the driver reports that.
-        case rule
-    }
-
-    /// Request `id`'s attempt ended, classified as `classified` in `scope`: what counts (see
-    /// ``attemptEnded(insideLock:responseArrived:callerCancelled:)``), and whether the request has
-    /// its outcome now, decided from the compiled flow: its deadline came (a timeout at it), no
-    /// rule matched, or the rule's action is `deliver` or `fail`. Then its slot is removed in the
-    /// same transition (its dispatch slot goes to the next request), and the shell reports the
-    /// outcome.
-    mutating func attemptEnded(
-        insideLock id: UInt64, responseArrived: Bool, gotError: Bool, callerCancelled: Bool, scope: RuleGraph.Scope,
-        _ classified: Classified, retry ask: RetryAsk?, now: Duration
-    ) -> (AttemptDisposition, finished: Finish?, RetryVerdict?, Actions) {
-        let deadline = slots[id]?.deadline
-        var (disposition, actions) = attemptEnded(
-            insideLock: id, responseArrived: responseArrived, callerCancelled: callerCancelled)
-        /// The rule's action ends the request here (no rule: the response is delivered, the error fails it).
-        func endsHere() -> Bool {
-            guard let rule = classified.rule else { return true }
-            let action = scope.compiled[rule].action
-            return action == .deliver || action == .fail
-        }
-        let finishes: Finish?
-        /// Its rule retries (not after a logout, and not at its deadline).
-        var retries = false
-        switch disposition {
-        case .ended:
-            finishes = nil
-        case .result(let timedOut) where !responseArrived && !gotError:
-            // No result: a timeout (at the deadline, or its rule decides), or a cancellation the
-            // request's loop reports.
-            if timedOut, let deadline, now >= deadline {
-                finishes = .deadline
-            } else {
-                finishes = timedOut && endsHere() ? .rule : nil
-                retries = timedOut
-            }
-        case .result:
-            finishes = endsHere() ? .rule : nil
-            retries = true
-        case .arrivedAfterLogout:
-            finishes = endsHere() ? .rule : nil
-        }
-        if finishes != nil { finished(insideLock: id, into: &actions) }
-        var verdict: RetryVerdict?
-        if retries, let ask, let rule = classified.rule, scope.compiled[rule].action == .retry {
-            verdict = retry(insideLock: id, scope.compiled[rule], classified, ask, now: now, into: &actions)
-        }
-        return (disposition, finishes, verdict, actions)
-    }
-
     /// A `retry` rule matched request `id`'s attempt: retries left, then a request that may not
     /// be sent again, then the budget, then the deadline (the order of the edges' precedence);
     /// otherwise its backoff starts, the delay drawn here (`max-delay` caps it after jitter; a
     /// `Retry-After` the rule honours replaces it).
     mutating func retry(
-        insideLock id: UInt64, _ flow: RuleGraph.CompiledRule, _ classified: Classified, _ ask: RetryAsk,
+        _ id: UInt64, _ flow: RuleGraph.CompiledRule, _ classified: Classified, _ ask: RetryAsk,
         now: Duration, into actions: inout Actions
     ) -> RetryVerdict {
         let settings = flow.retry
@@ -502,7 +452,7 @@ extension EngineState {
         let budget = flow.budget == nil ? nil : settings.budget
         let deadline = flow.deadline == nil ? nil : slots[id]?.deadline
         let (start, timer) = startBackoff(
-            insideLock: id, budget: budget, until: now + delay, deadline: deadline, now: now)
+            id, budget: budget, until: now + delay, deadline: deadline, now: now)
         switch start {
         case .refused: return .refused
         case .pastDeadline: return .pastDeadline
@@ -517,7 +467,7 @@ extension EngineState {
     /// came while it waited for a refresh or a dispatch slot. A stale firing (the attempt ended,
     /// the request was ended, the refresh or the slot came first) finds another token armed, or
     /// a wake already set, and does nothing.
-    mutating func timerFired(insideLock id: UInt64, token: UInt64) -> Actions {
+    mutating func timerFired(_ id: UInt64, token: UInt64) -> Actions {
         modifySlot(id) { slot in
             // It left the heap to fire: nothing to take off any more (unless it was armed again
             // meanwhile, with a newer token).
@@ -549,7 +499,7 @@ extension EngineState {
     /// whose response is arriving (``AttemptCancellation/responseArriving()``) is not cancelled:
     /// it is marked ended and handled by its rule when its response is in.
     /// The parked requests are resumed first, then the attempts cancelled.
-    mutating func endRequests(insideLock trigger: UInt64?, cancelInFlight: Bool) -> Actions {
+    mutating func endRequests(_ trigger: UInt64?, cancelInFlight: Bool) -> Actions {
         var actions: Actions = []
         var cancels: Actions = []
         if let flight {
@@ -570,7 +520,7 @@ extension EngineState {
                 if case .onWire(let attempt, _, _) = slot.phase, attempt.isArriving {
                     // Its response is coming in: the server answered before it knew of the
                     // logout. It is read to the end (its timer stays armed) and handled by its
-                    // rule (``attemptEnded(insideLock:responseArrived:callerCancelled:)``).
+                    // rule (``attemptEnded(_:responseArrived:callerCancelled:)``).
                     return
                 }
                 if case .onWire(let attempt, _, _) = slot.phase { cancels.append(.cancel(attempt)) }
@@ -587,7 +537,7 @@ extension EngineState {
 // MARK: - A request's decisions
 
 /// The decisions of a request's loop, each one transition under one lock: the top of its loop
-/// (``proceed(insideLock:_:_:into:)``), a refresh trigger, what a refresh it waited for came to,
+/// (``proceed(_:_:_:into:)``), a refresh trigger, what a refresh it waited for came to,
 /// the end of a park, an escalation edge, and carrying out a `logout`. Each takes the event (the
 /// request's ``RequestEvent``, read by its driver with the time) and the request's own
 /// ``RequestLoop`` (its counters, kept by the driver between events), and returns what the
@@ -638,6 +588,12 @@ extension EngineState {
         /// The logout its awaited refresh's failure led to, started by the refresh's end (see
         /// ``Wake/flight(_:logout:)``): this request performs its effects.
         var decidedLogout: DecidedLogout?
+        /// The last attempt's answer: its response (or transport error, a timeout included) and
+        /// business code, for events and for delivering it when an edge says so. Written by the
+        /// attempt's end (``attemptEnded(_:_:_:into:)``); a cancelled attempt leaves the one before.
+        var lastResponse: HTTPResponse?
+        var failure: TransportError?
+        var lastCode: String?
 
         /// Why this request asks for a refresh, for the refresh plugin (``RefreshContext/reason``).
         func refreshReason(_ scope: RuleGraph.Scope) -> String {
@@ -682,6 +638,11 @@ extension EngineState {
         var answerLogsOut: Bool?
 
         var observed: Bool { !context.runtime.observers.isEmpty }
+
+        /// Takes the last answer the loop holds (after an attempt's end changed it).
+        mutating func answer(_ loop: RequestLoop) {
+            (lastResponse, failure, code) = (loop.lastResponse, loop.failure, loop.lastCode)
+        }
     }
 
     /// What the driver does after a request's transition.
@@ -694,7 +655,7 @@ extension EngineState {
         case finish(Result<HTTPResponse, PolicyEngineError>)
         /// A refresh it waited for failed definitively with an answer that the rule's
         /// `refresh-answer` edge may take: the shell classifies the answer outside the lock (a code
-        /// scan), then ``refreshFailed(insideLock:_:_:rule:_:into:)`` decides.
+        /// scan), then ``refreshFailed(_:_:_:rule:_:into:)`` decides.
         case judge(rule: Int, RefreshFailure)
     }
 
@@ -727,11 +688,41 @@ extension EngineState {
         }
     }
 
-    /// The request has its outcome: its slot goes (its dispatch slot to the next request).
+    /// The request has its outcome: its slot goes (its dispatch slot to the next request), and the
+    /// `outcome` event says what it came to (the edge that led there, the last response's status
+    /// and code, why a retry was refused). Every outcome is decided here, in the transition that
+    /// ends the request.
     mutating func finish(
-        insideLock r: RequestEvent, _ result: Result<HTTPResponse, PolicyEngineError>, into actions: inout Actions
+        _ r: RequestEvent, _ loop: RequestLoop, _ result: Result<HTTPResponse, PolicyEngineError>,
+        into actions: inout Actions
     ) -> Next {
-        finished(insideLock: r.id, into: &actions)
+        finished(r.id, into: &actions)
+        note(r, .outcome, into: &actions) { event in
+            event.edge = loop.lastEdge?.id
+            switch result {
+            case .success(let response):
+                event.result = .delivered
+                event.status = response.status
+                event.code = r.code
+            case .failure(let error):
+                switch error {
+                case .loggedOut: event.result = .loggedOut
+                case .cancelled: event.result = .cancelled
+                default:
+                    event.result = .failed
+                    event.reason = error.reasonText
+                }
+                if let response = r.lastResponse, error != .cancelled {
+                    event.status = response.status
+                    event.code = r.code
+                }
+            }
+            switch loop.refusal {
+            case .budget?: event.reason = "retry refused: budget"
+            case .notRetryable?: event.reason = "\(r.context.method) not retried"
+            default: break
+            }
+        }
         return .finish(result)
     }
 
@@ -743,28 +734,28 @@ extension EngineState {
 
     /// Ended by a logout while on the wire or waiting: a `cancel` event, then the logged-out
     /// outcome.
-    mutating func cancelledByLogout(insideLock r: RequestEvent, into actions: inout Actions) -> Next {
+    mutating func cancelledByLogout(_ r: RequestEvent, _ loop: RequestLoop, into actions: inout Actions) -> Next {
         note(r, .cancel, into: &actions) { $0.reason = "logout" }
-        return finish(insideLock: r, .failure(loggedOutError(r.date)), into: &actions)
+        return finish(r, loop, .failure(loggedOutError(r.date)), into: &actions)
     }
 
     /// The request was ended from outside its loop: by a logout, or by its caller.
-    mutating func ended(insideLock r: RequestEvent, into actions: inout Actions) -> Next {
-        if slots[r.id]?.endReason == .loggedOut { return cancelledByLogout(insideLock: r, into: &actions) }
+    mutating func ended(_ r: RequestEvent, _ loop: RequestLoop, into actions: inout Actions) -> Next {
+        if slots[r.id]?.endReason == .loggedOut { return cancelledByLogout(r, loop, into: &actions) }
         note(r, .cancel, into: &actions) { $0.reason = "the caller cancelled the request" }
-        return finish(insideLock: r, .failure(.cancelled), into: &actions)
+        return finish(r, loop, .failure(.cancelled), into: &actions)
     }
 
     /// The deadline passed while the request waited for a refresh or a dispatch slot.
-    mutating func waitedPastDeadline(insideLock r: RequestEvent, into actions: inout Actions) -> Next {
+    mutating func waitedPastDeadline(_ r: RequestEvent, _ loop: RequestLoop, into actions: inout Actions) -> Next {
         note(r, .cancel, into: &actions) { $0.reason = "deadline" }
-        return finish(insideLock: r, .failure(.deadlineExceeded), into: &actions)
+        return finish(r, loop, .failure(.deadlineExceeded), into: &actions)
     }
 
     /// Delivers the last response, or fails with the transport error when there is none.
-    mutating func deliverOrFail(insideLock r: RequestEvent, into actions: inout Actions) -> Next {
-        if let response = r.lastResponse { return finish(insideLock: r, .success(response), into: &actions) }
-        return finish(insideLock: r, .failure(.transport(r.failure ?? TransportError(.connection))), into: &actions)
+    mutating func deliverOrFail(_ r: RequestEvent, _ loop: RequestLoop, into actions: inout Actions) -> Next {
+        if let response = r.lastResponse { return finish(r, loop, .success(response), into: &actions) }
+        return finish(r, loop, .failure(.transport(r.failure ?? TransportError(.connection))), into: &actions)
     }
 
     /// Whether the credentials held can still be sent at `date` (present and not expired).
@@ -773,16 +764,16 @@ extension EngineState {
         return credentials.expiresAt.map { $0 > date } ?? true
     }
 
-    /// The top of request `r`'s loop: the gate (``gate(insideLock:_:now:date:)``) with what its
+    /// The top of request `r`'s loop: the gate (``gate(_:_:now:date:)``) with what its
     /// loop says (held at most once per attempt, no second refresh ahead in one turn), and what
     /// the gate's answer leads to: it goes out (its attempt numbered, signed with the credentials
     /// returned), it waits (held, queued: an event says so), it refreshes first, or it ends.
-    mutating func proceed(insideLock r: RequestEvent, _ loop: inout RequestLoop, into actions: inout Actions) -> Next {
+    mutating func proceed(_ r: RequestEvent, _ loop: inout RequestLoop, into actions: inout Actions) -> Next {
         var departure = r.departure
         departure.mayHold = !loop.preSendWaited
         departure.mayRefreshFirst = !loop.skipProactive
         departure.failedAheadGeneration = loop.proactiveFailure?.generation
-        let gated = gate(insideLock: r.id, departure, now: r.now, date: r.date)
+        let gated = gate(r.id, departure, now: r.now, date: r.date)
         switch gated.gate {
         case .go:
             // Its attempt began in the gate, its timeout armed.
@@ -801,11 +792,11 @@ extension EngineState {
             loop.waitingFor = .refresh(proactive: true)
             loop.refreshRule = nil
             return awaitRefresh(
-                insideLock: r, &loop, failedGeneration: gated.generation, proactive: true, into: &actions)
+                r, &loop, failedGeneration: gated.generation, proactive: true, into: &actions)
         case .ended:
-            return ended(insideLock: r, into: &actions)
+            return ended(r, loop, into: &actions)
         case .loggedOut:
-            return cancelledByLogout(insideLock: r, into: &actions)
+            return cancelledByLogout(r, loop, into: &actions)
         case .held:
             // About to go out (a first attempt or a retry) while a refresh is in flight: it waits
             // for the fresh token, and says so.
@@ -828,6 +819,135 @@ extension EngineState {
         }
     }
 
+    /// What an attempt's end brings to its transition (``attemptEnded(_:_:_:into:)``): what came
+    /// back, the rule it matches (found by the shell before the lock: a lookup in the compiled flow,
+    /// with the body's code scan outside the lock), whether the caller's task was cancelled, and the
+    /// randomness a retry's jitter draws from.
+    struct AttemptEnd {
+        var result: AttemptResult
+        var classified: Classified
+        var callerCancelled = false
+        var random: any RandomSource
+    }
+
+    /// Request `r`'s attempt ended: the one transition that decides what that leads to, from the
+    /// compiled flow. What counts first (``attemptDisposition(_:responseArrived:callerCancelled:into:)``):
+    /// a request ended from outside ends (its caller, or a logout before any answer); an answer that
+    /// arrived after a logout is handled by its rule, but a refresh or retry it asks for ends it
+    /// logged out. Then the answer becomes the request's last (a timeout's error, or at its
+    /// deadline the deadline's), a response not refused accepts the token it was signed with, and
+    /// the rule it matched decides: none delivers the response (or fails with the error);
+    /// `deliver` and `fail` end it; `logout` ends the session; `refresh` is a refresh trigger
+    /// (``refreshTrigger(_:_:_:into:)``); `retry` starts its backoff, or follows the escalation
+    /// edge its verdict leads along (``retry(_:_:_:_:now:into:)``). Its events (`response`, `wait`,
+    /// `outcome`) are made here with the decision.
+    mutating func attemptEnded(
+        _ event: RequestEvent, _ loop: inout RequestLoop, _ end: AttemptEnd, into actions: inout Actions
+    ) -> Next {
+        var r = event
+        var arrived = false
+        if case .response = end.result { arrived = true }
+        let disposition = attemptDisposition(
+            r.id, responseArrived: arrived, callerCancelled: end.callerCancelled, into: &actions)
+        let timedOut: Bool
+        switch disposition {
+        case .ended: return ended(r, loop, into: &actions)
+        case .arrivedAfterLogout: timedOut = false
+        case .result(let timed): timedOut = timed
+        }
+        let afterLogout = disposition == .arrivedAfterLogout
+        switch end.result {
+        case .response(let response):
+            (loop.lastResponse, loop.failure, loop.lastCode) = (response, nil, end.classified.code)
+        case .error(let error):
+            (loop.lastResponse, loop.failure, loop.lastCode) = (nil, error, nil)
+        case .cancelled where timedOut:
+            (loop.lastResponse, loop.lastCode) = (nil, nil)
+            if let deadline = slots[r.id]?.deadline, r.now >= deadline {
+                loop.failure = TransportError(.timeout, "deadline")
+                r.answer(loop)
+                noteResponse(r, loop, rule: nil, reason: "deadline", edge: r.scope.attemptDeadline, into: &actions)
+                return finish(r, loop, .failure(.deadlineExceeded), into: &actions)
+            }
+            loop.failure = Self.timeoutFailure(r.scope)
+        case .cancelled:
+            // Cancelled before it was answered, and not by its timer.
+            return ended(r, loop, into: &actions)
+        }
+        r.answer(loop)
+        guard let rule = end.classified.rule else {
+            if case .response = end.result { accepted(loop.signedGeneration) }
+            if let failure = loop.failure {
+                noteResponse(r, loop, rule: nil, edge: r.scope.noMatchError, into: &actions)
+                return finish(r, loop, .failure(.transport(failure)), into: &actions)
+            }
+            noteResponse(r, loop, rule: nil, edge: r.scope.noMatchResponse, into: &actions)
+            guard let response = loop.lastResponse else { return finish(r, loop, .failure(.cancelled), into: &actions) }
+            return finish(r, loop, .success(response), into: &actions)
+        }
+        let flow = r.scope.compiled[rule]
+        if case .response = end.result, flow.action != .refresh, flow.action != .logout {
+            // The server accepted this token: a later refresh of it is a healthy rotation.
+            accepted(loop.signedGeneration)
+        }
+        switch flow.action {
+        case .deliver:
+            noteResponse(r, loop, rule: flow.rule, into: &actions)
+            return deliverOrFail(r, loop, into: &actions)
+        case .fail:
+            noteResponse(r, loop, rule: flow.rule, into: &actions)
+            guard let response = loop.lastResponse else {
+                return finish(r, loop, .failure(.transport(loop.failure ?? TransportError(.connection))), into: &actions)
+            }
+            return finish(r, loop, .failure(.failed(response: response, rule: flow.rule.name)), into: &actions)
+        case .logout:
+            noteResponse(r, loop, rule: flow.rule, into: &actions)
+            return carryOutLogout(
+                r, &loop, flow.logout, reason: .rule(flow.rule.name, response: loop.lastResponse), into: &actions)
+        case .refresh where afterLogout, .retry where afterLogout:
+            // The session ended while this response came in: no refresh or retry follows.
+            noteResponse(r, loop, rule: flow.rule, into: &actions)
+            return cancelledByLogout(r, loop, into: &actions)
+        case .refresh:
+            return refreshTrigger(r, &loop, flow, into: &actions)
+        case .retry:
+            return retryTrigger(r, &loop, flow, end, into: &actions)
+        }
+    }
+
+    /// A `retry` rule matched request `r`'s attempt: its backoff starts (the `response` event
+    /// names the loop edge, a `wait` event the delay, and the retry is counted), or the verdict's
+    /// escalation edge is followed (``RetryVerdict/escalation(of:exhausted:)``); a verdict whose
+    /// edge is not compiled fails the request with its retries exhausted.
+    mutating func retryTrigger(
+        _ r: RequestEvent, _ loop: inout RequestLoop, _ flow: RuleGraph.CompiledRule, _ end: AttemptEnd,
+        into actions: inout Actions
+    ) -> Next {
+        let ask = RetryAsk(retries: loop.retries, response: loop.lastResponse, date: r.date, random: end.random)
+        let verdict = retry(r.id, flow, end.classified, ask, now: r.now, into: &actions)
+        let exhausted = PolicyEngineError.retriesExhausted(lastResponse: loop.lastResponse, lastError: loop.failure)
+        if case .started(let delay) = verdict {
+            noteResponse(r, loop, rule: flow.rule, edge: flow.again, into: &actions)
+            loop.retries += 1
+            let attempt = loop.attempt
+            note(r, .wait, into: &actions) { event in
+                event.delay = delay
+                event.attempt = attempt
+            }
+            loop.waitingFor = .backoff
+            return .park
+        }
+        guard let (escalation, error) = verdict.escalation(of: flow, exhausted: exhausted) else {
+            return finish(r, loop, .failure(exhausted), into: &actions)
+        }
+        return follow(r, &loop, escalation, of: flow, failing: error, into: &actions)
+    }
+
+    /// The error of an attempt that timed out before its deadline.
+    static func timeoutFailure(_ scope: RuleGraph.Scope) -> TransportError {
+        TransportError(.timeout, "no response within \(scope.attemptTimeout?.policyText ?? "the attempt timeout")")
+    }
+
     /// A `refresh` rule matched request `r`'s attempt. The generation first: refused with a token
     /// older than the current one, the request is re-sent with the current one at once, and that
     /// re-send is not counted (no refresh was waited for; the same holds for credentials adopted
@@ -836,20 +956,20 @@ extension EngineState {
     /// again, not asked again: the same refresh token is never presented twice); otherwise it
     /// starts or joins the refresh.
     mutating func refreshTrigger(
-        insideLock r: RequestEvent, _ loop: inout RequestLoop, _ flow: RuleGraph.CompiledRule,
+        _ r: RequestEvent, _ loop: inout RequestLoop, _ flow: RuleGraph.CompiledRule,
         into actions: inout Actions
     ) -> Next {
         if generation > loop.signedGeneration {
             noteResponse(r, loop, rule: flow.rule, into: &actions)
-            return proceed(insideLock: r, &loop, into: &actions)
+            return proceed(r, &loop, into: &actions)
         }
         guard loop.refreshResends < flow.refresh.maxPerRequest else {
             let error = PolicyEngineError.refreshFailed(
                 reason: "the request was re-sent \(loop.refreshResends) time(s) for refresh triggers")
             guard let exhausted = flow.onExhausted else {
-                return finish(insideLock: r, .failure(error), into: &actions)
+                return finish(r, loop, .failure(error), into: &actions)
             }
-            return follow(insideLock: r, &loop, exhausted, of: flow, failing: error, into: &actions)
+            return follow(r, &loop, exhausted, of: flow, failing: error, into: &actions)
         }
         noteResponse(r, loop, rule: flow.rule, into: &actions)
         loop.refreshResends += 1
@@ -859,18 +979,18 @@ extension EngineState {
         {
             // This request's refresh ahead of expiry already failed for this token: that is the
             // refresh's failure, not a reason to send the same refresh token again.
-            return afterRefresh(insideLock: r, &loop, .failed(earlier.failure), proactive: false, into: &actions)
+            return afterRefresh(r, &loop, .failed(earlier.failure), proactive: false, into: &actions)
         }
         loop.waitingFor = .refresh(proactive: false)
         return awaitRefresh(
-            insideLock: r, &loop, failedGeneration: loop.signedGeneration, proactive: false, into: &actions)
+            r, &loop, failedGeneration: loop.signedGeneration, proactive: false, into: &actions)
     }
 
     /// Asks for a token newer than `failedGeneration` (``RefreshFlight/trigger(_:_:now:)``):
     /// an answer now, or a wait for the refresh in flight, joined in this transition (its
     /// deadline's timer armed with it), which this may just have started.
     mutating func awaitRefresh(
-        insideLock r: RequestEvent, _ loop: inout RequestLoop, failedGeneration: UInt64, proactive: Bool,
+        _ r: RequestEvent, _ loop: inout RequestLoop, failedGeneration: UInt64, proactive: Bool,
         into actions: inout Actions
     ) -> Next {
         // Where this request goes when the refresh fails: its rule's failure edges, or (before
@@ -885,7 +1005,7 @@ extension EngineState {
             route = nil
         }
         if slots[r.id]?.endReason != nil {
-            return afterRefresh(insideLock: r, &loop, .cancelled, proactive: proactive, into: &actions)
+            return afterRefresh(r, &loop, .cancelled, proactive: proactive, into: &actions)
         }
         let settings = loop.refreshRule.map { r.scope.compiled[$0].refresh } ?? r.scope.refresh
         let trigger = RefreshFlight.Trigger(
@@ -896,21 +1016,21 @@ extension EngineState {
         let refusal: RefreshFlight.Refusal
         switch refresh.trigger(trigger, sessionFacts(at: r.now), now: r.now) {
         case .loggedOut:
-            return afterRefresh(insideLock: r, &loop, .loggedOut, proactive: proactive, into: &actions)
+            return afterRefresh(r, &loop, .loggedOut, proactive: proactive, into: &actions)
         case .retryNow:
-            return afterRefresh(insideLock: r, &loop, .ok, proactive: proactive, into: &actions)
+            return afterRefresh(r, &loop, .ok, proactive: proactive, into: &actions)
         case .refused(let refused, let why):
             (failure, refusal) = (refused, why)
         case .join(_, let rearm):
             // Parked until the refresh ends, its deadline's timer armed with the wait.
-            actions += join(insideLock: r.id, route: route)
+            actions += join(r.id, route: route)
             if let rearm { actions.append(.refresh(.arm(rearm))) }
             if proactive { loop.preSendWaited = true }
             return .park
         case .start(_, let step):
-            actions += join(insideLock: r.id, route: route)
+            actions += join(r.id, route: route)
             note(r, .refreshStart, into: &actions) { _ in }
-            actions += flightStep(insideLock: step, now: r.now, date: r.date)
+            actions += flightStep(step, now: r.now, date: r.date)
             if proactive { loop.preSendWaited = true }
             return .park
         }
@@ -920,7 +1040,7 @@ extension EngineState {
             event.ok = false
             event.reason = failure.reason
         }
-        return afterRefresh(insideLock: r, &loop, .failed(failure), proactive: proactive, into: &actions)
+        return afterRefresh(r, &loop, .failed(failure), proactive: proactive, into: &actions)
     }
 
     /// What a refresh request `r` waited for (or asked for) came to, and where that leads it: the
@@ -932,7 +1052,7 @@ extension EngineState {
     /// the rule's `on-failure`, its `refresh-answer` when the token endpoint's answer matches a
     /// `logout` rule, or before sending the scope's own edge.
     mutating func afterRefresh(
-        insideLock r: RequestEvent, _ loop: inout RequestLoop, _ result: FlightResult, proactive: Bool,
+        _ r: RequestEvent, _ loop: inout RequestLoop, _ result: FlightResult, proactive: Bool,
         into actions: inout Actions
     ) -> Next {
         if let decided = loop.decidedLogout?.escalation, case .failed(let failure) = result {
@@ -943,8 +1063,8 @@ extension EngineState {
             loop.refreshFailureReason = failure.reason
             loop.refreshFailureResponse = failure.response
             let reason = LogoutReason.refreshFailed(failure.reason, response: failure.response)
-            logoutEffects(insideLock: r, reason: reason, into: &actions)
-            return finish(insideLock: r, .failure(loggedOutError(r.date)), into: &actions)
+            logoutEffects(r, reason: reason, into: &actions)
+            return finish(r, loop, .failure(loggedOutError(r.date)), into: &actions)
         }
         switch result {
         case .unavailable(let failure):
@@ -952,43 +1072,43 @@ extension EngineState {
             // out with the token it has); no failure edge is taken, so nobody is logged out.
             if proactive, !loop.signingIn, tokenUsable(at: r.date) {
                 loop.skipProactive = true
-                return proceed(insideLock: r, &loop, into: &actions)
+                return proceed(r, &loop, into: &actions)
             }
             loop.signingIn = false
             loop.refreshRule = nil
             loop.refreshFailureReason = failure.reason
-            return finish(insideLock: r, .failure(.refreshFailed(reason: failure.reason)), into: &actions)
+            return finish(r, loop, .failure(.refreshFailed(reason: failure.reason)), into: &actions)
         case .superseded:
             // The refresh belonged to a session that has since ended: decide again, without
             // counting another re-send (a sign-in's token is newer and retried at once).
-            if proactive { return proceed(insideLock: r, &loop, into: &actions) }
+            if proactive { return proceed(r, &loop, into: &actions) }
             return awaitRefresh(
-                insideLock: r, &loop, failedGeneration: loop.signedGeneration, proactive: false, into: &actions)
+                r, &loop, failedGeneration: loop.signedGeneration, proactive: false, into: &actions)
         case .adopted:
             // Credentials the fleet already held answered the refresh (no token call): the re-send
             // is the generation rule's and is not counted (issue 19, invariant d), so a refusal of
             // them leads to a coordinated refresh, never to on-exhausted.
             if !proactive, loop.refreshResends > 0 { loop.refreshResends -= 1 }
             loop.refreshRule = nil
-            return proceed(insideLock: r, &loop, into: &actions)
+            return proceed(r, &loop, into: &actions)
         case .loggedOut:
-            return cancelledByLogout(insideLock: r, into: &actions)
+            return cancelledByLogout(r, loop, into: &actions)
         case .cancelled:
-            return ended(insideLock: r, into: &actions)
+            return ended(r, loop, into: &actions)
         case .ok:
             if proactive { loop.skipProactive = true } else { loop.refreshRule = nil }
-            return proceed(insideLock: r, &loop, into: &actions)
+            return proceed(r, &loop, into: &actions)
         case .failed(let failure) where proactive:
             if loop.signingIn || !tokenUsable(at: r.date) {
                 // No token, or an expired one (signing in, or held for a refresh that failed):
                 // sending would only fetch a refresh trigger. The failure edges decide.
                 loop.signingIn = false
-                return afterRefresh(insideLock: r, &loop, .failed(failure), proactive: false, into: &actions)
+                return afterRefresh(r, &loop, .failed(failure), proactive: false, into: &actions)
             }
             // The token is still valid for a moment: try it, but remember the failure.
             loop.proactiveFailure = ProactiveFailure(failure, generation: generation)
             loop.skipProactive = true
-            return proceed(insideLock: r, &loop, into: &actions)
+            return proceed(r, &loop, into: &actions)
         case .failed(let failure) where !failure.isDefinitive:
             // Transient trouble outlasted refresh.timeout (or a definitive answer is still fresh:
             // see `decideRefresh`): the request fails with the reason, the session goes on. Only a
@@ -996,7 +1116,7 @@ extension EngineState {
             let flow = loop.refreshRule.map { r.scope.compiled[$0] }
             loop.refreshRule = nil
             loop.lastEdge = flow?.onTransient?.edge
-            return finish(insideLock: r, .failure(.refreshFailed(reason: failure.reason)), into: &actions)
+            return finish(r, loop, .failure(.refreshFailed(reason: failure.reason)), into: &actions)
         case .failed(let failure):
             let rule = loop.refreshRule
             loop.refreshRule = nil
@@ -1008,25 +1128,25 @@ extension EngineState {
                 // scope's own edge decides.
                 let error = PolicyEngineError.refreshFailed(reason: failure.reason)
                 guard let escalation = r.scope.beforeSendingFailure else {
-                    return finish(insideLock: r, .failure(error), into: &actions)
+                    return finish(r, loop, .failure(error), into: &actions)
                 }
                 loop.lastEdge = escalation.edge
                 switch escalation.action {
                 case .logout:
-                    return logout(
-                        insideLock: r, &loop, escalation.logout,
+                    return carryOutLogout(
+                        r, &loop, escalation.logout,
                         reason: .refreshFailed(failure.reason, response: failure.response), into: &actions)
                 case .deliver where r.lastResponse != nil:
-                    return deliverOrFail(insideLock: r, into: &actions)
+                    return deliverOrFail(r, loop, into: &actions)
                 default:
-                    return finish(insideLock: r, .failure(error), into: &actions)
+                    return finish(r, loop, .failure(error), into: &actions)
                 }
             }
             if failure.response != nil, r.scope.compiled[rule].refreshAnswer != nil, r.answerLogsOut == nil {
                 // Whether the answer matches a logout rule is a code scan: made outside the lock.
                 return .judge(rule: rule, failure)
             }
-            return refreshFailed(insideLock: r, &loop, rule: rule, failure, into: &actions)
+            return refreshFailed(r, &loop, rule: rule, failure, into: &actions)
         }
     }
 
@@ -1034,23 +1154,23 @@ extension EngineState {
     /// endpoint's answer matches a `logout` rule (``RequestEvent/answerLogsOut``), else its
     /// `on-failure`.
     mutating func refreshFailed(
-        insideLock r: RequestEvent, _ loop: inout RequestLoop, rule: Int, _ failure: RefreshFailure,
+        _ r: RequestEvent, _ loop: inout RequestLoop, rule: Int, _ failure: RefreshFailure,
         into actions: inout Actions
     ) -> Next {
         let flow = r.scope.compiled[rule]
         let error = PolicyEngineError.refreshFailed(reason: failure.reason)
         if failure.response != nil, let answer = flow.refreshAnswer, r.answerLogsOut == true {
-            return follow(insideLock: r, &loop, answer, of: flow, failing: error, emit: false, into: &actions)
+            return follow(r, &loop, answer, of: flow, failing: error, emit: false, into: &actions)
         }
-        guard let onFailure = flow.onFailure else { return finish(insideLock: r, .failure(error), into: &actions) }
-        return follow(insideLock: r, &loop, onFailure, of: flow, failing: error, emit: false, into: &actions)
+        guard let onFailure = flow.onFailure else { return finish(r, loop, .failure(error), into: &actions) }
+        return follow(r, &loop, onFailure, of: flow, failing: error, emit: false, into: &actions)
     }
 
     /// Follows an escalation edge of `flow`: the response event says where it led and why (taken
     /// with a response; taken after a refresh ended, the outcome names the edge), and the request
     /// ends there. `error` is the failure when the edge leads to fail.
     mutating func follow(
-        insideLock r: RequestEvent, _ loop: inout RequestLoop, _ escalation: RuleGraph.Escalation,
+        _ r: RequestEvent, _ loop: inout RequestLoop, _ escalation: RuleGraph.Escalation,
         of flow: RuleGraph.CompiledRule, failing error: PolicyEngineError, emit: Bool = true,
         into actions: inout Actions
     ) -> Next {
@@ -1065,27 +1185,27 @@ extension EngineState {
         }
         switch escalation.action {
         case .logout:
-            return logout(
-                insideLock: r, &loop, escalation.logout, reason: .rule(flow.rule.name, response: r.lastResponse),
+            return carryOutLogout(
+                r, &loop, escalation.logout, reason: .rule(flow.rule.name, response: r.lastResponse),
                 into: &actions)
         case .deliver:
             if r.lastResponse == nil, case .retriesExhausted = error {
-                return finish(insideLock: r, .failure(error), into: &actions)
+                return finish(r, loop, .failure(error), into: &actions)
             }
-            return deliverOrFail(insideLock: r, into: &actions)
+            return deliverOrFail(r, loop, into: &actions)
         default:
-            return finish(insideLock: r, .failure(error), into: &actions)
+            return finish(r, loop, .failure(error), into: &actions)
         }
     }
 
     /// Request `r`'s park ended: its backoff's timer or a dispatch slot sends it on (the gate runs
-    /// in this transition), the refresh it waited for ended (``afterRefresh(insideLock:_:_:proactive:into:)``),
+    /// in this transition), the refresh it waited for ended (``afterRefresh(_:_:_:proactive:into:)``),
     /// its deadline came, or it was ended. Its timer leaves the heap here when the wait ended some
     /// other way than by its firing.
-    mutating func afterPark(insideLock r: RequestEvent, _ loop: inout RequestLoop, into actions: inout Actions)
+    mutating func afterPark(_ r: RequestEvent, _ loop: inout RequestLoop, into actions: inout Actions)
         -> Next
     {
-        let (woken, endedOutside, disarm) = woke(insideLock: r.id)
+        let (woken, endedOutside, disarm) = woke(r.id)
         actions += disarm
         var decided: DecidedLogout?
         var result: FlightResult?
@@ -1093,34 +1213,34 @@ extension EngineState {
         loop.decidedLogout = decided
         switch loop.waitingFor {
         case .backoff:
-            if endedOutside { return ended(insideLock: r, into: &actions) }
-            return proceed(insideLock: r, &loop, into: &actions)
+            if endedOutside { return ended(r, loop, into: &actions) }
+            return proceed(r, &loop, into: &actions)
         case .refresh(let proactive):
             // The logout this request's edge led to was started with the refresh's end: its
             // effects are this request's to perform, even when it was ended meanwhile.
             if decided != nil, let result {
-                return afterRefresh(insideLock: r, &loop, result, proactive: proactive, into: &actions)
+                return afterRefresh(r, &loop, result, proactive: proactive, into: &actions)
             }
-            if endedOutside { return ended(insideLock: r, into: &actions) }
+            if endedOutside { return ended(r, loop, into: &actions) }
             // Its deadline came first.
-            if case .timer? = woken { return waitedPastDeadline(insideLock: r, into: &actions) }
-            guard let result else { return ended(insideLock: r, into: &actions) }
-            return afterRefresh(insideLock: r, &loop, result, proactive: proactive, into: &actions)
+            if case .timer? = woken { return waitedPastDeadline(r, loop, into: &actions) }
+            guard let result else { return ended(r, loop, into: &actions) }
+            return afterRefresh(r, &loop, result, proactive: proactive, into: &actions)
         case .dispatch:
-            if endedOutside { return ended(insideLock: r, into: &actions) }
-            if case .timer? = woken { return waitedPastDeadline(insideLock: r, into: &actions) }
-            guard case .dispatched? = woken else { return ended(insideLock: r, into: &actions) }
-            return proceed(insideLock: r, &loop, into: &actions)
+            if endedOutside { return ended(r, loop, into: &actions) }
+            if case .timer? = woken { return waitedPastDeadline(r, loop, into: &actions) }
+            guard case .dispatched? = woken else { return ended(r, loop, into: &actions) }
+            return proceed(r, &loop, into: &actions)
         }
     }
 
     /// Carries out a rule's `logout` for request `r` (directly, as an escalation, or as the
     /// failure edge of its refresh): the cooldown starts and every other request is ended
-    /// (``logOut(insideLock:cooldown:cancelInFlight:reason:trigger:now:date:)``), the event and
+    /// (``endSession(cooldown:cancelInFlight:reason:trigger:now:date:)``), the event and
     /// the publication follow after unlocking, and the request ends logged out. Many triggers
     /// make one logout: a request that finds the cooldown running only ends.
-    mutating func logout(
-        insideLock r: RequestEvent, _ loop: inout RequestLoop, _ settings: LogoutSettings, reason: LogoutReason,
+    mutating func carryOutLogout(
+        _ r: RequestEvent, _ loop: inout RequestLoop, _ settings: LogoutSettings, reason: LogoutReason,
         into actions: inout Actions
     ) -> Next {
         // The server's logout code answered an attempt signed before the last sign-in: it ended
@@ -1130,22 +1250,22 @@ extension EngineState {
         if loop.refreshFailureReason == nil, case .rule(let name, let response?) = reason,
             loop.signedGeneration < signInGeneration
         {
-            return finish(insideLock: r, .failure(.failed(response: response, rule: name)), into: &actions)
+            return finish(r, loop, .failure(.failed(response: response, rule: name)), into: &actions)
         }
         // A logout that a failed refresh led to names the refresh's reason, whichever edge led there.
         let reason =
             loop.refreshFailureReason.map { LogoutReason.refreshFailed($0, response: loop.refreshFailureResponse) }
             ?? reason
         let plugin = r.context.runtime.scopes[r.scopeIndex].logout
-        logOut(
-            insideLock: settings.cooldown, cancelInFlight: settings.cancelInFlight, reason: reason, trigger: r.id,
+        endSession(
+            cooldown: settings.cooldown, cancelInFlight: settings.cancelInFlight, reason: reason, trigger: r.id,
             context: r.context, plugin: plugin, publishes: true, now: r.now, date: r.date, into: &actions)
-        return finish(insideLock: r, .failure(loggedOutError(r.date)), into: &actions)
+        return finish(r, loop, .failure(loggedOutError(r.date)), into: &actions)
     }
 
     /// The effects of a logout a refresh's end already started on request `r`'s edge (the
     /// cooldown and the ending of the other requests are done): the event and the publication.
-    func logoutEffects(insideLock r: RequestEvent, reason: LogoutReason, into actions: inout Actions) {
+    func logoutEffects(_ r: RequestEvent, reason: LogoutReason, into actions: inout Actions) {
         note(r, .logout, into: &actions) { event in
             event.rule = reason.ruleName
             event.reason = reason.eventText

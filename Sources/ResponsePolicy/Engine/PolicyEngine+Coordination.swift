@@ -101,7 +101,7 @@ extension PolicyEngine {
                 // Saved first, then the waiters go on.
                 var woken: Actions = [.save]
                 if let answered {
-                    state.endWaits(insideLock: answered, .adopted, into: &woken)
+                    state.endWaits(answered, .adopted, into: &woken)
                     // A flight between calls ends here: its timer goes (one with a call out keeps
                     // it until the call returns).
                     if !answered.isOut { woken.append(.refresh(.disarm(answered.id))) }

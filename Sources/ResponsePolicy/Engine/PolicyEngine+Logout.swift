@@ -37,7 +37,7 @@ extension PolicyEngine {
     }
 
     /// Ends the session from outside any request (the host, another process): the transition
-    /// every logout shares (``EngineState/logOut(insideLock:cancelInFlight:reason:trigger:context:plugin:publishes:until:now:date:into:)``),
+    /// every logout shares (``EngineState/logOut(_:cancelInFlight:reason:trigger:context:plugin:publishes:until:now:date:into:)``),
     /// then its actions. (A request's own logout is a transition of that request.)
     private func endSession(
         cooldown: Duration, cancelInFlight: Bool, reason: LogoutReason, plugin: (any LogoutPlugin)?,
@@ -46,8 +46,7 @@ extension PolicyEngine {
         let (now, date) = (clock.now, clock.date)
         var actions: Actions = []
         _ = state.withLock { state in
-            state.logOut(
-                insideLock: cooldown, cancelInFlight: cancelInFlight, reason: reason, trigger: nil, context: nil,
+            state.endSession(cooldown: cooldown, cancelInFlight: cancelInFlight, reason: reason, trigger: nil, context: nil,
                 plugin: plugin, publishes: publish, until: until, now: now, date: date, into: &actions)
         }
         perform(actions, for: nil, runtime: runtime)

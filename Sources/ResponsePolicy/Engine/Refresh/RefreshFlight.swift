@@ -156,7 +156,7 @@ struct RefreshFlight {
         case failed(RefreshFailure, logsOut: Bool)
     }
 
-    /// How a flight ended, for the session (``EngineState/flightEnded(insideLock:_:now:date:)``).
+    /// How a flight ended, for the session (``EngineState/flightEnded(_:_:now:date:)``).
     struct Ending: Sendable {
         var flight: Flight
         var outcome: Result<Credentials, RefreshFailure>
