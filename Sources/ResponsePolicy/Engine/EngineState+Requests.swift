@@ -599,7 +599,7 @@ extension EngineState {
         func refreshReason(_ scope: RuleGraph.Scope) -> String {
             if signingIn { return "sign-in" }
             if case .refresh(proactive: true) = waitingFor { return "ahead" }
-            return refreshRule.map { scope.rules[$0].name } ?? "refresh"
+            return refreshRule.map { scope.compiled[$0].rule.name } ?? "refresh"
         }
     }
 

@@ -12,11 +12,10 @@ extension PolicyEngine {
     /// ```
     public func logout(reason: String) {
         let runtime = state.withLock { $0.runtime }
-        let index = runtime.policy.graph.scopes.count - 1
-        let settings = runtime.policy.graph.scopes[index].logout
+        let settings = runtime.policy.graph.topLevel.logout
         endSession(
             cooldown: settings.cooldown, cancelInFlight: settings.cancelInFlight, reason: .host(reason),
-            plugin: runtime.scopes[index].logout, runtime: runtime, publish: true)
+            plugin: runtime.scopes[runtime.scopes.count - 1].logout, runtime: runtime, publish: true)
     }
 
     /// Another process logged the session out (a ``SessionUpdate/loggedOut(until:reason:)``):
@@ -24,7 +23,7 @@ extension PolicyEngine {
     /// whose end is not later than the cooldown already kept is old news and ignored.
     func logoutFromElsewhere(until: Date, reason: String) {
         let runtime = state.withLock { $0.runtime }
-        let settings = runtime.policy.logout
+        let settings = runtime.policy.graph.topLevel.logout
         // A cooldown read from a shared store is never longer than this policy's own: a forged or
         // corrupted logout costs at most what a real one costs (issue 23).
         let bounds = CoordinationBounds(maxCooldown: runtime.maxCooldown, maxLease: .zero)
