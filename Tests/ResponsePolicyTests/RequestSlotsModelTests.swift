@@ -8,7 +8,7 @@ import Testing
 /// logouts, woken requests running on), no threads, no continuations, checked after every step.
 ///
 /// Every change to a slot is one of the transitions the shell calls (`gate`, `attemptBegan`,
-/// `attemptEnded`, `decideRefresh` and `join`, `startBackoff`, `refreshEnded(insideLock:…)`,
+/// `attemptEnded`, `decideRefresh` and `join`, `startBackoff`, `flightEnded`,
 /// `timerFired`, `woke`, `end`, `endRequests`, `finished`): no copy of shell code. What the test
 /// keeps besides the state is what the shell keeps: the timer heap (one node per request, armed
 /// and disarmed only by the ``Action``s the transitions return) and what each request waits for.
