@@ -209,7 +209,8 @@ struct RequestSlotsModelTests {
             case .refreshFirst: Issue.record("\(context): request \(id) refreshes first with a token and no ahead")
             case .ended, .loggedOut:
                 _ = state.end(id, .loggedOut)
-                let (_, _, actions) = state.woke(id)
+                var actions: Actions = []
+                _ = state.woke(id, into: &actions)
                 perform(actions, for: id)
                 finish(id)
             }
@@ -368,7 +369,9 @@ struct RequestSlotsModelTests {
                     counts.heldRunBeforeTrigger += 1
                 }
                 let was = waiting[id] ?? .running
-                let (wake, endedOutside, actions) = state.woke(id)
+                var actions: Actions = []
+                let woke = state.woke(id, into: &actions)
+                let (wake, endedOutside) = (woke.wake, woke.endedOutside)
                 perform(actions, for: id)
                 #expect(heap[id] == nil, "\(context): request \(id) runs with its timer on the heap")
                 waiting[id] = .running

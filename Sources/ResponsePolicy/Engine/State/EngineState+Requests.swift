@@ -557,8 +557,8 @@ extension EngineState {
     mutating func afterPark(_ r: RequestEvent, _ loop: inout RequestLoop, into actions: inout Actions)
         -> Next
     {
-        let (woken, endedOutside, disarm) = woke(r.id)
-        actions += disarm
+        let woke = woke(r.id, into: &actions)
+        let (woken, endedOutside) = (woke.wake, woke.endedOutside)
         var decided: DecidedLogout?
         var result: FlightResult?
         if case .flight(let flightResult, let logout)? = woken { (decided, result) = (logout, flightResult) }

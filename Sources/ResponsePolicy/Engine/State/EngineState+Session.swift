@@ -199,10 +199,9 @@ extension EngineState {
         // so none is released and sent in between.
         if case .failed(let failure) = result, failure.isDefinitive,
             let decided = logOutForFailedRefresh(
-                ended, failure, answerLogsOut: ending.answerLogsOut, now: now, date: date)
+                ended, failure, answerLogsOut: ending.answerLogsOut, now: now, date: date, into: &actions)
         {
             logout = (decided.trigger, decided.logout)
-            actions = decided.actions
         }
         // The waiters are resumed first, then the logout's cancellations.
         var woken: Actions = said
@@ -234,11 +233,19 @@ extension EngineState {
     /// the logout it causes. The trigger keeps its wait (``endWaits(_:_:logout:into:)``
     /// wakes it with the failure and the logout, whose effects it performs).
     ///
-    /// Returns the trigger, its logout, and what to resume and cancel; `nil` when no waiter logs
-    /// out (or the session is already in a cooldown: many triggers make one logout).
+    /// The logout a failed refresh started on a waiter's edge (``logOutForFailedRefresh(_:_:answerLogsOut:now:date:into:)``).
+    struct RefreshLogout {
+        /// The waiter whose edge led there: it performs the logout's effects.
+        let trigger: UInt64
+        let logout: DecidedLogout
+    }
+
+    /// Returns the trigger and its logout, and appends what to resume and cancel; `nil` when no
+    /// waiter logs out (or the session is already in a cooldown: many triggers make one logout).
     mutating func logOutForFailedRefresh(
-        _ waiting: Flight, _ failure: RefreshFailure, answerLogsOut: Bool, now: Duration, date: Date
-    ) -> (trigger: UInt64, logout: DecidedLogout, actions: Actions)? {
+        _ waiting: Flight, _ failure: RefreshFailure, answerLogsOut: Bool, now: Duration, date: Date,
+        into actions: inout Actions
+    ) -> RefreshLogout? {
         let waiters = live(waiting)
         var decided: (UInt64, RuleGraph.Escalation)?
         for id in waiters {
@@ -255,7 +262,6 @@ extension EngineState {
                 until: now + cooldown, untilDate: date.addingTimeInterval(cooldown.seconds),
                 reason: .refreshFailed(failure.reason, response: failure.response), extendOnly: false, now: now)
         else { return nil }
-        var actions: Actions = []
         for id in waiters where id != trigger {
             modifySlot(id) { slot in
                 if slot.endReason == nil { slot.endReason = .loggedOut }
@@ -265,7 +271,7 @@ extension EngineState {
             }
         }
         actions += endRequests(trigger, cancelInFlight: escalation.logout.cancelInFlight)
-        return (trigger, DecidedLogout(escalation), actions)
+        return RefreshLogout(trigger: trigger, logout: DecidedLogout(escalation))
     }
 
     /// Starts a cooldown until `until` (`untilDate` on the wall clock). `false` when the session

@@ -153,21 +153,27 @@ extension EngineState {
         return ready
     }
 
-    /// Request `id`'s park ended: takes why (its wake, `nil` when it was ended), whether it was
-    /// ended from outside, and its timer to take off the heap when the wait ended some other way
-    /// than by its firing. It runs its loop on.
-    mutating func woke(_ id: UInt64) -> (Wake?, endedOutside: Bool, Actions) {
+    /// Why a request's park ended (``woke(_:into:)``).
+    struct Woke {
+        /// Its wake (`nil`: none was set, it was ended).
+        var wake: Wake?
+        /// It was ended from outside (a logout, its caller).
+        var endedOutside: Bool
+    }
+
+    /// Request `id`'s park ended: takes why, and appends its timer to take off the heap when the
+    /// wait ended some other way than by its firing. It runs its loop on.
+    mutating func woke(_ id: UInt64, into actions: inout Actions) -> Woke {
         modifySlot(id) { slot in
             var taken: Wake?
             if case .woken(let wake, _) = slot.phase { taken = wake }
             slot.phase = .running
-            var actions: Actions = []
             if slot.timerScheduled {
                 slot.timerScheduled = false
                 actions.append(.disarm)
             }
-            return (taken, slot.endReason != nil, actions)
-        } ?? (nil, true, [])
+            return Woke(wake: taken, endedOutside: slot.endReason != nil)
+        } ?? Woke(wake: nil, endedOutside: true)
     }
 
     /// Request `id` has its outcome: its dispatch slot goes to the next request (resumed from
@@ -191,20 +197,22 @@ extension EngineState {
 
     /// Request `id` retries after a backoff until `end`: the budget is asked (when the rule has
     /// a budget edge), a wait ending past `deadline` is refused, and otherwise the request is in
-    /// its backoff with its timer armed at `end` (the action returned). In the order of the
+    /// its backoff with its timer armed at `end` (appended to `actions`). In the order of the
     /// edges' precedence: budget, then deadline.
     mutating func startBackoff(
-        _ id: UInt64, budget: RetrySettings.Budget?, until end: Duration, deadline: Duration?, now: Duration
-    ) -> (BackoffStart, Actions) {
-        guard let slot = slots[id], slot.endReason == nil else { return (.ended, []) }
-        if let budget, !self.budget.takeRetry(at: now, budget: budget) { return (.refused, []) }
-        if let deadline, end > deadline { return (.pastDeadline, []) }
+        _ id: UInt64, budget: RetrySettings.Budget?, until end: Duration, deadline: Duration?, now: Duration,
+        into actions: inout Actions
+    ) -> BackoffStart {
+        guard let slot = slots[id], slot.endReason == nil else { return .ended }
+        if let budget, !self.budget.takeRetry(at: now, budget: budget) { return .refused }
+        if let deadline, end > deadline { return .pastDeadline }
         let token = modifySlot(id) { slot -> UInt64 in
             let token = slot.nextTimer()
             slot.phase = .backoff(timer: token)
             return token
         }
-        return (.started, [.arm(at: end, token: token ?? 0)])
+        actions.append(.arm(at: end, token: token ?? 0))
+        return .started
     }
 
     /// Ends request `id` from outside its loop (its caller, or a logout): marks why, disarms its
@@ -327,15 +335,11 @@ extension EngineState {
             forRetry: ask.retries + 1, settings: settings, response: ask.response, now: ask.date, random: ask.random)
         let budget = flow.budget == nil ? nil : settings.budget
         let deadline = flow.deadline == nil ? nil : slots[id]?.deadline
-        let (start, timer) = startBackoff(
-            id, budget: budget, until: now + delay, deadline: deadline, now: now)
-        switch start {
+        switch startBackoff(id, budget: budget, until: now + delay, deadline: deadline, now: now, into: &actions) {
         case .refused: return .refused
         case .pastDeadline: return .pastDeadline
         case .ended: return .notRetried(nil)  // (not reached: its attempt's result counts)
-        case .started:
-            actions += timer
-            return .started(delay: delay)
+        case .started: return .started(delay: delay)
         }
     }
 
