@@ -106,6 +106,8 @@ extension PolicyEngine {
                     // it until the call returns).
                     if !answered.isOut { woken.append(.refresh(.disarm(answered.id))) }
                 }
+                // (A flight between calls ends here: whoever waits for the refresh to settle goes on.)
+                if state.refresh.isIdle { woken += state.settled() }
                 return (state.runtime, woken)
             }
         }
