@@ -35,7 +35,7 @@ let package = Package(
             providers: [.apt(["libcurl4-openssl-dev"])]
         ),
         // The core links libyaml alone: a service with `coordination: local` or `file` needs no hiredis.
-        .target(name: "ResponsePolicy", dependencies: ["CYAML"]),
+        .target(name: "ResponsePolicy", dependencies: ["CYAML"], exclude: ["Engine/README.md"]),
         .target(name: "ResponsePolicyRedis", dependencies: ["ResponsePolicy", "CHiredis"]),
         .target(name: "ResponsePolicyURLSession", dependencies: ["ResponsePolicy"]),
         .target(name: "ResponsePolicyCurl", dependencies: ["ResponsePolicy", "CCurl"]),
