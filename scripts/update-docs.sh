@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the documentation that is the output of the code: docs/lint-rules.md (the lint
-# rules' descriptions), docs/plugins.md (the plugins' option schemas), docs/policy.schema.json,
+# rules' descriptions), docs/plugins.md (the plugins' option schemas), docs/settings.md (the
+# settings sections' tables), docs/policy.schema.json,
 # and the generated blocks of docs/commands.md (the command table; the prose between the blocks
 # is kept). The tests named in docs/design.md fail until this has been run after a change.
 #
@@ -11,6 +12,7 @@ swift build --product policy >/dev/null
 policy=$(swift build --show-bin-path)/policy
 "$policy" lint --list-rules > docs/lint-rules.md
 "$policy" schema --list-plugins > docs/plugins.md
+"$policy" schema --list-settings > docs/settings.md
 "$policy" schema > docs/policy.schema.json
 "$policy" help --markdown > .build/command-blocks.md
 python3 - docs/commands.md .build/command-blocks.md <<'PY'
@@ -28,4 +30,4 @@ if missing:
 doc = pattern.sub(lambda m: blocks.get(m.group(1), ""), doc)
 open(doc_path, "w").write(doc)
 PY
-echo "updated docs/lint-rules.md docs/plugins.md docs/policy.schema.json docs/commands.md"
+echo "updated docs/lint-rules.md docs/plugins.md docs/settings.md docs/policy.schema.json docs/commands.md"

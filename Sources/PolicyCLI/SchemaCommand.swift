@@ -7,11 +7,14 @@ enum SchemaCommand {
     static let plugin = Option.plugin(help: "Declare a host plugin so the schema offers its name. Repeatable.")
     static let listPlugins = Option.flag(
         ["--list-plugins"], help: "Print the reference of every built-in plugin's options (Markdown) and exit.")
+    static let listSettings = Option.flag(
+        ["--list-settings"],
+        help: "Print the reference of every key of retry, refresh, logout and dispatch (Markdown) and exit.")
 
     static let spec = CommandSpec(
         name: "schema",
         summary: "Print the JSON Schema (draft 2020-12) of the policy file, for editor completion.",
-        options: [plugin.declaration, listPlugins.declaration],
+        options: [plugin.declaration, listPlugins.declaration, listSettings.declaration],
         exitCodes: [(0, "the schema was printed"), (64, "usage error")])
 
     static func run(_ arguments: ParsedArguments, output: CommandOutput) throws(UsageError) -> Int32 {
@@ -20,6 +23,10 @@ enum SchemaCommand {
         }
         if arguments[listPlugins] {
             output.stdout(PluginOptionsReference.markdown())
+            return ExitCode.success
+        }
+        if arguments[listSettings] {
+            output.stdout(SettingsReference.markdown())
             return ExitCode.success
         }
         let catalog = try catalog(from: arguments[plugin])

@@ -71,14 +71,15 @@ struct SchemaCommandTests {
         #expect(analysis.diagnostics.hasErrors)
     }
 
+    /// The keys of `when:` and `match:` are typed in ``PolicySchema/valueSchemas``; the settings
+    /// sections' keys by their tables (``SettingsSectionTableTests``).
     @Test func everyDecoderKeyHasAValueType() {
-        let keys =
-            PolicyDecoder.retryKeys + PolicyDecoder.refreshTuningKeys + PolicyDecoder.logoutTuningKeys
-            + PolicyDecoder.whenKeys
-        for key in keys { #expect(PolicySchema.valueSchemas[key] != nil, "'\(key)' has no type in the schema") }
+        for key in PolicyDecoder.whenKeys + PolicyDecoder.matchKeys {
+            #expect(PolicySchema.valueSchemas[key] != nil, "'\(key)' has no type in the schema")
+        }
         let structural: Set = [
             "policy", "name", "rules", "observe", "routes", "classify", "retry", "refresh", "logout", "authorize",
-            "store", "coordination",
+            "store", "coordination", "dispatch",
         ]
         for key in PolicyDecoder.topLevelKeys {
             #expect(
@@ -162,12 +163,13 @@ indirect enum Instance: CustomStringConvertible {
 /// Validates an ``Instance`` against the keywords `policy schema` uses: `$ref` (local),
 /// `type`, `const`, `enum`, `pattern`, `minimum`, `maximum`, `required`, `properties`,
 /// `patternProperties`, `additionalProperties`, `items`, `anyOf`, `oneOf`, `allOf`, `if`/`then`.
-/// Annotations (`description`, `examples`, `format`, `title`) are ignored.
+/// Annotations (`description`, `examples`, `default`, `format`, `title`) are ignored.
 struct SchemaChecker {
     let root: [String: Any]
 
     static let known: Set = [
-        "$schema", "$id", "$defs", "$ref", "title", "description", "examples", "format", "type", "const", "enum",
+        "$schema", "$id", "$defs", "$ref", "title", "description", "examples", "default", "format", "type", "const",
+        "enum",
         "pattern", "minimum", "maximum", "required", "properties", "patternProperties", "additionalProperties",
         "items", "anyOf", "oneOf", "allOf", "if", "then",
     ]

@@ -356,46 +356,19 @@ extension RuleGraph {
 }
 
 extension RuleGraph.Node {
-    /// The effective settings of an action, as policy text, in a fixed order.
+    /// The effective settings of an action, as policy text, in the order of the section's keys
+    /// (``SettingsSection/keys``); a refresh or logout action's plugin first, as `use`.
     static func settings(retry r: RetrySettings) -> [RuleGraph.Setting] {
-        var out: [(String, String)] = [
-            ("max-retries", "\(r.maxRetries)"), ("backoff", r.backoff.rawValue), ("initial", r.initial.policyText),
-        ]
-        if r.backoff == .exponential { out.append(("multiplier", formatNumber(r.multiplier))) }
-        out += [
-            ("max-delay", r.maxDelay?.policyText ?? "none"), ("jitter", r.jitter.description),
-            ("retry-after", r.honorRetryAfter ? "honor" : "ignore"),
-            ("attempt-timeout", r.attemptTimeout?.policyText ?? "none"),
-            ("methods", "[" + r.methods.joined(separator: ", ") + "]"),
-            ("idempotency-key", r.idempotencyKey ?? "none"), ("on-exhausted", r.onExhausted.rawValue),
-            ("deadline", r.deadline?.policyText ?? "none"),
-            ("budget", r.budget.map { "{ ratio: \(formatNumber($0.ratio)), min: \($0.min) }" } ?? "none"),
-        ]
-        return out.map { RuleGraph.Setting(key: $0.0, value: $0.1) }
+        r.settingTexts().map { RuleGraph.Setting(key: $0.key, value: $0.value) }
     }
 
     static func settings(refresh r: RefreshSettings) -> [RuleGraph.Setting] {
-        let out: [(String, String)] = [
-            ("use", r.plugin?.name ?? "none"), ("timeout", r.timeout.policyText),
-            ("share-window", r.shareWindow.policyText), ("max-per-request", "\(r.maxPerRequest)"),
-            ("on-exhausted", r.onExhausted.rawValue), ("on-failure", r.onFailure.rawValue),
-            ("limit", r.limit.map { "{ count: \($0.count), per: \($0.per.policyText) }" } ?? "none"),
-            ("ahead", r.ahead?.policyText ?? "none"),
-            (
-                "transient",
-                r.transient.map {
-                    "{ initial: \($0.initial.policyText), max-delay: \($0.maxDelay.policyText), retry-after: "
-                        + ($0.honorRetryAfter ? "honor" : "ignore") + " }"
-                } ?? "none"
-            ),
-        ]
-        return out.map { RuleGraph.Setting(key: $0.0, value: $0.1) }
+        [RuleGraph.Setting(key: "use", value: r.plugin?.name ?? "none")]
+            + r.settingTexts().map { RuleGraph.Setting(key: $0.key, value: $0.value) }
     }
 
     static func settings(logout l: LogoutSettings) -> [RuleGraph.Setting] {
-        [
-            .init(key: "use", value: l.plugin.name), .init(key: "cancel-in-flight", value: "\(l.cancelInFlight)"),
-            .init(key: "cooldown", value: l.cooldown.policyText),
-        ]
+        [RuleGraph.Setting(key: "use", value: l.plugin.name)]
+            + l.settingTexts().map { RuleGraph.Setting(key: $0.key, value: $0.value) }
     }
 }

@@ -108,15 +108,11 @@ struct FlowCompiler {
         let id = RuleGraph.ruleNodeID(scope: scope, index: index)
         var ownNodes: [RuleGraph.Node] = []
         _ = edge(classifierID, id, .match)
-        var r = rule.retry ?? retry
         // Request-wide settings are the scope's: the decoder refuses them in a rule's `then:`
         // (`request-wide-override`), and the compiled rule states what the engine runs.
-        r.attemptTimeout = retry.attemptTimeout
-        r.deadline = retry.deadline
-        var f = rule.refresh ?? refresh
-        f.ahead = refresh.ahead
-        f.holdNewRequests = refresh.holdNewRequests
-        let l = rule.logout ?? logout
+        let r = rule.retry?.withRequestWide(of: retry) ?? retry
+        let f = rule.refresh?.withRequestWide(of: refresh) ?? refresh
+        let l = rule.logout?.withRequestWide(of: logout) ?? logout
         var escalations = RuleGraph.Escalations()
         var again: RuleGraph.Edge?
         var methods: [String]?

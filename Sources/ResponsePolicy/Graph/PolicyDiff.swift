@@ -45,6 +45,10 @@ package struct PolicyDiff: Sendable {
     package var changes: [Change] = []
 
     package init(old: Policy, new: Policy) {
+        // The dispatcher's limit holds for every request of the policy, whatever its scope.
+        add(
+            .setting, "default", nil, Self.prefixed("dispatch", old.dispatch.settingTexts()),
+            Self.prefixed("dispatch", new.dispatch.settingTexts()))
         let oldScopes = Self.keyed(old.graph.scopes)
         let newScopes = Self.keyed(new.graph.scopes)
         for (key, scope) in oldScopes where !newScopes.contains(where: { $0.key == key }) {
@@ -266,12 +270,17 @@ package struct PolicyDiff: Sendable {
 
     /// Keys of the action settings that hold for the whole scope (the engine arms them per
     /// request from the scope), compared once per scope rather than per rule.
-    static let scopeKeys: Set<String> = ["attempt-timeout", "deadline", "ahead"]
-    /// Keys that say where an escalation leads: compared as the edges they compile to.
-    static let edgeKeys: Set<String> = ["on-exhausted", "on-failure"]
+    static let scopeKeys = Set(RetrySettings.requestWideNames + RefreshSettings.requestWideNames)
+    /// Keys that say where an escalation leads (those whose value is an action): compared as
+    /// the edges they compile to.
+    static let edgeKeys = Set(
+        (RetrySettings.infos + RefreshSettings.infos + LogoutSettings.infos).filter {
+            if case .action = $0.kind { return true } else { return false }
+        }.map(\.name))
 
-    /// What a scope's every request runs with: the code source, the authorizer, the attempt
-    /// timeout, deadline and refresh-ahead, and the scope's logout node when `other` has one too
+    /// What a scope's every request runs with: the code source, the authorizer, the request-wide
+    /// settings (attempt timeout, deadline, refresh-ahead, holding during a refresh: ``scopeKeys``),
+    /// and the scope's logout node when `other` has one too
     /// (one that appears or goes shows as the rules and edges that lead there).
     static func scopeSettings(_ scope: RuleGraph.Scope, _ other: RuleGraph.Scope) -> [(String, String)] {
         var out: [(String, String)] = [("classify", scope.classify?.description ?? "none")]
@@ -333,6 +342,10 @@ package struct PolicyDiff: Sendable {
     }
 
     static func prefixed(_ section: String, _ settings: [RuleGraph.Setting]) -> [(String, String)] {
+        settings.map { ("\(section).\($0.key)", $0.value) }
+    }
+
+    static func prefixed(_ section: String, _ settings: [(key: String, value: String)]) -> [(String, String)] {
         settings.map { ("\(section).\($0.key)", $0.value) }
     }
 

@@ -29,6 +29,9 @@ package struct DispatchSettings: Sendable, Hashable {
         /// At most this many per host (1 to 1,000,000).
         case perHost(Int)
 
+        /// What ``perHost(_:)`` takes.
+        package static let range = 1...1_000_000
+
         package init(integerLiteral value: Int) { self = .perHost(value) }
 
         /// As the policy file writes it: `auto`, `unlimited` or the number.
@@ -57,4 +60,32 @@ package struct DispatchSettings: Sendable, Hashable {
     package init(maxInFlightPerHost: Limit = .auto) {
         self.maxInFlightPerHost = maxInFlightPerHost
     }
+}
+
+extension DispatchSettings: SettingsSection {
+    package static let defaults = DispatchSettings()
+
+    /// The keys of `dispatch:`, each stated once (see ``SettingsSection``).
+    package static let keys: [SettingKey<DispatchSettings>] = [
+        .custom(
+            "max-in-flight-per-host", \.maxInFlightPerHost,
+            schema: .object([
+                (
+                    "anyOf",
+                    .array([
+                        .object([
+                            ("type", "integer"), ("minimum", .integer(Limit.range.lowerBound)),
+                            ("maximum", .integer(Limit.range.upperBound)),
+                        ]),
+                        .object([("const", "auto")]),
+                        .object([("const", "unlimited")]),
+                    ])
+                )
+            ]),
+            type: "whole number, \(Limit.range.lowerBound) to \(Limit.range.upperBound), `auto` or `unlimited`",
+            reach: .request,
+            doc: "requests per host on the wire at once; the rest wait in the engine. "
+                + "auto: the transport's connections per host",
+            read: { decoder, input in decoder.dispatchLimit(input) }, text: { .text($0.description) })
+    ]
 }

@@ -9,3 +9,17 @@ package struct LogoutSettings: Sendable, Hashable {
 
     package init() {}
 }
+
+extension LogoutSettings: SettingsSection {
+    package static let defaults = LogoutSettings()
+
+    /// The tuning keys of `logout:` (beside the plugin's `use:` and `with:`), each stated once
+    /// (see ``SettingsSection``).
+    package static let keys: [SettingKey<LogoutSettings>] = [
+        .boolean(
+            "cancel-in-flight", \.cancelInFlight,
+            doc: "attempts still waiting for their answer are cancelled, not left to finish"),
+        .duration(
+            "cooldown", \.cooldown, doc: "how long new requests fail at once and refreshes and retries are suppressed"),
+    ]
+}

@@ -153,7 +153,8 @@ extension PolicyDecoder {
     /// request is sent. A rule cannot change them, so a `then:` that writes one is refused rather
     /// than accepted and ignored. (A route's sections set them for its requests.)
     static let requestWideKeys: [ActionKind: [String]] = [
-        .retry: ["attempt-timeout", "deadline"], .refresh: ["ahead", "hold-new-requests"],
+        .retry: RetrySettings.requestWideNames, .refresh: RefreshSettings.requestWideNames,
+        .logout: LogoutSettings.requestWideNames,
     ]
 
     /// Reports every request-wide key a rule's `then:` writes, at the key, and keeps the
@@ -169,10 +170,9 @@ extension PolicyDecoder {
                     "'\(key)' applies to the whole request, not to one rule; set it in '\(section):' or in a route's '\(section):'",
                     at: pair.key.range))
         }
-        rule.retry?.attemptTimeout = scope.retry.attemptTimeout
-        rule.retry?.deadline = scope.retry.deadline
-        rule.refresh?.ahead = scope.refresh.ahead
-        rule.refresh?.holdNewRequests = scope.refresh.holdNewRequests
+        if let retry = rule.retry { rule.retry = retry.withRequestWide(of: scope.retry) }
+        if let refresh = rule.refresh { rule.refresh = refresh.withRequestWide(of: scope.refresh) }
+        if let logout = rule.logout { rule.logout = logout.withRequestWide(of: scope.logout) }
     }
 
     mutating func condition(_ node: YAMLNode) -> Condition? {

@@ -1,19 +1,14 @@
 import Foundation
 
 extension PolicyDecoder {
-    package static let retryKeys = [
-        "max-retries", "backoff", "initial", "multiplier", "max-delay", "jitter", "retry-after", "attempt-timeout",
-        "methods", "idempotency-key", "on-exhausted", "deadline", "budget",
-    ]
-    package static let refreshTuningKeys = [
-        "timeout", "share-window", "max-per-request", "on-exhausted", "on-failure", "limit", "ahead",
-        "hold-new-requests", "transient",
-    ]
-    package static let transientKeys = ["initial", "max-delay", "retry-after"]
-    package static let dispatchKeys = ["max-in-flight-per-host"]
-    package static let logoutTuningKeys = ["cancel-in-flight", "cooldown"]
-    package static let budgetKeys = ["ratio", "min"]
-    package static let limitKeys = ["count", "per"]
+    // The settings sections' keys, read from their tables (``SettingsSection/keys``).
+    package static let retryKeys = RetrySettings.names
+    package static let refreshTuningKeys = RefreshSettings.names
+    package static let transientKeys = RefreshSettings.Transient.names
+    package static let dispatchKeys = DispatchSettings.names
+    package static let logoutTuningKeys = LogoutSettings.names
+    package static let budgetKeys = RetrySettings.Budget.names
+    package static let limitKeys = RefreshSettings.Limit.names
     package static let pluginKeys = ["use", "with"]
 
     // MARK: - retry
@@ -27,48 +22,7 @@ extension PolicyDecoder {
     {
         var settings = base
         guard let fields = mappingFields(node, what, allowed: Self.retryKeys + extraKeys) else { return settings }
-        for (key, _, value) in fields {
-            locations["\(path).\(key)"] = value.range
-            switch key {
-            case "max-retries": settings.maxRetries = integer(value, key, in: 0...100) ?? settings.maxRetries
-            case "backoff": settings.backoff = choice(value, key, RetrySettings.Backoff.self) ?? settings.backoff
-            case "initial": settings.initial = duration(value, key).flatMap { $0 } ?? settings.initial
-            case "multiplier": settings.multiplier = number(value, key, in: 1...100) ?? settings.multiplier
-            case "max-delay": if let d = duration(value, key, allowNone: true) { settings.maxDelay = d }
-            case "jitter": settings.jitter = jitter(value) ?? settings.jitter
-            case "retry-after":
-                if let text = value.scalar, value.isPlainScalar, text == "honor" || text == "ignore" {
-                    settings.honorRetryAfter = text == "honor"
-                } else if value.scalar == "honour" {
-                    report(
-                        .error(
-                            "invalid-value", "'retry-after' cannot be 'honour'; did you mean 'honor'?", at: value.range)
-                    )
-                } else {
-                    report(
-                        .error(
-                            "invalid-value", "'retry-after' must be honor or ignore, not \(value.kindDescription)",
-                            at: value.range))
-                }
-            case "attempt-timeout": if let d = duration(value, key, allowNone: true) { settings.attemptTimeout = d }
-            case "methods": settings.methods = methods(value, key) ?? settings.methods
-            case "idempotency-key":
-                if let text = string(value, key) {
-                    settings.idempotencyKey = text == "none" ? nil : text
-                    if text != "none", !Self.isHeaderName(text) {
-                        report(
-                            .error(
-                                "invalid-value",
-                                "'idempotency-key' must be a header name, not '\(text.truncatedForMessage)'",
-                                at: value.range))
-                    }
-                }
-            case "on-exhausted": settings.onExhausted = action(value, key) ?? settings.onExhausted
-            case "deadline": if let d = duration(value, key, allowNone: true) { settings.deadline = d }
-            case "budget": settings.budget = budget(value) ?? settings.budget
-            default: break
-            }
-        }
+        apply(fields, to: &settings, path: path)
         return settings
     }
 
@@ -96,15 +50,17 @@ extension PolicyDecoder {
         }
     }
 
-    mutating func budget(_ node: YAMLNode) -> RetrySettings.Budget?? {
-        if node.scalar == "none" { return .some(nil) }
-        guard let fields = mappingFields(node, "'budget'", allowed: Self.budgetKeys) else { return nil }
-        var budget = RetrySettings().budget ?? RetrySettings.Budget(ratio: 0.2, min: 100)
-        for (key, _, value) in fields {
-            if key == "ratio" { budget.ratio = number(value, key, in: 0...1000) ?? budget.ratio }
-            if key == "min" { budget.min = integer(value, key, in: 0...1_000_000) ?? budget.min }
+    /// A header name, or `none` (`.some(nil)`); a text that is not a header name is reported and
+    /// still kept, so what follows reads the key as given.
+    mutating func idempotencyKey(_ input: SettingInput) -> String?? {
+        guard let text = string(input.node, input.key) else { return nil }
+        if text != "none", !Self.isHeaderName(text) {
+            report(
+                .error(
+                    "invalid-value", "'\(input.key)' must be a header name, not '\(text.truncatedForMessage)'",
+                    at: input.node.range))
         }
-        return .some(budget)
+        return .some(text == "none" ? nil : text)
     }
 
     mutating func methods(_ node: YAMLNode, _ key: String) -> [String]? {
@@ -147,63 +103,7 @@ extension PolicyDecoder {
         if !tuningOnly, let plugin = pluginReference(.refresh, fields, misplaced: misplaced) {
             settings.plugin = plugin
         }
-        for (key, _, value) in fields {
-            locations["\(path).\(key)"] = value.range
-            switch key {
-            case "timeout": settings.timeout = duration(value, key).flatMap { $0 } ?? settings.timeout
-            case "share-window": settings.shareWindow = duration(value, key).flatMap { $0 } ?? settings.shareWindow
-            case "max-per-request": settings.maxPerRequest = integer(value, key, in: 0...100) ?? settings.maxPerRequest
-            case "on-exhausted": settings.onExhausted = action(value, key) ?? settings.onExhausted
-            case "on-failure": settings.onFailure = action(value, key) ?? settings.onFailure
-            case "limit":
-                if value.scalar == "none" {
-                    settings.limit = nil
-                } else if let limitFields = mappingFields(value, "'limit'", allowed: Self.limitKeys) {
-                    var limit = settings.limit ?? RefreshSettings.Limit(count: 5, per: .seconds(30))
-                    for (limitKey, _, limitValue) in limitFields {
-                        if limitKey == "count" {
-                            limit.count = integer(limitValue, limitKey, in: 1...1_000_000) ?? limit.count
-                        }
-                        if limitKey == "per" { limit.per = duration(limitValue, limitKey).flatMap { $0 } ?? limit.per }
-                    }
-                    settings.limit = limit
-                }
-            case "ahead": if let d = duration(value, key, allowNone: true) { settings.ahead = d }
-            case "hold-new-requests": settings.holdNewRequests = boolean(value, key) ?? settings.holdNewRequests
-            case "transient":
-                if value.scalar == "none", value.isPlainScalar {
-                    settings.transient = nil
-                } else if let transientFields = mappingFields(value, "'transient'", allowed: Self.transientKeys) {
-                    var transient = settings.transient ?? RefreshSettings.Transient()
-                    for (transientKey, _, transientValue) in transientFields {
-                        locations["\(path).transient.\(transientKey)"] = transientValue.range
-                        switch transientKey {
-                        case "initial":
-                            transient.initial =
-                                duration(transientValue, transientKey).flatMap { $0 } ?? transient.initial
-                        case "max-delay":
-                            transient.maxDelay =
-                                duration(transientValue, transientKey).flatMap { $0 } ?? transient.maxDelay
-                        case "retry-after":
-                            if let text = transientValue.scalar, transientValue.isPlainScalar,
-                                text == "honor" || text == "ignore"
-                            {
-                                transient.honorRetryAfter = text == "honor"
-                            } else {
-                                report(
-                                    .error(
-                                        "invalid-value",
-                                        "'retry-after' must be honor or ignore, not \(transientValue.kindDescription)",
-                                        at: transientValue.range))
-                            }
-                        default: break
-                        }
-                    }
-                    settings.transient = transient
-                }
-            default: break
-            }
-        }
+        apply(fields, to: &settings, path: path)
         return settings
     }
 
@@ -222,14 +122,7 @@ extension PolicyDecoder {
                 node, what, allowed: allowed, kind: tuningOnly ? nil : .logout)
         else { return settings }
         if !tuningOnly, let plugin = pluginReference(.logout, fields, misplaced: misplaced) { settings.plugin = plugin }
-        for (key, _, value) in fields {
-            locations["\(path).\(key)"] = value.range
-            switch key {
-            case "cancel-in-flight": settings.cancelInFlight = boolean(value, key) ?? settings.cancelInFlight
-            case "cooldown": settings.cooldown = duration(value, key).flatMap { $0 } ?? settings.cooldown
-            default: break
-            }
-        }
+        apply(fields, to: &settings, path: path)
         return settings
     }
 
@@ -239,25 +132,23 @@ extension PolicyDecoder {
     mutating func dispatch(_ node: YAMLNode) -> DispatchSettings {
         var settings = DispatchSettings()
         guard let fields = mappingFields(node, "'dispatch'", allowed: Self.dispatchKeys) else { return settings }
-        for (key, _, value) in fields {
-            locations["dispatch.\(key)"] = value.range
-            if key == "max-in-flight-per-host" {
-                if value.isPlainScalar, value.scalar == "unlimited" {
-                    settings.maxInFlightPerHost = .unlimited
-                } else if value.isPlainScalar, value.scalar == "auto" {
-                    settings.maxInFlightPerHost = .auto
-                } else if !value.isPlainScalar || !Self.isInteger(value.scalar ?? "") {
-                    report(
-                        .error(
-                            "invalid-type",
-                            "'\(key)' must be a whole number, auto or unlimited, not \(value.kindDescription)",
-                            at: value.range))
-                } else if let limit = integer(value, key, in: 1...1_000_000) {
-                    settings.maxInFlightPerHost = .perHost(limit)
-                }
-            }
-        }
+        apply(fields, to: &settings, path: "dispatch")
         return settings
+    }
+
+    /// `max-in-flight-per-host`: a whole number, `auto` or `unlimited`.
+    mutating func dispatchLimit(_ input: SettingInput) -> DispatchSettings.Limit? {
+        let (value, key) = (input.node, input.key)
+        if value.isPlainScalar, value.scalar == "unlimited" { return .unlimited }
+        if value.isPlainScalar, value.scalar == "auto" { return .auto }
+        if !value.isPlainScalar || !Self.isInteger(value.scalar ?? "") {
+            report(
+                .error(
+                    "invalid-type", "'\(key)' must be a whole number, auto or unlimited, not \(value.kindDescription)",
+                    at: value.range))
+            return nil
+        }
+        return integer(value, key, in: DispatchSettings.Limit.range).map { .perHost($0) }
     }
 
     // MARK: - plugins

@@ -1,11 +1,12 @@
 /// A JSON Schema (draft 2020-12) of the policy file, for editor completion and CI checks.
 ///
-/// Built from the key lists the decoder reads with (``PolicyDecoder/topLevelKeys``,
-/// ``PolicyDecoder/retryKeys`` and the rest) and from the plugin catalog's option schemas, so a
-/// key the decoder takes is a key the schema offers, and an unknown key is refused by both. What
-/// the key lists cannot say (each key's value type) comes from ``valueSchemas``; a key added to a
-/// decoder list without a type here is still allowed (with any value) rather than refused, and a
-/// test fails until it gets one.
+/// Built from what the decoder reads with: the settings sections' tables (``SettingsSection/keys``:
+/// each key's type, range or choices, default and description, stated once), the structural key
+/// lists (``PolicyDecoder/topLevelKeys``, ``PolicyDecoder/whenKeys`` and the rest) and the plugin
+/// catalog's option schemas, so a key the decoder takes is a key the schema offers, with the range
+/// the decoder enforces, and an unknown key is refused by both. The value types of the keys of
+/// `when:` and `match:` come from ``valueSchemas``; a key added to those lists without a type there
+/// is still allowed (with any value) rather than refused, and a test fails until it gets one.
 ///
 /// The schema checks shape, not meaning: lint still finds loops, shadowed rules and the rest.
 ///
@@ -31,9 +32,9 @@ package enum PolicySchema {
             ("rules", .object([("type", "array"), ("items", ref("rule"))])),
             ("when", closed(PolicyDecoder.whenKeys, description: "What a rule matches; all given keys must hold.")),
             ("classify", classify(catalog)),
-            ("retry", closed(PolicyDecoder.retryKeys, description: "Retries and backoff.")),
-            ("refresh", pluginSection(.refresh, catalog, tuning: PolicyDecoder.refreshTuningKeys)),
-            ("logout", pluginSection(.logout, catalog, tuning: PolicyDecoder.logoutTuningKeys)),
+            ("retry", section(RetrySettings.infos, description: "Retries and backoff.")),
+            ("refresh", pluginSection(.refresh, catalog, tuning: RefreshSettings.infos)),
+            ("logout", pluginSection(.logout, catalog, tuning: LogoutSettings.infos)),
             ("authorize", pluginSection(.authorize, catalog, tuning: [])),
             ("store", pluginSection(.store, catalog, tuning: [])),
             ("coordination", pluginSection(.coordination, catalog, tuning: [])),
@@ -76,6 +77,7 @@ package enum PolicySchema {
         case "observe": return .object([("type", "array"), ("items", ref("observer"))])
         case "routes": return .object([("type", "array"), ("items", ref("route"))])
         case "classify", "retry", "refresh", "logout", "authorize", "store", "coordination": return ref(key)
+        case "dispatch": return section(DispatchSettings.infos)
         default: return valueSchemas[key] ?? .object([])
         }
     }
@@ -96,17 +98,16 @@ package enum PolicySchema {
         ])
     }
 
-    /// `then:` is an action, or `{ do: ACTION, … }` with the overrides that action's section takes.
-    static func requestWide(_ action: ActionKind, _ key: String) -> Bool {
-        PolicyDecoder.requestWideKeys[action]?.contains(key) ?? false
-    }
-
+    /// `then:` is an action, or `{ do: ACTION, … }` with the overrides that action's section takes
+    /// (without defaults: a rule's default is its section's value).
     static func then() -> SchemaJSON {
-        func override(_ actions: [ActionKind], keys: [String]) -> SchemaJSON {
+        func override(_ actions: [ActionKind], keys: [SettingInfo]) -> SchemaJSON {
             var properties: [(String, SchemaJSON)] = [
                 ("do", .object([("enum", .array(actions.map { .string($0.rawValue) }))]))
             ]
-            for key in keys { properties.append((key, valueSchemas[key] ?? .object([]))) }
+            for key in keys where key.reach == .rule {
+                properties.append((key.name, property(key, withDefault: false)))
+            }
             return .object([
                 ("type", "object"), ("required", .array(["do"])), ("properties", .object(properties)),
                 ("additionalProperties", false),
@@ -117,11 +118,12 @@ package enum PolicySchema {
                 "oneOf",
                 .array([
                     ref("action"),
-                    // Request-wide keys (deadline, attempt-timeout, ahead, hold-new-requests) are
-                    // refused in a rule's `then:`: an editor should not offer them there.
-                    override([.retry], keys: PolicyDecoder.retryKeys.filter { !requestWide(.retry, $0) }),
-                    override([.refresh], keys: PolicyDecoder.refreshTuningKeys.filter { !requestWide(.refresh, $0) }),
-                    override([.logout], keys: PolicyDecoder.logoutTuningKeys),
+                    // Request-wide keys (`reach: .request`: deadline, attempt-timeout, ahead,
+                    // hold-new-requests) are refused in a rule's `then:`: an editor should not
+                    // offer them there.
+                    override([.retry], keys: RetrySettings.infos),
+                    override([.refresh], keys: RefreshSettings.infos),
+                    override([.logout], keys: LogoutSettings.infos),
                     override([.deliver, .fail], keys: []),
                 ])
             )
@@ -170,7 +172,7 @@ package enum PolicySchema {
 
     /// A section with `use:`/`with:` and its own tuning keys; each built-in plugin's `with:`
     /// options come from its ``PluginSchema``.
-    static func pluginSection(_ kind: PluginKind, _ catalog: PluginCatalog, tuning: [String]) -> SchemaJSON {
+    static func pluginSection(_ kind: PluginKind, _ catalog: PluginCatalog, tuning: [SettingInfo]) -> SchemaJSON {
         var properties: [(String, SchemaJSON)] = []
         for key in PolicyDecoder.pluginKeys {
             if key == "use" {
@@ -179,7 +181,7 @@ package enum PolicySchema {
                 properties.append((key, .object([("type", "object")])))
             }
         }
-        for key in tuning { properties.append((key, valueSchemas[key] ?? .object([]))) }
+        for key in tuning { properties.append((key.name, property(key))) }
         return .object([
             ("type", "object"), ("properties", .object(properties)), ("additionalProperties", false),
             ("allOf", .array(pluginOptions(kind, catalog))),
@@ -275,16 +277,47 @@ package enum PolicySchema {
         ])
     }
 
-    /// `none`, or a mapping of at most these keys, each typed by `value` (`retry.budget`,
-    /// `refresh.limit`, `refresh.transient`).
-    static func noneOr(
-        _ keys: [String], description: String? = nil, _ value: (String) -> SchemaJSON
-    ) -> SchemaJSON {
-        let mapping = SchemaJSON.object([
-            ("type", "object"), ("properties", .object(keys.map { ($0, value($0)) })), ("additionalProperties", false),
-        ])
-        let anyOf: (String, SchemaJSON) = ("anyOf", [.object([("const", "none")]), mapping])
-        return .object((description.map { [("description", .string($0))] } ?? []) + [anyOf])
+    // MARK: - Settings, from their tables
+
+    /// A settings section: a mapping of exactly its table's keys.
+    static func section(_ keys: [SettingInfo], description: String? = nil) -> SchemaJSON {
+        .object(
+            (description.map { [("description", SchemaJSON.string($0))] } ?? []) + [
+                ("type", "object"), ("properties", .object(keys.map { ($0.name, property($0)) })),
+                ("additionalProperties", false),
+            ])
+    }
+
+    /// One key of a settings table: its description, its type with its range or choices, and
+    /// its default (left out where the default is another section's value: a rule's `then:`).
+    static func property(_ key: SettingInfo, withDefault: Bool = true) -> SchemaJSON {
+        var pairs: [(String, SchemaJSON)] = [("description", .string(key.doc))]
+        switch key.kind {
+        case .integer(let range):
+            pairs += [
+                ("type", "integer"), ("minimum", .integer(range.lowerBound)), ("maximum", .integer(range.upperBound)),
+            ]
+        case .number(let range):
+            pairs += [
+                ("type", "number"), ("minimum", .number(range.lowerBound)), ("maximum", .number(range.upperBound)),
+            ]
+        case .boolean: pairs.append(("type", "boolean"))
+        case .duration: pairs.append(("$ref", "#/$defs/duration"))
+        case .durationOrNone: pairs.append(("$ref", "#/$defs/durationOrNone"))
+        case .action: pairs.append(("$ref", "#/$defs/action"))
+        case .choice(let values): pairs.append(("enum", .array(values.map { .string($0) })))
+        case .noneOr(let keys):
+            let mapping = SchemaJSON.object([
+                ("type", "object"),
+                ("properties", .object(keys.map { ($0.name, property($0, withDefault: withDefault)) })),
+                ("additionalProperties", false),
+            ])
+            pairs.append(("anyOf", [.object([("const", "none")]), mapping]))
+        case .custom(let schema, _):
+            if case .object(let own) = schema { pairs += own }
+        }
+        if withDefault { pairs.append(("default", key.defaultValue.json)) }
+        return .object(pairs)
     }
 
     /// A list, or one item alone (the decoder reads `status: 401` as `status: [401]`).
@@ -296,13 +329,12 @@ package enum PolicySchema {
         .object([("enum", .array(values.map { .string($0) }))])
     }
 
-    /// Each key's value, for the keys the decoder's lists name.
+    /// An HTTP method (`when.method`, `match.method`, `retry.methods`).
+    static let method = SchemaJSON.object([("type", "string"), ("pattern", "^[A-Za-z]+$")])
+
+    /// The value of each key of `when:` and `match:` (the settings sections' keys are typed by
+    /// their tables).
     package static let valueSchemas: [String: SchemaJSON] = {
-        let integer = SchemaJSON.object([("type", "integer"), ("minimum", 0)])
-        let duration = ref("duration")
-        let durationOrNone = ref("durationOrNone")
-        let action = ref("action")
-        let method = SchemaJSON.object([("type", "string"), ("pattern", "^[A-Za-z]+$")])
         let status = SchemaJSON.object([
             (
                 "anyOf",
@@ -314,85 +346,12 @@ package enum PolicySchema {
         ])
         let code = SchemaJSON.object([("type", .array(["integer", "string"]))])
         return [
-            // when
             "status": listOrOne(status),
             "code": listOrOne(code),
             "header": .object([("type", "object"), ("additionalProperties", text)]),
             "error": listOrOne(enumeration(Condition.ErrorMatch.allCases.map(\.rawValue))),
             "method": listOrOne(method),
             "path": .object([("description", "a glob; * matches any text"), ("type", textTypes)]),
-            // retry
-            "max-retries": .object([("type", "integer"), ("minimum", 0), ("maximum", 100)]),
-            "backoff": enumeration(RetrySettings.Backoff.allCases.map(\.rawValue)),
-            "initial": duration,
-            "multiplier": .object([("type", "number"), ("minimum", 1), ("maximum", 100)]),
-            "max-delay": durationOrNone,
-            "jitter": .object([
-                (
-                    "anyOf",
-                    .array([
-                        enumeration(["none", "full", "equal"]),
-                        .object([("type", "string"), ("pattern", "^[0-9]+(\\.[0-9]+)?%$")]),
-                    ])
-                )
-            ]),
-            "retry-after": enumeration(["honor", "ignore"]),
-            "attempt-timeout": durationOrNone,
-            "methods": listOrOne(method),
-            "idempotency-key": .object([("description", "a header name, or none"), ("type", textTypes)]),
-            "on-exhausted": action,
-            "deadline": durationOrNone,
-            "budget": noneOr(PolicyDecoder.budgetKeys) {
-                $0 == "ratio" ? .object([("type", "number"), ("minimum", 0)]) : integer
-            },
-            // refresh
-            "timeout": duration,
-            "share-window": duration,
-            "max-per-request": .object([("type", "integer"), ("minimum", 0), ("maximum", 100)]),
-            "on-failure": action,
-            "limit": noneOr(PolicyDecoder.limitKeys) { $0 == "per" ? duration : .object([("type", "integer"), ("minimum", 1)]) },
-            "ahead": durationOrNone,
-            "transient": noneOr(
-                PolicyDecoder.transientKeys,
-                description: "retries of transient token-endpoint trouble within refresh.timeout, or none"
-            ) { $0 == "retry-after" ? enumeration(["honor", "ignore"]) : duration },
-            // logout
-            "cancel-in-flight": .object([("type", "boolean")]),
-            "hold-new-requests": .object([
-                ("description", "requests not yet sent wait for a refresh in flight; true by default"),
-                ("type", "boolean"),
-            ]),
-            // dispatch
-            "dispatch": .object([
-                ("type", "object"),
-                (
-                    "properties",
-                    .object(
-                        PolicyDecoder.dispatchKeys.map {
-                            (
-                                $0,
-                                .object([
-                                    (
-                                        "description",
-                                        .string(
-                                            "requests per host on the wire at once; the rest wait in the engine. "
-                                                + "auto (the default): the transport's connections per host")
-                                    ),
-                                    (
-                                        "anyOf",
-                                        .array([
-                                            .object([("type", "integer"), ("minimum", 1), ("maximum", 1_000_000)]),
-                                            .object([("const", "auto")]),
-                                            .object([("const", "unlimited")]),
-                                        ])
-                                    ),
-                                ])
-                            )
-                        })
-                ),
-                ("additionalProperties", false),
-            ]),
-            "cooldown": duration,
         ]
     }()
 }
@@ -403,6 +362,7 @@ package indirect enum SchemaJSON: Sendable, Equatable, ExpressibleByStringLitera
 {
     case string(String)
     case integer(Int)
+    case number(Double)
     case bool(Bool)
     case array([SchemaJSON])
     case object([(String, SchemaJSON)])
@@ -416,6 +376,7 @@ package indirect enum SchemaJSON: Sendable, Equatable, ExpressibleByStringLitera
         switch (a, b) {
         case (.string(let x), .string(let y)): return x == y
         case (.integer(let x), .integer(let y)): return x == y
+        case (.number(let x), .number(let y)): return x == y
         case (.bool(let x), .bool(let y)): return x == y
         case (.array(let x), .array(let y)): return x == y
         case (.object(let x), .object(let y)):
@@ -430,6 +391,7 @@ package indirect enum SchemaJSON: Sendable, Equatable, ExpressibleByStringLitera
         switch self {
         case .string(let text): return PolicyEvent.quote(text)
         case .integer(let value): return String(value)
+        case .number(let value): return formatNumber(value)
         case .bool(let value): return value ? "true" : "false"
         case .array(let items):
             if items.isEmpty { return "[]" }

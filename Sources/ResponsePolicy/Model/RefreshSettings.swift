@@ -62,18 +62,76 @@ package struct RefreshSettings: Sendable, Hashable {
     /// fail. A refresh did not help when the token it replaces was refused before any response
     /// signed with it was accepted (a loop: a new token refused at once); healthy rotations, a
     /// token used until it expired, are not counted however often they come.
-    package var limit: Limit? = Limit(count: 5, per: .seconds(30))
+    package var limit: Limit? = .defaults
     /// `30s` by default: refresh before sending when the token expires this soon, and never
     /// sooner than half the token's lifetime as issued (a token living 20 s is refreshed ahead
     /// 10 s before it expires): a token the last refresh just issued is never refreshed ahead.
     package var ahead: Duration? = .seconds(30)
     /// Retries of transient refresh trouble within `timeout`; `nil` (`transient: none`) fails the
     /// refresh at the first transient answer (still without ending the session).
-    package var transient: Transient? = Transient()
+    package var transient: Transient? = .defaults
     /// `true` by default: while a refresh is in flight, a request that has not gone out yet (a new
     /// one, or one queued by `dispatch:`) waits for it and is signed with the fresh token, instead
     /// of going out with a token already known to be stale. `false` sends it with the old token.
     package var holdNewRequests = true
 
     package init() {}
+}
+
+extension RefreshSettings: SettingsSection {
+    package static let defaults = RefreshSettings()
+
+    /// The tuning keys of `refresh:` (beside the plugin's `use:` and `with:`), each stated once
+    /// (see ``SettingsSection``).
+    package static let keys: [SettingKey<RefreshSettings>] = [
+        .duration("timeout", \.timeout, doc: "a slower refresh has failed; transient trouble is retried within it"),
+        .duration(
+            "share-window", \.shareWindow,
+            doc: "a trigger on the current token this soon after a refresh is re-sent without refreshing; 0s: off"),
+        .integer(
+            "max-per-request", \.maxPerRequest, 0...100,
+            doc: "how often one request may be re-sent for refresh triggers before on-exhausted"),
+        .action(
+            "on-exhausted", \.onExhausted,
+            doc: "where a request goes when its refresh re-sends run out: deliver, fail or logout"),
+        .action(
+            "on-failure", \.onFailure,
+            doc: "where a definitive refresh failure leads: fail, deliver or logout (transient trouble never does)"),
+        .noneOr(
+            "limit", \.limit,
+            doc: "more refreshes whose new token was refused at once than count in per fail the refresh, or none"),
+        .durationOrNone(
+            "ahead", \.ahead, reach: .request,
+            doc: "refresh before sending when the token expires this soon (at most half its lifetime), or none"),
+        .boolean(
+            "hold-new-requests", \.holdNewRequests, reach: .request,
+            doc: "requests not yet sent wait for a refresh in flight; false: they go with the old token"),
+        .noneOr(
+            "transient", \.transient,
+            doc: "retries of transient token-endpoint trouble within refresh.timeout, or none"),
+    ]
+}
+
+extension RefreshSettings.Limit: SettingsSection {
+    /// `{ count: 5, per: 30s }`.
+    package static let defaults = RefreshSettings.Limit(count: 5, per: .seconds(30))
+
+    /// The keys of `refresh.limit`.
+    package static let keys: [SettingKey<RefreshSettings.Limit>] = [
+        .integer("count", \.count, 1...1_000_000, doc: "refreshes that did not help allowed within per"),
+        .duration("per", \.per, doc: "the sliding window they are counted in"),
+    ]
+}
+
+extension RefreshSettings.Transient: SettingsSection {
+    package static let defaults = RefreshSettings.Transient()
+
+    /// The keys of `refresh.transient`.
+    package static let keys: [SettingKey<RefreshSettings.Transient>] = [
+        .duration("initial", \.initial, doc: "the wait before the second call"),
+        .duration("max-delay", \.maxDelay, doc: "the longest wait between two calls; a Retry-After is obeyed in full"),
+        .retryAfter(
+            "retry-after", \.honorRetryAfter, doc: "honor: a Retry-After answer sets the wait; ignore: the backoff does"
+        ),
+    ]
 }

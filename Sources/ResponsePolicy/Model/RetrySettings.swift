@@ -28,6 +28,7 @@ package struct RetrySettings: Sendable, Hashable {
         }
     }
 
+    /// `retry.budget`: in a sliding 10 s window, retries may add `ratio` × the requests plus `min`.
     package struct Budget: Sendable, Hashable {
         package var ratio: Double
         package var min: Int
@@ -67,7 +68,7 @@ package struct RetrySettings: Sendable, Hashable {
     /// `{ratio: 0.2, min: 100}` by default: in a sliding 10 s window retries may add 20 % of the
     /// requests plus 100 (10 per second), Finagle's default. Enough that a burst of requests
     /// meeting one transient error each is retried, not delivered as the error.
-    package var budget: Budget? = Budget(ratio: 0.2, min: 100)
+    package var budget: Budget? = .defaults
 
     package init() {}
 
@@ -99,6 +100,78 @@ package struct RetrySettings: Sendable, Hashable {
         guard let maxDelay else { return jittered }
         return Swift.min(jittered, maxDelay)
     }
+}
+
+extension RetrySettings: SettingsSection {
+    package static let defaults = RetrySettings()
+
+    /// The keys of `retry:`, each stated once (see ``SettingsSection``).
+    package static let keys: [SettingKey<RetrySettings>] = [
+        .integer(
+            "max-retries", \.maxRetries, 0...100, doc: "how often a request is sent again after its first attempt"),
+        .choice(
+            "backoff", \.backoff,
+            doc:
+                "how the wait grows: constant (initial), linear (initial × n) or exponential (initial × multiplier^(n−1))"
+        ),
+        .duration("initial", \.initial, doc: "the wait before the first retry"),
+        .number(
+            "multiplier", \.multiplier, 1...100, doc: "each wait over the one before, for exponential backoff",
+            applies: { $0.backoff == .exponential }),
+        .durationOrNone(
+            "max-delay", \.maxDelay, doc: "the longest wait, after jitter and for a Retry-After too; none: no cap"),
+        .custom(
+            "jitter", \.jitter,
+            schema: .object([
+                (
+                    "anyOf",
+                    .array([
+                        PolicySchema.enumeration(["none", "full", "equal"]),
+                        .object([("type", "string"), ("pattern", "^(100(\\.0+)?|[0-9]{1,2}(\\.[0-9]+)?)%$")]),
+                    ])
+                )
+            ]),
+            type: "`none`, `full`, `equal` or a percentage from \"0%\" to \"100%\"",
+            doc: "none, full (a draw in [0, d]), equal ([d/2, d]) or a percentage \"p%\" ([d(1−p), d(1+p)])",
+            read: { decoder, input in decoder.jitter(input.node) }, text: { .text($0.description) }),
+        .retryAfter(
+            "retry-after", \.honorRetryAfter,
+            doc:
+                "honor: a Retry-After header (seconds or HTTP-date) sets the wait, up to max-delay; ignore: the backoff does"
+        ),
+        .durationOrNone(
+            "attempt-timeout", \.attemptTimeout, reach: .request,
+            doc: "one attempt, from the moment it leaves the engine; a slower one counts as error: timeout; or none"),
+        .custom(
+            "methods", \.methods, schema: PolicySchema.listOrOne(PolicySchema.method), type: "list of HTTP methods",
+            doc: "the methods that may be retried; POST and PATCH only when listed (they are not idempotent)",
+            read: { decoder, input in decoder.methods(input.node, input.key) },
+            text: { .list($0.map { .text($0) }) }),
+        .custom(
+            "idempotency-key", \.idempotencyKey, schema: .object([("type", PolicySchema.textTypes)]),
+            type: "header name or `none`",
+            doc: "a header name, or none: a request carrying it may be retried whatever its method",
+            read: { decoder, input in decoder.idempotencyKey(input) }, text: { .text($0 ?? "none") }),
+        .action(
+            "on-exhausted", \.onExhausted,
+            doc: "where a request goes when its retries run out or it cannot be retried: deliver, fail or logout"),
+        .durationOrNone(
+            "deadline", \.deadline, reach: .request,
+            doc: "the whole request, attempts and waits included; a wait that would end past it is not started; or none"
+        ),
+        .noneOr("budget", \.budget, doc: "retries at most min + ratio × requests in a sliding 10 s window, or none"),
+    ]
+}
+
+extension RetrySettings.Budget: SettingsSection {
+    /// `{ ratio: 0.2, min: 100 }`: Finagle's default.
+    package static let defaults = RetrySettings.Budget(ratio: 0.2, min: 100)
+
+    /// The keys of `retry.budget`.
+    package static let keys: [SettingKey<RetrySettings.Budget>] = [
+        .number("ratio", \.ratio, 0...1000, doc: "the share of requests that may be retried: 0.2 for 20 %"),
+        .integer("min", \.min, 0...1_000_000, doc: "retries the window allows whatever the traffic"),
+    ]
 }
 
 /// Seconds clamped to what a `Duration` can hold comfortably (100 years).
