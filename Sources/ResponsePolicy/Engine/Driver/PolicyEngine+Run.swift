@@ -129,6 +129,8 @@ extension PolicyEngine {
                 if now { continuation.resume() }
                 perform(woken, for: nil)
             }
+            // Whoever woke it held the gate while it resumed it (see `resumeGate`).
+            resumeGate.withLock { _ in }
         } onCancel: {
             end(id, .cancelled)
         }
@@ -147,7 +149,7 @@ extension PolicyEngine {
     func perform(_ actions: Actions, for machine: RequestMachine?, runtime: PolicyRuntime? = nil) {
         for action in actions {
             switch action {
-            case .resume(let continuation): continuation.resume()
+            case .resume(let continuation): resumeGate.withLock { _ in continuation.resume() }
             case .cancel(let attempt): attempt.cancel()
             case .arm(let deadline, let token):
                 if let machine { timers.schedule(machine.timer, at: deadline, token: token) }

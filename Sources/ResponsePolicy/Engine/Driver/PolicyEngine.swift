@@ -73,6 +73,13 @@ public final class PolicyEngine: Sendable {
     let clock: any PolicyClock
     let state: Locked<EngineState>
     let timers: TimerService
+    /// Held by whoever resumes a parked request while it resumes it, and taken by the request once
+    /// it is awake: the happens-before ThreadSanitizer needs between the waker's last read of the
+    /// continuation and the request's next writes to the same task memory. (The runtime orders
+    /// them with atomics of its own, which the sanitizer does not see: without this, a request
+    /// woken by its backoff's timer and sent at once was reported as a race in one TSan run of four.)
+    /// Uncontended but for the instant of a wake.
+    let resumeGate = Locked(())
     /// The refresh flight's timer on the heap, by flight, with its token (see `armFlightTimer`).
     let flightTimers = Locked<[UInt64: (token: UInt64, node: TimerNode)]>([:])
     /// Serialises credential-store writes; holds the generation last written.
