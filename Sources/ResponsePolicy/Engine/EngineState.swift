@@ -353,13 +353,15 @@ struct EngineState {
 /// Immutable credentials behind one reference (see `EngineState.credentialsBox`).
 final class CredentialsBox: Sendable {
     let credentials: Credentials
-    /// Seconds the access token was valid for when a refresh of this engine issued it (`nil`:
-    /// unknown, as for stored or adopted credentials): `ahead` never exceeds half of it.
+    /// Seconds the access token was valid for when it was issued (`nil`: unknown): `ahead` never
+    /// exceeds half of it. Given by a refresh of this engine, or read from the credentials'
+    /// ``Credentials/issuedAt`` (adopted from the fleet, or stored), so a process that adopts a
+    /// short-lived token does not refresh it before every request (issue 30, case 7).
     let lifetime: Double?
 
     init(_ credentials: Credentials, lifetime: Double? = nil) {
         self.credentials = credentials
-        self.lifetime = lifetime
+        self.lifetime = lifetime ?? credentials.lifetimeAsIssued
     }
 
     /// How long before expiry to refresh ahead: `ahead`, but at most half the lifetime as issued,

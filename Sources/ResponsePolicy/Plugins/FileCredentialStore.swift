@@ -187,7 +187,7 @@ public final class FileCredentialStore: CredentialStore, CustomStringConvertible
     }
 
     /// `2025-01-31T12:00:00Z` (whole seconds, UTC).
-    static func rfc3339(_ date: Date) -> String {
+    package static func rfc3339(_ date: Date) -> String {
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime]
         return formatter.string(from: date)

@@ -125,13 +125,15 @@ package struct SharedStateSigner: Sendable, Equatable {
         ([kind, scope] + fields).map { "\($0.utf8.count):\($0)" }.joined(separator: "\n")
     }
 
-    /// The fields a credentials seal covers: the tokens, the expiry and the generation they are
-    /// stored at (so a signed pair cannot be replayed under another generation).
+    /// The fields a credentials seal covers: the tokens, the expiry, the issue time and the
+    /// generation they are stored at (so a signed pair cannot be replayed under another generation).
     package static func fields(_ credentials: Credentials, generation: UInt64) -> [String] {
         [
             String(generation), credentials.accessToken, credentials.refreshToken ?? "",
             credentials.expiresAt?.checkedMillisecondsSince1970.map(String.init) ?? "",
         ]
+            // Only when there is one: credentials sealed before the issue time was kept still check.
+            + (credentials.issuedAt?.checkedMillisecondsSince1970.map { ["issued", String($0)] } ?? [])
     }
 }
 
