@@ -51,7 +51,7 @@ let package = Package(
             name: "embedding-example",
             dependencies: ["ResponsePolicy", "ResponsePolicyURLSession"],
             path: "examples/embedding",
-            exclude: ["policy.yaml"]
+            exclude: ["policy.yaml", "plugins.yaml"]
         ),
         // The Swift snippets of README.md and docs/, compiled by every build; DocsTests checks that
         // each block the documentation shows is a region of these files.

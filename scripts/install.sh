@@ -2,6 +2,8 @@
 # Builds a release `policy` with the Swift standard library and Foundation linked statically and
 # installs it as PREFIX/bin/policy, so machines without a Swift toolchain can run it. At run time
 # the binary needs only libyaml (libyaml-0-2), hiredis (libhiredis0.14) and libcurl (libcurl4) from Debian.
+# Beside it: the documentation in PREFIX/share/doc/policy (README.md, docs/, the shipped policies),
+# where the `doc` links of lint's findings point, and the man page PREFIX/share/man/man1/policy.1.
 #
 # Building needs the toolchain, libyaml-dev, libhiredis-dev, pkgconf and libcurl4-openssl-dev (the
 # static FoundationNetworking links against libcurl); all are checked before building. Missing
@@ -63,12 +65,22 @@ mkdir -p "$prefix/bin"
 install -m 0755 "$binary" "$prefix/bin/policy"
 if command -v strip >/dev/null 2>&1; then strip "$prefix/bin/policy" 2>/dev/null || true; fi
 
+# The documentation, where the installed binary looks for it (PREFIX/bin/../share/doc/policy/docs):
+# the `doc` link of every lint finding opens here, not in a repository the machine has no copy of.
+doc="$prefix/share/doc/policy"
+mkdir -p "$doc/docs" "$doc/policies" "$prefix/share/man/man1"
+install -m 0644 README.md "$doc/README.md"
+install -m 0644 docs/*.md docs/policy.schema.json "$doc/docs/"
+install -m 0644 policies/*.yaml "$doc/policies/"
+# policy(1), printed from the same command table as --help and docs/commands.md.
+"$prefix/bin/policy" help --man > "$prefix/share/man/man1/policy.1"
+
 if command -v ldd >/dev/null 2>&1 && ldd "$prefix/bin/policy" | grep -q 'libswift\|libFoundation'; then
     echo "error: $prefix/bin/policy still links the Swift runtime dynamically:" >&2
     ldd "$prefix/bin/policy" >&2
     exit 1
 fi
-echo "installed $prefix/bin/policy ($("$prefix/bin/policy" --version))"
+echo "installed $prefix/bin/policy ($("$prefix/bin/policy" --version)), its documentation in $doc and man page"
 [ -n "${NO_PATH_NOTE:-}" ] || case ":$PATH:" in
     *":$prefix/bin:"*) ;;
     *) echo "note: $prefix/bin is not on PATH; add it: export PATH=\"$prefix/bin:\$PATH\"" ;;

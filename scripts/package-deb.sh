@@ -18,14 +18,10 @@ NO_PATH_NOTE=1 scripts/install.sh "$staging/root/usr"
 
 version=${VERSION:-$("$staging/root/usr/bin/policy" --version | awk '{print $2}')}
 arch=$(dpkg --print-architecture)
-doc="$staging/root/usr/share/doc/policy"
-mkdir -p "$staging/root/DEBIAN" "$doc/docs" "$doc/policies" "$outdir"
-cp README.md "$doc/README.md"
-cp docs/*.md docs/policy.schema.json "$doc/docs/"
-cp policies/*.yaml "$doc/policies/"
-# policy(1), printed from the same command table as --help and docs/commands.md.
-mkdir -p "$staging/root/usr/share/man/man1"
-"$staging/root/usr/bin/policy" help --man | gzip -9n > "$staging/root/usr/share/man/man1/policy.1.gz"
+# scripts/install.sh put the documentation in /usr/share/doc/policy and policy(1) beside the binary;
+# Debian ships man pages compressed.
+mkdir -p "$staging/root/DEBIAN" "$outdir"
+gzip -9n "$staging/root/usr/share/man/man1/policy.1"
 size=$(du -sk "$staging/root/usr" | cut -f1)
 cat > "$staging/root/DEBIAN/control" <<CONTROL
 Package: policy

@@ -1,3 +1,5 @@
+import ResponsePolicy
+
 /// A command's declared arguments, options and exit codes, parsed by hand (no dependencies).
 ///
 /// Help, the usage line, parsing, docs/commands.md and the man page all read this one value, so
@@ -53,10 +55,10 @@ struct CommandSpec: Sendable {
     }
 
     var name: String
-    /// One line, for the list of subcommands, docs/commands.md's table and the man page.
+    /// One line, the only description of the command: the first line of its `--help`, its row in
+    /// `policy --help` and in docs/commands.md's table, its paragraph in the man page. (Two texts,
+    /// a summary and an overview, once said different things about five commands.)
     var summary: String
-    /// The first line of `--help`; the summary unless said otherwise.
-    var overview: String
     var arguments: [Argument]
     var options: [OptionDeclaration]
     /// What each exit status means, shown in `--help` so scripts can rely on them.
@@ -67,13 +69,12 @@ struct CommandSpec: Sendable {
     var usageOverride: String?
 
     init(
-        name: String, summary: String, overview: String? = nil, arguments: [Argument] = [],
+        name: String, summary: String, arguments: [Argument] = [],
         options: [OptionDeclaration], exitCodes: [(Int32, String)], subcommands: [(String, String)] = [],
         usage: String? = nil
     ) {
         self.name = name
         self.summary = summary
-        self.overview = overview ?? summary
         self.arguments = arguments
         self.options = options
         self.exitCodes = exitCodes
@@ -88,7 +89,7 @@ struct CommandSpec: Sendable {
     }
 
     var helpText: String {
-        var out = "OVERVIEW: \(overview)\n\nUSAGE: \(usage)\n"
+        var out = "OVERVIEW: \(summary)\n\nUSAGE: \(usage)\n"
         if !arguments.isEmpty {
             out += "\nARGUMENTS:\n"
             for argument in arguments { out += Self.column(argument.name, argument.help) }
@@ -249,7 +250,7 @@ extension CommandSpec {
                 inline = String(argument[argument.index(after: equals)...])
             }
             guard let option = options.first(where: { $0.names.contains(name) }) else {
-                throw UsageError(message: "Unknown option '\(name)'")
+                throw UsageError(message: "Unknown option '\(name)'" + optionHint(name))
             }
             guard option.valueName != nil else {
                 if inline != nil { throw UsageError(message: "The option '\(name)' does not take a value") }
@@ -278,5 +279,11 @@ extension CommandSpec {
             }
         }
         return parsed
+    }
+
+    /// `; did you mean '--format'?` for a near miss of one of the command's options, or nothing.
+    func optionHint(_ name: String) -> String {
+        let names = options.flatMap(\.names).filter { $0.hasPrefix("--") } + ["--help"]
+        return Suggestion.hint(for: name, in: names)
     }
 }

@@ -30,9 +30,9 @@ enum CommandReference {
         "\(begin)\(name) -->\n\(body)\(end)\n"
     }
 
-    /// One command: usage, overview, arguments, options and exit codes.
+    /// One command: usage, summary, arguments, options and exit codes.
     static func markdown(for spec: CommandSpec) -> String {
-        var out = "```text\n\(spec.usage)\n```\n\n\(spec.overview)\n"
+        var out = "```text\n\(spec.usage)\n```\n\n\(spec.summary)\n"
         if !spec.arguments.isEmpty {
             out += "\n| argument | meaning |\n|---|---|\n"
             for argument in spec.arguments { out += "| `\(argument.usage)` | \(cell(argument.help)) |\n" }
@@ -68,7 +68,7 @@ enum CommandReference {
         out += ".SH COMMANDS\n"
         for command in CommandTable.commands {
             let spec = command.spec
-            out += ".SS \"policy \(spec.name)\"\n\(roff(spec.overview))\n"
+            out += ".SS \"policy \(spec.name)\"\n\(roff(spec.summary))\n"
             for argument in spec.arguments {
                 out += ".TP\n.I \(quoted(argument.usage))\n\(roff(argument.help))\n"
             }

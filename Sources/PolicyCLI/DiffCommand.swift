@@ -11,8 +11,7 @@ enum DiffCommand {
 
     static let spec = CommandSpec(
         name: "diff",
-        summary: "Show what changes in behaviour between two policies.",
-        overview: "Show what changes in behaviour between two policies (not in text).",
+        summary: "Show what changes in behaviour (not in text) between two policies.",
         arguments: [
             .init(name: "OLD", help: "The policy before the change."),
             .init(name: "NEW", help: "The policy after the change."),

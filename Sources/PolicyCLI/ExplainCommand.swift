@@ -7,8 +7,7 @@ enum ExplainCommand {
 
     static let spec = CommandSpec(
         name: "explain",
-        summary: "Describe a policy in plain sentences, with its worst case.",
-        overview: "Describe what a policy does in plain sentences, with the worst-case attempts and total wait.",
+        summary: "Describe what a policy does in plain sentences, with the worst-case attempts and total wait.",
         arguments: [.init(name: "FILE", help: "The policy file.")],
         options: [plugin.declaration],
         exitCodes: policyFileExitCodes(done: "the explanation was printed"))

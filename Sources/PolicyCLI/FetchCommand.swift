@@ -38,16 +38,18 @@ enum FetchCommand {
 
     static let spec = CommandSpec(
         name: "fetch",
-        summary: "Send real HTTP requests through the engine.",
-        overview: "Send real HTTP requests through the engine and the URLSession transport.",
+        summary: "Send real HTTP requests through the engine and the URLSession transport.",
         arguments: [.init(name: "URL", help: "The http:// or https:// URL to request.")],
         options: [
             policy.declaration, credentials.declaration, concurrency.declaration, count.declaration,
             method.declaration, header.declaration, data.declaration, maxBody.declaration, verbose.declaration,
         ],
         exitCodes: [
-            (0, "every request was delivered"), (1, "a request was not delivered"), (64, "usage error"),
-            (65, "the credentials file is malformed"), (66, "the policy or the credentials file cannot be read"),
+            (0, "every request was delivered"),
+            (1, "a request was not delivered, a refreshed token could not be saved, or the policy has errors"),
+            (64, "usage error"), (65, "the credentials file is malformed"),
+            (66, "the policy or the credentials file cannot be read"),
+            (73, "the credentials file's folder cannot be written, so nothing was sent (a refresh would lose it)"),
         ])
 
     /// What the command line asked for.
@@ -253,7 +255,8 @@ enum FetchCommand {
         let store = FileCredentialStore(path: path, warn: { stderr("warning: \($0)\n") })
         do {
             guard try store.load() != nil else {
-                return .failure(StoreFailure(error: "cannot read '\(path)': no such file", code: ExitCode.noInput))
+                return .failure(
+                    StoreFailure(error: "cannot read '\(path)': \(PolicyError.noSuchFile)", code: ExitCode.noInput))
             }
         } catch let error as CredentialStoreError {
             if case .malformed = error { return .failure(StoreFailure(error: "\(error)", code: ExitCode.dataError)) }

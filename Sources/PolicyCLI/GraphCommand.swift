@@ -12,8 +12,7 @@ enum GraphCommand {
 
     static let spec = CommandSpec(
         name: "graph",
-        summary: "Print a policy's rule graph as DOT, Mermaid or JSON.",
-        overview: "Print a policy's rule graph: classifier, rules, actions and outcomes.",
+        summary: "Print a policy's rule graph (classifier, rules, actions, outcomes) as DOT, Mermaid or JSON.",
         arguments: [.init(name: "FILE", help: "The policy file.")],
         options: [format.declaration, plugin.declaration],
         exitCodes: policyFileExitCodes(done: "the graph was printed"))

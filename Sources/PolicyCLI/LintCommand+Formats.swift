@@ -10,10 +10,12 @@ extension LintCommand {
         var errors: Int
         var warnings: Int
         var suppressed: Int
+        /// Where rules are documented: lint-rules.md (which `policy lint --list-rules` generates)
+        /// where this binary finds it.
+        var documentation: DocumentationLinks
 
-        /// Where a rule is documented: its section of docs/lint-rules.md, which
-        /// `policy lint --list-rules` generates.
-        static func documentation(_ rule: String) -> String { "docs/lint-rules.md#\(rule)" }
+        /// Where a rule is documented: its section of lint-rules.md.
+        func documentation(_ rule: String) -> String { documentation.lintRule(rule) }
 
         // MARK: - JSON
 
@@ -26,7 +28,7 @@ extension LintCommand {
                     ("file", JSONText.string(path)), ("line", "0"), ("column", "0"),
                     ("severity", JSONText.string("error")), ("rule", JSONText.string("unreadable-file")),
                     ("message", JSONText.string("cannot read the file: \(reason)")), ("endLine", "0"),
-                    ("endColumn", "0"), ("doc", JSONText.string(Self.documentation("unreadable-file"))),
+                    ("endColumn", "0"), ("doc", JSONText.string(documentation("unreadable-file"))),
                     ("related", "[]"),
                 ])
             }
@@ -43,7 +45,7 @@ extension LintCommand {
                     ("rule", JSONText.string(d.rule)), ("message", JSONText.string(d.message)),
                     ("endLine", String(max(d.range.end, d.range.start).line)),
                     ("endColumn", String(max(d.range.end, d.range.start).column)),
-                    ("doc", JSONText.string(Self.documentation(d.rule))),
+                    ("doc", JSONText.string(documentation(d.rule))),
                     ("related", "[" + related.joined(separator: ",") + "]"),
                 ])
             }
@@ -62,18 +64,21 @@ extension LintCommand {
             var ruleIndex: [String: Int] = [:]
             for (index, rule) in rules.enumerated() { ruleIndex[rule.id] = index }
             let ruleObjects = rules.map { rule in
-                JSONText.object([
+                let link = documentation(rule.id)
+                var pairs: [(String, String)] = [
                     ("id", JSONText.string(rule.id)),
                     ("shortDescription", JSONText.object([("text", JSONText.string(rule.summary))])),
                     ("fullDescription", JSONText.object([("text", JSONText.string(rule.rationale))])),
                     ("help", help(rule)),
-                    // helpUri must be an absolute URI, and the docs are a file in the repository.
-                    ("properties", JSONText.object([("documentation", JSONText.string(Self.documentation(rule.id)))])),
-                    (
-                        "defaultConfiguration",
-                        JSONText.object([("level", JSONText.string(rule.severity.rawValue))])
-                    ),
-                ])
+                ]
+                // helpUri must be an absolute URI a code-scanning page can open: a served copy of
+                // the docs (POLICY_DOCS_URL) is; a file on this machine is given in properties alone.
+                if documentation.isWebURL { pairs.append(("helpUri", JSONText.string(link))) }
+                pairs += [
+                    ("properties", JSONText.object([("documentation", JSONText.string(link))])),
+                    ("defaultConfiguration", JSONText.object([("level", JSONText.string(rule.severity.rawValue))])),
+                ]
+                return JSONText.object(pairs)
             }
             var items: [String] = unreadable.map { path, reason in
                 result(
@@ -117,7 +122,7 @@ extension LintCommand {
 
         /// A rule's help: its summary and rationale, and in Markdown a link to its documentation.
         func help(_ rule: LintRuleDescription) -> String {
-            let link = "See [\(rule.id)](\(Self.documentation(rule.id)))."
+            let link = "See [\(rule.id)](\(documentation(rule.id)))."
             return JSONText.object([
                 ("text", JSONText.string(rule.summary + ". " + rule.rationale)),
                 ("markdown", JSONText.string("**\(rule.summary)**. \(rule.rationale)\n\n\(link)")),
@@ -193,7 +198,7 @@ extension LintCommand {
                     message +=
                         "\nnote: line \(note.range.start.line), column \(note.range.start.column): \(note.message)"
                 }
-                message += "\nsee \(Self.documentation(d.rule))"
+                message += "\nsee \(documentation(d.rule))"
                 out += "::\(d.severity == .error ? "error" : "warning") \(properties.joined(separator: ","))::"
                 out += Self.data(message) + "\n"
             }

@@ -10,7 +10,9 @@ enum LintCommand {
     static let format = Option.choice(
         ["--format"], "format", default: Format.text,
         help: "text (default), json, sarif (SARIF 2.1.0) or github (workflow annotations).")
-    static let strict = Option.flag(["--strict"], help: "Treat warnings as errors (exit 1 when there are any).")
+    static let strict = Option.flag(
+        ["--strict"], help: "Treat warnings as errors (exit 1 when there are any; the summary says so).")
+    static let color = Option.color
     static let disable = Option.repeated(
         ["--disable"], "rule", help: "Suppress a warning rule everywhere (counted as suppressed). Repeatable.")
     static let exclude = Option.repeated(
@@ -39,11 +41,12 @@ enum LintCommand {
         ],
         options: [
             format.declaration, strict.declaration, disable.declaration, exclude.declaration, listRules.declaration,
-            plugin.declaration, plugins.declaration, checkEnv.declaration,
+            plugin.declaration, plugins.declaration, checkEnv.declaration, color.declaration,
         ],
         exitCodes: [
             (0, "no errors (warnings allowed unless --strict)"), (1, "errors found, or warnings with --strict"),
-            (64, "usage error"), (66, "a PATH cannot be read"),
+            (64, "usage error, or a --plugins file that is not valid"),
+            (66, "a PATH or the --plugins file cannot be read, or a PATH holds no policy, script or plugin schema"),
         ])
 
     struct FileResult {
@@ -132,11 +135,15 @@ enum LintCommand {
             case .failure(let error): unreadable.append((path, error.reason))
             case .success(let files):
                 let named = files == [path]
+                let (checked, skippedBefore, unreadableBefore) = (results.count, skipped.count, unreadable.count)
+                var schemas = PluginSchemaDiscovery(
+                    files: named ? PluginSchemaDiscovery.yamlFiles(besides: path) : files, base: catalog)
                 for file in files {
                     do {
                         let bytes = try Policy.readFile(file, limits: .default)
                         if let result = check(
-                            bytes, file: file, named: named, catalog: catalog, checkEnvironment: checkEnvironment)
+                            bytes, file: file, named: named, catalog: schemas.catalog(for: file),
+                            checkEnvironment: checkEnvironment)
                         {
                             results.append(result)
                         } else {
@@ -145,6 +152,17 @@ enum LintCommand {
                     } catch {
                         if case .unreadable(_, let reason) = error { unreadable.append((file, reason)) }
                     }
+                }
+                // A folder whose YAML files are all something else (Kubernetes manifests, CI
+                // files) checked nothing: a CI step pointed at the wrong folder must not pass.
+                let notPolicies = skipped.count - skippedBefore
+                if results.count == checked, unreadable.count == unreadableBefore, notPolicies > 0 {
+                    unreadable.append(
+                        (
+                            path,
+                            "no policy, simulation script or plugin schema in the folder: its \(notPolicies) YAML "
+                                + "file\(notPolicies == 1 ? " is" : "s are") not a policy"
+                        ))
                 }
             }
         }
@@ -157,24 +175,26 @@ enum LintCommand {
         }
 
         let all = results.flatMap(\.diagnostics)
-        let errors = all.filter { $0.severity == .error }.count
-        let warnings = all.count - errors
+        // A path that cannot be read is an error in every format's count, as in JSON's.
+        let errors = all.filter { $0.severity == .error }.count + unreadable.count
+        let warnings = all.count - (errors - unreadable.count)
         let suppressedCount = results.reduce(0) { $0 + $1.suppressed.count }
         for file in skipped {
             output.stderr("note: skipped '\(file)': not a policy (no 'policy:' key); use --exclude to silence this\n")
         }
         let report = Report(
-            results: results, unreadable: unreadable, errors: errors + unreadable.count, warnings: warnings,
-            suppressed: suppressedCount)
+            results: results, unreadable: unreadable, errors: errors, warnings: warnings,
+            suppressed: suppressedCount, documentation: DocumentationLinks.current)
+        let summaryLine = summary(
+            files: results.count, errors: errors, warnings: warnings, suppressed: suppressedCount, strict: strict)
         switch format {
         case .json: output.stdout(report.json() + "\n")
         case .sarif: output.stdout(report.sarif())
         case .github:
             output.stdout(report.github())
-            output.stdout(
-                summary(files: results.count, errors: errors, warnings: warnings, suppressed: suppressedCount) + "\n")
+            output.stdout(summaryLine + "\n")
         case .text:
-            let renderer = DiagnosticRenderer(colour: output.isTerminal, showSource: output.isTerminal)
+            let renderer = DiagnosticRenderer(colour: output.colours(arguments[color]), showSource: output.isTerminal)
             for (path, reason) in unreadable {
                 output.stderr("error: cannot read '\(path)': \(reason)\n")
             }
@@ -185,8 +205,7 @@ enum LintCommand {
                     output.stdout(renderer.render(diagnostic, lines: lines) + "\n")
                 }
             }
-            output.stdout(
-                summary(files: results.count, errors: errors, warnings: warnings, suppressed: suppressedCount) + "\n")
+            output.stdout(summaryLine + "\n")
         }
         if !unreadable.isEmpty { return ExitCode.noInput }
         if errors > 0 || (strict && warnings > 0) { return ExitCode.failure }
@@ -314,11 +333,13 @@ enum LintCommand {
         return out
     }
 
-    /// `2 files checked: 1 error, 0 warnings`, and `, 3 suppressed` when any were.
-    static func summary(files: Int, errors: Int, warnings: Int, suppressed: Int = 0) -> String {
+    /// `2 files checked: 1 error, 0 warnings`, and `, 3 suppressed` when any were; with
+    /// `--strict` and warnings, `(--strict: warnings fail)`, so the exit status 1 is explained.
+    static func summary(files: Int, errors: Int, warnings: Int, suppressed: Int = 0, strict: Bool = false) -> String {
         func plural(_ n: Int, _ word: String) -> String { "\(n) \(word)\(n == 1 ? "" : "s")" }
         return "\(plural(files, "file")) checked: \(plural(errors, "error")), \(plural(warnings, "warning"))"
             + (suppressed > 0 ? ", \(suppressed) suppressed" : "")
+            + (strict && warnings > 0 ? " (--strict: warnings fail)" : "")
     }
 
     /// A file as itself; a folder as its *.yaml and *.yml files, recursively (hidden folders
@@ -327,7 +348,7 @@ enum LintCommand {
     static func expand(_ path: String, excluding excludes: [Glob] = []) -> Result<[String], LintPathError> {
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
-            return .failure(LintPathError("no such file or directory"))
+            return .failure(LintPathError(PolicyError.noSuchFile))
         }
         guard isDirectory.boolValue else { return .success([path]) }
         guard let enumerator = FileManager.default.enumerator(atPath: path) else {

@@ -58,7 +58,10 @@ package enum PolicyCommand {
             return ExitCode.success
         default:
             guard let command = CommandTable.named(first) else {
-                if first.hasPrefix("-") { return usageError("Unknown option '\(first)'", spec: top, output: output) }
+                if first.hasPrefix("-") {
+                    let hint = Suggestion.hint(for: first, in: ["--help", "--version"])
+                    return usageError("Unknown option '\(first)'\(hint)", spec: top, output: output)
+                }
                 return usageError("Unknown subcommand '\(first)'\(subcommandHint(first))", spec: top, output: output)
             }
             do {

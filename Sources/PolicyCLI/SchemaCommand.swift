@@ -10,8 +10,7 @@ enum SchemaCommand {
 
     static let spec = CommandSpec(
         name: "schema",
-        summary: "Print the JSON Schema of the policy file, for editor completion.",
-        overview: "Print the JSON Schema (draft 2020-12) of the policy file, for editor completion.",
+        summary: "Print the JSON Schema (draft 2020-12) of the policy file, for editor completion.",
         options: [plugin.declaration, listPlugins.declaration],
         exitCodes: [(0, "the schema was printed"), (64, "usage error")])
 

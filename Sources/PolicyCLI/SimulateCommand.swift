@@ -15,8 +15,7 @@ enum SimulateCommand {
 
     static let spec = CommandSpec(
         name: "simulate",
-        summary: "Run the engine against a scripted server on a virtual clock.",
-        overview: "Run the real engine against a scripted server on a virtual clock (no sleeping, no network).",
+        summary: "Run the real engine against a scripted server on a virtual clock (no sleeping, no network).",
         arguments: [
             .init(
                 name: "FILE",

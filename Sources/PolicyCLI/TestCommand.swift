@@ -15,8 +15,7 @@ enum TestCommand {
 
     static let spec = CommandSpec(
         name: "test",
-        summary: "Run simulation scripts with expectations, like a test runner.",
-        overview: "Run simulation scripts with expectations; exit 1 when one is not met.",
+        summary: "Run simulation scripts and check their expectations, like a test runner.",
         arguments: [
             .init(
                 name: "PATH",

@@ -177,13 +177,13 @@ private func runExecutableBlocking(
 }
 
 /// Runs the command in-process, through `PolicyCommand.run`, capturing what it writes.
-func runInProcess(_ arguments: [String]) async -> CLIResult {
+func runInProcess(_ arguments: [String], isTerminal: Bool = false, noColor: Bool = false) async -> CLIResult {
     let stdout = Locked("")
     let stderr = Locked("")
     let output = CommandOutput(
         stdout: { text in stdout.withLock { $0 += text } },
         stderr: { text in stderr.withLock { $0 += text } },
-        isTerminal: false)
+        isTerminal: isTerminal, noColor: noColor)
     let status = await PolicyCommand.run(arguments, output: output)
     return CLIResult(stdout: stdout.withLock { $0 }, stderr: stderr.withLock { $0 }, status: status)
 }
@@ -255,6 +255,13 @@ func yamlFiles(under folder: String) -> [String] {
     return files.sorted()
 }
 
+/// Where the `doc` link of a finding points when the binary runs from this checkout's build
+/// folder: this checkout's docs/lint-rules.md, as a `file://` URL (see `DocumentationLinks`).
+func lintRuleDoc(_ rule: String) -> String {
+    let docs = repositoryRoot.resolvingSymlinksInPath().appendingPathComponent("docs").absoluteString
+    return (docs.hasSuffix("/") ? docs : docs + "/") + "lint-rules.md#" + rule
+}
+
 /// The usage-error text every command prints: message, usage line, pointer to help.
 func usageError(_ message: String, usage: String, help: String) -> String {
     "Error: \(message)\nUsage: \(usage)\n  See '\(help)' for more information.\n"
@@ -263,5 +270,5 @@ func usageError(_ message: String, usage: String, help: String) -> String {
 /// Usage lines are built from each command's declared options and arguments.
 let lintUsage =
     "policy lint [--format text|json|sarif|github] [--strict] [--disable RULE]... [--exclude GLOB]... [--list-rules] "
-    + "[--plugin KIND:NAME]... [--plugins FILE] [--check-env] PATH..."
+    + "[--plugin KIND:NAME]... [--plugins FILE] [--check-env] [--color auto|always|never] PATH..."
 let topUsage = "policy <subcommand> [options]"

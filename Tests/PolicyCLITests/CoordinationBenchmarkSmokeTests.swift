@@ -6,7 +6,7 @@ import Testing
 /// two round trips per refresh, one refresh per storm, no Redis command on the hot path.
 @Suite(.loadGate(.saturating))
 struct CoordinationBenchmarkSmokeTests {
-    @Test(.enabled(if: FleetEndToEndTests.redisInstalled, "redis-server is not installed"))
+    @Test(.enabled(if: FleetEndToEndTests.redisInstalled, "needs redis-server: apt-get install redis-server"))
     func quickCoordinationRunCountsRoundTrips() async throws {
         let bench = try policyBinary.get().deletingLastPathComponent().appendingPathComponent("policy-bench")
         try #require(FileManager.default.isExecutableFile(atPath: bench.path), "build policy-bench first")

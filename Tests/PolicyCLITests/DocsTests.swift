@@ -71,6 +71,74 @@ struct DocsTests {
         #expect(total <= deadline)
     }
 
+    /// A block as the policy a reader would save: itself when it has `policy:`, a fragment of
+    /// policy sections given `policy: 1` and a name; `nil` for anything else.
+    static func policyText(_ block: Block) -> String? {
+        let parsed = Policy.parse(bytes: Array(block.text.utf8), limits: .default)
+        guard case .mapping(let pairs) = parsed.root?.value else { return nil }
+        let keys = pairs.compactMap(\.key.scalar)
+        if keys.contains("requests") || keys.contains("processes") { return nil }
+        if keys.contains("policy") { return block.text }
+        if !keys.isEmpty, keys.allSatisfy({ PolicyDecoder.topLevelKeys.contains($0) }) {
+            return "policy: 1\nname: docs-fragment\n" + block.text
+        }
+        return nil
+    }
+
+    /// What a reader does with an example: save it and run `policy lint --strict` on it. Every
+    /// policy example passes as written (warnings it accepts on purpose suppressed with their
+    /// reason); the suppression example of docs/commands.md once failed, with a second warning its
+    /// comment did not name and a section no rule used. Through the binary, as a reader runs it.
+    @Test(arguments: blocks.filter { policyText($0) != nil })
+    func everyPolicyExamplePassesStrictLintAsWritten(_ block: Block) async throws {
+        let directory = try TemporaryDirectory()
+        try directory.write("example.yaml", try #require(Self.policyText(block)))
+        // The host plugins the service guide's examples register in Swift.
+        let result = try await runPolicy(
+            ["lint", "--strict", "--plugin", "refresh:my-sso", "--plugin", "logout:host-signout", "example.yaml"],
+            in: directory.url)
+        #expect(result.status == 0, "\(block): \(result.stdout)\(result.stderr)")
+        #expect(result.stdoutLines.last?.hasPrefix("1 file checked: 0 errors, 0 warnings") == true, "\(block)")
+    }
+
+    /// README's `lint policy.yaml` named a file a reader had not saved: every file a command in
+    /// the README names exists in the repository, is made by an earlier command (`cp … FILE`,
+    /// `> FILE`), or is one the text says to save.
+    @Test(arguments: ["README.md"])
+    func everyFileACommandNamesExistsOrIsSavedFirst(_ file: String) throws {
+        let text = try String(contentsOf: repositoryRoot.appendingPathComponent(file), encoding: .utf8)
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+        var inShell = false
+        var made: Set<String> = []
+        var checked = 0
+        for line in lines {
+            if line == "```sh" {
+                inShell = true
+                continue
+            }
+            if line.hasPrefix("```") {
+                inShell = false
+                continue
+            }
+            guard inShell else { continue }
+            let command = line.split(separator: "#", maxSplits: 1).first.map(String.init) ?? ""
+            let words = command.split(separator: " ").map(String.init)
+            if let index = words.firstIndex(where: { $0 == ">" || $0 == "cp" }), let target = words.last,
+                index < words.count - 1
+            {
+                made.insert(target)
+            }
+            guard words.contains("policy") else { continue }
+            for word in words where word.hasSuffix(".yaml") && !word.contains("://") && !made.contains(word) {
+                let exists = FileManager.default.fileExists(atPath: repositoryRoot.appendingPathComponent(word).path)
+                let saved = text.contains("Save it as `\(word)`")
+                #expect(exists || saved, "\(file): '\(line)' names \(word), which a reader does not have")
+                checked += 1
+            }
+        }
+        #expect(checked > 0)
+    }
+
     @Test(arguments: blocks) func everyYAMLBlockIsValid(_ block: Block) throws {
         let parsed = Policy.parse(bytes: Array(block.text.utf8), limits: .default)
         let syntax = parsed.diagnostics.filter { $0.severity == .error }

@@ -13,7 +13,7 @@ import Testing
 ///
 /// Gated until `PolicyEngine` asks its coordinator before refreshing (the engine core is being
 /// rewritten in parallel); ``CoordinationWiring/engineUsesCoordinator`` turns it on.
-@Suite(.realTimeStep, .serialized, .loadGate(.realTime))
+@Suite(.measuresRealTime(filter: "FleetEndToEndTests"), .serialized, .loadGate(.realTime))
 struct FleetEndToEndTests {
     static var redisInstalled: Bool {
         ["/usr/bin/redis-server", "/usr/local/bin/redis-server"].contains {

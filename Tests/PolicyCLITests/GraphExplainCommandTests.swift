@@ -92,7 +92,8 @@ struct GraphExplainCommandTests {
     @Test func graphOfAMissingFileExits66() async throws {
         let directory = try TemporaryDirectory()
         let result = try await runPolicy(["graph", "missing.yaml"], in: directory.url)
-        expectResult(result, stdout: "", stderr: "error: cannot read 'missing.yaml': no such file\n", status: 66)
+        expectResult(
+            result, stdout: "", stderr: "error: cannot read 'missing.yaml': no such file or directory\n", status: 66)
     }
 
     @Test func graphOfAFolderExits66() async throws {
@@ -200,7 +201,8 @@ struct GraphExplainCommandTests {
     @Test func explainOfAMissingFileExits66() async throws {
         let directory = try TemporaryDirectory()
         let result = try await runPolicy(["explain", "missing.yaml"], in: directory.url)
-        expectResult(result, stdout: "", stderr: "error: cannot read 'missing.yaml': no such file\n", status: 66)
+        expectResult(
+            result, stdout: "", stderr: "error: cannot read 'missing.yaml': no such file or directory\n", status: 66)
     }
 
     @Test func explainWithoutAFileExits64() async throws {

@@ -129,4 +129,42 @@ struct HelpAndUsageTests {
         let result = try await runPolicy(["lint", "--", "--strict"], in: directory.url)
         expectResult(result, stdout: "1 file checked: 0 errors, 0 warnings\n", status: 0)
     }
+
+    /// `policy --help` once listed graph, explain, simulate, test and schema with a summary that
+    /// said something else than their own `--help` (two texts per command): a command's one
+    /// summary is its OVERVIEW line and its row in the list, word for word.
+    @Test(arguments: subcommandNames)
+    func aCommandIsDescribedByOneTextInItsHelpAndInTheList(_ name: String) async throws {
+        let top = try await runPolicy(["--help"])
+        let own = try await runPolicy([name, "--help"])
+        let overview = try #require(own.stdoutLines.first?.dropFirst("OVERVIEW: ".count))
+        let row = try #require(top.stdoutLines.first { $0.hasPrefix("  \(name) ") })
+        #expect(row.dropFirst(2 + name.count).trimmingCharacters(in: .whitespaces) == String(overview))
+        #expect(CommandReference.markdown().contains("| [`policy \(name)`](#policy-\(name)) | \(overview) |"))
+    }
+
+    /// `--formt` got no hint where a mistyped subcommand did: every option of every command, one
+    /// letter dropped, gets "did you mean" with the option itself.
+    @Test(arguments: subcommandNames)
+    func aMistypedOptionGetsDidYouMean(_ name: String) async throws {
+        let spec = try #require(PolicyCommand.subcommands[name])
+        for option in spec.options.flatMap(\.names) where option.hasPrefix("--") && option.count > 5 {
+            var typed = option
+            typed.remove(at: typed.index(typed.startIndex, offsetBy: 4))
+            let result = await runInProcess([name, typed])
+            #expect(result.status == 64)
+            #expect(
+                result.stderr.hasPrefix("Error: Unknown option '\(typed)'; did you mean '\(option)'?\n"),
+                "\(typed): \(result.stderr)")
+        }
+    }
+
+    @Test func aMistypedTopLevelOptionGetsDidYouMean() async throws {
+        let result = try await runPolicy(["--verison"])
+        expectResult(
+            result, stdout: "",
+            stderr: usageError(
+                "Unknown option '--verison'; did you mean '--version'?", usage: topUsage, help: "policy --help"),
+            status: 64)
+    }
 }

@@ -42,6 +42,24 @@ struct InstalledBinaryTests {
         #expect(explain.status == 0)
     }
 
+    /// A finding's `doc` link opens the documentation `scripts/install.sh` put beside the binary
+    /// (PREFIX/share/doc/policy), not a repository path the machine has no copy of; the man page
+    /// is installed too.
+    @Test func findingsLinkToTheDocumentationInstalledBesideTheBinary() async throws {
+        let binary = try #require(installedBinary)
+        let prefix = binary.resolvingSymlinksInPath().deletingLastPathComponent().deletingLastPathComponent()
+        let dir = try TemporaryDirectory()
+        try dir.write("p.yaml", "policy: 1\nname: t\nretyr: {}\n")
+        let lint = try await run(["lint", "--format", "json", "p.yaml"], in: dir.url)
+        let docs = prefix.appendingPathComponent("share/doc/policy/docs").standardizedFileURL.absoluteString
+        let expected = (docs.hasSuffix("/") ? docs : docs + "/") + "lint-rules.md#unknown-key"
+        #expect(lint.stdout.contains(#""doc":"\#(expected)""#), "\(lint.stdout)")
+        let reference = try String(
+            contentsOf: prefix.appendingPathComponent("share/doc/policy/docs/lint-rules.md"), encoding: .utf8)
+        #expect(reference.contains("\n## unknown-key\n"))
+        #expect(FileManager.default.fileExists(atPath: prefix.appendingPathComponent("share/man/man1/policy.1").path))
+    }
+
     /// Only libyaml, libcurl and the C/C++ runtime: no Swift runtime library is loaded.
     @Test func linksNoSwiftRuntimeDynamically() async throws {
         let binary = try #require(installedBinary)

@@ -36,7 +36,7 @@ struct LintCIFormatTests {
         let diagnostics = try #require(try Self.json(result.stdout)["diagnostics"] as? [[String: Any]])
         let shadowed = try #require(diagnostics.first { $0["rule"] as? String == "shadowed-rule" })
         #expect(shadowed["line"] as? Int == 5)
-        #expect(shadowed["doc"] as? String == "docs/lint-rules.md#shadowed-rule")
+        #expect(shadowed["doc"] as? String == lintRuleDoc("shadowed-rule"))
         let related = try #require(shadowed["related"] as? [[String: Any]])
         #expect(related.count == 1)
         #expect(related.first?["line"] as? Int == 4)
@@ -85,7 +85,7 @@ struct LintCIFormatTests {
             lines[1]
                 == "::warning file=p.yaml,line=8,col=14,endLine=8,endColumn=18,title=policy lint [unbounded-backoff]::"
                 + "exponential backoff has no 'max-delay', so waits double without limit; add 'max-delay: 30s'"
-                + "%0Asee docs/lint-rules.md#unbounded-backoff")
+                + "%0Asee \(lintRuleDoc("unbounded-backoff"))")
         #expect(lines.count == 3)
         #expect(lines[0].hasPrefix("::warning file=p.yaml,line=5,col=31,"))
         #expect(lines[0].contains("%0Anote: line 4, column 5: 'busy' is here%0A"))
@@ -119,7 +119,7 @@ struct LintCIFormatTests {
             p.yaml:11:42: warning: the suppression of 'post-retried' is unused: line 11 has no such finding [unused-suppression]
             p.yaml:11:55: warning: the suppression names an unknown rule 'unknwn-rule' [unused-suppression]
             p.yaml:12:39: warning: 'conflicting-codes' is an error and cannot be suppressed; fix the policy instead [unused-suppression]
-            1 file checked: 0 errors, 3 warnings, 2 suppressed
+            1 file checked: 0 errors, 3 warnings, 2 suppressed (--strict: warnings fail)
 
             """
         expectResult(result, stdout: expected, status: 1)

@@ -22,7 +22,7 @@ struct PluginSchemaFileTests {
     }
 
     static let exported = """
-        # Host plugins and their options, for `policy lint --plugins FILE`.
+        # Host plugins and their options, for `policy lint` (found beside the policies, or --plugins FILE).
         # Written by PluginRegistry.exportSchemas(); regenerate it when a plugin changes.
         plugins: 1
         refresh:
@@ -50,7 +50,8 @@ struct PluginSchemaFileTests {
 
     @Test func lintWithThePluginsFileCatchesATypoInAHostPluginsOptions() async throws {
         let folder = try TemporaryDirectory()
-        let schemas = try folder.write("plugins.yaml", Self.exported)
+        // Kept apart from the policy, so only --plugins reads it (one beside it would be found).
+        let schemas = try folder.write("schemas/plugins.yaml", Self.exported)
         let policy = try folder.write(
             "sso.yaml",
             """

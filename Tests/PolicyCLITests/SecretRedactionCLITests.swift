@@ -47,7 +47,7 @@ struct SecretRedactionCLITests {
             ? "secret.yaml:12:5: error: \(Self.message) [secret-in-policy]\n1 file checked: 1 error, 0 warnings\n"
             : #"{"files":1,"errors":1,"warnings":0,"diagnostics":[{"file":"secret.yaml","line":12,"column":5,"#
                 + #""severity":"error","rule":"secret-in-policy","message":"\#(Self.message)","#
-                + #""endLine":12,"endColumn":18,"doc":"docs/lint-rules.md#secret-in-policy","related":[]}]}"# + "\n"
+                + #""endLine":12,"endColumn":18,"doc":"\#(lintRuleDoc("secret-in-policy"))","related":[]}]}"# + "\n"
         expectResult(result, stdout: expected, status: 1)
         #expect(!(result.stdout + result.stderr).contains(Self.secret))
     }

@@ -5,7 +5,7 @@ import Testing
 /// Keeps `policy-bench --only storm-http` working with tiny storms (`--quick`: 50 requests, one
 /// repetition, through URLSessionTransport against `scripts/storm-server.py`). Its counts are
 /// asserted, never its timings: the heavy storms (1,000 and 5,000) are for a quiet machine.
-@Suite(.realTimeStep, .loadGate(.realTime))
+@Suite(.measuresRealTime(filter: "StormHTTPBenchmarkSmokeTests"), .loadGate(.realTime))
 struct StormHTTPBenchmarkSmokeTests {
     @Test func quickStormHTTPRunCountsRequestsRefreshesAndLostAnswers() async throws {
         let bench = try policyBinary.get().deletingLastPathComponent().appendingPathComponent("policy-bench")

@@ -11,7 +11,7 @@ import Testing
 
 /// Coordinators in separate processes (`coordinator-probe`), as a fleet would run them: one
 /// refresh among four, and a lease holder killed with SIGKILL mid-refresh.
-@Suite(.realTimeStep, .loadGate(.realTime), .serialized)
+@Suite(.measuresRealTime(filter: "CoordinatorProcessTests"), .loadGate(.realTime), .serialized)
 struct CoordinatorProcessTests {
     enum Backend: String, CaseIterable, Sendable { case redis, file }
 

@@ -10,7 +10,8 @@ import Testing
 /// coordinator of its own (its own connections and subscriber, as two processes have), share one
 /// session on a real `redis-server`.
 @Suite(
-    .realTimeStep, .loadGate(.realTime), .enabled(if: RedisServerFixture.isInstalled, "redis-server is not installed"))
+    .measuresRealTime(filter: "FleetLogoutTests"), .loadGate(.realTime),
+    .enabled(if: RedisServerFixture.isInstalled, "needs redis-server: apt-get install redis-server"))
 struct FleetLogoutTests {
     private static let policy = basePolicy + "\nlogout: { cooldown: 60s, cancel-in-flight: true }\n"
 

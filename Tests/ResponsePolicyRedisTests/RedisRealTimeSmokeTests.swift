@@ -14,7 +14,8 @@ import Testing
 /// unreachable or silent answered within `connect-timeout`, an idle process that sends nothing.
 /// They measure real time, so `.ci/run` runs them in its real-time step, alone.
 @Suite(
-    .realTimeStep, .loadGate(.realTime), .enabled(if: RedisServerFixture.isInstalled, "redis-server is not installed"))
+    .measuresRealTime(filter: "RedisRealTimeSmokeTests"), .loadGate(.realTime),
+    .enabled(if: RedisServerFixture.isInstalled, "needs redis-server: apt-get install redis-server"))
 struct RedisRealTimeSmokeTests {
     @Test func anExpiredLeaseIsGrantedAgainAndTheFirstPublicationWins() async throws {
         let server = try RedisServerFixture()

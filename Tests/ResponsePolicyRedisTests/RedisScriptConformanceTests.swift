@@ -17,7 +17,7 @@ import Testing
 /// Redis reads its own clock (`PTTL`, `TIME`), a few milliseconds after the test's: times are
 /// compared within `tolerance`, far above that gap on a quiet machine (a few ms) and far below the
 /// differences the cases tell apart (a 15 s lease from a 120 s one, 10 s and more between times).
-@Suite(.enabled(if: RedisServerFixture.isInstalled, "redis-server is not installed"))
+@Suite(.enabled(if: RedisServerFixture.isInstalled, "needs redis-server: apt-get install redis-server"))
 struct RedisScriptConformanceTests {
     static let tolerance: Int64 = 5_000
 

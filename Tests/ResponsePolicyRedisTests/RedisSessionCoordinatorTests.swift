@@ -14,7 +14,7 @@ import Testing
 /// store, by ``CoordinationConformanceTests``. No test here bounds wall time: each waits for what
 /// it needs (subscribers in place, an update) with a generous bound, so the suite runs beside the
 /// others in `swift test`; the ones that measure time are ``RedisRealTimeSmokeTests``.
-@Suite(.enabled(if: RedisServerFixture.isInstalled, "redis-server is not installed"))
+@Suite(.enabled(if: RedisServerFixture.isInstalled, "needs redis-server: apt-get install redis-server"))
 struct RedisSessionCoordinatorTests {
     @Test func anotherKeyIsAnotherSession() async throws {
         let server = try RedisServerFixture()

@@ -10,7 +10,7 @@ import Testing
 /// last sign-in; refreshes keep it), so a process that knows of a later sign-in refuses it with a
 /// `problem` naming the source, and the session goes on. A logout racing a refresh (same epoch)
 /// still applies; one decided by a process that had not heard of a sign-in is not even stored.
-@Suite(.enabled(if: RedisServerFixture.isInstalled, "redis-server is not installed"))
+@Suite(.enabled(if: RedisServerFixture.isInstalled, "needs redis-server: apt-get install redis-server"))
 struct SignedLogoutEpochTests {
     static let key = Data("fleet-key".utf8)
 

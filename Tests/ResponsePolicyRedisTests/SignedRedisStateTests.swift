@@ -10,7 +10,7 @@ import Testing
 /// `HSET`/`SET`/`ZADD`/`PUBLISH`, as any client with the Redis password could, and must be
 /// refused with a `problem` naming the key, as coordination trouble: never a logout, never the
 /// attacker's credentials.
-@Suite(.enabled(if: RedisServerFixture.isInstalled, "redis-server is not installed"))
+@Suite(.enabled(if: RedisServerFixture.isInstalled, "needs redis-server: apt-get install redis-server"))
 struct SignedRedisStateTests {
     static let key = Data("fleet-key".utf8)
 

@@ -15,7 +15,7 @@ import Testing
 /// It bounds wall time (a hanging command stopped within its timeout + 1 s), so it runs in
 /// `.ci/run`'s real-time step: beside the full suite on two busy cores, the run's end was once
 /// reported 3 s after the start.
-@Suite(.realTimeStep, .loadGate(.realTime))
+@Suite(.measuresRealTime(filter: "ExecProcessTests"), .loadGate(.realTime))
 struct ExecProcessTests {
     @Test func aHangingWrapperScriptFailsWithinItsTimeoutAndLeavesNoProcess() async throws {
         try await withExecDirectory { directory in

@@ -236,16 +236,19 @@ struct FaultInjectionTests {
         // waiters fail at the timeout whatever on-failure says, and the session goes on (issue 20).
         let expected: SendResult = .failure(.refreshFailed(reason: "the refresh took longer than 5s"))
         #expect(results == ["a": expected, "b": expected, "c": expected])
+        // The waiters fail at the timeout; the call runs on one more timeout (a pair it brought
+        // would be kept), then it is abandoned and cancelled.
         let refreshEnd = harness.log.events.filter { $0.kind == .refreshEnd }
         #expect(
             refreshEnd.map(\.jsonLine) == [
-                #"{"t":5.05,"request":"a","event":"refresh-end","ok":false,"reason":"the refresh took longer than 5s"}"#
+                #"{"t":5.05,"request":"a","event":"refresh-end","ok":false,"reason":"the refresh took longer than 5s"}"#,
+                #"{"t":10.05,"request":"a","event":"refresh-end","ok":false,"reason":"the token endpoint did not answer within 10s; the call was abandoned"}"#,
             ])
         for id in ["a", "b", "c"] {
             #expect(harness.outcome(id).map { PolicyEvent.seconds($0.time) } == "5.05")
         }
         #expect(harness.refresh.calls == 1)
-        #expect(harness.refresh.cancelled == 1, "the hanging call was cancelled at the timeout")
+        #expect(harness.refresh.cancelled == 1, "the hanging call was cancelled when it was abandoned")
         #expect(harness.logout.calls == 0, "no answer never ends the session")
         #expect(harness.transport.sent.count == 3, "no request was re-sent")
     }

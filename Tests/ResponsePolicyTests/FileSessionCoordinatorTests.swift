@@ -8,7 +8,7 @@ import Testing
 /// permissions): several coordinators on one credentials file, as processes on one host would use
 /// it (the multi-process cases are in ``CoordinatorProcessTests``). What every store does is checked
 /// once, for each store, by ``CoordinationConformanceTests``.
-@Suite(.realTimeStep, .loadGate(.realTime))
+@Suite(.measuresRealTime(filter: "FileSessionCoordinatorTests"), .loadGate(.realTime))
 struct FileSessionCoordinatorTests {
     let folder: URL
 

@@ -110,6 +110,8 @@ struct RequestSlotsModelTests {
         var settings = RefreshSettings()
         settings.limit = nil
         settings.shareWindow = .zero
+        // Transient trouble ends the refresh at once (no backoff to drive).
+        settings.transient = nil
         // A token with no expiry: a held request may be sent with it.
         state.credentials = Credentials(accessToken: "t0")
         var now = Duration.zero
@@ -134,7 +136,7 @@ struct RequestSlotsModelTests {
                 case .resume: Issue.record("\(context): nothing parked, nothing to resume")
                 case .cancel: break  // the attempt's end arrives as an event of its own
                 case .emit, .save, .publish: break
-                case .startRefresh: Issue.record("\(context): a refresh started by no request's transition")
+                case .refresh: break  // the flight's own work (its timer, a call): answered by the test
                 case .arm(let at, let token):
                     guard let id else {
                         Issue.record("\(context): a timer armed for no request")
@@ -268,8 +270,8 @@ struct RequestSlotsModelTests {
                     break
                 }
                 if classified.rule == refreshRule {
-                    switch state.decideRefresh(
-                        failedGeneration: state.generation, settings: settings, proactive: false, now: now)
+                    switch state.trigger(
+                        failedGeneration: state.generation, settings: settings, proactive: false, now: now, request: id)
                     {
                     case .join, .start:
                         // Its rule's failure edges (the default policy's refresh rule logs out).
@@ -280,7 +282,7 @@ struct RequestSlotsModelTests {
                         waiting[id] = .refresh(held: false)
                         parks(id)
                     case .retryNow: gate(id, mayHold: true)
-                    case .loggedOut, .limited, .remembered: finish(id)
+                    case .loggedOut, .refused: finish(id)
                     }
                 } else if classified.rule == logoutRule {
                     // The shell's logout: the cooldown, every other request ended.
@@ -301,12 +303,13 @@ struct RequestSlotsModelTests {
                 guard let flight = state.flight else { continue }
                 let definitive = random.int(0...99) < weights.definitive
                 let fails = definitive || random.int(0...3) == 0
-                let outcome: Result<Credentials, RefreshFailure> =
+                let answer: RefreshFlight.Answer =
                     fails
-                    ? .failure(
+                    ? .failed(
                         RefreshFailure(
-                            definitive ? "invalid_grant" : "unavailable", kind: definitive ? .definitive : .transient))
-                    : .success(Credentials(accessToken: "t\(step)"))
+                            definitive ? "invalid_grant" : "unavailable", kind: definitive ? .definitive : .transient),
+                        logsOut: false)
+                    : .pair(Credentials(accessToken: "t\(step)"), lifetime: nil)
                 // The oracle, from the policy as compiled: a waiter whose failure edge is a logout.
                 let waiters = state.live(flight)
                 let logsOut =
@@ -315,12 +318,12 @@ struct RequestSlotsModelTests {
                         state.slots[id]?.refreshRoute?.escalation(answerLogsOut: false)?.action == .logout
                     }
                 let heldWaiters = waiters.filter { waiting[$0] == .refresh(held: true) }
-                let (end, loggedOut, actions) = state.refreshEnded(
-                    insideLock: flight, outcome: outcome, shared: nil, lifetime: nil, answerLogsOut: false,
-                    coordinationTrouble: false, now: now, date: epoch)
+                let cooldownsBefore = state.loggedOutUntil
+                let (step, actions) = state.answerFlight(answer, now: now, date: epoch)
                 perform(actions, for: nil)
+                let loggedOut = state.loggedOutUntil != cooldownsBefore
                 counts.refreshEnds += 1
-                #expect(end.waiting?.id == flight.id, "\(context): the flight in flight was not the one ended")
+                #expect(step.ending?.flight.id == flight.id, "\(context): the flight in flight was not the one ended")
                 #expect(state.flight == nil, "\(context)")
                 #expect(loggedOut == logsOut, "\(context): logged out \(loggedOut), the compiled edges say \(logsOut)")
                 if logsOut {
@@ -432,8 +435,7 @@ struct RequestSlotsModelTests {
             } else {
                 // A refresh ahead of expiry (or a sign-in) starts, with no request waiting yet.
                 guard state.flight == nil, !state.isLoggedOut(at: now) else { continue }
-                _ = state.decideRefresh(
-                    failedGeneration: state.generation, settings: settings, proactive: true, now: now)
+                _ = state.trigger(failedGeneration: state.generation, settings: settings, proactive: true, now: now)
             }
             try check(state, heap: heap, limit: limit, context: context)
         }

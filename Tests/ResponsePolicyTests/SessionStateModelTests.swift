@@ -20,8 +20,15 @@ struct SessionStateModelTests {
     private struct Model {
         var now: Duration = .zero
         var open: EngineState.Flight?
-        /// Starts of refreshes that did not help (of a token no server accepted): what `limit` counts.
-        var starts: [Duration] = []
+        /// When refreshes were found not to have helped (a trigger on the token this engine's own
+        /// call issued, before any response accepted it): what `limit` counts, once per generation.
+        var unhelped: [Duration] = []
+        var counted: Set<UInt64> = []
+        /// The generation the last successful call of this engine issued.
+        var issued: UInt64 = 0
+        /// A definitive answer, for the generation it was given for, when, and how long it holds
+        /// (`refresh.timeout`, four times longer for each further one for the same credentials).
+        var definitive: (generation: UInt64, at: Duration, hold: Duration)?
         var cooldownUntil: Duration?
         var tokens = 0
     }
@@ -34,6 +41,8 @@ struct SessionStateModelTests {
         var model = Model()
         var settings = RefreshSettings()
         settings.limit = RefreshSettings.Limit(count: 3, per: .seconds(10))
+        // Transient trouble ends the refresh at once (no backoff to drive here).
+        settings.transient = nil
 
         for step in 0..<400 {
             let before = (state.generation, state.sharedGeneration, state.sessionEpoch)
@@ -47,42 +56,60 @@ struct SessionStateModelTests {
                 let proactive = random.int(0...4) == 0
                 let hadFlight = state.flight
                 if random.int(0...3) == 0 { state.accepted(state.generation) }
-                let unhelped = !proactive && (state.acceptedGeneration < state.generation || state.generation == 0)
-                let remembered = state.lastDefinitive.map {
-                    $0.generation == state.generation && model.now - $0.at < settings.timeout
+                // The oracle of refresh.limit: only a token this engine's call issued, refused before
+                // any response accepted it, counts (never the initial token, a failure, an adoption).
+                let unhelped =
+                    !proactive && state.generation > 0 && state.generation == model.issued
+                    && state.acceptedGeneration < state.generation
+                let remembered = model.definitive.map {
+                    $0.generation == state.generation && model.now - $0.at < $0.hold
                 } ?? false
-                let decision = state.decideRefresh(
+                let decision = state.trigger(
                     failedGeneration: failed, settings: settings, proactive: proactive, now: model.now)
+                let reachesLimit =
+                    hadFlight == nil && !loggedOut && failed == state.generation && !remembered && unhelped
+                if reachesLimit, !model.counted.contains(state.generation) {
+                    model.counted.insert(state.generation)
+                    model.unhelped.append(model.now)
+                }
+                let recent = model.unhelped.filter { model.now - $0 < .seconds(10) }
                 switch decision {
                 case .loggedOut:
                     #expect(loggedOut, "\(context): refused outside a cooldown")
                 case .retryNow:
                     #expect(!loggedOut, "\(context)")
-                case .join(let flight):
+                case .join(let id, _):
                     #expect(!loggedOut && failed == state.generation, "\(context)")
-                    #expect(hadFlight?.id == flight.id, "\(context): joined a flight that was not in flight")
-                case .start(let flight, let credentials):
+                    #expect(hadFlight?.id == id, "\(context): joined a flight that was not in flight")
+                case .start(let flight, let step):
                     #expect(!loggedOut, "\(context): a refresh started during the cooldown")
                     #expect(failed == state.generation, "\(context): an older token started a refresh")
                     #expect(hadFlight == nil, "\(context): a second refresh in flight")
-                    #expect(state.flight?.id == flight.id && credentials == state.credentials, "\(context)")
+                    #expect(state.flight?.id == flight.id && flight.credentials == state.credentials, "\(context)")
                     #expect(!remembered, "\(context): a definitive failure was asked again at once")
+                    #expect(!(unhelped && recent.count >= 3), "\(context): a refresh loop past refresh.limit")
+                    if case .call(let call, _, _) = step {
+                        #expect(call.credentials == state.credentials, "\(context): the call presents other credentials")
+                    } else {
+                        Issue.record("\(context): a local refresh that does not call the plugin first")
+                    }
                     model.open = flight
-                    if unhelped { model.starts.append(model.now) }
-                case .remembered(let failure):
-                    #expect(remembered && !loggedOut && hadFlight == nil, "\(context)")
-                    #expect(!failure.isDefinitive, "\(context): a remembered failure reaches on-failure again")
-                case .limited:
+                case .refused(let failure, let refusal):
                     #expect(hadFlight == nil && !loggedOut, "\(context)")
-                    let recent = model.starts.filter { model.now - $0 < .seconds(10) }
-                    #expect(recent.count >= 3, "\(context): limited below the limit")
+                    #expect(!failure.isDefinitive, "\(context): a refusal without a call reaches on-failure")
+                    switch refusal {
+                    case .remembered: #expect(remembered, "\(context): remembered what was not answered")
+                    case .limit:
+                        #expect(unhelped, "\(context): refresh.limit counted a healthy rotation or the initial token")
+                        #expect(recent.count >= 3, "\(context): limited below the limit")
+                    case .retryAfter: Issue.record("\(context): no Retry-After was answered")
+                    }
                 }
-                let recent = model.starts.filter { model.now - $0 < .seconds(10) }
-                #expect(recent.count <= 3, "\(context): more refreshes than refresh.limit in its window")
+                #expect(recent.count <= 3 || !unhelped, "\(context): more refreshes than refresh.limit in its window")
             case 3, 4:
-                // The refresh in flight ends.
+                // The refresh in flight ends: a pair, a definitive answer, or transient trouble.
                 guard let flight = model.open else { continue }
-                let succeeded = random.int(0...3) != 0
+                let draw = random.int(0...3)
                 model.tokens += 1
                 let fresh = Credentials(accessToken: "token-\(model.tokens)")
                 let sameSession = flight.sessionEpoch == state.sessionEpoch
@@ -90,21 +117,33 @@ struct SessionStateModelTests {
                 // so the new tokens are kept, though the session stays logged out.
                 let noSignInSince = flight.signInEpoch == state.signInEpoch
                 let held = state.credentials
-                let end = state.refreshEnded(
-                    flight, outcome: succeeded ? .success(fresh) : .failure(RefreshFailure("no")), shared: nil,
-                    now: model.now)
+                let answer: RefreshFlight.Answer
+                switch draw {
+                case 0: answer = .failed(RefreshFailure("invalid_grant", kind: .definitive), logsOut: false)
+                case 1: answer = .failed(RefreshFailure("no", kind: .transient), logsOut: false)
+                default: answer = .pair(fresh, lifetime: nil)
+                }
+                let (step, _) = state.answerFlight(answer, of: flight.id, now: model.now, date: Self.epoch)
+                guard let ending = step.ending else {
+                    Issue.record("\(context): a local flight's answer did not end it (transient: none)")
+                    continue
+                }
                 model.open = nil
+                #expect(ending.flight.id == flight.id, "\(context)")
                 #expect(state.flight == nil, "\(context): the flight outlived its end")
-                if state.flight?.id == flight.id { Issue.record("\(context): the flight outlived its end") }
+                let succeeded = draw >= 2
                 if succeeded && sameSession {
-                    #expect(end.saved && state.credentials == fresh && state.generation == before.0 + 1, "\(context)")
+                    #expect(state.credentials == fresh && state.generation == before.0 + 1, "\(context)")
+                    model.issued = state.generation
                 } else if succeeded && noSignInSince {
-                    #expect(end.saved && end.keptAfterLogout && state.credentials == fresh, "\(context)")
-                    #expect(state.generation == before.0 + 1, "\(context)")
-                    if case .ok = end.result { Issue.record("\(context): an old session's refresh succeeded") }
+                    #expect(state.credentials == fresh && state.generation == before.0 + 1, "\(context)")
                 } else {
-                    #expect(!end.saved && state.credentials == held && state.generation == before.0, "\(context)")
-                    if case .ok = end.result { Issue.record("\(context): an old session's refresh succeeded") }
+                    #expect(state.credentials == held && state.generation == before.0, "\(context)")
+                }
+                if draw == 0, sameSession {
+                    let again = model.definitive?.generation == state.generation
+                    let hold = again ? min((model.definitive?.hold ?? settings.timeout) * 4, .seconds(3600)) : settings.timeout
+                    model.definitive = (state.generation, model.now, hold)
                 }
             case 5:
                 // A logout here (or, from elsewhere, one that may only extend the cooldown).

@@ -19,7 +19,10 @@ struct TimerServiceRealTimeTests {
         return counter
     }
 
-    @Test func aTimerFiresWithin50msWhileThePoolIsSaturatedByCPUBoundTasks() async throws {
+    /// Bounds how late a timer fires (50 ms): another build beside `swift test` can delay any
+    /// thread by more, so it runs when asked (`.ci/run`'s real-time step).
+    @Test(.measuresRealTime(filter: "TimerServiceRealTimeTests/aTimerFiresWithin50ms"))
+    func aTimerFiresWithin50msWhileThePoolIsSaturatedByCPUBoundTasks() async throws {
         let clock = SystemPolicyClock()
         let timers = TimerService(clock: clock, executor: nil)
         let fired = Locked<Duration?>(nil)

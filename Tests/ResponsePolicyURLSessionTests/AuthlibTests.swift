@@ -14,7 +14,7 @@ import Testing
 ///
 /// Needs the venv `.ci/run` makes (`.build/authlib-venv`, Authlib and Flask from PyPI). Without
 /// it the tests are skipped locally, with the command that makes it; under CI (`CI` set) they fail.
-@Suite(.realTimeStep, .loadGate(.realTime), .serialized)
+@Suite(.measuresRealTime(filter: "AuthlibTests"), .loadGate(.realTime), .serialized)
 struct AuthlibTests {
     static let python: String? = {
         if let named = ProcessInfo.processInfo.environment["POLICY_AUTHLIB_PYTHON"] { return named }
@@ -29,6 +29,11 @@ struct AuthlibTests {
     }()
 
     static var runs: Bool { python != nil || ProcessInfo.processInfo.environment["CI"] != nil }
+
+    /// What a skipped test says: the commands that make the venv it needs (as `.ci/run` does).
+    static let needsAuthlib = Comment(
+        rawValue: "needs Authlib and Flask in .build/authlib-venv: python3 -m venv .build/authlib-venv && "
+            + ".build/authlib-venv/bin/pip install 'authlib>=1.3,<2' 'flask>=3,<4'")
 
     struct Stats: Decodable {
         var tokenCalls: Int
@@ -64,7 +69,7 @@ struct AuthlibTests {
             encoding: "raw"),
     ]
 
-    @Test(.enabled(if: runs), arguments: healthy)
+    @Test(.enabled(if: runs, Self.needsAuthlib), arguments: healthy)
     func manyExpiriesAtConcurrency64(_ scenario: Scenario) async throws {
         let python = try Self.requirePython()
         try await withFixtureServer("authlib_server", python: python, arguments: ["1", "0.02"]) { server in
@@ -91,7 +96,7 @@ struct AuthlibTests {
         }
     }
 
-    @Test(.enabled(if: runs))
+    @Test(.enabled(if: runs, Self.needsAuthlib))
     func invalidGrantEndsTheSessionOnceWithTheReason() async throws {
         let python = try Self.requirePython()
         try await withFixtureServer("authlib_server", python: python, arguments: ["1", "0"]) { server in
@@ -108,7 +113,7 @@ struct AuthlibTests {
         }
     }
 
-    @Test(.enabled(if: runs))
+    @Test(.enabled(if: runs, Self.needsAuthlib))
     func aWrongSecretEndsTheSessionOnceWithTheReasonAndTheEncodingHint() async throws {
         let python = try Self.requirePython()
         try await withFixtureServer("authlib_server", python: python, arguments: ["1", "0"]) { server in
@@ -135,7 +140,7 @@ struct AuthlibTests {
     static func requirePython() throws -> String {
         guard let python else {
             throw FixtureServer.Failure(
-                description: "CI is set but the Authlib venv is missing: .ci/run makes .build/authlib-venv")
+                description: "CI is set but the Authlib venv is missing: \(needsAuthlib.rawValue)")
         }
         return python
     }

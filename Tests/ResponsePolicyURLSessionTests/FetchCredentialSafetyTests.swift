@@ -106,6 +106,10 @@ struct FetchCredentialSafetyTests {
                     server.url("/api/items").absoluteString,
                 ])
                 #expect(run.status == 73, "\(run.stdout)\(run.stderr)")
+                // A status scripts can rely on: `policy fetch --help` lists it (it once did not).
+                let help = try await runPolicy(["fetch", "--help"])
+                #expect(
+                    help.stdout.contains("\n  73                      the credentials file's folder cannot be written"))
                 #expect(
                     run.stderr.hasPrefix(
                         #"{"t":0,"event":"problem","reason":"the credential store could not be written (cannot write the credentials file "#

@@ -12,7 +12,7 @@ import Testing
 /// `Fixtures/reset_server.py` with an idle limit of 0 s resets *every* reused connection when the
 /// next request arrives on it, so each request after the first meets the reset: no timing, no
 /// sleeping. The server answers with the body length announced and the bytes that arrived.
-@Suite(.realTimeStep, .loadGate(.realTime))
+@Suite(.measuresRealTime(filter: "KeepAliveResetTests"), .loadGate(.realTime))
 struct KeepAliveResetTests {
     struct Answer: Decodable, Equatable {
         var method: String

@@ -164,9 +164,9 @@ struct URLSessionTransportTests {
             let elapsed = clock.now - start
             #expect(error.errorClass == .timeout)
             #expect(elapsed >= .milliseconds(250))
-            // Far below the 20 s stall: the transport's own timer ended the attempt. (A generous
-            // bound: CI machines are loaded; this is not a performance assertion.)
-            #expect(elapsed < .seconds(10), "the timeout must end the attempt long before the server answers")
+            // No upper bound on the time: the server answers the stall after 20 s, so a timeout
+            // error (not that answer) already shows the transport's own timer ended the attempt,
+            // and a bound would only measure how loaded the machine is.
         }
     }
 
@@ -200,7 +200,7 @@ struct URLSessionTransportTests {
     @Test func cancellationDuringStallThrowsCancellationErrorPromptly() async throws {
         try await withTestServer { server in
             let transport = URLSessionTransport(timeout: .seconds(30))
-            let url = server.url("/stall?seconds=20")
+            let url = server.url("/stall?seconds=120")
             let task = Task { try await transport.send(HTTPRequest(url: url)) }
             try await server.waitForCounter("stall_calls", toReach: 1)
             let clock = ContinuousClock()
@@ -209,8 +209,9 @@ struct URLSessionTransportTests {
             task.cancel()
             let result = await task.result
 
-            // Far below the 20 s stall; generous for loaded CI machines.
-            #expect(clock.now - start < .seconds(10))
+            // Before the server's answer, 120 s after the request: a cancellation that waited for
+            // the data task would end then. Not a speed bound, so a loaded machine does not fail it.
+            #expect(clock.now - start < .seconds(120))
             #expect(throws: CancellationError.self) { try result.get() }
         }
     }

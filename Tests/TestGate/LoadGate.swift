@@ -89,20 +89,36 @@ final class LoadGate: @unchecked Sendable {
     }
 }
 
-/// Suites whose assertions bound wall time across the cooperative pool (a coordinator answering
-/// within its connect timeout, a logout heard within a second) cannot share two cores with the
-/// rest of the suite: CPU-bound tests keep the pool busy for seconds. `.ci/run` runs them in a
-/// step of their own: it sets `POLICY_TESTS_DEFER_REALTIME=1` for the full `swift test`, which
-/// then skips them, and runs them alone afterwards. A plain `swift test` runs everything.
+/// Suites whose assertions bound wall time (a coordinator answering within its connect timeout,
+/// a logout heard within a second, a timer firing within 50 ms), or that start a server taking a
+/// core of its own, fail on a loaded machine: beside the rest of the suite on two cores, CPU-bound
+/// tests keep the cooperative pool busy for seconds, and another build beside `swift test` makes
+/// it worse. So a plain `swift test` (README's set-up command) skips them, saying how to run
+/// them; they run only when asked, with `POLICY_TESTS_REALTIME=1`, alone:
+///
+/// ```sh
+/// POLICY_TESTS_REALTIME=1 swift test --filter FleetLogoutTests
+/// ```
+///
+/// `.ci/run` runs every one of them that way, in its real-time step.
 public enum RealTimeSuites {
-    public static var deferred: Bool {
-        ProcessInfo.processInfo.environment["POLICY_TESTS_DEFER_REALTIME"] == "1"
+    /// The environment variable that asks for them.
+    public static let variable = "POLICY_TESTS_REALTIME"
+
+    /// Whether this run asked for them (`POLICY_TESTS_REALTIME=1`).
+    public static var requested: Bool { ProcessInfo.processInfo.environment[variable] == "1" }
+
+    /// What a skipped one says: why, and the command that runs it.
+    public static func skipReason(filter: String) -> String {
+        "measures real time, so it runs only when asked, alone: \(variable)=1 swift test --filter '\(filter)'"
     }
 }
 
 extension Trait where Self == ConditionTrait {
-    /// Skips the suite when `.ci/run` runs it in a step of its own (see ``RealTimeSuites``).
-    public static var realTimeStep: Self {
-        .enabled(if: !RealTimeSuites.deferred, "runs in .ci/run's real-time step, alone")
+    /// Runs the suite (or test) only when asked with `POLICY_TESTS_REALTIME=1` (see
+    /// ``RealTimeSuites``); `filter` is what `swift test --filter` takes to run it alone: the
+    /// suite's name, or `Suite/test` for one test.
+    public static func measuresRealTime(filter: String) -> Self {
+        .enabled(if: RealTimeSuites.requested, Comment(rawValue: RealTimeSuites.skipReason(filter: filter)))
     }
 }

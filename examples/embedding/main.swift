@@ -3,6 +3,7 @@
 //     swift run embedding-example                       # print what it would do, send nothing
 //     swift run embedding-example https://api.example.com/profile
 //     swift run embedding-example --policy my.yaml https://api.example.com/profile
+//     swift run embedding-example --export-plugin-schemas > examples/embedding/plugins.yaml
 //
 // What it shows:
 //   1. a refresh plugin written in Swift by the host (`my-sso`), registered by name with an option
@@ -85,6 +86,13 @@ registry.register(
         throw PluginError(kind: .refresh, name: configuration.name, reason: "the option 'realm' is missing")
     }
     return MySSORefresh(realm: realm, sso: sso)
+}
+
+if arguments.contains("--export-plugin-schemas") {
+    // Committed as examples/embedding/plugins.yaml, beside the policy, where `policy lint
+    // examples/` finds it (CI checks the two agree).
+    print(registry.exportSchemas(), terminator: "")
+    exit(0)
 }
 
 let policy: Policy

@@ -1,14 +1,18 @@
 /// "Did you mean" suggestions for misspelt keys and names.
 package enum Suggestion {
     /// The candidate closest to `word` by edit distance, when it is close enough to be a likely
-    /// typo: at most 2 edits, and fewer than half the word's length.
+    /// typo: one edit for a word of two letters or more (`od` for `do`), else fewer edits than half
+    /// the word's length, and at most 2 (3 for a word of 9 letters or more, so a singular of a long
+    /// key finds it: `max-retry` is 3 edits from `max-retries`).
     package static func closest(to word: String, in candidates: [String]) -> String? {
         let source = Array(word.lowercased().unicodeScalars)
         guard source.count <= 64 else { return nil }
+        let most = source.count >= 9 ? 3 : 2
         var best: (String, Int)?
         for candidate in candidates {
             let distance = editDistance(source, Array(candidate.unicodeScalars))
-            if distance <= 2, distance * 2 < max(source.count, 2), distance < (best?.1 ?? Int.max) {
+            let close = distance == 1 ? source.count >= 2 : distance * 2 < source.count
+            if distance <= most, close, distance < (best?.1 ?? Int.max) {
                 best = (candidate, distance)
             }
         }

@@ -10,7 +10,7 @@ package struct EngineSnapshot: Sendable {
     package var refreshing: Bool
     /// Requests waiting for the refresh in flight.
     package var refreshWaiters: Int
-    /// Refresh calls counted by `refresh.limit` in its window.
+    /// Refreshes counted by `refresh.limit` in its window (whose tokens were refused at once).
     package var refreshCalls: Int
     /// Background work (logout calls, publications) started and not yet forgotten.
     package var backgroundWork: Int
@@ -33,7 +33,7 @@ extension PolicyEngine {
                 credentials: state.credentials, generation: state.generation,
                 sharedGeneration: state.sharedGeneration, refreshing: state.flight != nil,
                 refreshWaiters: state.flight.map { state.live($0).count } ?? 0,
-                refreshCalls: state.refreshCalls.count,
+                refreshCalls: state.refresh.unhelped.count,
                 backgroundWork: state.background.count + state.finishedBackground.count, leftovers: state.leftovers,
                 dispatchInFlight: state.dispatcher.inFlight, dispatchQueued: state.queuedCount, timers: timers,
                 logoutReason: state.logoutReason)

@@ -20,21 +20,33 @@ enum Action {
     indirect case emit(PolicyEvent)
     /// Saves the credentials now held to the credential store (a refresh, an adoption).
     case save
-    /// Starts the refresh task of a flight this transition began (the request the event is about
-    /// started it: its scope's refresh plugin is called).
-    indirect case startRefresh(RefreshStart)
+    /// Work of the refresh flight for the shell (``RefreshWork``): a plugin call, a coordinator
+    /// turn or publication, a timer, a problem to report.
+    indirect case refresh(RefreshWork)
     /// Tells the fleet and the logout plugin that the session ended: the coordinator first (the
     /// other processes stop sending), then the plugin, in the background.
     indirect case publish(LogoutNotice)
 }
 
-/// A refresh a transition began (``Action/startRefresh(_:)``): the flight, the credentials it
-/// replaces, the settings it runs under and why it was asked for (``RefreshContext/reason``).
-struct RefreshStart {
-    let flight: EngineState.Flight
-    let credentials: Credentials?
-    let settings: RefreshSettings
-    let reason: String
+/// What the shell does for the refresh flight (``Action/refresh(_:)``); each result comes back as
+/// an event of the flight (`PolicyEngine+Refresh.swift`).
+enum RefreshWork {
+    /// Calls the refresh plugin; its answer is ``RefreshFlight/answered(_:call:_:_:now:date:)``.
+    case call(RefreshFlight.Call)
+    /// Asks the coordinator for a refresh turn (publishing a pair kept through an outage first);
+    /// its answer is ``RefreshFlight/turn(_:_:now:)``.
+    case ask(UInt64, RefreshTurnRequest, PolicyRuntime)
+    /// Publishes the pair the session took under its lease (``RefreshFlight/unpublished``): at
+    /// once after a refresh, again when the coordinator is back after trouble.
+    case publishPending(PolicyRuntime)
+    /// Tells the coordinator the turn failed, with the reason.
+    case endTurn(RefreshLease, String)
+    /// Arms the flight's timer (one at a time: a newer one replaces it).
+    case arm(RefreshFlight.Timer)
+    /// Takes the timer of a flight that ended off the heap.
+    case disarm(UInt64)
+    /// Reports a `problem` event.
+    case problem(String, PolicyRuntime)
 }
 
 /// A logout a transition decided, for the world outside (``Action/publish(_:)``): its cooldown's
@@ -135,6 +147,8 @@ extension EngineState {
         var attemptTimeout: Duration?
         /// What the attempt is cancelled by, if it goes out now.
         var attempt = AttemptCancellation()
+        /// How the session is shared, for a refresh it starts.
+        var coordination = RefreshFlight.Coordination.local
     }
 
     /// The top of request `id`'s loop, one transition: it goes out now (its attempt begins, with
@@ -157,7 +171,7 @@ extension EngineState {
     mutating func gate(insideLock id: UInt64, _ departure: Departure, now: Duration, date: Date) -> GateResult {
         guard let slot = slots[id], !departure.cancelled, slot.endReason == nil else { return GateResult(.ended) }
         if isLoggedOut(at: now) { return GateResult(.loggedOut) }
-        if departure.mayHold, slot.holdsNewRequests, flight != nil {
+        if departure.mayHold, slot.holdsNewRequests, let flight, !flight.released {
             let usable = credentials.map { credentials in credentials.expiresAt.map { $0 > date } ?? true } ?? false
             return GateResult(
                 .held, actions: join(insideLock: id, route: usable ? nil : departure.beforeSending, held: true))
@@ -547,7 +561,7 @@ extension EngineState {
                     if let continuation = slot.parked.take() { actions.append(.resume(continuation)) }
                 }
             }
-            self.flight?.waiters.removeAll { $0 != trigger }
+            refresh.dropWaiters(keeping: trigger)
         }
         for id in requestNumbers where id != trigger {
             modifySlot(id) { slot in
@@ -852,7 +866,7 @@ extension EngineState {
             insideLock: r, &loop, failedGeneration: loop.signedGeneration, proactive: false, into: &actions)
     }
 
-    /// Asks for a token newer than `failedGeneration` (``decideRefresh(failedGeneration:settings:proactive:now:)``):
+    /// Asks for a token newer than `failedGeneration` (``RefreshFlight/trigger(_:_:now:)``):
     /// an answer now, or a wait for the refresh in flight, joined in this transition (its
     /// deadline's timer armed with it), which this may just have started.
     mutating func awaitRefresh(
@@ -874,34 +888,34 @@ extension EngineState {
             return afterRefresh(insideLock: r, &loop, .cancelled, proactive: proactive, into: &actions)
         }
         let settings = loop.refreshRule.map { r.scope.compiled[$0].refresh } ?? r.scope.refresh
+        let trigger = RefreshFlight.Trigger(
+            failedGeneration: failedGeneration, settings: settings, proactive: proactive,
+            reason: loop.refreshReason(r.scope), starter: RefreshFlight.Starter(context: r.context, scopeIndex: r.scopeIndex),
+            coordination: r.departure.coordination)
         let failure: RefreshFailure
-        let start: String
-        switch decideRefresh(failedGeneration: failedGeneration, settings: settings, proactive: proactive, now: r.now) {
+        let refusal: RefreshFlight.Refusal
+        switch refresh.trigger(trigger, sessionFacts(at: r.now), now: r.now) {
         case .loggedOut:
             return afterRefresh(insideLock: r, &loop, .loggedOut, proactive: proactive, into: &actions)
         case .retryNow:
             return afterRefresh(insideLock: r, &loop, .ok, proactive: proactive, into: &actions)
-        case .limited(let limited):
-            (failure, start) = (limited, "limit")
-        case .remembered(let remembered):
-            (failure, start) = (remembered, "remembered")
-        case .join:
+        case .refused(let refused, let why):
+            (failure, refusal) = (refused, why)
+        case .join(_, let rearm):
             // Parked until the refresh ends, its deadline's timer armed with the wait.
             actions += join(insideLock: r.id, route: route)
+            if let rearm { actions.append(.refresh(.arm(rearm))) }
             if proactive { loop.preSendWaited = true }
             return .park
-        case .start(let flight, let credentials):
+        case .start(_, let step):
             actions += join(insideLock: r.id, route: route)
-            actions.append(
-                .startRefresh(
-                    RefreshStart(
-                        flight: flight, credentials: credentials, settings: settings,
-                        reason: loop.refreshReason(r.scope))))
+            note(r, .refreshStart, into: &actions) { _ in }
+            actions += flightStep(insideLock: step, now: r.now, date: r.date)
             if proactive { loop.preSendWaited = true }
             return .park
         }
         // A failed refresh without a call: said with a start and an end.
-        note(r, .refreshStart, into: &actions) { $0.reason = start }
+        note(r, .refreshStart, into: &actions) { $0.reason = refusal.rawValue }
         note(r, .refreshEnd, into: &actions) { event in
             event.ok = false
             event.reason = failure.reason

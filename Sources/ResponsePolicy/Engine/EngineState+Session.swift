@@ -10,142 +10,220 @@ import Foundation
 /// emits events, saves credentials, wakes waiters). So these rules are tested as a value, with
 /// random event sequences and no threads (`SessionStateModelTests`).
 extension EngineState {
-    /// What a refresh trigger leads to (``decideRefresh(failedGeneration:settings:proactive:now:)``).
-    enum RefreshDecision {
-        /// The session is in its cooldown.
-        case loggedOut
-        /// A newer token exists (or one within `share-window`): retry with it now.
-        case retryNow
-        /// Wait for the refresh in flight.
-        case join(Flight)
-        /// This trigger starts a refresh: the flight, and the credentials it replaces.
-        case start(Flight, credentials: Credentials?)
-        /// `refresh.limit` is used up: a failed refresh, without a call.
-        case limited(RefreshFailure)
-        /// The last refresh of these credentials failed definitively a moment ago: that failure
-        /// again, without a call (as transient: it already reached `on-failure` once).
-        case remembered(RefreshFailure)
-    }
-
-    /// How long a definitive refresh failure is answered from memory: `refresh.timeout` (10 s by
-    /// default). A refresh that cannot succeed (a wrong client secret) is then tried at most once
-    /// per timeout, not once per request, and every request meanwhile fails with its reason.
-    static func definitiveHold(_ settings: RefreshSettings) -> Duration {
-        settings.timeout
-    }
-
     /// Notes that a server accepted a request signed with `generation`.
     mutating func accepted(_ generation: UInt64) {
         if generation > acceptedGeneration { acceptedGeneration = generation }
     }
 
-    /// Decides what a refresh trigger does. A request whose token is already older than the
-    /// current one retries at once; within `share-window` after a refresh it retries without
-    /// refreshing; a refresh of credentials whose last refresh failed definitively within
-    /// ``definitiveHold(_:)`` fails again without a call; beyond `limit` (refreshes that did not
-    /// help: of a token no server accepted) the refresh fails without a call; otherwise it joins
-    /// the refresh in flight or starts one.
-    mutating func decideRefresh(
-        failedGeneration: UInt64, settings: RefreshSettings, proactive: Bool, now: Duration
-    ) -> RefreshDecision {
-        if isLoggedOut(at: now) { return .loggedOut }
-        if generation > failedGeneration { return .retryNow }
-        if let flight { return .join(flight) }
-        if !proactive, let last = lastRefresh, now - last < settings.shareWindow { return .retryNow }
-        if let memory = lastDefinitive, memory.generation == generation {
-            let hold = Self.definitiveHold(settings)
-            if now - memory.at < hold {
-                var again = memory.failure
-                again.kind = .transient
-                again.reason += " (the last refresh's answer; not asked again within \(hold.policyText))"
-                return .remembered(again)
-            }
-            lastDefinitive = nil
-        }
-        // A refresh that did not help: of a token no server accepted (a loop). Only these count.
-        let unhelped = !proactive && (acceptedGeneration < generation || generation == 0)
-        if let limit = settings.limit, unhelped {
-            refreshCalls.removeAll { now - $0 >= limit.per }
-            if refreshCalls.count >= limit.count {
-                return .limited(
-                    RefreshFailure("more than \(limit.count) refreshes in \(limit.per.policyText) (refresh.limit)"))
-            }
-            refreshCalls.append(now)
-        }
-        nextFlight += 1
-        let started = Flight(
-            id: nextFlight, sessionEpoch: sessionEpoch, signInEpoch: signInEpoch, sharedGeneration: sharedGeneration,
-            countsTowardLimit: unhelped)
-        flight = started
-        return .start(started, credentials: credentials)
+    /// What the refresh flight reads of the session at `now`.
+    func sessionFacts(at now: Duration) -> RefreshFlight.SessionFacts {
+        RefreshFlight.SessionFacts(
+            generation: generation, acceptedGeneration: acceptedGeneration, sessionEpoch: sessionEpoch,
+            signInEpoch: signInEpoch, sharedGeneration: sharedGeneration, credentials: credentials,
+            loggedOut: isLoggedOut(at: now))
     }
 
-    /// What a refresh's end did (``refreshEnded(_:outcome:shared:now:)``).
-    struct RefreshEnd {
-        /// New credentials were taken: save them.
-        var saved = false
-        /// The refresh succeeded for a session that has since ended: its token was dropped.
-        var discarded = false
-        /// The refresh succeeded after a logout with no sign-in since: its tokens were kept (the
-        /// server has rotated the refresh token), and the session stays logged out.
-        var keptAfterLogout = false
-        /// What its waiters find.
-        var result = FlightResult.cancelled
-        /// The flight as the state held it, with its waiters (`nil`: already answered, by a
-        /// coordinator's publication).
-        var waiting: Flight?
+    /// How the session of `runtime`'s policy is shared, for a flight that starts now.
+    func coordination(_ runtime: PolicyRuntime, local: Bool, unavailable: Bool) -> RefreshFlight.Coordination {
+        local ? .local : .shared(waits: runtime.policy.coordinationOnUnavailable == .wait, unavailable: unavailable)
     }
 
-    /// Ends `ended` (the refresh task's copy) with what the refresh produced (`shared`: the
-    /// generation the coordinator gave the credentials) and says what its waiters find. A result
-    /// for a session that has since been logged out or signed in again is dropped: its waiters
-    /// decide again.
+    /// Performs a step of the refresh flight inside the same transition: the work the shell does
+    /// (a call, a turn, a publication, a timer, an event), the release of waiters at the deadline,
+    /// or the ending the session takes (``flightEnded(insideLock:_:now:date:)``). Returns the actions
+    /// in order.
+    mutating func flightStep(insideLock step: RefreshFlight.Step, now: Duration, date: Date) -> Actions {
+        var actions: Actions = []
+        switch step {
+        case .none:
+            break
+        case .call(let call, let deadline, let problem):
+            if let problem { actions.append(.refresh(.problem(problem, call.starter.context.runtime))) }
+            if let deadline { actions.append(.refresh(.arm(deadline))) }
+            actions.append(.refresh(.call(call)))
+        case .ask(let id, let request, let deadline):
+            if let deadline { actions.append(.refresh(.arm(deadline))) }
+            if let flight = refresh.current, flight.id == id {
+                actions.append(.refresh(.ask(id, request, flight.starter.context.runtime)))
+            }
+        case .wait(let timer, let retry, let problem):
+            let runtime = (flight?.starter.context.runtime) ?? self.runtime
+            if let problem { actions.append(.refresh(.problem(problem, runtime))) }
+            if let retry, let starter = flight?.starter, !runtime.observers.isEmpty {
+                var event = PolicyEvent(.refreshRetry, time: now, context: starter.context)
+                event.attempt = retry.call
+                event.delay = retry.delay
+                event.status = retry.failure.response?.status
+                event.reason = retry.failure.reason
+                actions.append(.emit(event))
+            }
+            actions.append(.refresh(.arm(timer)))
+        case .release(let id, let failure):
+            // Its waiters fail with the reason (the session goes on); the call runs on, and a pair
+            // it brings is still kept (a second `refresh-end` says so).
+            guard let flight = refresh.current, flight.id == id else { break }
+            let runtime = flight.starter.context.runtime
+            if !runtime.observers.isEmpty {
+                var event = PolicyEvent(.refreshEnd, time: now, context: flight.starter.context)
+                event.ok = false
+                event.reason = failure.reason
+                actions.append(.emit(event))
+            }
+            endWaits(insideLock: flight, .failed(failure), into: &actions)
+            refresh.released(id)
+        case .end(let ending):
+            actions = flightEnded(insideLock: ending, now: now, date: date)
+        }
+        return actions
+    }
+
+    /// A refresh ended, in one transition: the session takes what it produced, a definitive
+    /// failure that leads a waiter to a logout starts that logout
+    /// (``logOutForFailedRefresh(insideLock:_:answerLogsOut:now:date:)``), and only then are the
+    /// waiters woken and the dispatch queues moved, so no waiter is released and sent between the
+    /// failure and the logout it causes.
     ///
-    /// With `coordinationTrouble`, a failure is the fleet's, not the token endpoint's: its waiters
-    /// find ``FlightResult/unavailable(_:)`` (they fail; nobody is logged out).
-    mutating func refreshEnded(
-        _ ended: Flight, outcome: Result<Credentials, RefreshFailure>, shared: UInt64?, now: Duration,
-        coordinationTrouble: Bool = false, adopted: Bool = false
-    ) -> RefreshEnd {
-        var end = RefreshEnd()
-        if flight?.id == ended.id {
-            end.waiting = flight
-            flight = nil
-        }
-        switch outcome {
-        case .success(let fresh) where sessionEpoch == ended.sessionEpoch:
+    /// What the session takes:
+    /// - a pair, for the session the refresh was for: new credentials, a new generation (unless
+    ///   the coordinator's news brought them first), saved;
+    /// - a pair after a logout with no sign-in since: kept and saved (the server has rotated the
+    ///   refresh token, so the old one is dead), and the session stays logged out;
+    /// - a pair after a sign-in: dropped, for the sign-in replaced that session;
+    /// - a pair the refresh could not use (``RefreshFailure/keeping``): its refresh token replaces
+    ///   the one held (the access token held stays), as a new generation that is remembered as failed;
+    /// - a failure: a definitive one, or one with a kept pair, is remembered
+    ///   (``RefreshFlight/ended(_:generation:tookCredentials:remember:now:)``); with coordination
+    ///   trouble its waiters find ``FlightResult/unavailable(_:)`` and nobody is logged out.
+    ///
+    /// Returns the actions in order: save (when it took credentials), the `refresh-end` event, the
+    /// waiters resumed, the logout's cancellations, the turn's end and a problem for the shell.
+    mutating func flightEnded(
+        insideLock ending: RefreshFlight.Ending, now: Duration, date: Date
+    ) -> Actions {
+        let ended = ending.flight
+        let sameSession = sessionEpoch == ended.sessionEpoch
+        var took = false
+        var discarded = false
+        var keptAfterLogout = false
+        var result = FlightResult.cancelled
+        switch ending.outcome {
+        case .success(let fresh) where sameSession:
             // Adopted already when the coordinator's news arrived first.
-            if shared.map({ $0 > sharedGeneration }) ?? true {
-                credentials = fresh
-                generation += 1
-                if let shared { sharedGeneration = shared }
-                end.saved = true
+            if ending.shared.map({ $0 > sharedGeneration }) ?? true {
+                take(fresh, shared: ending.shared, lifetime: ending.lifetime)
+                took = true
             }
-            lastRefresh = now
-            end.result = adopted ? .adopted : .ok
+            result = ending.adopted ? .adopted : .ok
         case .success(let fresh) where signInEpoch == ended.signInEpoch:
             // A logout ended the session during the refresh, and nobody signed in since: the
             // server has already rotated the refresh token, so the old one is dead. Keep the new
-            // tokens (saved by the shell); the session stays logged out.
-            credentials = fresh
-            generation += 1
-            if let shared, shared > sharedGeneration { sharedGeneration = shared }
-            end.saved = true
-            end.keptAfterLogout = true
-            end.result = .superseded
-        case .success:
-            end.discarded = true
-            end.result = .superseded
-        case .failure(let failure):
-            // A failure after the session changed is the old session's: decide again.
-            end.result =
-                sessionEpoch != ended.sessionEpoch
-                ? .superseded : coordinationTrouble ? .unavailable(failure) : .failed(failure)
-            if failure.isDefinitive, !coordinationTrouble, sessionEpoch == ended.sessionEpoch {
-                lastDefinitive = (generation, failure, now)
+            // tokens; the session stays logged out.
+            take(fresh, shared: ending.shared, lifetime: ending.lifetime)
+            took = true
+            keptAfterLogout = true
+            result = .superseded
+        case .success(let fresh) where ending.shared != nil && !ending.issued:
+            // The fleet's credentials (another process refreshed), for a session a sign-in here
+            // replaced meanwhile: news like any other, taken when newer than what is held.
+            if case .adopted = adopt(SharedSession(credentials: fresh, generation: ending.shared ?? 0), now: now) {
+                took = true
             }
+            result = .superseded
+        case .success:
+            discarded = true
+            result = .superseded
+        case .failure(let failure):
+            if let pair = ending.kept, signInEpoch == ended.signInEpoch {
+                // The server issued this pair: its refresh token is the one to present next time.
+                let held = credentials
+                take(
+                    Credentials(
+                        accessToken: held?.accessToken ?? "", refreshToken: pair.refreshToken ?? held?.refreshToken,
+                        expiresAt: held?.expiresAt), shared: nil, lifetime: nil)
+                took = true
+            }
+            // A failure after the session changed is the old session's: decide again.
+            result = !sameSession ? .superseded : ending.trouble ? .unavailable(failure) : .failed(failure)
         }
-        return end
+        if case .failure(let failure) = ending.outcome {
+            let remember = (failure.isDefinitive || ending.kept != nil) && !ending.trouble && sameSession
+            refresh.ended(ending, generation: generation, tookCredentials: took, remember: remember, now: now)
+        } else {
+            refresh.ended(ending, generation: generation, tookCredentials: took && sameSession, remember: false, now: now)
+        }
+        var said: Actions = [.refresh(.disarm(ended.id))]
+        let runtime = ended.starter.context.runtime
+        if took { said.append(.save) }
+        if let lease = ending.unpublished, took, let credentials {
+            // Taken and saved first: the pair reaches the fleet under the lease after that.
+            refresh.unpublished = (credentials, lease)
+            said.append(.refresh(.publishPending(runtime)))
+        } else if took, ending.kept != nil, case .shared = ended.coordination, let lease = ended.lease,
+            let credentials
+        {
+            // The kept refresh token reaches the fleet under the lease: another process must not
+            // present the one the server has spent.
+            refresh.unpublished = (credentials, lease)
+            said.append(.refresh(.publishPending(runtime)))
+        } else if let lease = ending.endTurn, case .failure(let failure) = ending.outcome {
+            said.append(.refresh(.endTurn(lease, failure.reason)))
+        }
+        if let problem = ending.problem { said.append(.refresh(.problem(problem, runtime))) }
+        if !runtime.observers.isEmpty {
+            var event = PolicyEvent(.refreshEnd, time: now, context: ended.starter.context)
+            switch ending.outcome {
+            case .success where discarded:
+                event.ok = false
+                event.reason = "the session was signed in again during the refresh; its token was discarded"
+            case .success where keptAfterLogout:
+                event.ok = false
+                event.reason =
+                    "the session was logged out during the refresh; its new tokens were saved, and the session stays logged out"
+            case .success:
+                event.ok = true
+                if ended.released {
+                    event.reason = "answered after refresh.timeout (\(ended.settings.timeout.policyText)); the new tokens are kept"
+                }
+            case .failure(let failure):
+                event.ok = false
+                event.reason = failure.reason
+                event.status = failure.response?.status
+            }
+            said.append(.emit(event))
+        }
+        if refresh.isIdle { said += settled() }
+        guard !ended.detached else { return said }
+        var actions: Actions = []
+        var logout: (UInt64, DecidedLogout)?
+        // A definitive failure that logs a waiter out does so here, before any waiter is woken,
+        // so none is released and sent in between.
+        if case .failed(let failure) = result, failure.isDefinitive,
+            let decided = logOutForFailedRefresh(
+                insideLock: ended, failure, answerLogsOut: ending.answerLogsOut, now: now, date: date)
+        {
+            logout = (decided.trigger, decided.logout)
+            actions = decided.actions
+        }
+        // The waiters are resumed first, then the logout's cancellations.
+        var woken: Actions = said
+        endWaits(insideLock: ended, result, logout: logout, into: &woken)
+        return woken + actions
+    }
+
+    /// Takes `fresh` as the session's credentials: a new generation (the coordinator's `shared`
+    /// one when it numbered them), with their lifetime as issued (for `ahead`).
+    private mutating func take(_ fresh: Credentials, shared: UInt64?, lifetime: Double?) {
+        credentialsBox = CredentialsBox(fresh, lifetime: lifetime)
+        generation += 1
+        if let shared, shared > sharedGeneration { sharedGeneration = shared }
+    }
+
+    /// Resumes the callers waiting for the refresh to settle (``PolicyEngine/waitForBackgroundWork()``).
+    mutating func settled() -> Actions {
+        var actions: Actions = []
+        for waiter in refreshSettled { actions.append(.resume(waiter)) }
+        refreshSettled = []
+        return actions
     }
 
     /// A refresh failed: when the failure leads one of its waiters to a logout (in request
@@ -188,66 +266,6 @@ extension EngineState {
         }
         actions += endRequests(insideLock: trigger, cancelInFlight: escalation.logout.cancelInFlight)
         return (trigger, DecidedLogout(escalation), actions)
-    }
-
-    /// The refresh task's end, in one transition: the session takes what the refresh produced
-    /// (``refreshEnded(_:outcome:shared:now:coordinationTrouble:adopted:)``; `lifetime`: the seconds the
-    /// new access token is valid for, as issued), a definitive failure that leads a waiter to a
-    /// logout starts that logout (``logOutForFailedRefresh(insideLock:_:answerLogsOut:now:date:)``),
-    /// and only then are the waiters woken and the dispatch queues moved. `answerLogsOut`: the
-    /// token endpoint's answer matches a logout rule.
-    ///
-    /// Returns what the refresh's end did, whether it logged out, and the actions in order: save
-    /// the credentials (when it took new ones), the `refresh-end` event (about `context`, the
-    /// request that started the refresh; made when someone observes), then the waiters resumed
-    /// and the logout's cancellations.
-    mutating func refreshEnded(
-        insideLock ended: Flight, outcome: Result<Credentials, RefreshFailure>, shared: UInt64?, lifetime: Double?,
-        answerLogsOut: Bool, coordinationTrouble: Bool, adopted: Bool = false, context: RequestContext? = nil,
-        now: Duration, date: Date
-    ) -> (RefreshEnd, loggedOut: Bool, Actions) {
-        let end = refreshEnded(
-            ended, outcome: outcome, shared: shared, now: now, coordinationTrouble: coordinationTrouble,
-            adopted: adopted)
-        if end.saved, let fresh = try? outcome.get(), credentials == fresh {
-            credentialsBox = CredentialsBox(fresh, lifetime: lifetime)
-        }
-        var said: Actions = []
-        if end.saved { said.append(.save) }
-        if let context, !context.runtime.observers.isEmpty {
-            var event = PolicyEvent(.refreshEnd, time: now, context: context)
-            switch outcome {
-            case .success where end.discarded:
-                event.ok = false
-                event.reason = "the session was signed in again during the refresh; its token was discarded"
-            case .success where end.keptAfterLogout:
-                event.ok = false
-                event.reason =
-                    "the session was logged out during the refresh; its new tokens were saved, and the session stays logged out"
-            case .success: event.ok = true
-            case .failure(let failure):
-                event.ok = false
-                event.reason = failure.reason
-                event.status = failure.response?.status
-            }
-            said.append(.emit(event))
-        }
-        guard let waiting = end.waiting else { return (end, false, said) }
-        var actions: Actions = []
-        var logout: (UInt64, DecidedLogout)?
-        // A definitive failure that logs a waiter out does so here, before any waiter is woken,
-        // so none is released and sent in between.
-        if case .failed(let failure) = end.result, failure.isDefinitive,
-            let decided = logOutForFailedRefresh(
-                insideLock: waiting, failure, answerLogsOut: answerLogsOut, now: now, date: date)
-        {
-            logout = (decided.trigger, decided.logout)
-            actions = decided.actions
-        }
-        // The waiters are resumed first, then the logout's cancellations, as before.
-        var woken: Actions = said
-        endWaits(insideLock: waiting, end.result, logout: logout, into: &woken)
-        return (end, logout != nil, woken + actions)
     }
 
     /// Starts a cooldown until `until` (`untilDate` on the wall clock). `false` when the session
@@ -348,9 +366,8 @@ extension EngineState {
         credentials = published
         generation += 1
         guard let answered = flight, answered.sessionEpoch == sessionEpoch else { return .adopted(answered: nil) }
-        lastRefresh = now
-        flight = nil
-        return .adopted(answered: answered)
+        refresh.lastRefresh = now
+        return .adopted(answered: refresh.detach())
     }
 
     /// The coordinator stored this engine's sign-in of `signedIn` as `session`. `false` when it

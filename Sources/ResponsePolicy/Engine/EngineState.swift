@@ -190,24 +190,8 @@ struct EngineState {
         case unavailable(RefreshFailure)
     }
 
-    /// The refresh in progress and the requests waiting for it.
-    ///
-    /// A value: the refresh task keeps a copy of what it needs (its id, its session); the
-    /// waiters list lives in the state's copy; each waiter finds the result in its wake.
-    struct Flight: Sendable {
-        let id: UInt64
-        let sessionEpoch: UInt64
-        /// ``EngineState/signInEpoch`` when the refresh started.
-        let signInEpoch: UInt64
-        /// The coordinator's generation of the credentials being replaced.
-        let sharedGeneration: UInt64
-        /// A refresh that did not help (of a token no server accepted): counted by `limit`, here
-        /// and across the fleet; a healthy rotation is not.
-        var countsTowardLimit = true
-        /// Request numbers, in the order they began waiting; a waiter that left (cancelled,
-        /// logged out) stays listed but its slot no longer names this flight.
-        var waiters: [UInt64] = []
-    }
+    /// The refresh in progress and the requests waiting for it (see ``RefreshFlight/Flight``).
+    typealias Flight = RefreshFlight.Flight
 
     var runtime: PolicyRuntime
     /// Boxed: every attempt reads the credentials under the lock, and copying the box out is one
@@ -220,20 +204,16 @@ struct EngineState {
     /// Bumped by every successful refresh and sign-in: a request signed with an older
     /// generation that hits a trigger retries at once with the newer token.
     var generation: UInt64 = 0
-    var flight: Flight?
-    var nextFlight: UInt64 = 0
-    /// When the last successful refresh ended (for `share-window`).
-    var lastRefresh: Duration?
-    /// When refreshes that did not help started (for `limit`), oldest first.
-    var refreshCalls: [Duration] = []
+    /// The refresh: the flight in progress, the remembered definitive answer, `refresh.limit`'s
+    /// window, the token endpoint's `Retry-After`, a pair not yet published (see ``RefreshFlight``).
+    var refresh = RefreshFlight()
+    /// The flight in progress.
+    var flight: Flight? { refresh.current }
     /// The newest token generation a server accepted (a response to a request signed with it that
-    /// was not a refresh or logout trigger): refreshing a token that was accepted is a healthy
-    /// rotation; refreshing one that never was did not help, and counts toward `limit`.
+    /// was not a refresh or logout trigger): a refresh of a token that was accepted is a healthy
+    /// rotation; one whose token was refused before any response accepted it did not help, and
+    /// `refresh.limit` counts it.
     var acceptedGeneration: UInt64 = 0
-    /// The last definitive refresh failure, for the generation it failed for and when: a refresh of
-    /// the same credentials soon after is not tried again (a refresh that cannot succeed is not
-    /// hammered), and its requests fail with this reason.
-    var lastDefinitive: (generation: UInt64, failure: RefreshFailure, at: Duration)?
     var loggedOutUntil: Duration?
     /// The cooldown's end on the wall clock, fixed at logout so every refusal reports the same.
     var loggedOutUntilDate: Date?
@@ -260,11 +240,10 @@ struct EngineState {
     /// none shared yet). Compared with what the coordinator publishes; the local `generation`
     /// keeps counting every change for the requests' own bookkeeping.
     var sharedGeneration: UInt64 = 0
-    /// A pair this engine's refresh produced that the coordinator could not store (unavailable):
-    /// kept and used here, and published when the coordinator is back (issue 19, invariant f).
-    var unpublished: (credentials: Credentials, lease: RefreshLease)?
     /// What the coordinator reported and has not recovered from (``PolicyEngine/problems``).
     var coordinationProblem: PluginError?
+    /// Callers of `waitForBackgroundWork` waiting for the refresh to settle (no flight, no call out).
+    var refreshSettled: [UnsafeContinuation<Void, Never>] = []
     /// Refreshes and logout calls running in the background, for `waitForBackgroundWork`.
     var background: [UInt64: Task<Void, Never>] = [:]
     var nextBackground: UInt64 = 0
@@ -297,7 +276,7 @@ struct EngineState {
     /// under `hold-new-requests`), with a timer at its deadline. Returns the timer to arm.
     mutating func join(insideLock id: UInt64, route: RefreshRoute?, held: Bool = false) -> Actions {
         guard let current = flight?.id else { return [] }
-        flight?.waiters.append(id)
+        refresh.wait(id)
         var actions: Actions = []
         modifySlot(id) { slot in
             var wait = RefreshWait(flight: current, route: route)

@@ -100,7 +100,12 @@ extension PolicyEngine {
                 // be refused at once, which must lead to a refresh, not to on-exhausted).
                 // Saved first, then the waiters go on.
                 var woken: Actions = [.save]
-                if let answered { state.endWaits(insideLock: answered, .adopted, into: &woken) }
+                if let answered {
+                    state.endWaits(insideLock: answered, .adopted, into: &woken)
+                    // A flight between calls ends here: its timer goes (one with a call out keeps
+                    // it until the call returns).
+                    if !answered.isOut { woken.append(.refresh(.disarm(answered.id))) }
+                }
                 return (state.runtime, woken)
             }
         }

@@ -100,13 +100,23 @@ extension PolicyEngine {
     public func waitForBackgroundWork() async {
         while true {
             let pending = state.withLock { Array($0.background.values) }
-            guard !pending.isEmpty else { return }
             for task in pending { await task.value }
             state.withLock { state in
                 for (id, task) in state.background where pending.contains(task) {
                     state.background.removeValue(forKey: id)
                 }
             }
+            // A refresh between two calls (a backoff, a Retry-After) runs no task: wait for it to
+            // settle too (bounded by its refresh.timeout; a call out by twice that).
+            await withUnsafeContinuation { (continuation: UnsafeContinuation<Void, Never>) in
+                let settled = state.withLock { state -> Bool in
+                    guard !state.refresh.isIdle else { return true }
+                    state.refreshSettled.append(continuation)
+                    return false
+                }
+                if settled { continuation.resume() }
+            }
+            if pending.isEmpty, state.withLock({ $0.background.isEmpty && $0.refresh.isIdle }) { return }
         }
     }
 }

@@ -283,7 +283,7 @@ extension PolicyEngine {
                 if let machine { timers.schedule(machine.timer, at: deadline, token: token) }
             case .disarm:
                 if let machine { timers.cancel(machine.timer) }
-            case .emit, .save, .startRefresh, .publish:
+            case .emit, .save, .refresh, .publish:
                 performRare(action, for: machine, runtime: runtime)
             }
         }
@@ -297,8 +297,7 @@ extension PolicyEngine {
         switch action {
         case .emit(let event): emit(event, runtime)
         case .save: saveCredentials(runtime)
-        case .startRefresh(let start):
-            if let machine { startRefresh(start, for: machine) }
+        case .refresh(let work): performRefresh(work)
         case .publish(let notice): publish(notice)
         case .resume, .cancel, .arm, .disarm: break
         }

@@ -77,6 +77,8 @@ public final class PolicyEngine: Sendable {
     /// The newest accepted generation already noted in `state` (a hint read without the lock).
     let acceptedHint = Atomic<UInt64>(0)
     let timers: TimerService
+    /// The refresh flight's timer on the heap, by flight, with its token (see `armFlightTimer`).
+    let flightTimers = Locked<[UInt64: (token: UInt64, node: TimerNode)]>([:])
     /// Serialises credential-store writes; holds the generation last written.
     let saving = Locked<UInt64>(0)
     /// Where refresh turns, publications and logouts are shared (see ``SessionCoordinator``).

@@ -59,6 +59,8 @@ final class RequestMachine {
     /// `dispatch.max-in-flight-per-host` of the policy it started under, `auto` resolved against
     /// the transport (`Int.max`: unlimited).
     let dispatchLimit: Int
+    /// How the session is shared, for a refresh this request starts.
+    let coordination: RefreshFlight.Coordination
 
     var result: Result<HTTPResponse, PolicyEngineError> = .failure(.cancelled)
     /// The signed request of the attempt about to go out (the unsigned one between attempts),
@@ -128,6 +130,7 @@ final class RequestMachine {
         self.request = request
         pendingRequest = request
         deadline = scope.deadline.map { context.start + $0 }
+        coordination = engine.refreshCoordination(context.runtime)
         now = context.start
         self.date = date
         if let limit = context.runtime.policy.dispatch.maxInFlightPerHost.resolved(
@@ -223,6 +226,7 @@ final class RequestMachine {
         departure.refreshes = plugins.refresh != nil
         departure.ahead = scope.refreshAhead
         departure.attemptTimeout = scope.attemptTimeout
+        departure.coordination = coordination
         pendingAttempt = departure.attempt
         return EngineState.RequestEvent(
             id: context.number, scope: scope, scopeIndex: scopeIndex, context: context, now: now, date: date,

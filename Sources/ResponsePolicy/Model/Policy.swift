@@ -102,7 +102,7 @@ public struct Policy: Sendable {
     package static func readFile(_ path: String, limits: YAMLLimits) throws(PolicyError) -> [UInt8] {
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
-            throw .unreadable(path: path, reason: "no such file")
+            throw .unreadable(path: path, reason: PolicyError.noSuchFile)
         }
         guard !isDirectory.boolValue else { throw .unreadable(path: path, reason: "it is a directory") }
         // O_NONBLOCK so that a FIFO (or a device) does not hang the open; only regular files are read.
@@ -209,6 +209,10 @@ public enum PolicyError: Error, Sendable, Equatable, CustomStringConvertible {
     case unreadable(path: String, reason: String)
     /// The file has errors; every finding, warnings included, in file order.
     case invalid(file: String?, diagnostics: [Diagnostic])
+
+    /// The reason for a path that does not exist, in the words of `strerror(ENOENT)`: one wording
+    /// for every command (lint, graph, explain, simulate, test, diff and fetch's files alike).
+    package static let noSuchFile = "no such file or directory"
 
     public var diagnostics: [Diagnostic] {
         if case .invalid(_, let diagnostics) = self { return diagnostics }

@@ -364,8 +364,11 @@ extension PolicyDecoder {
     // MARK: - classify
 
     mutating func classify(_ node: YAMLNode) -> CodeSource? {
-        guard let fields = mappingFields(node, "'classify'", allowed: Self.classifyKeys) else { return nil }
-        if let plugin = pluginReference(.extract, fields) {
+        guard
+            let (fields, misplaced) = pluginSectionFields(
+                node, "'classify'", allowed: Self.classifyKeys, kind: .extract)
+        else { return nil }
+        if let plugin = pluginReference(.extract, fields, misplaced: misplaced) {
             if let code = fields.first(where: { $0.key == "code" }) {
                 report(
                     .error(

@@ -140,8 +140,13 @@ extension PolicyDecoder {
     {
         var settings = base
         let allowed = (tuningOnly ? [] : Self.pluginKeys) + Self.refreshTuningKeys + extraKeys
-        guard let fields = mappingFields(node, what, allowed: allowed) else { return settings }
-        if !tuningOnly, let plugin = pluginReference(.refresh, fields) { settings.plugin = plugin }
+        guard
+            let (fields, misplaced) = pluginSectionFields(
+                node, what, allowed: allowed, kind: tuningOnly ? nil : .refresh)
+        else { return settings }
+        if !tuningOnly, let plugin = pluginReference(.refresh, fields, misplaced: misplaced) {
+            settings.plugin = plugin
+        }
         for (key, _, value) in fields {
             locations["\(path).\(key)"] = value.range
             switch key {
@@ -174,7 +179,8 @@ extension PolicyDecoder {
                         locations["\(path).transient.\(transientKey)"] = transientValue.range
                         switch transientKey {
                         case "initial":
-                            transient.initial = duration(transientValue, transientKey).flatMap { $0 } ?? transient.initial
+                            transient.initial =
+                                duration(transientValue, transientKey).flatMap { $0 } ?? transient.initial
                         case "max-delay":
                             transient.maxDelay =
                                 duration(transientValue, transientKey).flatMap { $0 } ?? transient.maxDelay
@@ -211,8 +217,11 @@ extension PolicyDecoder {
     {
         var settings = base
         let allowed = (tuningOnly ? [] : Self.pluginKeys) + Self.logoutTuningKeys + extraKeys
-        guard let fields = mappingFields(node, what, allowed: allowed) else { return settings }
-        if !tuningOnly, let plugin = pluginReference(.logout, fields) { settings.plugin = plugin }
+        guard
+            let (fields, misplaced) = pluginSectionFields(
+                node, what, allowed: allowed, kind: tuningOnly ? nil : .logout)
+        else { return settings }
+        if !tuningOnly, let plugin = pluginReference(.logout, fields, misplaced: misplaced) { settings.plugin = plugin }
         for (key, _, value) in fields {
             locations["\(path).\(key)"] = value.range
             switch key {
@@ -255,17 +264,78 @@ extension PolicyDecoder {
 
     /// A plugin-only section (`authorize:`, `store:`, one `observe:` entry).
     mutating func pluginSection(_ kind: PluginKind, _ node: YAMLNode, what: String) -> PluginReference? {
-        guard let fields = mappingFields(node, what, allowed: Self.pluginKeys) else { return nil }
-        guard let plugin = pluginReference(kind, fields) else {
+        guard let (fields, misplaced) = pluginSectionFields(node, what, allowed: Self.pluginKeys, kind: kind) else {
+            return nil
+        }
+        guard let plugin = pluginReference(kind, fields, misplaced: misplaced) else {
             report(.error("missing-key", "\(what) needs 'use:' to name a \(kind.rawValue) plugin", at: node.range))
             return nil
         }
         return plugin
     }
 
-    /// Reads `use:` and `with:` from a section's fields and checks them against the catalog.
+    /// The fields of a section whose `use:` names a `kind` plugin (the keys in `allowed`), and
+    /// the plugin's options written beside `with:` instead of under it, or without `with:`.
+    ///
+    /// Why: a `with:` block indented one level too little puts every option beside `with:`, and
+    /// each was reported twice (an unknown key of the section, and a missing option of the
+    /// plugin), none saying what was wrong. Those keys are one finding, "indent these under
+    /// `with:`", and are then read as the plugin's options, so nothing else is reported about
+    /// them. `kind` is `nil` for a section that names no plugin (a rule's `then:`).
+    mutating func pluginSectionFields(
+        _ node: YAMLNode, _ what: String, allowed: [String], kind: PluginKind?
+    ) -> (fields: [(key: String, keyNode: YAMLNode, value: YAMLNode)], misplaced: [(String, YAMLNode, YAMLNode)])? {
+        var misplaced: [(String, YAMLNode, YAMLNode)] = []
+        if let kind, let pairs = node.pairs, let use = pairs.first(where: { $0.key.scalar == "use" }),
+            let name = use.value.scalar, let found = catalog.schema(kind, name), let schema = found
+        {
+            let options = Set(schema.options.map(\.name)).union(schema.forbiddenSecrets.keys)
+            for pair in pairs {
+                guard let key = pair.key.scalar, !allowed.contains(key), options.contains(key) else { continue }
+                misplaced.append((key, pair.key, pair.value))
+            }
+            if let first = misplaced.first {
+                report(
+                    Self.misplacedOptions(
+                        misplaced.map(\.0), kind: kind, plugin: name, at: first.1.range,
+                        withKey: pairs.first { $0.key.scalar == "with" }?.key,
+                        others: misplaced.dropFirst().map { ($0.0, $0.1.range) }))
+            }
+        }
+        let keys = misplaced.map(\.0)
+        guard let fields = mappingFields(node, what, allowed: allowed + keys) else { return nil }
+        return (fields.filter { !keys.contains($0.key) }, misplaced)
+    }
+
+    /// `'token-url' and 'client-id' are options of refresh plugin 'oauth2', written beside
+    /// 'with:'; indent them under 'with:'` (or, without `with:`, write them under it).
+    static func misplacedOptions(
+        _ keys: [String], kind: PluginKind, plugin: String, at range: SourceRange, withKey: YAMLNode?,
+        others: [(key: String, range: SourceRange)]
+    ) -> Diagnostic {
+        let quoted = keys.map { "'\($0.truncatedForMessage)'" }
+        let listed =
+            quoted.count == 1 ? quoted[0] : quoted.dropLast().joined(separator: ", ") + " and " + (quoted.last ?? "")
+        let subject =
+            keys.count == 1
+            ? "\(listed) is an option of \(kind.rawValue) plugin '\(plugin.truncatedForMessage)'"
+            : "\(listed) are options of \(kind.rawValue) plugin '\(plugin.truncatedForMessage)'"
+        let pronoun = keys.count == 1 ? "it" : "them"
+        let message =
+            withKey != nil
+            ? "\(subject), written beside 'with:'; indent \(pronoun) under 'with:'"
+            : "\(subject); write \(pronoun) under 'with:', as in with: { \(keys[0].truncatedForMessage): … }"
+        var notes = others.map { Diagnostic.Note(range: $0.range, message: "'\($0.key.truncatedForMessage)' is here") }
+        if let withKey { notes.insert(Diagnostic.Note(range: withKey.range, message: "'with:' is here"), at: 0) }
+        return .error("unknown-key", message, at: range, notes: notes)
+    }
+
+    /// Reads `use:` and `with:` from a section's fields and checks them against the catalog;
+    /// `misplaced` are the plugin's options found beside `with:` (already reported), read as if
+    /// written under it.
     mutating func pluginReference(
-        _ kind: PluginKind, _ fields: [(key: String, keyNode: YAMLNode, value: YAMLNode)]
+        _ kind: PluginKind, _ fields: [(key: String, keyNode: YAMLNode, value: YAMLNode)],
+        misplaced: [(String, YAMLNode, YAMLNode)] = []
     ) -> PluginReference? {
         let useField = fields.first { $0.key == "use" }
         let withField = fields.first { $0.key == "with" }
@@ -289,6 +359,10 @@ extension PolicyDecoder {
                     options[key] = pluginOption(pair.value)
                 }
             }
+        }
+        for (key, keyNode, value) in misplaced where options[key] == nil {
+            optionNodes.append((key, keyNode, value))
+            options[key] = pluginOption(value)
         }
         let reference = PluginReference(kind: kind, name: name, options: options, range: useField.value.range)
         guard let schema = catalog.schema(kind, name) else {

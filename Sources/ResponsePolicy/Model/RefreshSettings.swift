@@ -9,16 +9,18 @@ package struct RefreshSettings: Sendable, Hashable {
         }
     }
 
-    /// How a refresh retries transient trouble (`refresh.transient`): a 5xx or 429 answer,
-    /// `temporarily_unavailable`, `slow_down`, no answer, a reset connection. The plugin is called
-    /// again after `initial`, doubling up to `max-delay`, or after the answer's `Retry-After`,
-    /// for as long as `refresh.timeout` allows; the requests waiting for the refresh stay parked
-    /// meanwhile. Trouble that outlasts the timeout fails those requests, and the session goes on:
-    /// only a definitive answer (``RefreshFailure/Kind/definitive``) reaches `on-failure`.
+    /// How a refresh retries transient trouble (`refresh.transient`): a 5xx, 408, 425 or 429
+    /// answer, `temporarily_unavailable`, `slow_down`, no answer, a reset connection. The plugin is
+    /// called again after `initial`, doubling up to `max-delay`, or after the answer's
+    /// `Retry-After` (obeyed in full), for as long as `refresh.timeout` allows; the requests
+    /// waiting for the refresh stay parked meanwhile. Trouble that outlasts the timeout fails those
+    /// requests, and the session goes on: only a definitive answer
+    /// (``RefreshFailure/Kind/definitive``) reaches `on-failure`.
     package struct Transient: Sendable, Hashable {
         /// `500ms` by default: the wait before the second call.
         package var initial: Duration = .milliseconds(500)
-        /// `5s` by default: the longest wait between two calls (a longer `Retry-After` included).
+        /// `5s` by default: the longest backoff between two calls. A `Retry-After` is obeyed in
+        /// full, however long: the server asked for no call before it ends.
         package var maxDelay: Duration = .seconds(5)
         /// `true` (`retry-after: honor`) by default: a `Retry-After` answer sets the wait.
         package var honorRetryAfter = true
@@ -29,10 +31,10 @@ package struct RefreshSettings: Sendable, Hashable {
         /// an endpoint that keeps failing at once is not called in a tight loop.
         package static let minimumDelay = Duration.milliseconds(50)
 
-        /// The wait before call `call + 1`, after `call` calls: `initial × 2^(call−1)`, or the
-        /// server's `requested` wait, capped at `max-delay`, and never below ``minimumDelay``.
+        /// The wait before call `call + 1`, after `call` calls: the server's `requested` wait in
+        /// full, or `initial × 2^(call−1)` capped at `max-delay`; never below ``minimumDelay``.
         package func delay(afterCall call: Int, requested: Duration?) -> Duration {
-            if honorRetryAfter, let requested { return max(min(requested, maxDelay), Self.minimumDelay) }
+            if honorRetryAfter, let requested { return max(requested, Self.minimumDelay) }
             var delay = initial
             for _ in 1..<max(call, 1) where delay < maxDelay { delay = delay * 2 }
             return max(min(delay, maxDelay), Self.minimumDelay)

@@ -6,7 +6,9 @@ enum BuiltinPlugins {
     static func register(in registry: inout PluginRegistry) {
         registry.register(authorize: "bearer") { _ in BearerAuthorizer() }
         registry.register(authorize: "header") { config in
-            HeaderAuthorizer(name: config.string("name") ?? "Authorization", prefix: config.string("prefix") ?? "")
+            HeaderAuthorizer(
+                name: config.string("name") ?? "Authorization", prefix: config.string("prefix") ?? "",
+                tokenType: config.string("token-type") ?? "bearer")
         }
         registry.register(authorize: "query") { config in QueryAuthorizer(name: config.string("name") ?? "access_token")
         }
@@ -35,13 +37,16 @@ package struct BearerAuthorizer: AuthorizePlugin {
     }
 }
 
-/// `<name>: <prefix><token>`, e.g. `auth_token: abc`.
+/// `<name>: <prefix><token>`, e.g. `auth_token: abc`; `token-type` names the token type it sends
+/// (`bearer` by default), for a token endpoint that issues another (`DPoP`, `mac`).
 package struct HeaderAuthorizer: AuthorizePlugin {
     package let name: String
     package let prefix: String
-    package init(name: String, prefix: String = "") {
+    package let tokenType: String
+    package init(name: String, prefix: String = "", tokenType: String = "bearer") {
         self.name = name
         self.prefix = prefix
+        self.tokenType = tokenType
     }
     package func authorize(_ request: inout HTTPRequest, with credentials: Credentials) {
         request.headers.set(name, prefix + credentials.accessToken)

@@ -208,10 +208,14 @@ package struct HTTPRefresh: RefreshPlugin {
         }
         var expiresAt: Date?
         if let (path, text) = expiresInPath, let value = Self.value(at: path, in: response) {
-            guard let seconds = TokenEndpoint.seconds(value) else {
-                throw RefreshFailure("the value at '\(text)' is not a number of seconds", response: response)
+            // The answer is a token: the pair is kept whatever else is odd in it.
+            if let seconds = TokenEndpoint.seconds(value) {
+                expiresAt = context.clock.date.addingTimeInterval(seconds)
+            } else {
+                context.report(
+                    "the value at '\(text)' (\(TokenAnswer.quoted(value))) is not a usable number of seconds; the new"
+                        + " token's lifetime is unknown, so it is used until the server refuses it")
             }
-            expiresAt = context.clock.date.addingTimeInterval(seconds)
         }
         return Credentials(accessToken: accessToken, refreshToken: refreshToken, expiresAt: expiresAt)
     }

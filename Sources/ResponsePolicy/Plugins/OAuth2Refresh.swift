@@ -280,26 +280,36 @@ package struct OAuth2Refresh: RefreshPlugin, CustomStringConvertible, CustomDebu
         guard let accessToken = object["access_token"] as? String, !accessToken.isEmpty else {
             throw RefreshFailure("the token endpoint's answer has no 'access_token'", response: response)
         }
-        if let tokenType = object["token_type"], !(tokenType is String) {
-            throw RefreshFailure("the token endpoint's 'token_type' is not a text", response: response)
-        }
+        // From here the answer is a token: the server has issued (and, with rotation, spent the
+        // old refresh token for) this pair, so whatever else is odd in it, the pair is kept.
+        var rotated: String?
+        if let value = object["refresh_token"] as? String, !value.isEmpty { rotated = value }
         var expiresAt: Date?
         if let lifetime = object["expires_in"], !(lifetime is NSNull) {
-            guard let seconds = TokenEndpoint.seconds(lifetime) else {
-                throw RefreshFailure("the token endpoint's 'expires_in' is not a number of seconds", response: response)
+            if let seconds = TokenEndpoint.seconds(lifetime) {
+                expiresAt = context.clock.date.addingTimeInterval(seconds)
+            } else {
+                context.report(
+                    "the token endpoint's 'expires_in' (\(TokenAnswer.quoted(lifetime))) is not a usable number of"
+                        + " seconds; the new token's lifetime is unknown, so it is used until the server refuses it")
             }
-            expiresAt = context.clock.date.addingTimeInterval(seconds)
         }
-        var rotated: String?
-        if let value = object["refresh_token"], !(value is NSNull) {
-            guard let text = value as? String else {
-                throw RefreshFailure("the token endpoint's 'refresh_token' is not a text", response: response)
-            }
-            rotated = text.isEmpty ? nil : text
-        }
-        return Credentials(
+        let credentials = Credentials(
             accessToken: accessToken, refreshToken: rotated ?? refreshToken ?? context.credentials?.refreshToken,
             expiresAt: expiresAt)
+        if let value = object["refresh_token"], !(value is NSNull), !(value is String) {
+            context.report("the token endpoint's 'refresh_token' is not a text; the refresh token held is kept")
+        }
+        if let type = object["token_type"] {
+            guard let text = type as? String, TokenAnswer.acceptable(tokenType: text, sending: context.tokenType) else {
+                throw RefreshFailure(
+                    "the token endpoint issued a token of type \(TokenAnswer.quotedType(type)), and the policy's"
+                        + " authorizer sends '\(context.tokenType)' tokens (RFC 6749 §7.1: a token of a type the client"
+                        + " does not understand is not used); its refresh token is kept",
+                    response: response, kind: .transient, keeping: credentials)
+            }
+        }
+        return credentials
     }
 
     /// A hint for an `invalid_client` answer to Basic credentials that the encoding changes (a

@@ -15,14 +15,25 @@ public struct RefreshContext: Sendable {
     /// expires within `refresh.ahead`, or `sign-in` when there are no credentials yet. Never a
     /// secret; the `exec` plugin passes it to its command.
     public let reason: String
+    /// The token type the policy's authorizer sends (RFC 6749 §7.1): `bearer` unless its options
+    /// name another. A plugin that reads a `token_type` refuses a token of another type, keeping
+    /// the refresh token that came with it (``RefreshFailure/keeping``).
+    public let tokenType: String
+    /// Reports something odd in an answer that did not fail the refresh (an `expires_in` the
+    /// engine cannot use, so the token's lifetime is unknown): a `problem` event. Never pass a
+    /// secret; quote what the server sent only when it cannot be one.
+    public let report: @Sendable (String) -> Void
 
     public init(
-        credentials: Credentials?, transport: any Transport, clock: any PolicyClock, reason: String = "refresh"
+        credentials: Credentials?, transport: any Transport, clock: any PolicyClock, reason: String = "refresh",
+        tokenType: String = "bearer", report: @escaping @Sendable (String) -> Void = { _ in }
     ) {
         self.credentials = credentials
         self.transport = transport
         self.clock = clock
         self.reason = reason
+        self.tokenType = tokenType
+        self.report = report
     }
 }
 
@@ -59,6 +70,11 @@ public struct RefreshFailure: Error, Sendable, Equatable, CustomStringConvertibl
     /// How long to wait before the next try, when the plugin knows (`nil`: the response's
     /// `Retry-After`, else the engine's backoff).
     public var retryAfter: Duration?
+    /// Credentials the token endpoint returned with an answer the refresh cannot use (a token type
+    /// the authorizer does not send, a token that cannot be put in a header): the engine keeps
+    /// their refresh token, which the server has already rotated, and does not ask again within
+    /// `refresh.timeout`. `nil` by default.
+    public var keeping: Credentials?
 
     /// Creates a failure.
     ///
@@ -70,27 +86,30 @@ public struct RefreshFailure: Error, Sendable, Equatable, CustomStringConvertibl
     ///     taken at its word; the built-in plugins say `.transient` for an endpoint they could
     ///     not reach.
     ///   - retryAfter: The wait the server asked for; `nil` by default.
-    public init(_ reason: String, response: HTTPResponse? = nil, kind: Kind? = nil, retryAfter: Duration? = nil) {
+    ///   - keeping: Credentials that came with an answer the refresh cannot use; `nil` by default.
+    public init(
+        _ reason: String, response: HTTPResponse? = nil, kind: Kind? = nil, retryAfter: Duration? = nil,
+        keeping: Credentials? = nil
+    ) {
         self.reason = reason
         self.response = response
         self.kind = kind ?? response.map(Self.kind(of:)) ?? .definitive
         self.retryAfter = retryAfter
+        self.keeping = keeping
     }
 
-    /// Whether trying again can help, judged from the token endpoint's answer alone: definitive
-    /// for the RFC 6749 §5.2 codes that say the grant or the client is refused (`invalid_grant`,
-    /// `invalid_client`, `unauthorized_client`, `invalid_scope`), transient for anything else
-    /// (5xx, 429, `temporarily_unavailable`, `slow_down`, an answer that is no token). The
-    /// engine's classification by the policy's rules comes on top.
+    /// Whether trying again can help, judged from the token endpoint's answer alone (SPEC "The
+    /// refresh token is irreplaceable"): definitive for every RFC 6749 §5.2 code
+    /// (`invalid_request`, `invalid_client`, `invalid_grant`, `unauthorized_client`,
+    /// `unsupported_grant_type`, `invalid_scope`) and every 4xx but 408, 425 and 429; transient for
+    /// `temporarily_unavailable`, `slow_down`, 408, 425, 429, every 5xx and an answer that is no
+    /// token. The engine's classification by the policy's rules comes on top.
     public static func kind(of response: HTTPResponse) -> Kind {
-        guard let code = TokenEndpoint.errorCode(in: response) else { return .transient }
-        return definitiveErrorCodes.contains(code) ? .definitive : .transient
+        TokenAnswer.kind(of: response)
     }
 
-    /// The RFC 6749 §5.2 error codes that say the refresh cannot succeed with these credentials.
-    public static let definitiveErrorCodes: Set<String> = [
-        "invalid_grant", "invalid_client", "unauthorized_client", "invalid_scope",
-    ]
+    /// The RFC 6749 §5.2 error codes, each of which says the refresh cannot succeed as asked.
+    public static let definitiveErrorCodes: Set<String> = TokenAnswer.definitiveCodes
 
     /// Whether the refresh cannot succeed if tried again.
     public var isDefinitive: Bool { kind == .definitive }
@@ -124,6 +143,15 @@ extension RefreshPlugin {
 /// signature, since the engine re-signs the same request after every refresh.
 public protocol AuthorizePlugin: Sendable {
     func authorize(_ request: inout HTTPRequest, with credentials: Credentials)
+
+    /// The token type it sends (RFC 6749 §7.1, compared without case): a token endpoint that
+    /// issues another type is refused, since a token used as a type it is not is refused by the
+    /// server at best. `bearer` by default.
+    var tokenType: String { get }
+}
+
+extension AuthorizePlugin {
+    public var tokenType: String { "bearer" }
 }
 
 // MARK: - Logout

@@ -142,6 +142,10 @@ public struct PluginCatalog: Sendable, Hashable {
                 [
                     .init("name", .string, required: true, "the header that carries the token"),
                     .init("prefix", .string, "text before the token, e.g. 'Token '"),
+                    .init(
+                        "token-type", .string,
+                        "the token type it sends (RFC 6749 §7.1), bearer by default; a token endpoint that issues"
+                            + " another type is refused"),
                 ]),
             "query": PluginSchema([.init("name", .string, required: true, "the query parameter that carries the token")]
             ),

@@ -33,7 +33,8 @@ enum PluginSchemaFile {
 
     /// The YAML for `catalog`'s host plugins (built-ins are left out: every `policy` knows them).
     static func export(_ catalog: PluginCatalog) -> String {
-        var out = "# Host plugins and their options, for `policy lint --plugins FILE`.\n"
+        var out = "# Host plugins and their options, for `policy lint` "
+        out += "(found beside the policies, or --plugins FILE).\n"
         out += "# Written by PluginRegistry.exportSchemas(); regenerate it when a plugin changes.\n"
         out += "plugins: 1\n"
         for kind in PluginKind.allCases {
@@ -129,8 +130,11 @@ enum PluginSchemaFile {
                             if let key = entry.key.scalar, let instead = entry.value.scalar { secrets[key] = instead }
                         }
                     default:
+                        let key = field.key.scalar ?? ""
+                        let hint = Suggestion.hint(for: key, in: ["options", "secrets"])
                         report(
-                            "unknown key '\((field.key.scalar ?? "").truncatedForMessage)'; a plugin has 'options' and 'secrets'",
+                            "unknown key '\(key.truncatedForMessage)'"
+                                + (hint.isEmpty ? "; a plugin has 'options' and 'secrets'" : hint),
                             field.key.range)
                     }
                 }
@@ -166,8 +170,11 @@ enum PluginSchemaFile {
             case "summary": summary = text ?? ""
             case "values": values = (field.value.items ?? []).compactMap(\.scalar)
             default:
+                let key = field.key.scalar ?? ""
+                let hint = Suggestion.hint(for: key, in: ["type", "required", "summary", "values"])
                 report(
-                    "unknown key '\((field.key.scalar ?? "").truncatedForMessage)'; an option has 'type', 'required', 'summary' and 'values'",
+                    "unknown key '\(key.truncatedForMessage)'"
+                        + (hint.isEmpty ? "; an option has 'type', 'required', 'summary' and 'values'" : hint),
                     field.key.range)
             }
         }

@@ -144,6 +144,9 @@ package enum Simulator {
                     // end then cancels the rest.
                     for await _ in group where collector.isStopped() { group.cancelAll() }
                 }
+                // As a process does before it exits: a token call still out (past its waiters'
+                // timeout) answers or is abandoned, and a pair it brings is kept.
+                if !collector.isStopped() { await engine.waitForBackgroundWork() }
             }
         } catch {
             throw .stalled(at: clock.now)
