@@ -48,6 +48,7 @@ extension RedisSessionCoordinator {
             local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
             redis.call('SET', KEYS[3], lease, 'PX', ARGV[5])
             redis.call('HSET', KEYS[1], 'lease', lease, 'lease-until', tostring(now + tonumber(ARGV[5])))
+            redis.call('HDEL', KEYS[1], 'lease-asker')
             local fence = tonumber(string.match(lease, '^%d+') or '0') or 0
             if counter < fence then redis.call('SET', KEYS[4], tostring(fence)) end
             if (ARGV[7] or '') ~= '' and string.match(lease, '^[%w:.]+$') then
@@ -70,12 +71,13 @@ extension RedisSessionCoordinator {
     /// count (0: none), limit window ms; under a key, the fencing token asked for and the lease's
     /// sealed suffix (empty without one); the newest generation the asking process knows, the
     /// highest fencing token it has seen, a lease it saw in term (its value, or empty) and its ms
-    /// left, the channel grants are announced on.
+    /// left, the channel grants are announced on, and the asking coordinator's id (random).
     ///
     /// Returns {5, gen} (Redis is behind what the process knows: it re-seeds, then asks again),
     /// {0, gen, creds, logout-until, epoch} (newer), {2, holder lease, ms left} (wait: a lease held,
     /// or the one the process saw put back), {3, grants…} (limit reached), {4, counter} (the
-    /// token asked for is not past the counter: ask again), {1, fence, gen} (granted, announced).
+    /// token asked for is not past the counter: ask again), {1, fence, gen, ms left} (granted and
+    /// announced; or its own lease again, granted to a question whose answer it never got).
     static let beginScript = """
         local gen = tonumber(redis.call('HGET', KEYS[1], 'gen') or '0') or 0
         if gen < (tonumber(ARGV[7] or '0') or 0) then return {5, tostring(gen)} end
@@ -97,6 +99,14 @@ extension RedisSessionCoordinator {
           end
         end
         if holder then
+          -- Its own lease, granted to a question whose answer it never got (its client gave up
+          -- after Redis ran it): granted again for what is left of it, rather than waited for.
+          local asker = ARGV[12] or ''
+          local fence = tonumber(string.match(holder, '^%d+') or '0') or 0
+          if asker ~= '' and fence > 0 and redis.call('HGET', KEYS[1], 'lease-asker') == asker
+              and redis.call('HGET', KEYS[1], 'lease') == holder then
+            return {1, tostring(fence), tostring(gen), redis.call('PTTL', KEYS[2])}
+          end
           local left = redis.call('PTTL', KEYS[2])
           if left < 0 or left > tonumber(ARGV[2]) then
             redis.call('PEXPIRE', KEYS[2], ARGV[2])
@@ -116,6 +126,7 @@ extension RedisSessionCoordinator {
             local left = math.min(knownLeft, tonumber(ARGV[2]))
             redis.call('SET', KEYS[2], known, 'PX', left)
             redis.call('HSET', KEYS[1], 'lease', known, 'lease-until', tostring(now + left))
+            redis.call('HDEL', KEYS[1], 'lease-asker')
             if fence > counter then redis.call('SET', KEYS[3], tostring(fence)) end
             return {2, known, left}
           end
@@ -136,9 +147,8 @@ extension RedisSessionCoordinator {
         end
         local value = fence .. (ARGV[6] or '')
         redis.call('SET', KEYS[2], value, 'PX', ARGV[2])
-        if redis.call('EXISTS', KEYS[1]) == 1 then
-          redis.call('HSET', KEYS[1], 'lease', value, 'lease-until', tostring(now + tonumber(ARGV[2])))
-        end
+        redis.call('HSET', KEYS[1], 'lease', value, 'lease-until', tostring(now + tonumber(ARGV[2])),
+          'lease-asker', ARGV[12] or '')
         if count > 0 then
           redis.call('ZADD', KEYS[5], now, value)
           redis.call('PEXPIRE', KEYS[5], ARGV[4])
@@ -147,7 +157,7 @@ extension RedisSessionCoordinator {
           redis.call('PUBLISH', ARGV[11],
             '{"t":"g","f":' .. fence .. ',"g":' .. gen .. ',"l":' .. ARGV[2] .. ',"v":"' .. value .. '"}')
         end
-        return {1, fence, tostring(gen)}
+        return {1, fence, tostring(gen), tonumber(ARGV[2])}
         """
 
     /// KEYS: session, lease, fence. ARGV: fence, generation the lease started from, credentials
@@ -174,7 +184,7 @@ extension RedisSessionCoordinator {
         end
         local new = base + 1
         redis.call('HSET', KEYS[1], 'gen', tostring(new), 'creds', ARGV[3])
-        redis.call('HDEL', KEYS[1], 'lease', 'lease-until')
+        redis.call('HDEL', KEYS[1], 'lease', 'lease-until', 'lease-asker')
         redis.call('DEL', KEYS[2])
         local stored = redis.call('HGET', KEYS[1], 'epoch') or ''
         local epoch = stored
@@ -190,7 +200,7 @@ extension RedisSessionCoordinator {
         local held = redis.call('GET', KEYS[1])
         if held and string.match(held, '^[^:]*') == ARGV[1] then redis.call('DEL', KEYS[1]) end
         local mirror = redis.call('HGET', KEYS[2], 'lease')
-        if mirror and string.match(mirror, '^[^:]*') == ARGV[1] then redis.call('HDEL', KEYS[2], 'lease', 'lease-until') end
+        if mirror and string.match(mirror, '^[^:]*') == ARGV[1] then redis.call('HDEL', KEYS[2], 'lease', 'lease-until', 'lease-asker') end
         if ARGV[2] ~= '' then redis.call('PUBLISH', ARGV[3], ARGV[2]) end
         return 1
         """
@@ -227,7 +237,7 @@ extension RedisSessionCoordinator {
         if (ARGV[4] or '') ~= '' and gen > known then return {tostring(gen)} end
         local new = math.max(gen, known) + 1
         redis.call('HSET', KEYS[1], 'gen', tostring(new), 'creds', ARGV[1])
-        redis.call('HDEL', KEYS[1], 'lease', 'lease-until')
+        redis.call('HDEL', KEYS[1], 'lease', 'lease-until', 'lease-asker')
         redis.call('DEL', KEYS[2], KEYS[3])
         local epoch = ARGV[4] or ''
         if epoch == '' then epoch = tostring(new) end

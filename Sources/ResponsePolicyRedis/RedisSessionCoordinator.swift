@@ -121,6 +121,8 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         var inFlight = 0
         /// Whether Redis's eviction settings were checked (once, on the first connection).
         var settingsChecked = false
+        /// Turns whose answers were lost: the next question asks under one of their ids.
+        var abandoned = AbandonedAskers()
     }
 
     /// The command connection; touched only on `queue`.
@@ -230,14 +232,20 @@ public final class RedisSessionCoordinator: SessionCoordinator {
             }
             let limit = request.limit
             let sent = ContinuousClock.now
+            let asker = state.withLock { $0.abandoned.take() }
             let arguments = [
                 "EVAL", Self.beginScript, "5", keys.session, keys.lease, keys.fence, keys.logout, keys.refreshes,
                 // Never shorter than the refresh it covers (a live holder keeps its lease).
                 String(request.failedGeneration), String(leaseMs),
                 String(limit?.count ?? 0), String(limit?.per.milliseconds() ?? 0),
-            ] + sealedLeaseArguments(leaseMs: leaseMs) + knowledgeArguments(leaseMs: leaseMs) + [keys.channel]
+            ] + sealedLeaseArguments(leaseMs: leaseMs) + knowledgeArguments(leaseMs: leaseMs)
+                + [keys.channel, String(asker)]
             switch await run(arguments) {
-            case .failure(let error): return .unavailable(error.message)
+            case .failure(let error):
+                // Redis may have run it (a client timeout): a lease granted to it is this
+                // coordinator's next question's.
+                state.withLock { $0.abandoned.abandon(asker) }
+                return .unavailable(error.message)
             case .success(let reply):
                 let items = reply.items
                 switch items.first?.integer {
@@ -263,6 +271,9 @@ public final class RedisSessionCoordinator: SessionCoordinator {
                     // Its term runs from when this process asked: a grant that reached it late (a
                     // freeze, a slow reply) has less left, and the refresh must fit in it.
                     granted.term = leaseLength - (ContinuousClock.now - sent)
+                    if items.count > 3, let left = items[3].integer {
+                        granted.term = min(leaseLength, .milliseconds(left)) - (ContinuousClock.now - sent)
+                    }
                     return .lease(granted)
                 case 2 where items.count >= 3:
                     switch leaseHolder(items[1]) {

@@ -262,8 +262,11 @@ struct RedisScriptConformanceTests {
                         knows.lease = .init(fence: heard.fencingToken, leftMs: left)
                     }
                 }
+                // Sometimes the asker of the lease held (its question's answer was lost: granted again).
+                let asker = [0, 5, 6].randomElement(using: &random) ?? 0
                 operation = .begin(
-                    failedGeneration: value.generation == 0 ? 0 : failed, leaseMs: 15_000, limit: limit, knows: knows)
+                    failedGeneration: value.generation == 0 ? 0 : failed, leaseMs: 15_000, limit: limit, knows: knows,
+                    asker: UInt64(asker))
             case 8..<12:
                 guard let lease = leases.randomElement(using: &random) else { continue }
                 operation = .publish(creds("pair-\(step)"), lease)
@@ -379,7 +382,7 @@ enum Operation: Sendable, CustomStringConvertible {
     case join(local: Credentials?)
     case begin(
         failedGeneration: UInt64, leaseMs: Int64, limit: (count: Int, perMs: Int64)?,
-        knows: CoordinationRecord.Knowledge = .init())
+        knows: CoordinationRecord.Knowledge = .init(), asker: UInt64 = 0)
     case reseed(CoordinationRecord.Seed)
     case publish(Credentials, RefreshLease)
     case end(RefreshLease, failure: String?)
@@ -389,9 +392,9 @@ enum Operation: Sendable, CustomStringConvertible {
     var description: String {
         switch self {
         case .join(let local): return "join(local: \(local?.accessToken ?? "nil"))"
-        case .begin(let failed, let leaseMs, let limit, let knows):
+        case .begin(let failed, let leaseMs, let limit, let knows, let asker):
             return
-                "begin(failed: \(failed), lease: \(leaseMs), limit: \(limit.map { "\($0.count)/\($0.perMs)" } ?? "-"), "
+                "begin(failed: \(failed), lease: \(leaseMs), limit: \(limit.map { "\($0.count)/\($0.perMs)" } ?? "-"), asker \(asker), "
                 + "knows: gen \(knows.generation) fence \(knows.fence) lease \(knows.lease.map { "\($0.fence)/\($0.leftMs)" } ?? "-"))"
         case .reseed(let seed):
             return "reseed(\(seed.credentials.accessToken) at \(seed.generation), epoch \(seed.epoch), "
@@ -419,9 +422,11 @@ extension CoordinationRecord {
     mutating func apply(_ operation: Operation, now: Int64) -> Answer {
         switch operation {
         case .join(let local): return .joined(join(local: local, now: now))
-        case .begin(let failed, let leaseMs, let limit, let knows):
+        case .begin(let failed, let leaseMs, let limit, let knows, let asker):
             return .begin(
-                begin(failedGeneration: failed, knows: knows, leaseMs: leaseMs, limit: limit, holder: 7, now: now))
+                begin(
+                    failedGeneration: failed, knows: knows, leaseMs: leaseMs, limit: limit, holder: 7, asker: asker,
+                    now: now))
         case .reseed(let seed): return .reseeded(reseed(seed, now: now))
         case .publish(let credentials, let lease): return .publish(publish(credentials, with: lease, now: now))
         case .end(let lease, let failure):
@@ -493,7 +498,8 @@ final class ScriptedRecord {
         record.epoch = UInt64(try call(["HGET", keys.session, "epoch"]).integer ?? 0)
         if let fence = try call(["GET", keys.lease]).integer {
             let left = try call(["PTTL", keys.lease]).integer ?? 0
-            record.lease = .init(fence: UInt64(fence), holder: 0, expires: now + left)
+            let asker = UInt64(try call(["HGET", keys.session, "lease-asker"]).integer ?? 0)
+            record.lease = .init(fence: UInt64(fence), holder: 0, expires: now + left, asker: asker)
         }
         record.loggedOutUntil = try call(["GET", keys.logout]).integer
         let scored = try call(["ZRANGE", keys.refreshes, "0", "-1", "WITHSCORES"]).items
@@ -529,12 +535,12 @@ final class ScriptedRecord {
         case .reseed(let value):
             let items = try call(seed(value)).items
             return .reseeded(items.first?.integer == 1)
-        case .begin(let failed, let leaseMs, let limit, let knows):
+        case .begin(let failed, let leaseMs, let limit, let knows, let asker):
             let items = try call([
                 "EVAL", Script.beginScript, "5", keys.session, keys.lease, keys.fence, keys.logout, keys.refreshes,
                 String(failed), String(leaseMs), String(limit?.count ?? 0), String(limit?.perMs ?? 0), "", "",
                 String(knows.generation), String(knows.fence), knows.lease.map { String($0.fence) } ?? "",
-                String(knows.lease?.leftMs ?? 0), keys.channel,
+                String(knows.lease?.leftMs ?? 0), keys.channel, asker == 0 ? "" : String(asker),
             ]).items
             switch items.first?.integer {
             case 0 where items.count >= 4:

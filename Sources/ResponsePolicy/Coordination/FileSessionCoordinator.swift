@@ -447,7 +447,8 @@ public final class FileSessionCoordinator: SessionCoordinator {
                 case let holder = (lease["pid"] as? NSNumber)?.doubleValue ?? 0,
                 holder.isFinite, holder >= 0, holder <= Double(Int32.max)
             else { return refuse("lease") }
-            shared.lease = .init(fence: fence, holder: Int64(holder), expires: expires)
+            guard let asker = unsigned(lease["asker"]) else { return refuse("lease") }
+            shared.lease = .init(fence: fence, holder: Int64(holder), expires: expires, asker: asker ?? 0)
         }
         guard let until = milliseconds(object["logged-out-until"]) else { return refuse("logged-out-until") }
         shared.loggedOutUntil = until
@@ -486,7 +487,9 @@ public final class FileSessionCoordinator: SessionCoordinator {
         // One seal over every field: none can be changed, moved or rolled back alone.
         if let signer { object["seal"] = signer.seal("record", shared.sealFields) }
         if let lease = shared.lease {
-            object["lease"] = ["fence": lease.fence, "pid": lease.holder, "expires": lease.expires]
+            var fields: [String: Any] = ["fence": lease.fence, "pid": lease.holder, "expires": lease.expires]
+            if lease.asker != 0 { fields["asker"] = lease.asker }
+            object["lease"] = fields
         }
         if let until = shared.loggedOutUntil { object["logged-out-until"] = until }
         if let failure = shared.failure { object["failure"] = ["fence": failure.fence, "reason": failure.reason] }

@@ -119,6 +119,35 @@ package protocol PendingPublications: Sendable {
     func flushPending(timeout: Duration) async -> [String]
 }
 
+/// The askers of refresh turns whose answers were lost: a question whose client gave up after the
+/// store ran it may have been granted a lease nobody knows of. Its asker id is kept, and the next
+/// question of the coordinator (exactly one) asks under it, so the store hands that lease to it
+/// rather than making the fleet wait out a lease nobody uses (``CoordinationRecord/begin``).
+///
+/// Concurrency contract: a value behind its coordinator's lock; ``take()`` hands an id out once.
+package struct AbandonedAskers: Sendable {
+    private var ids: [UInt64] = []
+
+    package init() {}
+
+    /// The id a question asks under: one abandoned, or a fresh random one.
+    package mutating func take() -> UInt64 {
+        ids.popLast() ?? UInt64.random(in: 1...(UInt64(1) << 53))
+    }
+
+    /// A question under `id` got no answer (its client gave up): its lease may be waiting for it.
+    package mutating func abandon(_ id: UInt64) {
+        ids.append(id)
+        if ids.count > 4 { ids.removeFirst() }
+    }
+}
+
+/// A coordinator that takes the asker of a turn (the simulator's clients, which give up on answers
+/// the store ran, as a real client does, and ask again under the same id).
+package protocol AskingCoordinator: SessionCoordinator {
+    func beginRefresh(_ request: RefreshTurnRequest, asker: UInt64) async -> RefreshTurn
+}
+
 /// A coordinator whose store others could tamper with says so once, at start: the engine reports
 /// it as a `problem` event and keeps it in `engine.problems` (issue 23: a missing signing key on a
 /// remote store was only a lint warning, which a deploy never sees).

@@ -46,6 +46,9 @@ package struct CoordinationRecord: Sendable, Equatable {
         var holder: Int64
         /// Its end, in milliseconds since 1970.
         var expires: Int64
+        /// Which coordinator asked for it (a random number per coordinator; 0: unknown): a client
+        /// that gave up on its question after the store granted it finds its own lease again.
+        var asker: UInt64 = 0
     }
 
     /// The last refresh that failed, by its lease's fencing token.
@@ -194,10 +197,15 @@ package struct CoordinationRecord: Sendable, Equatable {
     /// checks the pid; others answer `true`).
     mutating func begin(
         failedGeneration: UInt64, knows: Knowledge = Knowledge(), leaseMs: Int64, limit: (count: Int, perMs: Int64)?,
-        holder: Int64, now: Int64, isAlive: (Int64) -> Bool = { _ in true }
+        holder: Int64, asker: UInt64 = 0, now: Int64, isAlive: (Int64) -> Bool = { _ in true }
     ) -> Begin {
         if generation < knows.generation { return .behind(stored: generation) }
         if generation > failedGeneration { return .newer(session(now: now)) }
+        if let held = lease, held.expires > now, asker != 0, held.asker == asker, held.fence > 0 {
+            // Its own lease, granted to a question whose answer it never got (its client gave up
+            // after the store ran it): granted again, for what is left of it, rather than waited for.
+            return .granted(RefreshLease(fencingToken: held.fence, generation: generation))
+        }
         if var held = lease, held.expires > now, isAlive(held.holder) {
             // A lease longer than this process would grant is forged or from a misconfigured
             // peer: it is cut to one lease from now, so it delays refreshes no more than a dead holder.
@@ -221,7 +229,7 @@ package struct CoordinationRecord: Sendable, Equatable {
             refreshes.append(now)
         }
         fence = max(fence, knows.fence) + 1
-        lease = Lease(fence: fence, holder: holder, expires: now + max(1, leaseMs))
+        lease = Lease(fence: fence, holder: holder, expires: now + max(1, leaseMs), asker: asker)
         return .granted(RefreshLease(fencingToken: fence, generation: generation))
     }
 

@@ -148,7 +148,11 @@ extension CoordinationRecord {
         } else {
             fields.append("no-credentials")
         }
-        if let lease { fields += ["lease", String(lease.fence), String(lease.holder), String(lease.expires)] }
+        if let lease {
+            fields += ["lease", String(lease.fence), String(lease.holder), String(lease.expires)]
+            // Only when there is one: a record sealed before askers were kept still checks.
+            if lease.asker != 0 { fields += ["asker", String(lease.asker)] }
+        }
         if let loggedOutUntil { fields += ["logged-out-until", String(loggedOutUntil)] }
         if let failure { fields += ["failure", String(failure.fence), failure.reason] }
         fields += ["refreshes"] + refreshes.map(String.init)

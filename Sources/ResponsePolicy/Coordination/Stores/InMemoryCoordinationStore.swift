@@ -206,7 +206,7 @@ package final class InMemoryCoordinationStore: Sendable {
     }
 
     /// One engine's view of the store.
-    private struct Handle: SessionCoordinator {
+    private struct Handle: AskingCoordinator {
         let store: InMemoryCoordinationStore
         let holder: Int64
         let lease: Duration
@@ -246,6 +246,10 @@ package final class InMemoryCoordinationStore: Sendable {
         }
 
         func beginRefresh(_ request: RefreshTurnRequest) async -> RefreshTurn {
+            await beginRefresh(request, asker: 0)
+        }
+
+        func beginRefresh(_ request: RefreshTurnRequest, asker: UInt64) async -> RefreshTurn {
             let deadline = store.clock.now + request.timeout
             let leaseLength = request.leaseLength(configured: lease)
             let leaseMs = leaseLength.milliseconds()
@@ -269,11 +273,17 @@ package final class InMemoryCoordinationStore: Sendable {
                         return .turn(outcome)
                     }
                     let memory = state.memories[holder] ?? CoordinationMemory()
+                    let held = record.lease.flatMap { $0.expires > now ? $0.fence : nil }
                     switch record.begin(
                         failedGeneration: request.failedGeneration, knows: memory.knowledge(now: now), leaseMs: leaseMs,
-                        limit: limit, holder: holder, now: now)
+                        limit: limit, holder: holder, asker: asker, now: now)
                     {
                     case .newer(let session): return .turn(awaited == nil ? .newer(session) : .published(session))
+                    case .granted(let granted) where granted.fencingToken == held:
+                        // Its own lease again (a question it gave up on was granted).
+                        var lease = granted
+                        lease.term = .milliseconds(max(0, (record.lease?.expires ?? now) - now))
+                        return .turn(.lease(lease))
                     case .granted(let granted):
                         state.granted += 1
                         state.memories[holder, default: CoordinationMemory()].holds(fence: granted.fencingToken)
