@@ -13,7 +13,7 @@ enum RedisStoreSettings {
     /// `noeviction`, or no `maxmemory` (0: unlimited on 64-bit builds).
     static func warning(info: String, endpoint: RedisEndpoint) -> String? {
         var fields: [String: String] = [:]
-        for line in info.split(whereSeparator: { $0 == "\n" || $0 == "\r" }) {
+        for line in info.split(whereSeparator: \.isNewline) {
             let parts = line.split(separator: ":", maxSplits: 1)
             if parts.count == 2 { fields[String(parts[0])] = String(parts[1]) }
         }

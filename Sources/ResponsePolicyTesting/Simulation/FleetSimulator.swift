@@ -485,7 +485,9 @@ final class FleetRun: Sendable {
             guard let process = hit(target) else { return }
             let until = clock.now + span
             process.freeze(until: until)
-            note("freeze", process: process.id, [("for", PolicyEvent.seconds(span))], text: "frozen (SIGSTOP) for \(PolicyEvent.seconds(span))s")
+            note(
+                "freeze", process: process.id, [("for", PolicyEvent.seconds(span))],
+                text: "frozen (SIGSTOP) for \(PolicyEvent.seconds(span))s")
             let clock = clock
             Task(executorPreference: scheduler.executor) { [self] in
                 try? await clock.sleep(until: until)
@@ -827,7 +829,9 @@ struct FleetCoordinator: SessionCoordinator {
         let asker = process.takeAsker()
         guard
             let turn = await client({
-                if let asking = inner as? any AskingCoordinator { return await asking.beginRefresh(request, asker: asker) }
+                if let asking = inner as? any AskingCoordinator {
+                    return await asking.beginRefresh(request, asker: asker)
+                }
                 return await inner.beginRefresh(request)
             })
         else {
