@@ -283,7 +283,7 @@ struct FleetPolicySimulationTests {
         "09-restart-older-credentials", "10-start-during-outage", "11-late-publication",
         "12-known-limit-holder-killed-during-outage", "13-pause-longer-than-the-lease", "14-uncoordinated",
         "15-flush-between-expiries", "16-flush-during-a-token-call", "17-restart-empty-during-an-expiry",
-        "18-evicted-lease", "19-slow-store",
+        "18-evicted-lease", "19-slow-store", "20-frozen-holder", "21-frozen-holder-taken-over",
     ])
     func theShippedScenarioHolds(_ name: String) async throws {
         let folder = repositoryRoot.appendingPathComponent("examples/fleet")
@@ -293,10 +293,10 @@ struct FleetPolicySimulationTests {
         let result = try await PolicySimulation.run(policy: policy, script: text, file: name + ".yaml")
         #expect(result.unmet == [])
         let fleet = try #require(result.fleet)
-        // 06 and 12: a holder killed after the server received its call (the documented reuse); 14:
-        // no coordination.
-        #expect(fleet.reuses == (["06-", "12-", "14-"].contains(where: name.hasPrefix) ? 1 : 0))
-        if !["06-", "07-", "08-", "12-", "14-"].contains(where: name.hasPrefix) {
+        // 06, 12 and 21: a holder killed or frozen after the server received its call (the
+        // documented reuse); 14: no coordination.
+        #expect(fleet.reuses == (["06-", "12-", "14-", "21-"].contains(where: name.hasPrefix) ? 1 : 0))
+        if !["06-", "07-", "08-", "12-", "14-", "21-"].contains(where: name.hasPrefix) {
             #expect(result.summary.logouts == 0)
         }
     }

@@ -322,7 +322,7 @@ extension EngineState {
                 .publish(
                     LogoutNotice(
                         until: untilDate, reason: reason, credentials: credentials, requestID: context?.id,
-                        plugin: plugin, publishes: publishes)))
+                        plugin: plugin, publishes: publishes, epoch: sharedEpoch)))
         }
         return true
     }
@@ -354,6 +354,14 @@ extension EngineState {
     /// held. A refresh this engine awaits is answered by them (its waiters go on now; its own
     /// end later finds the generation adopted and changes nothing).
     mutating func adopt(_ session: SharedSession, now: Duration) -> Adoption {
+        // A later epoch is a sign-in elsewhere (issue 30, case 6): an attempt signed before it
+        // carried the ended session's token, and a logout code in its answer ends nothing now,
+        // as after a sign-in of this engine (``signInGeneration``). (An epoch learned the first
+        // time is the session's own, not news of a sign-in.)
+        let signedInElsewhere = session.epoch > sharedEpoch && sharedEpoch > 0
+        if session.generation >= sharedGeneration, session.epoch <= session.generation {
+            sharedEpoch = max(sharedEpoch, session.epoch)
+        }
         guard let published = session.credentials, session.generation > sharedGeneration else { return .ignored }
         sharedGeneration = session.generation
         // The same tokens read back from another store (its expiry to the millisecond, the
@@ -365,6 +373,7 @@ extension EngineState {
         }
         credentials = published
         generation += 1
+        if signedInElsewhere { signInGeneration = generation }
         guard let answered = flight, answered.sessionEpoch == sessionEpoch else { return .adopted(answered: nil) }
         refresh.lastRefresh = now
         return .adopted(answered: refresh.detach())
@@ -376,6 +385,7 @@ extension EngineState {
         guard session.generation > sharedGeneration else { return true }
         guard session.credentials == nil || session.credentials?.sameTokens(as: signedIn) == true else { return false }
         sharedGeneration = session.generation
+        sharedEpoch = max(sharedEpoch, session.epoch > 0 ? session.epoch : session.generation)
         return true
     }
 }

@@ -15,10 +15,10 @@ extension PolicyEngine {
     /// during a fleet cooldown must not send, and one restarted with an older token must sign with
     /// the shared one (issue 19, invariant c). The join is bounded by the coordinator's own
     /// timeout (`connect-timeout`): `start` answers within it, reachable or not.
-    func startCoordination(local: Credentials?) {
+    func startCoordination(saved: SharedSession?) {
         let coordinator = coordinator
         runInBackground { [weak self] in
-            let shared = await coordinator.start(local: local) { [weak self] update in
+            let shared = await coordinator.start(saved: saved) { [weak self] update in
                 self?.coordinationUpdate(update)
             }
             guard let self else { return }

@@ -133,7 +133,16 @@ public final class PolicyEngine: Sendable {
         var initial = EngineState(runtime: runtime)
         var loadProblem: String?
         do {
-            initial.credentials = try credentials?.load()
+            if let stamping = credentials as? any SessionStampingStore {
+                // With the generation and epoch the fleet gave them: a restarted process never
+                // takes the fleet backwards (issue 30).
+                let saved = try stamping.loadSession()
+                initial.credentials = saved?.credentials
+                initial.sharedGeneration = saved?.generation ?? 0
+                initial.sharedEpoch = saved?.epoch ?? 0
+            } else {
+                initial.credentials = try credentials?.load()
+            }
         } catch {
             loadProblem = "the credential store could not be read (\(Self.describe(error))); requests go out unsigned"
         }
@@ -164,7 +173,9 @@ public final class PolicyEngine: Sendable {
             PluginError(
                 kind: .coordination, name: policy.coordination.name, reason: warning, range: policy.coordination.range)
         }
-        let local = initial.credentials
+        let saved = initial.credentials.map {
+            SharedSession(credentials: $0, generation: initial.sharedGeneration, epoch: initial.sharedEpoch)
+        }
         state = Locked(initial)
         reportProblems(runtime)
         if let loadProblem { problem(loadProblem, runtime) }
@@ -180,7 +191,7 @@ public final class PolicyEngine: Sendable {
         if !coordinatorIsLocal {
             joining.withLock { $0.pending = true }
             joinPending.store(true, ordering: .releasing)
-            startCoordination(local: local)
+            startCoordination(saved: saved)
         }
     }
 
@@ -213,10 +224,18 @@ public final class PolicyEngine: Sendable {
     func saveCredentials(_ runtime: PolicyRuntime) {
         guard let store else { return }
         let failure = saving.withLock { lastSaved -> (any Error)? in
-            let (credentials, generation) = state.withLock { ($0.credentials, $0.generation) }
+            let (credentials, generation, shared, epoch) = state.withLock {
+                ($0.credentials, $0.generation, $0.sharedGeneration, $0.sharedEpoch)
+            }
             guard let credentials, generation > lastSaved else { return nil }
             do {
-                try store.save(credentials)
+                // With the fleet's numbering (issue 30): the generation these credentials have, or
+                // for a pair not yet published the one they replace (never more than the truth).
+                if let stamping = store as? any SessionStampingStore {
+                    try stamping.save(credentials, generation: shared, epoch: epoch)
+                } else {
+                    try store.save(credentials)
+                }
                 lastSaved = generation
                 return nil
             } catch {

@@ -43,8 +43,14 @@ public enum CredentialStoreError: Error, Sendable, Equatable, CustomStringConver
 /// ```
 ///
 /// `refresh_token` and `expires_at` are optional (absent or `null`); `expires_at` is an RFC 3339
-/// date-time, with or without fractional seconds and with `Z` or an offset; other keys are
-/// ignored when loading and not written back.
+/// date-time, with or without fractional seconds and with `Z` or an offset. Three more keys are
+/// written when known and optional when read: `issued_at` (when the access token was issued, so
+/// its lifetime as issued bounds `refresh.ahead` after a restart too), and `generation` and
+/// `epoch` (what a fleet's coordinator numbered these credentials, and the session epoch they
+/// belong to: a restarted process never adopts, or presents, a generation older than the one it
+/// saved, and re-seeds a store that forgot; issue 30). A value of the wrong type there is
+/// ignored, never a reason to refuse the tokens. Other keys are ignored when loading and not
+/// written back.
 ///
 /// Saving writes a new file next to the old one (`.<name>.tmp-<pid>-<random>`, created with
 /// `O_EXCL | O_NOFOLLOW` and mode 0600), flushes it to disk and renames it over the old one. `rename(2)` is
@@ -77,7 +83,19 @@ package protocol FileBackedCredentialStore {
     var credentialsFilePath: String { get }
 }
 
-public final class FileCredentialStore: CredentialStore, CustomStringConvertible, FileBackedCredentialStore {
+/// A credential store that keeps, with the credentials, the generation and session epoch a
+/// fleet's coordinator gave them (issue 30): the engine saves them after every change and hands
+/// them to its coordinator at start (``SessionCoordinator/start(saved:updates:)``).
+package protocol SessionStampingStore: CredentialStore {
+    /// The credentials with their generation and epoch (0 when the file has none).
+    func loadSession() throws -> SharedSession?
+    /// Saves `credentials` with their generation and epoch.
+    func save(_ credentials: Credentials, generation: UInt64, epoch: UInt64) throws
+}
+
+public final class FileCredentialStore: CredentialStore, CustomStringConvertible, FileBackedCredentialStore,
+    SessionStampingStore
+{
     /// The credentials file, with `~` expanded.
     public let path: String
     package var credentialsFilePath: String { path }
@@ -118,8 +136,13 @@ public final class FileCredentialStore: CredentialStore, CustomStringConvertible
     /// - Throws: ``CredentialStoreError/unreadable(path:reason:)`` when it cannot be read,
     ///   ``CredentialStoreError/malformed(path:reason:)`` when it is not the credentials JSON.
     public func load() throws -> Credentials? {
+        try loadSession()?.credentials
+    }
+
+    /// The credentials with the generation and session epoch the file keeps (0 without them).
+    package func loadSession() throws -> SharedSession? {
         removeStaleTemporaryFiles()
-        return try readFile { data throws(CredentialStoreError) in try Self.decode(data, path: self.path) }
+        return try readFile { data throws(CredentialStoreError) in try Self.decodeSession(data, path: self.path) }
     }
 
     /// Checks that a save could land: a temporary file can be created (exclusively, mode 0600)
@@ -145,10 +168,17 @@ public final class FileCredentialStore: CredentialStore, CustomStringConvertible
         try saving.withLock { _ throws(CredentialStoreError) in try writeFile(bytes) }
     }
 
+    /// Replaces the file with `credentials` and the generation and session epoch the fleet gave
+    /// them (written when not 0), atomically, mode 0600.
+    package func save(_ credentials: Credentials, generation: UInt64, epoch: UInt64) throws {
+        let bytes = Array(Self.encode(credentials, generation: generation, epoch: epoch).utf8)
+        try saving.withLock { _ throws(CredentialStoreError) in try writeFile(bytes) }
+    }
+
     // MARK: - Format
 
     /// The file's text: keys in a fixed order, absent parts left out, a final newline.
-    static func encode(_ credentials: Credentials) -> String {
+    static func encode(_ credentials: Credentials, generation: UInt64 = 0, epoch: UInt64 = 0) -> String {
         var lines = ["  \"access_token\": " + PolicyEvent.quote(credentials.accessToken)]
         if let refreshToken = credentials.refreshToken {
             lines.append("  \"refresh_token\": " + PolicyEvent.quote(refreshToken))
@@ -156,7 +186,28 @@ public final class FileCredentialStore: CredentialStore, CustomStringConvertible
         if let expiresAt = credentials.expiresAt {
             lines.append("  \"expires_at\": " + PolicyEvent.quote(rfc3339(expiresAt)))
         }
+        if let issuedAt = credentials.issuedAt {
+            lines.append("  \"issued_at\": " + PolicyEvent.quote(rfc3339(issuedAt)))
+        }
+        if generation > 0 { lines.append("  \"generation\": \(generation)") }
+        if epoch > 0 { lines.append("  \"epoch\": \(epoch)") }
         return "{\n" + lines.joined(separator: ",\n") + "\n}\n"
+    }
+
+    /// The file's credentials with the generation and epoch it keeps (0 when absent or unusable:
+    /// a stamp never costs the tokens).
+    static func decodeSession(_ data: Data, path: String) throws(CredentialStoreError) -> SharedSession {
+        var credentials = try decode(data, path: path)
+        let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
+        func number(_ key: String) -> UInt64 {
+            guard let value = object?[key] as? NSNumber, value.doubleValue.isFinite, value.doubleValue >= 0,
+                value.doubleValue < 9e15, value.doubleValue == value.doubleValue.rounded()
+            else { return 0 }
+            return value.uint64Value
+        }
+        if let text = object?["issued_at"] as? String, let date = parseRFC3339(text) { credentials.issuedAt = date }
+        let generation = number("generation")
+        return SharedSession(credentials: credentials, generation: generation, epoch: min(number("epoch"), generation))
     }
 
     /// Parses the file's bytes. Reasons name keys and expectations, never values.
