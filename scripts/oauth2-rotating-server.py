@@ -9,7 +9,8 @@ processes log each other out, and what the fleet coordination tests run against.
   POST /token      grant_type=refresh_token&refresh_token=R  -> 200 {access_token, refresh_token,
                    expires_in, token_type} or 400 {"error": "invalid_grant"}
                    (a `?p=NAME` on the URL names the caller in the log)
-  GET|POST /api/*  Authorization: Bearer A -> 200 {"code": 0} or 401
+  GET|POST /api/*  Authorization: Bearer A -> 200 {"code": 0} or 401; /api/revoked* answers 403 (a
+                   logout rule's code) to a valid token
   GET /stats       {"refreshes": N, "reuses": N, "revoked": bool, "api": N, "unauthorized": N,
                     "family": N, "in_flight": [caller, ...]}
   POST /expire     every access token issued so far expires (one expiry of a multi-expiry run)
@@ -196,7 +197,9 @@ class Handler(BaseHTTPRequestHandler):
             ok = token in family.access and not family.revoked
             if not ok:
                 family.unauthorized += 1
-        if ok:
+        if ok and self.path.startswith("/api/revoked"):
+            self.reply(403, {"error": "session_revoked"})
+        elif ok:
             self.reply(200, {"code": 0})
         else:
             self.reply(401, {"error": "invalid_token"})

@@ -8,7 +8,9 @@ extension RedisSessionCoordinator {
     /// The session in a `{0, gen, creds, logout-until, epoch}` reply, every value checked. Under a
     /// key, a refused value is a `problem` naming the key and coordination trouble for the caller
     /// (never a logout, never the credentials); without one, malformed credentials are dropped.
-    func session(_ items: [RedisReply]) -> Result<SharedSession, CoordinationError> {
+    /// `seenBefore`: the newest generation this process knew when it sent the command (a session
+    /// older than that is a replay; one that became old while the answer travelled is not).
+    func session(_ items: [RedisReply], seenBefore: UInt64? = nil) -> Result<SharedSession, CoordinationError> {
         let generation = UInt64(max(0, items[1].integer ?? 0))
         let text = items[2].text ?? ""
         func refuse(_ reason: String) -> Result<SharedSession, CoordinationError> {
@@ -33,7 +35,7 @@ extension RedisSessionCoordinator {
                 "the session hash \(keys.session) on \(endpoint) was refused: generation \(generation) without credentials"
             )
         }
-        let seen = state.withLock { $0.memory.generation }
+        let seen = seenBefore ?? state.withLock { $0.memory.generation }
         if generation < seen {
             return refuse(
                 "the session hash \(keys.session) on \(endpoint) was refused: its generation \(generation) is older than "

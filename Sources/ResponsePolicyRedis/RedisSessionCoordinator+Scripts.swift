@@ -71,7 +71,8 @@ extension RedisSessionCoordinator {
     /// count (0: none), limit window ms; under a key, the fencing token asked for and the lease's
     /// sealed suffix (empty without one); the newest generation the asking process knows, the
     /// highest fencing token it has seen, a lease it saw in term (its value, or empty) and its ms
-    /// left, the channel grants are announced on, and the asking coordinator's id (random).
+    /// left, the channel grants are announced on, the asking coordinator's id (random), and `1`
+    /// when the asking process holds a pair (a session with no credentials then forgot it).
     ///
     /// Returns {5, gen} (Redis is behind what the process knows: it re-seeds, then asks again),
     /// {0, gen, creds, logout-until, epoch} (newer), {2, holder lease, ms left} (wait: a lease held,
@@ -80,7 +81,10 @@ extension RedisSessionCoordinator {
     /// announced; or its own lease again, granted to a question whose answer it never got).
     static let beginScript = """
         local gen = tonumber(redis.call('HGET', KEYS[1], 'gen') or '0') or 0
-        if gen < (tonumber(ARGV[7] or '0') or 0) then return {5, tostring(gen)} end
+        if gen < (tonumber(ARGV[7] or '0') or 0)
+            or ((ARGV[13] or '') == '1' and not redis.call('HGET', KEYS[1], 'creds')) then
+          return {5, tostring(gen)}
+        end
         if gen > tonumber(ARGV[1]) then
           return {0, tostring(gen), redis.call('HGET', KEYS[1], 'creds') or '', redis.call('GET', KEYS[4]) or '0',
             redis.call('HGET', KEYS[1], 'epoch') or ''}

@@ -44,9 +44,11 @@ extension RedisSessionCoordinator {
         try publishPendingLogout(on: reader)
         // Sent as EVAL: one command on a connection used once (its count in INFO commandstats is
         // also the tests' signal that a subscriber has read the session).
+        let seen = state.withLock { $0.memory.generation }
         let reply = try reader.command(seedCommand())
         let items = reply.items
-        guard items.count >= 4, items[0].integer == 0, case .success(let session) = session(items) else {
+        guard items.count >= 4, items[0].integer == 0, case .success(let session) = session(items, seenBefore: seen)
+        else {
             signal.bump()
             return
         }

@@ -186,10 +186,14 @@ public final class RedisSessionCoordinator: SessionCoordinator {
             return !state.subscriberRunning
         }
         var shared: SharedSession?
+        let seen = state.withLock { $0.memory.generation }
         if case .success(let reply) = await run(seedCommand()) {
             let items = reply.items
             // {1}: seeded from what this process saved; {0, …} with no credentials: nothing shared yet.
-            if items.count >= 4, items[0].integer == 0, case .success(let session) = session(items) {
+            if items.first?.integer == 1, saved?.credentials != nil {
+                state.withLock { $0.memory.sawStoreSession() }
+            }
+            if items.count >= 4, items[0].integer == 0, case .success(let session) = session(items, seenBefore: seen) {
                 if session.credentials != nil || session.loggedOutUntil != nil {
                     remember(session)
                     shared = session
@@ -233,13 +237,14 @@ public final class RedisSessionCoordinator: SessionCoordinator {
             let limit = request.limit
             let sent = ContinuousClock.now
             let asker = state.withLock { $0.abandoned.take() }
+            let knownBefore = state.withLock { $0.memory.generation }
             let arguments = [
                 "EVAL", Self.beginScript, "5", keys.session, keys.lease, keys.fence, keys.logout, keys.refreshes,
                 // Never shorter than the refresh it covers (a live holder keeps its lease).
                 String(request.failedGeneration), String(leaseMs),
                 String(limit?.count ?? 0), String(limit?.per.milliseconds() ?? 0),
             ] + sealedLeaseArguments(leaseMs: leaseMs) + knowledgeArguments(leaseMs: leaseMs)
-                + [keys.channel, String(asker)]
+                + [keys.channel, String(asker), state.withLock { $0.memory.knowledge(now: 0).hasPair } ? "1" : ""]
             switch await run(arguments) {
             case .failure(let error):
                 // Redis may have run it (a client timeout): a lease granted to it is this
@@ -250,7 +255,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
                 let items = reply.items
                 switch items.first?.integer {
                 case 0 where items.count >= 4:
-                    switch session(items) {
+                    switch session(items, seenBefore: knownBefore) {
                     case .failure(let error): return .unavailable(error.reason)
                     case .success(let session):
                         remember(session)
@@ -279,6 +284,16 @@ public final class RedisSessionCoordinator: SessionCoordinator {
                     switch leaseHolder(items[1]) {
                     case .failure(let error): return .unavailable(error.reason)
                     case .success(let fence): holder = fence
+                    }
+                    // A lease this process saw is honoured for its whole term, even if Redis forgets
+                    // it before its holder publishes (its call may be at the token endpoint).
+                    if let fence = holder, fence > 0, let value = items[1].text {
+                        let left = max(1, items[2].integer ?? 1)
+                        state.withLock { state in
+                            state.memory.heardGrant(
+                                fence: fence, generation: request.failedGeneration, value: value, leaseMs: left,
+                                now: Self.monotonicNow)
+                        }
                     }
                     waited = true
                     let leaseLeft = Duration.milliseconds(max(1, items[2].integer ?? 1)) + .milliseconds(5)
@@ -622,8 +637,12 @@ public final class RedisSessionCoordinator: SessionCoordinator {
 
     // MARK: - State
 
+    /// A session read from Redis, or stored there by this process.
     func remember(_ session: SharedSession) {
-        state.withLock { $0.memory.saw(session) }
+        state.withLock { state in
+            state.memory.saw(session)
+            if session.credentials != nil { state.memory.sawStoreSession() }
+        }
     }
 
     func isNewer(_ session: SharedSession) -> Bool {

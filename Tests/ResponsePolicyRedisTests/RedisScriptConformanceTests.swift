@@ -108,6 +108,10 @@ struct RedisScriptConformanceTests {
             state: { _ in record(gen: 2, fence: 5) }
         ) { _ in .begin(failedGeneration: 2, leaseMs: 15_000, limit: nil, knows: .init(generation: 5, fence: 9)) },
         Case(
+            name: "begin: a process that holds a pair finds no session (a flush at generation 0): behind",
+            state: { _ in .init() }
+        ) { _ in .begin(failedGeneration: 0, leaseMs: 15_000, limit: nil, knows: .init(hasPair: true)) },
+        Case(
             name: "begin: an empty Redis and a process that knows a generation: behind",
             state: { _ in .init() }
         ) { _ in .begin(failedGeneration: 4, leaseMs: 15_000, limit: nil, knows: .init(generation: 4)) },
@@ -257,6 +261,7 @@ struct RedisScriptConformanceTests {
                     let newest = max(seen, value.generation)
                     knows.generation = newest - min(newest, UInt64.random(in: 0...1, using: &random))
                     knows.fence = value.fence + UInt64.random(in: 0...3, using: &random)
+                    knows.hasPair = Bool.random(using: &random)
                     if let heard = leases.last, Int.random(in: 0..<3, using: &random) == 0 {
                         let left = Int64.random(in: 1_000...14_000, using: &random)
                         knows.lease = .init(fence: heard.fencingToken, leftMs: left)
@@ -540,7 +545,7 @@ final class ScriptedRecord {
                 "EVAL", Script.beginScript, "5", keys.session, keys.lease, keys.fence, keys.logout, keys.refreshes,
                 String(failed), String(leaseMs), String(limit?.count ?? 0), String(limit?.perMs ?? 0), "", "",
                 String(knows.generation), String(knows.fence), knows.lease.map { String($0.fence) } ?? "",
-                String(knows.lease?.leftMs ?? 0), keys.channel, asker == 0 ? "" : String(asker),
+                String(knows.lease?.leftMs ?? 0), keys.channel, asker == 0 ? "" : String(asker), knows.hasPair ? "1" : "",
             ]).items
             switch items.first?.integer {
             case 0 where items.count >= 4:

@@ -196,6 +196,14 @@ public final class FileSessionCoordinator: SessionCoordinator {
                 return turn
             case .success(.wait(let fence, let leftMs)):
                 holder = fence
+                // Seen: honoured for its whole term even if the state file is removed.
+                if fence > 0 {
+                    state.withLock { state in
+                        state.memory.heardGrant(
+                            fence: fence, generation: request.failedGeneration, value: String(fence), leaseMs: leftMs,
+                            now: Self.monotonicNow)
+                    }
+                }
                 let slice = min(remaining, .milliseconds(leftMs + 5), .milliseconds(250))
                 await signal.wait(after: seen, timeout: slice)
             }
@@ -320,6 +328,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
             state.seen.epoch = max(state.seen.epoch, shared.epoch)
             state.memory.sawEpoch(shared.epoch)
             state.memory.sawFence(shared.fence)
+            if shared.credentials != nil { state.memory.sawStoreSession() }
         }
         if shared != before {
             // Never below a revision this process has seen: a file removed and recreated goes on
@@ -600,6 +609,26 @@ public final class FileSessionCoordinator: SessionCoordinator {
     private func send(_ update: SessionUpdate) {
         let updates = state.withLock { $0.stopped ? nil : $0.updates }
         updates?(update)
+    }
+}
+
+extension FileSessionCoordinator: PendingPublications {
+    package var unpublished: [String] {
+        guard let pending = state.withLock({ $0.pendingLogout }), pending.until > Date().millisecondsSince1970 else {
+            return []
+        }
+        return ["a logout until \(FileCredentialStore.rfc3339(Date(milliseconds: pending.until)))"]
+    }
+
+    /// A logout the lock file kept back is stored by the next transaction that gets the lock.
+    package func flushPending(timeout: Duration) async -> [String] {
+        let giveUp = ContinuousClock.now + timeout
+        while !unpublished.isEmpty, ContinuousClock.now < giveUp {
+            _ = await transact { _ in () }
+            if unpublished.isEmpty { break }
+            try? await Task.sleep(for: min(giveUp - ContinuousClock.now, .milliseconds(50)))
+        }
+        return unpublished
     }
 }
 

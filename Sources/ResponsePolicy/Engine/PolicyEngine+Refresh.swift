@@ -233,12 +233,14 @@ extension PolicyEngine {
                         + "published when the coordinator is back", runtime)
             }
         case .published(let session):
-            state.withLock { state in
+            let held = state.withLock { state -> Bool in
                 if state.refresh.unpublished?.lease == lease { state.refresh.unpublished = nil }
-                if session.generation > state.sharedGeneration, state.credentials?.sameTokens(as: credentials) == true {
-                    state.sharedGeneration = session.generation
-                }
+                guard state.credentials?.sameTokens(as: credentials) == true else { return false }
+                if session.generation > state.sharedGeneration { state.sharedGeneration = session.generation }
+                return true
             }
+            // The credentials file says so too: the fleet has this pair, at this generation.
+            if held { saveCredentials(runtime, again: true) }
         case .leaseLost(let current):
             // The pair the token endpoint returned is the newest it issued to this process: never
             // thrown away. Kept here, and reported.

@@ -136,10 +136,17 @@ public final class PolicyEngine: Sendable {
             if let stamping = credentials as? any SessionStampingStore {
                 // With the generation and epoch the fleet gave them: a restarted process never
                 // takes the fleet backwards (issue 30).
-                let saved = try stamping.loadSession()
+                let saved = try stamping.loadSaved()
                 initial.credentials = saved?.credentials
                 initial.sharedGeneration = saved?.generation ?? 0
                 initial.sharedEpoch = saved?.epoch ?? 0
+                if let saved, !saved.published {
+                    // A pair a previous run got but could not publish (issue 30, case 4): published
+                    // over the generation it replaces before this run refreshes.
+                    initial.refresh.unpublished = (
+                        saved.credentials, RefreshLease(fencingToken: 0, generation: saved.generation)
+                    )
+                }
             } else {
                 initial.credentials = try credentials?.load()
             }
@@ -221,18 +228,23 @@ public final class PolicyEngine: Sendable {
     /// already written: two refreshes (or a refresh and a sign-in) ending together cannot leave
     /// the store holding the older credentials, however slow its first write. Lock order: the
     /// save lock, then the engine's; never the reverse. The event is emitted outside both.
-    func saveCredentials(_ runtime: PolicyRuntime) {
+    func saveCredentials(_ runtime: PolicyRuntime, again: Bool = false) {
         guard let store else { return }
         let failure = saving.withLock { lastSaved -> (any Error)? in
-            let (credentials, generation, shared, epoch) = state.withLock {
-                ($0.credentials, $0.generation, $0.sharedGeneration, $0.sharedEpoch)
+            let (credentials, generation, shared, epoch, unpublished) = state.withLock {
+                ($0.credentials, $0.generation, $0.sharedGeneration, $0.sharedEpoch, $0.refresh.unpublished)
             }
-            guard let credentials, generation > lastSaved else { return nil }
+            // `again`: the same credentials, now numbered by the fleet (a pair just published).
+            guard let credentials, generation > lastSaved || (again && generation == lastSaved) else { return nil }
             do {
                 // With the fleet's numbering (issue 30): the generation these credentials have, or
                 // for a pair not yet published the one they replace (never more than the truth).
                 if let stamping = store as? any SessionStampingStore {
-                    try stamping.save(credentials, generation: shared, epoch: epoch)
+                    let pending = unpublished.map { $0.credentials.sameTokens(as: credentials) } ?? false
+                    try stamping.save(
+                        SavedCredentials(
+                            credentials: credentials, generation: pending ? unpublished?.lease.generation ?? shared : shared,
+                            epoch: epoch, published: !pending))
                 } else {
                     try store.save(credentials)
                 }

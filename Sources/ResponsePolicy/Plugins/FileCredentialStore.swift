@@ -83,14 +83,34 @@ package protocol FileBackedCredentialStore {
     var credentialsFilePath: String { get }
 }
 
-/// A credential store that keeps, with the credentials, the generation and session epoch a
-/// fleet's coordinator gave them (issue 30): the engine saves them after every change and hands
-/// them to its coordinator at start (``SessionCoordinator/start(saved:updates:)``).
+/// Credentials as a process saves them for its next start: with the generation and session epoch
+/// a fleet's coordinator gave them (issue 30), and whether the fleet has them yet.
+package struct SavedCredentials: Sendable, Equatable {
+    package var credentials: Credentials
+    /// The generation the fleet numbered them, or for a pair not yet published the one it
+    /// replaces (0: none known).
+    package var generation: UInt64
+    /// The session epoch they belong to (0: none known).
+    package var epoch: UInt64
+    /// `false` for a pair the token endpoint returned that the coordinator has not stored yet: the
+    /// next start publishes it (over `generation`) before anything else.
+    package var published: Bool
+
+    package init(credentials: Credentials, generation: UInt64 = 0, epoch: UInt64 = 0, published: Bool = true) {
+        self.credentials = credentials
+        self.generation = generation
+        self.epoch = epoch
+        self.published = published
+    }
+}
+
+/// A credential store that keeps, with the credentials, what a fleet's coordinator numbered them
+/// (``SavedCredentials``): the engine saves it after every change and hands it to its coordinator
+/// at start (``SessionCoordinator/start(saved:updates:)``), so a restarted process never takes the
+/// fleet backwards and publishes a pair it could not publish before it exited.
 package protocol SessionStampingStore: CredentialStore {
-    /// The credentials with their generation and epoch (0 when the file has none).
-    func loadSession() throws -> SharedSession?
-    /// Saves `credentials` with their generation and epoch.
-    func save(_ credentials: Credentials, generation: UInt64, epoch: UInt64) throws
+    func loadSaved() throws -> SavedCredentials?
+    func save(_ saved: SavedCredentials) throws
 }
 
 public final class FileCredentialStore: CredentialStore, CustomStringConvertible, FileBackedCredentialStore,
@@ -136,13 +156,13 @@ public final class FileCredentialStore: CredentialStore, CustomStringConvertible
     /// - Throws: ``CredentialStoreError/unreadable(path:reason:)`` when it cannot be read,
     ///   ``CredentialStoreError/malformed(path:reason:)`` when it is not the credentials JSON.
     public func load() throws -> Credentials? {
-        try loadSession()?.credentials
+        try loadSaved()?.credentials
     }
 
-    /// The credentials with the generation and session epoch the file keeps (0 without them).
-    package func loadSession() throws -> SharedSession? {
+    /// The credentials with the generation, session epoch and publication state the file keeps.
+    package func loadSaved() throws -> SavedCredentials? {
         removeStaleTemporaryFiles()
-        return try readFile { data throws(CredentialStoreError) in try Self.decodeSession(data, path: self.path) }
+        return try readFile { data throws(CredentialStoreError) in try Self.decodeSaved(data, path: self.path) }
     }
 
     /// Checks that a save could land: a temporary file can be created (exclusively, mode 0600)
@@ -168,17 +188,20 @@ public final class FileCredentialStore: CredentialStore, CustomStringConvertible
         try saving.withLock { _ throws(CredentialStoreError) in try writeFile(bytes) }
     }
 
-    /// Replaces the file with `credentials` and the generation and session epoch the fleet gave
-    /// them (written when not 0), atomically, mode 0600.
-    package func save(_ credentials: Credentials, generation: UInt64, epoch: UInt64) throws {
-        let bytes = Array(Self.encode(credentials, generation: generation, epoch: epoch).utf8)
+    /// Replaces the file with `saved`'s credentials and what the fleet numbered them (written
+    /// when known), atomically, mode 0600.
+    package func save(_ saved: SavedCredentials) throws {
+        let bytes = Array(Self.encode(saved).utf8)
         try saving.withLock { _ throws(CredentialStoreError) in try writeFile(bytes) }
     }
 
     // MARK: - Format
 
     /// The file's text: keys in a fixed order, absent parts left out, a final newline.
-    static func encode(_ credentials: Credentials, generation: UInt64 = 0, epoch: UInt64 = 0) -> String {
+    static func encode(_ credentials: Credentials) -> String { encode(SavedCredentials(credentials: credentials)) }
+
+    static func encode(_ saved: SavedCredentials) -> String {
+        let credentials = saved.credentials
         var lines = ["  \"access_token\": " + PolicyEvent.quote(credentials.accessToken)]
         if let refreshToken = credentials.refreshToken {
             lines.append("  \"refresh_token\": " + PolicyEvent.quote(refreshToken))
@@ -189,14 +212,15 @@ public final class FileCredentialStore: CredentialStore, CustomStringConvertible
         if let issuedAt = credentials.issuedAt {
             lines.append("  \"issued_at\": " + PolicyEvent.quote(rfc3339(issuedAt)))
         }
-        if generation > 0 { lines.append("  \"generation\": \(generation)") }
-        if epoch > 0 { lines.append("  \"epoch\": \(epoch)") }
+        if saved.generation > 0 { lines.append("  \"generation\": \(saved.generation)") }
+        if saved.epoch > 0 { lines.append("  \"epoch\": \(saved.epoch)") }
+        if !saved.published { lines.append("  \"published\": false") }
         return "{\n" + lines.joined(separator: ",\n") + "\n}\n"
     }
 
-    /// The file's credentials with the generation and epoch it keeps (0 when absent or unusable:
-    /// a stamp never costs the tokens).
-    static func decodeSession(_ data: Data, path: String) throws(CredentialStoreError) -> SharedSession {
+    /// The file's credentials with what it keeps of the fleet's numbering (0 and published when
+    /// absent or unusable: a stamp never costs the tokens).
+    static func decodeSaved(_ data: Data, path: String) throws(CredentialStoreError) -> SavedCredentials {
         var credentials = try decode(data, path: path)
         let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
         func number(_ key: String) -> UInt64 {
@@ -207,7 +231,9 @@ public final class FileCredentialStore: CredentialStore, CustomStringConvertible
         }
         if let text = object?["issued_at"] as? String, let date = parseRFC3339(text) { credentials.issuedAt = date }
         let generation = number("generation")
-        return SharedSession(credentials: credentials, generation: generation, epoch: min(number("epoch"), generation))
+        return SavedCredentials(
+            credentials: credentials, generation: generation, epoch: min(number("epoch"), generation),
+            published: (object?["published"] as? Bool) != false)
     }
 
     /// Parses the file's bytes. Reasons name keys and expectations, never values.

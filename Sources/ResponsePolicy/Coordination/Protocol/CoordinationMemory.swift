@@ -56,6 +56,9 @@ package struct CoordinationMemory: Sendable, Equatable {
     /// Since when this process has heard every announcement without a break; nil while it is
     /// not listening.
     package private(set) var listeningSince: Int64?
+    /// Whether this process has seen the store hold a session (read it, seeded it, published to
+    /// it): a store that then holds none forgot it.
+    package private(set) var sawSession = false
 
     package init() {}
 
@@ -79,6 +82,9 @@ package struct CoordinationMemory: Sendable, Equatable {
             newest?.epoch = max(session.epoch, known.generation == session.generation ? known.epoch : 0)
         }
     }
+
+    /// The store was seen holding a session (credentials).
+    package mutating func sawStoreSession() { sawSession = true }
 
     /// A session epoch learned on its own (a refused logout's answer, an announcement).
     package mutating func sawEpoch(_ value: UInt64) { epoch = max(epoch, value) }
@@ -123,7 +129,8 @@ package struct CoordinationMemory: Sendable, Equatable {
     package func knowledge(now: Int64) -> CoordinationRecord.Knowledge {
         CoordinationRecord.Knowledge(
             generation: generation, fence: fence,
-            lease: leaseInTerm(now: now).map { .init(fence: $0.fence, leftMs: $0.endsAt - now) })
+            lease: leaseInTerm(now: now).map { .init(fence: $0.fence, leftMs: $0.endsAt - now) },
+            hasPair: sawSession && newest?.credentials != nil)
     }
 
     /// Whether this process has heard every grant of the last `leaseMs`: then no lease the store
@@ -133,14 +140,17 @@ package struct CoordinationMemory: Sendable, Equatable {
     }
 
     /// What this process would re-seed a store with: its newest pair, generation, epoch and fence,
-    /// and the lease to put back (a heard one in term; else, unless it vouches or knows no
-    /// generation yet, a quarantine: fencing token 0, `leaseMs` long). Nil without a pair.
+    /// and the lease to put back (a heard one in term; else, unless it vouches, a quarantine:
+    /// fencing token 0, `leaseMs` long). A process that has never seen the store hold a session
+    /// and knows no generation takes an empty store for a new one (a fleet's first start: no
+    /// quarantine); one that saw it hold a session, or knows a generation, takes it for a store
+    /// that forgot. Nil without a pair.
     package func seed(now: Int64, leaseMs: Int64) -> CoordinationRecord.Seed? {
         guard let newest, let credentials = newest.credentials else { return nil }
         var lease: CoordinationRecord.KnownLease?
         if let heard = leaseInTerm(now: now) {
             lease = .init(fence: heard.fence, leftMs: min(heard.endsAt - now, max(1, leaseMs)))
-        } else if newest.generation > 0, !vouches(now: now, leaseMs: leaseMs) {
+        } else if sawSession || newest.generation > 0, !vouches(now: now, leaseMs: leaseMs) {
             lease = .init(fence: 0, leftMs: max(1, leaseMs))
         }
         return CoordinationRecord.Seed(

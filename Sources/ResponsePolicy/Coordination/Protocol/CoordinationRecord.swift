@@ -66,11 +66,15 @@ package struct CoordinationRecord: Sendable, Equatable {
         package var fence: UInt64 = 0
         /// A lease the process saw (another's) whose term has not ended by its own clock.
         package var lease: KnownLease?
+        /// The process holds a pair (saved or shared): a store with no session at all forgot it,
+        /// whatever the generation (a fleet still at generation 0 included).
+        package var hasPair = false
 
-        package init(generation: UInt64 = 0, fence: UInt64 = 0, lease: KnownLease? = nil) {
+        package init(generation: UInt64 = 0, fence: UInt64 = 0, lease: KnownLease? = nil, hasPair: Bool = false) {
             self.generation = generation
             self.fence = fence
             self.lease = lease
+            self.hasPair = hasPair
         }
     }
 
@@ -199,7 +203,9 @@ package struct CoordinationRecord: Sendable, Equatable {
         failedGeneration: UInt64, knows: Knowledge = Knowledge(), leaseMs: Int64, limit: (count: Int, perMs: Int64)?,
         holder: Int64, asker: UInt64 = 0, now: Int64, isAlive: (Int64) -> Bool = { _ in true }
     ) -> Begin {
-        if generation < knows.generation { return .behind(stored: generation) }
+        if generation < knows.generation || (credentials == nil && knows.hasPair) {
+            return .behind(stored: generation)
+        }
         if generation > failedGeneration { return .newer(session(now: now)) }
         if let held = lease, held.expires > now, asker != 0, held.asker == asker, held.fence > 0 {
             // Its own lease, granted to a question whose answer it never got (its client gave up

@@ -42,7 +42,10 @@ package final class InMemoryCoordinationStore: Sendable {
         mutating func heard(_ record: CoordinationRecord, by holder: Int64) {
             memories[holder, default: CoordinationMemory()].sawEpoch(record.epoch)
             memories[holder, default: CoordinationMemory()].sawFence(record.fence)
-            if record.credentials != nil { memories[holder, default: CoordinationMemory()].saw(record.session(now: 0)) }
+            if record.credentials != nil {
+                memories[holder, default: CoordinationMemory()].saw(record.session(now: 0))
+                memories[holder, default: CoordinationMemory()].sawStoreSession()
+            }
         }
 
         /// Every engine listening hears `change` (the store's announcements on its channel).
@@ -297,8 +300,14 @@ package final class InMemoryCoordinationStore: Sendable {
                         lease.term = leaseLength - (store.clock.now - sent)
                         return .turn(.lease(lease))
                     case .limited: return .turn(.limited)
-                    case .wait(let fence, _):
+                    case .wait(let fence, let left):
                         awaited = fence
+                        // Seen: honoured for its whole term even if the store forgets it.
+                        if fence > 0 {
+                            state.memories[holder, default: CoordinationMemory()].heardGrant(
+                                fence: fence, generation: request.failedGeneration, value: String(fence), leaseMs: left,
+                                now: now)
+                        }
                         return .wait
                     case .behind:
                         // The store forgot (or holds an older session): re-seeded from what this
