@@ -354,11 +354,11 @@ extension EngineState {
     /// held. A refresh this engine awaits is answered by them (its waiters go on now; its own
     /// end later finds the generation adopted and changes nothing).
     mutating func adopt(_ session: SharedSession, now: Duration) -> Adoption {
-        // A later epoch is a sign-in elsewhere (issue 30, case 6): an attempt signed before it
-        // carried the ended session's token, and a logout code in its answer ends nothing now,
-        // as after a sign-in of this engine (``signInGeneration``). (An epoch learned the first
-        // time is the session's own, not news of a sign-in.)
-        let signedInElsewhere = session.epoch > sharedEpoch && sharedEpoch > 0
+        // A sign-in elsewhere after the credentials held were issued (its epoch, the generation it
+        // stored at, is past theirs: issue 30, case 6): an attempt signed with them carried the
+        // ended session's token, and a logout code in its answer ends nothing now, as after a
+        // sign-in of this engine (``signInGeneration``).
+        let signedInElsewhere = session.epoch > sharedGeneration
         if session.generation >= sharedGeneration, session.epoch <= session.generation {
             sharedEpoch = max(sharedEpoch, session.epoch)
         }
