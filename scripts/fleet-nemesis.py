@@ -125,11 +125,21 @@ class Slot:
         self.runs = []
         self.lock = threading.Lock()
         self.stopping = False
+        # Cleared while the driver starts a new family: no run starts with the old one's files.
+        self.running = threading.Event()
+        self.running.set()
         self.thread = threading.Thread(target=self.loop, daemon=True)
 
     def loop(self):
         while not self.stopping:
+            self.running.wait()
+            if self.stopping:
+                break
             self.run_once(self.driver.count)
+
+    def idle(self):
+        with self.lock:
+            return self.process is None
 
     def run_once(self, count):
         d = self.driver
@@ -283,9 +293,13 @@ coordination: { use: redis, with: { url: "redis://127.0.0.1:%d/0", key: nemesis,
         if not self.token.stats().get("revoked"):
             return
         for slot in self.slots:
-            slot.signal(signal.SIGCONT)
-            slot.signal(signal.SIGKILL)
-        time.sleep(0.3)
+            slot.running.clear()
+        deadline = time.time() + 30
+        while not all(slot.idle() for slot in self.slots) and time.time() < deadline:
+            for slot in self.slots:
+                slot.signal(signal.SIGCONT)
+                slot.signal(signal.SIGKILL)
+            time.sleep(0.05)
         self.redis.command("CLIENT", "UNPAUSE")
         self.redis.command("FLUSHALL")
         self.token.request("POST", "/reset", "")
@@ -294,6 +308,8 @@ coordination: { use: redis, with: { url: "redis://127.0.0.1:%d/0", key: nemesis,
         for slot in self.slots:
             shutil.copy(self.token.seed, self.credentials_path(slot.number))
         self.note("reset")
+        for slot in self.slots:
+            slot.running.set()
 
     def run(self):
         for slot in self.slots:
@@ -312,6 +328,7 @@ coordination: { use: redis, with: { url: "redis://127.0.0.1:%d/0", key: nemesis,
         self.redis.command("CLIENT", "UNPAUSE")
         for slot in self.slots:
             slot.stopping = True
+            slot.running.set()
         for slot in self.slots:
             slot.thread.join(timeout=120)
         self.reset_if_revoked_final = self.token.stats().get("revoked")

@@ -97,6 +97,8 @@ extension RedisSessionCoordinator {
             if isNewer(session) {
                 remember(session)
                 send(.credentials(session))
+            } else if state.withLock({ $0.memory.isBehind(session) }) {
+                correct()
             }
         case "g":
             heardGrant(object)
@@ -176,6 +178,19 @@ extension RedisSessionCoordinator {
                     fence: fence, generation: generation, value: value, leaseMs: length, now: Self.monotonicNow)
             }
         }
+    }
+
+    /// Re-seeds Redis with this process's newer pair (a re-seed announced an older one: the
+    /// re-seeding process missed what this one saw). At most once a second; on the command queue.
+    func correct() {
+        let now = Self.monotonicNow
+        let due = state.withLock { state -> Bool in
+            guard now - state.lastCorrection >= 1000 else { return false }
+            state.lastCorrection = now
+            return true
+        }
+        guard due else { return }
+        Task { _ = await run(seedCommand()) }
     }
 
     static func number(_ value: Any?) -> UInt64? {

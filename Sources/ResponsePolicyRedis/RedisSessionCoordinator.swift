@@ -123,6 +123,8 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         var settingsChecked = false
         /// Turns whose answers were lost: the next question asks under one of their ids.
         var abandoned = AbandonedAskers()
+        /// When this process last corrected a store re-seeded with an older pair (its clock, ms).
+        var lastCorrection: Int64 = -1_000_000
     }
 
     /// The command connection; touched only on `queue`.
@@ -482,82 +484,127 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         }
     }
 
-    /// Runs a publication on a connection of its own, whatever the health (a pair must be tried),
-    /// and waits for the answer up to ``Configuration/publicationWait``. When none came by then
-    /// (Redis paused, slow), the caller is told the pair is in flight, and the connection is kept
-    /// open on a thread of its own until the answer arrives (at most ``publicationLimit``): closing
-    /// it would make Redis drop the command, and a question sent after it would be answered first.
+    /// Runs a publication whatever the health (a pair must be tried), on the command connection
+    /// when it is open (`EVALSHA` of the loaded script: one round trip) or on a new one whose set-up
+    /// is queued with it, and waits for the answer up to ``Configuration/publicationWait``. When none
+    /// came by then (Redis paused, slow), the caller is told the pair is in flight and the
+    /// connection is handed to a thread that keeps reading until the answer arrives (at most
+    /// ``publicationLimit``): closing it would make Redis drop the command, and a question sent
+    /// after it would be answered first. `late` hears an answer that came after that.
     private func runPublication(_ arguments: [String], late: (@Sendable (RedisReply) -> Void)? = nil) async
         -> Result<RedisReply, RedisError>
     {
         if state.withLock({ $0.stopped }) { return .failure(RedisError(message: "the Redis coordinator is stopped")) }
         let wait = configuration.publicationWait
         return await withCheckedContinuation { continuation in
-            let once = Locked(false)
-            let answer: @Sendable (Result<RedisReply, RedisError>) -> Void = { result in
-                let first = once.withLock { done -> Bool in
-                    defer { done = true }
-                    return !done
+            queue.async { [self] in
+                state.withLock { $0.inFlight += 1 }
+                switch startPublication(arguments) {
+                case .failure(let error):
+                    state.withLock { $0.inFlight -= 1 }
+                    continuation.resume(returning: .failure(error))
+                case .success(let sent):
+                    switch read(sent, until: ContinuousClock.now + wait) {
+                    case .answered(let result):
+                        state.withLock { $0.inFlight -= 1 }
+                        if case .success = result { box.connection = sent.connection }
+                        signal.bump()
+                        continuation.resume(returning: result)
+                    case .stillWaiting:
+                        let reason =
+                            "\(endpoint) did not answer a publication within \(wait.policyText); it stays in flight "
+                            + "(Redis runs it when it can) and the pair is kept"
+                        fail(reason)
+                        continuation.resume(returning: .failure(RedisError(message: reason)))
+                        let thread = Thread { [self] in
+                            let outcome = read(sent, until: ContinuousClock.now + Self.publicationLimit)
+                            state.withLock { $0.inFlight -= 1 }
+                            if case .answered(.success(let reply)) = outcome { late?(reply) }
+                            signal.bump()
+                        }
+                        thread.name = "response-policy.redis-publication"
+                        thread.start()
+                    }
                 }
-                if first { continuation.resume(returning: result) }
             }
-            state.withLock { $0.inFlight += 1 }
-            let thread = Thread { [self] in
-                let result = publishOnOwnConnection(arguments, answerBy: wait, answer: answer)
-                state.withLock { $0.inFlight -= 1 }
-                if once.withLock({ $0 }), case .success(let reply) = result {
-                    // An answer that came after the caller was told "in flight": what it stored is
-                    // news to this process's engine too (it learns its pair's generation), and a
-                    // retry of the same pair is answered as stored.
-                    late?(reply)
-                }
-                signal.bump()
-                answer(result)
-            }
-            thread.name = "response-policy.redis-publication"
-            thread.start()
         }
     }
 
-    /// The publication's connection: connect, send, and read the answer, telling `answer` after
-    /// `answerBy` that it is in flight while the read goes on. Nothing waits for an answer before
-    /// the publication is sent (its AUTH and SELECT are queued with it, and the script goes as
-    /// `EVAL`), so a paused Redis holds it in order and runs it when the pause ends.
-    private func publishOnOwnConnection(
-        _ arguments: [String], answerBy: Duration, answer: @Sendable (Result<RedisReply, RedisError>) -> Void
-    ) -> Result<RedisReply, RedisError> {
+    /// A publication on its way: its connection, the answers to skip first (a new connection's
+    /// queued AUTH and SELECT), and the command (to send again as `EVAL` after a `NOSCRIPT`).
+    private final class SentPublication: @unchecked Sendable {
+        // @unchecked: read by the queue, then by the one thread that takes over its reading.
+        let connection: RedisConnection
+        var setUp: Int
+        let arguments: [String]
+        var resent = false
+
+        init(_ connection: RedisConnection, setUp: Int, arguments: [String]) {
+            self.connection = connection
+            self.setUp = setUp
+            self.arguments = arguments
+        }
+    }
+
+    private enum PublicationRead {
+        case answered(Result<RedisReply, RedisError>)
+        case stillWaiting
+    }
+
+    /// Sends the publication (on the queue): `EVALSHA` when the script is loaded, else `EVAL`.
+    private func startPublication(_ arguments: [String]) -> Result<SentPublication, RedisError> {
         do throws(RedisError) {
-            let connection = try RedisConnection(
-                queueing: endpoint, password: configuration.password, timeout: configuration.connectTimeout)
-            try connection.send(arguments)
-            let started = ContinuousClock.now
-            var told = false
-            var setUp = connection.setUpReplies
-            while true {
-                let elapsed = ContinuousClock.now - started
-                if !told, elapsed >= answerBy {
-                    told = true
-                    let reason =
-                        "\(endpoint) did not answer a publication within \(answerBy.policyText); it stays in flight "
-                        + "(Redis runs it when it can) and the pair is kept"
-                    fail(reason)
-                    answer(.failure(RedisError(message: reason)))
-                }
-                guard elapsed < Self.publicationLimit else {
-                    return .failure(RedisError(message: "\(endpoint) never answered a publication"))
-                }
-                guard let reply = try connection.nextReply(waitingAtMost: 100) else { continue }
-                if case .error(let message) = reply {
-                    return .failure(RedisError(message: "\(endpoint) refused a coordination command: \(message)"))
-                }
-                if setUp > 0 {
-                    setUp -= 1
+            let sent: SentPublication
+            if let open = box.connection {
+                sent = SentPublication(open, setUp: 0, arguments: arguments)
+            } else {
+                let connection = try RedisConnection(
+                    queueing: endpoint, password: configuration.password, timeout: configuration.connectTimeout)
+                sent = SentPublication(connection, setUp: connection.setUpReplies, arguments: arguments)
+            }
+            // Taken from the queue's other commands until its answer is in.
+            box.connection = nil
+            if let sha = box.scripts[arguments[1]] {
+                try sent.connection.send(["EVALSHA", sha] + arguments.dropFirst(2))
+            } else {
+                sent.resent = true
+                try sent.connection.send(arguments)
+            }
+            return .success(sent)
+        } catch {
+            fail(error.message)
+            return .failure(error)
+        }
+    }
+
+    /// Reads the publication's answer until `deadline`.
+    private func read(_ sent: SentPublication, until deadline: ContinuousClock.Instant) -> PublicationRead {
+        do throws(RedisError) {
+            while ContinuousClock.now < deadline {
+                guard let reply = try sent.connection.nextReply(waitingAtMost: 100) else { continue }
+                if sent.setUp > 0 {
+                    sent.setUp -= 1
+                    if case .error(let message) = reply {
+                        return .answered(.failure(RedisError(message: "\(endpoint) refused: \(message)")))
+                    }
                     continue
                 }
-                return .success(reply)
+                if case .error(let message) = reply {
+                    if message.hasPrefix("NOSCRIPT"), !sent.resent {
+                        // Redis restarted or flushed its scripts: the script's text this time.
+                        sent.resent = true
+                        try sent.connection.send(sent.arguments)
+                        continue
+                    }
+                    return .answered(
+                        .failure(RedisError(message: "\(endpoint) refused a coordination command: \(message)")))
+                }
+                return .answered(.success(reply))
             }
+            return .stillWaiting
         } catch {
-            return .failure(error)
+            fail(error.message)
+            return .answered(.failure(error))
         }
     }
 

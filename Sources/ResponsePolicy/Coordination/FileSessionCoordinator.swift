@@ -568,6 +568,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
                 continue
             }
             var news: [SessionUpdate] = []
+            var correct = false
             let pid = Int64(getpid())
             state.withLock { state in
                 let seen = state.seen
@@ -584,7 +585,10 @@ public final class FileSessionCoordinator: SessionCoordinator {
                 } else if let heard = state.memory.lease, shared.fence >= heard.fence, shared.credentials != nil {
                     state.memory.heardEnd(fence: heard.fence)
                 }
-                if shared.credentials != nil { state.memory.saw(Self.session(shared)) }
+                if shared.credentials != nil {
+                    if state.memory.isBehind(Self.session(shared)) { correct = true }
+                    state.memory.saw(Self.session(shared))
+                }
                 if shared.generation > seen.generation, shared.credentials != nil {
                     news.append(.credentials(Self.session(shared)))
                 }
@@ -596,8 +600,19 @@ public final class FileSessionCoordinator: SessionCoordinator {
                 if shared.generation >= seen.generation { state.seen = shared }
             }
             for update in news { send(update) }
+            if correct {
+                // Re-seeded with an older pair by a process that missed what this one saw: put
+                // this process's newer one back (a re-seed never takes a newer session back).
+                let seed = state.withLock { $0.memory.seed(now: Self.monotonicNow, leaseMs: configuration.lease.milliseconds()) }
+                if let seed { _ = transactOnQueueBlocking { $0.reseed(seed, now: Date().millisecondsSince1970) } }
+            }
             signal.bump()
         }
+    }
+
+    /// ``transactOnQueue(_:)`` from the watcher's own thread, through the queue.
+    private func transactOnQueueBlocking<R>(_ body: @escaping (inout Shared) -> R) -> Result<R, CoordinationError> {
+        queue.sync { transactOnQueue(body) }
     }
 
     private static func identity(_ path: String) -> [Int] {

@@ -120,6 +120,15 @@ package struct CoordinationMemory: Sendable, Equatable {
     /// The subscription dropped: announcements may be missed until it is back.
     package mutating func stoppedListening() { listeningSince = nil }
 
+    /// Whether a session the store announced (or holds) is older than the newest this process
+    /// knows: the store forgot, and was re-seeded by a process that missed what this one saw. This
+    /// process then corrects it at once (re-seeds it with its newer pair), while the re-seed's
+    /// quarantine keeps anyone from presenting the older pair's refresh token.
+    package func isBehind(_ session: SharedSession) -> Bool {
+        guard let newest, newest.credentials != nil else { return false }
+        return session.generation < newest.generation
+    }
+
     /// The heard lease when its term has not ended at `now`.
     package func leaseInTerm(now: Int64) -> HeardLease? {
         lease.flatMap { $0.endsAt > now ? $0 : nil }
@@ -148,10 +157,14 @@ package struct CoordinationMemory: Sendable, Equatable {
     package func seed(now: Int64, leaseMs: Int64) -> CoordinationRecord.Seed? {
         guard let newest, let credentials = newest.credentials else { return nil }
         var lease: CoordinationRecord.KnownLease?
-        if let heard = leaseInTerm(now: now) {
+        if (sawSession || newest.generation > 0) && !vouches(now: now, leaseMs: leaseMs) {
+            // It may have missed a grant, or a publication (its pair then newer than this one):
+            // a whole lease, for that holder to publish and for a process that knows better to
+            // correct the store (``CoordinationMemory/isBehind(_:)``), before anyone presents.
+            let heardLeft = leaseInTerm(now: now).map { $0.endsAt - now } ?? 0
+            lease = .init(fence: 0, leftMs: max(1, leaseMs, heardLeft))
+        } else if let heard = leaseInTerm(now: now) {
             lease = .init(fence: heard.fence, leftMs: min(heard.endsAt - now, max(1, leaseMs)))
-        } else if sawSession || newest.generation > 0, !vouches(now: now, leaseMs: leaseMs) {
-            lease = .init(fence: 0, leftMs: max(1, leaseMs))
         }
         return CoordinationRecord.Seed(
             credentials: credentials, generation: newest.generation,

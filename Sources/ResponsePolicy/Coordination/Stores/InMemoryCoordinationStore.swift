@@ -48,6 +48,19 @@ package final class InMemoryCoordinationStore: Sendable {
             }
         }
 
+        /// A re-seed is announced: an engine listening that knows a newer pair (the re-seeding one
+        /// missed it) puts it back at once, as a real process does on hearing it
+        /// (``CoordinationMemory/isBehind(_:)``).
+        mutating func correct(_ record: inout CoordinationRecord, leaseMs: Int64, now: Int64) {
+            for key in subscribers.keys.sorted() {
+                let holder = Int64(key)
+                guard let memory = memories[holder], memory.listeningSince != nil,
+                    memory.isBehind(record.session(now: now)), let seed = memory.seed(now: now, leaseMs: leaseMs)
+                else { continue }
+                record.reseed(seed, now: now)
+            }
+        }
+
         /// Every engine listening hears `change` (the store's announcements on its channel).
         mutating func announce(_ change: (inout CoordinationMemory) -> Void, except holder: Int64? = nil) {
             for listener in subscribers.keys where Int64(listener) != holder {
@@ -238,6 +251,7 @@ package final class InMemoryCoordinationStore: Sendable {
                     let seed = state.memories[holder]?.seed(now: now, leaseMs: leaseMs)
                     let before = record.generation
                     let joined = record.join(seed: seed, now: now)
+                    state.correct(&record, leaseMs: leaseMs, now: now)
                     state.heard(record, by: holder)
                     // A re-seed of a store that was behind is news to the others.
                     let reseeded = joined == nil && record.credentials != nil && record.generation > before
@@ -314,6 +328,7 @@ package final class InMemoryCoordinationStore: Sendable {
                         // engine knows, then asked again.
                         guard let seed = memory.seed(now: now, leaseMs: leaseMs), record.reseed(seed, now: now)
                         else { return .reseeded(nil) }
+                        state.correct(&record, leaseMs: leaseMs, now: now)
                         let session = record.session(now: now)
                         state.announce({ $0.saw(session) }, except: holder)
                         return .reseeded(session)
