@@ -36,7 +36,8 @@ struct FleetFaultTests {
     static func expectNoLogout(_ results: [CLIResult], sourceLocation: SourceLocation = #_sourceLocation) {
         for result in results {
             #expect(
-                result.stdout.contains(" 0 logged out; "), "\(result.stdout)\n\(result.stderr)", sourceLocation: sourceLocation)
+                result.stdout.contains(" 0 logged out; "), "\(result.stdout)\n\(result.stderr)",
+                sourceLocation: sourceLocation)
             #expect(result.stdout.contains(", 0 logouts, "), "\(result.stdout)", sourceLocation: sourceLocation)
             #expect(!result.crashed, "\(result.stderr)", sourceLocation: sourceLocation)
         }

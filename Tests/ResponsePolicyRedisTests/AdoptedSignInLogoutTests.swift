@@ -41,7 +41,8 @@ struct AdoptedSignInLogoutTests {
         }
         let quiet = RecordingTransport { _, _ in response(#"{"status":0}"#) }
         let storeB = MemoryCredentialStore(Credentials(accessToken: "token-0"))
-        let a = try Self.engine(server, transport: quiet, store: MemoryCredentialStore(Credentials(accessToken: "token-0")), signed: signed)
+        let storeA = MemoryCredentialStore(Credentials(accessToken: "token-0"))
+        let a = try Self.engine(server, transport: quiet, store: storeA, signed: signed)
         let b = try Self.engine(server, transport: held, store: storeB, signed: signed)
         await a.waitForBackgroundWork()
         await b.waitForBackgroundWork()

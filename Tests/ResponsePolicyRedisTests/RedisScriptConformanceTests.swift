@@ -545,7 +545,8 @@ final class ScriptedRecord {
                 "EVAL", Script.beginScript, "5", keys.session, keys.lease, keys.fence, keys.logout, keys.refreshes,
                 String(failed), String(leaseMs), String(limit?.count ?? 0), String(limit?.perMs ?? 0), "", "",
                 String(knows.generation), String(knows.fence), knows.lease.map { String($0.fence) } ?? "",
-                String(knows.lease?.leftMs ?? 0), keys.channel, asker == 0 ? "" : String(asker), knows.hasPair ? "1" : "",
+                String(knows.lease?.leftMs ?? 0), keys.channel, asker == 0 ? "" : String(asker),
+                knows.hasPair ? "1" : "",
             ]).items
             switch items.first?.integer {
             case 0 where items.count >= 4:

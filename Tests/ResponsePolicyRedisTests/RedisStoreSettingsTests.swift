@@ -10,7 +10,7 @@ import Testing
 /// asked of Redis itself (`INFO memory`).
 @Suite(.enabled(if: RedisServerFixture.isInstalled, "redis-server is not installed"))
 struct RedisStoreSettingsTests {
-    static let endpoint = (try? RedisEndpoint.parse("redis://127.0.0.1:6379/0").get())!
+    static let endpoint = RedisEndpoint(host: "127.0.0.1", port: 6379, database: 0, username: nil, tls: false)
 
     static func info(_ limit: Int64, _ policy: String) -> String {
         "# Memory\r\nused_memory:1000\r\nmaxmemory:\(limit)\r\nmaxmemory_human:1M\r\nmaxmemory_policy:\(policy)\r\n"

@@ -211,7 +211,9 @@ struct SignedSharedStateTests {
             #expect(why.contains("forgot"), "\(why)")
             again = await process.beginRefresh(.init(failedGeneration: 1, timeout: .seconds(2), limit: nil))
         }
-        guard case .lease(let next) = again else { return recordFailure("no lease after the file was removed: \(again)") }
+        guard case .lease(let next) = again else {
+            return recordFailure("no lease after the file was removed: \(again)")
+        }
         #expect(next.generation == 1 && next.fencingToken > lease.fencingToken)
         let signer = SharedStateSigner(key: Self.key, scope: "file")
         guard case .success(let reseeded?) = FileSessionCoordinator.read(state, signer: signer)

@@ -603,7 +603,8 @@ public final class FileSessionCoordinator: SessionCoordinator {
             if correct {
                 // Re-seeded with an older pair by a process that missed what this one saw: put
                 // this process's newer one back (a re-seed never takes a newer session back).
-                let seed = state.withLock { $0.memory.seed(now: Self.monotonicNow, leaseMs: configuration.lease.milliseconds()) }
+                let leaseMs = configuration.lease.milliseconds()
+                let seed = state.withLock { $0.memory.seed(now: Self.monotonicNow, leaseMs: leaseMs) }
                 if let seed { _ = transactOnQueueBlocking { $0.reseed(seed, now: Date().millisecondsSince1970) } }
             }
             signal.bump()

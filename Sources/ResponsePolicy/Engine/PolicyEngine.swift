@@ -241,10 +241,9 @@ public final class PolicyEngine: Sendable {
                 // for a pair not yet published the one they replace (never more than the truth).
                 if let stamping = store as? any SessionStampingStore {
                     let pending = unpublished.map { $0.credentials.sameTokens(as: credentials) } ?? false
+                    let numbered = pending ? unpublished?.lease.generation ?? shared : shared
                     try stamping.save(
-                        SavedCredentials(
-                            credentials: credentials, generation: pending ? unpublished?.lease.generation ?? shared : shared,
-                            epoch: epoch, published: !pending))
+                        SavedCredentials(credentials: credentials, generation: numbered, epoch: epoch, published: !pending))
                 } else {
                     try store.save(credentials)
                 }
