@@ -7,6 +7,9 @@ let package = Package(
     products: [
         .library(name: "ResponsePolicy", targets: ["ResponsePolicy"]),
         .library(name: "ResponsePolicyURLSession", targets: ["ResponsePolicyURLSession"]),
+        // A transport on libcurl's multi interface (libcurl4-openssl-dev to build): the only product that links libcurl
+        // directly (FoundationNetworking links it too, under ResponsePolicyURLSession).
+        .library(name: "ResponsePolicyCurl", targets: ["ResponsePolicyCurl"]),
         // `coordination: redis`: the only product that links hiredis (libhiredis-dev to build).
         .library(name: "ResponsePolicyRedis", targets: ["ResponsePolicyRedis"]),
         // For a service's own tests: a virtual clock, seeded randomness, the simulator.
@@ -26,19 +29,29 @@ let package = Package(
             name: "CHiredis",
             providers: [.apt(["libhiredis-dev"])]
         ),
+        .systemLibrary(
+            name: "CCurl",
+            pkgConfig: "libcurl",
+            providers: [.apt(["libcurl4-openssl-dev"])]
+        ),
         // The core links libyaml alone: a service with `coordination: local` or `file` needs no hiredis.
-        .target(name: "ResponsePolicy", dependencies: ["CYAML"]),
+        .target(name: "ResponsePolicy", dependencies: ["CYAML"], exclude: ["Engine/README.md"]),
         .target(name: "ResponsePolicyRedis", dependencies: ["ResponsePolicy", "CHiredis"]),
         .target(name: "ResponsePolicyURLSession", dependencies: ["ResponsePolicy"]),
+        .target(name: "ResponsePolicyCurl", dependencies: ["ResponsePolicy", "CCurl"]),
         .target(name: "ResponsePolicyTesting", dependencies: ["ResponsePolicy"]),
         .target(
-            name: "PolicyCLI", dependencies: ["ResponsePolicy", "ResponsePolicyURLSession", "ResponsePolicyTesting"]),
+            name: "PolicyCLI",
+            dependencies: ["ResponsePolicy", "ResponsePolicyURLSession", "ResponsePolicyCurl", "ResponsePolicyTesting"]),
         // C: a pre-initializer that sets SWIFT_BACKTRACE before the Swift runtime reads it.
         .target(name: "PolicyStartup"),
         // policy installs `coordination: redis` at start (RedisCoordination.install()).
         .executableTarget(name: "policy", dependencies: ["PolicyCLI", "PolicyStartup", "ResponsePolicyRedis"]),
         .executableTarget(
-            name: "policy-bench", dependencies: ["ResponsePolicy", "ResponsePolicyURLSession", "ResponsePolicyRedis"]),
+            name: "policy-bench",
+            dependencies: [
+                "ResponsePolicy", "ResponsePolicyURLSession", "ResponsePolicyCurl", "ResponsePolicyRedis", "CCurl",
+            ]),
         // Test helper: one coordinator in a child process, driven over stdin/stdout by the
         // multi-process coordination tests (killed with SIGKILL mid-refresh).
         .executableTarget(
@@ -79,7 +92,9 @@ let package = Package(
             dependencies: ["PolicyCLI", "ResponsePolicy", "ResponsePolicyRedis", "ResponsePolicyTesting", "TestGate"]),
         .testTarget(
             name: "ResponsePolicyURLSessionTests",
-            dependencies: ["ResponsePolicyURLSession", "ResponsePolicy", "ResponsePolicyTesting", "TestGate"],
+            dependencies: [
+                "ResponsePolicyURLSession", "ResponsePolicyCurl", "ResponsePolicy", "ResponsePolicyTesting", "TestGate",
+            ],
             resources: [.copy("Fixtures")]
         ),
     ],

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Proves that the core products (ResponsePolicy, ResponsePolicyURLSession, ResponsePolicyTesting)
+# depend on neither hiredis nor the libcurl product (ResponsePolicyCurl, CCurl),
 # and the core's tests build, and a service using the core links, without hiredis, on a machine that has libhiredis-dev installed (CI
 # installs it for ResponsePolicyRedis): it builds them from a copy of the package whose CHiredis
 # module cannot compile or link (its header is an #error, its link name does not exist), then
@@ -50,6 +51,13 @@ bad = {name: sorted(n for n in closure(name, set()) if "hiredis" in n.lower() or
 bad = {k: v for k, v in bad.items() if v}
 if bad:
     sys.exit("the core depends on hiredis: %s" % bad)
+# Nor libcurl: only ResponsePolicyCurl links it directly (issue 33); the core and the URLSession
+# and Testing products never depend on it.
+curl = {name: sorted(n for n in closure(name, set()) if n in ("CCurl", "ResponsePolicyCurl"))
+        for name in ["ResponsePolicy", "ResponsePolicyURLSession", "ResponsePolicyTesting"]}
+curl = {k: v for k, v in curl.items() if v}
+if curl:
+    sys.exit("a core product depends on libcurl: %s" % curl)
 print("ok: " + ", ".join(core))
 '
 

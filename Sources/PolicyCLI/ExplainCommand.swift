@@ -164,18 +164,24 @@ package enum PolicyExplainer {
             }
             if let transient = r.transient {
                 text +=
-                    "Transient token-endpoint trouble (5xx, 429, temporarily_unavailable, slow_down, no answer, a reset connection) is retried after \(transient.initial.policyText), doubling up to \(transient.maxDelay.policyText)"
-                    + (transient.honorRetryAfter ? " or as Retry-After asks" : "")
+                    "Transient token-endpoint trouble (\(TokenAnswer.transientSummary)) is retried after \(transient.initial.policyText), doubling up to \(transient.maxDelay.policyText)"
+                    + (transient.honorRetryAfter
+                        ? ", or after the Retry-After the server asks for (obeyed in full, by every request: no token call before it ends)"
+                        : "")
                     + ", within refresh.timeout (\(r.timeout.policyText)) while the waiting requests stay parked; trouble that outlasts it fails those requests and the session goes on. "
             } else {
                 text +=
-                    "Transient token-endpoint trouble (5xx, 429, no answer) fails the waiting requests at once (transient: none); the session goes on. "
+                    "Transient token-endpoint trouble (\(TokenAnswer.transientSummary)) fails the waiting requests at once (transient: none); the session goes on. "
             }
             text +=
-                "Only a definitive answer (invalid_grant, invalid_client, unauthorized_client, invalid_scope, or an answer a refresh, fail or logout rule matches) is a failed refresh: then \(outcome(r.onFailure)), and that answer is given to every refresh of the same token for \(r.timeout.policyText) without asking again. "
+                "A token call still out at refresh.timeout runs on for one more timeout, and a pair it brings is kept (no second call presents the same refresh token meanwhile). "
+            text +=
+                "Only a definitive answer (\(TokenAnswer.definitiveSummary), or an answer a refresh, fail or logout rule matches) is a failed refresh: then \(outcome(r.onFailure)), and that answer is given to every refresh of the same credentials for \(r.timeout.policyText) without asking again, four times longer for each further one (up to 1h). "
+            text +=
+                "A 2xx answer with an access token is a pair kept, whatever else is odd in it; a token that cannot be sent (control characters, over 16 KiB) or of a type the authorizer does not send fails the refresh, and its refresh token is kept. "
             if let limit = r.limit {
                 text +=
-                    "More than \(limit.count) refreshes that did not help (the new token refused before any response accepted it) in \(limit.per.policyText) count as a failed refresh; healthy rotations are not counted. "
+                    "After \(limit.count) refreshes in \(limit.per.policyText) whose new tokens the server refused before accepting any (a loop), further refreshes fail the requests without a call until the window allows; the session goes on (refresh.limit never logs out). Healthy rotations, the initial token, failed refreshes and tokens adopted from other processes are never counted. "
             }
             if let ahead = r.ahead {
                 text +=

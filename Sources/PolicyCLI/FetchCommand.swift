@@ -1,5 +1,6 @@
 import Foundation
 import ResponsePolicy
+import ResponsePolicyCurl
 import ResponsePolicyURLSession
 
 /// `policy fetch --policy FILE [--credentials FILE] [--concurrency N] [--count M] [-X METHOD]
@@ -35,14 +36,31 @@ enum FetchCommand {
         ["--max-body"], "size", help: "The largest response body read (bytes, or with KiB, MiB, GiB); 64MiB by default."
     )
     static let verbose = Option.flag(["--verbose"], help: "Also print every engine event as a JSON line on stderr.")
+    /// The HTTP client under the engine: libcurl's multi interface by default on Linux (bodies on
+    /// kept-alive connections, HTTP/2 multiplexing), URLSession elsewhere.
+    enum TransportChoice: String, CaseIterable, Sendable {
+        case urlsession, curl
+
+        static var platformDefault: TransportChoice {
+            #if os(Linux)
+                .curl
+            #else
+                .urlsession
+            #endif
+        }
+    }
+    static let transport = Option.choice(
+        ["--transport"], "transport", default: TransportChoice.platformDefault,
+        help: "urlsession or curl (libcurl's multi interface); curl by default on Linux.")
 
     static let spec = CommandSpec(
         name: "fetch",
-        summary: "Send real HTTP requests through the engine and the URLSession transport.",
+        summary: "Send real HTTP requests through the engine and libcurl (the default on Linux) or URLSession.",
         arguments: [.init(name: "URL", help: "The http:// or https:// URL to request.")],
         options: [
             policy.declaration, credentials.declaration, concurrency.declaration, count.declaration,
-            method.declaration, header.declaration, data.declaration, maxBody.declaration, verbose.declaration,
+            method.declaration, header.declaration, data.declaration, maxBody.declaration, transport.declaration,
+            verbose.declaration,
         ],
         exitCodes: [
             (0, "every request was delivered"),
@@ -65,6 +83,7 @@ enum FetchCommand {
         var request: HTTPRequest
         var verbose: Bool
         var maxBody = URLSessionTransport.defaultMaxBody
+        var transport = TransportChoice.platformDefault
     }
 
     static func run(_ arguments: ParsedArguments, output: CommandOutput) async throws(UsageError) -> Int32 {
@@ -111,7 +130,7 @@ enum FetchCommand {
         let registry = PluginRegistry()
         let engine = PolicyEngine(
             policy: policy,
-            transport: URLSessionTransport(timeout: transportTimeout(for: policy), maxBody: invocation.maxBody),
+            transport: makeTransport(invocation, timeout: transportTimeout(for: policy)),
             plugins: registry,
             credentials: store, options: options)
         // A plugin that cannot be made here (an unset variable, a missing command) fails every refresh: say so first.
@@ -220,6 +239,7 @@ enum FetchCommand {
             policyPath: policyPath, credentialsPath: arguments[credentials], concurrency: concurrency,
             count: count, request: HTTPRequest(method: method, url: url, headers: headers, body: body),
             verbose: arguments[verbose])
+        invocation.transport = arguments[transport]
         if let text = arguments[maxBody] {
             guard let size = byteSize(text) else {
                 throw UsageError(
@@ -230,6 +250,13 @@ enum FetchCommand {
             invocation.maxBody = size
         }
         return invocation
+    }
+
+    static func makeTransport(_ invocation: Invocation, timeout: Duration) -> any Transport {
+        switch invocation.transport {
+        case .urlsession: URLSessionTransport(timeout: timeout, maxBody: invocation.maxBody)
+        case .curl: CurlTransport(timeout: timeout, maxBody: invocation.maxBody)
+        }
     }
 
     /// `1048576`, `512KiB`, `64MiB`, `1GiB` (also `K`, `M`, `G`, `KB`, `MB`, `GB` as binary units): positive.

@@ -50,9 +50,14 @@ public final class URLSessionTransport: CancellableTransport {
     /// The largest response body accepted, in bytes (`max-body`); `nil` for no limit. 64 MiB by default.
     public let maxBody: Int?
     /// How many redirects one ``send(_:)`` follows before it fails with a connection error: 10.
-    public static let maxRedirects = 10
+    public static let maxRedirects = RedirectRules.maxRedirects
     /// The default of ``maxBody``: 64 MiB.
     public static let defaultMaxBody = 64 << 20
+    /// The most header fields a response may have (distinct names); more fail the attempt with
+    /// `TransportError(.tooLarge)`. 500 by default.
+    public let maxHeaders: Int
+    /// The default of ``maxHeaders``: 500. Real responses carry a few dozen.
+    public static let defaultMaxHeaders = 500
 
     private let session: URLSession
     private let delegate: SessionDelegate
@@ -62,31 +67,47 @@ public final class URLSessionTransport: CancellableTransport {
     /// requests already queued in this one.
     private let control = Locked<URLSessionTransport?>(nil)
     private let isControl: Bool
-    /// How a request with a body goes out: on a fresh connection (the default). The others are
-    /// kept for the measurement in `KeepAliveResetTests`.
+    /// How a request with a body goes out: on Linux on a fresh connection, on Apple platforms on
+    /// the kept-alive ones (see `BodyMode`). The others are kept for the measurement in
+    /// `KeepAliveResetTests`.
     let bodyMode: BodyMode
 
     /// How a request with a body goes out.
     ///
-    /// Why not simply `httpBody` on a kept-alive connection: when libcurl sends a request on an
-    /// idle connection that the server resets at that moment (gunicorn's keep-alive timeout), it
-    /// sends the request again on a new connection and first rewinds the body. FoundationNetworking
-    /// cannot rewind an `httpBody` and says it did, so the second try carries the headers, the
+    /// Why not simply `httpBody` on a kept-alive connection on Linux: when libcurl sends a request
+    /// on an idle connection that the server resets at that moment (gunicorn's keep-alive
+    /// timeout), it sends the request again on a new connection. FoundationNetworking cannot
+    /// rewind an `httpBody` and says it did, so the second try carries the headers, the
     /// Content-Length and none of the body, and stalls until the timeout (issue 20: a token POST
-    /// lost its body and logged the session out). A stream body it can rewind, by asking the
-    /// delegate for a new stream, but it sends a stream chunked, with the Content-Length beside
-    /// `Transfer-Encoding: chunked`, which RFC 9112 §6.3 forbids. So a request with a body goes on
-    /// a connection nobody used before: a session made for it alone (libcurl keeps its connections
-    /// per session), asking the server to close after (`Connection: close`). Nothing is reset at
-    /// reuse, and the body is never asked for twice. The cost is one connection per request with a
-    /// body (measured in `KeepAliveResetTests`); a token call is one per token lifetime.
+    /// lost its body and logged the session out). A stream body it can rewind, but it sends a
+    /// stream chunked, with the Content-Length beside `Transfer-Encoding: chunked`, which RFC 9112
+    /// §6.3 forbids. Answering libcurl's rewind (FoundationNetworking asks the delegate for a new
+    /// stream, for an `httpBody` too) by cancelling and re-sending the request does not cover it
+    /// either: libcurl rewinds only what it already counted as sent, and a body it had read but
+    /// not yet written goes out short without a rewind (issue 33 measured 9–10 of 12 bodies whole
+    /// against a server that resets every reused connection, the rest short or failed). So on
+    /// Linux a request with a body goes on a connection nobody used before: a session made for it
+    /// alone (libcurl keeps its connections per session), asking the server to close after
+    /// (`Connection: close`), which costs a connection (over TLS a handshake) per request with a
+    /// body. `ResponsePolicyCurl`'s `CurlTransport` rewinds bodies itself and has no such cost.
+    /// Apple's URLSession rewinds bodies correctly: there, bodies use the kept-alive connections.
     enum BodyMode: Sendable {
         /// A session of its own, `Connection: close`: a new connection per request with a body.
+        /// The default on Linux.
         case freshConnection
-        /// `httpBody` on the shared, kept-alive connections (what the transport did before).
+        /// `httpBody` on the shared, kept-alive connections. The default on Apple platforms.
         case data
         /// A rewindable `httpBodyStream` on the shared connections (chunked on the wire).
         case stream
+
+        /// The platform's default.
+        static var platformDefault: BodyMode {
+            #if canImport(FoundationNetworking)
+                .freshConnection
+            #else
+                .data
+            #endif
+        }
     }
 
     /// Creates a transport.
@@ -105,12 +126,16 @@ public final class URLSessionTransport: CancellableTransport {
     ///     A zero or negative value times out every request at once. Defaults to 60 seconds.
     ///   - maxBody: The largest response body accepted, in bytes; `nil` for no limit. A larger body is not read
     ///     to its end: ``send(_:)`` throws `TransportError(.tooLarge)`. Defaults to 64 MiB.
+    ///   - maxHeaders: The most header fields (distinct names: FoundationNetworking joins repeated
+    ///     ones) a response may have; with more, ``send(_:)`` throws `TransportError(.tooLarge)`.
+    ///     Defaults to 500.
     ///   - session: A session whose configuration (proxies, TLS settings, headers) to use. The transport always
     ///     sends through a session of its own made from that configuration, because it must be the session's
     ///     delegate to keep redirects and body sizes in hand; cookies and the URL cache stay off in the default
     ///     configuration. Defaults to `nil`: an ephemeral configuration with no cookie storage and no URL cache.
     public convenience init(
-        timeout: Duration = .seconds(60), maxBody: Int? = URLSessionTransport.defaultMaxBody, session: URLSession? = nil
+        timeout: Duration = .seconds(60), maxBody: Int? = URLSessionTransport.defaultMaxBody,
+        maxHeaders: Int = URLSessionTransport.defaultMaxHeaders, session: URLSession? = nil
     ) {
         let configuration: URLSessionConfiguration
         if let session {
@@ -123,23 +148,26 @@ public final class URLSessionTransport: CancellableTransport {
             configuration.urlCache = nil
             configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
         }
-        self.init(timeout: timeout, maxBody: maxBody, configuration: configuration, isControl: false)
+        self.init(
+            timeout: timeout, maxBody: maxBody, maxHeaders: maxHeaders, configuration: configuration, isControl: false)
     }
 
     /// A transport that sends bodies as `bodyMode` says (for tests that measure the difference).
     convenience init(timeout: Duration, bodyMode: BodyMode) {
         let configuration = URLSessionConfiguration.ephemeral
         configuration.urlCache = nil
-        self.init(timeout: timeout, maxBody: Self.defaultMaxBody, configuration: configuration, isControl: false,
-            bodyMode: bodyMode)
+        self.init(
+            timeout: timeout, maxBody: Self.defaultMaxBody, maxHeaders: Self.defaultMaxHeaders,
+            configuration: configuration, isControl: false, bodyMode: bodyMode)
     }
 
     /// With `isControl`: the transport for session calls, on a session of its own.
     private init(
-        timeout: Duration, maxBody: Int?, configuration: URLSessionConfiguration, isControl: Bool,
-        bodyMode: BodyMode = .freshConnection
+        timeout: Duration, maxBody: Int?, maxHeaders: Int, configuration: URLSessionConfiguration, isControl: Bool,
+        bodyMode: BodyMode = .platformDefault
     ) {
         self.bodyMode = bodyMode
+        self.maxHeaders = max(1, maxHeaders)
         self.timeout = timeout
         self.maxBody = maxBody
         self.isControl = isControl
@@ -159,11 +187,12 @@ public final class URLSessionTransport: CancellableTransport {
     /// engine's refresh and logout calls.
     public var sessionCallTransport: any Transport {
         if isControl { return self }
-        let (configuration, timeout, maxBody) = (session.configuration, timeout, maxBody)
+        let (configuration, timeout, maxBody, maxHeaders) = (session.configuration, timeout, maxBody, maxHeaders)
         return control.withLock { control in
             if let control { return control }
             let made = URLSessionTransport(
-                timeout: timeout, maxBody: maxBody, configuration: configuration, isControl: true)
+                timeout: timeout, maxBody: maxBody, maxHeaders: maxHeaders, configuration: configuration,
+                isControl: true)
             control = made
             return made
         }
@@ -232,18 +261,13 @@ public final class URLSessionTransport: CancellableTransport {
         }
         defer { timer.cancel() }
         var current = request
-        var crossedOrigin = false
         for hop in 0...Self.maxRedirects {
             let response = try await once(current, limit: limit, slot: slot)
-            guard let next = Self.redirect(from: current, response: response, original: request) else {
+            guard let next = RedirectRules.redirect(from: current, response: response, original: request) else {
                 return response
             }
-            guard hop < Self.maxRedirects else {
-                throw TransportError(.connection, "\(label): more than \(Self.maxRedirects) redirects")
-            }
-            if !Self.sameOrigin(next.url, current.url) { crossedOrigin = true }
+            guard hop < Self.maxRedirects else { break }
             current = next
-            if crossedOrigin { current.headers = Self.headersSafeAcrossOrigins(current.headers) }
         }
         throw TransportError(.connection, "\(label): more than \(Self.maxRedirects) redirects")
     }
@@ -251,13 +275,14 @@ public final class URLSessionTransport: CancellableTransport {
     /// One exchange on the wire, without following redirects.
     private func once(_ request: HTTPRequest, limit: Int?, slot: CallSlot) async throws -> HTTPResponse {
         var urlRequest = makeURLRequest(request)
+        // A request with a body goes on a connection of its own on Linux (see `BodyMode`); the
+        // control transport's calls (token, logout) always do there, so a token call never
+        // meets a reset.
+        let fresh = bodyMode == .freshConnection && (isControl || !(request.body?.isEmpty ?? true))
         let call = DataTaskCall(
             label: "\(request.method) \(Self.redacted(request.url))", url: request.url, limit: limit,
-            arriving: slot.arriving,
+            maxHeaders: maxHeaders, arriving: slot.arriving,
             body: urlRequest.httpBodyStream == nil ? nil : request.body)
-        // A request with a body goes on a connection of its own (see `BodyMode`); the control
-        // transport's calls (token, logout) always do, so a token call never meets a reset.
-        let fresh = bodyMode == .freshConnection && (isControl || !(request.body?.isEmpty ?? true))
         let session: URLSession
         let delegate: SessionDelegate
         if fresh {
@@ -285,84 +310,6 @@ public final class URLSessionTransport: CancellableTransport {
         } onCancel: {
             slot.stop(throwing: CancellationError())
         }
-    }
-
-    // MARK: - Redirects
-
-    /// The request to send next when `response` is a redirect the request's policy follows; `nil` otherwise.
-    static func redirect(from request: HTTPRequest, response: HTTPResponse, original: HTTPRequest) -> HTTPRequest? {
-        guard [301, 302, 303, 307, 308].contains(response.status), original.redirects != .none,
-            let location = response.headers["Location"], !location.isEmpty,
-            var target = URL(string: location, relativeTo: request.url)?.absoluteURL,
-            let scheme = target.scheme?.lowercased(), scheme == "http" || scheme == "https", target.host != nil
-        else { return nil }
-        if !sameOrigin(target, request.url), target.user != nil || target.password != nil {
-            // Credentials a server wrote into a `Location` are not sent anywhere.
-            guard var components = URLComponents(url: target, resolvingAgainstBaseURL: false) else { return nil }
-            components.user = nil
-            components.password = nil
-            guard let stripped = components.url else { return nil }
-            target = stripped
-        }
-        if original.redirects == .sameOrigin, !sameOrigin(target, original.url) { return nil }
-        if !sameOrigin(target, request.url) { target = withoutEchoedQuery(target, sent: request.url) }
-        var next = request
-        next.url = target
-        let toGET =
-            (response.status == 303 && request.method != "HEAD")
-            || ((response.status == 301 || response.status == 302) && request.method == "POST")
-        if toGET {
-            next.method = "GET"
-            next.body = nil
-            next.headers.remove("Content-Type")
-            next.headers.remove("Content-Length")
-        }
-        return next
-    }
-
-    /// `target` without the query parameters the request just sent had in its own query (the same name and value,
-    /// or a value of 8 characters or more under any name): a
-    /// query-preserving redirect to another origin (`Location: https://elsewhere/?<our query>`) would otherwise
-    /// carry a `query` authorizer's token (or an API key in the URL) there. Parameters the server added itself
-    /// stay.
-    static func withoutEchoedQuery(_ target: URL, sent: URL) -> URL {
-        let sentItems = (URLComponents(url: sent, resolvingAgainstBaseURL: false)?.queryItems ?? [])
-            .filter { !($0.value ?? "").isEmpty }
-        // A parameter repeated as it was, or a long value (a token) repeated under another name.
-        let sentPairs = Set(sentItems.map { $0.name + "=" + ($0.value ?? "") })
-        let sentLongValues = Set(sentItems.compactMap(\.value).filter { $0.count >= 8 })
-        guard !sentItems.isEmpty, var components = URLComponents(url: target, resolvingAgainstBaseURL: false),
-            let items = components.queryItems
-        else { return target }
-        let kept = items.filter { item in
-            guard let value = item.value, !value.isEmpty else { return true }
-            return !sentPairs.contains(item.name + "=" + value) && !sentLongValues.contains(value)
-        }
-        guard kept.count != items.count else { return target }
-        components.queryItems = kept.isEmpty ? nil : kept
-        return components.url ?? target
-    }
-
-    /// Whether two URLs have one origin: scheme, host and port (the scheme's default when none is written).
-    static func sameOrigin(_ a: URL, _ b: URL) -> Bool {
-        func origin(_ url: URL) -> (String, String, Int) {
-            let scheme = url.scheme?.lowercased() ?? ""
-            return (scheme, url.host?.lowercased() ?? "", url.port ?? (scheme == "https" ? 443 : 80))
-        }
-        return origin(a) == origin(b)
-    }
-
-    /// The headers that may follow a request to another origin: none that can carry a credential.
-    static let headersKeptAcrossOrigins: Set<String> = [
-        "accept", "accept-language", "content-language", "content-type", "user-agent",
-    ]
-
-    static func headersSafeAcrossOrigins(_ headers: HTTPHeaders) -> HTTPHeaders {
-        var kept = HTTPHeaders()
-        for field in headers where headersKeptAcrossOrigins.contains(field.name.lowercased()) {
-            kept.add(field.name, field.value)
-        }
-        return kept
     }
 
     /// The transport error class of a `URLError`, or `nil` when the code is not a network failure of any class.
@@ -452,14 +399,7 @@ public final class URLSessionTransport: CancellableTransport {
     }
 
     /// `url` without query, fragment, user or password: safe to put into messages and logs.
-    static func redacted(_ url: URL) -> String {
-        guard var components = URLComponents(url: url, resolvingAgainstBaseURL: true) else { return "<url>" }
-        components.query = nil
-        components.fragment = nil
-        components.user = nil
-        components.password = nil
-        return components.string ?? "<url>"
-    }
+    static func redacted(_ url: URL) -> String { RedirectRules.redacted(url) }
 }
 
 /// The data task a ``URLSessionTransport`` send is on now (one per redirect hop), so that cancellation and the
@@ -525,7 +465,8 @@ private final class SessionDelegate: NSObject, URLSessionDataDelegate, @unchecke
         completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void
     ) {
         let call = call(for: dataTask)
-        let tooLarge = call?.announced(response.expectedContentLength) ?? false
+        let tooLarge =
+            (call?.tooManyHeaders(response) ?? false) || (call?.announced(response.expectedContentLength) ?? false)
         if !tooLarge, let status = (response as? HTTPURLResponse)?.statusCode { call?.received(status: status) }
         completionHandler(tooLarge ? .cancel : .allow)
     }
@@ -574,13 +515,26 @@ private final class DataTaskCall: Sendable {
     private let arriving: (@Sendable () -> Void)?
     /// The request body sent as a stream, for a rewind (see `SessionDelegate`).
     let body: Data?
+    private let maxHeaders: Int
 
-    init(label: String, url: URL, limit: Int?, arriving: (@Sendable () -> Void)?, body: Data?) {
+    init(label: String, url: URL, limit: Int?, maxHeaders: Int, arriving: (@Sendable () -> Void)?, body: Data?) {
         self.label = label
         self.url = url
         self.limit = limit
+        self.maxHeaders = maxHeaders
         self.arriving = arriving
         self.body = body
+    }
+
+    /// Whether the response's head has more fields than the limit (FoundationNetworking hands
+    /// them over joined by name).
+    func tooManyHeaders(_ response: URLResponse) -> Bool {
+        guard let fields = (response as? HTTPURLResponse)?.allHeaderFields, fields.count > maxHeaders else {
+            return false
+        }
+        let message = "\(label): the response has more than \(maxHeaders) header fields (max-headers)"
+        stop(throwing: TransportError(.tooLarge, message))
+        return true
     }
 
     /// The status and headers are in: unless the transport will follow it as a redirect, the

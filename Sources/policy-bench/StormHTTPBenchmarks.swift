@@ -1,5 +1,6 @@
 import Foundation
 import ResponsePolicy
+import ResponsePolicyCurl
 import ResponsePolicyURLSession
 
 #if canImport(FoundationNetworking)
@@ -23,8 +24,9 @@ import ResponsePolicyURLSession
 /// only with `--quick` (N = 50, one repetition).
 extension Benchmarks {
     static func stormHTTP(
-        quick: Bool, repetitions: Int, baselineRepetitions: Int? = nil, sizes chosen: [Int]? = nil
+        quick: Bool, repetitions: Int, baselineRepetitions: Int? = nil, sizes chosen: [Int]? = nil, curl: Bool = false
     ) async -> [BenchResult] {
+        stormCurl.set(curl)
         guard let server = StormServer.start() else {
             FileHandle.standardError.write(
                 Data("storm-http: could not start scripts/storm-server.py (python3, run from the repository)\n".utf8))
@@ -147,7 +149,7 @@ extension Benchmarks {
         var options = PolicyEngine.Options()
         if let observer { options.observers = [observer] }
         let engine = PolicyEngine(
-            policy: policy, transport: transport ?? URLSessionTransport(),
+            policy: policy, transport: transport ?? makeStormTransport(),
             credentials: MemoryCredentialStore(Credentials(accessToken: "access-0", refreshToken: "refresh-0")),
             options: options)
         let start = ContinuousClock.now
@@ -220,7 +222,7 @@ extension Benchmarks {
     static func logoutStorm(_ server: StormServer, size: Int, dispatch: String?) async -> LogoutRun {
         guard server.reset(["token": "valid", "logout_after": size / 10]) else { return LogoutRun() }
         let watch = LogoutWatch()
-        let stamping = StampingTransport(URLSessionTransport())
+        let stamping = StampingTransport(makeStormTransport())
         let (results, _) = await storm(server, size: size, dispatch: dispatch, observer: watch, transport: stamping)
         let stats = server.stats() ?? [:]
         let (sawAt, sendsAfter, responses, sends) = watch.snapshot
@@ -249,6 +251,13 @@ extension Benchmarks {
         return run
     }
 
+    /// `--transport curl`: the storms over `CurlTransport` instead of `URLSessionTransport`.
+    static let stormCurl = LockedBox(false)
+
+    static func makeStormTransport() -> any CancellableTransport {
+        stormCurl.get() ? CurlTransport() : URLSessionTransport()
+    }
+
     static func stormMedian(_ values: [Double]) -> Double {
         let sorted = values.filter { !$0.isNaN }.sorted()
         guard !sorted.isEmpty else { return .nan }
@@ -263,16 +272,17 @@ extension Duration {
     }
 }
 
-/// URLSessionTransport, with the moment each path was handed to it (the attempt left the engine).
+/// A transport, with the moment each path was handed to it (the attempt left the engine).
 final class StampingTransport: CancellableTransport {
-    let inner: URLSessionTransport
+    let inner: any CancellableTransport
     private let stamps = LockedBox<[String: Date]>([:])
 
-    init(_ inner: URLSessionTransport) { self.inner = inner }
+    init(_ inner: any CancellableTransport) { self.inner = inner }
 
     var sentAt: [String: Date] { stamps.get() }
     var sessionCallTransport: any Transport { inner.sessionCallTransport }
     var connectionsPerHost: Int? { inner.connectionsPerHost }
+    func inFlightLimit(for url: URL) -> Int? { inner.inFlightLimit(for: url) }
 
     func send(_ request: HTTPRequest) async throws -> HTTPResponse {
         stamp(request)

@@ -35,6 +35,15 @@ if arguments.contains("--help") || arguments.contains("-h") {
                                   'storm-http' (not in the default run) storms through
                                   URLSessionTransport against scripts/storm-server.py
                                   (run from the repository root).
+                                  'transport' (not in the default run) sends GET and POST,
+                                  sequential and 16 at once, over HTTP, TLS and HTTP/2
+                                  through a loopback nginx it starts, with raw URLSession
+                                  and raw libcurl as baselines in the same run.
+          --install-ca            transport: add its self-signed certificate to the system
+                                  bundle for the run (root; URLSession on Linux trusts no
+                                  other), taken out at the end. Without it the URLSession
+                                  TLS figures are failed handshakes.
+          --transport <t>         storm-http's transport: urlsession (default) or curl.
           --reps <n>              Repetitions of each storm-http storm (median): 5.
           --baseline-reps <n>     Repetitions of its baseline (dispatch: unlimited): as --reps.
           --sizes <n,n>           storm-http's storm sizes: 1000,5000.
@@ -73,7 +82,16 @@ if stormHTTP {
     let sizes = value("--sizes").map { $0.split(separator: ",").compactMap { Int($0) } }
     results += await Benchmarks.stormHTTP(
         quick: quick, repetitions: max(1, reps), baselineRepetitions: value("--baseline-reps").flatMap { Int($0) },
-        sizes: sizes)
+        sizes: sizes, curl: value("--transport") == "curl")
+}
+// Needs nginx (nginx-light, libnginx-mod-http-echo): only on request, `--only transport`.
+if only.map({ $0.hasPrefix("transport") }) == true {
+    let clients = argv.firstIndex(of: "--clients").flatMap { $0 + 1 < argv.count ? argv[$0 + 1] : nil }
+        .map { Set($0.split(separator: ",").compactMap { Benchmarks.Client(rawValue: String($0)) }) }
+    results += await Benchmarks.transport(
+        quick: quick, installCA: arguments.contains("--install-ca"), only: only ?? "transport",
+        clients: clients ?? Set(Benchmarks.Client.allCases),
+        requests: argv.firstIndex(of: "--requests").flatMap { $0 + 1 < argv.count ? Int(argv[$0 + 1]) : nil })
 }
 if wanted("engine") { results.append(await Benchmarks.engineOverhead(quick: quick)) }
 if wanted("load") { results.append(Benchmarks.loadDefault(quick: quick)) }

@@ -9,7 +9,7 @@ import Testing
 /// what is shared and where.
 struct CoordinationPolicyTests {
     static let rules =
-        "rules: [{ name: expired, when: { status: [401] }, then: refresh }]\n"
+        "rules: [{ name: missing-scope, when: { status: [401], header: { WWW-Authenticate: '*insufficient_scope*' } }, then: deliver }, { name: expired, when: { status: [401] }, then: refresh }]\n"
         + "refresh: { use: oauth2, with: { token-url: \"https://a.example.com/t\", client-id: app }, "
         + "on-failure: logout, on-exhausted: logout }\n"
 

@@ -116,7 +116,7 @@ struct DidYouMeanTests {
     static let misindented = """
         policy: 1
         name: t
-        rules: [{ name: expired, when: { status: [401] }, then: refresh }]
+        rules: [{ name: missing-scope, when: { status: [401], header: { WWW-Authenticate: '*insufficient_scope*' } }, then: deliver }, { name: expired, when: { status: [401] }, then: refresh }]
         refresh:
           use: oauth2
           with:

@@ -73,7 +73,7 @@ struct FindingLinksAndHostPluginTests {
     static let policy = """
         policy: 1
         name: sso
-        rules: [{ name: expired, when: { status: [401] }, then: refresh }]
+        rules: [{ name: missing-scope, when: { status: [401], header: { WWW-Authenticate: '*insufficient_scope*' } }, then: deliver }, { name: expired, when: { status: [401] }, then: refresh }]
         refresh:
           use: my-sso
           with: { realm: staff }

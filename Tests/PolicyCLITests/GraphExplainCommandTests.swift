@@ -47,13 +47,15 @@ struct GraphExplainCommandTests {
         for expected in [
             #"    "default.rule.1" [shape=box, label="1. token-expired: code 1401"];"#,
             #"    "default.rule.2" [shape=box, label="2. forced-logout: code 202"];"#,
-            #"    "default.rule.3" [shape=box, label="3. unauthorized: status 401"];"#,
+            #"    "default.rule.3" [shape=box, label="3. missing-scope: status 401, 403 and header WWW-Authenticate = *insufficient_scope*"];"#,
+            #"    "default.rule.4" [shape=box, label="4. unauthorized: status 401"];"#,
             #"  "default.rule.1" -> "default.rule.1.refresh";"#,
             #"  "default.rule.2" -> "default.logout";"#,
-            #"  "default.rule.4" -> "default.rule.4.retry";"#,
+            #"  "default.rule.3" -> "default.deliver";"#,
+            #"  "default.rule.5" -> "default.rule.5.retry";"#,
             #"  "default.rule.1.refresh" -> "default.logout" [label="on-exhausted"];"#,
             #"  "default.rule.1.refresh" -> "default.logout" [label="on-failure"];"#,
-            #"  "default.rule.4.retry" -> "default.deliver" [label="on-exhausted"];"#,
+            #"  "default.rule.5.retry" -> "default.deliver" [label="on-exhausted"];"#,
             #"  "default.logout" -> "logged-out" [label="cooldown 20s"];"#,
         ] {
             #expect(lines.contains(expected), "missing line: \(expected)")
@@ -74,7 +76,7 @@ struct GraphExplainCommandTests {
             #"    default_rule_1["1. token-expired: code 1401"]"#,
             #"  default_rule_1_refresh -->|"on-exhausted"| default_logout"#,
             #"  default_rule_1_refresh -->|"on-failure"| default_logout"#,
-            #"  default_rule_4_retry -->|"on-exhausted"| default_deliver"#,
+            #"  default_rule_5_retry -->|"on-exhausted"| default_deliver"#,
         ] {
             #expect(lines.contains(expected), "missing line: \(expected)")
         }
@@ -134,7 +136,7 @@ struct GraphExplainCommandTests {
         let lines = result.stdoutLines
         #expect(lines.first == "Policy 'mobile-api' (policies/default.yaml)")
         for expected in [
-            "Requests to /oauth/* (route at line 53):",
+            "Requests to /oauth/* (route at line 59):",
             "  There are no rules: every response is delivered as it is and nothing is retried or refreshed.",
             "All other requests:",
             "  The business code is read from the JSON body at 'status'.",
@@ -142,9 +144,11 @@ struct GraphExplainCommandTests {
             "    1. token-expired: when the business code is 1401, refresh the token and send the request again, "
                 + "at most 1 time per request; after that the session is logged out (cooldown 20s).",
             "    2. forced-logout: when the business code is 202, log out (cooldown 20s).",
-            "    3. unauthorized: when the status is 401, refresh the token and send the request again, "
+            "    3. missing-scope: when the status is 401 or 403 and the 'WWW-Authenticate' header matches"
+                + " '*insufficient_scope*', deliver the response.",
+            "    4. unauthorized: when the status is 401, refresh the token and send the request again, "
                 + "at most 1 time per request; after that the session is logged out (cooldown 20s).",
-            "    4. transient: when the status is 502, 503 or 504, or the attempt fails with a timeout or connection "
+            "    5. transient: when the status is 502, 503 or 504, or the attempt fails with a timeout or connection "
                 + "error, retry up to 3 times, waiting 1s, 2s, 4s (exponential, capped at 8s, no jitter, "
                 + "Retry-After honoured, within the retry budget of 100 + 20% per 10s); a request whose method is not "
                 + "in retry.methods and that carries no 'Idempotency-Key' header is not retried; when retries run out, "

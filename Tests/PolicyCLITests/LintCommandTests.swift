@@ -74,7 +74,7 @@ struct LintCommandTests {
         name: sso
         rules:
           - name: expired
-            when: { status: [401] }
+            when: { status: [401], header: { WWW-Authenticate: '*invalid_token*' } }
             then: refresh
         refresh:
           use: my-sso

@@ -16,7 +16,7 @@ struct NewcomerStumbleTests {
             """
             policy: 1
             name: routes
-            rules: [{ name: unauthorized, when: { status: [401] }, then: refresh }]
+            rules: [{ name: missing-scope, when: { status: [401], header: { WWW-Authenticate: '*insufficient_scope*' } }, then: deliver }, { name: unauthorized, when: { status: [401] }, then: refresh }]
             refresh:
               use: oauth2
               with:

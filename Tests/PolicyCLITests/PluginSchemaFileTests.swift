@@ -57,7 +57,7 @@ struct PluginSchemaFileTests {
             """
             policy: 1
             name: sso
-            rules: [{ when: { status: [401] }, then: refresh }]
+            rules: [{ name: missing-scope, when: { status: [401], header: { WWW-Authenticate: '*insufficient_scope*' } }, then: deliver }, { when: { status: [401] }, then: refresh }]
             refresh: { use: my-sso, with: { realm: corp, mod: fast } }
             logout: { cooldown: 20s }
             observe: [{ use: metrics, with: { anything: goes } }]

@@ -18,7 +18,7 @@ struct SecretRedactionCLITests {
         classify: { code: body.status }
         rules:
           - { name: expired, when: { code: [1401] }, then: refresh }
-          - { name: unauthorized, when: { status: [401] }, then: refresh }
+          - { name: unauthorized, when: { status: [401], header: { WWW-Authenticate: '*invalid_token*' } }, then: refresh }
         refresh:
           use: oauth2
           with:

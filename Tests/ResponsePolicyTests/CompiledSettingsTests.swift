@@ -129,7 +129,7 @@ struct CompiledSettingsTests {
             policy: 1
             name: hidden
             refresh: { use: oauth2, with: { token-url: "https://auth.example.com/token", client-id: app } }
-            rules: [{ name: auth, when: { status: [401] }, then: refresh }]
+            rules: [{ name: auth, when: { status: [401], header: { WWW-Authenticate: "*invalid_token*" } }, then: refresh }]
             """
         #expect(findings(text).map(\.rule) == ["hidden-logout"])
         #expect(findings(text + "\nlogout: { cooldown: 20s }\n").isEmpty)

@@ -147,7 +147,7 @@ struct PolicyDecoderTests {
                   use: oauth2
                   with: { token-url: "https://auth.example.com/token", client-idd: app }
                 logout: { use: none }
-                rules: [{ when: { status: [401] }, then: refresh }]
+                rules: [{ when: { status: [401], header: { WWW-Authenticate: '*invalid_token*' } }, then: refresh }]
                 """
         #expect(
             rendered(text) == """
@@ -174,7 +174,7 @@ struct PolicyDecoderTests {
     func tokenURLsAreCheckedAsThePluginWillUseThem(url: String, rule: String?) {
         let text =
             header + "refresh: { use: oauth2, with: { token-url: \"\(url)\", client-id: app } }\n"
-            + "logout: { use: none }\nrules: [{ when: { status: [401] }, then: refresh }]\n"
+            + "logout: { use: none }\nrules: [{ when: { status: [401], header: { WWW-Authenticate: '*invalid_token*' } }, then: refresh }]\n"
         #expect(findings(text).map(\.rule) == (rule.map { [$0] } ?? []))
         if rule == nil {
             #expect(throws: Never.self) {
@@ -193,7 +193,7 @@ struct PolicyDecoderTests {
         func headers(_ map: String) -> String {
             header
                 + "refresh: { use: http, with: { url: \"https://a.example.com/r\", token: body.token, headers: \(map) } }\n"
-                + "logout: { use: none }\nrules: [{ when: { status: [401] }, then: refresh }]\n"
+                + "logout: { use: none }\nrules: [{ when: { status: [401], header: { WWW-Authenticate: '*invalid_token*' } }, then: refresh }]\n"
         }
         #expect(findings(headers("{ X-Api-Key: hunter2 }")).map(\.rule) == ["secret-in-policy"])
         #expect(findings(headers("{ authorization: \"Basic aHVudGVyMg==\" }")).map(\.rule) == ["secret-in-policy"])
@@ -205,7 +205,7 @@ struct PolicyDecoderTests {
     @Test func hostPluginsAreAcceptedOnceDeclared() {
         let text =
             header
-            + "refresh: { use: my-sso, with: { realm: x } }\nlogout: { use: none }\nrules: [{ when: { status: [401] }, then: refresh }]\n"
+            + "refresh: { use: my-sso, with: { realm: x } }\nlogout: { use: none }\nrules: [{ when: { status: [401], header: { WWW-Authenticate: '*invalid_token*' } }, then: refresh }]\n"
         #expect(findings(text).map(\.rule) == ["unknown-plugin"])
         var catalog = PluginCatalog()
         catalog.declare(.refresh, "my-sso")

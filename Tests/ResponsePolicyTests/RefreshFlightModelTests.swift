@@ -174,12 +174,12 @@ struct RefreshFlightModelTests {
                 counts.refusals += 1
                 state.slots[id] = nil
             case .join(_, let rearm):
-                perform(state.join(insideLock: id, route: EngineState.RefreshRoute(scope: scope, rule: refreshRule)))
+                perform(state.join(id, route: EngineState.RefreshRoute(scope: scope, rule: refreshRule)))
                 if let rearm { perform([.refresh(.arm(rearm))]) }
             case .start(let flight, let step):
                 calls[flight.id] = (0, 0)
-                perform(state.join(insideLock: id, route: EngineState.RefreshRoute(scope: scope, rule: refreshRule)))
-                perform(state.flightStep(insideLock: step, now: now, date: date))
+                perform(state.join(id, route: EngineState.RefreshRoute(scope: scope, rule: refreshRule)))
+                perform(state.flightStep(step, now: now, date: date))
             }
         }
 
@@ -245,7 +245,7 @@ struct RefreshFlightModelTests {
             {
                 definitiveEnding = true
             }
-            perform(state.flightStep(insideLock: step, now: now, date: date))
+            perform(state.flightStep(step, now: now, date: date))
         }
 
         /// Whether the step just taken ended a flight with a definitive answer of the server.
@@ -274,7 +274,7 @@ struct RefreshFlightModelTests {
                 received = pair.refreshToken
                 answer = .published(SharedSession(credentials: pair, generation: state.sharedGeneration + 1))
             }
-            perform(state.flightStep(insideLock: state.refresh.turn(id, answer, now: now), now: now, date: date))
+            perform(state.flightStep(state.refresh.turn(id, answer, now: now), now: now, date: date))
         }
 
         mutating func fireTimer() {
@@ -282,14 +282,13 @@ struct RefreshFlightModelTests {
             now = max(now, timer.at)
             self.timer = nil
             let step = state.refresh.timerFired(timer.flight, token: timer.token, state.sessionFacts(at: now), now: now)
-            perform(state.flightStep(insideLock: step, now: now, date: date))
+            perform(state.flightStep(step, now: now, date: date))
         }
 
         mutating func logout() {
             ownLogout = true
             var actions: Actions = []
-            state.logOut(
-                insideLock: .seconds(random.int(1...20)), cancelInFlight: true, reason: .host("test"), trigger: nil,
+            state.endSession(cooldown: .seconds(random.int(1...20)), cancelInFlight: true, reason: .host("test"), trigger: nil,
                 context: nil, plugin: nil, publishes: false, now: now, date: date, into: &actions)
             counts.logouts += 1
             perform(actions)
@@ -314,7 +313,7 @@ struct RefreshFlightModelTests {
             let session = SharedSession(credentials: pair, generation: state.sharedGeneration + 1)
             if case .adopted(let answered) = state.adopt(session, now: now), let answered {
                 var woken: Actions = []
-                state.endWaits(insideLock: answered, .adopted, into: &woken)
+                state.endWaits(answered, .adopted, into: &woken)
                 if !answered.isOut { woken.append(.refresh(.disarm(answered.id))) }
                 perform(woken)
             }

@@ -28,7 +28,7 @@ extension EngineState {
             ?? refresh.current
         guard let flight, case .calling(let call) = flight.phase else { return (.none, []) }
         let step = refresh.answered(flight.id, call: call, answer, sessionFacts(at: now), now: now, date: date)
-        return (step, flightStep(insideLock: step, now: now, date: date))
+        return (step, flightStep(step, now: now, date: date))
     }
 }
 

@@ -242,7 +242,7 @@ struct RequestDecisionsModelTests {
             case 2:
                 let id = random.pick(firing)
                 guard let (token, _) = heap.removeValue(forKey: id) else { return }
-                perform(state.timerFired(insideLock: id, token: token), for: id)
+                perform(state.timerFired(id, token: token), for: id)
             case 3: endRefresh()
             default:
                 guard let timer = flightTimer else { return }
@@ -267,7 +267,7 @@ struct RequestDecisionsModelTests {
             state.register(
                 id, host: nil, dispatchLimit: .max, holdsNewRequests: scope.refresh.holdNewRequests,
                 deadline: scope.deadline.map { now + $0 })
-            transition(id) { state, event, loop, actions in state.proceed(insideLock: event, &loop, into: &actions) }
+            transition(id) { state, event, loop, actions in state.proceed(event, &loop, into: &actions) }
         }
 
         /// Runs one transition of request `id`, as its driver does, and does what it decided.
@@ -348,7 +348,7 @@ struct RequestDecisionsModelTests {
                 requests[id] = request
                 let logsOut = failure.response.map { judged($0, request) == .logout } ?? false
                 transition(id, answerLogsOut: logsOut) { state, event, loop, actions in
-                    state.refreshFailed(insideLock: event, &loop, rule: rule, failure, into: &actions)
+                    state.refreshFailed(event, &loop, rule: rule, failure, into: &actions)
                 }
                 return
             }
@@ -363,118 +363,39 @@ struct RequestDecisionsModelTests {
             ).map { request.scope.rules[$0].action }
         }
 
-        /// Request `id`'s attempt ends: a response, an error, or (its timer cancelled it) nothing.
+        /// Request `id`'s attempt ends: a response, an error, or (its timer cancelled it) nothing;
+        /// classified as the shell classifies it, then the one transition the engine runs decides
+        /// (``EngineState/attemptEnded(_:_:_:into:)``).
         mutating func answer(_ id: UInt64, cancelled: Bool = false) {
             guard var request = requests[id], request.attempt != nil else { return }
             request.attempt = nil
             request.answerAt = nil
+            requests[id] = request
             var classified = EngineState.Classified()
-            var response: HTTPResponse?
-            var error: TransportError?
+            let result: AttemptResult
             let scope = request.scope
             if cancelled {
+                result = .cancelled
                 classified.rule = scope.classifier.match(error: .timeout, method: request.method, path: request.path)
             } else if random.chance(15) {
-                error = TransportError(.connection)
+                result = .error(TransportError(.connection))
                 classified.rule = scope.classifier.match(error: .connection, method: request.method, path: request.path)
             } else {
                 let status = random.chance(40) ? 200 : random.pick(RandomPolicy.statuses)
                 let code = random.chance(30) ? random.pick(["1401", "202", "7"]) : nil
-                response = HTTPResponse(status: status)
+                result = .response(HTTPResponse(status: status))
                 classified.code = code
                 classified.rule = scope.classifier.match(
                     status: status, code: code, headers: [:], method: request.method, path: request.path)
             }
             if let rule = classified.rule, scope.compiled[rule].action == .retry {
-                let settings = scope.compiled[rule].retry
-                classified.retryable = settings.methods.contains(request.method)
+                classified.retryable = scope.compiled[rule].retry.methods.contains(request.method)
             }
-            let ask = EngineState.RetryAsk(
-                retries: request.loop.retries, response: response, date: epoch.addingTimeInterval(now.seconds),
-                random: randomSource)
-            let (disposition, finished, verdict, actions) = state.attemptEnded(
-                insideLock: id, responseArrived: response != nil, gotError: error != nil, callerCancelled: false,
-                scope: scope, classified, retry: ask, now: now)
-            requests[id] = request
-            perform(actions, for: id)
-            guard case .result(let timedOut) = disposition, !cancelled || timedOut else {
-                if finished != nil {
-                    finish(id)
-                } else {
-                    transition(id) { state, event, _, actions in state.ended(insideLock: event, into: &actions) }
-                }
-                return
+            let end = EngineState.AttemptEnd(result: result, classified: classified, random: randomSource)
+            // (A re-send straight from the attempt's end is the generation rule's: not counted.)
+            transition(id, trigger: true) { state, event, loop, actions in
+                state.attemptEnded(event, &loop, end, into: &actions)
             }
-            request = requests[id] ?? request
-            request.lastResponse = response
-            request.failure = error ?? (cancelled ? TransportError(.timeout, "no response") : nil)
-            request.code = classified.code
-            requests[id] = request
-            if finished != nil {
-                // Delivered or failed by its rule (or no rule), or at its deadline.
-                finish(id)
-                return
-            }
-            guard let rule = classified.rule else { return finish(id) }
-            let flow = scope.compiled[rule]
-            switch flow.action {
-            case .logout:
-                transition(id) { state, event, loop, actions in
-                    state.noteResponse(event, loop, rule: flow.rule, into: &actions)
-                    return state.logout(
-                        insideLock: event, &loop, flow.logout, reason: .rule(flow.rule.name, response: nil),
-                        into: &actions)
-                }
-            case .refresh:
-                transition(id, trigger: true) { state, event, loop, actions in
-                    state.refreshTrigger(insideLock: event, &loop, flow, into: &actions)
-                }
-            case .retry:
-                let worst = scope.worstCase
-                switch verdict {
-                case .started(let delay)?:
-                    counts.backoffs += 1
-                    let index = request.loop.retries
-                    if index >= worst.waits.count || delay > worst.waits[index] {
-                        fail(
-                            "request \(id): backoff \(index + 1) of \(delay.policyText), the worst case says "
-                                + "\(worst.waits.map(\.policyText))")
-                    }
-                    request.loop.retries += 1
-                    request.loop.waitingFor = .backoff
-                    request.parkedAt = now
-                    requests[id] = request
-                default:
-                    let exhausted = PolicyEngineError.retriesExhausted(lastResponse: response, lastError: error)
-                    let taken: (RuleGraph.Escalation?, PolicyEngineError)
-                    switch verdict {
-                    case .notRetried(let edge)?: taken = (edge, exhausted)
-                    case .refused?: taken = (flow.budget, exhausted)
-                    case .pastDeadline?: taken = (flow.deadline, .deadlineExceeded)
-                    default: taken = (nil, exhausted)
-                    }
-                    guard let escalation = taken.0 else {
-                        if case .notRetried? = verdict { return finish(id) }
-                        return transition(id) { state, event, _, actions in
-                            state.ended(insideLock: event, into: &actions)
-                        }
-                    }
-                    transition(id) { state, event, loop, actions in
-                        state.follow(insideLock: event, &loop, escalation, of: flow, failing: taken.1, into: &actions)
-                    }
-                }
-            case .deliver, .fail:
-                fail("request \(id): its \(flow.action) rule did not end it")
-                finish(id)
-            }
-        }
-
-        /// The driver reports an outcome its transition did not: the slot goes.
-        mutating func finish(_ id: UInt64) {
-            var actions = Actions()
-            if state.slots[id] != nil { state.finished(insideLock: id, into: &actions) }
-            perform(actions, for: nil)
-            apply(.finish(.failure(.cancelled)), id, AttemptCancellation())
         }
 
         /// A woken (or ended) request runs on: the end of its park.
@@ -500,7 +421,7 @@ struct RequestDecisionsModelTests {
                         "request \(id) waited \(waited.policyText) for a refresh, the worst case \(longest.policyText)")
                 }
             }
-            transition(id) { state, event, loop, actions in state.afterPark(insideLock: event, &loop, into: &actions) }
+            transition(id) { state, event, loop, actions in state.afterPark(event, &loop, into: &actions) }
             if transient, counts.logouts > logoutsBefore {
                 fail("request \(id): a transient refresh failure or coordination trouble logged the session out")
             }
@@ -563,7 +484,7 @@ struct RequestDecisionsModelTests {
             }
             if case .release = step { transient = true }
             let cooldown = state.loggedOutUntil
-            let actions = state.flightStep(insideLock: step, now: now, date: epoch.addingTimeInterval(now.seconds))
+            let actions = state.flightStep(step, now: now, date: epoch.addingTimeInterval(now.seconds))
             perform(actions, for: nil)
             if state.loggedOutUntil != cooldown {
                 counts.refreshLogouts += 1
@@ -636,6 +557,21 @@ struct RequestDecisionsModelTests {
         /// leaving the rule that matched; a logout is counted.
         mutating func check(_ event: PolicyEvent) {
             if event.kind == .logout { counts.logouts += 1 }
+            if event.kind == .wait, let delay = event.delay,
+                let number = event.request.flatMap({ UInt64($0.dropFirst()) }), var request = requests[number]
+            {
+                // A backoff started (the retry is counted in the same transition).
+                counts.backoffs += 1
+                let worst = request.scope.worstCase
+                let index = request.loop.retries - 1
+                if index < 0 || index >= worst.waits.count || delay > worst.waits[index] {
+                    fail(
+                        "request \(number): backoff \(index + 1) of \(delay.policyText), the worst case says "
+                            + "\(worst.waits.map(\.policyText))")
+                }
+                request.parkedAt = now
+                requests[number] = request
+            }
             guard let edge = event.edge else { return }
             counts.edges += 1
             guard let number = event.request.flatMap({ UInt64($0.dropFirst()) }), let request = requests[number] else {

@@ -112,7 +112,7 @@ struct CredentialSourceTests {
         let yaml = """
             policy: 1
             name: down
-            rules: [{ name: unauthorized, when: { status: [401] }, then: refresh }]
+            rules: [{ name: missing-scope, when: { status: [401], header: { WWW-Authenticate: '*insufficient_scope*' } }, then: deliver }, { name: unauthorized, when: { status: [401] }, then: refresh }]
             refresh:
               use: oauth2
               with: { token-url: "http://127.0.0.1:\(port)/token", grant: client_credentials, client-id: svc, client-secret-env: SVC_SECRET }
@@ -363,7 +363,7 @@ struct CredentialSourceTests {
             let yaml = """
                 policy: 1
                 name: exec
-                rules: [{ name: unauthorized, when: { status: [401] }, then: refresh }]
+                rules: [{ name: missing-scope, when: { status: [401], header: { WWW-Authenticate: '*insufficient_scope*' } }, then: deliver }, { name: unauthorized, when: { status: [401] }, then: refresh }]
                 refresh:
                   use: exec
                   with: { command: [\(directory)/no-such-tool] }
@@ -492,7 +492,7 @@ private func clientCredentialsPolicy(
     """
     policy: 1
     name: service
-    rules: [{ name: unauthorized, when: { status: [401] }, then: refresh }]
+    rules: [{ name: missing-scope, when: { status: [401], header: { WWW-Authenticate: '*insufficient_scope*' } }, then: deliver }, { name: unauthorized, when: { status: [401] }, then: refresh }]
     refresh:
       use: oauth2
       with:
@@ -512,7 +512,7 @@ private func passwordPolicy(_ server: CredentialServer) -> String {
     """
     policy: 1
     name: password
-    rules: [{ name: unauthorized, when: { status: [401] }, then: refresh }]
+    rules: [{ name: missing-scope, when: { status: [401], header: { WWW-Authenticate: '*insufficient_scope*' } }, then: deliver }, { name: unauthorized, when: { status: [401] }, then: refresh }]
     refresh:
       use: oauth2
       with:
@@ -533,7 +533,7 @@ private func reLoginPolicy(
     """
     policy: 1
     name: relogin
-    rules: [{ name: unauthorized, when: { status: [401] }, then: refresh }]
+    rules: [{ name: missing-scope, when: { status: [401], header: { WWW-Authenticate: '*insufficient_scope*' } }, then: deliver }, { name: unauthorized, when: { status: [401] }, then: refresh }]
     refresh:
       use: http
       with:
@@ -551,7 +551,7 @@ private func execPolicy(
     """
     policy: 1
     name: exec
-    rules: [{ name: unauthorized, when: { status: [401] }, then: refresh }]
+    rules: [{ name: missing-scope, when: { status: [401], header: { WWW-Authenticate: '*insufficient_scope*' } }, then: deliver }, { name: unauthorized, when: { status: [401] }, then: refresh }]
     refresh:
       use: exec
       with:

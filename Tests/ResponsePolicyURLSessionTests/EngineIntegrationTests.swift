@@ -284,6 +284,27 @@ struct EngineIntegrationTests {
         }
     }
 
+    /// `--transport urlsession|curl` (curl by default on Linux): the same requests, the same
+    /// refresh (its token POST through the transport's session calls), the same exit.
+    @Test(arguments: ["urlsession", "curl", nil])
+    func fetchSendsThroughEitherTransport(_ transport: String?) async throws {
+        try await withTestServer { server in
+            try await withCredentialsFile(#"{"access_token":"stale","refresh_token":"refresh-0"}"#) { path in
+                let policy = try writePolicy(server, next: path)
+                let run = try await runPolicy(
+                    ["fetch", "--policy", policy, "--credentials", path, "--count", "6", "--concurrency", "3"]
+                        + (transport.map { ["--transport", $0] } ?? []) + [server.url("/api/items").absoluteString])
+                #expect(run.status == 0, "stderr: \(run.stderr)")
+                #expect(run.stdout.hasSuffix("\n") && run.stdout.contains("6 delivered"), "\(run.stdout)")
+                #expect(try FileCredentialStore(path: path).load()?.refreshToken == "refresh-1")
+                #expect(try await server.stats().counters["token_calls"] == 1)
+            }
+        }
+        let usage = try await runPolicy(["fetch", "--policy", "p.yaml", "--transport", "nghttp", "http://x/"])
+        #expect(usage.status == 64)
+        #expect(usage.stderr.hasPrefix("Error: Unknown transport 'nghttp'; use urlsession or curl"), "\(usage.stderr)")
+    }
+
     @Test func fetchSaysPlainlyWhenTheSessionWasLoggedOutAndExitsOne() async throws {
         try await withTestServer { server in
             try await server.control(["api_mode": "logout"])

@@ -1,5 +1,6 @@
 import Foundation
 import ResponsePolicy
+import ResponsePolicyCurl
 import TestGate
 import Testing
 
@@ -24,12 +25,13 @@ struct KeepAliveResetTests {
         var resets: Int
         var requests: Int
         var short: Int
+        var connections: Int
     }
 
-    @Test(arguments: ["POST", "PUT"])
-    func bodiesSurviveAResetAtReuse(method: String) async throws {
+    @Test(arguments: TransportKind.allCases, ["POST", "PUT"])
+    func bodiesSurviveAResetAtReuse(_ kind: TransportKind, method: String) async throws {
         try await withFixtureServer("reset_server", arguments: ["0"]) { server in
-            let transport = URLSessionTransport(timeout: .seconds(5))
+            let transport = kind.make(timeout: .seconds(5))
             let body = Data(String(repeating: "grant_type=refresh_token&refresh_token=r", count: 3).utf8)
             for index in 0..<12 {
                 let request = HTTPRequest(
@@ -44,6 +46,30 @@ struct KeepAliveResetTests {
             #expect(stats.short == 0)
             // The fixture did reset connections, or the test proves nothing.
             #expect(stats.resets + stats.requests >= 12)
+        }
+    }
+
+    /// `CurlTransport` sends bodies on kept-alive connections: 100 sequential POSTs to a server
+    /// that never resets open one connection (the goal: at most 1 per 100), and the token calls
+    /// of the control transport reuse them too. (`URLSessionTransport` on Linux pays one per
+    /// POST: see `BodyMode`.)
+    @Test func sequentialPostsShareOneConnection() async throws {
+        try await withFixtureServer("reset_server", arguments: ["600"]) { server in
+            let transport = TransportKind.curl.make(timeout: .seconds(5))
+            let body = Data(String(repeating: "b", count: 107).utf8)
+            for _ in 0..<100 {
+                let request = HTTPRequest(method: "POST", url: server.url("/token"), body: body)
+                let response = try await transport.send(request)
+                #expect(try JSONDecoder().decode(Answer.self, from: response.body).received == body.count)
+            }
+            let control = transport.sessionCallTransport
+            for _ in 0..<10 {
+                _ = try await control.send(HTTPRequest(method: "POST", url: server.url("/token"), body: body))
+            }
+            let stats = try await server.stats(Stats.self)
+            // One for the requests, one for /_stats.
+            #expect(stats.connections <= 2, "\(stats.connections) connections for 110 POSTs")
+            #expect(stats.short == 0)
         }
     }
 
@@ -102,9 +128,10 @@ struct KeepAliveResetTests {
 
     /// The token call as the `oauth2` plugin makes it, through the control transport, with the
     /// connection reset before each: every call carries its whole form.
-    @Test func tokenCallsThroughTheControlTransport() async throws {
+    @Test(arguments: TransportKind.allCases)
+    func tokenCallsThroughTheControlTransport(_ kind: TransportKind) async throws {
         try await withFixtureServer("reset_server", arguments: ["0"]) { server in
-            let transport = URLSessionTransport(timeout: .seconds(5)).sessionCallTransport
+            let transport = kind.make(timeout: .seconds(5)).sessionCallTransport
             let plugin = OAuth2Refresh(tokenURL: server.url("/token"), clientID: "app")
             for index in 0..<6 {
                 // The fixture's answer is no token: the failure carries it, with what arrived.

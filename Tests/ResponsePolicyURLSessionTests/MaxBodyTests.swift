@@ -94,6 +94,74 @@ struct MaxBodyTests {
     }
 }
 
+/// `too-large` is definitive (issue 32): the same request gets the same answer, so neither a
+/// request nor a refresh is tried again for it, whichever transport carries them.
+struct TooLargeIsDefinitiveTests {
+    @Test(arguments: TransportKind.allCases)
+    func aRetryRuleMatchingTooLargeDoesNotRetryIt(_ kind: TransportKind) async throws {
+        try await withTestServer { server in
+            let policy = try Policy.load(
+                yaml: """
+                    policy: 1
+                    name: big
+                    rules:
+                      - { name: anything, when: { error: [any] }, then: retry }
+                    retry: { max-retries: 3, backoff: constant, initial: 10ms, attempt-timeout: 5m }
+                    """, file: "big.yaml")
+            let events = Recorder()
+            var options = PolicyEngine.Options()
+            options.observers = [events]
+            let engine = PolicyEngine(policy: policy, transport: kind.make(maxBody: 1000), options: options)
+            let error = await #expect(throws: PolicyEngineError.self) {
+                try await engine.send(HTTPRequest(url: server.url("/big?bytes=5000")))
+            }
+            #expect(String(describing: error).contains("too-large"))
+            #expect(events.all.filter { $0.kind == .send }.count == 1)
+            #expect(try await server.stats().counters["big_calls"] == 1)
+        }
+    }
+
+    /// A token endpoint answering a compression bomb: one call, cut at 1 MiB decoded, the refresh
+    /// fails at once (not retried for all of `refresh.timeout`), and the session stays.
+    @Test(arguments: TransportKind.allCases)
+    func aTokenAnswerOverItsCapEndsTheRefreshAtOnceAndKeepsTheSession(_ kind: TransportKind) async throws {
+        try await withTestServer { server in
+            try await server.control(["expired_mode": "http401"])
+            let token = formEncoded("/bomb?bytes=\(64 << 20)")
+            let policy = try Policy.load(
+                yaml: """
+                    policy: 1
+                    name: bomb
+                    rules:
+                      - { name: unauthorized, when: { status: [401] }, then: refresh }
+                    refresh:
+                      use: oauth2
+                      with:
+                        token-url: "http://127.0.0.1:\(server.port)/redirect?status=303&to=\(token)"
+                        client-id: app
+                        follow-redirects: same-origin
+                      timeout: 10s
+                    """, file: "bomb.yaml")
+            let events = Recorder()
+            var options = PolicyEngine.Options()
+            options.observers = [events]
+            let engine = PolicyEngine(
+                policy: policy, transport: kind.make(timeout: .seconds(20)),
+                credentials: MemoryCredentialStore(Credentials(accessToken: "stale", refreshToken: "r")),
+                options: options)
+            await #expect(throws: PolicyEngineError.self) {
+                try await engine.send(HTTPRequest(url: server.url("/api/profile")))
+            }
+            let ended = events.all.filter { $0.kind == .refreshEnd }
+            #expect(ended.count == 1)
+            #expect(ended.first?.reason?.contains("too-large") == true)
+            #expect(events.all.filter { $0.kind == .refreshRetry }.isEmpty)
+            #expect(events.all.filter { $0.kind == .logout }.isEmpty, "the session stays")
+            #expect(try await server.stats().counters["redirect_calls"] == 1, "one token call")
+        }
+    }
+}
+
 private final class Recorder: PolicyObserver {
     private let events = Locked<[PolicyEvent]>([])
     func observe(_ event: PolicyEvent) { events.withLock { $0.append(event) } }

@@ -110,21 +110,21 @@ struct RedirectTests {
             "https://api.example.com/a", "http://api.example.com/a", "https://api.example.com:8443/a",
             "https://evil.example.com/a", "https://API.example.com:443/b",
         ].map { try #require(URL(string: $0)) }
-        #expect(urls.map { URLSessionTransport.sameOrigin(urls[0], $0) } == [true, false, false, false, true])
+        #expect(urls.map { RedirectRules.sameOrigin(urls[0], $0) } == [true, false, false, false, true])
         let headers: HTTPHeaders = ["Authorization": "Bearer x", "Accept": "*/*", "X-Whatever": "y"]
-        #expect(Array(URLSessionTransport.headersSafeAcrossOrigins(headers)).map(\.name) == ["Accept"])
+        #expect(Array(RedirectRules.headersSafeAcrossOrigins(headers)).map(\.name) == ["Accept"])
     }
 
     @Test func userInfoInALocationToAnotherOriginIsNotFollowed() throws {
         let request = HTTPRequest(url: try #require(URL(string: "https://api.example.com/a")))
         let response = HTTPResponse(status: 302, headers: ["Location": "https://user:pass@other.example.com/b?x=1"])
-        let next = try #require(URLSessionTransport.redirect(from: request, response: response, original: request))
+        let next = try #require(RedirectRules.redirect(from: request, response: response, original: request))
         #expect(next.url.absoluteString == "https://other.example.com/b?x=1")
         var none = request
         none.redirects = .none
-        #expect(URLSessionTransport.redirect(from: none, response: response, original: none) == nil)
+        #expect(RedirectRules.redirect(from: none, response: response, original: none) == nil)
         let ftp = HTTPResponse(status: 302, headers: ["Location": "ftp://other.example.com/b"])
-        #expect(URLSessionTransport.redirect(from: request, response: ftp, original: request) == nil)
+        #expect(RedirectRules.redirect(from: request, response: ftp, original: request) == nil)
     }
 
     @Test func aRedirectLoopEndsWithAConnectionError() async throws {

@@ -408,29 +408,6 @@ struct URLSessionTransportTests {
 
 // MARK: - Helpers
 
-/// The JSON `/echo` answers with.
-private struct Echo: Decodable {
-    var method: String
-    var path: String
-    var query: [String: [String]]
-    var headers: [[String]]
-    var body: String
-    var bodyBase64: String
-
-    enum CodingKeys: String, CodingKey {
-        case method, path, query, headers, body
-        case bodyBase64 = "body_base64"
-    }
-
-    /// Every value of the header `name`, compared without regard to case, in the order received.
-    func values(_ name: String) -> [String] {
-        headers.compactMap { pair in
-            guard pair.count == 2, pair[0].lowercased() == name.lowercased() else { return nil }
-            return pair[1]
-        }
-    }
-}
-
 private struct TokenResponse: Decodable {
     var accessToken: String
     var tokenType: String

@@ -22,12 +22,11 @@ extension RuleGraph {
         case resend
         /// Retries or refresh re-sends ran out.
         case onExhausted = "on-exhausted"
-        /// The refresh failed definitively (RFC 6749 §5.2 `invalid_grant`, `invalid_client`,
-        /// `unauthorized_client`, `invalid_scope`, or an answer a `refresh`, `fail` or `logout`
-        /// rule matches).
+        /// The refresh failed definitively (any RFC 6749 §5.2 code, any other 4xx but 408, 425
+        /// and 429, or an answer a `refresh`, `fail` or `logout` rule matches: ``TokenAnswer``).
         case onFailure = "on-failure"
-        /// Transient refresh trouble (5xx, 429, `temporarily_unavailable`, `slow_down`, no
-        /// answer) outlasted `refresh.timeout`, retried meanwhile: the request fails and the
+        /// Transient refresh trouble (5xx, 408, 425, 429, `temporarily_unavailable`, `slow_down`,
+        /// no answer) outlasted `refresh.timeout`, retried meanwhile: the request fails and the
         /// session goes on.
         case transient
         /// The refresh endpoint's own answer matched a `logout` rule: the session ends whatever

@@ -153,6 +153,22 @@ package struct RuleGraph: Sendable {
 
     /// Routes in their order, then the top level: the first whose route matches a request applies.
     package let scopes: [Scope]
+
+    /// The top-level scope: requests no route matches. Its compiled `logout:` settings are the
+    /// session's own, which a logout no request's rule decided takes (the host's
+    /// ``PolicyEngine/logout(reason:)``, news of another process's logout).
+    package var topLevel: Scope { scopes[scopes.count - 1] }
+
+    /// The longest logout cooldown any scope or rule has: what a cooldown read from a shared store
+    /// is clamped to (a forged or corrupted logout costs at most what a real one costs).
+    package var longestCooldown: Duration {
+        var longest = topLevel.logout.cooldown
+        for scope in scopes {
+            longest = max(longest, scope.logout.cooldown)
+            for rule in scope.compiled { longest = max(longest, rule.logout.cooldown) }
+        }
+        return longest
+    }
     /// Every node: the shared outcomes (those some edge reaches), then each scope's classifier,
     /// rules, the rules' own action nodes and the scope's deliver, fail and logout nodes.
     ///

@@ -42,7 +42,7 @@ package enum Linter {
         ShadowedRule(), DuplicateRuleNameRule(), UnboundedBackoffRule(), RetriedPostRule(), DeadlineRule(),
         UnusedSectionRule(), NeverRetriedRule(), ShareWindowLogoutRule(), UnboundedRetryAfterRule(),
         LeadingZeroCodeRule(), RouteDropsRulesRule(), RoutePathRule(), ShadowedRouteRule(), InitialAboveMaxDelayRule(),
-        HiddenLogoutRule(),
+        HiddenLogoutRule(), InsufficientScopeRule(),
         CoordinationLeaseRule(),
     ]
 

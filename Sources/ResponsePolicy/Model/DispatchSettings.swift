@@ -5,8 +5,9 @@
 /// host). Why the engine and not the transport: a request queued inside the transport (URLSession
 /// queues every request beyond its connections per host) can no longer be held for a refresh,
 /// re-signed or cancelled, and a storm queued there delays the first refresh trigger by the
-/// whole queue. So the default, `auto`, lets out as many requests per host as the transport has
-/// connections per host (``Transport/connectionsPerHost``), and no more.
+/// whole queue. So the default, `auto`, lets out as many requests per host as the transport
+/// carries at once (``Transport/inFlightLimit(for:)``), and no more: over HTTP/1.1 its
+/// connections per host, over HTTP/2 the streams a connection carries.
 ///
 /// ```yaml
 /// dispatch:
@@ -15,11 +16,13 @@
 package struct DispatchSettings: Sendable, Hashable {
     /// How many requests per host may be on the wire at once.
     package enum Limit: Sendable, Hashable, ExpressibleByIntegerLiteral, CustomStringConvertible {
-        /// The transport's own connections per host (``Transport/connectionsPerHost``:
-        /// `URLSessionTransport` reads its configuration's `httpMaximumConnectionsPerHost`, 6 by
-        /// default). A transport that does not report one is not limited: nothing queues below
-        /// the engine that it could know of (the scripted server of `policy simulate`, in-memory
-        /// transports in tests).
+        /// What the transport carries at once to the request's origin
+        /// (``Transport/inFlightLimit(for:)``): over HTTP/1.1 its connections per host
+        /// (`URLSessionTransport` reads its configuration's `httpMaximumConnectionsPerHost`, 6 by
+        /// default; `CurlTransport` 6), over HTTP/2 the streams one connection carries
+        /// (`CurlTransport`: 100, once the origin has answered in HTTP/2). A transport that does
+        /// not report one is not limited: nothing queues below the engine that it could know of
+        /// (the scripted server of `policy simulate`, in-memory transports in tests).
         case auto
         /// Every request goes out as soon as it is made (what the engine did before `dispatch:`).
         case unlimited

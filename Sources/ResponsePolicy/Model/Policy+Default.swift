@@ -6,6 +6,9 @@ extension Policy {
         #
         # 200 {"status":1401}  access token expired   -> refresh once, send again
         # 200 {"status":202}   signed in elsewhere    -> log out, 20 s cooldown
+        # 401/403 with WWW-Authenticate: Bearer error="insufficient_scope"
+        #                      the token is valid, it lacks a scope -> delivered as it is
+        # 401                  the token was refused   -> refresh once, send again
         # 502/503/504, timeouts, dropped connections  -> 3 retries, 1s 2s 4s
         policy: 1
         name: mobile-api
@@ -20,6 +23,9 @@ extension Policy {
           - name: forced-logout
             when: { code: [202] }
             then: logout
+          - name: missing-scope            # RFC 6750 §3.1: a valid token that lacks a scope; a new token would not help
+            when: { status: [401, 403], header: { WWW-Authenticate: "*insufficient_scope*" } }
+            then: deliver
           - name: unauthorized
             when: { status: [401] }
             then: refresh

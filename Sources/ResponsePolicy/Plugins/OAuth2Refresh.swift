@@ -274,6 +274,21 @@ package struct OAuth2Refresh: RefreshPlugin, CustomStringConvertible, CustomDebu
                 "the token endpoint answered \(response.status)\(TokenEndpoint.oauthError(in: response))"
                     + encodingHint(response), response: response)
         }
+        return try Self.pair(from: response, context, presented: refreshToken)
+    }
+
+    /// The pair in a 2xx token answer (RFC 6749 §5.1), read as the server meant it: an answer with an
+    /// `access_token` is a pair the server issued (and, with rotation, spent the old refresh token
+    /// for), so whatever else is odd in it the pair is returned; an unusable `expires_in` is reported
+    /// (``RefreshContext/report``) and leaves the lifetime unknown, a `refresh_token` that is not a
+    /// text leaves the one presented (`presented`, else the held one); a `token_type` the
+    /// authorizer does not send fails with the pair kept (``RefreshFailure/keeping``).
+    ///
+    /// - Throws: ``RefreshFailure`` with the response: not a JSON object, no `access_token`, or a
+    ///   token type the authorizer does not send.
+    package static func pair(
+        from response: HTTPResponse, _ context: RefreshContext, presented refreshToken: String?
+    ) throws(RefreshFailure) -> Credentials {
         guard let object = TokenEndpoint.jsonObject(response.body) else {
             throw RefreshFailure("the token endpoint's answer is not a JSON object", response: response)
         }
@@ -437,6 +452,11 @@ package enum TokenEndpoint {
             response = try await transport.send(request)
         } catch is CancellationError {
             throw CancellationError()
+        } catch let error as TransportError where error.errorClass == .tooLarge {
+            // Not trouble that passes: another call gets the same answer (a bomb, a wrong endpoint).
+            var failure = RefreshFailure("the token endpoint's answer was refused (\(error))", kind: .transient)
+            failure.endsRefresh = true
+            throw failure
         } catch let error as TransportError {
             throw RefreshFailure("the token endpoint could not be reached (\(error))", kind: .transient)
         } catch {

@@ -40,13 +40,14 @@ public struct RefreshContext: Sendable {
 /// Why a refresh failed, and whether trying again can help.
 ///
 /// Why the distinction: a session must end only when the identity provider ended it. A
-/// **definitive** failure says the refresh cannot succeed with these credentials (RFC 6749 §5.2
-/// `invalid_grant`, `invalid_client`, `unauthorized_client`, `invalid_scope`): only such a failure
-/// reaches `refresh.on-failure`. A **transient** one is trouble that may pass (a 5xx or 429 answer,
-/// `temporarily_unavailable`, `slow_down`, no answer, a reset connection, a timeout, coordination
-/// trouble): the engine calls the plugin again with backoff, honouring `Retry-After`, within
-/// `refresh.timeout`, while the waiting requests stay parked; when the trouble outlasts the
-/// timeout the requests fail with its reason and the session goes on.
+/// **definitive** failure says the refresh cannot succeed with these credentials (any RFC 6749
+/// §5.2 code, any other 4xx but 408, 425 and 429): only such a failure reaches
+/// `refresh.on-failure`, and it is not asked again within `refresh.timeout`. A **transient** one
+/// is trouble that may pass (a 5xx, 408, 425 or 429 answer, `temporarily_unavailable`,
+/// `slow_down`, no answer, a reset connection, a timeout, coordination trouble): the engine calls
+/// the plugin again with backoff, obeying `Retry-After` in full, within `refresh.timeout`, while
+/// the waiting requests stay parked; when the trouble outlasts the timeout the requests fail with
+/// its reason and the session goes on.
 ///
 /// When the token endpoint answered, `response` carries its answer: the engine classifies it with
 /// the policy's rules too (a `logout` rule ends the session; a `refresh` or `fail` rule makes the
@@ -70,6 +71,10 @@ public struct RefreshFailure: Error, Sendable, Equatable, CustomStringConvertibl
     /// How long to wait before the next try, when the plugin knows (`nil`: the response's
     /// `Retry-After`, else the engine's backoff).
     public var retryAfter: Duration?
+    /// Whether another call within this refresh would only get the same answer (the token
+    /// endpoint's answer was over its size limit, `too-large`): the refresh fails at once, still
+    /// transient, so the session goes on. `false` by default.
+    package var endsRefresh = false
     /// Credentials the token endpoint returned with an answer the refresh cannot use (a token type
     /// the authorizer does not send, a token that cannot be put in a header): the engine keeps
     /// their refresh token, which the server has already rotated, and does not ask again within

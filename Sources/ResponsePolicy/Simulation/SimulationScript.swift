@@ -30,7 +30,9 @@ package struct SimulationScript: Sendable {
         package enum Result: String, Sendable, CaseIterable { case ok, fail, transient }
         package var after: Duration = .milliseconds(100)
         package var result: Result = .ok
-        /// A failed refresh's HTTP answer, classified by the policy's rules.
+        /// A failed refresh's HTTP answer, classified by the policy's rules. With `ok`, `body` is
+        /// the token endpoint's 2xx answer (status 200 unless given), read as the oauth2 plugin
+        /// reads one: `{"access_token": …, "expires_in": …, "refresh_token": …, "token_type": …}`.
         package var status: Int?
         package var body: String?
         /// The new token's lifetime.

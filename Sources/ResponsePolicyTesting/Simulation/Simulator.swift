@@ -318,6 +318,12 @@ final class ScriptedRefresh: RefreshPlugin {
         switch step.result {
         case .ok:
             tokenServer?.issued(call, at: clock.now)
+            if let body = step.body {
+                // The token endpoint's 2xx answer as written, read by the oauth2 plugin's own parser:
+                // an odd expires_in, token_type or refresh_token behaves as it does against a server.
+                let response = HTTPResponse(status: step.status ?? 200, body: Data(body.utf8))
+                return try OAuth2Refresh.pair(from: response, context, presented: context.credentials?.refreshToken)
+            }
             return Credentials(
                 accessToken: "\(TokenServer.prefix)\(call)", refreshToken: "sim-refresh-\(call)",
                 expiresAt: step.expiresIn.map { clock.date.addingTimeInterval($0.seconds) })

@@ -17,11 +17,17 @@ prints `PORT <n>` first, and serves until its stdin closes or HARD_TIMEOUT passe
   reset with an RST when the next request arrives on it (gunicorn's keep-alive timeout, made
   certain).
 - `POST /_control` (JSON): `transient_every` n makes every n-th token call answer
-  `transient_status` (503) with `Retry-After: retry_after` instead of asking Authlib.
+  `transient_status` (503) with `Retry-After: retry_after` instead of asking Authlib;
+  `transient_first` n makes the next n token calls answer so (an outage); `answer_overrides`
+  (an object) replaces fields of every token Authlib issues in the answer the client sees (an odd
+  `expires_in`, a `token_type` of `mac`, an `access_token` with a newline), the pair stays issued.
+- `GET /api/admin`: for a live access token, 401 with `WWW-Authenticate: Bearer
+  error="insufficient_scope"` (the token lacks the `admin` scope; RFC 6750 §3.1).
 - `GET /_stats`: token calls, tokens issued, refresh tokens presented twice, transient answers
   given, idle resets, API answers by status.
 """
 
+import json
 import logging
 import os
 import secrets
@@ -50,8 +56,10 @@ stats = {
     "resets": 0,
     "api_ok": 0,
     "api_401": 0,
+    "api_scope_401": 0,
+    "last_refresh_token": None,
 }
-control = {"transient_every": 0, "transient_status": 503, "retry_after": 0}
+control = {"transient_every": 0, "transient_status": 503, "retry_after": 0, "transient_first": 0, "answer_overrides": {}}
 tokens_by_access = {}
 tokens_by_refresh = {}
 presented_refresh = set()
@@ -182,6 +190,7 @@ def save_token(data, req):
         tokens_by_access[token.access_token] = token
         if token.refresh_token:
             tokens_by_refresh[token.refresh_token] = token
+            stats["last_refresh_token"] = token.refresh_token
         stats["issued"] += 1
 
 
@@ -204,14 +213,23 @@ def issue_token():
         stats["token_calls"] += 1
         every = control["transient_every"]
         transient = every > 0 and stats["token_calls"] % every == 0
+        if control["transient_first"] > 0:
+            control["transient_first"] -= 1
+            transient = True
         if transient:
             stats["transient_answers"] += 1
+        overrides = dict(control["answer_overrides"])
     if transient:
         response = jsonify({"error": "temporarily_unavailable"})
         response.status_code = control["transient_status"]
         response.headers["Retry-After"] = str(control["retry_after"])
         return response
-    return server.create_token_response()
+    response = server.create_token_response()
+    if overrides and response.status_code == 200:
+        answer = json.loads(response.get_data())
+        answer.update(overrides)
+        response.set_data(json.dumps(answer))
+    return response
 
 
 @app.route("/api/me")
@@ -225,6 +243,22 @@ def me():
     with lock:
         stats["api_ok"] += 1
     return jsonify({"status": 0})
+
+
+@app.route("/api/admin")
+def admin():
+    header = request.headers.get("Authorization", "")
+    token = tokens_by_access.get(header[len("Bearer "):]) if header.startswith("Bearer ") else None
+    if token is None or not token.is_live():
+        with lock:
+            stats["api_401"] += 1
+        return jsonify({"error": "invalid_token"}), 401
+    with lock:
+        stats["api_scope_401"] += 1
+    response = jsonify({"error": "insufficient_scope"})
+    response.status_code = 401
+    response.headers["WWW-Authenticate"] = 'Bearer realm="api", error="insufficient_scope", scope="admin"'
+    return response
 
 
 @app.route("/_control", methods=["POST"])

@@ -16,8 +16,9 @@ answering.
 Every request that is read is answered 200 with `{"method", "expected", "received"}`: the body
 length the headers announced and the bytes that arrived. A body that does not arrive within
 BODY_WAIT seconds is answered with what arrived (so a body-less retry is seen at once, not as a
-client timeout). `GET /_stats` answers `{"resets": n, "requests": n, "short": n}` (on a fresh
-connection it is never reset).
+client timeout). `GET /_stats` answers `{"resets": n, "requests": n, "short": n, "connections": n}`
+(on a fresh connection it is never reset; `connections` counts those accepted, /_stats's own
+included).
 """
 
 import json
@@ -31,7 +32,7 @@ HARD_TIMEOUT = 120.0
 BODY_WAIT = 1.0
 
 lock = threading.Lock()
-stats = {"resets": 0, "requests": 0, "short": 0}
+stats = {"resets": 0, "requests": 0, "short": 0, "connections": 0}
 
 
 def reset(conn):
@@ -150,6 +151,8 @@ def main():
                 conn, _ = listener.accept()
             except OSError:
                 return
+            with lock:
+                stats["connections"] += 1
             threading.Thread(target=serve, args=(conn, idle), daemon=True).start()
 
     threading.Thread(target=accept, daemon=True).start()

@@ -27,6 +27,10 @@ Routes
   *    /redirect      Answers `?status=` (302 by default) with `Location: <?to=>` (with `?loop=1`: itself).
   GET  /big           (and HEAD) 200 with `?bytes=` bytes of "a", in 64 KiB chunks; with `?length=0` no Content-Length
                       (the body ends when the connection closes).
+  GET  /bomb          200 with `?bytes=` bytes of zeros compressed with `?encoding=` (gzip by default, or deflate),
+                      `Content-Encoding` set: a few KiB on the wire for many MiB decoded.
+  GET  /endless       200 chunked, 64 KiB chunks of "a" until the client goes away (a body with no end).
+  GET  /headers       200 with `?count=` header fields `X-Field-<i>: <i>` and an empty JSON body.
   GET  /_requests     Every request this server received (but /_*): [{method, path, query, headers, body}].
   POST /_control      JSON object; sets any keys of DEFAULT_CONFIG (unknown keys are a 400), or with
                       "reset": true first restores defaults and zeroes counters. Answers like /_stats.
@@ -42,6 +46,7 @@ import sys
 import threading
 import time
 import urllib.parse
+import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 HARD_TIMEOUT = 300.0
@@ -187,6 +192,9 @@ class Handler(BaseHTTPRequestHandler):
             ("GET", "/big"): self.big,
             ("HEAD", "/big"): self.big,
             ("GET", "/_requests"): self.requests,
+            ("GET", "/bomb"): self.bomb,
+            ("GET", "/endless"): self.endless,
+            ("GET", "/headers"): self.many_headers,
         }
         try:
             if self.route_path == "/echo":
@@ -358,6 +366,44 @@ class Handler(BaseHTTPRequestHandler):
             size -= len(chunk)
         self.wfile.flush()
 
+    def bomb(self):
+        self.bump("big_calls")
+        size = int((self.query.get("bytes") or ["0"])[0])
+        encoding = (self.query.get("encoding") or ["gzip"])[0]
+        compressor = zlib.compressobj(9, zlib.DEFLATED, 31 if encoding == "gzip" else 15)
+        zeros = bytes(1 << 20)
+        parts = []
+        while size > 0:
+            parts.append(compressor.compress(zeros[:min(size, len(zeros))]))
+            size -= len(zeros)
+        parts.append(compressor.flush())
+        payload = b"".join(parts)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Encoding", encoding)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def endless(self):
+        self.bump("big_calls")
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        chunk = b"10000\r\n" + b"a" * 65536 + b"\r\n"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            self.wfile.write(chunk)
+        self.close_connection = True
+
+    def many_headers(self):
+        count = int((self.query.get("count") or ["0"])[0])
+        lines = ["HTTP/1.1 200 OK", "Content-Type: application/json", "Content-Length: 2"]
+        lines += ["X-Field-%d: %d" % (index, index) for index in range(count)]
+        self.wfile.write(("\r\n".join(lines) + "\r\n\r\n{}").encode())
+        self.wfile.flush()
+
     def requests(self):
         with STATE.lock:
             received = list(STATE.requests)
@@ -376,6 +422,8 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main():
+    # A listen backlog for bursts of new connections (URLSession on Linux opens one per POST).
+    ThreadingHTTPServer.request_queue_size = 256
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -9,7 +9,7 @@ import Foundation
 /// ``SessionFacts``) and returns what to do next (``Step``, or the trigger's ``TriggerDecision``);
 /// it never awaits, locks or reads a clock. ``EngineState`` runs it under the engine's lock, applies
 /// an ending to the session and wakes the waiters in the same transition
-/// (`EngineState.flightStep(insideLock:…)`), and the shell (`PolicyEngine+Refresh.swift`) only
+/// (`EngineState.flightStep(_:now:date:)`), and the shell (`PolicyEngine+Refresh.swift`) only
 /// performs the work it names: call the plugin, ask the coordinator, publish, arm a timer. So the
 /// whole refresh is tested as a value with random event sequences (`RefreshFlightModelTests`).
 ///
@@ -164,7 +164,7 @@ struct RefreshFlight {
         case failed(RefreshFailure, logsOut: Bool)
     }
 
-    /// How a flight ended, for the session (``EngineState/flightEnded(insideLock:_:now:date:)``).
+    /// How a flight ended, for the session (``EngineState/flightEnded(_:_:now:date:)``).
     struct Ending: Sendable {
         var flight: Flight
         var outcome: Result<Credentials, RefreshFailure>
@@ -478,7 +478,8 @@ struct RefreshFlight {
         _ flight: inout Flight, _ failure: RefreshFailure, logsOut: Bool, now: Duration, date: Date
     ) -> Step {
         var ending = Ending(flight: flight, outcome: .failure(failure), answerLogsOut: logsOut)
-        if failure.isDefinitive || failure.keeping != nil {
+        // (A token answer over its size limit, `endsRefresh`, would be the same answer again.)
+        if failure.isDefinitive || failure.keeping != nil || failure.endsRefresh {
             ending.kept = failure.keeping
             ending.endTurn = flight.lease
             return .end(ending)

@@ -8,7 +8,7 @@ import Foundation
 /// flight, the plugins' reasons, the tests that compare a real server with the rule), and a rule
 /// stated once cannot drift (Envoy's router names its `wouldRetry…` judgements apart from the
 /// `shouldRetry…` decisions the same way).
-enum TokenAnswer {
+package enum TokenAnswer {
     /// The longest access token the engine puts in a request: `16 KiB`. A token is a few hundred
     /// bytes (a large JWT a few KiB); anything near this is not one, and servers refuse headers of
     /// 8–16 KiB anyway. The refresh token that came with a longer one is still kept.
@@ -34,6 +34,18 @@ enum TokenAnswer {
     /// The statuses of the 4xx class that are not an answer about the grant: 408 Request Timeout,
     /// 425 Too Early and 429 Too Many Requests say "not now".
     static let transientClientStatuses: Set<Int> = [408, 425, 429]
+
+    /// The definitive answers in words, for `explain` and the docs: read from the sets above.
+    package static var definitiveSummary: String {
+        "any RFC 6749 §5.2 error: " + definitiveCodes.sorted().joined(separator: ", ") + "; any other 4xx but "
+            + transientClientStatuses.sorted().map(String.init).joined(separator: ", ")
+    }
+
+    /// The transient answers in words, for `explain` and the docs.
+    package static var transientSummary: String {
+        "a 5xx, " + transientClientStatuses.sorted().map(String.init).joined(separator: ", ") + " answer, "
+            + transientCodes.sorted().joined(separator: ", ") + ", no answer, a reset connection"
+    }
 
     /// Whether a token endpoint's answer (one that is not a token) says the refresh cannot succeed
     /// if asked again (``RefreshFailure/Kind/definitive``) or may (``RefreshFailure/Kind/transient``):

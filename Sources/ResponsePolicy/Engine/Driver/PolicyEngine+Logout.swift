@@ -12,11 +12,10 @@ extension PolicyEngine {
     /// ```
     public func logout(reason: String) {
         let runtime = state.withLock { $0.runtime }
-        let index = runtime.policy.graph.scopes.count - 1
-        let settings = runtime.policy.graph.scopes[index].logout
+        let settings = runtime.policy.graph.topLevel.logout
         endSession(
             cooldown: settings.cooldown, cancelInFlight: settings.cancelInFlight, reason: .host(reason),
-            plugin: runtime.scopes[index].logout, runtime: runtime, publish: true)
+            plugin: runtime.scopes[runtime.scopes.count - 1].logout, runtime: runtime, publish: true)
     }
 
     /// Another process logged the session out (a ``SessionUpdate/loggedOut(until:reason:)``):
@@ -24,7 +23,7 @@ extension PolicyEngine {
     /// whose end is not later than the cooldown already kept is old news and ignored.
     func logoutFromElsewhere(until: Date, reason: String) {
         let runtime = state.withLock { $0.runtime }
-        let settings = runtime.policy.logout
+        let settings = runtime.policy.graph.topLevel.logout
         // A cooldown read from a shared store is never longer than this policy's own: a forged or
         // corrupted logout costs at most what a real one costs (issue 23).
         let bounds = CoordinationBounds(maxCooldown: runtime.maxCooldown, maxLease: .zero)
@@ -37,7 +36,7 @@ extension PolicyEngine {
     }
 
     /// Ends the session from outside any request (the host, another process): the transition
-    /// every logout shares (``EngineState/logOut(insideLock:cancelInFlight:reason:trigger:context:plugin:publishes:until:now:date:into:)``),
+    /// every logout shares (``EngineState/logOut(_:cancelInFlight:reason:trigger:context:plugin:publishes:until:now:date:into:)``),
     /// then its actions. (A request's own logout is a transition of that request.)
     private func endSession(
         cooldown: Duration, cancelInFlight: Bool, reason: LogoutReason, plugin: (any LogoutPlugin)?,
@@ -46,8 +45,7 @@ extension PolicyEngine {
         let (now, date) = (clock.now, clock.date)
         var actions: Actions = []
         _ = state.withLock { state in
-            state.logOut(
-                insideLock: cooldown, cancelInFlight: cancelInFlight, reason: reason, trigger: nil, context: nil,
+            state.endSession(cooldown: cooldown, cancelInFlight: cancelInFlight, reason: reason, trigger: nil, context: nil,
                 plugin: plugin, publishes: publish, until: until, now: now, date: date, into: &actions)
         }
         perform(actions, for: nil, runtime: runtime)

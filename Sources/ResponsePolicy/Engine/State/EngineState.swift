@@ -278,7 +278,7 @@ struct EngineState {
 
     /// Registers request `id` as waiting for the refresh in flight (`held`: before it goes out,
     /// under `hold-new-requests`), with a timer at its deadline. Returns the timer to arm.
-    mutating func join(insideLock id: UInt64, route: RefreshRoute?, held: Bool = false) -> Actions {
+    mutating func join(_ id: UInt64, route: RefreshRoute?, held: Bool = false) -> Actions {
         guard let current = flight?.id else { return [] }
         refresh.wait(id)
         var actions: Actions = []
@@ -296,13 +296,13 @@ struct EngineState {
     /// Wakes the requests waiting for `flight` with `result` and lets queued requests out; the
     /// continuations to resume are appended to `actions`. `logout`: the waiter whose edge the
     /// refresh's failure took into a logout, and that logout (see
-    /// ``logOutForFailedRefresh(insideLock:_:answerLogsOut:now:date:)``).
+    /// ``logOutForFailedRefresh(_:_:answerLogsOut:now:date:)``).
     ///
     /// In request order, so a simulation's output is the same every run. A waiter that has been
     /// on the wire before gets a dispatch slot now when one is free, ahead of the requests still
     /// waiting for their first attempt; then the queues move, signed with the new token.
     mutating func endWaits(
-        insideLock flight: Flight, _ result: FlightResult, logout: (UInt64, DecidedLogout)? = nil,
+        _ flight: Flight, _ result: FlightResult, logout: (UInt64, DecidedLogout)? = nil,
         into actions: inout Actions
     ) {
         for id in live(flight) {
@@ -312,9 +312,9 @@ struct EngineState {
                 if let parked = slot.parked.take() { actions.append(.resume(parked)) }
                 return slot.sent && slot.host != nil
             }
-            if sent == true { reserveDispatchSlot(insideLock: id) }
+            if sent == true { reserveDispatchSlot(id) }
         }
-        promoteAll(insideLock: &actions)
+        promoteAll(&actions)
     }
 
     /// Gives request `id` its slot, once.

@@ -1,16 +1,10 @@
 import Foundation
 
 extension PolicyEngine {
-    /// What one attempt produced.
-    enum AttemptResult: Sendable {
-        case response(HTTPResponse)
-        case error(TransportError)
-        case cancelled
-    }
-
-    /// The request loop: sign, send, classify, act; until an outcome. Every decision is made by
-    /// ``RequestMachine`` synchronously; this driver awaits only an attempt or a park, and its
-    /// frame holds nothing but the machine (see ``RequestMachine`` for why).
+    /// The request loop: sign, send, classify, act; until an outcome. Every decision is a
+    /// transition of ``EngineState`` that ``RequestMachine`` runs; this driver awaits only an
+    /// attempt or a park, and its frame holds nothing but the machine (see ``RequestMachine`` for
+    /// why).
     @inline(never)
     func drive(_ machine: RequestMachine) async {
         var step = machine.top()
@@ -19,9 +13,9 @@ extension PolicyEngine {
             case .finish:
                 return
             case .send:
-                // (The attempt's end read the clock: see `endAttempt`.)
-                await attempt(machine)
-                step = machine.afterAttempt()
+                let ended = await attempt(machine)
+                (machine.now, machine.date) = (clock.now, clock.date)
+                step = machine.attemptEnded(ended)
             case .park:
                 await park(machine)
                 (machine.now, machine.date) = (clock.now, clock.date)
@@ -30,46 +24,51 @@ extension PolicyEngine {
         }
     }
 
-    /// Sends the machine's pending request once and stores what came of it. A
+    /// What an attempt came to, as the driver hands it to the transition: the transport's result
+    /// and whether the caller's task was cancelled (an inline attempt learns of it that way).
+    struct EndedAttempt {
+        var result: AttemptResult
+        var callerCancelled: Bool
+    }
+
+    /// Sends the machine's pending request once and returns what came of it. A
     /// ``CancellableTransport`` is called inline in the caller's task; any other transport runs
     /// in a task of its own, the unit a logout, the attempt timeout or the caller's cancellation
     /// can cancel without ending the request's loop. Either way the attempt is cancelled through
     /// one ``AttemptCancellation`` the machine holds while it is on the wire.
     @inline(never)  // a frame of its own, held only while this is awaited
-    func attempt(_ machine: RequestMachine) async {
-        // The frame holds only the machine and the cancellation: the request, the timer and the
-        // result stay in the machine, and the synchronous parts run in their own calls.
+    func attempt(_ machine: RequestMachine) async -> EndedAttempt {
         guard let cancellation = beginAttempt(machine) else {
             // Cancelled before it left (ended since the gate, or its deadline had come): its
             // transition says which.
-            endAttempt(machine, .cancelled)
-            return
+            return EndedAttempt(result: .cancelled, callerCancelled: attemptsInline && Task.isCancelled)
         }
-        guard attemptsInline else { return await attemptInTask(machine, cancellation) }
+        guard attemptsInline else {
+            return EndedAttempt(result: await attemptInTask(machine, cancellation), callerCancelled: false)
+        }
         // Inline, the engine can only wait for the transport to honour the cancellation, as
         // `CancellableTransport` requires.
+        let result: AttemptResult
         do {
-            let response = try await inlineTransport.send(
-                machine.pendingRequest, cancellation: cancellation)
-            endAttempt(machine, .response(response))
+            result = .response(try await inlineTransport.send(machine.pendingRequest, cancellation: cancellation))
         } catch {
-            endAttempt(machine, Self.classify(error, cancelled: cancellation.isCancelled || Task.isCancelled))
+            result = Self.classify(error, cancelled: cancellation.isCancelled || Task.isCancelled)
         }
+        return EndedAttempt(result: result, callerCancelled: Task.isCancelled)
     }
 
     /// A plain transport's attempt, in a task of its own that the caller's cancellation ends.
     @inline(never)  // keeps its frame out of the inline path's
-    func attemptInTask(_ machine: RequestMachine, _ cancellation: AttemptCancellation) async {
+    func attemptInTask(_ machine: RequestMachine, _ cancellation: AttemptCancellation) async -> AttemptResult {
         let id = machine.context.number
-        let result = await withTaskCancellationHandler {
+        return await withTaskCancellationHandler {
             await callInTask(machine, cancellation)
         } onCancel: {
             end(id, .cancelled)
         }
-        endAttempt(machine, result)
     }
 
-    /// The attempt the gate began (see ``EngineState/gate(insideLock:_:now:date:)``); `nil` when
+    /// The attempt the gate began (see ``EngineState/gate(_:_:now:date:)``); `nil` when
     /// it was already cancelled (the request was ended since, or its deadline had come).
     @inline(never)
     func beginAttempt(_ machine: RequestMachine) -> AttemptCancellation? {
@@ -86,139 +85,8 @@ extension PolicyEngine {
         return cancellation
     }
 
-    /// Disarms the attempt and stores what came of it.
-    @inline(never)
-    func endAttempt(_ machine: RequestMachine, _ result: AttemptResult) {
-        var arrived = false
-        var gotError = false
-        switch result {
-        case .response: arrived = true
-        case .error: gotError = true
-        case .cancelled: break
-        }
-        // An inline attempt learns of its caller's cancellation as task cancellation.
-        let callerCancelled = attemptsInline && Task.isCancelled
-        // The event's time, read once.
-        (machine.now, machine.date) = (clock.now, clock.date)
-        // The rule the result matches: a lookup in the compiled flow, made before the lock (the
-        // body's code scan stays outside it). The transition decides what it leads to.
-        let classified = classify(result, machine)
-        let (now, id, scope) = (machine.now, machine.context.number, machine.scope)
-        // What a retry decision needs, only when a retry rule matched (most attempts need none).
-        var ask: EngineState.RetryAsk?
-        if let rule = classified.rule, scope.compiled[rule].action == .retry {
-            var response: HTTPResponse?
-            if case .response(let arrived) = result { response = arrived }
-            ask = EngineState.RetryAsk(
-                retries: machine.retries, response: response, date: machine.date, random: options.random)
-        }
-        // A refresh trigger or a logout rule decides in the same transition as the attempt's end
-        // (one lock for the event): what it needs of the request, made only then.
-        var event: EngineState.RequestEvent?
-        var trigger: RuleGraph.CompiledRule?
-        if let rule = classified.rule, scope.compiled[rule].action == .refresh || scope.compiled[rule].action == .logout
-        {
-            trigger = scope.compiled[rule]
-            event = triggerEvent(machine, result, classified)
-        }
-        let (disposition, finished, verdict, actions, next) = state.withLock {
-            state -> (EngineState.AttemptDisposition, EngineState.Finish?, EngineState.RetryVerdict?, Actions, EngineState.Next?) in
-            var (disposition, finished, verdict, actions) = state.attemptEnded(
-                insideLock: id, responseArrived: arrived, gotError: gotError, callerCancelled: callerCancelled,
-                scope: scope, classified, retry: ask, now: now)
-            guard finished == nil, case .result(let timedOut) = disposition, arrived || gotError || timedOut else {
-                return (disposition, finished, verdict, actions, nil)
-            }
-            // A retry rule that does not retry follows its escalation edge in the same transition.
-            if let verdict, let rule = classified.rule, case let flow = scope.compiled[rule], flow.action == .retry,
-                let (escalation, error) = verdict.escalation(of: flow, exhausted: exhausted(result, machine))
-            {
-                let event = triggerEvent(machine, result, classified)
-                let next = state.follow(
-                    insideLock: event, &machine.loop, escalation, of: flow, failing: error, into: &actions)
-                return (disposition, finished, verdict, actions, next)
-            }
-            guard let event, let trigger else { return (disposition, finished, verdict, actions, nil) }
-            let next: EngineState.Next
-            if trigger.action == .refresh {
-                next = state.refreshTrigger(insideLock: event, &machine.loop, trigger, into: &actions)
-            } else {
-                state.noteResponse(event, machine.loop, rule: trigger.rule, into: &actions)
-                next = state.logout(
-                    insideLock: event, &machine.loop, trigger.logout,
-                    reason: .rule(trigger.rule.name, response: event.lastResponse), into: &actions)
-            }
-            return (disposition, finished, verdict, actions, next)
-        }
-        perform(actions, for: machine)
-        machine.decided = next.map(RequestMachine.Decided.init)
-        machine.slotFinished = finished != nil
-        machine.finishedAtDeadline = finished == .deadline
-        machine.retryVerdict = verdict
-        machine.classified = classified
-        // Ended from outside (logout, the caller) wins over a timeout at the same instant; a
-        // response that arrived before a logout reached it is still handled (see
-        // ``EngineState/AttemptDisposition``). A cancelled attempt leaves the last response or
-        // error of the one before it.
-        let timedOut: Bool
-        switch disposition {
-        case .ended:
-            machine.attemptOutcome = .cancelled
-            return
-        case .arrivedAfterLogout:
-            machine.arrivedAfterLogout = true
-            timedOut = false
-        case .result(let timed):
-            timedOut = timed
-        }
-        switch result {
-        case .response(let response):
-            machine.lastResponse = response
-            machine.failure = nil
-            machine.attemptOutcome = .response
-        case .error(let error):
-            machine.lastResponse = nil
-            machine.failure = error
-            machine.attemptOutcome = .error
-        case .cancelled where timedOut:
-            machine.lastResponse = nil
-            machine.attemptOutcome = .timedOut
-        case .cancelled:
-            machine.attemptOutcome = .cancelled
-        }
-    }
-
-    /// The retries-exhausted error of an attempt's result (a timeout when it was cancelled by its
-    /// timer), for the escalation edge a retry rule's verdict leads along.
-    func exhausted(_ result: AttemptResult, _ machine: RequestMachine) -> PolicyEngineError {
-        switch result {
-        case .response(let response): return .retriesExhausted(lastResponse: response, lastError: nil)
-        case .error(let error): return .retriesExhausted(lastResponse: nil, lastError: error)
-        case .cancelled: return .retriesExhausted(lastResponse: nil, lastError: machine.timeoutFailure)
-        }
-    }
-
-    /// The event of an attempt's end that a refresh trigger or a logout rule decides in (see
-    /// ``EngineState/RequestEvent``): the attempt's answer, as the request will keep it.
-    @inline(never)  // the rare path's temporaries stay out of `endAttempt`'s frame
-    func triggerEvent(_ machine: RequestMachine, _ result: AttemptResult, _ classified: EngineState.Classified)
-        -> EngineState.RequestEvent
-    {
-        var event = machine.event()
-        event.code = nil
-        switch result {
-        case .response(let response):
-            (event.lastResponse, event.failure, event.code) = (response, nil, classified.code)
-        case .error(let error):
-            (event.lastResponse, event.failure) = (nil, error)
-        case .cancelled:
-            // (It counts only when its timer fired: a timeout.)
-            (event.lastResponse, event.failure) = (nil, machine.timeoutFailure)
-        }
-        return event
-    }
-
-    /// The rule an attempt's result matches in the request's scope (see ``EngineState/Classified``).
+    /// The rule an attempt's result matches in the request's scope (see ``EngineState/Classified``):
+    /// a lookup in the compiled flow, made before the lock (the body's code scan stays outside it).
     @inline(never)
     func classify(_ result: AttemptResult, _ machine: RequestMachine) -> EngineState.Classified {
         var classified = EngineState.Classified()
@@ -237,7 +105,9 @@ extension PolicyEngine {
             classified.rule = scope.classifier.match(error: .timeout, method: method, path: path)
         }
         if let rule = classified.rule, scope.compiled[rule].action == .retry {
-            classified.retryable = machine.isRetryable(scope.compiled[rule].retry)
+            // A response over the size limit is definitive: the same request gets the same answer,
+            // so a `retry` rule that matches `too-large` (by name or `any`) does not retry it.
+            classified.retryable = !result.isTooLarge && machine.isRetryable(scope.compiled[rule].retry)
         }
         return classified
     }
@@ -255,7 +125,7 @@ extension PolicyEngine {
                 // critical section. (Done here, in a synchronous closure, rather than in the
                 // driver: a call there grew every waiting request's async frame by 1 KB.)
                 var woken: Actions = []
-                let now = state.withLock { $0.parking(insideLock: id, continuation, into: &woken) }
+                let now = state.withLock { $0.parking(id, continuation, into: &woken) }
                 if now { continuation.resume() }
                 perform(woken, for: nil)
             }
@@ -264,9 +134,9 @@ extension PolicyEngine {
         }
     }
 
-    /// A request's timer fired (see ``EngineState/timerFired(insideLock:token:)``).
+    /// A request's timer fired (see ``EngineState/timerFired(_:token:)``).
     func timerFired(_ id: UInt64, token: UInt64) {
-        perform(state.withLock { $0.timerFired(insideLock: id, token: token) }, for: nil)
+        perform(state.withLock { $0.timerFired(id, token: token) }, for: nil)
     }
 
     /// Performs what a transition decided, in order, after unlocking. `machine`: the request the
@@ -380,7 +250,7 @@ extension PolicyEngine {
             let index = scope.classifier.match(
                 status: response.status, code: code, headers: response.headers, method: method, path: path)
         else { return nil }
-        return scope.rules[index].action
+        return scope.compiled[index].action
     }
 }
 

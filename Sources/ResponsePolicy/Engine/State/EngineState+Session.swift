@@ -30,9 +30,9 @@ extension EngineState {
 
     /// Performs a step of the refresh flight inside the same transition: the work the shell does
     /// (a call, a turn, a publication, a timer, an event), the release of waiters at the deadline,
-    /// or the ending the session takes (``flightEnded(insideLock:_:now:date:)``). Returns the actions
+    /// or the ending the session takes (``flightEnded(_:_:now:date:)``). Returns the actions
     /// in order.
-    mutating func flightStep(insideLock step: RefreshFlight.Step, now: Duration, date: Date) -> Actions {
+    mutating func flightStep(_ step: RefreshFlight.Step, now: Duration, date: Date) -> Actions {
         var actions: Actions = []
         switch step {
         case .none:
@@ -69,17 +69,17 @@ extension EngineState {
                 event.reason = failure.reason
                 actions.append(.emit(event))
             }
-            endWaits(insideLock: flight, .failed(failure), into: &actions)
+            endWaits(flight, .failed(failure), into: &actions)
             refresh.released(id)
         case .end(let ending):
-            actions = flightEnded(insideLock: ending, now: now, date: date)
+            actions = flightEnded(ending, now: now, date: date)
         }
         return actions
     }
 
     /// A refresh ended, in one transition: the session takes what it produced, a definitive
     /// failure that leads a waiter to a logout starts that logout
-    /// (``logOutForFailedRefresh(insideLock:_:answerLogsOut:now:date:)``), and only then are the
+    /// (``logOutForFailedRefresh(_:_:answerLogsOut:now:date:)``), and only then are the
     /// waiters woken and the dispatch queues moved, so no waiter is released and sent between the
     /// failure and the logout it causes.
     ///
@@ -98,7 +98,7 @@ extension EngineState {
     /// Returns the actions in order: save (when it took credentials), the `refresh-end` event, the
     /// waiters resumed, the logout's cancellations, the turn's end and a problem for the shell.
     mutating func flightEnded(
-        insideLock ending: RefreshFlight.Ending, now: Duration, date: Date
+        _ ending: RefreshFlight.Ending, now: Duration, date: Date
     ) -> Actions {
         let ended = ending.flight
         let sameSession = sessionEpoch == ended.sessionEpoch
@@ -199,14 +199,13 @@ extension EngineState {
         // so none is released and sent in between.
         if case .failed(let failure) = result, failure.isDefinitive,
             let decided = logOutForFailedRefresh(
-                insideLock: ended, failure, answerLogsOut: ending.answerLogsOut, now: now, date: date)
+                ended, failure, answerLogsOut: ending.answerLogsOut, now: now, date: date, into: &actions)
         {
             logout = (decided.trigger, decided.logout)
-            actions = decided.actions
         }
         // The waiters are resumed first, then the logout's cancellations.
         var woken: Actions = said
-        endWaits(insideLock: ended, result, logout: logout, into: &woken)
+        endWaits(ended, result, logout: logout, into: &woken)
         return woken + actions
     }
 
@@ -231,14 +230,22 @@ extension EngineState {
     /// same critical section that ends the refresh: the cooldown begins and every other request
     /// (its waiters first, then the rest as `cancel-in-flight` says) is ended as logged out
     /// before any of them is woken. So no waiter is released and sent between the failure and
-    /// the logout it causes. The trigger keeps its wait (``endWaits(insideLock:_:logout:into:)``
+    /// the logout it causes. The trigger keeps its wait (``endWaits(_:_:logout:into:)``
     /// wakes it with the failure and the logout, whose effects it performs).
     ///
-    /// Returns the trigger, its logout, and what to resume and cancel; `nil` when no waiter logs
-    /// out (or the session is already in a cooldown: many triggers make one logout).
+    /// The logout a failed refresh started on a waiter's edge (``logOutForFailedRefresh(_:_:answerLogsOut:now:date:into:)``).
+    struct RefreshLogout {
+        /// The waiter whose edge led there: it performs the logout's effects.
+        let trigger: UInt64
+        let logout: DecidedLogout
+    }
+
+    /// Returns the trigger and its logout, and appends what to resume and cancel; `nil` when no
+    /// waiter logs out (or the session is already in a cooldown: many triggers make one logout).
     mutating func logOutForFailedRefresh(
-        insideLock waiting: Flight, _ failure: RefreshFailure, answerLogsOut: Bool, now: Duration, date: Date
-    ) -> (trigger: UInt64, logout: DecidedLogout, actions: Actions)? {
+        _ waiting: Flight, _ failure: RefreshFailure, answerLogsOut: Bool, now: Duration, date: Date,
+        into actions: inout Actions
+    ) -> RefreshLogout? {
         let waiters = live(waiting)
         var decided: (UInt64, RuleGraph.Escalation)?
         for id in waiters {
@@ -255,7 +262,6 @@ extension EngineState {
                 until: now + cooldown, untilDate: date.addingTimeInterval(cooldown.seconds),
                 reason: .refreshFailed(failure.reason, response: failure.response), extendOnly: false, now: now)
         else { return nil }
-        var actions: Actions = []
         for id in waiters where id != trigger {
             modifySlot(id) { slot in
                 if slot.endReason == nil { slot.endReason = .loggedOut }
@@ -264,8 +270,8 @@ extension EngineState {
                 if let continuation = slot.parked.take() { actions.append(.resume(continuation)) }
             }
         }
-        actions += endRequests(insideLock: trigger, cancelInFlight: escalation.logout.cancelInFlight)
-        return (trigger, DecidedLogout(escalation), actions)
+        actions += endRequests(trigger, cancelInFlight: escalation.logout.cancelInFlight)
+        return RefreshLogout(trigger: trigger, logout: DecidedLogout(escalation))
     }
 
     /// Starts a cooldown until `until` (`untilDate` on the wall clock). `false` when the session
@@ -293,14 +299,14 @@ extension EngineState {
     /// the host's ``PolicyEngine/logout(reason:)``, news from another process): the cooldown starts
     /// (``startCooldown(until:untilDate:reason:extendOnly:now:)``; `until`: the end another
     /// process published, which extends a cooldown already running), every request but
-    /// `trigger` is ended as logged out (``endRequests(insideLock:cancelInFlight:)``), and the
+    /// `trigger` is ended as logged out (``endRequests(_:cancelInFlight:)``), and the
     /// actions say the rest in order: the `logout` event, the requests resumed and cancelled, and
     /// the publication (`publishes`: the coordinator is told and `plugin` called, with the ending
     /// session's credentials read here, with the cooldown's start). Returns `false`, with no
     /// action, when the session is already in its cooldown: many triggers make one logout.
     @discardableResult
-    mutating func logOut(
-        insideLock cooldown: Duration, cancelInFlight: Bool, reason: LogoutReason, trigger: UInt64?,
+    mutating func endSession(
+        cooldown: Duration, cancelInFlight: Bool, reason: LogoutReason, trigger: UInt64?,
         context: RequestContext?, plugin: (any LogoutPlugin)?, publishes: Bool, until: Date? = nil, now: Duration,
         date: Date, into actions: inout Actions
     ) -> Bool {
@@ -309,7 +315,7 @@ extension EngineState {
             startCooldown(
                 until: now + cooldown, untilDate: untilDate, reason: reason, extendOnly: until != nil, now: now)
         else { return false }
-        let ended = endRequests(insideLock: trigger, cancelInFlight: cancelInFlight)
+        let ended = endRequests(trigger, cancelInFlight: cancelInFlight)
         if !(context?.runtime ?? runtime).observers.isEmpty {
             var event = PolicyEvent(.logout, time: now, context: context)
             event.rule = reason.ruleName

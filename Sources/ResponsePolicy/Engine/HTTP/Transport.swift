@@ -1,3 +1,5 @@
+import Foundation
+
 /// The class of a failed attempt that got no response, as `when: { error: [...] }` names it.
 public enum TransportErrorClass: String, Sendable, Hashable, CaseIterable {
     /// The attempt took longer than `retry.attempt-timeout` or the transport's own limit.
@@ -55,11 +57,20 @@ public protocol Transport: Sendable {
     /// `URLSessionTransport` reports its configuration's `httpMaximumConnectionsPerHost`.
     /// `nil` by default: the transport does not say, and `auto` sets no limit.
     var connectionsPerHost: Int? { get }
+
+    /// `dispatch.max-in-flight-per-host: auto`'s limit for a request to `url`, asked once per
+    /// request: how many requests to that origin the transport carries at once without queueing
+    /// them inside. Over HTTP/1.1 that is its connections per host; over HTTP/2, where one
+    /// connection carries many requests as streams, the streams a connection carries (or `nil`,
+    /// no limit). A transport that knows which protocol an origin speaks answers per origin
+    /// (`CurlTransport` does, once the origin has answered). ``connectionsPerHost`` by default.
+    func inFlightLimit(for url: URL) -> Int?
 }
 
 extension Transport {
     public var sessionCallTransport: any Transport { self }
     public var connectionsPerHost: Int? { nil }
+    public func inFlightLimit(for url: URL) -> Int? { connectionsPerHost }
 }
 
 /// A one-shot cancellation signal for one attempt, which the engine raises on a forced logout,

@@ -67,15 +67,11 @@ public final class PolicyEngine: Sendable {
     /// then run inline. (Not an optional: unwrapping one copied the existential on every attempt.)
     let inlineTransport: any CancellableTransport
     let attemptsInline: Bool
-    /// The transport's ``Transport/connectionsPerHost``, read once: `dispatch: auto`'s limit.
-    let transportConnectionsPerHost: Int?
     let registry: PluginRegistry
     let store: (any CredentialStore)?
     let options: Options
     let clock: any PolicyClock
     let state: Locked<EngineState>
-    /// The newest accepted generation already noted in `state` (a hint read without the lock).
-    let acceptedHint = Atomic<UInt64>(0)
     let timers: TimerService
     /// The refresh flight's timer on the heap, by flight, with its token (see `armFlightTimer`).
     let flightTimers = Locked<[UInt64: (token: UInt64, node: TimerNode)]>([:])
@@ -113,7 +109,6 @@ public final class PolicyEngine: Sendable {
     ) {
         self.transport = transport
         sessionTransport = UserAgentTransport(transport.sessionCallTransport, userAgent: options.userAgent)
-        transportConnectionsPerHost = transport.connectionsPerHost
         if let cancellable = transport as? any CancellableTransport {
             inlineTransport = cancellable
             attemptsInline = true
@@ -433,14 +428,8 @@ public final class PolicyEngine: Sendable {
 
     @inline(never)  // its temporaries stay out of `send`'s async frame
     private func outcome(of machine: RequestMachine) throws(PolicyEngineError) -> HTTPResponse {
-        let id = machine.context.number
-        // Removed already when the attempt's end decided the outcome.
-        if !machine.slotFinished {
-            var woken: Actions = []
-            state.withLock { $0.finished(insideLock: id, into: &woken) }
-            perform(woken, for: nil)
-        }
-        return try machine.result.get()
+        // (Its slot left the state in the transition that decided the outcome.)
+        try machine.result.get()
     }
 
     /// Numbers a request and makes its machine, or refuses it at once: during the logout
@@ -479,7 +468,7 @@ public final class PolicyEngine: Sendable {
 
     /// Ends a request from outside its loop: marks why, cancels its attempt, ends its park.
     func end(_ id: UInt64, _ reason: EngineState.EndReason) {
-        perform(state.withLock { $0.end(insideLock: id, reason) }, for: nil)
+        perform(state.withLock { $0.end(id, reason) }, for: nil)
     }
 
     /// Requests still registered or waiting on a refresh: zero once every `send` has returned.

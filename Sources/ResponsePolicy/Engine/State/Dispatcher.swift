@@ -63,7 +63,7 @@ extension EngineState {
     }
 
     /// Lets request `id` out now (`true`), or queues it behind the others of its host (`false`).
-    mutating func acquireDispatchSlot(insideLock id: UInt64) -> Bool {
+    mutating func acquireDispatchSlot(_ id: UInt64) -> Bool {
         guard let slot = slots[id], let host = slot.host else { return true }
         if slot.holdsSlot { return true }
         var entry = dispatcher.hosts[host] ?? Dispatcher.Host()
@@ -79,7 +79,7 @@ extension EngineState {
 
     /// Takes a free slot for request `id` ahead of the queues, when there is one (a request that
     /// waited for a refresh after being on the wire).
-    mutating func reserveDispatchSlot(insideLock id: UInt64) {
+    mutating func reserveDispatchSlot(_ id: UInt64) {
         guard let slot = slots[id], let host = slot.host, !slot.holdsSlot,
             (dispatcher.hosts[host]?.inFlight ?? 0) < slot.dispatchLimit
         else { return }
@@ -89,7 +89,7 @@ extension EngineState {
 
     /// Gives back the slot request `id` holds (it has parked or ended) and lets the next
     /// queued requests of its host out.
-    mutating func releaseDispatchSlot(insideLock id: UInt64, into woken: inout Actions) {
+    mutating func releaseDispatchSlot(_ id: UInt64, into woken: inout Actions) {
         guard let host = slots[id]?.host else { return }
         let held =
             modifySlot(id) { slot -> Bool in
@@ -97,27 +97,27 @@ extension EngineState {
                 return slot.holdsSlot
             } ?? false
         if held { dispatcher.hosts[host]?.inFlight -= 1 }
-        promote(insideLock: host, into: &woken)
+        promote(host, into: &woken)
     }
 
     /// Lets queued requests of every host out, as far as their limits allow (after a refresh).
-    mutating func promoteAll(insideLock woken: inout Actions) {
-        for host in Array(dispatcher.hosts.keys) { promote(insideLock: host, into: &woken) }
+    mutating func promoteAll(_ woken: inout Actions) {
+        for host in Array(dispatcher.hosts.keys) { promote(host, into: &woken) }
     }
 
     /// Lets queued requests of `host` out while it has free slots, those sent before first; stops
     /// at a request that must wait for the refresh in flight (each queue keeps its order).
-    private mutating func promote(insideLock host: String, into woken: inout Actions) {
+    private mutating func promote(_ host: String, into woken: inout Actions) {
         guard var entry = dispatcher.hosts[host] else { return }
-        promote(insideLock: &entry.resent, &entry.inFlight, into: &woken)
-        if entry.resent.isEmpty { promote(insideLock: &entry.fresh, &entry.inFlight, into: &woken) }
+        promote(&entry.resent, &entry.inFlight, into: &woken)
+        if entry.resent.isEmpty { promote(&entry.fresh, &entry.inFlight, into: &woken) }
         entry.resent.compact()
         entry.fresh.compact()
         dispatcher.hosts[host] = entry.isIdle ? nil : entry
     }
 
     private mutating func promote(
-        insideLock queue: inout Dispatcher.Queue, _ inFlight: inout Int,
+        _ queue: inout Dispatcher.Queue, _ inFlight: inout Int,
         into woken: inout Actions
     ) {
         let refreshing = flight != nil

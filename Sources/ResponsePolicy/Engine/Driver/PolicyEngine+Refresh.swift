@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 
 /// The refresh's shell: it performs the work the refresh flight (``RefreshFlight``) names and
 /// hands each result back to it as an event, under the engine's lock. It decides nothing: which
@@ -13,14 +12,6 @@ import Synchronization
 /// plugin's call is background work (``waitForBackgroundWork()`` waits for it), so a tool that
 /// exits right after its last request still keeps the pair a late answer brings.
 extension PolicyEngine {
-    /// Notes that a server accepted a request signed with `generation` (see
-    /// ``EngineState/acceptedGeneration``). The lock is taken once per generation, not per response.
-    func noteAccepted(_ generation: UInt64) {
-        guard acceptedHint.load(ordering: .relaxed) < generation else { return }
-        state.withLock { $0.accepted(generation) }
-        _ = acceptedHint.max(generation, ordering: .relaxed)
-    }
-
     /// How the session is shared, for a refresh a request under `runtime` starts.
     func refreshCoordination(_ runtime: PolicyRuntime) -> RefreshFlight.Coordination {
         guard !coordinatorIsLocal else { return .local }
@@ -71,7 +62,7 @@ extension PolicyEngine {
     ) {
         let (now, date) = (clock.now, clock.date)
         let actions = state.withLock { state in
-            state.flightStep(insideLock: transition(&state, now, date), now: now, date: date)
+            state.flightStep(transition(&state, now, date), now: now, date: date)
         }
         perform(actions, for: nil, runtime: runtime)
     }

@@ -101,11 +101,19 @@ extension PolicyEngine {
                 // Saved first, then the waiters go on.
                 var woken: Actions = [.save]
                 if let answered {
-                    state.endWaits(insideLock: answered, .adopted, into: &woken)
+                    state.endWaits(answered, .adopted, into: &woken)
                     // A flight between calls ends here: its timer goes (one with a call out keeps
                     // it until the call returns).
-                    if !answered.isOut { woken.append(.refresh(.disarm(answered.id))) }
+                    if !answered.isOut {
+                        woken.append(.refresh(.disarm(answered.id)))
+                        // Its lease goes back: the fleet's credentials answered it.
+                        if let lease = answered.lease {
+                            woken.append(.refresh(.endTurn(lease, "answered by another process's credentials")))
+                        }
+                    }
                 }
+                // (A flight between calls ends here: whoever waits for the refresh to settle goes on.)
+                if state.refresh.isIdle { woken += state.settled() }
                 return (state.runtime, woken)
             }
         }

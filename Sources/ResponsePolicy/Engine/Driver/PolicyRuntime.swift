@@ -95,14 +95,6 @@ final class PolicyRuntime: Sendable {
 }
 
 extension PolicyRuntime {
-    /// The longest logout cooldown any scope or rule of the policy has: what a cooldown read from
-    /// a shared store is clamped to.
-    var maxCooldown: Duration {
-        var longest = policy.logout.cooldown
-        for scope in policy.graph.scopes {
-            longest = max(longest, scope.logout.cooldown)
-            for rule in scope.compiled { longest = max(longest, rule.logout.cooldown) }
-        }
-        return longest
-    }
+    /// The longest logout cooldown any scope or rule of the policy has (``RuleGraph/longestCooldown``).
+    var maxCooldown: Duration { policy.graph.longestCooldown }
 }
