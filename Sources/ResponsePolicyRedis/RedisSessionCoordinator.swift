@@ -553,6 +553,16 @@ public final class RedisSessionCoordinator: SessionCoordinator {
 
     /// Sends the publication (on the queue): `EVALSHA` when the script is loaded, else `EVAL`.
     private func startPublication(_ arguments: [String]) -> Result<SentPublication, RedisError> {
+        // Loaded once per server on a healthy connection (the steady state sends `EVALSHA`); a
+        // connection that cannot load it now (Redis paused) is dropped, and the publication goes
+        // as `EVAL` on a new one.
+        if let open = box.connection, box.scripts[arguments[1]] == nil {
+            if case .string(let sha)? = try? open.command(["SCRIPT", "LOAD", arguments[1]]) {
+                box.scripts[arguments[1]] = sha
+            } else {
+                box.connection = nil
+            }
+        }
         do throws(RedisError) {
             let sent: SentPublication
             if let open = box.connection {
