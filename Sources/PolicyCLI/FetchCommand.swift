@@ -64,7 +64,11 @@ enum FetchCommand {
         ],
         exitCodes: [
             (0, "every request was delivered"),
-            (1, "a request was not delivered, a refreshed token could not be saved, or the policy has errors"),
+            (
+                1,
+                "a request was not delivered, a refreshed token could not be saved or published to the coordination store, "
+                    + "or the policy has errors"
+            ),
             (64, "usage error"), (65, "the credentials file is malformed"),
             (66, "the policy or the credentials file cannot be read"),
             (73, "the credentials file's folder cannot be written, so nothing was sent (a refresh would lose it)"),
@@ -143,6 +147,23 @@ enum FetchCommand {
         // `http` logout POST go out (bounded by the plugin's own timeout, 5s by default), before
         // the process ends.
         await engine.waitForBackgroundWork()
+        // A pair or a logout only this process knows reaches the fleet before it exits, or is named
+        // (issue 30, case 4): waited for, up to refresh.timeout, and said.
+        var unpublished = engine.unpublished
+        if !unpublished.isEmpty {
+            let bound = policy.refresh.timeout
+            output.stderr(
+                "policy: waiting up to \(bound.policyText) to publish \(unpublished.joined(separator: " and ")) to "
+                    + "the coordination store before exiting\n")
+            unpublished = await engine.publishPending(timeout: bound)
+            for item in unpublished {
+                var text = "error: \(item) could not be published to the coordination store before exiting"
+                if item == "a new token pair", let path = store?.credentialsFilePath {
+                    text += "; it is saved in '\(path)', and the next run with that file publishes it first"
+                }
+                output.stderr(text + "\n")
+            }
+        }
 
         let summary = recorder.summary()
         let delivered = results.filter(\.delivered).count
@@ -166,7 +187,7 @@ enum FetchCommand {
         // next run: never a quiet exit 0.
         let lost = store?.failures ?? []
         for failure in lost { output.stderr("error: \(failure)\n") }
-        return delivered == results.count && lost.isEmpty ? ExitCode.success : ExitCode.failure
+        return delivered == results.count && lost.isEmpty && unpublished.isEmpty ? ExitCode.success : ExitCode.failure
     }
 
     /// Whether the policy can refresh at all (some scope names a refresh plugin), so a store
@@ -375,7 +396,7 @@ private func milliseconds(_ duration: Duration) -> Int64 {
 
 /// A file store that remembers why saves failed, so `fetch` can say the rotated tokens were not
 /// written back (the engine itself goes on with them in memory).
-final class ReportingStore: CredentialStore, FileBackedCredentialStore {
+final class ReportingStore: CredentialStore, FileBackedCredentialStore, SessionStampingStore {
     private let base: FileCredentialStore
     private let failed = Locked<[String]>([])
 
@@ -387,6 +408,23 @@ final class ReportingStore: CredentialStore, FileBackedCredentialStore {
     var failures: [String] { failed.withLock { $0 } }
 
     func load() throws -> Credentials? { try base.load() }
+
+    /// With the fleet's generation and epoch (issue 30): a restarted `fetch` never takes the fleet
+    /// backwards, and publishes a pair a previous run could not.
+    func loadSaved() throws -> SavedCredentials? { try base.loadSaved() }
+
+    func save(_ saved: SavedCredentials) throws {
+        do {
+            try base.save(saved)
+        } catch {
+            failed.withLock {
+                $0.append(
+                    "\(error); the tokens the last refresh returned were not saved, so the next run may "
+                        + "find its session ended (the old refresh token is spent)")
+            }
+            throw error
+        }
+    }
 
     func checkWritable() throws { try base.checkWritable() }
 

@@ -237,7 +237,14 @@ enum LintCommand {
         var diagnostics = analysis.diagnostics
         if checkEnvironment, let policy = analysis.policy {
             // Only what this program can make: host plugins are the host's to check.
-            diagnostics += PluginRegistry().problems(in: policy, onlyRegistered: true).map { $0.diagnostic(file: file) }
+            let registry = PluginRegistry()
+            diagnostics += registry.problems(in: policy, onlyRegistered: true).map { $0.diagnostic(file: file) }
+            // The store's own settings (Redis evicting keys), asked of the store itself.
+            diagnostics += registry.coordinationStoreWarnings(in: policy).map { warning in
+                var located = warning
+                located.file = file
+                return located
+            }
             diagnostics = diagnostics.sortedByPosition()
         }
         return FileResult(path: file, diagnostics: diagnostics, source: analysis.source)

@@ -86,6 +86,42 @@ package final class RedisConnection {
         }
     }
 
+    /// How many answers to queued set-up commands (AUTH, SELECT) come before the first command's
+    /// (``init(queueing:password:timeout:)``); 0 otherwise.
+    package private(set) var setUpReplies = 0
+
+    /// Connects and queues AUTH and SELECT without waiting for their answers: for a command that
+    /// must reach Redis whatever happens meanwhile (a publication during a `CLIENT PAUSE`, which a
+    /// blocking AUTH would time out on before the command is even sent). Their answers come first,
+    /// in order (``setUpReplies`` of them), before the first command's.
+    package init(queueing endpoint: RedisEndpoint, password: String?, timeout: Duration) throws(RedisError) {
+        self.endpoint = endpoint
+        self.timeout = timeout
+        let time = Self.timeValue(timeout)
+        guard let made = redisConnectWithTimeout(endpoint.host, Int32(endpoint.port), time) else {
+            throw RedisError(message: "cannot connect to \(endpoint): out of memory")
+        }
+        if made.pointee.err != 0 {
+            let reason = Self.errorText(made, timeout: timeout)
+            redisFree(made)
+            throw RedisError(message: "cannot connect to \(endpoint): \(reason)")
+        }
+        context = made
+        _ = redisSetTimeout(made, time)
+        _ = redisEnableKeepAlive(made)
+        if let password {
+            var arguments = ["AUTH"]
+            if let user = endpoint.username { arguments.append(user) }
+            arguments.append(password)
+            try send(arguments)
+            setUpReplies += 1
+        }
+        if endpoint.database != 0 {
+            try send(["SELECT", String(endpoint.database)])
+            setUpReplies += 1
+        }
+    }
+
     deinit {
         redisFree(context)
     }

@@ -10,20 +10,31 @@ import ResponsePolicy
 ///
 /// | key | what |
 /// |---|---|
-/// | `response-policy:{key}:session` | hash: `gen`, `creds` (JSON), `epoch` (last sign-in's `gen`, sealed if keyed) |
+/// | `response-policy:{key}:session` | hash: `gen`, `creds` (JSON), `epoch` (last sign-in's `gen`, sealed if keyed), `lease` and `lease-until` (a copy of the lease) |
 /// | `response-policy:{key}:lease` | the fencing token of the process refreshing now, `PX lease` |
-/// | `response-policy:{key}:fence` | the counter fencing tokens come from (`INCR`) |
+/// | `response-policy:{key}:fence` | the counter fencing tokens come from |
 /// | `response-policy:{key}:logout` | the cooldown's end (ms since 1970; sealed with its epoch), TTL to that end |
 /// | `response-policy:{key}:refreshes` | sorted set of lease grants, for `refresh.limit` fleet-wide |
-/// | `response-policy:{key}:events` | the pub/sub channel of publications, logouts and failures |
+/// | `response-policy:{key}:events` | the pub/sub channel of publications, grants, logouts and failures |
 ///
 /// Each coordinator call is one round trip: a Lua script (`EVAL`) that compares, decides and
-/// writes atomically. A refresh trigger first compares generations (newer credentials in Redis:
-/// retry with them); otherwise it takes the lease (`SET NX PX` with a token from `INCR`). The
-/// holder's publication stores the credentials and a new generation only while `GET lease` still
-/// returns its token, then `PUBLISH`es them. The others wait for that message on a subscription
-/// (a second connection read by its own thread), bounded by `refresh.timeout`; when the lease
+/// writes atomically (``seedScript``, ``beginScript``, ``publishScript``…). A refresh trigger first
+/// compares generations (newer credentials in Redis: retry with them); otherwise it takes the
+/// lease (`SET PX`, with a fencing token past every one seen) and announces it. The holder's
+/// publication stores the credentials and a new generation when nobody published since its lease
+/// was granted, then `PUBLISH`es them. The others wait for that message on a subscription (a
+/// second connection read by its own thread), bounded by `refresh.timeout`; when the lease
 /// expires (its holder died) the next question is granted a new one.
+///
+/// Redis may forget (FLUSHALL, an eviction, a restart with no persistence, a failover) or stall
+/// (`CLIENT PAUSE`). Each process remembers (``CoordinationMemory``) the newest session it has
+/// seen or saved, the highest fencing token and the last lease announced, and tells every
+/// question: a Redis behind that is re-seeded from the newest pair (with the lease the process
+/// saw put back, or a quarantine of one lease when it cannot vouch for the last lease length),
+/// so generations never go backwards and a lease is honoured for its term. A publication is
+/// never abandoned on a client timeout: it keeps its connection until Redis answers (a paused
+/// Redis runs it first when the pause ends, before any question sent after it), while the caller
+/// is told it is in flight.
 ///
 /// The hot path never touches Redis: nothing here runs for a request that triggers no refresh
 /// and no logout, and the subscription is pushed to, never polled.
@@ -39,7 +50,8 @@ import ResponsePolicy
 /// ```
 ///
 /// Concurrency contract: see ``SessionCoordinator``. Commands run one at a time on a private
-/// serial queue (never on the cooperative pool), each bounded by `connect-timeout`.
+/// serial queue (never on the cooperative pool), each bounded by `connect-timeout`; a publication
+/// runs on a connection of its own.
 public final class RedisSessionCoordinator: SessionCoordinator {
     public struct Configuration: Sendable, Equatable {
         /// `redis://[user@]host[:port][/db]`; no password in it.
@@ -48,7 +60,8 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         public var key: String
         /// How long a refresh lease lasts if its holder never ends it; `15s` by default.
         public var lease: Duration
-        /// The most any call waits for Redis itself; `250ms` by default.
+        /// The most any call waits for Redis itself; `250ms` by default. A publication waits for
+        /// its answer longer (see ``publicationWait``): abandoning it would drop a pair.
         public var connectTimeout: Duration
         /// From the environment variable named by `password-env`; never logged.
         public var password: String?
@@ -67,7 +80,15 @@ public final class RedisSessionCoordinator: SessionCoordinator {
             self.password = password
             self.signingKey = signingKey
         }
+
+        /// How long `publish` waits for Redis's answer before it tells the caller the pair is in
+        /// flight: one lease (at least `connectTimeout`). The command is not abandoned then: its
+        /// connection stays open (up to ``publicationLimit``) so Redis runs it when it can.
+        var publicationWait: Duration { max(connectTimeout, lease) }
     }
+
+    /// The longest a publication's connection is kept open for Redis's answer.
+    static let publicationLimit: Duration = .seconds(600)
 
     struct Keys {
         let session, lease, fence, logout, refreshes, channel: String
@@ -82,10 +103,11 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         }
     }
 
-    private struct State {
+    struct State {
         var updates: (@Sendable (SessionUpdate) -> Void)?
-        /// The newest session this process has seen.
-        var latest: SharedSession?
+        /// What this process remembers of the session (the newest generation, the fence, the last
+        /// lease announced, whether it has heard everything lately).
+        var memory = CoordinationMemory()
         /// Refreshes that failed elsewhere, by the fencing token of their lease (the last few).
         var failures: [UInt64: String] = [:]
         var health = CoordinatorHealth()
@@ -93,15 +115,20 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         var subscriberRunning = false
         /// A logout this process could not publish (Redis was unreachable): its end and reason.
         var pendingLogout: (until: Int64, reason: String, epoch: UInt64)?
-        /// The highest fencing token seen (signing-key-env): the next grant must carry the one after.
-        var fence: UInt64 = 0
-        /// The latest session epoch known (signing-key-env): the generation of the last sign-in.
-        /// A logout decided in an earlier epoch is a replay (a sign-in already ended it).
-        var epoch: UInt64 = 0
+        /// Leases granted to this process: their announcements are not another's lease.
+        var own: Set<UInt64> = []
+        /// Publications sent whose answer has not come yet.
+        var inFlight = 0
+        /// Whether Redis's eviction settings were checked (once, on the first connection).
+        var settingsChecked = false
+        /// Turns whose answers were lost: the next question asks under one of their ids.
+        var abandoned = AbandonedAskers()
+        /// When this process last corrected a store re-seeded with an older pair (its clock, ms).
+        var lastCorrection: Int64 = -1_000_000
     }
 
     /// The command connection; touched only on `queue`.
-    private final class ConnectionBox: @unchecked Sendable {
+    final class ConnectionBox: @unchecked Sendable {
         // @unchecked: read and written only by blocks running on the coordinator's serial queue.
         var connection: RedisConnection?
         /// The SHA1 of each script the server has loaded (`SCRIPT LOAD`), so calls send `EVALSHA`.
@@ -112,10 +139,10 @@ public final class RedisSessionCoordinator: SessionCoordinator {
     let endpoint: RedisEndpoint
     let keys: Keys
     let signer: SharedStateSigner?
-    private let state = Locked(State())
-    private let signal = ChangeSignal()
-    private let queue = DispatchQueue(label: "response-policy.redis-coordinator")
-    private let box = ConnectionBox()
+    let state = Locked(State())
+    let signal = ChangeSignal()
+    let queue = DispatchQueue(label: "response-policy.redis-coordinator")
+    let box = ConnectionBox()
 
     /// - Throws: ``CoordinationError`` when the URL or key cannot be used.
     public init(_ configuration: Configuration) throws(CoordinationError) {
@@ -140,27 +167,41 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         state.withLock { $0.stopped = true }
     }
 
+    /// This process's clock for what it remembers.
+    static var monotonicNow: Int64 { ContinuousClock.now.coordinationMilliseconds }
+
     // MARK: - SessionCoordinator
 
     public func start(local: Credentials?, updates: @escaping @Sendable (SessionUpdate) -> Void) async
         -> SharedSession?
     {
+        await start(saved: local.map { SharedSession(credentials: $0, generation: 0) }, updates: updates)
+    }
+
+    public func start(saved: SharedSession?, updates: @escaping @Sendable (SessionUpdate) -> Void) async
+        -> SharedSession?
+    {
         let startSubscriber = state.withLock { state -> Bool in
             state.updates = updates
-            if state.latest == nil, let local { state.latest = SharedSession(credentials: local, generation: 0) }
+            if let saved { state.memory.saw(saved) }
             defer { state.subscriberRunning = true }
             return !state.subscriberRunning
         }
         var shared: SharedSession?
-        if case .success(let reply) = await run(seedCommand(local)) {
+        let seen = state.withLock { $0.memory.generation }
+        if case .success(let reply) = await run(seedCommand()) {
             let items = reply.items
-            // {1}: seeded from `local`; {0, …} with no credentials: nothing shared yet.
-            if items.count >= 4, items[0].integer == 0, case .success(let session) = session(items) {
+            // {1}: seeded from what this process saved; {0, …} with no credentials: nothing shared yet.
+            if items.first?.integer == 1, saved?.credentials != nil {
+                state.withLock { $0.memory.sawStoreSession() }
+            }
+            if items.count >= 4, items[0].integer == 0, case .success(let session) = session(items, seenBefore: seen) {
                 if session.credentials != nil || session.loggedOutUntil != nil {
                     remember(session)
                     shared = session
                 }
             }
+            checkStoreSettings()
         }
         // After `remember`: the subscriber's first read must not announce what start returns.
         if startSubscriber {
@@ -173,63 +214,88 @@ public final class RedisSessionCoordinator: SessionCoordinator {
 
     public func beginRefresh(_ request: RefreshTurnRequest) async -> RefreshTurn {
         let deadline = ContinuousClock.now + request.timeout
+        let leaseLength = request.leaseLength(configured: configuration.lease)
+        let leaseMs = leaseLength.milliseconds()
         var waited = false
         var holder: UInt64?
         var predictions = 0
+        var reseeds = 0
         while true {
             if Task.isCancelled { return .unavailable("the refresh was cancelled while it waited for its turn") }
             let seen = signal.version
             if waited {
                 let (latest, failure) = state.withLock { state in
-                    (state.latest, holder.flatMap { state.failures[$0] })
+                    (state.memory.newest, holder.flatMap { state.failures[$0] })
                 }
-                if let latest, latest.generation > request.failedGeneration { return .published(latest) }
+                if let latest, latest.generation > request.failedGeneration, latest.credentials != nil {
+                    return .published(latest)
+                }
                 if let failure { return .failedElsewhere(failure) }
             }
             let remaining = deadline - ContinuousClock.now
             if waited, remaining <= .zero {
-                return .failedElsewhere("another process's refresh did not finish within \(request.timeout)")
+                return .failedElsewhere(WaitFailure.reason(holder: holder, timeout: request.timeout))
             }
             let limit = request.limit
-            let leaseMs = request.leaseLength(configured: configuration.lease).milliseconds()
+            let sent = ContinuousClock.now
+            let asker = state.withLock { $0.abandoned.take() }
+            let knownBefore = state.withLock { $0.memory.generation }
             let arguments = [
                 "EVAL", Self.beginScript, "5", keys.session, keys.lease, keys.fence, keys.logout, keys.refreshes,
                 // Never shorter than the refresh it covers (a live holder keeps its lease).
                 String(request.failedGeneration), String(leaseMs),
                 String(limit?.count ?? 0), String(limit?.per.milliseconds() ?? 0),
-            ] + sealedLeaseArguments(leaseMs: leaseMs)
+            ] + sealedLeaseArguments(leaseMs: leaseMs) + knowledgeArguments(leaseMs: leaseMs)
+                + [keys.channel, String(asker), state.withLock { $0.memory.knowledge(now: 0).hasPair } ? "1" : ""]
             switch await run(arguments) {
-            case .failure(let error): return .unavailable(error.message)
+            case .failure(let error):
+                // Redis may have run it (a client timeout): a lease granted to it is this
+                // coordinator's next question's.
+                state.withLock { $0.abandoned.abandon(asker) }
+                return .unavailable(error.message)
             case .success(let reply):
                 let items = reply.items
                 switch items.first?.integer {
                 case 0 where items.count >= 4:
-                    switch session(items) {
+                    switch session(items, seenBefore: knownBefore) {
                     case .failure(let error): return .unavailable(error.reason)
                     case .success(let session):
                         remember(session)
                         return waited ? .published(session) : .newer(session)
                     }
                 case 1 where items.count >= 3:
-                    let granted = RefreshLease(
+                    var granted = RefreshLease(
                         fencingToken: UInt64(items[1].integer ?? 0), generation: UInt64(items[2].integer ?? 0))
+                    state.withLock { state in
+                        state.memory.holds(fence: granted.fencingToken)
+                        state.own.insert(granted.fencingToken)
+                    }
                     if let refusal = grantProblem(granted) {
                         await endRefresh(granted, failure: nil)
-                        // Redis lost the session (a restart, a flush): re-seeded from what this
-                        // process holds, and asked again. Anything older that is there is refused.
-                        if granted.generation == 0, case .success(let reply) = await run(seedCommand(nil)),
-                            reply.items.first?.integer == 1
-                        {
-                            continue
-                        }
                         send(.problem(refusal))
                         return .unavailable(refusal)
+                    }
+                    // Its term runs from when this process asked: a grant that reached it late (a
+                    // freeze, a slow reply) has less left, and the refresh must fit in it.
+                    granted.term = leaseLength - (ContinuousClock.now - sent)
+                    if items.count > 3, let left = items[3].integer {
+                        granted.term = min(leaseLength, .milliseconds(left)) - (ContinuousClock.now - sent)
                     }
                     return .lease(granted)
                 case 2 where items.count >= 3:
                     switch leaseHolder(items[1]) {
                     case .failure(let error): return .unavailable(error.reason)
                     case .success(let fence): holder = fence
+                    }
+                    // A lease this process saw is honoured for its whole term, even if Redis forgets
+                    // it before its holder publishes (its call may be at the token endpoint).
+                    if let fence = holder, fence > 0, let value = items[1].text {
+                        let left = max(1, items[2].integer ?? 1)
+                        state.withLock { state in
+                            state.memory.heardGrant(
+                                fence: fence, generation: request.failedGeneration, value: value, leaseMs: left,
+                                now: Self.monotonicNow)
+                        }
                     }
                     waited = true
                     let leaseLeft = Duration.milliseconds(max(1, items[2].integer ?? 1)) + .milliseconds(5)
@@ -248,6 +314,19 @@ public final class RedisSessionCoordinator: SessionCoordinator {
                     if predictions > 8 {
                         return .unavailable("the fencing counter of \(keys.fence) on \(endpoint) kept moving; try again")
                     }
+                case 5 where items.count >= 2:
+                    // Redis holds an older generation than this process knows: it forgot (a flush,
+                    // an eviction, a restart) or was put back. Re-seeded from the newest pair this
+                    // process holds, then asked again.
+                    reseeds += 1
+                    let stored = items[1].integer ?? 0
+                    guard reseeds <= 4, case .success = await run(seedCommand()) else {
+                        let problem =
+                            "\(keys.session) on \(endpoint) holds generation \(stored), older than this process knows, "
+                            + "and could not be re-seeded"
+                        send(.problem(problem))
+                        return .unavailable(problem)
+                    }
                 default:
                     let problem = "unexpected reply from \(endpoint) to a refresh question"
                     send(.problem(problem))
@@ -263,41 +342,58 @@ public final class RedisSessionCoordinator: SessionCoordinator {
             String(lease.generation),
             SharedCredentialsCodec.encode(credentials, signer: signer, generation: lease.generation + 1), keys.channel,
         ]
-        switch await run(arguments) {
-        case .failure(let error): return .unavailable(error.message)
-        case .success(let reply):
-            let items = reply.items
-            let generation = UInt64(items.count > 1 ? items[1].integer ?? 0 : 0)
-            if items.first?.integer == 1 {
-                let session = SharedSession(credentials: credentials, generation: generation)
-                remember(session)
-                return .published(session)
+        let late: @Sendable (RedisReply) -> Void = { [self] reply in
+            if case .published(let session) = publicationResult(reply, credentials, lease) {
+                send(.credentials(session))
             }
-            let stored =
-                items.count > 2 ? self.credentials(items[2].text, generation: generation, source: "the session hash") : nil
-            return .leaseLost(current: stored.map { SharedSession(credentials: $0, generation: generation) })
+        }
+        switch await runPublication(arguments, late: late) {
+        case .failure(let error): return .unavailable(error.message)
+        case .success(let reply): return publicationResult(reply, credentials, lease)
         }
     }
 
+    /// What a publication's answer says (also for one that answered after the caller was told
+    /// it was in flight).
+    func publicationResult(_ reply: RedisReply, _ credentials: Credentials, _ lease: RefreshLease) -> PublishResult {
+        let items = reply.items
+        let generation = UInt64(items.count > 1 ? items[1].integer ?? 0 : 0)
+        if items.first?.integer == 1 {
+            let epoch = learnEpoch(items.count > 2 ? items[2].text : nil, generation: generation) ?? 0
+            let session = SharedSession(credentials: credentials, generation: generation, epoch: epoch)
+            remember(session)
+            return .published(session)
+        }
+        let stored =
+            items.count > 2 ? self.credentials(items[2].text, generation: generation, source: "the session hash") : nil
+        let epoch = learnEpoch(items.count > 3 ? items[3].text : nil, generation: generation) ?? 0
+        return .leaseLost(current: stored.map { SharedSession(credentials: $0, generation: generation, epoch: epoch) })
+    }
+
     public func endRefresh(_ lease: RefreshLease, failure: String?) async {
-        var message = ""
+        var object: [String: Any] = ["t": "e", "f": lease.fencingToken]
+        if let signer { object["s"] = signer.seal("end", [String(lease.fencingToken)]) }
         if let failure {
             let text = String(failure.prefix(300))
-            var object: [String: Any] = ["t": "f", "f": lease.fencingToken, "w": text]
+            object = ["t": "f", "f": lease.fencingToken, "w": text]
             if let signer { object["s"] = signer.seal("failure", [String(lease.fencingToken), text]) }
-            message = Self.json(object)
         }
         _ = await run([
-            "EVAL", Self.endScript, "1", keys.lease, String(lease.fencingToken), message, keys.channel,
+            "EVAL", Self.endScript, "2", keys.lease, keys.session, String(lease.fencingToken), Self.json(object),
+            keys.channel,
         ])
     }
 
     public func publishLogout(until: Date, reason: String) async {
+        // The latest session epoch this process knows.
+        await publishLogout(until: until, reason: reason, epoch: state.withLock { $0.memory.epoch })
+    }
+
+    public func publishLogout(until: Date, reason: String, epoch: UInt64) async {
         let untilMs = until.millisecondsSince1970
         let ttl = max(1, untilMs - Date().millisecondsSince1970)
         // The session epoch it was decided in: a logout racing a refresh (same epoch) applies; one
-        // put back after a sign-in (a later epoch) is refused as a replay.
-        let epoch = state.withLock { $0.epoch }
+        // on an older session's token, or put back after a sign-in (a later epoch), is refused.
         switch await run(logoutCommand(untilMs, ttl: ttl, reason: reason, epoch: epoch)) {
         case .success(let reply): learnFromRefusedLogout(reply)
         case .failure:
@@ -310,107 +406,33 @@ public final class RedisSessionCoordinator: SessionCoordinator {
     }
 
     /// `logoutScript`'s command for a logout until `untilMs` decided in session `epoch`.
-    private func logoutCommand(_ untilMs: Int64, ttl: Int64, reason: String, epoch: UInt64) -> [String] {
+    func logoutCommand(_ untilMs: Int64, ttl: Int64, reason: String, epoch: UInt64) -> [String] {
         [
             "EVAL", Self.logoutScript, "2", keys.logout, keys.session, String(untilMs), String(ttl),
             logoutMessage(untilMs, reason, epoch: epoch), keys.channel,
         ] + [signer?.logoutSuffix(until: untilMs, epoch: epoch) ?? "", String(epoch)]
     }
 
-    /// `logoutScript` refused a logout decided before the sign-in that started the stored epoch
-    /// (`{0, epoch}`): this process had not heard of that sign-in. Nothing was stored or announced
-    /// (it ended only the session the sign-in had already ended); the epoch is learned, so this
-    /// process's next logout belongs to the current session. An epoch that fails its seal is a
-    /// problem, and is not learned.
-    private func learnFromRefusedLogout(_ reply: RedisReply) {
-        let items = reply.items
-        guard items.first?.integer == 0, items.count > 1 else { return }
-        guard let signer else {
-            if let epoch = Self.plainEpoch(items[1].text) { state.withLock { $0.epoch = max($0.epoch, epoch) } }
-            return
-        }
-        switch signer.checkEpoch(items[1].text) {
-        case .success(let epoch): state.withLock { $0.epoch = max($0.epoch, epoch) }
-        case .failure(let error): send(.problem("the session epoch in \(keys.session) on \(endpoint) \(error.reason)"))
-        }
-    }
-
-    /// A logout's announcement, signed when the fleet has a key (with the session epoch it was
-    /// decided in).
-    private func logoutMessage(_ untilMs: Int64, _ reason: String, epoch: UInt64) -> String {
-        let text = String(reason.prefix(300))
-        var object: [String: Any] = ["t": "l", "u": untilMs, "r": text]
-        if let signer {
-            object["e"] = epoch
-            object["s"] = signer.seal("logout", [String(untilMs), text, String(epoch)])
-        }
-        return Self.json(object)
-    }
-
-    /// Why a logout decided in session `epoch` may not be applied: this process knows of a later
-    /// sign-in (`known`), which already ended that session. Nil when it may.
-    private func epochProblem(_ epoch: UInt64, known: UInt64, source: String) -> String? {
-        guard signer != nil, epoch < known else { return nil }
-        return "\(source) was refused: it was decided in session epoch \(epoch), before the sign-in of epoch "
-            + "\(known) that ended it (a logout put back after a sign-in: replayed; signing-key-env)"
-    }
-
-    /// Under a key: the session epoch a sign-in's (or publication's) announcement carries, checked,
-    /// remembered when later than the one known. A refused one is a problem, and never lowers it.
-    private func learnEpoch(_ value: Any?, generation: UInt64) {
-        guard let text = value as? String else { return }
-        guard let signer else {
-            // Unsigned: a number, trusted as everything else is without a key; it only keeps a
-            // logout decided before it from being stored.
-            if let epoch = Self.plainEpoch(text), epoch <= generation {
-                state.withLock { $0.epoch = max($0.epoch, epoch) }
-            }
-            return
-        }
-        switch signer.checkEpoch(text) {
-        case .failure(let error):
-            send(.problem("the session epoch of a publication on \(keys.channel) \(error.reason)"))
-        case .success(let epoch) where epoch <= generation: state.withLock { $0.epoch = max($0.epoch, epoch) }
-        case .success(let epoch):
-            send(
-                .problem(
-                    "the session epoch of a publication on \(keys.channel) was refused: epoch \(epoch) is past its "
-                        + "generation \(generation)"))
-        }
-    }
-
-    /// Publishes a logout that could not be published while Redis was unreachable, unless its
-    /// cooldown is over by now.
-    private func publishPendingLogout(on connection: RedisConnection) throws(RedisError) {
-        guard let (untilMs, reason, epoch) = state.withLock({ $0.pendingLogout }) else { return }
-        let ttl = untilMs - Date().millisecondsSince1970
-        if ttl > 0 {
-            let command = logoutCommand(untilMs, ttl: ttl, reason: reason, epoch: epoch)
-            learnFromRefusedLogout(try connection.command(command))
-        }
-        state.withLock { state in if state.pendingLogout?.until == untilMs { state.pendingLogout = nil } }
-    }
-
     public func publishSignIn(_ credentials: Credentials) async -> SharedSession? {
         // Under a key the credentials are sealed with the generation they get, so the script stores
         // them only over the generation this process expected ({gen} otherwise: ask again).
-        var expected = state.withLock { $0.latest?.generation ?? 0 }
+        var expected = state.withLock { $0.memory.generation }
         for _ in 0..<8 {
             // The sign-in starts session epoch `expected + 1` (the generation it stores at), sealed.
             let arguments = [
                 "EVAL", Self.signInScript, "3", keys.session, keys.lease, keys.logout,
                 SharedCredentialsCodec.encode(credentials, signer: signer, generation: expected + 1), keys.channel,
-                signer == nil ? "" : String(expected), signer?.epochValue(expected + 1) ?? "",
+                String(expected), signer?.epochValue(expected + 1) ?? "",
             ]
             guard case .success(let reply) = await run(arguments) else { return nil }
             if let generation = reply.integer {
-                let session = SharedSession(credentials: credentials, generation: UInt64(generation))
-                state.withLock { $0.epoch = max($0.epoch, UInt64(generation)) }
+                let session = SharedSession(
+                    credentials: credentials, generation: UInt64(generation), epoch: UInt64(generation))
                 remember(session)
                 return session
             }
             guard let current = reply.items.first?.integer, current >= 0 else { return nil }
-            expected = UInt64(current)
+            expected = max(expected, UInt64(current))
         }
         return nil
     }
@@ -425,7 +447,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
 
     /// Runs one command on the private queue. Fails at once while Redis is known to be down (the
     /// subscriber finds out when it is back), so a request never waits on a dead server twice.
-    private func run(_ arguments: [String]) async -> Result<RedisReply, RedisError> {
+    func run(_ arguments: [String]) async -> Result<RedisReply, RedisError> {
         if let refusal = refusal() { return .failure(refusal) }
         return await withCheckedContinuation { continuation in
             queue.async { [self] in continuation.resume(returning: runOnQueue(arguments)) }
@@ -448,7 +470,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
             let connection: RedisConnection
             if let open = box.connection { connection = open } else { connection = try connect() }
             box.connection = connection
-            let reply = try evaluate(arguments, on: connection)
+            let reply = try evaluate(arguments, on: connection, scripts: &box.scripts)
             if case .error(let message) = reply {
                 let problem = "\(endpoint) refused a coordination command: \(message)"
                 send(.problem(problem))
@@ -462,487 +484,296 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         }
     }
 
+    /// Runs a publication whatever the health (a pair must be tried), on the command connection
+    /// when it is open (`EVALSHA` of the loaded script: one round trip) or on a new one whose set-up
+    /// is queued with it, and waits for the answer up to ``Configuration/publicationWait``. When none
+    /// came by then (Redis paused, slow), the caller is told the pair is in flight and the
+    /// connection is handed to a thread that keeps reading until the answer arrives (at most
+    /// ``publicationLimit``): closing it would make Redis drop the command, and a question sent
+    /// after it would be answered first. `late` hears an answer that came after that.
+    private func runPublication(_ arguments: [String], late: (@Sendable (RedisReply) -> Void)? = nil) async
+        -> Result<RedisReply, RedisError>
+    {
+        if state.withLock({ $0.stopped }) { return .failure(RedisError(message: "the Redis coordinator is stopped")) }
+        let wait = configuration.publicationWait
+        return await withCheckedContinuation { continuation in
+            queue.async { [self] in
+                state.withLock { $0.inFlight += 1 }
+                switch startPublication(arguments) {
+                case .failure(let error):
+                    state.withLock { $0.inFlight -= 1 }
+                    continuation.resume(returning: .failure(error))
+                case .success(let sent):
+                    switch read(sent, until: ContinuousClock.now + wait) {
+                    case .answered(let result):
+                        state.withLock { $0.inFlight -= 1 }
+                        if case .success = result { box.connection = sent.connection }
+                        signal.bump()
+                        continuation.resume(returning: result)
+                    case .stillWaiting:
+                        let reason =
+                            "\(endpoint) did not answer a publication within \(wait.policyText); it stays in flight "
+                            + "(Redis runs it when it can) and the pair is kept"
+                        fail(reason)
+                        continuation.resume(returning: .failure(RedisError(message: reason)))
+                        let thread = Thread { [self] in
+                            let outcome = read(sent, until: ContinuousClock.now + Self.publicationLimit)
+                            state.withLock { $0.inFlight -= 1 }
+                            if case .answered(.success(let reply)) = outcome { late?(reply) }
+                            signal.bump()
+                        }
+                        thread.name = "response-policy.redis-publication"
+                        thread.start()
+                    }
+                }
+            }
+        }
+    }
+
+    /// A publication on its way: its connection, the answers to skip first (a new connection's
+    /// queued AUTH and SELECT), and the command (to send again as `EVAL` after a `NOSCRIPT`).
+    private final class SentPublication: @unchecked Sendable {
+        // @unchecked: read by the queue, then by the one thread that takes over its reading.
+        let connection: RedisConnection
+        var setUp: Int
+        let arguments: [String]
+        var resent = false
+
+        init(_ connection: RedisConnection, setUp: Int, arguments: [String]) {
+            self.connection = connection
+            self.setUp = setUp
+            self.arguments = arguments
+        }
+    }
+
+    private enum PublicationRead {
+        case answered(Result<RedisReply, RedisError>)
+        case stillWaiting
+    }
+
+    /// Sends the publication (on the queue): `EVALSHA` when the script is loaded, else `EVAL`.
+    private func startPublication(_ arguments: [String]) -> Result<SentPublication, RedisError> {
+        // Loaded once per server on a healthy connection (the steady state sends `EVALSHA`); a
+        // connection that cannot load it now (Redis paused) is dropped, and the publication goes
+        // as `EVAL` on a new one.
+        if let open = box.connection, box.scripts[arguments[1]] == nil {
+            if case .string(let sha)? = try? open.command(["SCRIPT", "LOAD", arguments[1]]) {
+                box.scripts[arguments[1]] = sha
+            } else {
+                box.connection = nil
+            }
+        }
+        do throws(RedisError) {
+            let sent: SentPublication
+            if let open = box.connection {
+                sent = SentPublication(open, setUp: 0, arguments: arguments)
+            } else {
+                let connection = try RedisConnection(
+                    queueing: endpoint, password: configuration.password, timeout: configuration.connectTimeout)
+                sent = SentPublication(connection, setUp: connection.setUpReplies, arguments: arguments)
+            }
+            // Taken from the queue's other commands until its answer is in.
+            box.connection = nil
+            if let sha = box.scripts[arguments[1]] {
+                try sent.connection.send(["EVALSHA", sha] + arguments.dropFirst(2))
+            } else {
+                sent.resent = true
+                try sent.connection.send(arguments)
+            }
+            return .success(sent)
+        } catch {
+            fail(error.message)
+            return .failure(error)
+        }
+    }
+
+    /// Reads the publication's answer until `deadline`.
+    private func read(_ sent: SentPublication, until deadline: ContinuousClock.Instant) -> PublicationRead {
+        do throws(RedisError) {
+            while ContinuousClock.now < deadline {
+                guard let reply = try sent.connection.nextReply(waitingAtMost: 100) else { continue }
+                if sent.setUp > 0 {
+                    sent.setUp -= 1
+                    if case .error(let message) = reply {
+                        return .answered(.failure(RedisError(message: "\(endpoint) refused: \(message)")))
+                    }
+                    continue
+                }
+                if case .error(let message) = reply {
+                    if message.hasPrefix("NOSCRIPT"), !sent.resent {
+                        // Redis restarted or flushed its scripts: the script's text this time.
+                        sent.resent = true
+                        try sent.connection.send(sent.arguments)
+                        continue
+                    }
+                    return .answered(
+                        .failure(RedisError(message: "\(endpoint) refused a coordination command: \(message)")))
+                }
+                return .answered(.success(reply))
+            }
+            return .stillWaiting
+        } catch {
+            fail(error.message)
+            return .answered(.failure(error))
+        }
+    }
+
     /// Sends `EVAL script …` as `EVALSHA sha …` (the script text crosses the network once per
     /// server), loading the script first when the server does not know it (`NOSCRIPT` after a
     /// restart or `SCRIPT FLUSH`).
-    private func evaluate(_ arguments: [String], on connection: RedisConnection) throws(RedisError) -> RedisReply {
+    func evaluate(_ arguments: [String], on connection: RedisConnection, scripts: inout [String: String])
+        throws(RedisError) -> RedisReply
+    {
         guard arguments.count > 1, arguments[0] == "EVAL" else { return try connection.command(arguments) }
         let script = arguments[1]
         for _ in 0..<2 {
             let sha: String
-            if let known = box.scripts[script] {
+            if let known = scripts[script] {
                 sha = known
             } else {
                 guard case .string(let loaded) = try connection.command(["SCRIPT", "LOAD", script]) else {
                     return try connection.command(arguments)
                 }
-                box.scripts[script] = loaded
+                scripts[script] = loaded
                 sha = loaded
             }
             let reply = try connection.command(["EVALSHA", sha] + arguments.dropFirst(2))
             guard case .error(let message) = reply, message.hasPrefix("NOSCRIPT") else { return reply }
-            box.scripts[script] = nil
+            scripts[script] = nil
         }
         return try connection.command(arguments)
     }
 
-    private func connect() throws(RedisError) -> RedisConnection {
+    func connect() throws(RedisError) -> RedisConnection {
         try RedisConnection(endpoint, password: configuration.password, timeout: configuration.connectTimeout)
     }
 
-    private func seedCommand(_ local: Credentials?) -> [String] {
-        let (latest, epoch) = state.withLock { ($0.latest, $0.epoch) }
-        let seed = latest?.credentials ?? local
-        let generation = latest?.generation ?? 0
+    /// `seedScript`'s command from what this process remembers: its newest pair with its
+    /// generation and epoch, its fence, and the lease to put back should Redis need re-seeding (a
+    /// lease it heard of in term, else a quarantine unless it has heard everything lately).
+    func seedCommand() -> [String] {
+        let now = Self.monotonicNow
+        let leaseMs = configuration.lease.milliseconds()
+        let (seed, heard) = state.withLock { state in
+            (state.memory.seed(now: now, leaseMs: leaseMs), state.memory.leaseInTerm(now: now))
+        }
+        var leaseValue = ""
+        var leaseLeft: Int64 = 0
+        if let lease = seed?.lease {
+            leaseLeft = lease.leftMs
+            if let heard, heard.fence == lease.fence {
+                leaseValue = heard.value
+            } else {
+                // A quarantine: held by nobody (fencing token 0), sealed under a key like any lease.
+                leaseValue =
+                    "0" + (signer?.leaseSuffix(fence: 0, expires: Date().millisecondsSince1970 + lease.leftMs) ?? "")
+            }
+        }
         // A re-seed keeps the session epoch known, so a logout decided before it stays refused
         // and one decided after it (in this epoch) applies.
-        let sealedEpoch = epoch > 0 && epoch <= generation ? signer?.epochValue(epoch) ?? String(epoch) : nil
+        let generation = seed?.generation ?? 0
+        let epoch = seed?.epoch ?? 0
+        let sealedEpoch = epoch > 0 && epoch <= generation ? signer?.epochValue(epoch) ?? String(epoch) : ""
         return [
-            "EVAL", Self.seedScript, "2", keys.session, keys.logout,
-            seed.map { SharedCredentialsCodec.encode($0, signer: signer, generation: generation) } ?? "",
-            String(generation), sealedEpoch ?? "",
+            "EVAL", Self.seedScript, "4", keys.session, keys.logout, keys.lease, keys.fence,
+            seed.map { SharedCredentialsCodec.encode($0.credentials, signer: signer, generation: generation) } ?? "",
+            String(generation), sealedEpoch, leaseValue, String(leaseLeft), String(seed?.fence ?? 0), keys.channel,
         ]
     }
 
-    // MARK: - Subscriber
-
-    /// Reads the channel on its own connection; reconnects with backoff after a problem.
-    private func subscriberLoop() {
-        var connection: RedisConnection?
-        while !state.withLock({ $0.stopped }) {
-            if state.withLock({ $0.health.down }) { connection = nil }
-            if connection == nil {
-                if state.withLock({ $0.health.down }) { pause(state.withLock { $0.health.backoff }) }
-                if state.withLock({ $0.stopped }) { break }
-                do {
-                    let subscribed = try connect()
-                    try subscribed.send(["SUBSCRIBE", keys.channel])
-                    try resync()
-                    connection = subscribed
-                    if let update = state.withLock({ $0.health.recover() }) {
-                        queue.async { [box] in box.connection = nil }  // it died with the outage
-                        send(update)
-                    }
-                } catch {
-                    fail(error.message)
-                    continue
-                }
-            }
-            do {
-                if let reply = try connection?.nextReply(waitingAtMost: 50) { receive(reply) }
-            } catch {
-                connection = nil
-                fail(error.message)
-            }
-        }
-    }
-
-    /// After (re)connecting: reads what was missed, re-seeding a session Redis lost.
-    private func resync() throws(RedisError) {
-        let reader = try connect()
-        try publishPendingLogout(on: reader)
-        let reply = try reader.command(seedCommand(nil))
-        let items = reply.items
-        guard items.count >= 4, items[0].integer == 0, case .success(let session) = session(items) else { return }
-        if session.credentials != nil, isNewer(session) {
-            remember(session)
-            send(.credentials(session))
-        }
-        if let until = session.loggedOutUntil { send(.loggedOut(until: until, reason: "logged out elsewhere")) }
-        signal.bump()
-    }
-
-    private func receive(_ reply: RedisReply) {
-        let items = reply.items
-        guard items.count == 3, items[0].text == "message", let payload = items[2].text,
-            let object = try? JSONSerialization.jsonObject(with: Data(payload.utf8)) as? [String: Any],
-            let type = object["t"] as? String
-        else { return }
-        switch type {
-        case "c":
-            guard let number = object["g"] as? NSNumber, number.doubleValue.isFinite, number.doubleValue >= 0,
-                number.doubleValue < 9e15, case let generation = number.uint64Value,
-                let credentials = object["c"].flatMap({
-                    credentials(object: $0, generation: generation, source: "a publication")
-                })
-            else { break }
-            learnEpoch(object["e"], generation: generation)
-            let session = SharedSession(credentials: credentials, generation: generation)
-            if isNewer(session) {
-                remember(session)
-                send(.credentials(session))
-            }
-        case "l":
-            guard let number = object["u"] as? NSNumber, number.doubleValue.isFinite, number.doubleValue >= 0,
-                number.doubleValue <= Double(SharedCredentialsCodec.maxMilliseconds)
-            else {
-                send(.problem("a logout on \(keys.channel) was refused: its end is out of range"))
-                break
-            }
-            let until = number.int64Value
-            let reason = object["r"] as? String ?? "logged out elsewhere"
-            let sealedEpoch = object["e"] as? NSNumber
-            let epoch = sealedEpoch.map { $0.doubleValue.isFinite && $0.doubleValue >= 0 ? $0.uint64Value : 0 } ?? 0
-            if let refusal = signer?.check(object["s"] as? String, "logout", [String(until), reason, String(epoch)])
-                .refusal
-            {
-                send(.problem("a logout on \(keys.channel) was refused: \(refusal)"))
-                break
-            }
-            let known = state.withLock { $0.epoch }
-            if let problem = epochProblem(epoch, known: known, source: "a logout on \(keys.channel)") {
-                send(.problem(problem))
-                break
-            }
-            send(.loggedOut(until: Date(milliseconds: until), reason: reason))
-        case "f":
-            guard let number = object["f"] as? NSNumber, number.doubleValue.isFinite, number.doubleValue >= 0,
-                number.doubleValue < 9e15
-            else { break }
-            let fence = number.uint64Value
-            let reason = object["w"] as? String ?? "the refresh failed in another process"
-            if let refusal = signer?.check(object["s"] as? String, "failure", [String(fence), reason]).refusal {
-                send(.problem("a failed-refresh notice on \(keys.channel) was refused: \(refusal)"))
-                break
-            }
-            state.withLock { state in
-                if state.failures.count > 64 { state.failures.removeAll() }
-                state.failures[fence] = object["w"] as? String ?? "the refresh failed in another process"
-            }
-        default: break
-        }
-        signal.bump()
-    }
-
-    // MARK: - Checked values (signing-key-env)
-
-    /// The session in a `{0, gen, creds, logout-until}` reply, every value checked. Under a key, a
-    /// refused value is a `problem` naming the key and coordination trouble for the caller (never
-    /// a logout, never the credentials); without one, malformed credentials are dropped.
-    private func session(_ items: [RedisReply]) -> Result<SharedSession, CoordinationError> {
-        let generation = UInt64(max(0, items[1].integer ?? 0))
-        let text = items[2].text ?? ""
-        func refuse(_ reason: String) -> Result<SharedSession, CoordinationError> {
-            send(.problem(reason))
-            return .failure(CoordinationError(reason))
-        }
-        guard let signer else {
-            learnEpoch(items.count > 4 ? items[4].text : nil, generation: generation)
-            return .success(
-                SharedSession(
-                    credentials: credentials(text, generation: generation, source: "the session hash"),
-                    generation: generation, loggedOutUntil: Self.until(items[3])))
-        }
-        var credentials: Credentials?
-        if !text.isEmpty {
-            switch SharedCredentialsCodec.check(text, signer: signer, generation: generation) {
-            case .success(let value): credentials = value
-            case .failure(let error): return refuse("the session hash \(keys.session) on \(endpoint): \(error.reason)")
-            }
-        } else if generation > 0 {
-            return refuse(
-                "the session hash \(keys.session) on \(endpoint) was refused: generation \(generation) without credentials")
-        }
-        let seen = state.withLock { $0.latest?.generation ?? 0 }
-        if generation < seen {
-            return refuse(
-                "the session hash \(keys.session) on \(endpoint) was refused: its generation \(generation) is older than "
-                    + "\(seen), already seen (replayed, or Redis restored from an older snapshot)")
-        }
-        // The session epoch stored with the session (its own seal): never past the generation.
-        var stored: UInt64 = 0
-        switch signer.checkEpoch(items.count > 4 ? items[4].text : nil) {
-        case .failure(let error): return refuse("the session epoch in \(keys.session) on \(endpoint) \(error.reason)")
-        case .success(let epoch) where epoch > generation:
-            return refuse(
-                "the session epoch in \(keys.session) on \(endpoint) was refused: epoch \(epoch) is past its "
-                    + "generation \(generation)")
-        case .success(let epoch): stored = epoch
-        }
-        let known = state.withLock { state -> UInt64 in
-            state.epoch = max(state.epoch, stored)
-            return state.epoch
-        }
-        switch signer.checkLogoutEnd(items[3].text) {
-        case .failure(let error): return refuse("the cooldown \(keys.logout) on \(endpoint) \(error.reason)")
-        case .success(let end):
-            let source = "the cooldown \(keys.logout) on \(endpoint)"
-            var until = end?.until
-            // An end decided before the sign-in of the known epoch (put back after it, or stored by
-            // a process that ran an older logout script) ended only the session that sign-in
-            // ended: a problem, and no cooldown. The session itself is the current one, so it is
-            // not refused: refusing it paused every refresh turn and join until the end expired.
-            if let end, let problem = epochProblem(end.epoch, known: known, source: source) {
-                send(.problem(problem))
-                until = nil
-            }
-            let now = Date().millisecondsSince1970
-            return .success(
-                SharedSession(
-                    credentials: credentials, generation: generation,
-                    loggedOutUntil: until.flatMap { $0 > now ? Date(milliseconds: $0) : nil }))
-        }
-    }
-
-    /// Under a key, `beginScript`'s last two arguments: the fencing token this process asks for
-    /// (after every one it has seen) and its lease's sealed expiry.
-    private func sealedLeaseArguments(leaseMs: Int64) -> [String] {
-        guard let signer else { return [] }
-        let fence = state.withLock { $0.fence } + 1
-        return [String(fence), signer.leaseSuffix(fence: fence, expires: Date().millisecondsSince1970 + leaseMs)]
-    }
-
-    /// Why a granted lease may not be used: the session it starts from is older than one this
-    /// process has seen (a rolled-back record). Nil when it may.
-    private func grantProblem(_ granted: RefreshLease) -> String? {
-        guard signer != nil else { return nil }
-        let seen = state.withLock { state -> UInt64 in
-            state.fence = max(state.fence, granted.fencingToken)
-            return state.latest?.generation ?? 0
-        }
-        guard granted.generation < seen else { return nil }
-        return "the session hash \(keys.session) on \(endpoint) was refused: its generation \(granted.generation) is "
-            + "older than \(seen), already seen (replayed, or Redis restored from an older snapshot)"
-    }
-
-    /// The fencing token of the lease another process holds, checked under a key.
-    private func leaseHolder(_ reply: RedisReply) -> Result<UInt64?, CoordinationError> {
-        let text = reply.text ?? ""
-        guard let signer else { return .success(UInt64(text.prefix { $0 != ":" })) }
-        switch signer.checkLease(text, notBefore: Date().millisecondsSince1970) {
-        case .failure(let error):
-            let problem = "the lease \(keys.lease) on \(endpoint) \(error.reason)"
-            send(.problem(problem))
-            return .failure(CoordinationError(problem))
-        case .success(let lease):
-            state.withLock { $0.fence = max($0.fence, lease.fence) }
-            return .success(lease.fence)
-        }
-    }
-
-    /// Under a key, the grants that make `refresh.limit` used up must each be a sealed lease of
-    /// the limit's window: a forged or replayed one is refused (a problem), not counted.
-    private func limitProblem(_ members: [RedisReply], perMs: Int64) -> String? {
-        guard let signer else { return nil }
-        let notBefore = Date().millisecondsSince1970 - perMs
-        for member in members {
-            if case .failure(let error) = signer.checkLease(member.text ?? "", notBefore: notBefore) {
-                let problem = "a refresh.limit grant in \(keys.refreshes) on \(endpoint) \(error.reason)"
-                send(.problem(problem))
-                return problem
-            }
-        }
-        return nil
-    }
-
-    /// The fencing counter moved past this process's guess: the next guess goes after it. Its
-    /// value is never trusted otherwise (a lower one is simply passed).
-    private func counterProblem(_ reply: RedisReply) -> String? {
-        guard let current = reply.integer, current >= 0, current < 9_000_000_000_000_000 else {
-            let problem = "the fencing counter \(keys.fence) on \(endpoint) was refused: it is out of range"
-            send(.problem(problem))
-            return problem
-        }
-        state.withLock { $0.fence = max($0.fence, UInt64(current)) }
-        return nil
+    /// `beginScript`'s knowledge arguments: the newest generation known, the highest fencing token
+    /// seen, and a lease heard of in term (its value and ms left; empty and 0 for none).
+    private func knowledgeArguments(leaseMs: Int64) -> [String] {
+        let now = Self.monotonicNow
+        let (knows, heard) = state.withLock { ($0.memory.knowledge(now: now), $0.memory.leaseInTerm(now: now)) }
+        let signed = signer == nil ? ["", ""] : []
+        return signed + [
+            String(knows.generation), String(knows.fence), heard?.value ?? "", String(knows.lease?.leftMs ?? 0),
+        ]
     }
 
     // MARK: - State
 
-    /// Credentials read from Redis, or nil (with a `problem` naming where they came from) when
-    /// they are malformed or out of range: a forged or corrupted value never reaches the engine.
-    private func credentials(_ text: String?, generation: UInt64, source: String) -> Credentials? {
-        guard let text, !text.isEmpty else { return nil }
-        switch SharedCredentialsCodec.check(text, signer: signer, generation: generation) {
-        case .success(let credentials): return credentials
-        case .failure(let error):
-            send(.problem("\(source) of \(keys.session) on \(endpoint) was refused: \(error.reason)"))
-            return nil
-        }
-    }
-
-    private func credentials(object: Any, generation: UInt64, source: String) -> Credentials? {
-        switch SharedCredentialsCodec.check(object: object, signer: signer, generation: generation) {
-        case .success(let credentials): return credentials
-        case .failure(let error):
-            send(.problem("\(source) on \(keys.channel) was refused: \(error.reason)"))
-            return nil
-        }
-    }
-
-    private func isNewer(_ session: SharedSession) -> Bool {
-        state.withLock { session.generation > ($0.latest?.generation ?? 0) || $0.latest?.credentials == nil }
-    }
-
-    private func remember(_ session: SharedSession) {
+    /// A session read from Redis, or stored there by this process.
+    func remember(_ session: SharedSession) {
         state.withLock { state in
-            if session.generation >= (state.latest?.generation ?? 0) { state.latest = session }
+            state.memory.saw(session)
+            if session.credentials != nil { state.memory.sawStoreSession() }
         }
     }
 
-    private func send(_ update: SessionUpdate) {
+    func isNewer(_ session: SharedSession) -> Bool {
+        state.withLock { state in
+            session.generation > state.memory.generation || state.memory.newest?.credentials == nil
+        }
+    }
+
+    func send(_ update: SessionUpdate) {
         let updates = state.withLock { $0.stopped ? nil : $0.updates }
         updates?(update)
     }
 
-    private func fail(_ reason: String) {
+    func fail(_ reason: String) {
         if let update = state.withLock({ $0.health.fail(reason) }) { send(update) }
         signal.bump()
     }
 
-    private func pause(_ duration: Duration) {
-        let end = ContinuousClock.now + duration
-        while ContinuousClock.now < end, !state.withLock({ $0.stopped }) {
-            Thread.sleep(forTimeInterval: 0.02)
-        }
-    }
-
-    private static func until(_ reply: RedisReply) -> Date? {
-        // A keyed peer stores `<ms>:<seal>`; the number comes first.
-        let number = reply.integer ?? reply.text.flatMap { Int64($0.prefix { $0 != ":" }) }
-        guard let milliseconds = number, milliseconds > Date().millisecondsSince1970 else { return nil }
-        return Date(milliseconds: min(milliseconds, SharedCredentialsCodec.maxMilliseconds))
-    }
-
-    /// The number a session epoch starts with (sealed or not), when it is one.
-    private static func plainEpoch(_ text: String?) -> UInt64? {
-        guard let text, let epoch = UInt64(text.prefix { $0 != ":" }), epoch < 9_000_000_000_000_000 else { return nil }
-        return epoch
-    }
-
-    private static func json(_ object: [String: Any]) -> String {
+    static func json(_ object: [String: Any]) -> String {
         let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data()
         return String(decoding: data, as: UTF8.self)
     }
+}
 
-    // MARK: - Scripts
+extension RedisSessionCoordinator: PendingPublications {
+    package var unpublished: [String] {
+        state.withLock { state in
+            var pending: [String] = []
+            if state.inFlight > 0 { pending.append("a pair whose publication to \(endpoint) is in flight") }
+            if let logout = state.pendingLogout, logout.until > Date().millisecondsSince1970 {
+                pending.append("a logout until \(FileCredentialStore.rfc3339(Date(milliseconds: logout.until)))")
+            }
+            return pending
+        }
+    }
 
-    /// KEYS: session, logout. ARGV: credentials JSON (or empty), generation to seed with, and under
-    /// a key the sealed session epoch known (or empty). Returns {1} when it seeded, else
-    /// {0, gen, creds, logout-until, epoch}.
-    static let seedScript = """
-        local gen = redis.call('HGET', KEYS[1], 'gen')
-        if not gen and ARGV[1] ~= '' then
-          redis.call('HSET', KEYS[1], 'gen', ARGV[2], 'creds', ARGV[1])
-          if (ARGV[3] or '') ~= '' then redis.call('HSET', KEYS[1], 'epoch', ARGV[3]) end
-          return {1}
-        end
-        return {0, gen or '0', redis.call('HGET', KEYS[1], 'creds') or '', redis.call('GET', KEYS[2]) or '0',
-          redis.call('HGET', KEYS[1], 'epoch') or ''}
-        """
+    package func flushPending(timeout: Duration) async -> [String] {
+        let giveUp = ContinuousClock.now + timeout
+        while true {
+            if let (untilMs, reason, epoch) = state.withLock({ $0.pendingLogout }) {
+                let ttl = untilMs - Date().millisecondsSince1970
+                if ttl <= 0 {
+                    state.withLock { state in if state.pendingLogout?.until == untilMs { state.pendingLogout = nil } }
+                } else if case .success(let reply) = await runIgnoringHealth(
+                    logoutCommand(untilMs, ttl: ttl, reason: reason, epoch: epoch))
+                {
+                    learnFromRefusedLogout(reply)
+                    state.withLock { state in if state.pendingLogout?.until == untilMs { state.pendingLogout = nil } }
+                }
+            }
+            let left = unpublished
+            if left.isEmpty || ContinuousClock.now >= giveUp { return left }
+            await signal.wait(after: signal.version, timeout: min(giveUp - ContinuousClock.now, .milliseconds(100)))
+        }
+    }
 
-    /// KEYS: session, lease, fence, logout, refreshes. ARGV: failed generation, lease ms, limit
-    /// count (0: none), limit window ms; under a key, the fencing token asked for and the lease's
-    /// sealed suffix. Returns {0, gen, creds, logout-until, epoch} (newer), {1, fence, gen} (lease
-    /// granted), {2, holder lease, lease ms left} (wait), {3, grants…} (limit reached), {4, counter}
-    /// (the token asked for is not past the counter: ask again).
-    static let beginScript = """
-        local gen = tonumber(redis.call('HGET', KEYS[1], 'gen') or '0')
-        if gen > tonumber(ARGV[1]) then
-          return {0, tostring(gen), redis.call('HGET', KEYS[1], 'creds') or '', redis.call('GET', KEYS[4]) or '0',
-            redis.call('HGET', KEYS[1], 'epoch') or ''}
-        end
-        local holder = redis.call('GET', KEYS[2])
-        if holder then
-          local left = redis.call('PTTL', KEYS[2])
-          if left < 0 or left > tonumber(ARGV[2]) then
-            redis.call('PEXPIRE', KEYS[2], ARGV[2])
-            left = tonumber(ARGV[2])
-          end
-          return {2, holder, left}
-        end
-        local count = tonumber(ARGV[3])
-        local now = 0
-        if count > 0 then
-          local t = redis.call('TIME')
-          now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-          redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now - tonumber(ARGV[4]))
-          if redis.call('ZCARD', KEYS[5]) >= count then return {3, unpack(redis.call('ZRANGE', KEYS[5], 0, count - 1))} end
-        end
-        local fence
-        if (ARGV[5] or '') ~= '' then
-          local current = redis.call('GET', KEYS[3]) or '0'
-          if tonumber(current) >= tonumber(ARGV[5]) then return {4, current} end
-          redis.call('SET', KEYS[3], ARGV[5])
-          fence = ARGV[5]
-        else
-          fence = tostring(redis.call('INCR', KEYS[3]))
-        end
-        local value = fence .. (ARGV[6] or '')
-        redis.call('SET', KEYS[2], value, 'PX', ARGV[2])
-        if count > 0 then
-          redis.call('ZADD', KEYS[5], now, value)
-          redis.call('PEXPIRE', KEYS[5], ARGV[4])
-        end
-        return {1, fence, tostring(gen)}
-        """
-
-    /// KEYS: session, lease, fence. ARGV: fence, generation the lease started from, credentials
-    /// JSON, channel. Announces the session epoch stored in the hash (`e`). Stores while the lease
-    /// holds, or when it lapsed with no lease granted and no publication since
-    /// (``CoordinationRecord/publish(_:with:now:)``). Returns {1, gen} when stored and announced,
-    /// {0, gen, creds} when refused.
-    static let publishScript = """
-        local gen = redis.call('HGET', KEYS[1], 'gen') or '0'
-        local held = redis.call('GET', KEYS[2])
-        if held then held = string.match(held, '^[^:]*') end
-        local nobodySince = (not held) and (redis.call('GET', KEYS[3]) or '0') == ARGV[1]
-        if gen ~= ARGV[2] or (held ~= ARGV[1] and not nobodySince) then
-          return {0, gen, redis.call('HGET', KEYS[1], 'creds') or ''}
-        end
-        local new = redis.call('HINCRBY', KEYS[1], 'gen', 1)
-        redis.call('HSET', KEYS[1], 'creds', ARGV[3])
-        redis.call('DEL', KEYS[2])
-        local epoch = redis.call('HGET', KEYS[1], 'epoch') or ''
-        if not string.match(epoch, '^[%w:.]+$') then epoch = '' else epoch = ',"e":"' .. epoch .. '"' end
-        redis.call('PUBLISH', ARGV[4], '{"t":"c","g":' .. new .. epoch .. ',"c":' .. ARGV[3] .. '}')
-        return {1, tostring(new)}
-        """
-
-    /// KEYS: lease. ARGV: fence, failure message (or empty), channel.
-    static let endScript = """
-        local held = redis.call('GET', KEYS[1])
-        if held and string.match(held, '^[^:]*') == ARGV[1] then redis.call('DEL', KEYS[1]) end
-        if ARGV[2] ~= '' then redis.call('PUBLISH', ARGV[3], ARGV[2]) end
-        return 1
-        """
-
-    /// KEYS: logout, session. ARGV: until ms, ttl ms, message, channel, under a key the end's
-    /// session epoch and seal (`:<epoch>:<seal>`, stored after the number; empty without one),
-    /// and the session epoch the logout was decided in.
-    /// A logout decided in an epoch older than the session hash's (by a process that had not heard
-    /// of the sign-in that started it) ended only the session that sign-in ended: it is neither
-    /// stored nor announced, and the reply is {0, stored epoch}. Otherwise it stores before it
-    /// announces, never shortens a longer cooldown, and replies {1}.
-    static let logoutScript = """
-        if (ARGV[6] or '') ~= '' then
-          local epoch = redis.call('HGET', KEYS[2], 'epoch') or ''
-          if tonumber(ARGV[6]) < (tonumber(string.match(epoch, '^%d+') or '0') or 0) then return {0, epoch} end
-        end
-        local current = tonumber(string.match(redis.call('GET', KEYS[1]) or '0', '^%d*') or '0') or 0
-        if tonumber(ARGV[1]) > current then redis.call('SET', KEYS[1], ARGV[1] .. (ARGV[5] or ''), 'PX', ARGV[2]) end
-        redis.call('PUBLISH', ARGV[4], ARGV[3])
-        return {1}
-        """
-
-    /// KEYS: session, lease, logout. ARGV: credentials JSON, channel, and under a key the generation
-    /// the credentials were sealed after ({gen} when it is not the stored one) and the sealed
-    /// session epoch the sign-in starts. The epoch (without a key: the new generation, unsealed)
-    /// is stored in the hash's `epoch` and announced as `e`. Ends a cooldown and voids a refresh
-    /// in progress (its holder's publication is refused).
-    static let signInScript = """
-        local gen = redis.call('HGET', KEYS[1], 'gen') or '0'
-        if (ARGV[3] or '') ~= '' and gen ~= ARGV[3] then return {gen} end
-        local new = redis.call('HINCRBY', KEYS[1], 'gen', 1)
-        redis.call('HSET', KEYS[1], 'creds', ARGV[1])
-        redis.call('DEL', KEYS[2], KEYS[3])
-        local epoch = ARGV[4] or ''
-        if epoch == '' then epoch = tostring(new) end
-        redis.call('HSET', KEYS[1], 'epoch', epoch)
-        epoch = ',"e":"' .. epoch .. '"'
-        redis.call('PUBLISH', ARGV[2], '{"t":"c","g":' .. new .. epoch .. ',"c":' .. ARGV[1] .. '}')
-        return new
-        """
+    /// A command tried now even while Redis is known to be down (a process about to exit has no
+    /// later to wait for).
+    private func runIgnoringHealth(_ arguments: [String]) async -> Result<RedisReply, RedisError> {
+        await withCheckedContinuation { continuation in
+            queue.async { [self] in
+                do throws(RedisError) {
+                    let connection: RedisConnection
+                    if let open = box.connection { connection = open } else { connection = try connect() }
+                    box.connection = connection
+                    let reply = try evaluate(arguments, on: connection, scripts: &box.scripts)
+                    continuation.resume(returning: .success(reply))
+                } catch {
+                    box.connection = nil
+                    continuation.resume(returning: .failure(error))
+                }
+            }
+        }
+    }
 }
 
 extension RedisSessionCoordinator: TrustWarning {

@@ -58,7 +58,8 @@ struct FleetScriptCLITests {
         #expect(result.status == 0, "\(result.stderr)")
         let lines = result.stdoutLines
         #expect(lines.first == #"{"t":0,"process":"a","event":"start","credentials":"pair 0"}"#)
-        #expect(lines.contains(#"{"t":1.15,"process":"a","event":"token-call","call":1,"result":"ok","pair":1}"#))
+        #expect(
+            lines.contains(#"{"t":1.05,"process":"a","event":"token-call","call":1,"result":"ok","presented":0,"pair":1}"#))
         #expect(lines.filter { $0.contains(#""event":"token-call""#) }.count == 1)
         #expect(
             lines.contains(
@@ -79,7 +80,7 @@ struct FleetScriptCLITests {
         let result = try await runPolicy(["simulate", "--script", "fleet.yaml"], in: dir.url)
         #expect(result.status == 0, "\(result.stderr)")
         #expect(
-            result.stdout.contains("    1.150s  a     -         token call 1: ok, pair 1 issued\n"), "\(result.stdout)")
+            result.stdout.contains("    1.050s  a     -         token call 1: ok, pair 1 issued\n"), "\(result.stdout)")
         #expect(result.stdout.contains("    1.200s  b     r-1       => delivered 200\n"), "\(result.stdout)")
         #expect(
             result.stdout.hasSuffix(
@@ -162,7 +163,7 @@ struct FleetScriptCLITests {
                 "bad.yaml:8:9: error: a process id cannot contain '/': events name a request as 'process/request' [invalid-value]",
                 "bad.yaml:11:21: error: 'kill' cannot be 'c'; use one of 'a', 'a/b', 'lease-holder' [invalid-value]",
                 "bad.yaml:12:5: error: 'store: pause' needs 'for:', how long calls wait [missing-key]",
-                "bad.yaml:13:5: error: a fleet event does one thing: 'store:', 'kill:' or 'restart:' [invalid-value]",
+                "bad.yaml:13:5: error: a fleet event does one thing: 'store:', 'kill:', 'restart:' or 'freeze:' [invalid-value]",
                 "bad.yaml:14:37: error: 'credentials' goes with 'restart:' only [invalid-value]",
             ], "\(result.stderr)")
     }

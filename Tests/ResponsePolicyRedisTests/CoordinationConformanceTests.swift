@@ -286,7 +286,11 @@ import Testing
 
         await missed.publishLogout(until: Date().addingTimeInterval(600), reason: "rule session-revoked")
         let (_, late) = try await fleet.started(local: nil)
-        #expect(late == SharedSession(credentials: testCredentials("signed-in"), generation: signedIn.generation))
+        #expect(
+            late
+                == SharedSession(
+                    credentials: testCredentials("signed-in"), generation: signedIn.generation,
+                    epoch: signedIn.generation))
         let turn = await signer.beginRefresh(Self.request(0))
         guard case .newer(let session) = turn else { return recordFailure("the signer's turn was \(turn)") }
         #expect(session.generation == signedIn.generation && session.loggedOutUntil == nil)

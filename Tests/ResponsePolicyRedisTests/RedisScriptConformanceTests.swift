@@ -84,13 +84,89 @@ struct RedisScriptConformanceTests {
             state: { now in record(gen: 2, fence: 5, lease: (5, now - 500)) }
         ) { _ in .publish(creds("late"), RefreshLease(fencingToken: 5, generation: 2)) },
         Case(
-            name: "publish: lapsed and another lease granted since: refused",
+            name: "publish: lapsed and another lease granted since, nobody published: stored, the lease dropped",
             state: { now in record(gen: 2, fence: 6, lease: (6, now + 8_000)) }
+        ) { _ in .publish(creds("late"), RefreshLease(fencingToken: 5, generation: 2)) },
+        Case(
+            name: "publish: lapsed and a lease granted and ended since: stored",
+            state: { _ in record(gen: 2, fence: 6) }
+        ) { _ in .publish(creds("late"), RefreshLease(fencingToken: 5, generation: 2)) },
+        Case(
+            name: "publish: another publication since: refused with it",
+            state: { _ in record(gen: 3, fence: 6) }
         ) { _ in .publish(creds("stale"), RefreshLease(fencingToken: 5, generation: 2)) },
         Case(
-            name: "publish: lapsed and a lease granted and ended since: refused",
-            state: { _ in record(gen: 2, fence: 6) }
-        ) { _ in .publish(creds("stale"), RefreshLease(fencingToken: 5, generation: 2)) },
+            name: "publish: the same pair again (its answer was lost): answered as stored",
+            state: { _ in record(gen: 3, credentials: creds("again"), fence: 5, epoch: 1) }
+        ) { _ in .publish(creds("again"), RefreshLease(fencingToken: 5, generation: 2)) },
+        Case(
+            name: "publish: Redis forgot and was re-seeded older: stored past the lease's generation",
+            state: { now in record(gen: 1, fence: 2, lease: (0, now + 8_000)) }
+        ) { _ in .publish(creds("held"), RefreshLease(fencingToken: 7, generation: 3)) },
+        Case(
+            name: "begin: Redis is behind what the process knows: behind, nothing granted",
+            state: { _ in record(gen: 2, fence: 5) }
+        ) { _ in .begin(failedGeneration: 2, leaseMs: 15_000, limit: nil, knows: .init(generation: 5, fence: 9)) },
+        Case(
+            name: "begin: a process that holds a pair finds no session (a flush at generation 0): behind",
+            state: { _ in .init() }
+        ) { _ in .begin(failedGeneration: 0, leaseMs: 15_000, limit: nil, knows: .init(hasPair: true)) },
+        Case(
+            name: "begin: an empty Redis and a process that knows a generation: behind",
+            state: { _ in .init() }
+        ) { _ in .begin(failedGeneration: 4, leaseMs: 15_000, limit: nil, knows: .init(generation: 4)) },
+        Case(
+            name: "begin: a lease the process saw, forgotten by Redis: put back and waited for",
+            state: { _ in record(gen: 2, fence: 5) }
+        ) { _ in
+            .begin(
+                failedGeneration: 2, leaseMs: 15_000, limit: nil,
+                knows: .init(generation: 2, fence: 7, lease: .init(fence: 7, leftMs: 9_000)))
+        },
+        Case(
+            name: "begin: a lease the process saw, ended since (a later one was granted): granted",
+            state: { _ in record(gen: 2, fence: 8) }
+        ) { _ in
+            .begin(
+                failedGeneration: 2, leaseMs: 15_000, limit: nil,
+                knows: .init(generation: 2, fence: 7, lease: .init(fence: 7, leftMs: 9_000)))
+        },
+        Case(
+            name: "begin: granted past the highest fencing token the process has seen",
+            state: { _ in record(gen: 2, fence: 3) }
+        ) { _ in .begin(failedGeneration: 2, leaseMs: 15_000, limit: nil, knows: .init(generation: 2, fence: 40)) },
+        Case(
+            name: "reseed: an empty Redis gets the pair, its epoch, the fence and a quarantine",
+            state: { _ in .init() }
+        ) { _ in
+            .reseed(
+                .init(
+                    credentials: creds("newest"), generation: 6, epoch: 4, fence: 11,
+                    lease: .init(fence: 0, leftMs: 15_000)))
+        },
+        Case(
+            name: "reseed: an older session is replaced, the lease heard of put back",
+            state: { _ in record(gen: 2, fence: 3, epoch: 1) }
+        ) { _ in
+            .reseed(
+                .init(
+                    credentials: creds("newest"), generation: 6, epoch: 4, fence: 11,
+                    lease: .init(fence: 11, leftMs: 7_000)))
+        },
+        Case(
+            name: "reseed: a newer session is kept",
+            state: { _ in record(gen: 9, fence: 3, epoch: 8) }
+        ) { _ in .reseed(.init(credentials: creds("older"), generation: 6, epoch: 4, fence: 11)) },
+        Case(
+            name: "reseed: a lease held is kept rather than the quarantine",
+            state: { now in record(gen: 2, credentials: nil, fence: 3, lease: (3, now + 8_000)) }
+        ) { _ in
+            .reseed(
+                .init(credentials: creds("newest"), generation: 6, fence: 1, lease: .init(fence: 0, leftMs: 15_000)))
+        },
+        Case(name: "signIn: numbered past what the process knows", state: { _ in record(gen: 2) }) { _ in
+            .signIn(creds("signed-in"), after: 6)
+        },
         Case(
             name: "publish: a sign-in since (the generation moved): refused",
             state: { now in record(gen: 3, fence: 5, loggedOutUntil: now + 9_000) }
@@ -167,16 +243,35 @@ struct RedisScriptConformanceTests {
         var random = SplitMix(seed: seed)
         var value = CoordinationRecord()
         var leases: [RefreshLease] = []
-        for step in 0..<120 {
+        // The newest generation any process has seen (Redis may have forgotten it).
+        var seen: UInt64 = 0
+        var (behind, reseeded, waits) = (0, 0, 0)
+        for step in 0..<240 {
             let now = try redis.now()
             let operation: Operation
-            switch Int.random(in: 0..<20, using: &random) {
+            switch Int.random(in: 0..<22, using: &random) {
             case 0..<2: operation = .join(local: Bool.random(using: &random) ? creds("local-\(step)") : nil)
             case 2..<8:
                 let failed = value.generation &- UInt64.random(in: 0...1, using: &random)
                 let limit: (Int, Int64)? =
                     Bool.random(using: &random) ? (Int.random(in: 1...4, using: &random), 60_000) : nil
-                operation = .begin(failedGeneration: value.generation == 0 ? 0 : failed, leaseMs: 15_000, limit: limit)
+                // What the asking process knows: nothing, the stored generation, or more (Redis forgot).
+                var knows = CoordinationRecord.Knowledge()
+                if value.generation < seen || Bool.random(using: &random) {
+                    let newest = max(seen, value.generation)
+                    knows.generation = newest - min(newest, UInt64.random(in: 0...1, using: &random))
+                    knows.fence = value.fence + UInt64.random(in: 0...3, using: &random)
+                    knows.hasPair = Bool.random(using: &random)
+                    if let heard = leases.last, Int.random(in: 0..<3, using: &random) == 0 {
+                        let left = Int64.random(in: 1_000...14_000, using: &random)
+                        knows.lease = .init(fence: heard.fencingToken, leftMs: left)
+                    }
+                }
+                // Sometimes the asker of the lease held (its question's answer was lost: granted again).
+                let asker = [0, 5, 6].randomElement(using: &random) ?? 0
+                operation = .begin(
+                    failedGeneration: value.generation == 0 ? 0 : failed, leaseMs: 15_000, limit: limit, knows: knows,
+                    asker: UInt64(asker))
             case 8..<12:
                 guard let lease = leases.randomElement(using: &random) else { continue }
                 operation = .publish(creds("pair-\(step)"), lease)
@@ -187,11 +282,26 @@ struct RedisScriptConformanceTests {
                 // Decided in the current session epoch, or (a process that missed a sign-in) the one before.
                 let epoch = value.epoch &- min(value.epoch, UInt64.random(in: 0...1, using: &random))
                 operation = .logout(until: now + Int64.random(in: 10_000...90_000, using: &random), epoch: epoch)
-            case 16: operation = .signIn(creds("sign-in-\(step)"))
+            case 16: operation = .signIn(creds("sign-in-\(step)"), after: Bool.random(using: &random) ? seen : 0)
+            case 19:
+                // Redis forgets everything (FLUSHALL); the fleet has seen `seen`.
+                value = CoordinationRecord()
+                _ = try redis.call(["FLUSHALL"])
+                continue
+            case 20:
+                let fence = Bool.random(using: &random) ? 0 : value.fence
+                let lease: CoordinationRecord.KnownLease? =
+                    Bool.random(using: &random) ? .init(fence: fence, leftMs: 9_000) : nil
+                operation = .reseed(
+                    .init(
+                        credentials: creds("reseed-\(step)"),
+                        generation: seen - min(seen, UInt64.random(in: 0...1, using: &random)),
+                        epoch: min(value.epoch, seen), fence: value.fence, lease: lease))
             case 17..<19:
                 // Time passes beyond the lease: its holder died, or is slow.
                 if value.lease != nil { value.lease?.expires = now - 1 } else { continue }
                 _ = try redis.call(["DEL", redis.keys.lease])
+                _ = try redis.call(["HDEL", redis.keys.session, "lease", "lease-until"])
                 continue
             default:
                 // The cooldown ends.
@@ -202,6 +312,10 @@ struct RedisScriptConformanceTests {
             let expected = value.apply(operation, now: now)
             let answer = try redis.apply(operation, now: now)
             if case .begin(.granted(let lease)) = expected { leases.append(lease) }
+            if case .begin(.behind) = expected { behind += 1 }
+            if case .reseeded = expected { reseeded += 1 }
+            if case .begin(.wait) = expected { waits += 1 }
+            seen = max(seen, value.generation)
             let label = "seed \(seed) step \(step): \(operation)"
             Self.expectSame(expected, answer, label)
             let stored = try redis.load()
@@ -209,6 +323,10 @@ struct RedisScriptConformanceTests {
             // Continue from what Redis holds (its clock decided the times), so drift never adds up.
             value = Self.merged(value, stored)
         }
+        // The paths of a Redis that forgot were taken, so they were compared.
+        #expect(
+            behind > 0 && reseeded > 0 && waits > 0,
+            "seed \(seed): \(behind) behind, \(reseeded) re-seeds asked, \(waits) waits")
     }
 
     // MARK: - Comparing
@@ -267,29 +385,38 @@ struct RedisScriptConformanceTests {
 
 enum Operation: Sendable, CustomStringConvertible {
     case join(local: Credentials?)
-    case begin(failedGeneration: UInt64, leaseMs: Int64, limit: (count: Int, perMs: Int64)?)
+    case begin(
+        failedGeneration: UInt64, leaseMs: Int64, limit: (count: Int, perMs: Int64)?,
+        knows: CoordinationRecord.Knowledge = .init(), asker: UInt64 = 0)
+    case reseed(CoordinationRecord.Seed)
     case publish(Credentials, RefreshLease)
     case end(RefreshLease, failure: String?)
     case logout(until: Int64, epoch: UInt64)
-    case signIn(Credentials)
+    case signIn(Credentials, after: UInt64 = 0)
 
     var description: String {
         switch self {
         case .join(let local): return "join(local: \(local?.accessToken ?? "nil"))"
-        case .begin(let failed, let leaseMs, let limit):
+        case .begin(let failed, let leaseMs, let limit, let knows, let asker):
             return
-                "begin(failed: \(failed), lease: \(leaseMs), limit: \(limit.map { "\($0.count)/\($0.perMs)" } ?? "-"))"
+                "begin(failed: \(failed), lease: \(leaseMs), limit: \(limit.map { "\($0.count)/\($0.perMs)" } ?? "-"), asker \(asker), "
+                + "knows: gen \(knows.generation) fence \(knows.fence) lease \(knows.lease.map { "\($0.fence)/\($0.leftMs)" } ?? "-"))"
+        case .reseed(let seed):
+            return "reseed(\(seed.credentials.accessToken) at \(seed.generation), epoch \(seed.epoch), "
+                + "fence \(seed.fence), "
+                + "lease \(seed.lease.map { "\($0.fence)/\($0.leftMs)" } ?? "-"))"
         case .publish(let credentials, let lease):
             return "publish(\(credentials.accessToken), fence \(lease.fencingToken), gen \(lease.generation))"
         case .end(let lease, let failure): return "end(fence \(lease.fencingToken), failure: \(failure ?? "nil"))"
         case .logout(let until, let epoch): return "logout(until: \(until), epoch: \(epoch))"
-        case .signIn(let credentials): return "signIn(\(credentials.accessToken))"
+        case .signIn(let credentials, let floor): return "signIn(\(credentials.accessToken), after: \(floor))"
         }
     }
 }
 
 enum Answer: Equatable {
     case joined(SharedSession?)
+    case reseeded(Bool)
     case begin(CoordinationRecord.Begin)
     case publish(PublishResult)
     case done
@@ -300,8 +427,12 @@ extension CoordinationRecord {
     mutating func apply(_ operation: Operation, now: Int64) -> Answer {
         switch operation {
         case .join(let local): return .joined(join(local: local, now: now))
-        case .begin(let failed, let leaseMs, let limit):
-            return .begin(begin(failedGeneration: failed, leaseMs: leaseMs, limit: limit, holder: 7, now: now))
+        case .begin(let failed, let leaseMs, let limit, let knows, let asker):
+            return .begin(
+                begin(
+                    failedGeneration: failed, knows: knows, leaseMs: leaseMs, limit: limit, holder: 7, asker: asker,
+                    now: now))
+        case .reseed(let seed): return .reseeded(reseed(seed, now: now))
         case .publish(let credentials, let lease): return .publish(publish(credentials, with: lease, now: now))
         case .end(let lease, let failure):
             end(lease, failure: failure)
@@ -309,7 +440,7 @@ extension CoordinationRecord {
         case .logout(let until, let epoch):
             logout(until: until, epoch: epoch)
             return .done
-        case .signIn(let credentials): return .signedIn(signIn(credentials))
+        case .signIn(let credentials, let floor): return .signedIn(signIn(credentials, after: floor))
         }
     }
 }
@@ -372,7 +503,8 @@ final class ScriptedRecord {
         record.epoch = UInt64(try call(["HGET", keys.session, "epoch"]).integer ?? 0)
         if let fence = try call(["GET", keys.lease]).integer {
             let left = try call(["PTTL", keys.lease]).integer ?? 0
-            record.lease = .init(fence: UInt64(fence), holder: 0, expires: now + left)
+            let asker = UInt64(try call(["HGET", keys.session, "lease-asker"]).integer ?? 0)
+            record.lease = .init(fence: UInt64(fence), holder: 0, expires: now + left, asker: asker)
         }
         record.loggedOutUntil = try call(["GET", keys.logout]).integer
         let scored = try call(["ZRANGE", keys.refreshes, "0", "-1", "WITHSCORES"]).items
@@ -382,28 +514,44 @@ final class ScriptedRecord {
 
     func apply(_ operation: Operation, now: Int64) throws -> Answer {
         typealias Script = RedisSessionCoordinator
-        func session(_ generation: RedisReply, _ credentials: RedisReply, _ logout: RedisReply?) -> SharedSession {
+        func session(_ generation: RedisReply, _ credentials: RedisReply, _ logout: RedisReply?, _ epoch: RedisReply?)
+            -> SharedSession
+        {
             let until = logout?.integer.flatMap { $0 > now ? Date(milliseconds: $0) : nil }
             return SharedSession(
                 credentials: credentials.text.flatMap { SharedCredentialsCodec.decode($0) },
-                generation: UInt64(generation.integer ?? 0), loggedOutUntil: until)
+                generation: UInt64(generation.integer ?? 0), loggedOutUntil: until,
+                epoch: UInt64(epoch?.integer ?? 0))
+        }
+        func seed(_ seed: CoordinationRecord.Seed?) -> [String] {
+            [
+                "EVAL", Script.seedScript, "4", keys.session, keys.logout, keys.lease, keys.fence,
+                seed.map { SharedCredentialsCodec.encode($0.credentials) } ?? "", String(seed?.generation ?? 0),
+                (seed?.epoch ?? 0) > 0 ? String(seed?.epoch ?? 0) : "", seed?.lease.map { String($0.fence) } ?? "",
+                String(seed?.lease?.leftMs ?? 0), String(seed?.fence ?? 0), keys.channel,
+            ]
         }
         switch operation {
         case .join(let local):
-            let items = try call([
-                "EVAL", Script.seedScript, "2", keys.session, keys.logout,
-                local.map { SharedCredentialsCodec.encode($0) } ?? "", "0",
-            ]).items
+            let items = try call(seed(local.map { CoordinationRecord.Seed(credentials: $0, generation: 0) })).items
             guard items.count >= 4, items[0].integer == 0 else { return .joined(nil) }
-            let shared = session(items[1], items[2], items[3])
+            let shared = session(items[1], items[2], items[3], items.count > 4 ? items[4] : nil)
             return .joined(shared.credentials != nil || shared.loggedOutUntil != nil ? shared : nil)
-        case .begin(let failed, let leaseMs, let limit):
+        case .reseed(let value):
+            let items = try call(seed(value)).items
+            return .reseeded(items.first?.integer == 1)
+        case .begin(let failed, let leaseMs, let limit, let knows, let asker):
             let items = try call([
                 "EVAL", Script.beginScript, "5", keys.session, keys.lease, keys.fence, keys.logout, keys.refreshes,
-                String(failed), String(leaseMs), String(limit?.count ?? 0), String(limit?.perMs ?? 0),
+                String(failed), String(leaseMs), String(limit?.count ?? 0), String(limit?.perMs ?? 0), "", "",
+                String(knows.generation), String(knows.fence), knows.lease.map { String($0.fence) } ?? "",
+                String(knows.lease?.leftMs ?? 0), keys.channel, asker == 0 ? "" : String(asker),
+                knows.hasPair ? "1" : "",
             ]).items
             switch items.first?.integer {
-            case 0 where items.count >= 4: return .begin(.newer(session(items[1], items[2], items[3])))
+            case 0 where items.count >= 4:
+                return .begin(.newer(session(items[1], items[2], items[3], items.count > 4 ? items[4] : nil)))
+            case 5 where items.count >= 2: return .begin(.behind(stored: UInt64(items[1].integer ?? 0)))
             case 1 where items.count >= 3:
                 return .begin(
                     .granted(
@@ -421,13 +569,17 @@ final class ScriptedRecord {
             ]).items
             let generation = UInt64(items.count > 1 ? items[1].integer ?? 0 : 0)
             if items.first?.integer == 1 {
-                return .publish(.published(SharedSession(credentials: credentials, generation: generation)))
+                let epoch = UInt64(items.count > 2 ? items[2].integer ?? 0 : 0)
+                return .publish(
+                    .published(SharedSession(credentials: credentials, generation: generation, epoch: epoch)))
             }
             let stored = items.count > 2 ? items[2].text.flatMap { SharedCredentialsCodec.decode($0) } : nil
-            return .publish(.leaseLost(current: stored.map { SharedSession(credentials: $0, generation: generation) }))
+            let epoch = UInt64(items.count > 3 ? items[3].integer ?? 0 : 0)
+            return .publish(
+                .leaseLost(current: stored.map { SharedSession(credentials: $0, generation: generation, epoch: epoch) }))
         case .end(let lease, let failure):
             try call([
-                "EVAL", Script.endScript, "1", keys.lease, String(lease.fencingToken),
+                "EVAL", Script.endScript, "2", keys.lease, keys.session, String(lease.fencingToken),
                 failure.map { #"{"t":"f","f":\#(lease.fencingToken),"w":"\#($0)"}"# } ?? "", keys.channel,
             ])
             return .done
@@ -437,12 +589,13 @@ final class ScriptedRecord {
                 #"{"t":"l","u":\#(until),"r":"test"}"#, keys.channel, "", String(epoch),
             ])
             return .done
-        case .signIn(let credentials):
-            let generation = try call([
-                "EVAL", Script.signInScript, "3", keys.session, keys.lease, keys.logout,
-                SharedCredentialsCodec.encode(credentials), keys.channel,
-            ]).integer
-            return .signedIn(SharedSession(credentials: credentials, generation: UInt64(generation ?? 0)))
+        case .signIn(let credentials, let floor):
+            let generation = UInt64(
+                try call([
+                    "EVAL", Script.signInScript, "3", keys.session, keys.lease, keys.logout,
+                    SharedCredentialsCodec.encode(credentials), keys.channel, String(floor),
+                ]).integer ?? 0)
+            return .signedIn(SharedSession(credentials: credentials, generation: generation, epoch: generation))
         }
     }
 }

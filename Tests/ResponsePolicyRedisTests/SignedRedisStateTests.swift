@@ -141,12 +141,13 @@ struct SignedRedisStateTests {
                 == .limited)
     }
 
-    /// Replays: a process that saw generation 1 refuses a record rolled back to generation 0 (the
-    /// spent refresh token), and a fencing counter set back or forward never makes it reuse a
-    /// fencing token.
-    @Test func aRolledBackSessionIsRefusedAndTheFencingCounterIsNeverTrusted() async throws {
+    /// Replays: a process that saw generation 1 never takes a lease on a record rolled back to
+    /// generation 0 (the spent refresh token): it puts its newer pair back (issue 30, case 8),
+    /// with a quarantine of one lease (it cannot vouch for every lease granted meanwhile); and a
+    /// fencing counter set back or forward never makes it reuse a fencing token.
+    @Test func aRolledBackSessionIsReSeededAndTheFencingCounterIsNeverTrusted() async throws {
         let server = try RedisServerFixture()
-        let process = try server.coordinator(key: "r", signingKey: Self.key)
+        let process = try server.coordinator(key: "r", lease: .milliseconds(300), signingKey: Self.key)
         defer { process.stop() }
         let log = UpdateLog()
         _ = await process.start(local: testCredentials("seed"), updates: log.sink)
@@ -158,11 +159,15 @@ struct SignedRedisStateTests {
         else { return recordFailure("no lease") }
         _ = await process.publish(testCredentials("rotated"), with: first)
         _ = try connection.command(["HSET", "response-policy:{r}:session", "gen", "0", "creds", seed])
-        let turn = await process.beginRefresh(.init(failedGeneration: 1, timeout: .seconds(1), limit: nil))
-        guard case .unavailable(let reason) = turn else { return recordFailure("a rolled-back record gave \(turn)") }
-        #expect(reason.contains("older than 1"))
+        let turn = await process.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(2), limit: nil))
+        // The rolled-back pair is never handed out: the process's own newer pair is what it finds.
+        guard case .newer(let session) = turn else { return recordFailure("a rolled-back record gave \(turn)") }
+        #expect(session.generation == 1 && session.credentials == testCredentials("rotated"))
+        #expect(try connection.command(["HGET", "response-policy:{r}:session", "gen"]).integer == 1)
         #expect(
-            try connection.command(["GET", "response-policy:{r}:lease"]) == .null, "the refused grant was released")
+            !log.updates.contains {
+                if case .credentials(let s) = $0 { s.credentials == testCredentials("seed") } else { false }
+            })
         // Redis lost everything (a restart without persistence): the process re-seeds what it holds,
         // and its next grant still carries a fencing token past every one it has seen.
         _ = try connection.command(["FLUSHALL"])

@@ -9,6 +9,34 @@ import Testing
 
 /// The `file` store after a crash and against careless hands; FIFOs never hang a load.
 struct CredentialFileTests {
+    /// Issue 30: the file keeps what the fleet numbered its pair (generation, epoch), whether the
+    /// fleet has it yet, and when its access token was issued; a plain `load()` still reads the
+    /// tokens, a file without them (or with values of the wrong type) loads as before.
+    @Test func theFleetsNumberingAndTheIssueTimeRoundTrip() throws {
+        try withScratchDirectory { directory in
+            let path = directory + "/credentials.json"
+            let store = FileCredentialStore(path: path)
+            let credentials = Credentials(
+                accessToken: "a7", refreshToken: "r7", expiresAt: Date(timeIntervalSince1970: 1_800_000_060),
+                issuedAt: Date(timeIntervalSince1970: 1_800_000_000))
+            let saved = SavedCredentials(credentials: credentials, generation: 7, epoch: 3, published: false)
+            try store.save(saved)
+            #expect(try store.loadSaved() == saved)
+            #expect(try store.load()?.sameTokens(as: credentials) == true)
+            #expect(try store.load()?.lifetimeAsIssued == 60)
+            let text = try String(contentsOfFile: path, encoding: .utf8)
+            #expect(
+                text.contains("\"generation\": 7") && text.contains("\"epoch\": 3")
+                    && text.contains("\"published\": false") && text.contains("\"issued_at\": \"2027-01-15T08:00:00Z\""))
+            // Published, and a file that says nothing of the fleet: generation 0, published.
+            try store.save(SavedCredentials(credentials: credentials, generation: 8, epoch: 3))
+            #expect(!(try String(contentsOfFile: path, encoding: .utf8)).contains("published"))
+            try #"{"access_token":"a","generation":"seven","epoch":-1,"published":"no"}"#
+                .write(toFile: path, atomically: true, encoding: .utf8)
+            #expect(try store.loadSaved() == SavedCredentials(credentials: Credentials(accessToken: "a")))
+        }
+    }
+
     @Test func aKilledWritersTemporaryFileIsRemovedAtLoad() throws {
         try withScratchDirectory { directory in
             let path = directory + "/credentials.json"

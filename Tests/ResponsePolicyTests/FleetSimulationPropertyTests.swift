@@ -7,10 +7,13 @@ import Testing
 /// Issue 19's invariants (item 2) over random fleet scripts: 2–4 processes on one store, token
 /// expiries, store outages and pauses, processes restarted (with their own file, the initial pair
 /// or the latest) and killed, lease holders killed mid-refresh. Whatever happens:
-/// - no refresh token is presented twice (the revoke-on-reuse token server counts 0 reuses, and
-///   never refuses a refresh token);
+/// - no refresh token is presented twice, but the documented one: a holder killed after the
+///   server received its call (issue 30: the simulated server handles a call when it is made, as
+///   a real one does), before it could tell anyone; the reuse's token was first presented by a
+///   process killed while that call's answer was on its way (the revoke-on-reuse token server
+///   counts it, and refuses nothing else);
 /// - coordination trouble never logs anyone out (no `logout` event, no `logged-out` outcome: the
-///   scripted server never asks for one);
+///   scripted server asks for one only after that documented reuse);
 /// - every request ends once: delivered, failed with a reason, or cancelled because its process
 ///   was killed or not running;
 /// - the same script prints the same lines every run.
@@ -124,20 +127,41 @@ struct FleetSimulationPropertyTests {
         let summary = result.summary
         let context = "seed \(seed)\n\(text)"
 
-        #expect(summary.reuses == 0, "a refresh token was presented twice; \(context)")
+        // The documented reuse: the presented token's first call was made by a process killed before
+        // its answer (the step's `after`, at most 800ms) reached it.
+        let notes = result.lines.compactMap { line -> FleetSimulator.Note? in
+            if case .note(let note) = line { return note } else { return nil }
+        }
+        func field(_ note: FleetSimulator.Note, _ key: String) -> String? { note.fields.first { $0.key == key }?.json }
+        var revokedAt: Duration?
+        for note in notes where note.event == "token-call" && field(note, "result") == "\"reuse\"" {
+            let first = notes.first {
+                $0.event == "token-call" && field($0, "presented") == field(note, "presented")
+                    && field($0, "result") == "\"ok\""
+            }
+            let killed = first.flatMap { call in
+                notes.first {
+                    ($0.event == "kill" || $0.event == "restart") && $0.process == call.process && $0.time >= call.time
+                        && $0.time <= call.time + .milliseconds(800)
+                }
+            }
+            #expect(killed != nil, "\(note.text) at \(note.time), not after a holder was killed; \(context)")
+            revokedAt = min(revokedAt ?? note.time, note.time)
+        }
+        #expect(summary.reuses <= 1, "more than the documented reuse; \(context)")
         var outcomes: [String: Int] = [:]
         for line in result.lines {
             switch line {
             case .note(let note):
-                if note.event == "token-call" {
-                    let refused = note.fields.contains {
-                        $0.key == "result" && ($0.json == "\"reuse\"" || $0.json == "\"refused\"")
-                    }
+                if note.event == "token-call", revokedAt == nil || note.time < revokedAt ?? .zero {
+                    let refused = note.fields.contains { $0.key == "result" && $0.json == "\"refused\"" }
                     #expect(!refused, "\(note.text) at \(note.time); \(context)")
                 }
             case .engine(let process, let event):
+                // A logout only after the documented reuse revoked the family (the server asked).
                 #expect(
-                    event.kind != .logout, "\(process) logged out at \(event.time): \(event.reason ?? ""); \(context)")
+                    event.kind != .logout || (revokedAt.map { event.time >= $0 } ?? false),
+                    "\(process) logged out at \(event.time): \(event.reason ?? ""); \(context)")
                 guard event.kind == .outcome else { continue }
                 outcomes["\(process)/\(event.request ?? "?")", default: 0] += 1
                 switch event.result {
@@ -146,6 +170,7 @@ struct FleetSimulationPropertyTests {
                     #expect(
                         event.reason?.isEmpty == false,
                         "\(process)/\(event.request ?? "") failed without a reason; \(context)")
+                case .loggedOut? where revokedAt.map({ event.time >= $0 }) ?? false: break
                 case .cancelled?:
                     let why = event.reason ?? ""
                     #expect(
@@ -162,8 +187,10 @@ struct FleetSimulationPropertyTests {
         #expect(outcomes.count == expected, "requests without an outcome; \(context)")
         #expect(outcomes.values.allSatisfy { $0 == 1 }, "a request ended twice; \(context)")
         #expect(summary.total.requests == expected)
-        #expect(summary.total.delivered + summary.total.failed + summary.total.cancelled == expected)
-        #expect(summary.total.logouts == 0 && summary.total.loggedOut == 0)
+        #expect(
+            summary.total.delivered + summary.total.failed + summary.total.cancelled + summary.total.loggedOut
+                == expected)
+        if revokedAt == nil { #expect(summary.total.logouts == 0 && summary.total.loggedOut == 0) }
 
         // Determinism: the same script prints the same lines again.
         if seed <= 5 {
@@ -255,6 +282,8 @@ struct FleetPolicySimulationTests {
         "06-lease-holder-killed", "07-start-during-cooldown", "08-logout-during-outage",
         "09-restart-older-credentials", "10-start-during-outage", "11-late-publication",
         "12-known-limit-holder-killed-during-outage", "13-pause-longer-than-the-lease", "14-uncoordinated",
+        "15-flush-between-expiries", "16-flush-during-a-token-call", "17-restart-empty-during-an-expiry",
+        "18-evicted-lease", "19-slow-store", "20-frozen-holder", "21-frozen-holder-taken-over",
     ])
     func theShippedScenarioHolds(_ name: String) async throws {
         let folder = repositoryRoot.appendingPathComponent("examples/fleet")
@@ -264,7 +293,11 @@ struct FleetPolicySimulationTests {
         let result = try await PolicySimulation.run(policy: policy, script: text, file: name + ".yaml")
         #expect(result.unmet == [])
         let fleet = try #require(result.fleet)
-        #expect(fleet.reuses == (name.hasPrefix("12-") || name.hasPrefix("14-") ? 1 : 0))
-        if !["07-", "08-", "12-", "14-"].contains(where: name.hasPrefix) { #expect(result.summary.logouts == 0) }
+        // 06, 12 and 21: a holder killed or frozen after the server received its call (the
+        // documented reuse); 14: no coordination.
+        #expect(fleet.reuses == (["06-", "12-", "14-", "21-"].contains(where: name.hasPrefix) ? 1 : 0))
+        if !["06-", "07-", "08-", "12-", "14-", "21-"].contains(where: name.hasPrefix) {
+            #expect(result.summary.logouts == 0)
+        }
     }
 }

@@ -1,5 +1,25 @@
 import Foundation
 
+extension PluginRegistry {
+    /// What `policy lint --check-env` says of the coordination store's own settings (issue 30):
+    /// a warning, rule `coordination-store-forgets`, for each way the store is set up to forget
+    /// what the fleet shares (Redis evicting keys), asked of the store itself; nothing when the
+    /// coordination is `local`, cannot be made (``problems(in:environment:onlyRegistered:)`` says
+    /// why) or the store cannot be asked.
+    package func coordinationStoreWarnings(
+        in policy: Policy, environment: [String: String] = ProcessInfo.processInfo.environment
+    ) -> [Diagnostic] {
+        guard policy.coordination.name != "local", coordination[policy.coordination.name] != nil,
+            let coordinator = try? makeCoordinator(for: policy, environment: environment)
+        else { return [] }
+        defer { coordinator.stop() }
+        guard let check = coordinator as? any StoreSettingsCheck else { return [] }
+        return check.storeSettingsWarnings().map {
+            .warning("coordination-store-forgets", $0, at: policy.coordination.range ?? .fileStart)
+        }
+    }
+}
+
 /// What a coordinator factory is given: the policy's `coordination.with:` options, where this
 /// process keeps its credentials, and the environment (for `password-env`).
 public struct CoordinatorConfiguration: Sendable {

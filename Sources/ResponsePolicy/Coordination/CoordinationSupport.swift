@@ -57,8 +57,8 @@ package final class ChangeSignal: Sendable {
     }
 }
 
-/// The JSON a coordinator shares credentials as: the credentials file's names, `expires_at` in
-/// milliseconds since 1970. It holds the tokens themselves (sharing them is the point); it is
+/// The JSON a coordinator shares credentials as: the credentials file's names, `expires_at` and
+/// `issued_at` (the lifetime as issued, for `refresh.ahead`) in milliseconds since 1970. It holds the tokens themselves (sharing them is the point); it is
 /// never logged and never put in an error.
 ///
 /// Everything read from a shared store is hostile until checked (issue 23): decoding never traps,
@@ -81,6 +81,9 @@ package enum SharedCredentialsCodec {
         if let refresh = credentials.refreshToken { object["refresh_token"] = refresh }
         if let expires = credentials.expiresAt, let milliseconds = expires.checkedMillisecondsSince1970 {
             object["expires_at"] = milliseconds
+        }
+        if let issued = credentials.issuedAt, let milliseconds = issued.checkedMillisecondsSince1970 {
+            object["issued_at"] = milliseconds
         }
         let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{}".utf8)
         return String(decoding: data, as: UTF8.self)
@@ -141,7 +144,15 @@ package enum SharedCredentialsCodec {
             else { return .failure(CoordinationError("the shared credentials' expires_at is out of range")) }
             expires = Date(timeIntervalSince1970: number.doubleValue / 1000)
         }
-        return .success(Credentials(accessToken: access, refreshToken: refresh, expiresAt: expires))
+        var issued: Date?
+        if let value = map["issued_at"], !(value is NSNull) {
+            guard let number = value as? NSNumber,
+                number.doubleValue.isFinite, number.doubleValue >= 0,
+                number.doubleValue <= Double(maxMilliseconds)
+            else { return .failure(CoordinationError("the shared credentials' issued_at is out of range")) }
+            issued = Date(timeIntervalSince1970: number.doubleValue / 1000)
+        }
+        return .success(Credentials(accessToken: access, refreshToken: refresh, expiresAt: expires, issuedAt: issued))
     }
 
     /// A token a header can carry: not empty, not huge, no control characters.
@@ -175,6 +186,32 @@ extension Date {
     }
 
     package init(milliseconds: Int64) { self.init(timeIntervalSince1970: Double(milliseconds) / 1000) }
+}
+
+/// Why a wait for another holder's publication ended without one, in words.
+package enum WaitFailure {
+    /// `holder` is the fencing token waited for (0: a re-seed's quarantine), `timeout` the request's.
+    package static func reason(holder: UInt64?, timeout: Duration) -> String {
+        guard holder == 0 else {
+            return "another process's refresh did not finish within \(timeout.policyText)"
+        }
+        return "the coordination store forgot the shared session and was re-seeded; a refresh it forgot may still be "
+            + "at the token endpoint, so nobody refreshes for one lease (a quarantine), which outlasted "
+            + "\(timeout.policyText)"
+    }
+}
+
+extension Credentials {
+    /// These credentials with ``issuedAt`` set to `date` when they have an expiry and no issue
+    /// time yet: what a refresh stamps on the pair it got (at the moment the answer arrived), so
+    /// every store and every process that adopts the token knows its lifetime as issued (issue
+    /// 30, case 7).
+    package func stampedIssue(at date: Date) -> Credentials {
+        guard issuedAt == nil, expiresAt != nil else { return self }
+        var stamped = self
+        stamped.issuedAt = date
+        return stamped
+    }
 }
 
 /// Healthy or not, with the one `.problem` per outage and one `.recovered` after it.

@@ -60,6 +60,9 @@ public final class FileSessionCoordinator: SessionCoordinator {
     private struct State {
         var updates: (@Sendable (SessionUpdate) -> Void)?
         var seen = Shared()
+        /// What this process remembers of the session, so a state file that was removed or put
+        /// back never takes the fleet backwards (``CoordinationMemory``).
+        var memory = CoordinationMemory()
         var health = CoordinatorHealth()
         var stopped = false
         var watching = false
@@ -92,17 +95,29 @@ public final class FileSessionCoordinator: SessionCoordinator {
     public func start(local: Credentials?, updates: @escaping @Sendable (SessionUpdate) -> Void) async
         -> SharedSession?
     {
+        await start(saved: local.map { SharedSession(credentials: $0, generation: 0) }, updates: updates)
+    }
+
+    public func start(saved: SharedSession?, updates: @escaping @Sendable (SessionUpdate) -> Void) async
+        -> SharedSession?
+    {
+        let leaseMs = configuration.lease.milliseconds()
         let startWatcher = state.withLock { state -> Bool in
             state.updates = updates
+            if let saved { state.memory.saw(saved) }
             defer { state.watching = true }
             return !state.watching
         }
+        let seed = state.withLock { $0.memory.seed(now: Self.monotonicNow, leaseMs: leaseMs) }
         let result = await transact { shared -> SharedSession? in
-            shared.join(local: local, now: Date().millisecondsSince1970)
+            shared.join(seed: seed, now: Date().millisecondsSince1970)
         }
         var shared: SharedSession?
         if case .success(let session) = result, let session {
-            state.withLock { $0.seen.generation = max($0.seen.generation, session.generation) }
+            state.withLock { state in
+                state.seen.generation = max(state.seen.generation, session.generation)
+                state.memory.saw(session)
+            }
             shared = session
         }
         // After `seen`: the watcher's first look must not announce what start returns.
@@ -126,7 +141,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
             let seen = signal.version
             let remaining = deadline - ContinuousClock.now
             if holder != nil, remaining <= .zero {
-                return .failedElsewhere("another process's refresh did not finish within \(request.timeout.policyText)")
+                return .failedElsewhere(WaitFailure.reason(holder: holder, timeout: request.timeout))
             }
             enum Step {
                 case turn(RefreshTurn)
@@ -134,6 +149,11 @@ public final class FileSessionCoordinator: SessionCoordinator {
             }
             let holderNow = holder
             let limit = request.limit.map { (count: $0.count, perMs: $0.per.milliseconds()) }
+            let sent = ContinuousClock.now
+            let now = Self.monotonicNow
+            let (knows, seed) = state.withLock { state in
+                (state.memory.knowledge(now: now), state.memory.seed(now: now, leaseMs: leaseMs))
+            }
             let step = await transact { shared -> Step in
                 let now = Date().millisecondsSince1970
                 if let holderNow, let outcome = shared.outcome(
@@ -141,21 +161,49 @@ public final class FileSessionCoordinator: SessionCoordinator {
                 {
                     return .turn(outcome)
                 }
-                switch shared.begin(
-                    failedGeneration: request.failedGeneration, leaseMs: leaseMs, limit: limit, holder: pid, now: now,
-                    isAlive: { Self.isAlive(Int32(truncatingIfNeeded: $0)) })
-                {
+                var answer = shared.begin(
+                    failedGeneration: request.failedGeneration, knows: knows, leaseMs: leaseMs, limit: limit, holder: pid,
+                    now: now, isAlive: { Self.isAlive(Int32(truncatingIfNeeded: $0)) })
+                if case .behind = answer, let seed {
+                    // The state file was removed or put back: re-seeded from what this process
+                    // knows, under the same lock, then asked again.
+                    shared.reseed(seed, now: now)
+                    answer = shared.begin(
+                        failedGeneration: request.failedGeneration, knows: knows, leaseMs: leaseMs, limit: limit,
+                        holder: pid, now: now, isAlive: { Self.isAlive(Int32(truncatingIfNeeded: $0)) })
+                }
+                switch answer {
                 case .newer(let session): return .turn(holderNow == nil ? .newer(session) : .published(session))
                 case .granted(let lease): return .turn(.lease(lease))
                 case .limited: return .turn(.limited)
                 case .wait(let fence, let left): return .wait(fence, left)
+                case .behind(let stored):
+                    return .turn(
+                        .unavailable(
+                            "the shared session file '\(self.statePath)' holds generation \(stored), older than this process knows, "
+                                + "and this process has no pair to re-seed it with"))
                 }
             }
             switch step {
             case .failure(let error): return .unavailable(error.reason)
-            case .success(.turn(let turn)): return turn
+            case .success(.turn(.lease(var lease))):
+                state.withLock { $0.memory.holds(fence: lease.fencingToken) }
+                lease.term = request.leaseLength(configured: configuration.lease) - (ContinuousClock.now - sent)
+                return .lease(lease)
+            case .success(.turn(let turn)):
+                if case .newer(let session) = turn { state.withLock { $0.memory.saw(session) } }
+                if case .published(let session) = turn { state.withLock { $0.memory.saw(session) } }
+                return turn
             case .success(.wait(let fence, let leftMs)):
                 holder = fence
+                // Seen: honoured for its whole term even if the state file is removed.
+                if fence > 0 {
+                    state.withLock { state in
+                        state.memory.heardGrant(
+                            fence: fence, generation: request.failedGeneration, value: String(fence), leaseMs: leftMs,
+                            now: Self.monotonicNow)
+                    }
+                }
                 let slice = min(remaining, .milliseconds(leftMs + 5), .milliseconds(250))
                 await signal.wait(after: seen, timeout: slice)
             }
@@ -169,7 +217,12 @@ public final class FileSessionCoordinator: SessionCoordinator {
         switch result {
         case .failure(let error): return .unavailable(error.reason)
         case .success(let outcome):
-            if case .published(let session) = outcome { state.withLock { $0.seen.generation = session.generation } }
+            if case .published(let session) = outcome {
+                state.withLock { state in
+                    state.seen.generation = max(state.seen.generation, session.generation)
+                    state.memory.saw(session)
+                }
+            }
             return outcome
         }
     }
@@ -179,10 +232,13 @@ public final class FileSessionCoordinator: SessionCoordinator {
     }
 
     public func publishLogout(until: Date, reason: String) async {
-        let end = until.millisecondsSince1970
         // The session epoch it was decided in: the latest this process has read. A logout decided
         // before a sign-in it had not read yet is not stored (``CoordinationRecord/logout(until:epoch:)``).
-        let epoch = state.withLock { $0.seen.epoch }
+        await publishLogout(until: until, reason: reason, epoch: state.withLock { $0.seen.epoch })
+    }
+
+    public func publishLogout(until: Date, reason: String, epoch: UInt64) async {
+        let end = until.millisecondsSince1970
         let stored = await transact { shared in shared.logout(until: end, epoch: epoch) }
         switch stored {
         case .failure:
@@ -199,11 +255,18 @@ public final class FileSessionCoordinator: SessionCoordinator {
     }
 
     public func publishSignIn(_ credentials: Credentials) async -> SharedSession? {
-        let result = await transact { shared -> SharedSession in shared.signIn(credentials) }
+        let floor = state.withLock { $0.memory.generation }
+        let result = await transact { shared -> SharedSession in shared.signIn(credentials, after: floor) }
         guard case .success(let session) = result else { return nil }
-        state.withLock { $0.seen.generation = max($0.seen.generation, session.generation) }
+        state.withLock { state in
+            state.seen.generation = max(state.seen.generation, session.generation)
+            state.memory.saw(session)
+        }
         return session
     }
+
+    /// This process's clock for what it remembers (``CoordinationMemory``).
+    private static var monotonicNow: Int64 { ContinuousClock.now.coordinationMilliseconds }
 
     public func stop() {
         state.withLock { $0.stopped = true }
@@ -261,7 +324,12 @@ public final class FileSessionCoordinator: SessionCoordinator {
         if let pending { shared.logout(until: pending.until, epoch: pending.epoch) }
         let result = body(&shared)
         // Read now: the session epoch is known from here on (a logout decided later belongs to it).
-        state.withLock { $0.seen.epoch = max($0.seen.epoch, shared.epoch) }
+        state.withLock { state in
+            state.seen.epoch = max(state.seen.epoch, shared.epoch)
+            state.memory.sawEpoch(shared.epoch)
+            state.memory.sawFence(shared.fence)
+            if shared.credentials != nil { state.memory.sawStoreSession() }
+        }
         if shared != before {
             // Never below a revision this process has seen: a file removed and recreated goes on
             // from there, so no older copy can pass for newer.
@@ -388,7 +456,8 @@ public final class FileSessionCoordinator: SessionCoordinator {
                 case let holder = (lease["pid"] as? NSNumber)?.doubleValue ?? 0,
                 holder.isFinite, holder >= 0, holder <= Double(Int32.max)
             else { return refuse("lease") }
-            shared.lease = .init(fence: fence, holder: Int64(holder), expires: expires)
+            guard let asker = unsigned(lease["asker"]) else { return refuse("lease") }
+            shared.lease = .init(fence: fence, holder: Int64(holder), expires: expires, asker: asker ?? 0)
         }
         guard let until = milliseconds(object["logged-out-until"]) else { return refuse("logged-out-until") }
         shared.loggedOutUntil = until
@@ -427,7 +496,9 @@ public final class FileSessionCoordinator: SessionCoordinator {
         // One seal over every field: none can be changed, moved or rolled back alone.
         if let signer { object["seal"] = signer.seal("record", shared.sealFields) }
         if let lease = shared.lease {
-            object["lease"] = ["fence": lease.fence, "pid": lease.holder, "expires": lease.expires]
+            var fields: [String: Any] = ["fence": lease.fence, "pid": lease.holder, "expires": lease.expires]
+            if lease.asker != 0 { fields["asker"] = lease.asker }
+            object["lease"] = fields
         }
         if let until = shared.loggedOutUntil { object["logged-out-until"] = until }
         if let failure = shared.failure { object["failure"] = ["fence": failure.fence, "reason": failure.reason] }
@@ -481,7 +552,9 @@ public final class FileSessionCoordinator: SessionCoordinator {
     /// Re-reads the state file when it was replaced, and tells the engine what changed.
     private func watchLoop() {
         // Nothing seen yet: the first look reads the file, so a publication made between `start`
-        // and this thread's first run is not missed.
+        // and this thread's first run is not missed. From here on every lease written is seen
+        // (a grant and its end within one watch interval aside, which need no honouring).
+        state.withLock { $0.memory.listening(since: Self.monotonicNow) }
         var identity: [Int] = [-1]
         while !state.withLock({ $0.stopped }) {
             Thread.sleep(forTimeInterval: Double(configuration.watchInterval.milliseconds()) / 1000)
@@ -495,8 +568,27 @@ public final class FileSessionCoordinator: SessionCoordinator {
                 continue
             }
             var news: [SessionUpdate] = []
+            var correct = false
+            let pid = Int64(getpid())
             state.withLock { state in
                 let seen = state.seen
+                // Another process's lease is remembered, and honoured for its term should the file
+                // be removed; one the record no longer holds (a publication, an end) is over.
+                let now = Self.monotonicNow
+                if let lease = shared.lease, lease.holder != pid, lease.fence > 0 {
+                    let left = lease.expires - Date().millisecondsSince1970
+                    if left > 0, lease.fence != state.memory.lease?.fence {
+                        state.memory.heardGrant(
+                            fence: lease.fence, generation: shared.generation, value: String(lease.fence), leaseMs: left,
+                            now: now)
+                    }
+                } else if let heard = state.memory.lease, shared.fence >= heard.fence, shared.credentials != nil {
+                    state.memory.heardEnd(fence: heard.fence)
+                }
+                if shared.credentials != nil {
+                    if state.memory.isBehind(Self.session(shared)) { correct = true }
+                    state.memory.saw(Self.session(shared))
+                }
                 if shared.generation > seen.generation, shared.credentials != nil {
                     news.append(.credentials(Self.session(shared)))
                 }
@@ -508,8 +600,20 @@ public final class FileSessionCoordinator: SessionCoordinator {
                 if shared.generation >= seen.generation { state.seen = shared }
             }
             for update in news { send(update) }
+            if correct {
+                // Re-seeded with an older pair by a process that missed what this one saw: put
+                // this process's newer one back (a re-seed never takes a newer session back).
+                let leaseMs = configuration.lease.milliseconds()
+                let seed = state.withLock { $0.memory.seed(now: Self.monotonicNow, leaseMs: leaseMs) }
+                if let seed { _ = transactOnQueueBlocking { $0.reseed(seed, now: Date().millisecondsSince1970) } }
+            }
             signal.bump()
         }
+    }
+
+    /// ``transactOnQueue(_:)`` from the watcher's own thread, through the queue.
+    private func transactOnQueueBlocking<R>(_ body: @escaping (inout Shared) -> R) -> Result<R, CoordinationError> {
+        queue.sync { transactOnQueue(body) }
     }
 
     private static func identity(_ path: String) -> [Int] {
@@ -521,6 +625,26 @@ public final class FileSessionCoordinator: SessionCoordinator {
     private func send(_ update: SessionUpdate) {
         let updates = state.withLock { $0.stopped ? nil : $0.updates }
         updates?(update)
+    }
+}
+
+extension FileSessionCoordinator: PendingPublications {
+    package var unpublished: [String] {
+        guard let pending = state.withLock({ $0.pendingLogout }), pending.until > Date().millisecondsSince1970 else {
+            return []
+        }
+        return ["a logout until \(FileCredentialStore.rfc3339(Date(milliseconds: pending.until)))"]
+    }
+
+    /// A logout the lock file kept back is stored by the next transaction that gets the lock.
+    package func flushPending(timeout: Duration) async -> [String] {
+        let giveUp = ContinuousClock.now + timeout
+        while !unpublished.isEmpty, ContinuousClock.now < giveUp {
+            _ = await transact { _ in () }
+            if unpublished.isEmpty { break }
+            try? await Task.sleep(for: min(giveUp - ContinuousClock.now, .milliseconds(50)))
+        }
+        return unpublished
     }
 }
 

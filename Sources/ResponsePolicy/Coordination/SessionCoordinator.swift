@@ -57,6 +57,14 @@ public protocol SessionCoordinator: Sendable {
     /// engine asks again from that generation.
     func start(local: Credentials?, updates: @escaping @Sendable (SessionUpdate) -> Void) async -> SharedSession?
 
+    /// Starts coordinating from what this process saved: its credentials with the generation and
+    /// session epoch the fleet gave them (a credentials file keeps both, see
+    /// ``FileCredentialStore``), so a restarted process never adopts, and never takes a lease
+    /// for, a generation older than one it saved, and re-seeds a store that forgot (or holds an
+    /// old copy put back) from its newer pair. The default calls ``start(local:updates:)`` with
+    /// the credentials alone (generation 0: nothing known).
+    func start(saved: SharedSession?, updates: @escaping @Sendable (SessionUpdate) -> Void) async -> SharedSession?
+
     /// Asks for the right to refresh, because a request signed with `failedGeneration` met a
     /// refresh trigger. Waits (bounded by `request.timeout`) while another process holds the lease.
     func beginRefresh(_ request: RefreshTurnRequest) async -> RefreshTurn
@@ -71,12 +79,73 @@ public protocol SessionCoordinator: Sendable {
     /// Logs the session out everywhere until `until`.
     func publishLogout(until: Date, reason: String) async
 
+    /// Logs the session out everywhere until `until`, decided in session `epoch`: the epoch of the
+    /// credentials the refused request was signed with (``SharedSession/epoch``), whether this
+    /// process signed in itself or adopted the sign-in from the fleet. A store holding a later
+    /// epoch (a sign-in since) neither stores nor announces it. The default calls
+    /// ``publishLogout(until:reason:)``, where the coordinator uses the latest epoch it knows.
+    func publishLogout(until: Date, reason: String, epoch: UInt64) async
+
     /// A new sign-in replaces the session everywhere (and ends a cooldown). Returns the session as
     /// stored, with its generation.
     func publishSignIn(_ credentials: Credentials) async -> SharedSession?
 
     /// Stops listening; later calls answer `.unavailable`.
     func stop()
+}
+
+extension SessionCoordinator {
+    public func start(saved: SharedSession?, updates: @escaping @Sendable (SessionUpdate) -> Void) async
+        -> SharedSession?
+    {
+        await start(local: saved?.credentials, updates: updates)
+    }
+
+    public func publishLogout(until: Date, reason: String, epoch: UInt64) async {
+        await publishLogout(until: until, reason: reason)
+    }
+}
+
+/// What a coordinator still has to publish (a pair it could not store, a logout it could not
+/// announce) and the wait for it: what a process that is about to exit asks, so it leaves
+/// nothing only it knows (issue 30, case 4). The built-in stores answer it; the engine adds the
+/// pair it keeps itself.
+package protocol PendingPublications: Sendable {
+    /// What is still unpublished, each in words without a secret (`a logout until …`); empty when
+    /// nothing is.
+    var unpublished: [String] { get }
+
+    /// Tries to publish what is pending, for at most `timeout`; returns what is still unpublished.
+    func flushPending(timeout: Duration) async -> [String]
+}
+
+/// The askers of refresh turns whose answers were lost: a question whose client gave up after the
+/// store ran it may have been granted a lease nobody knows of. Its asker id is kept, and the next
+/// question of the coordinator (exactly one) asks under it, so the store hands that lease to it
+/// rather than making the fleet wait out a lease nobody uses (``CoordinationRecord/begin``).
+///
+/// Concurrency contract: a value behind its coordinator's lock; ``take()`` hands an id out once.
+package struct AbandonedAskers: Sendable {
+    private var ids: [UInt64] = []
+
+    package init() {}
+
+    /// The id a question asks under: one abandoned, or a fresh random one.
+    package mutating func take() -> UInt64 {
+        ids.popLast() ?? UInt64.random(in: 1...(UInt64(1) << 53))
+    }
+
+    /// A question under `id` got no answer (its client gave up): its lease may be waiting for it.
+    package mutating func abandon(_ id: UInt64) {
+        ids.append(id)
+        if ids.count > 4 { ids.removeFirst() }
+    }
+}
+
+/// A coordinator that takes the asker of a turn (the simulator's clients, which give up on answers
+/// the store ran, as a real client does, and ask again under the same id).
+package protocol AskingCoordinator: SessionCoordinator {
+    func beginRefresh(_ request: RefreshTurnRequest, asker: UInt64) async -> RefreshTurn
 }
 
 /// A coordinator whose store others could tamper with says so once, at start: the engine reports
@@ -91,15 +160,22 @@ package protocol TrustWarning {
 /// A session as a coordinator shares it.
 public struct SharedSession: Sendable, Equatable {
     public var credentials: Credentials?
-    /// Grows with every publication; compares sessions across processes.
+    /// Grows with every publication; compares sessions across processes. Never goes backwards:
+    /// a coordinator re-seeds a store that forgot from the newest generation its process knows.
     public var generation: UInt64
     /// The end of a fleet-wide logout cooldown, when one is on.
     public var loggedOutUntil: Date?
+    /// The session epoch of these credentials: the generation of the sign-in they descend from
+    /// (refreshes keep it; 0 before any sign-in). A logout answers the epoch of the token its
+    /// request was signed with (``SessionCoordinator/publishLogout(until:reason:epoch:)``), so a
+    /// refusal of the old session's token never ends the session a later sign-in started.
+    public var epoch: UInt64
 
-    public init(credentials: Credentials?, generation: UInt64, loggedOutUntil: Date? = nil) {
+    public init(credentials: Credentials?, generation: UInt64, loggedOutUntil: Date? = nil, epoch: UInt64 = 0) {
         self.credentials = credentials
         self.generation = generation
         self.loggedOutUntil = loggedOutUntil
+        self.epoch = epoch
     }
 }
 
@@ -147,15 +223,32 @@ public struct RefreshTurnRequest: Sendable, Equatable {
 }
 
 /// The right to refresh, held by one process at a time.
+///
+/// A lease entitles its holder to *present* the refresh token of `generation` while its term
+/// runs, and to nothing after: a holder whose grant reached it late (a pause, a freeze) or whose
+/// term is too short for the token call presents nothing, and asks again. Whose pair is kept is
+/// not the lease's to decide: the first publication from `generation` is stored, lapsed or not.
 public struct RefreshLease: Sendable, Equatable {
-    /// Larger than every earlier lease's: a publication with an older one is refused.
+    /// Larger than every earlier lease's (and than every token the granting process had seen).
     public var fencingToken: UInt64
     /// The generation the refresh starts from.
     public var generation: UInt64
+    /// What was left of the lease's term when the coordinator handed it over, measured on the
+    /// coordinator's own clock from the moment it *asked* (so never longer than the term the store
+    /// holds); nil when the coordinator does not know (a host plugin, the local coordinator).
+    /// The engine presents the refresh token only within it (issue 30).
+    public var term: Duration?
 
-    public init(fencingToken: UInt64, generation: UInt64) {
+    public init(fencingToken: UInt64, generation: UInt64, term: Duration? = nil) {
         self.fencingToken = fencingToken
         self.generation = generation
+        self.term = term
+    }
+
+    /// Leases are the same lease when their fencing token and generation are (the term is what
+    /// was left of it when it was handed over, not part of its identity).
+    public static func == (a: Self, b: Self) -> Bool {
+        a.fencingToken == b.fencingToken && a.generation == b.generation
     }
 }
 
@@ -232,4 +325,15 @@ struct UnavailableSessionCoordinator: SessionCoordinator {
     func publishLogout(until: Date, reason: String) async {}
     func publishSignIn(_ credentials: Credentials) async -> SharedSession? { nil }
     func stop() {}
+}
+
+/// A coordinator whose store can be set up to forget what the fleet shares (Redis with an
+/// eviction policy) says so: at start as a `problem` update, and to `policy lint --check-env`,
+/// which asks ``storeSettingsWarnings()`` before a deploy (issue 30: `allkeys-lru`, a common
+/// setting, dropped the session under memory pressure).
+package protocol StoreSettingsCheck {
+    /// Why the store's settings let it forget the coordination keys, with the fix; empty when
+    /// nothing is to be said, or the store cannot be asked (unreachable, the command refused).
+    /// Blocks for at most the coordinator's connect timeout, twice.
+    func storeSettingsWarnings() -> [String]
 }

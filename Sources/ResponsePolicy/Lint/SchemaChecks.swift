@@ -226,6 +226,17 @@ enum SchemaChecks {
                 exampleHeader + "coordination: { use: redis, with: { url: \"redis://127.0.0.1:6379/0\", key: api } }\n",
             ]),
         LintRuleDescription(
+            id: "coordination-store-forgets",
+            summary: "a coordination store set up to forget what the fleet shares (Redis evicting keys)",
+            rationale:
+                "Found by 'policy lint --check-env', which asks the store (Redis INFO memory): with a memory limit "
+                + "and an eviction policy other than noeviction, Redis may drop the session or its lease under "
+                + "memory pressure. The fleet re-seeds it from the newest pair a process holds, but each loss "
+                + "delays refreshes by up to one lease, and a lease no process heard of cannot be honoured. The "
+                + "engine says so at run time too: a problem event at start. Set maxmemory-policy noeviction, or "
+                + "give the coordination keys a Redis of their own.",
+            severity: .warning, triggering: [], nonTriggering: [exampleHeader]),
+        LintRuleDescription(
             id: "coordination-tls-unsupported", summary: "a rediss:// coordination URL, which this build cannot use",
             rationale:
                 "hiredis is built here without TLS, so the coordinator refuses rediss:// at run time and the fleet "

@@ -43,8 +43,14 @@ public enum CredentialStoreError: Error, Sendable, Equatable, CustomStringConver
 /// ```
 ///
 /// `refresh_token` and `expires_at` are optional (absent or `null`); `expires_at` is an RFC 3339
-/// date-time, with or without fractional seconds and with `Z` or an offset; other keys are
-/// ignored when loading and not written back.
+/// date-time, with or without fractional seconds and with `Z` or an offset. Three more keys are
+/// written when known and optional when read: `issued_at` (when the access token was issued, so
+/// its lifetime as issued bounds `refresh.ahead` after a restart too), and `generation` and
+/// `epoch` (what a fleet's coordinator numbered these credentials, and the session epoch they
+/// belong to: a restarted process never adopts, or presents, a generation older than the one it
+/// saved, and re-seeds a store that forgot; issue 30). A value of the wrong type there is
+/// ignored, never a reason to refuse the tokens. Other keys are ignored when loading and not
+/// written back.
 ///
 /// Saving writes a new file next to the old one (`.<name>.tmp-<pid>-<random>`, created with
 /// `O_EXCL | O_NOFOLLOW` and mode 0600), flushes it to disk and renames it over the old one. `rename(2)` is
@@ -77,7 +83,39 @@ package protocol FileBackedCredentialStore {
     var credentialsFilePath: String { get }
 }
 
-public final class FileCredentialStore: CredentialStore, CustomStringConvertible, FileBackedCredentialStore {
+/// Credentials as a process saves them for its next start: with the generation and session epoch
+/// a fleet's coordinator gave them (issue 30), and whether the fleet has them yet.
+package struct SavedCredentials: Sendable, Equatable {
+    package var credentials: Credentials
+    /// The generation the fleet numbered them, or for a pair not yet published the one it
+    /// replaces (0: none known).
+    package var generation: UInt64
+    /// The session epoch they belong to (0: none known).
+    package var epoch: UInt64
+    /// `false` for a pair the token endpoint returned that the coordinator has not stored yet: the
+    /// next start publishes it (over `generation`) before anything else.
+    package var published: Bool
+
+    package init(credentials: Credentials, generation: UInt64 = 0, epoch: UInt64 = 0, published: Bool = true) {
+        self.credentials = credentials
+        self.generation = generation
+        self.epoch = epoch
+        self.published = published
+    }
+}
+
+/// A credential store that keeps, with the credentials, what a fleet's coordinator numbered them
+/// (``SavedCredentials``): the engine saves it after every change and hands it to its coordinator
+/// at start (``SessionCoordinator/start(saved:updates:)``), so a restarted process never takes the
+/// fleet backwards and publishes a pair it could not publish before it exited.
+package protocol SessionStampingStore: CredentialStore {
+    func loadSaved() throws -> SavedCredentials?
+    func save(_ saved: SavedCredentials) throws
+}
+
+public final class FileCredentialStore: CredentialStore, CustomStringConvertible, FileBackedCredentialStore,
+    SessionStampingStore
+{
     /// The credentials file, with `~` expanded.
     public let path: String
     package var credentialsFilePath: String { path }
@@ -118,8 +156,13 @@ public final class FileCredentialStore: CredentialStore, CustomStringConvertible
     /// - Throws: ``CredentialStoreError/unreadable(path:reason:)`` when it cannot be read,
     ///   ``CredentialStoreError/malformed(path:reason:)`` when it is not the credentials JSON.
     public func load() throws -> Credentials? {
+        try loadSaved()?.credentials
+    }
+
+    /// The credentials with the generation, session epoch and publication state the file keeps.
+    package func loadSaved() throws -> SavedCredentials? {
         removeStaleTemporaryFiles()
-        return try readFile { data throws(CredentialStoreError) in try Self.decode(data, path: self.path) }
+        return try readFile { data throws(CredentialStoreError) in try Self.decodeSaved(data, path: self.path) }
     }
 
     /// Checks that a save could land: a temporary file can be created (exclusively, mode 0600)
@@ -145,10 +188,20 @@ public final class FileCredentialStore: CredentialStore, CustomStringConvertible
         try saving.withLock { _ throws(CredentialStoreError) in try writeFile(bytes) }
     }
 
+    /// Replaces the file with `saved`'s credentials and what the fleet numbered them (written
+    /// when known), atomically, mode 0600.
+    package func save(_ saved: SavedCredentials) throws {
+        let bytes = Array(Self.encode(saved).utf8)
+        try saving.withLock { _ throws(CredentialStoreError) in try writeFile(bytes) }
+    }
+
     // MARK: - Format
 
     /// The file's text: keys in a fixed order, absent parts left out, a final newline.
-    static func encode(_ credentials: Credentials) -> String {
+    static func encode(_ credentials: Credentials) -> String { encode(SavedCredentials(credentials: credentials)) }
+
+    static func encode(_ saved: SavedCredentials) -> String {
+        let credentials = saved.credentials
         var lines = ["  \"access_token\": " + PolicyEvent.quote(credentials.accessToken)]
         if let refreshToken = credentials.refreshToken {
             lines.append("  \"refresh_token\": " + PolicyEvent.quote(refreshToken))
@@ -156,7 +209,31 @@ public final class FileCredentialStore: CredentialStore, CustomStringConvertible
         if let expiresAt = credentials.expiresAt {
             lines.append("  \"expires_at\": " + PolicyEvent.quote(rfc3339(expiresAt)))
         }
+        if let issuedAt = credentials.issuedAt {
+            lines.append("  \"issued_at\": " + PolicyEvent.quote(rfc3339(issuedAt)))
+        }
+        if saved.generation > 0 { lines.append("  \"generation\": \(saved.generation)") }
+        if saved.epoch > 0 { lines.append("  \"epoch\": \(saved.epoch)") }
+        if !saved.published { lines.append("  \"published\": false") }
         return "{\n" + lines.joined(separator: ",\n") + "\n}\n"
+    }
+
+    /// The file's credentials with what it keeps of the fleet's numbering (0 and published when
+    /// absent or unusable: a stamp never costs the tokens).
+    static func decodeSaved(_ data: Data, path: String) throws(CredentialStoreError) -> SavedCredentials {
+        var credentials = try decode(data, path: path)
+        let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
+        func number(_ key: String) -> UInt64 {
+            guard let value = object?[key] as? NSNumber, value.doubleValue.isFinite, value.doubleValue >= 0,
+                value.doubleValue < 9e15, value.doubleValue == value.doubleValue.rounded()
+            else { return 0 }
+            return value.uint64Value
+        }
+        if let text = object?["issued_at"] as? String, let date = parseRFC3339(text) { credentials.issuedAt = date }
+        let generation = number("generation")
+        return SavedCredentials(
+            credentials: credentials, generation: generation, epoch: min(number("epoch"), generation),
+            published: (object?["published"] as? Bool) != false)
     }
 
     /// Parses the file's bytes. Reasons name keys and expectations, never values.
@@ -187,7 +264,7 @@ public final class FileCredentialStore: CredentialStore, CustomStringConvertible
     }
 
     /// `2025-01-31T12:00:00Z` (whole seconds, UTC).
-    static func rfc3339(_ date: Date) -> String {
+    package static func rfc3339(_ date: Date) -> String {
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime]
         return formatter.string(from: date)

@@ -1,7 +1,8 @@
 /// The fleet part of a simulation script (docs/commands.md, "Fleet scripts"): several processes,
 /// each with its own requests and its own starting credentials, sharing one in-memory
 /// coordination store and one token server on the one virtual clock, and the things that happen
-/// to a fleet: a restart, a kill, a store outage or pause.
+/// to a fleet: a restart, a kill or a freeze (SIGSTOP), a store outage, pause or slow answers, a
+/// store that forgets (a flush, an eviction, a restart with no persistence).
 ///
 /// Why in the script format: a fleet's failures (a refresh token presented twice, a logout from
 /// coordination trouble) come from timing between processes; a script pins that timing, so the
@@ -49,12 +50,25 @@ package struct FleetScript: Sendable {
             /// Every call to the store answers `unavailable` (for `span`, or until `store: up`).
             case storeDown(span: Duration?)
             case storeUp
-            /// Every call to the store waits (Redis `CLIENT PAUSE`) for `span`.
+            /// Every call to the store waits (Redis `CLIENT PAUSE`) for `span`; a call's client gives up
+            /// at `connect-timeout` (the call is then never run), a publication waits it out.
             case storePause(span: Duration)
+            /// The store runs every call at once but answers `span` late: a client gives up at
+            /// `connect-timeout`, after the store ran what it asked (a publication waits for it).
+            case storeSlow(span: Duration)
+            /// The store forgets: everything (FLUSHALL, `allkeys-*` eviction), or the keys with a time
+            /// to live (`volatile-*` eviction: the cooldown, the `refresh.limit` grants).
+            case storeForget(everything: Bool)
+            /// The store restarts with no persistence: it forgets everything, every connection drops,
+            /// and it is down for `span` (0 by default).
+            case storeRestart(span: Duration)
             /// The process dies at once (`kill -9`): nothing it holds is released.
             case kill(target: Target)
             /// The process dies and a fresh one starts at once, joining the shared session.
             case restart(target: Target, credentials: StartingCredentials?)
+            /// The process stops (SIGSTOP, a VM pause) for `span`, then goes on (SIGCONT): nothing it
+            /// does runs meanwhile, and what it receives waits for it.
+            case freeze(target: Target, span: Duration)
         }
 
         /// Which process an event hits.
@@ -236,10 +250,11 @@ extension PolicyDecoder {
         }
     }
 
-    /// One `events:` item: `{ at, store: down | up | pause, for }`, `{ at, kill: ID | lease-holder }`
-    /// or `{ at, restart: ID | lease-holder, credentials }`.
+    /// One `events:` item: `{ at, store: down | up | pause | slow | flush | evict | restart, for }`,
+    /// `{ at, kill: ID | lease-holder }`, `{ at, restart: ID | lease-holder, credentials }` or
+    /// `{ at, freeze: ID | lease-holder, for }`.
     mutating func fleetEvent(_ node: YAMLNode, processes: [FleetScript.Process]) -> FleetScript.Event? {
-        let allowed = ["at", "store", "for", "kill", "restart", "credentials"]
+        let allowed = ["at", "store", "for", "kill", "restart", "credentials", "freeze"]
         guard let fields = mappingFields(node, "a fleet event", allowed: allowed) else { return nil }
         var at: Duration?
         var span: Duration?
@@ -267,14 +282,14 @@ extension PolicyDecoder {
             report(
                 .error(
                     kinds.isEmpty ? "missing-key" : "invalid-value",
-                    "a fleet event does one thing: 'store:', 'kill:' or 'restart:'", at: node.range))
+                    "a fleet event does one thing: 'store:', 'kill:', 'restart:' or 'freeze:'", at: node.range))
             return nil
         }
         if let credentialsNode, what != "restart" {
             report(.error("invalid-value", "'credentials' goes with 'restart:' only", at: credentialsNode.range))
         }
-        if let spanNode, what != "store" {
-            report(.error("invalid-value", "'for' goes with 'store:' only", at: spanNode.range))
+        if let spanNode, what != "store", what != "freeze" {
+            report(.error("invalid-value", "'for' goes with 'store:' and 'freeze:' only", at: spanNode.range))
         }
         func target(_ value: YAMLNode, _ key: String) -> FleetScript.Event.Target? {
             guard let name = string(value, key) else { return nil }
@@ -293,24 +308,40 @@ extension PolicyDecoder {
             guard let state = string(value, what) else { return nil }
             switch state {
             case "down": kind = .storeDown(span: span)
-            case "up":
+            case "up", "flush", "evict":
                 if let spanNode {
-                    report(.error("invalid-value", "'for' goes with 'store: down' or 'pause'", at: spanNode.range))
+                    report(
+                        .error(
+                            "invalid-value", "'for' goes with 'store: down', 'pause', 'slow' or 'restart'",
+                            at: spanNode.range))
                 }
-                kind = .storeUp
-            case "pause":
+                kind = state == "up" ? .storeUp : .storeForget(everything: state == "flush")
+            case "pause", "slow":
                 guard let span else {
-                    report(.error("missing-key", "'store: pause' needs 'for:', how long calls wait", at: node.range))
+                    let what = state == "pause" ? "how long calls wait" : "how late the store answers"
+                    report(.error("missing-key", "'store: \(state)' needs 'for:', \(what)", at: node.range))
                     return nil
                 }
-                kind = .storePause(span: span)
+                kind = state == "pause" ? .storePause(span: span) : .storeSlow(span: span)
+            case "restart":
+                kind = .storeRestart(span: span ?? .zero)
             default:
-                report(Self.unknownValue(state, of: what, among: ["down", "up", "pause"], at: value.range))
+                report(
+                    Self.unknownValue(
+                        state, of: what, among: ["down", "up", "pause", "slow", "flush", "evict", "restart"],
+                        at: value.range))
                 return nil
             }
         case "kill":
             guard let target = target(value, what) else { return nil }
             kind = .kill(target: target)
+        case "freeze":
+            guard let target = target(value, what) else { return nil }
+            guard let span else {
+                report(.error("missing-key", "'freeze:' needs 'for:', how long the process is stopped", at: node.range))
+                return nil
+            }
+            kind = .freeze(target: target, span: span)
         default:
             guard let target = target(value, what) else { return nil }
             kind = .restart(target: target, credentials: credentials)

@@ -13,9 +13,18 @@ import ResponsePolicy
 ///
 /// A killed process dies as `kill -9` does: its requests in flight end at once (outcome
 /// `cancelled`, reason "the process was killed"), it never calls the store again (a lease it holds
-/// stays until it expires), and a token call it had on the way never reaches the server. A
-/// restart is a kill followed at once by a fresh engine that starts from the credentials file the
-/// old one kept (`expires_at` to the second, as a file keeps it) and joins the shared session.
+/// stays until it expires), and a token call it had on the way has reached the server (the server
+/// handles a call when it is made and answers after the step's `after`), so the pair it issued
+/// dies with the process. A restart is a kill followed at once by a fresh engine that starts from
+/// the credentials file the old one kept (`expires_at` to the second, as a file keeps it) and
+/// joins the shared session. A frozen process (SIGSTOP) runs nothing until it thaws: its timers,
+/// its answers (the token server's, the store's, the API's) and the news it hears wait for it.
+///
+/// The store's faults are those a real one has: an outage; a pause, in which a call's client
+/// gives up at `connect-timeout` (the call is never run) while a publication waits it out; slow
+/// answers, which the client gives up on after the store ran the call; forgetting everything or
+/// the keys with a time to live; a restart with no persistence, which also drops every
+/// subscription.
 package enum FleetSimulator {
     /// A line of the fleet's output that is not an engine's event: a process started, killed or
     /// restarted, the store down, up or paused, a call that reached the token server.
@@ -206,6 +215,7 @@ final class FleetRun: Sendable {
         var restarts = 0
         var kills = 0
         var pausedUntil: Duration = .zero
+        var slowUntil: Duration = .zero
     }
 
     let policy: Policy
@@ -215,6 +225,8 @@ final class FleetRun: Sendable {
     let server: FleetTokenServer
     let tokens: TokenServer?
     let lease: Duration
+    /// The most a store call's client waits (the coordination's `connect-timeout`, 250ms by default).
+    let connectTimeout: Duration
     /// Whether the processes share the store: the policy names a coordination other than `local`.
     let shared: Bool
     let seed: UInt64
@@ -241,6 +253,9 @@ final class FleetRun: Sendable {
         lease =
             policy.coordination.options["lease"]?.string.flatMap { Duration.parsePolicy($0) }
             .flatMap { $0 > .zero ? $0 : nil } ?? .seconds(15)
+        connectTimeout =
+            policy.coordination.options["connect-timeout"]?.string.flatMap { Duration.parsePolicy($0) }
+            .flatMap { $0 > .zero ? $0 : nil } ?? .milliseconds(250)
         shared = policy.coordination.name != "local"
         var processes: [SimulatedProcess] = []
         let output = output
@@ -378,7 +393,8 @@ final class FleetRun: Sendable {
         let inner = store.coordinator(lease: lease)
         let incarnation = process.begin(inner)
         var options = PolicyEngine.Options()
-        options.clock = clock
+        // Its own view of the clock: a sleep (a timer) never ends while the process is frozen.
+        options.clock = FreezableClock(base: clock, process: process)
         options.taskExecutor = scheduler.executor
         options.random = SeededRandomSource(seed: seed &+ UInt64(process.index) &* 7919 &+ UInt64(incarnation))
         options.observers = [ProcessObserver(run: self, process: process, incarnation: incarnation)]
@@ -404,7 +420,9 @@ final class FleetRun: Sendable {
             [("credentials", PolicyEvent.quote(what))] + (shared ? [] : [("coordinated", "false")]),
             text: (restart ? "restarted" : "started") + " with credentials \(what)"
                 + (shared ? "" : ", alone (coordination: local shares nothing)"))
-        let engine = PolicyEngine(policy: policy, transport: process.transport, credentials: file, options: options)
+        let engine = PolicyEngine(
+            policy: policy, transport: FreezableTransport(inner: process.transport, process: process, clock: clock),
+            credentials: file, options: options)
         process.install(engine, file: file, incarnation: incarnation)
     }
 
@@ -436,6 +454,47 @@ final class FleetRun: Sendable {
             note(
                 "store", [("state", "\"paused\""), ("for", PolicyEvent.seconds(span))],
                 text: "store paused for \(PolicyEvent.seconds(span))s")
+        case .storeSlow(let span):
+            let until = clock.now + span
+            output.withLock { $0.slowUntil = max($0.slowUntil, until) }
+            note(
+                "store", [("state", "\"slow\""), ("for", PolicyEvent.seconds(span))],
+                text: "store answers late for \(PolicyEvent.seconds(span))s")
+        case .storeForget(let everything):
+            store.forget(everything ? .everything : .volatile)
+            note(
+                "store", [("state", everything ? "\"flushed\"" : "\"evicted\"")],
+                text: everything ? "store forgot everything (flush)" : "store evicted its keys with a time to live")
+        case .storeRestart(let span):
+            store.forget(.everything)
+            store.isAvailable = false
+            note(
+                "store", [("state", "\"restarted\""), ("for", PolicyEvent.seconds(span))],
+                text: "store restarted empty, down for \(PolicyEvent.seconds(span))s")
+            if span == .zero {
+                store.isAvailable = true
+            } else {
+                let store = store
+                let clock = clock
+                Task(executorPreference: scheduler.executor) {
+                    try? await clock.sleep(until: clock.now + span)
+                    store.isAvailable = true
+                }
+            }
+        case .freeze(let target, let span):
+            guard let process = hit(target) else { return }
+            let until = clock.now + span
+            process.freeze(until: until)
+            note(
+                "freeze", process: process.id, [("for", PolicyEvent.seconds(span))],
+                text: "frozen (SIGSTOP) for \(PolicyEvent.seconds(span))s")
+            let clock = clock
+            Task(executorPreference: scheduler.executor) { [self] in
+                try? await clock.sleep(until: until)
+                guard process.thaw(at: clock.now) else { return }
+                note("thaw", process: process.id, text: "thawed (SIGCONT)")
+                for update in process.takeDeferred() { update() }
+            }
         case .kill(let target):
             guard let process = hit(target) else { return }
             kill(process, restart: false)
@@ -468,6 +527,8 @@ final class FleetRun: Sendable {
     /// Sends `request` through the process's engine, as the process's caller would.
     func send(_ request: SimulationScript.Request, from id: String) async {
         guard let process = process(id) else { return }
+        // A frozen process starts nothing: its caller's request goes out when it runs again.
+        await process.waitWhileFrozen(clock)
         guard let (engine, incarnation) = process.current else {
             cancelled(request.id, of: process, reason: "process '\(id)' is not running")
             return
@@ -496,6 +557,11 @@ final class FleetRun: Sendable {
             do { try await clock.sleep(until: until) } catch { return }
         }
     }
+
+    /// When a paused store resumes (now or earlier: not paused).
+    var pausedUntil: Duration { output.withLock { $0.pausedUntil } }
+    /// Until when the store answers late.
+    var slowUntil: Duration { output.withLock { $0.slowUntil } }
 }
 
 /// One simulated process: its scripted server answers, its credentials file and the engine now
@@ -512,6 +578,12 @@ final class SimulatedProcess: Sendable {
         /// When this process was granted the lease it holds (a count of grants), nil when it holds none.
         var leaseOrder: Int?
         var refreshCalls = 0
+        /// Until when it is frozen (SIGSTOP); `.zero`: it runs.
+        var frozenUntil: Duration = .zero
+        /// What it received while frozen (news from the store), handed over when it thaws.
+        var deferred: [@Sendable () -> Void] = []
+        /// Its turns whose answers its client gave up on.
+        var abandoned = AbandonedAskers()
     }
 
     let id: String
@@ -550,7 +622,53 @@ final class SimulatedProcess: Sendable {
             state.engine = nil
             state.coordinator = coordinator
             state.leaseOrder = nil
+            state.frozenUntil = .zero
+            state.deferred = []
             return state.incarnation
+        }
+    }
+
+    /// The asker id of its next turn (``AbandonedAskers``).
+    func takeAsker() -> UInt64 { state.withLock { $0.abandoned.take() } }
+
+    /// Its client gave up on the turn asked under `asker`.
+    func abandon(_ asker: UInt64) { state.withLock { $0.abandoned.abandon(asker) } }
+
+    /// Stops the process until `until` (SIGSTOP).
+    func freeze(until: Duration) {
+        state.withLock { $0.frozenUntil = max($0.frozenUntil, until) }
+    }
+
+    /// Whether it is frozen at `now`.
+    func isFrozen(at now: Duration) -> Bool { state.withLock { $0.frozenUntil > now } }
+
+    /// The freeze is over at `now` (SIGCONT); false when a later freeze keeps it stopped.
+    func thaw(at now: Duration) -> Bool { state.withLock { $0.frozenUntil <= now && $0.alive } }
+
+    /// What it received while frozen, in order, now that it runs.
+    func takeDeferred() -> [@Sendable () -> Void] {
+        state.withLock { state in
+            defer { state.deferred = [] }
+            return state.deferred
+        }
+    }
+
+    /// Runs `delivery` now, or when the process thaws.
+    func deliver(at now: Duration, _ delivery: @escaping @Sendable () -> Void) {
+        let later = state.withLock { state -> Bool in
+            guard state.frozenUntil > now else { return false }
+            state.deferred.append(delivery)
+            return true
+        }
+        if !later { delivery() }
+    }
+
+    /// Returns when the process runs (at once when it is not frozen).
+    func waitWhileFrozen(_ clock: VirtualClock) async {
+        while true {
+            let until = state.withLock { $0.frozenUntil }
+            guard clock.now < until else { return }
+            do { try await clock.sleep(until: until) } catch { return }
         }
     }
 
@@ -627,10 +745,15 @@ struct FleetRefresh: RefreshPlugin {
     func refresh(_ context: RefreshContext) async throws -> Credentials {
         guard process.countRefresh(incarnation) else { throw RefreshFailure("the process was killed") }
         let step = run.server.nextStep()
-        try await run.clock.sleep(until: run.clock.now + step.after)
-        guard process.isLive(incarnation) else { throw RefreshFailure("the process was killed") }
-        let (outcome, answer, call) = run.server.answer(presented: context.credentials?.refreshToken, step: step)
+        // The server handles the call when it is made (it spends the refresh token then); the
+        // answer reaches the process after the step's `after`, when it runs.
+        let (outcome, answer, call) = run.server.answer(
+            presented: context.credentials?.refreshToken, step: step, sentAfter: step.after)
         var fields = [("call", String(call)), ("result", PolicyEvent.quote(answer.rawValue))]
+        if let presented = FleetTokenServer.pairNumber(context.credentials?.refreshToken) {
+            // Which pair's refresh token it presented (its number, never the token).
+            fields.append(("presented", String(presented)))
+        }
         var text = "token call \(call): \(answer.rawValue)"
         if case .success = outcome {
             fields.append(("pair", String(run.server.newest)))
@@ -638,12 +761,20 @@ struct FleetRefresh: RefreshPlugin {
         }
         if answer == .reuse { text += " (a spent refresh token presented again: the family is revoked)" }
         run.note("token-call", process: process.id, fields, text: text)
+        try? await run.clock.sleep(until: run.clock.now + step.after)
+        run.server.sendIssued()
+        await process.waitWhileFrozen(run.clock)
+        guard process.isLive(incarnation) else { throw RefreshFailure("the process was killed") }
         return try outcome.get()
     }
 }
 
-/// One incarnation's view of the shared store: it waits while the store is paused, and goes
-/// silent when its process dies (a killed process releases nothing and hears nothing).
+/// One incarnation's view of the shared store, with a real client's timing: a call waits while
+/// the store is paused, and its client gives up at `connect-timeout` (the call is then never run:
+/// Redis drops a paused command whose connection closed); while the store answers late, the call
+/// runs at once and its client gives up at `connect-timeout` all the same. A publication is never
+/// given up on (it waits out a pause and a late answer). A frozen process sends and receives
+/// nothing until it thaws, and a killed one goes silent (it releases nothing and hears nothing).
 struct FleetCoordinator: SessionCoordinator {
     let inner: any SessionCoordinator
     let run: FleetRun
@@ -652,51 +783,130 @@ struct FleetCoordinator: SessionCoordinator {
 
     private var live: Bool { process.isLive(incarnation) }
     private static let dead = "the process was killed"
+    private var gaveUp: String { "the store did not answer within \(run.connectTimeout.policyText) (connect-timeout)" }
+
+    /// Runs `call` as a client that gives up at `connect-timeout`: nil when it gave up (the call
+    /// never ran when the store was paused; it ran when the store was only slow).
+    private func client<R: Sendable>(_ call: () async -> R) async -> R? {
+        await process.waitWhileFrozen(run.clock)
+        let now = run.clock.now
+        if run.pausedUntil > now {
+            guard run.pausedUntil - now <= run.connectTimeout else {
+                try? await run.clock.sleep(until: now + run.connectTimeout)
+                return nil
+            }
+            await run.waitWhilePaused()
+        }
+        let result = await call()
+        let late = run.slowUntil - run.clock.now
+        if late > .zero {
+            try? await run.clock.sleep(until: run.clock.now + min(late, run.connectTimeout))
+            if late > run.connectTimeout { return nil }
+        }
+        await process.waitWhileFrozen(run.clock)
+        return result
+    }
 
     func start(local: Credentials?, updates: @escaping @Sendable (SessionUpdate) -> Void) async -> SharedSession? {
+        await process.waitWhileFrozen(run.clock)
         await run.waitWhilePaused()
         guard live else { return nil }
         let process = process
         let incarnation = incarnation
-        return await inner.start(local: local) { update in
-            if process.isLive(incarnation) { updates(update) }
+        let clock = run.clock
+        let joined = await inner.start(local: local) { update in
+            guard process.isLive(incarnation) else { return }
+            process.deliver(at: clock.now) { if process.isLive(incarnation) { updates(update) } }
         }
+        await process.waitWhileFrozen(run.clock)
+        return joined
     }
 
     func beginRefresh(_ request: RefreshTurnRequest) async -> RefreshTurn {
-        await run.waitWhilePaused()
         guard live else { return .unavailable(Self.dead) }
-        let turn = await inner.beginRefresh(request)
+        // As a real client: a question it gave up on is asked again under the same asker, so a
+        // lease the store granted it is found rather than waited out.
+        let asker = process.takeAsker()
+        guard
+            let turn = await client({
+                if let asking = inner as? any AskingCoordinator {
+                    return await asking.beginRefresh(request, asker: asker)
+                }
+                return await inner.beginRefresh(request)
+            })
+        else {
+            process.abandon(asker)
+            return .unavailable(gaveUp)
+        }
+        guard live else { return .unavailable(Self.dead) }
         if case .lease = turn { process.holdsLease(true, incarnation: incarnation) }
         return turn
     }
 
     func publish(_ credentials: Credentials, with lease: RefreshLease) async -> PublishResult {
+        // Never given up on: it waits out a pause (and runs first when it ends) and a late answer.
+        await process.waitWhileFrozen(run.clock)
         await run.waitWhilePaused()
         guard live else { return .unavailable(Self.dead) }
         let result = await inner.publish(credentials, with: lease)
+        let late = run.slowUntil - run.clock.now
+        if late > .zero { try? await run.clock.sleep(until: run.clock.now + late) }
+        await process.waitWhileFrozen(run.clock)
         if case .unavailable = result {} else { process.holdsLease(false, incarnation: incarnation) }
         return result
     }
 
     func endRefresh(_ lease: RefreshLease, failure: String?) async {
-        await run.waitWhilePaused()
         guard live else { return }
-        await inner.endRefresh(lease, failure: failure)
+        _ = await client { await inner.endRefresh(lease, failure: failure) }
         process.holdsLease(false, incarnation: incarnation)
     }
 
     func publishLogout(until: Date, reason: String) async {
-        await run.waitWhilePaused()
         guard live else { return }
-        await inner.publishLogout(until: until, reason: reason)
+        _ = await client { await inner.publishLogout(until: until, reason: reason) }
+    }
+
+    func publishLogout(until: Date, reason: String, epoch: UInt64) async {
+        guard live else { return }
+        _ = await client { await inner.publishLogout(until: until, reason: reason, epoch: epoch) }
     }
 
     func publishSignIn(_ credentials: Credentials) async -> SharedSession? {
-        await run.waitWhilePaused()
         guard live else { return nil }
-        return await inner.publishSignIn(credentials)
+        return await client({ await inner.publishSignIn(credentials) }) ?? nil
     }
 
     func stop() { inner.stop() }
+}
+
+/// One process's view of the fleet's clock: a sleep (an engine timer) never ends while the
+/// process is frozen; it ends when it thaws, as every timer of a process given SIGCONT fires at once.
+struct FreezableClock: PolicyClock {
+    let base: VirtualClock
+    let process: SimulatedProcess
+
+    var now: Duration { base.now }
+    var date: Date { base.date }
+
+    func sleep(until deadline: Duration) async throws {
+        try await base.sleep(until: deadline)
+        while process.isFrozen(at: base.now) {
+            try Task.checkCancellation()
+            await process.waitWhileFrozen(base)
+        }
+    }
+}
+
+/// One process's transport: an answer that arrives while the process is frozen is read when it thaws.
+struct FreezableTransport: Transport {
+    let inner: ScriptedTransport
+    let process: SimulatedProcess
+    let clock: VirtualClock
+
+    func send(_ request: HTTPRequest) async throws -> HTTPResponse {
+        let response = try await inner.send(request)
+        await process.waitWhileFrozen(clock)
+        return response
+    }
 }

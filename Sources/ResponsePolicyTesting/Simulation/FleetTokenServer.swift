@@ -37,6 +37,8 @@ final class FleetTokenServer: Sendable {
     /// Checks access tokens when the script has `tokens:`.
     let tokens: TokenServer?
     private let state = Locked(State())
+    /// The pair handed out by the call in progress, and when it is sent.
+    private let issuing = Locked<(Int, Duration)?>(nil)
 
     init(steps: [SimulationScript.RefreshStep], clock: VirtualClock, tokens: TokenServer?) {
         self.steps = steps
@@ -62,6 +64,12 @@ final class FleetTokenServer: Sendable {
 
     static let refreshPrefix = "sim-refresh-"
 
+    /// The number of the pair whose refresh token `token` is; nil for anything else.
+    static func pairNumber(_ token: String?) -> Int? {
+        guard let token, token.hasPrefix(refreshPrefix) else { return nil }
+        return Int(token.dropFirst(refreshPrefix.count))
+    }
+
     /// The step the next call takes; counts the call.
     func nextStep() -> SimulationScript.RefreshStep {
         let call = state.withLock { state -> Int in
@@ -72,16 +80,15 @@ final class FleetTokenServer: Sendable {
     }
 
     /// The server's answer to `presented` under `step`: new credentials, or a ``RefreshFailure``.
-    /// `answer` says what it was, for the output.
-    func answer(presented: String?, step: SimulationScript.RefreshStep) -> (
+    /// `answer` says what it was, for the output. The call is handled now (a refresh token is
+    /// spent when the call arrives); the pair it issues is valid from when it is sent, `after`
+    /// from now (as the scripted expiries count it).
+    func answer(presented: String?, step: SimulationScript.RefreshStep, sentAfter after: Duration = .zero) -> (
         Swift.Result<Credentials, RefreshFailure>, Answer, Int
     ) {
-        let number = presented.flatMap { text -> Int? in
-            guard text.hasPrefix(Self.refreshPrefix) else { return nil }
-            return Int(text.dropFirst(Self.refreshPrefix.count))
-        }
-        let now = clock.now
-        let date = clock.date
+        let number = Self.pairNumber(presented)
+        let now = clock.now + after
+        let date = clock.date.addingTimeInterval(after.seconds)
         let (outcome, answer, call, revoke, issue):
             (Swift.Result<Credentials, RefreshFailure>, Answer, Int, Bool, Int?) =
                 state.withLock { state in
@@ -141,8 +148,21 @@ final class FleetTokenServer: Sendable {
                     }
                 }
         if revoke { tokens?.revoke() }
-        if let issue { tokens?.issued(issue, at: now) }
+        if let issue { issuing.withLock { $0 = (issue, now) } }
         return (outcome, answer, call)
+    }
+
+    /// The pair the last call issued, when it is sent (`after` its arrival): from then on its
+    /// access token is the accepted one. Called by the caller once the answer is on its way,
+    /// whether or not the caller lives to read it.
+    func sendIssued() {
+        guard let (number, at) = issuing.withLock({ state -> (Int, Duration)? in
+            defer { state = nil }
+            return state
+        }) else { return }
+        // A family revoked meanwhile (a reuse that arrived after this call) stays revoked.
+        guard state.withLock({ $0.current != nil }) else { return }
+        tokens?.issued(number, at: at)
     }
 
     static func invalidGrant(_ why: String) -> RefreshFailure {

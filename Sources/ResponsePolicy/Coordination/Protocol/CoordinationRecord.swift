@@ -18,26 +18,99 @@ import Foundation
 /// }
 /// ```
 ///
-/// Fencing: every lease carries a token larger than every earlier one (`fence`). A publication is
-/// accepted while its lease holds, or, when the lease has lapsed, only if no lease was granted
-/// since (`fence` still equals its token) and nobody published since (the generation is the one
-/// the lease started from): then no other process can have presented the same refresh token, and
-/// the pair the token endpoint returned is the newest the server issued, so it is kept (issue 19,
-/// invariant f) instead of being thrown away.
-struct CoordinationRecord: Sendable, Equatable {
+/// Fencing: every lease carries a token larger than every earlier one (`fence`), and larger than
+/// every token the asking process has seen, so a store that lost its counter never hands out a
+/// token again. A publication is stored when nobody published since its lease was granted (the
+/// generation it started from is still the stored one, or the store is behind it): the token
+/// endpoint issues one pair per refresh token, so the first publication from a generation holds
+/// the newest pair, whether its lease still holds, lapsed or was forgotten by the store (issue
+/// 30: a pair that arrives after a pause, a timeout or a freeze reaches the fleet). The lease
+/// decides who may *present* the refresh token, never whose pair is kept.
+///
+/// A store may forget (a flush, an eviction, a restart with no persistence) or be put back to
+/// an older state. Generations never go backwards: a process tells ``begin`` what it knows
+/// (``Knowledge``: the newest generation it has seen or saved, the highest fencing token, a lease
+/// it saw whose term has not ended), and a store behind that answers ``Begin/behind(stored:)``:
+/// the process re-seeds it (``reseed(_:now:)``) from its newest pair and asks again. A re-seed
+/// keeps what the store still holds when it is newer, puts back a lease the process saw in term,
+/// or, when the process cannot vouch that it heard every lease granted within the last lease
+/// length, a quarantine: a lease with fencing token 0 that nobody holds, for one lease length,
+/// so a holder the store forgot (its token call at the server) publishes before anyone else
+/// presents the same refresh token.
+package struct CoordinationRecord: Sendable, Equatable {
     /// The lease held now.
     struct Lease: Sendable, Equatable {
+        /// Its fencing token; 0 for a re-seed's quarantine (held by nobody).
         var fence: UInt64
         /// Who holds it (a process id for the file store; any number elsewhere). 0: unknown.
         var holder: Int64
         /// Its end, in milliseconds since 1970.
         var expires: Int64
+        /// Which coordinator asked for it (a random number per coordinator; 0: unknown): a client
+        /// that gave up on its question after the store granted it finds its own lease again.
+        var asker: UInt64 = 0
     }
 
     /// The last refresh that failed, by its lease's fencing token.
     struct Failure: Sendable, Equatable {
         var fence: UInt64
         var reason: String
+    }
+
+    /// What the process asking for a turn knows of the shared session (``CoordinationMemory``
+    /// keeps it): nothing by default, which is how a store that forgets nothing is asked.
+    package struct Knowledge: Sendable, Equatable {
+        /// The newest generation the process has seen or saved: the store must not be behind it.
+        package var generation: UInt64 = 0
+        /// The highest fencing token the process has seen: a new grant goes past it.
+        package var fence: UInt64 = 0
+        /// A lease the process saw (another's) whose term has not ended by its own clock.
+        package var lease: KnownLease?
+        /// The process holds a pair (saved or shared): a store with no session at all forgot it,
+        /// whatever the generation (a fleet still at generation 0 included).
+        package var hasPair = false
+
+        package init(generation: UInt64 = 0, fence: UInt64 = 0, lease: KnownLease? = nil, hasPair: Bool = false) {
+            self.generation = generation
+            self.fence = fence
+            self.lease = lease
+            self.hasPair = hasPair
+        }
+    }
+
+    /// A lease as a process remembers it: its fencing token and what is left of its term.
+    package struct KnownLease: Sendable, Equatable {
+        package var fence: UInt64
+        package var leftMs: Int64
+
+        package init(fence: UInt64, leftMs: Int64) {
+            self.fence = fence
+            self.leftMs = leftMs
+        }
+    }
+
+    /// What a re-seed puts back into a store that forgot (or holds an older session).
+    package struct Seed: Sendable, Equatable {
+        package var credentials: Credentials
+        package var generation: UInt64
+        /// The session epoch of those credentials (the generation of their sign-in).
+        package var epoch: UInt64 = 0
+        /// The highest fencing token the seeding process has seen.
+        package var fence: UInt64 = 0
+        /// The lease to put back unless one is held: one the process saw in term, or a quarantine
+        /// (fencing token 0) for one lease length; nil for none (a first seed, or a process that
+        /// heard every grant of the last lease length).
+        package var lease: KnownLease?
+
+        package init(
+            credentials: Credentials, generation: UInt64, epoch: UInt64 = 0, fence: UInt64 = 0, lease: KnownLease? = nil
+        ) {
+            self.credentials = credentials
+            self.generation = generation
+            self.epoch = epoch
+            self.fence = fence
+            self.lease = lease
+        }
     }
 
     var generation: UInt64 = 0
@@ -58,23 +131,27 @@ struct CoordinationRecord: Sendable, Equatable {
     /// When recent leases were granted (ms), for `refresh.limit` across the fleet.
     var refreshes: [Int64] = []
 
-    /// What a refresh trigger gets (``begin(failedGeneration:leaseMs:limit:holder:now:isAlive:)``).
+    /// What a refresh trigger gets (``begin(failedGeneration:knows:leaseMs:limit:holder:now:isAlive:)``).
     enum Begin: Sendable, Equatable {
         /// Credentials newer than the failed ones are stored.
         case newer(SharedSession)
-        /// Another holder refreshes now: wait (at most `leftMs`) for its publication.
+        /// Another holder refreshes now (fencing token 0: a re-seed's quarantine): wait (at most
+        /// `leftMs`) for its publication.
         case wait(holder: UInt64, leftMs: Int64)
         /// This caller refreshes.
         case granted(RefreshLease)
         /// `refresh.limit` is used up across the fleet.
         case limited
+        /// The store holds an older generation (`stored`) than the caller has seen or saved: it
+        /// forgot, or was put back. The caller re-seeds it and asks again.
+        case behind(stored: UInt64)
     }
 
     /// The session as shared, the cooldown only while it runs at `now`.
     func session(now: Int64) -> SharedSession {
         SharedSession(
             credentials: credentials, generation: generation,
-            loggedOutUntil: loggedOutUntil.flatMap { $0 > now ? Date(milliseconds: $0) : nil })
+            loggedOutUntil: loggedOutUntil.flatMap { $0 > now ? Date(milliseconds: $0) : nil }, epoch: epoch)
     }
 
     /// Whether anything is shared yet.
@@ -83,21 +160,58 @@ struct CoordinationRecord: Sendable, Equatable {
     /// A process joins: seeds the record from its local credentials when nothing is shared, else
     /// returns what is shared (nil: it seeded, or nothing is shared at all).
     mutating func join(local: Credentials?, now: Int64) -> SharedSession? {
-        if credentials == nil, let local {
-            credentials = local
+        join(seed: local.map { Seed(credentials: $0, generation: 0) }, now: now)
+    }
+
+    /// A process joins with what it saved (its credentials file's pair, generation and epoch):
+    /// seeds the record when nothing is shared or what is shared is older than `seed` (a store
+    /// that forgot, or an old copy put back: ``reseed(_:now:)``), else returns what is shared
+    /// (nil: it seeded, or nothing is shared at all).
+    mutating func join(seed: Seed?, now: Int64) -> SharedSession? {
+        if let seed, credentials == nil || generation < seed.generation {
+            reseed(seed, now: now)
             return nil
         }
         guard credentials != nil || (loggedOutUntil ?? 0) > now else { return nil }
         return session(now: now)
     }
 
-    /// A refresh trigger for credentials of `failedGeneration`. `isAlive` tells whether a lease's
-    /// holder still runs (the file store checks the pid; others answer `true`).
+    /// Puts `seed` back when the record holds no credentials or an older generation; returns
+    /// whether it did. Generations never go backwards: a newer session stored is kept as it is.
+    /// The fencing counter goes past every token the seeding process has seen; the epoch is the
+    /// later of the two; a lease held in term is kept, else `seed.lease` is put in place (a lease
+    /// the process saw, or a quarantine), so no process is granted a lease while a holder the
+    /// store forgot may still publish.
+    @discardableResult
+    mutating func reseed(_ seed: Seed, now: Int64) -> Bool {
+        guard credentials == nil || generation < seed.generation else { return false }
+        credentials = seed.credentials
+        generation = max(generation, seed.generation)
+        epoch = min(max(epoch, seed.epoch), generation)
+        fence = max(fence, seed.fence)
+        if let known = seed.lease, known.leftMs > 0, !(lease.map { $0.expires > now } ?? false) {
+            lease = Lease(fence: known.fence, holder: 0, expires: now + known.leftMs)
+            fence = max(fence, known.fence)
+        }
+        return true
+    }
+
+    /// A refresh trigger for credentials of `failedGeneration`, from a process that `knows` what
+    /// ``Knowledge`` says. `isAlive` tells whether a lease's holder still runs (the file store
+    /// checks the pid; others answer `true`).
     mutating func begin(
-        failedGeneration: UInt64, leaseMs: Int64, limit: (count: Int, perMs: Int64)?, holder: Int64, now: Int64,
-        isAlive: (Int64) -> Bool = { _ in true }
+        failedGeneration: UInt64, knows: Knowledge = Knowledge(), leaseMs: Int64, limit: (count: Int, perMs: Int64)?,
+        holder: Int64, asker: UInt64 = 0, now: Int64, isAlive: (Int64) -> Bool = { _ in true }
     ) -> Begin {
+        if generation < knows.generation || (credentials == nil && knows.hasPair) {
+            return .behind(stored: generation)
+        }
         if generation > failedGeneration { return .newer(session(now: now)) }
+        if let held = lease, held.expires > now, asker != 0, held.asker == asker, held.fence > 0 {
+            // Its own lease, granted to a question whose answer it never got (its client gave up
+            // after the store ran it): granted again, for what is left of it, rather than waited for.
+            return .granted(RefreshLease(fencingToken: held.fence, generation: generation))
+        }
         if var held = lease, held.expires > now, isAlive(held.holder) {
             // A lease longer than this process would grant is forged or from a misconfigured
             // peer: it is cut to one lease from now, so it delays refreshes no more than a dead holder.
@@ -107,35 +221,48 @@ struct CoordinationRecord: Sendable, Equatable {
             }
             return .wait(holder: held.fence, leftMs: held.expires - now)
         }
+        // A lease the caller saw in term that the store no longer holds (forgotten, evicted): put
+        // back and honoured, unless a later lease was granted since (the store then knew it ended).
+        if let known = knows.lease, known.leftMs > 0, known.fence >= fence {
+            let left = min(known.leftMs, max(1, leaseMs))
+            lease = Lease(fence: known.fence, holder: 0, expires: now + left)
+            fence = known.fence
+            return .wait(holder: known.fence, leftMs: left)
+        }
         if let limit, limit.count > 0 {
             refreshes.removeAll { $0 <= now - limit.perMs }
             if refreshes.count >= limit.count { return .limited }
             refreshes.append(now)
         }
-        fence += 1
-        lease = Lease(fence: fence, holder: holder, expires: now + max(1, leaseMs))
+        fence = max(fence, knows.fence) + 1
+        lease = Lease(fence: fence, holder: holder, expires: now + max(1, leaseMs), asker: asker)
         return .granted(RefreshLease(fencingToken: fence, generation: generation))
     }
 
     /// What a waiter for lease `holder` finds now: a publication, the holder's failure, or nothing
-    /// yet (nil: ask ``begin(failedGeneration:leaseMs:limit:holder:now:isAlive:)`` again).
+    /// yet (nil: ask ``begin(failedGeneration:knows:leaseMs:limit:holder:now:isAlive:)`` again).
     func outcome(for holder: UInt64, failedGeneration: UInt64, now: Int64) -> RefreshTurn? {
         if generation > failedGeneration { return .published(session(now: now)) }
         if let failure, failure.fence == holder { return .failedElsewhere(failure.reason) }
         return nil
     }
 
-    /// The holder of `lease` publishes what its refresh produced (see the fencing rule above).
+    /// The holder of `held` publishes what its refresh produced: stored when nobody published
+    /// since the lease was granted (the stored generation is the one it started from, or older:
+    /// the store forgot), whether the lease still holds or not (see the fencing rule above). The
+    /// same pair published again (a retry after an answer lost on the way) is answered as stored.
     mutating func publish(_ fresh: Credentials, with held: RefreshLease, now: Int64) -> PublishResult {
-        let holds = lease.map { $0.fence == held.fencingToken && $0.expires > now } ?? false
-        let nobodySince = fence == held.fencingToken && (lease == nil || lease?.fence == held.fencingToken)
-        guard generation == held.generation, holds || nobodySince else {
+        if generation > held.generation {
+            if generation == held.generation + 1, credentials == fresh {
+                return .published(SharedSession(credentials: fresh, generation: generation, epoch: epoch))
+            }
             return .leaseLost(current: credentials == nil ? nil : session(now: now))
         }
-        generation += 1
+        generation = held.generation + 1
         credentials = fresh
+        // Any lease on the older generation is moot now; its holder's publication is refused.
         lease = nil
-        return .published(SharedSession(credentials: fresh, generation: generation))
+        return .published(SharedSession(credentials: fresh, generation: generation, epoch: epoch))
     }
 
     /// Ends a refresh that produced nothing; a failure is kept for the lease's waiters.
@@ -144,10 +271,11 @@ struct CoordinationRecord: Sendable, Equatable {
         if let reason { failure = Failure(fence: held.fencingToken, reason: String(reason.prefix(300))) }
     }
 
-    /// Logs the session out until `until`, decided in session epoch `decided` (the latest the
-    /// deciding process knew); never shortens a longer cooldown. A logout decided before the last
-    /// sign-in (by a process that had not heard of it) changes nothing: that sign-in already
-    /// ended the session it ended. Returns whether it changed the record.
+    /// Logs the session out until `until`, decided in session epoch `decided` (the epoch of the
+    /// token the refused request was signed with); never shortens a longer cooldown. A logout
+    /// decided before the last sign-in (by a process that had not heard of it, or on a request
+    /// signed with the old session's token) changes nothing: that sign-in already ended the
+    /// session it ended. Returns whether it changed the record.
     @discardableResult
     mutating func logout(until: Int64, epoch decided: UInt64) -> Bool {
         guard decided >= epoch, until > (loggedOutUntil ?? 0) else { return false }
@@ -155,14 +283,16 @@ struct CoordinationRecord: Sendable, Equatable {
         return true
     }
 
-    /// A sign-in replaces the session, ends a cooldown and voids a refresh in progress.
-    mutating func signIn(_ signedIn: Credentials) -> SharedSession {
-        generation += 1
+    /// A sign-in replaces the session, ends a cooldown and voids a refresh in progress. Its
+    /// generation goes past `floor` too (the newest the signing process knows), so a store that
+    /// forgot never numbers a sign-in below a generation the fleet has seen.
+    mutating func signIn(_ signedIn: Credentials, after floor: UInt64 = 0) -> SharedSession {
+        generation = max(generation, floor) + 1
         epoch = generation
         credentials = signedIn
         lease = nil
         loggedOutUntil = nil
-        return SharedSession(credentials: signedIn, generation: generation)
+        return SharedSession(credentials: signedIn, generation: generation, epoch: epoch)
     }
 }
 

@@ -125,13 +125,15 @@ package struct SharedStateSigner: Sendable, Equatable {
         ([kind, scope] + fields).map { "\($0.utf8.count):\($0)" }.joined(separator: "\n")
     }
 
-    /// The fields a credentials seal covers: the tokens, the expiry and the generation they are
-    /// stored at (so a signed pair cannot be replayed under another generation).
+    /// The fields a credentials seal covers: the tokens, the expiry, the issue time and the
+    /// generation they are stored at (so a signed pair cannot be replayed under another generation).
     package static func fields(_ credentials: Credentials, generation: UInt64) -> [String] {
         [
             String(generation), credentials.accessToken, credentials.refreshToken ?? "",
             credentials.expiresAt?.checkedMillisecondsSince1970.map(String.init) ?? "",
         ]
+            // Only when there is one: credentials sealed before the issue time was kept still check.
+            + (credentials.issuedAt?.checkedMillisecondsSince1970.map { ["issued", String($0)] } ?? [])
     }
 }
 
@@ -146,7 +148,11 @@ extension CoordinationRecord {
         } else {
             fields.append("no-credentials")
         }
-        if let lease { fields += ["lease", String(lease.fence), String(lease.holder), String(lease.expires)] }
+        if let lease {
+            fields += ["lease", String(lease.fence), String(lease.holder), String(lease.expires)]
+            // Only when there is one: a record sealed before askers were kept still checks.
+            if lease.asker != 0 { fields += ["asker", String(lease.asker)] }
+        }
         if let loggedOutUntil { fields += ["logged-out-until", String(loggedOutUntil)] }
         if let failure { fields += ["failure", String(failure.fence), failure.reason] }
         fields += ["refreshes"] + refreshes.map(String.init)

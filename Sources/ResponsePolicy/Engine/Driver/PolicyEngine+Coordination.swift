@@ -15,10 +15,10 @@ extension PolicyEngine {
     /// during a fleet cooldown must not send, and one restarted with an older token must sign with
     /// the shared one (issue 19, invariant c). The join is bounded by the coordinator's own
     /// timeout (`connect-timeout`): `start` answers within it, reachable or not.
-    func startCoordination(local: Credentials?) {
+    func startCoordination(saved: SharedSession?) {
         let coordinator = coordinator
         runInBackground { [weak self] in
-            let shared = await coordinator.start(local: local) { [weak self] update in
+            let shared = await coordinator.start(saved: saved) { [weak self] update in
                 self?.coordinationUpdate(update)
             }
             guard let self else { return }
@@ -126,5 +126,53 @@ extension PolicyEngine {
     func signedIn(_ session: SharedSession, _ credentials: Credentials) {
         let stored = state.withLock { $0.signInStored(session, credentials) }
         if !stored { adopt(session) }
+    }
+}
+
+extension PolicyEngine {
+    /// What this engine has not been able to tell the fleet yet, in words without a secret: a pair
+    /// its refresh got that the coordinator has not stored (it is in the credential store), a
+    /// logout or a publication the coordinator still holds (``PendingPublications``). Empty when
+    /// nothing is pending, or the session is not shared.
+    package var unpublished: [String] {
+        guard !coordinatorIsLocal else { return [] }
+        var pending: [String] = []
+        if state.withLock({ $0.refresh.unpublished != nil }) { pending.append("a new token pair") }
+        if let coordinator = coordinator as? any PendingPublications { pending += coordinator.unpublished }
+        return pending
+    }
+
+    /// Publishes what is pending (``unpublished``) for at most `timeout`, asking again while the
+    /// coordinator cannot take it; returns what is still unpublished. What a tool calls before it
+    /// exits (issue 30, case 4): a pair or a logout only this process knows must reach the fleet,
+    /// or be named.
+    package func publishPending(timeout: Duration) async -> [String] {
+        let giveUp = clock.now + timeout
+        let runtime = state.withLock { $0.runtime }
+        var pause = Duration.milliseconds(50)
+        while true {
+            // Raced against what is left: a publication stuck on a paused store must not hold the
+            // exit past the bound (it stays in flight meanwhile).
+            await raced(until: giveUp) { await self.publishUnpublished(runtime) }
+            if let coordinator = coordinator as? any PendingPublications {
+                _ = await coordinator.flushPending(timeout: max(.zero, min(giveUp - clock.now, .seconds(1))))
+            }
+            let left = unpublished
+            if left.isEmpty || clock.now >= giveUp { return left }
+            try? await clock.sleep(until: min(giveUp, clock.now + pause))
+            pause = min(pause * 2, .seconds(1))
+        }
+    }
+
+    /// Runs `work` in a task of its own and returns when it ends or at `deadline`, whichever is
+    /// first (the work goes on in the background).
+    private func raced(until deadline: Duration, _ work: @escaping @Sendable () async -> Void) async {
+        let bound = Locked<TimerNode?>(nil)
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let once = ResumeOnce(continuation)
+            Task { await work(); once.resume(()) }
+            bound.withLock { $0 = timers.schedule(at: max(deadline, clock.now)) { once.resume(()) } }
+        }
+        if let timer = bound.withLock({ $0 }) { timers.cancel(timer) }
     }
 }

@@ -60,10 +60,16 @@ extension PolicyEngine {
         let context = LogoutContext(
             requestID: notice.requestID, reason: notice.reason.eventText, credentials: notice.credentials,
             transport: sessionTransport, clock: clock)
-        let (until, text) = (notice.until, notice.reason.eventText)
+        let (until, text, epoch) = (notice.until, notice.reason.eventText, notice.epoch)
         runInBackground {
             // Published first: the other processes stop sending while the plugin ends the session.
-            await coordinator?.publishLogout(until: until, reason: text)
+            // In the epoch of the credentials it was decided on (issue 30, case 6): a store where a
+            // sign-in started a later one refuses it.
+            if epoch > 0 {
+                await coordinator?.publishLogout(until: until, reason: text, epoch: epoch)
+            } else {
+                await coordinator?.publishLogout(until: until, reason: text)
+            }
             await plugin?.logout(context)
         }
     }

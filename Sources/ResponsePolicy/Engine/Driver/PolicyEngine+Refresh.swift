@@ -75,15 +75,23 @@ extension PolicyEngine {
     private func call(_ call: RefreshFlight.Call) async {
         let runtime = call.starter.context.runtime
         let plugins = runtime.scopes[call.starter.scopeIndex]
+        // Under a lease, the refresh token is presented only within its term (issue 30): a request
+        // that could not leave in time (the process was frozen or starved) is not sent.
+        let transport: any Transport =
+            call.presentBy.map { LeaseBoundTransport(inner: sessionTransport, clock: clock, presentBy: $0) }
+            ?? sessionTransport
         let context = RefreshContext(
-            credentials: call.credentials, transport: sessionTransport, clock: clock, reason: call.reason,
+            credentials: call.credentials, transport: transport, clock: clock, reason: call.reason,
             tokenType: plugins.authorize?.tokenType ?? "bearer",
             report: { [weak self] text in self?.problem(text, runtime) })
         let outcome = await callOnce(plugins.refresh, context, giveUpAt: call.giveUpAt)
         let answer: RefreshFlight.Answer
         switch outcome {
-        case .success(let credentials):
-            // The lifetime as issued, for `ahead` (never more than half of it).
+        case .success(let received):
+            // Stamped with when it arrived: the lifetime as issued travels with the pair (the
+            // credentials file, the fleet's store), so `ahead` works on it after a restart and in
+            // every process that adopts it (issue 30, case 7); never more than half of it.
+            let credentials = received.stampedIssue(at: clock.date)
             answer = .pair(credentials, lifetime: credentials.expiresAt.map { $0.timeIntervalSince(clock.date) })
         case .failure(let failure):
             var judged = failure
@@ -136,7 +144,7 @@ extension PolicyEngine {
                     once.resume(.failure(RefreshFailure("the refresh plugin failed (\(type(of: error)))", kind: .transient)))
                 }
             }
-            let timer = timers.schedule(at: giveUpAt) {
+            let giveUp: @Sendable () -> Void = {
                 // The bound's reason first: the cancelled plugin's own "cancelled" must not win.
                 once.resume(
                     .failure(
@@ -145,7 +153,25 @@ extension PolicyEngine {
                             kind: .transient)))
                 task.cancel()
             }
-            bound.withLock { $0 = timer }
+            bound.withLock { $0 = scheduleGiveUp(at: giveUpAt, bound: bound, giveUp) }
+        }
+    }
+
+    /// How late a give-up timer may fire before the engine takes it for a process that was frozen
+    /// (SIGSTOP, a VM pause) or starved: then an answer may be waiting to be read.
+    static let lateFiring = Duration.seconds(1)
+
+    /// A call's give-up timer. One that fires more than ``lateFiring`` late gives the call a grace
+    /// of the same length first: after a freeze every timer fires at once, and the token endpoint's
+    /// answer (a pair the server issued, the refresh token already spent) may be waiting in the
+    /// socket; it is read and kept rather than abandoned (issue 30, case 5).
+    private func scheduleGiveUp(
+        at deadline: Duration, bound: Locked<TimerNode?>, _ giveUp: @escaping @Sendable () -> Void
+    ) -> TimerNode {
+        timers.schedule(at: deadline) { [weak self, clock] in
+            guard let self, clock.now - deadline > Self.lateFiring else { return giveUp() }
+            let grace = timers.schedule(at: clock.now + Self.lateFiring, giveUp)
+            bound.withLock { $0 = grace }
         }
     }
 
@@ -198,12 +224,14 @@ extension PolicyEngine {
                         + "published when the coordinator is back", runtime)
             }
         case .published(let session):
-            state.withLock { state in
+            let held = state.withLock { state -> Bool in
                 if state.refresh.unpublished?.lease == lease { state.refresh.unpublished = nil }
-                if session.generation > state.sharedGeneration, state.credentials?.sameTokens(as: credentials) == true {
-                    state.sharedGeneration = session.generation
-                }
+                guard state.credentials?.sameTokens(as: credentials) == true else { return false }
+                if session.generation > state.sharedGeneration { state.sharedGeneration = session.generation }
+                return true
             }
+            // The credentials file says so too: the fleet has this pair, at this generation.
+            if held { saveCredentials(runtime, again: true) }
         case .leaseLost(let current):
             // The pair the token endpoint returned is the newest it issued to this process: never
             // thrown away. Kept here, and reported.
@@ -213,6 +241,26 @@ extension PolicyEngine {
                     + "\(current?.generation ?? 0) is stored); this process keeps the pair it got", runtime)
         }
     }
+}
+
+/// The transport of a refresh call made under a lease (``RefreshFlight/Call/presentBy``): a request
+/// that could not leave before the lease's term ends is not sent, so a process frozen between its
+/// turn and its call never presents a refresh token another holder may be presenting (issue 30).
+struct LeaseBoundTransport: Transport {
+    let inner: any Transport
+    let clock: any PolicyClock
+    let presentBy: Duration
+
+    func send(_ request: HTTPRequest) async throws -> HTTPResponse {
+        guard clock.now < presentBy else {
+            throw TransportError(
+                .connection, "the refresh lease's term ended before the token call could go out; it was not sent")
+        }
+        return try await inner.send(request)
+    }
+
+    var sessionCallTransport: any Transport { self }
+    var connectionsPerHost: Int? { inner.connectionsPerHost }
 }
 
 extension EngineState {

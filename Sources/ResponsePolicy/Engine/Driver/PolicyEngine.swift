@@ -135,7 +135,23 @@ public final class PolicyEngine: Sendable {
         var initial = EngineState(runtime: runtime)
         var loadProblem: String?
         do {
-            initial.credentials = try credentials?.load()
+            if let stamping = credentials as? any SessionStampingStore {
+                // With the generation and epoch the fleet gave them: a restarted process never
+                // takes the fleet backwards (issue 30).
+                let saved = try stamping.loadSaved()
+                initial.credentials = saved?.credentials
+                initial.sharedGeneration = saved?.generation ?? 0
+                initial.sharedEpoch = saved?.epoch ?? 0
+                if let saved, !saved.published {
+                    // A pair a previous run got but could not publish (issue 30, case 4): published
+                    // over the generation it replaces before this run refreshes.
+                    initial.refresh.unpublished = (
+                        saved.credentials, RefreshLease(fencingToken: 0, generation: saved.generation)
+                    )
+                }
+            } else {
+                initial.credentials = try credentials?.load()
+            }
         } catch {
             loadProblem = "the credential store could not be read (\(Self.describe(error))); requests go out unsigned"
         }
@@ -166,7 +182,9 @@ public final class PolicyEngine: Sendable {
             PluginError(
                 kind: .coordination, name: policy.coordination.name, reason: warning, range: policy.coordination.range)
         }
-        let local = initial.credentials
+        let saved = initial.credentials.map {
+            SharedSession(credentials: $0, generation: initial.sharedGeneration, epoch: initial.sharedEpoch)
+        }
         state = Locked(initial)
         reportProblems(runtime)
         if let loadProblem { problem(loadProblem, runtime) }
@@ -182,7 +200,7 @@ public final class PolicyEngine: Sendable {
         if !coordinatorIsLocal {
             joining.withLock { $0.pending = true }
             joinPending.store(true, ordering: .releasing)
-            startCoordination(local: local)
+            startCoordination(saved: saved)
         }
     }
 
@@ -212,13 +230,25 @@ public final class PolicyEngine: Sendable {
     /// already written: two refreshes (or a refresh and a sign-in) ending together cannot leave
     /// the store holding the older credentials, however slow its first write. Lock order: the
     /// save lock, then the engine's; never the reverse. The event is emitted outside both.
-    func saveCredentials(_ runtime: PolicyRuntime) {
+    func saveCredentials(_ runtime: PolicyRuntime, again: Bool = false) {
         guard let store else { return }
         let failure = saving.withLock { lastSaved -> (any Error)? in
-            let (credentials, generation) = state.withLock { ($0.credentials, $0.generation) }
-            guard let credentials, generation > lastSaved else { return nil }
+            let (credentials, generation, shared, epoch, unpublished) = state.withLock {
+                ($0.credentials, $0.generation, $0.sharedGeneration, $0.sharedEpoch, $0.refresh.unpublished)
+            }
+            // `again`: the same credentials, now numbered by the fleet (a pair just published).
+            guard let credentials, generation > lastSaved || (again && generation == lastSaved) else { return nil }
             do {
-                try store.save(credentials)
+                // With the fleet's numbering (issue 30): the generation these credentials have, or
+                // for a pair not yet published the one they replace (never more than the truth).
+                if let stamping = store as? any SessionStampingStore {
+                    let pending = unpublished.map { $0.credentials.sameTokens(as: credentials) } ?? false
+                    let numbered = pending ? unpublished?.lease.generation ?? shared : shared
+                    try stamping.save(
+                        SavedCredentials(credentials: credentials, generation: numbered, epoch: epoch, published: !pending))
+                } else {
+                    try store.save(credentials)
+                }
                 lastSaved = generation
                 return nil
             } catch {

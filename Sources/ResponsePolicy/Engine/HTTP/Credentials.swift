@@ -8,11 +8,23 @@ public struct Credentials: Sendable, Hashable, CustomStringConvertible, CustomDe
     public var accessToken: String
     public var refreshToken: String?
     public var expiresAt: Date?
+    /// When the token endpoint issued the access token (when its answer arrived), if known:
+    /// with ``expiresAt`` it gives the lifetime as issued, which bounds `refresh.ahead` (at most
+    /// half of it). Stores and coordinators keep it, so a token adopted from the fleet or read
+    /// back after a restart is refreshed ahead as its issuer's was (issue 30, case 7).
+    public var issuedAt: Date?
 
-    public init(accessToken: String, refreshToken: String? = nil, expiresAt: Date? = nil) {
+    public init(accessToken: String, refreshToken: String? = nil, expiresAt: Date? = nil, issuedAt: Date? = nil) {
         self.accessToken = accessToken
         self.refreshToken = refreshToken
         self.expiresAt = expiresAt
+        self.issuedAt = issuedAt
+    }
+
+    /// Seconds the access token was valid for when it was issued, when both ends are known.
+    package var lifetimeAsIssued: Double? {
+        guard let expiresAt, let issuedAt else { return nil }
+        return expiresAt.timeIntervalSince(issuedAt)
     }
 
     public var description: String {
@@ -42,7 +54,7 @@ extension Credentials {
     /// file keeps it to the second and the shared codecs to the millisecond, so the *same* tokens
     /// read back from two stores compare unequal as whole values, and treating them as new
     /// credentials made a process adopt its own token as "fresh" (issue 19).
-    func sameTokens(as other: Credentials?) -> Bool {
+    package func sameTokens(as other: Credentials?) -> Bool {
         guard let other else { return false }
         return accessToken == other.accessToken && refreshToken == other.refreshToken
     }

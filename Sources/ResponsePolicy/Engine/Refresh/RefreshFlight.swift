@@ -99,6 +99,9 @@ struct RefreshFlight {
         /// The shared generation the next turn asks past.
         var askedPast: UInt64
         var lease: RefreshLease?
+        /// When the lease's term ends by this engine's clock (when its turn answered, plus the term
+        /// the coordinator handed over); nil when the coordinator does not say.
+        var leaseEnd: Duration?
         /// The last transient trouble, for the reason its waiters fail with.
         var last: RefreshFailure?
         var reportedUnavailable = false
@@ -122,14 +125,19 @@ struct RefreshFlight {
 
     /// A call of the refresh plugin the shell makes: the flight, the call's number, the
     /// credentials whose refresh token it presents, and when the shell stops waiting for an answer
-    /// (two timeouts: an answer after the first is still kept).
+    /// (two timeouts: an answer after the first is still kept; with a coordinator, never past the
+    /// lease's term, so no other process is granted a lease while this call may still be answered).
     struct Call: Sendable {
         let flight: UInt64
         let number: Int
         let credentials: Credentials?
         let reason: String
         let starter: Starter
-        let giveUpAt: Duration
+        var giveUpAt: Duration
+        /// The last moment the refresh token may be presented (the lease's term, less a margin):
+        /// a call that could not leave before it (the process was frozen, starved) presents
+        /// nothing (issue 30). `nil`: no lease bounds it.
+        var presentBy: Duration? = nil
     }
 
     /// A timer of a flight (its deadline, its backoff, a pause before asking the coordinator again).
@@ -374,11 +382,17 @@ struct RefreshFlight {
         flight.calls += 1
         flight.phase = .calling(flight.calls)
         let deadline = flight.released ? nil : arm(&flight, at: flight.deadline)
-        return .call(
-            Call(
-                flight: flight.id, number: flight.calls, credentials: flight.credentials, reason: flight.reason,
-                starter: flight.starter, giveUpAt: now + flight.settings.timeout * 2),
-            deadline: deadline, problem: problem)
+        var call = Call(
+            flight: flight.id, number: flight.calls, credentials: flight.credentials, reason: flight.reason,
+            starter: flight.starter, giveUpAt: now + flight.settings.timeout * 2)
+        if let leaseEnd = flight.leaseEnd {
+            // The lease's term, less the publication's margin: a call given up on before another
+            // process can be granted a lease (issue 30: a late pair is kept, never presented twice).
+            let bound = leaseEnd - min(flight.settings.timeout / 10, .seconds(1))
+            call.giveUpAt = min(call.giveUpAt, max(now, bound))
+            call.presentBy = max(now, bound)
+        }
+        return .call(call, deadline: deadline, problem: problem)
     }
 
     private mutating func ask(_ flight: inout Flight, now: Duration) -> Step {
@@ -563,6 +577,7 @@ struct RefreshFlight {
                 return .end(ending)
             case .lease(let lease):
                 flight.lease = lease
+                flight.leaseEnd = lease.term.map { now + $0 }
                 return call(&flight, now: now)
             case .unavailable(let reason):
                 guard waits else {

@@ -74,6 +74,10 @@ struct LogoutNotice {
     let requestID: String?
     let plugin: (any LogoutPlugin)?
     let publishes: Bool
+    /// The session epoch of the credentials it was decided on (an attempt signed before the last
+    /// sign-in, here or adopted, decides none), as the coordinator numbers it; 0 when unknown (the
+    /// coordinator then uses the latest it knows).
+    var epoch: UInt64 = 0
 }
 
 /// The ordered list of ``Action``s a transition returns. The first two are kept inline: most

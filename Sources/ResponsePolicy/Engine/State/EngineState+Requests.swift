@@ -626,6 +626,7 @@ extension EngineState {
             .publish(
                 LogoutNotice(
                     until: loggedOutUntilDate ?? r.date, reason: reason, credentials: credentials,
-                    requestID: r.context.id, plugin: r.context.runtime.scopes[r.scopeIndex].logout, publishes: true)))
+                    requestID: r.context.id, plugin: r.context.runtime.scopes[r.scopeIndex].logout, publishes: true,
+                    epoch: sharedEpoch)))
     }
 }

@@ -328,7 +328,7 @@ extension EngineState {
                 .publish(
                     LogoutNotice(
                         until: untilDate, reason: reason, credentials: credentials, requestID: context?.id,
-                        plugin: plugin, publishes: publishes)))
+                        plugin: plugin, publishes: publishes, epoch: sharedEpoch)))
         }
         return true
     }
@@ -360,6 +360,14 @@ extension EngineState {
     /// held. A refresh this engine awaits is answered by them (its waiters go on now; its own
     /// end later finds the generation adopted and changes nothing).
     mutating func adopt(_ session: SharedSession, now: Duration) -> Adoption {
+        // A sign-in elsewhere after the credentials held were issued (its epoch, the generation it
+        // stored at, is past theirs: issue 30, case 6): an attempt signed with them carried the
+        // ended session's token, and a logout code in its answer ends nothing now, as after a
+        // sign-in of this engine (``signInGeneration``).
+        let signedInElsewhere = session.epoch > sharedGeneration
+        if session.generation >= sharedGeneration, session.epoch <= session.generation {
+            sharedEpoch = max(sharedEpoch, session.epoch)
+        }
         guard let published = session.credentials, session.generation > sharedGeneration else { return .ignored }
         sharedGeneration = session.generation
         // The same tokens read back from another store (its expiry to the millisecond, the
@@ -371,6 +379,7 @@ extension EngineState {
         }
         credentials = published
         generation += 1
+        if signedInElsewhere { signInGeneration = generation }
         guard let answered = flight, answered.sessionEpoch == sessionEpoch else { return .adopted(answered: nil) }
         refresh.lastRefresh = now
         return .adopted(answered: refresh.detach())
@@ -382,6 +391,7 @@ extension EngineState {
         guard session.generation > sharedGeneration else { return true }
         guard session.credentials == nil || session.credentials?.sameTokens(as: signedIn) == true else { return false }
         sharedGeneration = session.generation
+        sharedEpoch = max(sharedEpoch, session.epoch > 0 ? session.epoch : session.generation)
         return true
     }
 }

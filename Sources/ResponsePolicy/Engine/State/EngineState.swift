@@ -240,6 +240,10 @@ struct EngineState {
     /// none shared yet). Compared with what the coordinator publishes; the local `generation`
     /// keeps counting every change for the requests' own bookkeeping.
     var sharedGeneration: UInt64 = 0
+    /// The session epoch of the credentials held, as the coordinator numbers it (the shared
+    /// generation of the sign-in they descend from; 0: none known): what a logout decided on them
+    /// is published in (``SessionCoordinator/publishLogout(until:reason:epoch:)``).
+    var sharedEpoch: UInt64 = 0
     /// What the coordinator reported and has not recovered from (``PolicyEngine/problems``).
     var coordinationProblem: PluginError?
     /// Callers of `waitForBackgroundWork` waiting for the refresh to settle (no flight, no call out).
@@ -332,13 +336,15 @@ struct EngineState {
 /// Immutable credentials behind one reference (see `EngineState.credentialsBox`).
 final class CredentialsBox: Sendable {
     let credentials: Credentials
-    /// Seconds the access token was valid for when a refresh of this engine issued it (`nil`:
-    /// unknown, as for stored or adopted credentials): `ahead` never exceeds half of it.
+    /// Seconds the access token was valid for when it was issued (`nil`: unknown): `ahead` never
+    /// exceeds half of it. Given by a refresh of this engine, or read from the credentials'
+    /// ``Credentials/issuedAt`` (adopted from the fleet, or stored), so a process that adopts a
+    /// short-lived token does not refresh it before every request (issue 30, case 7).
     let lifetime: Double?
 
     init(_ credentials: Credentials, lifetime: Double? = nil) {
         self.credentials = credentials
-        self.lifetime = lifetime
+        self.lifetime = lifetime ?? credentials.lifetimeAsIssued
     }
 
     /// How long before expiry to refresh ahead: `ahead`, but at most half the lifetime as issued,
