@@ -78,8 +78,9 @@ public final class PolicyEngine: Sendable {
     /// continuation and the request's next writes to the same task memory. (The runtime orders
     /// them with atomics of its own, which the sanitizer does not see: without this, a request
     /// woken by its backoff's timer and sent at once was reported as a race in one TSan run of four.)
-    /// Uncontended but for the instant of a wake.
-    let resumeGate = Locked(())
+    /// Uncontended but for the instant of a wake. (An `Int`, not `()`: in a debug build a zero-sized
+    /// value shares its address with the lock's acquisition counter, which the sanitizer reports.)
+    let resumeGate = Locked(0)
     /// The refresh flight's timer on the heap, by flight, with its token (see `armFlightTimer`).
     let flightTimers = Locked<[UInt64: (token: UInt64, node: TimerNode)]>([:])
     /// Serialises credential-store writes; holds the generation last written.
