@@ -43,13 +43,18 @@ enum FetchCommand {
         options: [
             policy.declaration, credentials.declaration, concurrency.declaration, count.declaration,
             method.declaration, header.declaration, data.declaration, maxBody.declaration, verbose.declaration,
+            FetchMetrics.file.declaration, FetchMetrics.listen.declaration,
         ],
         exitCodes: [
             (0, "every request was delivered"),
             (1, "a request was not delivered, a refreshed token could not be saved, or the policy has errors"),
             (64, "usage error"), (65, "the credentials file is malformed"),
             (66, "the policy or the credentials file cannot be read"),
-            (73, "the credentials file's folder cannot be written, so nothing was sent (a refresh would lose it)"),
+            (
+                73,
+                "the credentials file's folder (a refresh would lose it), the --metrics file or the --metrics-listen "
+                    + "address cannot be written or bound, so nothing was sent"
+            ),
         ])
 
     /// What the command line asked for.
@@ -96,10 +101,17 @@ enum FetchCommand {
             }
         }
 
+        let metrics: FetchMetrics?
+        switch FetchMetrics.start(arguments, policy: policy, output: output) {
+        case .success(let started): metrics = started
+        case .failure(let failure): return failure.code
+        }
+
         let recorder = FetchRecorder()
         var options = PolicyEngine.Options()
         options.userAgent = PolicyCommand.userAgent
         options.observers = [recorder]
+        if let metrics { options.observers.append(metrics.metrics) }
         if invocation.verbose {
             let stderr = output.stderr
             options.observers.append(EventPrinter(write: stderr))
@@ -110,6 +122,7 @@ enum FetchCommand {
             transport: URLSessionTransport(timeout: transportTimeout(for: policy), maxBody: invocation.maxBody),
             plugins: registry,
             credentials: store, options: options)
+        metrics?.metrics.attach(engine)
         // A plugin that cannot be made here (an unset variable, a missing command) fails every refresh: say so first.
         for problem in engine.problems where problem != engine.coordinationWarning {
             output.stderr(problem.diagnostic(file: invocation.policyPath).description + "\n")
@@ -124,6 +137,7 @@ enum FetchCommand {
         // `http` logout POST go out (bounded by the plugin's own timeout, 5s by default), before
         // the process ends.
         await engine.waitForBackgroundWork()
+        let metricsWritten = metrics?.finish(output: output) ?? true
 
         let summary = recorder.summary()
         let delivered = results.filter(\.delivered).count
@@ -147,7 +161,7 @@ enum FetchCommand {
         // next run: never a quiet exit 0.
         let lost = store?.failures ?? []
         for failure in lost { output.stderr("error: \(failure)\n") }
-        return delivered == results.count && lost.isEmpty ? ExitCode.success : ExitCode.failure
+        return delivered == results.count && lost.isEmpty && metricsWritten ? ExitCode.success : ExitCode.failure
     }
 
     /// Whether the policy can refresh at all (some scope names a refresh plugin), so a store

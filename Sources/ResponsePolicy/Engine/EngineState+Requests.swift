@@ -919,6 +919,7 @@ extension EngineState {
         note(r, .refreshEnd, into: &actions) { event in
             event.ok = false
             event.reason = failure.reason
+            event.category = refusal.category
         }
         return afterRefresh(insideLock: r, &loop, .failed(failure), proactive: proactive, into: &actions)
     }

@@ -164,6 +164,7 @@ final class RequestMachine {
     func outcomeEvent(_ result: Result<HTTPResponse, PolicyEngineError>) -> PolicyEvent {
         var event = PolicyEvent(.outcome, time: now, context: context)
         event.edge = loop.lastEdge?.id
+        event.scope = scope.id
         switch result {
         case .success(let response):
             event.result = .delivered
@@ -176,6 +177,7 @@ final class RequestMachine {
             default:
                 event.result = .failed
                 event.reason = error.reasonText
+                event.category = error.category
             }
             if let lastResponse, error != .cancelled {
                 event.status = lastResponse.status
@@ -183,8 +185,12 @@ final class RequestMachine {
             }
         }
         switch loop.refusal {
-        case .budget?: event.reason = "retry refused: budget"
-        case .notRetryable?: event.reason = "\(method) not retried"
+        case .budget?:
+            event.reason = "retry refused: budget"
+            event.category = .budget
+        case .notRetryable?:
+            event.reason = "\(method) not retried"
+            event.category = .notRetryable
         default: break
         }
         return event
