@@ -38,7 +38,9 @@ let package = Package(
         // policy installs `coordination: redis` at start (RedisCoordination.install()).
         .executableTarget(name: "policy", dependencies: ["PolicyCLI", "PolicyStartup", "ResponsePolicyRedis"]),
         .executableTarget(
-            name: "policy-bench", dependencies: ["ResponsePolicy", "ResponsePolicyURLSession", "ResponsePolicyRedis"]),
+            name: "policy-bench",
+            dependencies: ["ResponsePolicy", "ResponsePolicyURLSession", "ResponsePolicyRedis", "ResponsePolicyTesting"]
+        ),
         // Test helper: one coordinator in a child process, driven over stdin/stdout by the
         // multi-process coordination tests (killed with SIGKILL mid-refresh).
         .executableTarget(

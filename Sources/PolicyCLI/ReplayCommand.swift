@@ -139,7 +139,7 @@ enum ReplayCommand {
         }
         let (count, shown) = differences.withLock { ($0.count, $0.shown) }
         for report in shown { writer.write((json ? mismatchJSON(report) : mismatchText(report)) + "\n") }
-        if count > shown.count {
+        if !comparing, count > shown.count {
             writer.write(
                 json
                     ? "{\"event\":\"recording-mismatches-not-shown\",\"count\":\(count - shown.count)}\n"
