@@ -1147,9 +1147,12 @@ extension EngineState {
     /// The effects of a logout a refresh's end already started on request `r`'s edge (the
     /// cooldown and the ending of the other requests are done): the event and the publication.
     func logoutEffects(insideLock r: RequestEvent, reason: LogoutReason, into actions: inout Actions) {
+        let cooldown = loggedOutUntil.map { $0 - r.now }
         note(r, .logout, into: &actions) { event in
             event.rule = reason.ruleName
             event.reason = reason.eventText
+            event.category = reason.category
+            event.cooldown = cooldown
         }
         actions.append(
             .publish(

@@ -183,7 +183,11 @@ package final class EventLogRecording: ReplaySource {
                     step.result = .fail
                     step.status = Int(status)
                 } else {
-                    step.result = .transient
+                    // No answer's status: transient when the engine's reason says the endpoint gave
+                    // none, else definitive (a plugin's failure without an answer is taken at its word).
+                    let reason = value["reason"]?.string?.lowercased() ?? ""
+                    let transient = ["no answer", "transient", "timed out", "timeout", "connection", "unavailable"]
+                    step.result = transient.contains { reason.contains($0) } ? .transient : .fail
                 }
             }
             tokens.append(RecordedTokenCall(at: .seconds(max(0, start - (origin ?? start))), step: step))

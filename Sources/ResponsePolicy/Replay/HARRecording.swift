@@ -94,6 +94,7 @@ package final class HARRecording: ReplaySource {
     private func readMore() throws(ReplayInputError) {
         if state == .start { try findEntries() }
         if state == .inEntries, try reader.nextElement() {
+            _ = try reader.peekValue()  // the entry's own place, past the whitespace before it
             let position = reader.position
             let value = try reader.readValue(stringLimit: limits.maxBodyBytes * 4 / 3 + 4, maxMembers: 1000)
             stats.entries += 1
