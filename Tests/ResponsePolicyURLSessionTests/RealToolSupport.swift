@@ -160,10 +160,16 @@ final class RunningProcess: @unchecked Sendable {
     var isRunning: Bool { process.isRunning }
     var status: Int32 { process.terminationStatus }
 
-    /// SIGINT (mitmdump writes its HAR on it), then waits for the exit.
-    func interrupt() async {
-        if process.isRunning { kill(process.processIdentifier, SIGINT) }
-        await waitForExit()
+    /// SIGTERM (mitmdump shuts down and writes its HAR on it; SIGINT may be ignored in a test
+    /// process's children), then waits for the exit: `false` when it did not end within `seconds`
+    /// (then it is killed).
+    func shutDown(seconds: Double = 15) async -> Bool {
+        if process.isRunning { kill(process.processIdentifier, SIGTERM) }
+        let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
+        while process.isRunning, ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(50)) }
+        guard process.isRunning else { return true }
+        kill(process.processIdentifier, SIGKILL)
+        return false
     }
 
     func stop() {

@@ -50,6 +50,9 @@ package final class HARRecording: ReplaySource {
         var response: SimulationScript.Response
         var responseBody: String
         var retryAfter: String?
+        /// A hash of the request's `Authorization` (or, without one, `Cookie`) value: whether two
+        /// attempts carried the same credential, without keeping it.
+        var credential: Int?
         var position: TextPosition
     }
 
@@ -180,6 +183,7 @@ package final class HARRecording: ReplaySource {
         chains.noteStart(exchange.start)
         if tokenPaths.contains(exchange.path) {
             stats.tokenCalls += 1
+            chains.tokenCallEnded(at: exchange.start + exchange.duration)
             let error = exchange.response.error != nil
             tokens.append(
                 RecordedTokenCall(
@@ -198,7 +202,8 @@ package final class HARRecording: ReplaySource {
         chains.add(
             key: exchange.method + " " + exchange.url + "\n" + (exchange.body ?? ""), start: exchange.start,
             end: exchange.start + exchange.duration, method: exchange.method, path: exchange.path,
-            headers: exchange.headers, body: exchange.body, response: response, position: exchange.position)
+            headers: exchange.headers, body: exchange.body, response: response, credential: exchange.credential,
+            position: exchange.position)
     }
 
     // MARK: - One entry
@@ -228,10 +233,16 @@ package final class HARRecording: ReplaySource {
         var path = url.path
         if path.isEmpty { path = "/" }
         var headers: [(String, String)] = []
+        var authorization: String?
+        var cookie: String?
         for header in (request["headers"]?.array ?? []).prefix(limits.maxHeaders) {
             guard let name = header["name"]?.string, let value = header["value"]?.string else { continue }
-            if keptRequestHeaders.contains(name.lowercased()) { headers.append((name, value)) }
+            let lowered = name.lowercased()
+            if keptRequestHeaders.contains(lowered) { headers.append((name, value)) }
+            if lowered == "authorization" { authorization = value }
+            if lowered == "cookie" { cookie = value }
         }
+        let credential = (authorization ?? cookie).map { $0.hashValue }
         let body = request["postData"]?["text"]?.string
         guard let answer = entry["response"], case .object = answer else { throw fail("no 'response' object") }
         var response = SimulationScript.Response()
@@ -267,7 +278,8 @@ package final class HARRecording: ReplaySource {
         return Exchange(
             start: start, duration: duration, method: method.uppercased(), url: urlText, path: path,
             headers: headers, body: body.map { String(decoding: $0.utf8.prefix(limits.maxBodyBytes), as: UTF8.self) },
-            response: response, responseBody: text, retryAfter: retryAfter, position: position)
+            response: response, responseBody: text, retryAfter: retryAfter, credential: credential,
+            position: position)
     }
 
     /// A browser's or proxy's error text as the transport error class the policy's `error:`

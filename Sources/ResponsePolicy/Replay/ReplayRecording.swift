@@ -8,6 +8,10 @@ package struct ReplayRequest: Sendable {
     package var recorded: RecordedOutcome
     /// Where it starts in the recording (a HAR entry's line and column; an event line).
     package var position: TextPosition?
+    /// For each recorded answer, which credential its attempt carried: 0 for the recording's
+    /// first, 1 for the next one seen, …; `nil` when the recording does not show it. A replayed
+    /// attempt signed after more refreshes than that skips the answers older credentials got.
+    package var generations: [Int?] = []
 }
 
 /// What the recording shows a request came to: its last answer, and the result when the recording
@@ -100,6 +104,8 @@ package struct ReplayVerdict: Sendable {
     /// How many times the rule lets a request go again (`max-retries` for a retry rule,
     /// `max-per-request` for a refresh rule); 0 for other actions.
     package var again: Int
+    /// The attempt got no answer (a reset, a timeout, or a client that gave up on it).
+    package var noAnswer = false
 
     /// What `policy` makes of `response` to `method path`.
     package init(policy: Policy, method: String, path: String, response: SimulationScript.Response) {
@@ -107,6 +113,7 @@ package struct ReplayVerdict: Sendable {
         let headers = HTTPHeaders(response.headers)
         if let error = response.error {
             code = nil
+            noAnswer = true
             let index = scope.classifier.match(error: error, method: method, path: path)
             action = index.map { scope.compiled[$0].action }
             again = index.map { scope.compiled[$0].retry.maxRetries } ?? 0
@@ -141,6 +148,9 @@ package struct ReplayVerdict: Sendable {
     /// The result a request has when this answer is its last: delivered (no rule, or `deliver`),
     /// failed (`fail`), logged out (`logout`); `nil` for an answer the policy would not stop at.
     package var result: PolicyEvent.Result? {
+        // No answer and no rule: a transport failure, or a caller that gave up (a logout's
+        // cancellation looks the same on the wire), so the recording does not say which.
+        if noAnswer, action == nil { return nil }
         switch action {
         case nil, .deliver?: return .delivered
         case .fail?: return .failed
@@ -168,8 +178,13 @@ package struct ReplayChains {
         var headers: [(String, String)]
         var body: String?
         var responses: [SimulationScript.Response] = []
+        var generations: [Int?] = []
         var lastEnd: Double
         var verdict: ReplayVerdict?
+        /// When its last attempt started, and a hash of the credential it was sent with (never
+        /// the credential: a re-send after a refresh carries another one).
+        var lastStart: Double
+        var credential: Int?
         var position: TextPosition
         var sentAgain = 0
         var complete = false
@@ -200,10 +215,43 @@ package struct ReplayChains {
         if origin == nil { origin = start }
     }
 
+    /// A token call the recording shows ending at `end` (seconds since the epoch).
+    mutating func tokenCallEnded(at end: Double) {
+        tokenEnds.append(end)
+        if tokenEnds.count > 64 { tokenEnds.removeFirst(tokenEnds.count - 64) }
+    }
+
+    /// Recent token calls' ends.
+    private var tokenEnds: [Double] = []
+    /// Each credential's generation, in the order the recording first shows them (at most
+    /// 10,000; past that a credential has none).
+    private var credentialGenerations: [Int: Int] = [:]
+
+    private mutating func generation(of credential: Int) -> Int {
+        if let known = credentialGenerations[credential] { return known }
+        guard credentialGenerations.count < 10_000 else { return Int.max }
+        credentialGenerations[credential] = credentialGenerations.count
+        return credentialGenerations.count - 1
+    }
+
+    /// Whether an attempt starting at `start` with `credential` can be the re-send of `chain`:
+    /// after a retry, any; after a refresh trigger, one with another credential than the last
+    /// attempt's (when both carry one), else one after a token call that ended since that attempt
+    /// started (when the recording shows token calls).
+    private func continues(_ chain: Chain, start: Double, credential: Int?) -> Bool {
+        guard chain.lastEnd <= start + 0.001 else { return false }
+        guard chain.verdict?.action == .refresh else { return true }
+        if let before = chain.credential, let now = credential { return before != now }
+        guard !tokenEnds.isEmpty else { return true }
+        return tokenEnds.contains { $0 > chain.lastStart && $0 <= start + 0.001 }
+    }
+
     mutating func add(
         key: String, start: Double, end: Double, method: String, path: String, headers: [(String, String)],
-        body: String?, response: SimulationScript.Response, position: TextPosition
+        body: String?, response: SimulationScript.Response, credential: Int?, position: TextPosition
     ) {
+        var generation: Int?
+        if let credential { generation = self.generation(of: credential) }
         if origin == nil { origin = start }
         let window = limits.continuationWindow.seconds
         // Requests the window has passed are complete.
@@ -218,9 +266,12 @@ package struct ReplayChains {
         if let candidates = open[key] {
             for number in candidates {
                 let index = number - base
-                guard chains[index].lastEnd <= start + 0.001 else { continue }
+                guard continues(chains[index], start: start, credential: credential) else { continue }
                 chains[index].responses.append(response)
+                chains[index].generations.append(generation)
                 chains[index].lastEnd = end
+                chains[index].lastStart = start
+                chains[index].credential = credential
                 chains[index].sentAgain += 1
                 settle(number, verdict)
                 return
@@ -229,8 +280,9 @@ package struct ReplayChains {
         let number = base + chains.count
         var chain = Chain(
             number: number, key: key, start: start, method: method, path: path, headers: headers, body: body,
-            lastEnd: end, position: position)
+            lastEnd: end, lastStart: start, credential: credential, position: position)
         chain.responses = [response]
+        chain.generations = [generation]
         chains.append(chain)
         open[key, default: []].append(number)
         openCount += 1
@@ -274,6 +326,7 @@ package struct ReplayChains {
         let chain = chains[head]
         // Its answers are handed over: the slot keeps only what the bookkeeping reads.
         chains[head].responses = []
+        chains[head].generations = []
         head += 1
         if head == chains.count {
             base += chains.count
@@ -296,7 +349,9 @@ package struct ReplayChains {
         let recorded = RecordedOutcome(
             result: chain.verdict?.result, status: last?.error == nil ? last?.status : nil,
             code: chain.verdict?.code, error: last?.error)
-        return ReplayRequest(request: request, recorded: recorded, position: chain.position)
+        var ready = ReplayRequest(request: request, recorded: recorded, position: chain.position)
+        ready.generations = chain.generations.map { $0 == Int.max ? nil : $0 }
+        return ready
     }
 
     /// Requests held (open or waiting for an older one to leave).

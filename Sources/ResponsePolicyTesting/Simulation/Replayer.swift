@@ -47,7 +47,8 @@ package enum Replayer {
         package func matches(_ recorded: RecordedOutcome) -> Bool {
             if let expected = recorded.result, expected != result { return false }
             // A caller whose request a logout ended gets no response, whatever was on the wire.
-            if result == .loggedOut || result == .cancelled { return recorded.result != nil }
+            // (or whose attempt the recording shows unanswered: a cancelled attempt looks like that).
+            if result == .loggedOut || result == .cancelled { return recorded.result != nil || recorded.error != nil }
             if recorded.error != nil { return status == nil && result != .delivered }
             return status == recorded.status && code == recorded.code
         }
@@ -221,6 +222,8 @@ final class Book: Sendable {
     struct Entry {
         var report: Replayer.RequestReport
         var responses: [SimulationScript.Response]
+        var generations: [Int?]
+        /// Per engine, the index of the answer its next attempt gets.
         var attempts: [Int]
         var remaining: Int
     }
@@ -242,7 +245,8 @@ final class Book: Sendable {
             recorded: item.recorded, outcomes: Array(repeating: Replayer.Outcome(), count: engines))
         entries.withLock {
             $0[request.id] = Entry(
-                report: report, responses: request.responses, attempts: Array(repeating: 0, count: engines),
+                report: report, responses: request.responses, generations: item.generations,
+                attempts: Array(repeating: 0, count: engines),
                 remaining: engines)
         }
         var headers = HTTPHeaders(request.headers)
@@ -255,14 +259,23 @@ final class Book: Sendable {
             id: request.id)
     }
 
-    /// The answer to engine `engine`'s next attempt of request `id`.
-    func answer(_ id: String, engine: Int) -> SimulationScript.Response? {
+    /// The answer to engine `engine`'s next attempt of request `id`, signed after `refreshes`
+    /// refreshes (`nil`: unknown): the next recorded answer, past those the recording got with a
+    /// credential older than that (a server accepts the newer token); the last one repeats.
+    func answer(_ id: String, engine: Int, refreshes: Int?) -> SimulationScript.Response? {
         entries.withLock { entries in
             guard var entry = entries[id], let last = entry.responses.last else { return nil }
-            entry.attempts[engine] += 1
-            let attempt = entry.attempts[engine]
+            var index = entry.attempts[engine]
+            if let refreshes {
+                while index < entry.responses.count - 1, index < entry.generations.count,
+                    let generation = entry.generations[index], generation < refreshes
+                {
+                    index += 1
+                }
+            }
+            entry.attempts[engine] = index + 1
             entries[id] = entry
-            return attempt <= entry.responses.count ? entry.responses[attempt - 1] : last
+            return index < entry.responses.count ? entry.responses[index] : last
         }
     }
 
@@ -299,7 +312,8 @@ struct ReplayTransport: Transport {
     let clock: VirtualClock
 
     func send(_ request: HTTPRequest) async throws -> HTTPResponse {
-        guard let answer = book.answer(request.id ?? "", engine: index) else {
+        guard let answer = book.answer(request.id ?? "", engine: index, refreshes: TokenServer.token(in: request))
+        else {
             // A request the recording never saw go out (refused during a cooldown there).
             try await clock.sleep(until: clock.now + .milliseconds(1))
             throw TransportError(.connection, "the recording has no answer for this request")
