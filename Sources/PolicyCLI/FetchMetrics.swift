@@ -29,7 +29,8 @@ struct FetchMetrics {
 
     /// The metrics the command line asks for, their file checked and their server listening;
     /// `nil` when it asks for none, or the exit status when one cannot be had.
-    static func start(_ arguments: ParsedArguments, policy: Policy, output: CommandOutput) -> Result<Self?, ExitStatus> {
+    static func start(_ arguments: ParsedArguments, policy: Policy, output: CommandOutput) -> Result<Self?, ExitStatus>
+    {
         let path = arguments[file]
         let address = arguments[listen].flatMap(MetricsServer.parse)
         guard path != nil || address != nil else { return .success(nil) }
@@ -72,7 +73,8 @@ struct FetchMetrics {
         do {
             try Data(metrics.exposition(.prometheus).utf8).write(to: temporary)
             guard rename(temporary.path, path) == 0 else {
-                throw CocoaError(.fileWriteUnknown, userInfo: [NSLocalizedDescriptionKey: String(cString: strerror(errno))])
+                throw CocoaError(
+                    .fileWriteUnknown, userInfo: [NSLocalizedDescriptionKey: String(cString: strerror(errno))])
             }
             return true
         } catch {

@@ -173,7 +173,9 @@ final class MetricsServer: @unchecked Sendable {
         var sent = 0
         while sent < out.count {
             #if canImport(Glibc) || canImport(Musl)
-                let count = out[sent...].withUnsafeBytes { send(connection, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                let count = out[sent...].withUnsafeBytes {
+                    send(connection, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL))
+                }
             #else
                 let count = out[sent...].withUnsafeBytes { send(connection, $0.baseAddress, $0.count, 0) }
             #endif
@@ -184,7 +186,8 @@ final class MetricsServer: @unchecked Sendable {
 
     private static func contains(_ bytes: [UInt8], _ pattern: [UInt8]) -> Bool {
         guard bytes.count >= pattern.count else { return false }
-        for start in 0...(bytes.count - pattern.count) where bytes[start..<(start + pattern.count)].elementsEqual(pattern) {
+        for start in 0...(bytes.count - pattern.count)
+        where bytes[start..<(start + pattern.count)].elementsEqual(pattern) {
             return true
         }
         return false

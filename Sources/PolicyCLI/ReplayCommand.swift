@@ -150,7 +150,8 @@ enum ReplayCommand {
             for (name, summary) in zip(["old", "new"], result.summaries) {
                 writer.write(
                     (json
-                        ? summary.jsonLine.replacingOccurrences(of: "{\"event\":\"summary\"", with: "{\"event\":\"summary\",\"policy\":\"\(name)\"")
+                        ? summary.jsonLine.replacingOccurrences(
+                            of: "{\"event\":\"summary\"", with: "{\"event\":\"summary\",\"policy\":\"\(name)\"")
                         : "summary \(name): " + SimulateCommand.summaryText(summary)) + "\n")
             }
         } else if let summary = result.summaries.first {
@@ -250,7 +251,7 @@ enum ReplayCommand {
             + PolicyEvent.quote(report.method) + ",\"path\":" + PolicyEvent.quote(report.path)
     }
 
-    static func where_(_ report: Replayer.RequestReport) -> String {
+    static func place(_ report: Replayer.RequestReport) -> String {
         String(format: "%9.3fs", report.at.seconds) + "  " + report.id + "  " + report.method + " " + report.path
     }
 
@@ -263,7 +264,7 @@ enum ReplayCommand {
         func side(_ outcome: Replayer.Outcome) -> String {
             outcome.text + ", \(outcome.attempts) attempt\(outcome.attempts == 1 ? "" : "s")"
         }
-        return where_(report) + "\n    old: " + side(report.outcomes[0]) + "\n    new: " + side(report.outcomes[1])
+        return place(report) + "\n    old: " + side(report.outcomes[0]) + "\n    new: " + side(report.outcomes[1])
     }
 
     static func mismatchJSON(_ report: Replayer.RequestReport) -> String {
@@ -273,7 +274,7 @@ enum ReplayCommand {
 
     static func mismatchText(_ report: Replayer.RequestReport) -> String {
         let at = report.position.map { " (recorded at line \($0.line))" } ?? ""
-        return "not as recorded: " + where_(report) + at + ": recorded " + recordedText(report.recorded)
+        return "not as recorded: " + place(report) + at + ": recorded " + recordedText(report.recorded)
             + "; replayed " + report.outcomes[0].text
     }
 

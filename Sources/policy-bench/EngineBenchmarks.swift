@@ -229,7 +229,9 @@ extension Benchmarks {
             name: "engine-overhead-metrics", value: with, unit: "ns", baseline: without,
             baselineName: "engine-overhead (no observer)", ratio: with / without,
             ratioMeaning: "with metrics ns / without ns, lower is better",
-            extra: [("added_ns", with - without), ("scrape_ms", scrape), ("scrape_bytes", Double(exposition.utf8.count))],
+            extra: [
+                ("added_ns", with - without), ("scrape_ms", scrape), ("scrape_bytes", Double(exposition.utf8.count)),
+            ],
             goal: "<= 2.0")
     }
 

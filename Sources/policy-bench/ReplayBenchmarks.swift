@@ -48,10 +48,13 @@ extension Benchmarks {
     /// A HAR file of `requests` GETs a millisecond apart, 5 ms each; every 1,000th meets an
     /// expired token (1401), a token call and a re-send; every 997th a 503 and its retry.
     static func writeRecording(requests: Int, to path: String) -> Int {
-        guard FileManager.default.createFile(atPath: path, contents: nil), let handle = FileHandle(forWritingAtPath: path) else { return 0 }
+        guard FileManager.default.createFile(atPath: path, contents: nil),
+            let handle = FileHandle(forWritingAtPath: path)
+        else { return 0 }
         defer { try? handle.close() }
         var written = 0
-        var chunk = "{\"log\":{\"version\":\"1.2\",\"creator\":{\"name\":\"policy-bench\",\"version\":\"1\"},\"entries\":[\n"
+        var chunk =
+            "{\"log\":{\"version\":\"1.2\",\"creator\":{\"name\":\"policy-bench\",\"version\":\"1\"},\"entries\":[\n"
         var first = true
         func date(_ seconds: Double) -> String {
             let whole = Int(seconds)
@@ -82,7 +85,8 @@ extension Benchmarks {
             let url = "https://api.example.com/items/\(index % 5000)"
             if index % 1000 == 999 {
                 entry(at, 5, "GET", url, 200, "{\"status\":1401}")
-                entry(at + 0.006, 20, "POST", "https://auth.example.com/oauth/token", 200,
+                entry(
+                    at + 0.006, 20, "POST", "https://auth.example.com/oauth/token", 200,
                     "{\"access_token\":\"bench-token\",\"expires_in\":3600}")
                 entry(at + 0.027, 5, "GET", url, 200, "{\"status\":0}")
             } else if index % 997 == 996 {

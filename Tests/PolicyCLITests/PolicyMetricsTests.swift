@@ -110,7 +110,9 @@ struct PolicyMetricsTests {
         let text = metrics.exposition()
         #expect(Self.sum(text, "response_policy_retry_budget_refusals_total") > 0)
         #expect(Self.sum(text, "response_policy_retries_total") > 0)
-        #expect(Self.value(text, "response_policy_retry_wait_seconds_count") == Self.sum(text, "response_policy_retries_total"))
+        #expect(
+            Self.value(text, "response_policy_retry_wait_seconds_count")
+                == Self.sum(text, "response_policy_retries_total"))
     }
 
     @Test func openMetricsNamesFamiliesAndEndsWithEOF() async throws {
@@ -125,7 +127,8 @@ struct PolicyMetricsTests {
         #expect(prometheus.contains("# TYPE response_policy_requests_total counter\n"))
         #expect(prometheus.contains("# TYPE response_policy_info gauge\n"))
         #expect(!prometheus.contains("# EOF"))
-        #expect(PolicyMetrics.Format(accept: "application/openmetrics-text;version=1.0.0,text/plain;q=0.5") == .openMetrics)
+        #expect(
+            PolicyMetrics.Format(accept: "application/openmetrics-text;version=1.0.0,text/plain;q=0.5") == .openMetrics)
         #expect(PolicyMetrics.Format(accept: "text/plain") == .prometheus)
         #expect(PolicyMetrics.Format(accept: nil) == .prometheus)
     }
@@ -151,7 +154,8 @@ struct PolicyMetricsTests {
         var options = PolicyEngine.Options()
         options.observers = [metrics]
         let engine = PolicyEngine(
-            policy: policy, transport: StaticTransport(), credentials: MemoryCredentialStore(Credentials(accessToken: "t")),
+            policy: policy, transport: StaticTransport(),
+            credentials: MemoryCredentialStore(Credentials(accessToken: "t")),
             options: options)
         metrics.attach(engine)
         _ = try await engine.send(HTTPRequest(url: URL(fileURLWithPath: "/profile")))

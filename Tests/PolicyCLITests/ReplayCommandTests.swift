@@ -112,7 +112,8 @@ struct ReplayCommandTests {
             let run = try await runPolicy(["replay", "policy.yaml", "chrome.har", "--format", format], in: dir.url)
             #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
             for secret in Self.secrets {
-                #expect(!run.stdout.contains(secret) && !run.stderr.contains(secret), "\(secret) in the \(format) output")
+                #expect(
+                    !run.stdout.contains(secret) && !run.stderr.contains(secret), "\(secret) in the \(format) output")
             }
             if format == "json" {
                 #expect(
@@ -134,7 +135,8 @@ struct ReplayCommandTests {
         let differences = run.stdoutLines.filter { $0.contains("\"event\":\"difference\"") }
         // The two that met 1401, and the 503 after them: refused during the logout's cooldown.
         #expect(differences.count == 3, "\(run.stdout)")
-        #expect(differences.allSatisfy { $0.contains("\"old\":{\"result\":\"delivered\",\"status\":200,\"code\":\"0\"") })
+        #expect(
+            differences.allSatisfy { $0.contains("\"old\":{\"result\":\"delivered\",\"status\":200,\"code\":\"0\"") })
         #expect(differences.allSatisfy { $0.contains("\"new\":{\"result\":\"logged-out\"") })
         #expect(run.stdout.contains(#""path":"/profile""#) && !run.stdout.contains("QUERY-SECRET"))
         #expect(run.stdoutLines.last?.contains(#""policy":"new""#) == true)
@@ -156,7 +158,9 @@ struct ReplayCommandTests {
 
     /// The engine's own events, replayed with the policy that made them: every shipped simulation
     /// (one process) comes out as its run did, with the same refresh calls and attempts.
-    @Test(arguments: ["01-refresh-storm", "04-max-per-request", "05-refresh-failure", "09-forced-logout", "11-retry-after"])
+    @Test(arguments: [
+        "01-refresh-storm", "04-max-per-request", "05-refresh-failure", "09-forced-logout", "11-retry-after",
+    ])
     func theEnginesOwnEventsComeOutAsTheyHappened(_ name: String) async throws {
         let dir = try TemporaryDirectory()
         let script = Self.root.appendingPathComponent("examples/simulations/\(name).yaml").path
@@ -164,7 +168,9 @@ struct ReplayCommandTests {
         #expect(simulated.status == 0)
         try dir.write("events.jsonl", simulated.stdout)
         let policyPath = try #require(SimulateCommand.scriptPolicy(script)?.path)
-        let run = try await runPolicy(["replay", policyPath, dir.url.appendingPathComponent("events.jsonl").path, "--format", "json"])
+        let run = try await runPolicy([
+            "replay", policyPath, dir.url.appendingPathComponent("events.jsonl").path, "--format", "json",
+        ])
         #expect(run.status == 0, "\(name): \(run.stdout.suffix(1500))\(run.stderr)")
         let original = try #require(simulated.stdoutLines.last)
         let replayed = try #require(run.stdoutLines.last)
@@ -180,11 +186,17 @@ struct ReplayCommandTests {
     }
 
     static let malformed: [Malformed] = [
-        Malformed(name: "truncated", text: "{\"log\": {\"entries\": [\n  {\"startedDateTime\": \"2026", error: "r.har:2:23: error: the file ends inside a string"),
-        Malformed(name: "not JSON", text: "log:\n  entries: []\n", error: "r.har:1:1: error: not a HAR file: expected a JSON object with 'log'"),
-        Malformed(name: "no log", text: "{\"entries\": []}", error: "r.har:1:16: error: not a HAR file: no 'log' object"),
         Malformed(
-            name: "missing comma", text: "{\"log\": {\"entries\": [{\"startedDateTime\": \"2026-01-01T00:00:00Z\" \"time\": 1}]}}",
+            name: "truncated", text: "{\"log\": {\"entries\": [\n  {\"startedDateTime\": \"2026",
+            error: "r.har:2:23: error: the file ends inside a string"),
+        Malformed(
+            name: "not JSON", text: "log:\n  entries: []\n",
+            error: "r.har:1:1: error: not a HAR file: expected a JSON object with 'log'"),
+        Malformed(
+            name: "no log", text: "{\"entries\": []}", error: "r.har:1:16: error: not a HAR file: no 'log' object"),
+        Malformed(
+            name: "missing comma",
+            text: "{\"log\": {\"entries\": [{\"startedDateTime\": \"2026-01-01T00:00:00Z\" \"time\": 1}]}}",
             error: "r.har:1:65: error: expected ',' or '}' after an object member"),
         Malformed(
             name: "no start", text: "{\"log\": {\"entries\": [\n {\"time\": 1}]}}",
@@ -200,7 +212,9 @@ struct ReplayCommandTests {
                  {"startedDateTime": "2026-01-01T10:00:00Z", "request": {"method": "GET", "url": "https://a.example/x"}, "response": {"status": 200}}
                 ]}}
                 """,
-            error: "r.har:3:2: error: entry 2 starts 30s before an entry listed earlier; entries must be in time order (within 5s)"),
+            error:
+                "r.har:3:2: error: entry 2 starts 30s before an entry listed earlier; entries must be in time order (within 5s)"
+        ),
     ]
 
     @Test(arguments: malformed)
@@ -216,10 +230,13 @@ struct ReplayCommandTests {
         let dir = try folder()
         try dir.write(
             "events.jsonl",
-            "policy: a note on stderr\n{\"t\":0,\"request\":\"a\",\"event\":\"send\",\"attempt\":1}\n{\"t\":0.05,\"request\":\"a\" \"event\"}\n")
+            "policy: a note on stderr\n{\"t\":0,\"request\":\"a\",\"event\":\"send\",\"attempt\":1}\n{\"t\":0.05,\"request\":\"a\" \"event\"}\n"
+        )
         let run = try await runPolicy(["replay", "policy.yaml", "events.jsonl"], in: dir.url)
         #expect(run.status == 65)
-        #expect(run.stderr.contains("events.jsonl:3:25: error: expected ',' or '}' after an object member"), "\(run.stderr)")
+        #expect(
+            run.stderr.contains("events.jsonl:3:25: error: expected ',' or '}' after an object member"), "\(run.stderr)"
+        )
     }
 
     @Test func aHugeBodyIsCutAndAnEntryAtATimeIsRead() async throws {

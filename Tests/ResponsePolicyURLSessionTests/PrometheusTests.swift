@@ -69,7 +69,8 @@ struct PrometheusTests {
             #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
             let text = try String(contentsOfFile: metricsFile, encoding: .utf8)
             let stats = try await server.stats(Stats.self)
-            #expect(text.contains("response_policy_token_calls_total \(stats.counters["token_calls"] ?? -1)\n"), "\(text)")
+            #expect(
+                text.contains("response_policy_token_calls_total \(stats.counters["token_calls"] ?? -1)\n"), "\(text)")
             #expect(text.contains(#"response_policy_requests_total{scope="default",result="delivered"} 40"#))
             #expect(!text.contains("stale") && !text.contains("refresh-0") && !text.contains("access-1"))
             let checked = try await runTool(promtool, ["check", "metrics"], stdin: metricsFile)
@@ -116,17 +117,24 @@ struct PrometheusTests {
             """
         let parsed = try await runTool(
             python,
-            ["-c", parser, directory.appendingPathComponent("text.prom").path, directory.appendingPathComponent("open.om").path])
+            [
+                "-c", parser, directory.appendingPathComponent("text.prom").path,
+                directory.appendingPathComponent("open.om").path,
+            ])
         #expect(parsed.status == 0, "\(parsed.output)")
         let object = try JSONSerialization.jsonObject(with: Data(parsed.stdout.utf8)) as? [String: [String: [Any]]]
         let textSamples = try #require(object?["text"])
         let omSamples = try #require(object?["om"])
-        func value(_ samples: [String: [Any]], _ key: String) -> Double? { (samples[key]?[1] as? NSNumber)?.doubleValue }
+        func value(_ samples: [String: [Any]], _ key: String) -> Double? {
+            (samples[key]?[1] as? NSNumber)?.doubleValue
+        }
         #expect(value(textSamples, #"response_policy_requests_total{"result": "delivered", "scope": "default"}"#) == 20)
         #expect(value(omSamples, #"response_policy_requests_total{"result": "delivered", "scope": "default"}"#) == 20)
         #expect(value(omSamples, #"response_policy_token_calls_total{}"#) == Double(result.summary.refreshes))
         #expect(textSamples[#"response_policy_info{"policy": "mobile-api", "schema": "1", "version": "1.0.0"}"#] != nil)
-        #expect(omSamples[#"response_policy_info{"policy": "mobile-api", "schema": "1", "version": "1.0.0"}"#]?.first as? String == "info")
+        #expect(
+            omSamples[#"response_policy_info{"policy": "mobile-api", "schema": "1", "version": "1.0.0"}"#]?.first
+                as? String == "info")
         // Every sample of one format is in the other, with the same value.
         #expect(textSamples.count == omSamples.count, "\(Set(textSamples.keys).symmetricDifference(omSamples.keys))")
     }
@@ -149,7 +157,8 @@ struct PrometheusTests {
             defer { fetch.stop() }
             var target = ""
             try await RealTools.wait("fetch printing its metrics address", seconds: 10) {
-                guard let line = fetch.stderr.split(separator: "\n").first(where: { $0.contains("serving metrics at") }),
+                guard
+                    let line = fetch.stderr.split(separator: "\n").first(where: { $0.contains("serving metrics at") }),
                     let url = line.split(separator: " ").last, let host = URL(string: String(url))
                 else { return false }
                 target = "127.0.0.1:\(host.port ?? 0)"
@@ -176,10 +185,12 @@ struct PrometheusTests {
             var answer = ""
             try await RealTools.wait("a PromQL answer with the token calls", seconds: 20) {
                 guard fetch.isRunning || !answer.isEmpty else {
-                    throw FixtureServer.Failure(description: "fetch ended before Prometheus scraped it: \(fetch.stderr)")
+                    throw FixtureServer.Failure(
+                        description: "fetch ended before Prometheus scraped it: \(fetch.stderr)")
                 }
-                guard let (status, body) = try? await RealTools.get(
-                    "http://127.0.0.1:\(webPort)/api/v1/query?query=response_policy_token_calls_total"),
+                guard
+                    let (status, body) = try? await RealTools.get(
+                        "http://127.0.0.1:\(webPort)/api/v1/query?query=response_policy_token_calls_total"),
                     status == 200, body.contains("\"value\"")
                 else { return false }
                 answer = body

@@ -84,8 +84,10 @@ struct RecorderReplayTests {
             defer { proxy.stop() }
             try await RealTools.wait("mitmdump listening", seconds: 20) { RealTools.listening(port) }
             let policyFile = directory.appendingPathComponent("live.yaml")
-            try Data(Self.policy.replacingOccurrences(of: "TOKEN_URL", with: "http://127.0.0.1:\(port)/oauth/token").utf8)
-                .write(to: policyFile)
+            try Data(
+                Self.policy.replacingOccurrences(of: "TOKEN_URL", with: "http://127.0.0.1:\(port)/oauth/token").utf8
+            )
+            .write(to: policyFile)
             let credentials = directory.appendingPathComponent("credentials.json")
             try Data(#"{"access_token": "stale", "refresh_token": "refresh-0"}"#.utf8).write(to: credentials)
             try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: credentials.path)
@@ -181,5 +183,7 @@ struct RecorderReplayTests {
 
 extension PolicyRun {
     /// Stdout's lines, without the empty one after the last newline.
-    var stdoutLines: [String] { stdout.split(separator: "\n", omittingEmptySubsequences: false).map(String.init).filter { !$0.isEmpty } }
+    var stdoutLines: [String] {
+        stdout.split(separator: "\n", omittingEmptySubsequences: false).map(String.init).filter { !$0.isEmpty }
+    }
 }

@@ -341,7 +341,8 @@ extension PolicyMetrics {
         for scope in s.requests.keys.sorted() {
             for (index, result) in results.enumerated() {
                 requestSamples.append(
-                    S([("scope", scope), ("result", result.rawValue.replacingOccurrences(of: "-", with: "_"))],
+                    S(
+                        [("scope", scope), ("result", result.rawValue.replacingOccurrences(of: "-", with: "_"))],
                         Double(s.requests[scope]?[index] ?? 0)))
             }
         }
@@ -363,7 +364,8 @@ extension PolicyMetrics {
                 "requests", "Requests that had their outcome, by scope (default, route-N) and result.", requestSamples),
             counter(
                 "request_failures", "Failed requests by scope and reason.", by("scope", "reason", s.failures)),
-            one("attempts", "Attempts put on the wire (first sends, retries and re-sends after a refresh).", s.attempts),
+            one(
+                "attempts", "Attempts put on the wire (first sends, retries and re-sends after a refresh).", s.attempts),
             counter(
                 "attempt_errors", "Attempts that got no response, by error class.", by("error", s.attemptErrors)),
             counter(
@@ -412,7 +414,9 @@ extension PolicyMetrics {
         ]
         guard let g = gauges else { return families }
         func gauge(_ name: String, _ help: String, _ value: Double) -> F {
-            F(prefix + name, .gauge, unit: name.hasSuffix("_seconds") ? "seconds" : nil, help: help, samples: [S([], value)])
+            F(
+                prefix + name, .gauge, unit: name.hasSuffix("_seconds") ? "seconds" : nil, help: help,
+                samples: [S([], value)])
         }
         families += [
             gauge("requests_in_flight", "Requests that have not had their outcome yet.", Double(g.requestsInFlight)),

@@ -223,7 +223,9 @@ package final class EventLogRecording: ReplaySource {
         if let number = openIDs[id] { return number - base }
         requests.append(Partial(id: id, start: t, position: position))
         openIDs[id] = base + requests.count - 1
-        if openIDs.count > limits.maxOpenRequests, let oldest = requests[requestsHead...].firstIndex(where: { !$0.complete }) {
+        if openIDs.count > limits.maxOpenRequests,
+            let oldest = requests[requestsHead...].firstIndex(where: { !$0.complete })
+        {
             requests[oldest].complete = true
             stats.forcedClosed += 1
         }

@@ -106,7 +106,8 @@ package final class HARRecording: ReplaySource {
                 guard exchange.start >= latestStart - window else {
                     throw ReplayInputError(
                         file: reader.file, position: position,
-                        message: "entry \(stats.entries) starts \(PolicyEvent.seconds(.seconds(latestStart - exchange.start)))s "
+                        message:
+                            "entry \(stats.entries) starts \(PolicyEvent.seconds(.seconds(latestStart - exchange.start)))s "
                             + "before an entry listed earlier; entries must be in time order (within "
                             + "\(limits.reorderWindow.policyText))")
                 }
@@ -268,9 +269,10 @@ package final class HARRecording: ReplaySource {
         if let content = answer["content"], let raw = content["text"]?.string {
             if content["encoding"]?.string?.lowercased() == "base64" {
                 let usable = raw.prefix(raw.count - raw.count % 4)
-                text = Data(base64Encoded: String(usable), options: .ignoreUnknownCharacters).map {
-                    String(decoding: $0.prefix(limits.maxBodyBytes), as: UTF8.self)
-                } ?? ""
+                text =
+                    Data(base64Encoded: String(usable), options: .ignoreUnknownCharacters).map {
+                        String(decoding: $0.prefix(limits.maxBodyBytes), as: UTF8.self)
+                    } ?? ""
             } else {
                 text = String(decoding: raw.utf8.prefix(limits.maxBodyBytes), as: UTF8.self)
             }

@@ -20,7 +20,8 @@ package indirect enum JSONValue: Sendable, Equatable {
 
     package static func == (a: JSONValue, b: JSONValue) -> Bool {
         switch (a, b) {
-        case (.object(let x), .object(let y)): return x.count == y.count && zip(x, y).allSatisfy { $0.0 == $1.0 && $0.1 == $1.1 }
+        case (.object(let x), .object(let y)):
+            return x.count == y.count && zip(x, y).allSatisfy { $0.0 == $1.0 && $0.1 == $1.1 }
         case (.array(let x), .array(let y)): return x == y
         case (.string(let x, let t), .string(let y, let u)): return x == y && t == u
         case (.number(let x), .number(let y)): return x == y
@@ -384,11 +385,14 @@ package final class JSONStreamReader {
                         // A surrogate pair: the low half must follow as another \u escape.
                         guard try peekByte() == UInt8(ascii: "\\") else { scalar = 0xFFFD; break }
                         advance(UInt8(ascii: "\\"))
-                        guard try peekByte() == UInt8(ascii: "u") else { throw error("expected '\\u' (a low surrogate)") }
+                        guard try peekByte() == UInt8(ascii: "u") else {
+                            throw error("expected '\\u' (a low surrogate)")
+                        }
                         advance(UInt8(ascii: "u"))
                         let low = try hex4()
                         scalar =
-                            (0xDC00...0xDFFF).contains(low) ? 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00) : 0xFFFD
+                            (0xDC00...0xDFFF).contains(low)
+                            ? 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00) : 0xFFFD
                     } else if (0xDC00...0xDFFF).contains(scalar) {
                         scalar = 0xFFFD
                     }

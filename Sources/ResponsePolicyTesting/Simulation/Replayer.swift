@@ -89,7 +89,8 @@ package enum Replayer {
             switch self {
             case .input(let error): return error.description
             case .stalled(let t):
-                return "the replay stalled at t=\(PolicyEvent.seconds(t))s: requests wait for something that never happens"
+                return
+                    "the replay stalled at t=\(PolicyEvent.seconds(t))s: requests wait for something that never happens"
             }
         }
     }
