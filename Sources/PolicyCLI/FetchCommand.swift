@@ -52,8 +52,8 @@ enum FetchCommand {
             (66, "the policy or the credentials file cannot be read"),
             (
                 73,
-                "the credentials file's folder (a refresh would lose it), the --metrics file or the --metrics-listen "
-                    + "address cannot be written or bound, so nothing was sent"
+                "the credentials file's folder cannot be written (a refresh would lose it), or the --metrics file or "
+                    + "the --metrics-listen address cannot be had, so nothing was sent"
             ),
         ])
 

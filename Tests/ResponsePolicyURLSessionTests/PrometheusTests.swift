@@ -54,7 +54,7 @@ struct PrometheusTests {
         var counters: [String: Int]
     }
 
-    @Test(.enabled(if: RealTools.runs([promtool]), needs))
+    @Test(.enabled(if: RealTools.runs([promtool]), Self.needs))
     func promtoolHasNothingToSayAboutTheExposition() async throws {
         let promtool = try RealTools.require(Self.promtool, "promtool")
         try await withFixtureServer("test_server") { server in
@@ -79,7 +79,7 @@ struct PrometheusTests {
         }
     }
 
-    @Test(.enabled(if: RealTools.runs([python]), needs))
+    @Test(.enabled(if: RealTools.runs([python]), Self.needs))
     func prometheusClientParsesBothFormats() async throws {
         let python = try RealTools.require(Self.python, "the replay venv's python")
         // The metrics of a storm with retries and a logout, in each format.
@@ -139,7 +139,7 @@ struct PrometheusTests {
         #expect(textSamples.count == omSamples.count, "\(Set(textSamples.keys).symmetricDifference(omSamples.keys))")
     }
 
-    @Test(.enabled(if: RealTools.runs([prometheus]), needs))
+    @Test(.enabled(if: RealTools.runs([prometheus]), Self.needs))
     func prometheusScrapesARunningFetchAndCountsTheTokenCallsTheServerSaw() async throws {
         let prometheus = try RealTools.require(Self.prometheus, "prometheus")
         try await withFixtureServer("test_server") { server in

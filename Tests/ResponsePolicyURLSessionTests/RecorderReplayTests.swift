@@ -115,7 +115,7 @@ struct RecorderReplayTests {
         return (live.path, strict.path)
     }
 
-    @Test(.enabled(if: RealTools.runs([mitmdump]), needs))
+    @Test(.enabled(if: RealTools.runs([mitmdump]), Self.needs))
     func aMitmproxyStormComesOutAsRecordedAndAStricterPolicyDiffers() async throws {
         let directory = try Self.directory()
         defer { try? FileManager.default.removeItem(at: directory) }
@@ -139,7 +139,7 @@ struct RecorderReplayTests {
         #expect(against.stdoutLines.filter { $0.contains(#""event":"difference""#) }.count == 20)
     }
 
-    @Test(.enabled(if: RealTools.runs([mitmdump]), needs))
+    @Test(.enabled(if: RealTools.runs([mitmdump]), Self.needs))
     func aMitmproxyLogoutComesOutAsRecorded() async throws {
         let directory = try Self.directory()
         defer { try? FileManager.default.removeItem(at: directory) }
@@ -154,7 +154,7 @@ struct RecorderReplayTests {
         #expect(summary.contains(#""logouts":1"#), "\(summary)")
     }
 
-    @Test(.enabled(if: RealTools.runs([python, chromium]), needs))
+    @Test(.enabled(if: RealTools.runs([python, chromium]), Self.needs))
     func aChromiumRecordingComesOutAsRecordedAndAStricterPolicyDiffers() async throws {
         let python = try RealTools.require(Self.python, "the replay venv's python")
         let chromium = try RealTools.require(Self.chromium, "chromium")
