@@ -42,8 +42,11 @@ struct RecorderReplayTests {
         of: "when: { code: [1401] }, then: refresh", with: "when: { code: [1401] }, then: logout")
 
     /// The `attempts` of a JSON summary line.
-    static func attempts(_ summary: String) -> Int {
-        guard let range = summary.range(of: "\"attempts\":") else { return Int.max }
+    static func attempts(_ summary: String) -> Int { count("attempts", summary) }
+
+    /// A count of a JSON summary line (`Int.max` when it has none).
+    static func count(_ key: String, _ summary: String) -> Int {
+        guard let range = summary.range(of: "\"\(key)\":") else { return Int.max }
         return Int(summary[range.upperBound...].prefix { $0.isNumber }) ?? Int.max
     }
 
@@ -146,12 +149,22 @@ struct RecorderReplayTests {
         let (har, stats) = try await recordWithMitmproxy("logout", in: directory)
         let (live, _) = try writePolicies(in: directory)
         let replay = try await runPolicy(["replay", live, har, "--format", "json"])
-        #expect(replay.status == 0, "\(replay.stdout.suffix(2000))\(replay.stderr)")
         let summary = replay.stdoutLines.last ?? ""
-        // The requests that reached the server (the rest were refused in the cooldown, never sent).
+        // Every request the recording shows (those that reached the proxy; the rest were refused in
+        // the cooldown, never sent) is logged out, by one logout.
         let sent = stats.counters["api_calls"] ?? -1
-        #expect(summary.contains(#""requests":\#(sent),"delivered":0,"failed":0,"logged-out":\#(sent)"#), "\(summary)")
+        let requests = Self.count("requests", summary)
+        #expect(requests >= sent && requests <= 20, "\(summary)")
+        #expect(summary.contains(#""delivered":0,"failed":0,"logged-out":\#(requests)"#), "\(summary)")
         #expect(summary.contains(#""logouts":1"#), "\(summary)")
+        // A request that went out as the 202 landed may show an answer its caller never got (the
+        // client cancelled it mid-answer): the only way one may come out otherwise than recorded.
+        let otherwise = replay.stdoutLines.filter { $0.contains(#""event":"recording-mismatch""#) }
+        #expect(replay.status == (otherwise.isEmpty ? 0 : 1), "\(replay.stdout.suffix(2000))\(replay.stderr)")
+        for line in otherwise {
+            #expect(line.contains(#""recorded":{"result":"delivered","status":200}"#), "\(line)")
+            #expect(line.contains(#""replayed":{"result":"logged-out""#), "\(line)")
+        }
     }
 
     @Test(.enabled(if: RealTools.runs([python, chromium]), Self.needs))
