@@ -26,6 +26,9 @@ enum CommandTable {
         Command(spec: TestCommand.spec) { arguments, output throws(UsageError) in
             try await TestCommand.run(arguments, output: output)
         },
+        Command(spec: ReplayCommand.spec) { arguments, output throws(UsageError) in
+            try await ReplayCommand.run(arguments, output: output)
+        },
         Command(spec: DiffCommand.spec) { arguments, output throws(UsageError) in
             try DiffCommand.run(arguments, output: output)
         },

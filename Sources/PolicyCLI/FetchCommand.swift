@@ -60,7 +60,7 @@ enum FetchCommand {
         options: [
             policy.declaration, credentials.declaration, concurrency.declaration, count.declaration,
             method.declaration, header.declaration, data.declaration, maxBody.declaration, transport.declaration,
-            verbose.declaration,
+            verbose.declaration, FetchMetrics.file.declaration, FetchMetrics.listen.declaration,
         ],
         exitCodes: [
             (0, "every request was delivered"),
@@ -71,7 +71,11 @@ enum FetchCommand {
             ),
             (64, "usage error"), (65, "the credentials file is malformed"),
             (66, "the policy or the credentials file cannot be read"),
-            (73, "the credentials file's folder cannot be written, so nothing was sent (a refresh would lose it)"),
+            (
+                73,
+                "the credentials file's folder cannot be written (a refresh would lose it), or the --metrics file or "
+                    + "the --metrics-listen address cannot be had, so nothing was sent"
+            ),
         ])
 
     /// What the command line asked for.
@@ -119,10 +123,17 @@ enum FetchCommand {
             }
         }
 
+        let metrics: FetchMetrics?
+        switch FetchMetrics.start(arguments, policy: policy, output: output) {
+        case .success(let started): metrics = started
+        case .failure(let failure): return failure.code
+        }
+
         let recorder = FetchRecorder()
         var options = PolicyEngine.Options()
         options.userAgent = PolicyCommand.userAgent
         options.observers = [recorder]
+        if let metrics { options.observers.append(metrics.metrics) }
         if invocation.verbose {
             let stderr = output.stderr
             options.observers.append(EventPrinter(write: stderr))
@@ -133,6 +144,7 @@ enum FetchCommand {
             transport: makeTransport(invocation, timeout: transportTimeout(for: policy)),
             plugins: registry,
             credentials: store, options: options)
+        metrics?.metrics.attach(engine)
         // A plugin that cannot be made here (an unset variable, a missing command) fails every refresh: say so first.
         for problem in engine.problems where problem != engine.coordinationWarning {
             output.stderr(problem.diagnostic(file: invocation.policyPath).description + "\n")
@@ -164,6 +176,7 @@ enum FetchCommand {
                 output.stderr(text + "\n")
             }
         }
+        let metricsWritten = metrics?.finish(output: output) ?? true
 
         let summary = recorder.summary()
         let delivered = results.filter(\.delivered).count
@@ -187,7 +200,8 @@ enum FetchCommand {
         // next run: never a quiet exit 0.
         let lost = store?.failures ?? []
         for failure in lost { output.stderr("error: \(failure)\n") }
-        return delivered == results.count && lost.isEmpty && unpublished.isEmpty ? ExitCode.success : ExitCode.failure
+        return delivered == results.count && lost.isEmpty && unpublished.isEmpty && metricsWritten
+            ? ExitCode.success : ExitCode.failure
     }
 
     /// Whether the policy can refresh at all (some scope names a refresh plugin), so a store

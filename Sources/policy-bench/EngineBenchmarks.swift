@@ -194,6 +194,47 @@ extension Benchmarks {
             goal: "< 1000 ms, refreshes == 1, < 2 KiB per in-flight request")
     }
 
+    /// `engine-overhead` with and without `PolicyMetrics` observing, in the same rounds: what
+    /// the metrics cost on the hot path (three events per delivered request, each counted).
+    static func engineOverheadWithMetrics(quick: Bool) async -> BenchResult {
+        guard let policy = try? Policy.load(yaml: Policy.defaultPolicyText) else { fatalError("default policy") }
+        let request = HTTPRequest(url: URL(fileURLWithPath: "/profile"))
+        let iterations = quick ? 200 : 100_000
+        let rounds = quick ? 1 : 5
+        let metrics = PolicyMetrics(policy: policy)
+        var observed = PolicyEngine.Options()
+        observed.observers = [metrics]
+        let transport = InstantCancellableTransport()
+        let plain = PolicyEngine(
+            policy: policy, transport: transport, credentials: MemoryCredentialStore(Credentials(accessToken: "t")))
+        let withMetrics = PolicyEngine(
+            policy: policy, transport: transport, credentials: MemoryCredentialStore(Credentials(accessToken: "t")),
+            options: observed)
+        metrics.attach(withMetrics)
+        var without = Double.infinity
+        var with = Double.infinity
+        for _ in 0..<rounds {
+            var start = ContinuousClock.now
+            for _ in 0..<iterations { blackHole(try? await plain.send(request)) }
+            without = min(without, (ContinuousClock.now - start).nanoseconds / Double(iterations))
+            start = ContinuousClock.now
+            for _ in 0..<iterations { blackHole(try? await withMetrics.send(request)) }
+            with = min(with, (ContinuousClock.now - start).nanoseconds / Double(iterations))
+        }
+        // A scrape of what was counted (its size and time), as Prometheus would take it.
+        let scrapeStart = ContinuousClock.now
+        let exposition = metrics.exposition()
+        let scrape = (ContinuousClock.now - scrapeStart).nanoseconds / 1e6
+        return BenchResult(
+            name: "engine-overhead-metrics", value: with, unit: "ns", baseline: without,
+            baselineName: "engine-overhead (no observer)", ratio: with / without,
+            ratioMeaning: "with metrics ns / without ns, lower is better",
+            extra: [
+                ("added_ns", with - without), ("scrape_ms", scrape), ("scrape_bytes", Double(exposition.utf8.count)),
+            ],
+            goal: "<= 2.0")
+    }
+
     static func engineOverhead(quick: Bool) async -> BenchResult {
         guard let policy = try? Policy.load(yaml: Policy.defaultPolicyText) else { fatalError("default policy") }
         let request = HTTPRequest(url: URL(fileURLWithPath: "/profile"))

@@ -30,6 +30,8 @@ if arguments.contains("--help") || arguments.contains("-h") {
                                   lint-100k runs in a full run or on request, not with --quick.
                                   Every row has a baseline from the same run and its ratio;
                                   the machine's load at start and end is printed with them.
+                                  'replay' replays HAR files of 100,000 and 1,000,000
+                                  requests, each in a child process, for peak RSS.
                                   'coordination' (not in the default run) measures fleet
                                   coordination against a redis-server it starts.
                                   'storm-http' (not in the default run) storms through
@@ -55,6 +57,12 @@ if arguments.contains("--help") || arguments.contains("-h") {
 if let index = argv.firstIndex(of: "--peak-rss"), index + 2 < argv.count {
     // The child process of the lint row's memory figures.
     print(Int(Benchmarks.peakRSS(mode: argv[index + 1], path: argv[index + 2])))
+    exit(0)
+}
+
+if let index = argv.firstIndex(of: "--replay-run"), index + 1 < argv.count {
+    // The child process of the replay row: replays a HAR file, prints its peak RSS and wall time.
+    print(Benchmarks.replayRun(path: argv[index + 1]))
     exit(0)
 }
 
@@ -94,6 +102,8 @@ if only.map({ $0.hasPrefix("transport") }) == true {
         requests: argv.firstIndex(of: "--requests").flatMap { $0 + 1 < argv.count ? Int(argv[$0 + 1]) : nil })
 }
 if wanted("engine") { results.append(await Benchmarks.engineOverhead(quick: quick)) }
+if wanted("engine-overhead-metrics") { results.append(await Benchmarks.engineOverheadWithMetrics(quick: quick)) }
+if wanted("replay") { results.append(Benchmarks.replay(quick: quick)) }
 if wanted("load") { results.append(Benchmarks.loadDefault(quick: quick)) }
 if wanted("lint-20k") { results.append(Benchmarks.lint(quick: quick, count: 20_000, memory: true)) }
 // 100,000 rules: seconds, so only on request (`--only lint-100k`) or in a full run without --quick;

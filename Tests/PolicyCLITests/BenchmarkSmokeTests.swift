@@ -17,10 +17,14 @@ struct BenchmarkSmokeTests {
         #expect(
             names == [
                 "classify-1k-first", "classify-1k-last", "decide-20k-rules", "storm-10k", "storm-10k-dispatch-6",
-                "engine-overhead", "load-default", "lint-20k", "diff-1k", "hostile-header",
+                "engine-overhead", "engine-overhead-metrics", "replay", "load-default", "lint-20k", "diff-1k",
+                "hostile-header",
             ])
         // Every row of these has its baseline from the same run, and the machine's load is printed.
-        for entry in results where ["load-default", "lint-20k", "diff-1k", "hostile-header"].contains(entry["name"] as? String) {
+        for entry in results
+        where ["engine-overhead-metrics", "replay", "load-default", "lint-20k", "diff-1k", "hostile-header"].contains(
+            entry["name"] as? String)
+        {
             #expect(entry["baseline"] is NSNumber && entry["ratio"] is NSNumber, "\(entry)")
         }
         let load = try #require(json["load"] as? [String: Any])

@@ -29,6 +29,15 @@ struct CommandExitCodeTests {
 
         """
     static let failingScript = script.replacingOccurrences(of: "expect: delivered", with: "expect: failed")
+    /// One request answered 503 three times: `good.yaml` retries it twice, `other.yaml` three times.
+    static let recording = """
+        {"log": {"entries": [
+          {"startedDateTime": "2026-01-01T00:00:00Z", "time": 5, "request": {"method": "GET", "url": "https://a.example/x"}, "response": {"status": 503}},
+          {"startedDateTime": "2026-01-01T00:00:01Z", "time": 5, "request": {"method": "GET", "url": "https://a.example/x"}, "response": {"status": 503}},
+          {"startedDateTime": "2026-01-01T00:00:03Z", "time": 5, "request": {"method": "GET", "url": "https://a.example/x"}, "response": {"status": 503}}
+        ]}}
+
+        """
 
     struct Case: Sendable, CustomTestStringConvertible {
         var arguments: [String]
@@ -56,6 +65,10 @@ struct CommandExitCodeTests {
         Case(["diff", "good.yaml", "bad.yaml"], 65), Case(["diff", "good.yaml", "missing.yaml"], 66),
         Case(["diff", "good.yaml"], 64),
         Case(["schema"], 0), Case(["schema", "extra"], 64),
+        Case(["replay", "good.yaml", "recording.har"], 0),
+        Case(["replay", "good.yaml", "recording.har", "--against", "other.yaml"], 1),
+        Case(["replay", "bad.yaml", "recording.har"], 1), Case(["replay", "good.yaml", "malformed.json"], 65),
+        Case(["replay", "good.yaml", "missing.yaml"], 66), Case(["replay", "good.yaml"], 64),
         Case(["fetch", "--policy", "missing.yaml", "http://127.0.0.1:9/"], 66),
         Case(["fetch", "--policy", "bad.yaml", "http://127.0.0.1:9/"], 1),
         Case(["fetch", "--policy", "good.yaml", "--credentials", "missing.json", "http://127.0.0.1:9/"], 66),
@@ -68,6 +81,7 @@ struct CommandExitCodeTests {
         for (name, text) in [
             ("good.yaml", good), ("other.yaml", other), ("warned.yaml", warned), ("bad.yaml", bad),
             ("script.yaml", script), ("failing.yaml", failingScript), ("malformed.json", "{\"token\": 1}\n"),
+            ("recording.har", recording),
         ] {
             try dir.write(name, text)
         }
@@ -110,7 +124,7 @@ struct CommandExitCodeTests {
     @Test(arguments: [
         ["lint", "missing.yaml"], ["graph", "missing.yaml"], ["explain", "missing.yaml"],
         ["simulate", "missing.yaml", "--script", "script.yaml"], ["simulate", "good.yaml", "--script", "missing.yaml"],
-        ["test", "missing.yaml"], ["diff", "good.yaml", "missing.yaml"],
+        ["test", "missing.yaml"], ["diff", "good.yaml", "missing.yaml"], ["replay", "good.yaml", "missing.yaml"],
         ["fetch", "--policy", "missing.yaml", "http://127.0.0.1:9/"],
         ["fetch", "--policy", "good.yaml", "--credentials", "missing.yaml", "http://127.0.0.1:9/"],
     ])

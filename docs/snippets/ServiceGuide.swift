@@ -135,3 +135,26 @@ func exportSchemasSnippet(registry: PluginRegistry) throws {
     try yaml.write(toFile: "policies/plugins.yaml", atomically: true, encoding: .utf8)
     // snippet end
 }
+
+func metricsEngineSnippet(policy: Policy) -> (PolicyMetrics, PolicyEngine) {
+    // snippet: metrics
+    let metrics = PolicyMetrics()
+    var options = PolicyEngine.Options()
+    options.observers = [metrics]
+    let engine = PolicyEngine(policy: policy, transport: URLSessionTransport(), options: options)
+    metrics.attach(engine)  // its gauges (requests in flight, refresh waiters, cooldown) and policy name
+    // snippet end
+    return (metrics, engine)
+}
+
+/// What the service's HTTP server answers to `GET /metrics` (its own router calls this).
+func metricsSnippet(policy: Policy, acceptHeader: String?) -> (String, String) {
+    let (metrics, _) = metricsEngineSnippet(policy: policy)
+    // snippet: metrics-endpoint
+    // GET /metrics: the format the scraper asks for (Prometheus sends Accept: application/openmetrics-text).
+    let format = PolicyMetrics.Format(accept: acceptHeader)
+    let body = metrics.exposition(format)
+    let contentType = format.contentType
+    // snippet end
+    return (body, contentType)
+}

@@ -314,6 +314,15 @@ final class ScriptedRefresh: RefreshPlugin {
             return count
         }
         let step = steps.isEmpty ? SimulationScript.RefreshStep() : steps[min(call, steps.count) - 1]
+        return try await Self.answer(step, call: call, context, clock: clock, tokenServer: tokenServer)
+    }
+
+    /// What refresh call number `call` does for `step`: waits its `after`, then returns new
+    /// tokens or throws its failure. (A replay's refresh answers with the same steps.)
+    static func answer(
+        _ step: SimulationScript.RefreshStep, call: Int, _ context: RefreshContext, clock: VirtualClock,
+        tokenServer: TokenServer?
+    ) async throws -> Credentials {
         try await clock.sleep(until: clock.now + step.after)
         switch step.result {
         case .ok:

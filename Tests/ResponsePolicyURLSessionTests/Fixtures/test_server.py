@@ -65,6 +65,7 @@ DEFAULT_CONFIG = {
     "retry_after": 1,  # the Retry-After value (seconds) on those 503s
     "drop_count": 1,  # how many of the next /drop requests get a truncated response
     "stall_seconds": 2.0,  # how long /stall waits
+    "api_delay": 0.0,  # seconds /api/* waits before answering (a fetch that lasts, for a scraper to see)
 }
 
 COUNTERS = (
@@ -235,6 +236,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def api(self):
         authorization = self.headers.get("Authorization", "")
+        with STATE.lock:
+            delay = STATE.config["api_delay"]
+        if delay > 0:
+            time.sleep(delay)
         with STATE.lock:
             STATE.counters["api_calls"] += 1
             later = STATE.counters["api_calls"] > 1

@@ -258,6 +258,18 @@ extension PolicyEngine {
 
 extension PolicyEngineError {
     /// A short reason for the outcome event.
+    /// The failure's class for ``PolicyMetrics``' labels.
+    var category: PolicyEvent.Category? {
+        switch self {
+        case .retriesExhausted: return .retriesExhausted
+        case .failed: return .rule
+        case .refreshFailed: return .refreshFailed
+        case .deadlineExceeded: return .deadline
+        case .transport: return .transport
+        case .loggedOut, .cancelled: return nil
+        }
+    }
+
     var reasonText: String {
         switch self {
         case .retriesExhausted: return "retries exhausted"

@@ -459,6 +459,7 @@ public final class PolicyEngine: Sendable {
             emit(runtime) {
                 var event = PolicyEvent(.outcome, time: now, context: context)
                 event.result = .loggedOut
+                event.scope = runtime.policy.graph.scope(method: context.method, path: context.path).id
                 return event
             }
             throw .loggedOut(until: until, reason: reason)
@@ -467,6 +468,7 @@ public final class PolicyEngine: Sendable {
             emit(runtime) {
                 var event = PolicyEvent(.outcome, time: now, context: context)
                 event.result = .cancelled
+                event.scope = runtime.policy.graph.scope(method: context.method, path: context.path).id
                 return event
             }
             throw .cancelled

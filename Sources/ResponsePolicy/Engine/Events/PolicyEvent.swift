@@ -85,6 +85,56 @@ public struct PolicyEvent: Sendable, Hashable {
     /// The compiled graph's edge a decision took (``RuleGraph/Edge/id``), for checking the
     /// engine against the graph; not part of the printed event.
     package var edge: String?
+    /// The scope (``RuleGraph/Scope/id``: `default`, `route-N`) of the request an `outcome` is
+    /// about, for ``PolicyMetrics``' labels; not part of the printed event.
+    package var scope: String?
+    /// A bounded class of what the event reports (``Category``), for ``PolicyMetrics``' labels:
+    /// a `refresh-end`'s result, a failed `outcome`'s reason, a `logout`'s cause. Never free text;
+    /// not part of the printed event.
+    package var category: Category?
+    /// The cooldown a `logout` started; not part of the printed event.
+    package var cooldown: Duration?
+
+    /// What a `refresh-end`, a failed `outcome` or a `logout` was, in a word fit for a metric's
+    /// label (`snake_case`, a fixed set): the engine sets it where it builds the event, so a
+    /// metric never parses a reason's text.
+    package enum Category: String, Sendable, Hashable, CaseIterable {
+        // refresh-end
+        /// New tokens.
+        case ok
+        /// The token endpoint's answer cannot succeed if asked again (`on-failure` decides).
+        case definitive
+        /// Trouble that may pass (5xx, 429, no answer); retried within `refresh.timeout`.
+        case transient
+        /// The session's coordination store was unavailable; nobody was logged out.
+        case coordination
+        /// The session changed during the refresh (a sign-in or a logout): its result was not used.
+        case superseded
+        /// Its waiters were released at `refresh.timeout`; the call runs on.
+        case timeout
+        /// No call: the last answer for these credentials was definitive, a moment ago.
+        case remembered
+        /// No call: `refresh.limit` reached.
+        case limited
+        /// No call: the token endpoint's `Retry-After` runs past `refresh.timeout`.
+        case retryAfter = "retry_after"
+        // a failed outcome
+        case retriesExhausted = "retries_exhausted"
+        /// A `fail` rule matched.
+        case rule
+        case refreshFailed = "refresh_failed"
+        case deadline
+        case transport
+        /// A retry the retry budget refused.
+        case budget
+        /// A retry the method did not allow.
+        case notRetryable = "not_retryable"
+        // logout (also `rule` and `refreshFailed`)
+        /// The host called ``PolicyEngine/logout(reason:)``.
+        case host
+        /// Another process sharing the session logged out.
+        case fleet
+    }
 
     /// An event about the request of `context` (none when `nil`), with its id, method and path.
     init(_ kind: Kind, time: Duration, context: RequestContext?) {

@@ -51,6 +51,7 @@ extension EngineState {
         finished(r.id, into: &actions)
         note(r, .outcome, into: &actions) { event in
             event.edge = loop.lastEdge?.id
+            event.scope = r.scope.id
             switch result {
             case .success(let response):
                 event.result = .delivered
@@ -63,6 +64,7 @@ extension EngineState {
                 default:
                     event.result = .failed
                     event.reason = error.reasonText
+                    event.category = error.category
                 }
                 if let response = r.lastResponse, error != .cancelled {
                     event.status = response.status
@@ -70,8 +72,12 @@ extension EngineState {
                 }
             }
             switch loop.refusal {
-            case .budget?: event.reason = "retry refused: budget"
-            case .notRetryable?: event.reason = "\(r.context.method) not retried"
+            case .budget?:
+                event.reason = "retry refused: budget"
+                event.category = .budget
+            case .notRetryable?:
+                event.reason = "\(r.context.method) not retried"
+                event.category = .notRetryable
             default: break
             }
         }
@@ -391,6 +397,7 @@ extension EngineState {
         note(r, .refreshEnd, into: &actions) { event in
             event.ok = false
             event.reason = failure.reason
+            event.category = refusal.category
         }
         return afterRefresh(r, &loop, .failed(failure), proactive: proactive, into: &actions)
     }
@@ -618,9 +625,12 @@ extension EngineState {
     /// The effects of a logout a refresh's end already started on request `r`'s edge (the
     /// cooldown and the ending of the other requests are done): the event and the publication.
     func logoutEffects(_ r: RequestEvent, reason: LogoutReason, into actions: inout Actions) {
+        let cooldown = loggedOutUntil.map { $0 - r.now }
         note(r, .logout, into: &actions) { event in
             event.rule = reason.ruleName
             event.reason = reason.eventText
+            event.category = reason.category
+            event.cooldown = cooldown
         }
         actions.append(
             .publish(

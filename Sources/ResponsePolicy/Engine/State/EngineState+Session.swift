@@ -67,6 +67,7 @@ extension EngineState {
                 var event = PolicyEvent(.refreshEnd, time: now, context: flight.starter.context)
                 event.ok = false
                 event.reason = failure.reason
+                event.category = .timeout
                 actions.append(.emit(event))
             }
             endWaits(flight, .failed(failure), into: &actions)
@@ -171,6 +172,7 @@ extension EngineState {
         if let problem = ending.problem { said.append(.refresh(.problem(problem, runtime))) }
         if !runtime.observers.isEmpty {
             var event = PolicyEvent(.refreshEnd, time: now, context: ended.starter.context)
+            event.category = PolicyEvent.Category(ending, discarded: discarded || keptAfterLogout)
             switch ending.outcome {
             case .success where discarded:
                 event.ok = false
@@ -320,6 +322,8 @@ extension EngineState {
             var event = PolicyEvent(.logout, time: now, context: context)
             event.rule = reason.ruleName
             event.reason = reason.eventText
+            event.category = reason.category
+            event.cooldown = until.map { $0.timeIntervalSince(date) }.map { .seconds(max(0, $0)) } ?? cooldown
             actions.append(.emit(event))
         }
         actions += ended
