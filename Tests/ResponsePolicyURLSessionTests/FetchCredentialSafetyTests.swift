@@ -44,10 +44,14 @@ struct FetchCredentialSafetyTests {
     @Test func aLogoutDuringARefreshStillSavesTheRotatedToken() async throws {
         try await withTestServer { server in
             // r1 gets 1401 and starts a refresh that takes 1.5 s; r2 is answered "logged out" as
-            // soon as the token call is in flight, which ends both requests mid-refresh.
+            // soon as the token call is in flight, which ends both requests mid-refresh. (r2 is
+            // not held for the refresh: on a loaded machine it may leave after r1's refresh began,
+            // and the server answers it only while a token call is out.)
             try await server.control(["api_mode": "logout_during_refresh", "token_delay": 1.5])
             try await withScratch { directory in
                 let (policy, credentials) = try Self.files(server, in: directory)
+                try Data((Self.policy(server) + "\n  hold-new-requests: false\n").utf8)
+                    .write(to: URL(fileURLWithPath: policy))
                 let run = try await runPolicy([
                     "fetch", "--policy", policy, "--credentials", credentials, "--concurrency", "2", "--count", "2",
                     server.url("/api/items").absoluteString,
