@@ -73,24 +73,26 @@ let package = Package(
             name: "DocsSnippets", dependencies: ["ResponsePolicy", "ResponsePolicyURLSession"], path: "docs/snippets"),
         // Shared by the test targets only: keeps real-time tests apart from storm tests.
         .target(name: "TestGate", path: "Tests/TestGate"),
-        // Shared by the coordination tests of the core and of ResponsePolicyRedis: fixtures (a
-        // redis-server of the test's own, over plain sockets: no hiredis) and doubles.
+        // Shared by the test targets: a redis-server of the test's own (over plain sockets, no
+        // hiredis), engine doubles, the seeded generator, the repository root, real-time checks.
         .target(
-            name: "CoordinationTestSupport", dependencies: ["ResponsePolicy"], path: "Tests/CoordinationTestSupport"),
+            name: "TestSupport", dependencies: ["ResponsePolicy"], path: "Tests/TestSupport"),
         .testTarget(
             name: "ResponsePolicyTests",
             dependencies: [
-                "ResponsePolicy", "ResponsePolicyTesting", "policy-fuzz", "TestGate", "CoordinationTestSupport",
+                "ResponsePolicy", "ResponsePolicyTesting", "policy-fuzz", "TestGate", "TestSupport",
             ]),
         // Everything that needs hiredis: the Redis store, processes on it, the backends' conformance.
         .testTarget(
             name: "ResponsePolicyRedisTests",
             dependencies: [
-                "ResponsePolicyRedis", "ResponsePolicy", "ResponsePolicyTesting", "TestGate", "CoordinationTestSupport",
+                "ResponsePolicyRedis", "ResponsePolicy", "ResponsePolicyTesting", "TestGate", "TestSupport",
             ]),
         .testTarget(
             name: "PolicyCLITests",
-            dependencies: ["PolicyCLI", "ResponsePolicy", "ResponsePolicyRedis", "ResponsePolicyTesting", "TestGate"]),
+            dependencies: [
+                "PolicyCLI", "ResponsePolicy", "ResponsePolicyRedis", "ResponsePolicyTesting", "TestGate", "TestSupport",
+            ]),
         .testTarget(
             name: "ResponsePolicyURLSessionTests",
             dependencies: [

@@ -1,18 +1,10 @@
 import Foundation
 import ResponsePolicy
 import Testing
+import TestSupport
 
 @testable import PolicyCLI
 
-/// The repository root, found by walking up from this file to the folder holding `Package.swift`.
-let repositoryRoot: URL = {
-    var url = URL(fileURLWithPath: #filePath)
-    while url.path != "/" {
-        url.deleteLastPathComponent()
-        if FileManager.default.fileExists(atPath: url.appendingPathComponent("Package.swift").path) { return url }
-    }
-    return URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
-}()
 
 /// Why running the `policy` binary did not produce a result.
 enum CLITestError: Error, CustomStringConvertible {

@@ -2,6 +2,7 @@ import Foundation
 import ResponsePolicy
 import TestGate
 import Testing
+import TestSupport
 
 #if canImport(Glibc)
     import Glibc

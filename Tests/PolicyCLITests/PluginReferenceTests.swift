@@ -1,6 +1,7 @@
 import Foundation
 import ResponsePolicy
 import Testing
+import TestSupport
 
 @testable import PolicyCLI
 

@@ -1,4 +1,4 @@
-import CoordinationTestSupport
+import TestSupport
 import Foundation
 import ResponsePolicy
 import ResponsePolicyRedis

@@ -1,6 +1,6 @@
 // The doubles every engine test target shares (basePolicy, RecordingTransport, the coordination
 // fixtures), for every file of this target.
-@_exported import CoordinationTestSupport
+@_exported import TestSupport
 import Foundation
 import ResponsePolicy
 import ResponsePolicyRedis

@@ -6,7 +6,7 @@ import Testing
 /// table past a few); whatever the shape, it must answer as a dictionary would.
 struct CodePositionsTests {
     @Test func randomChangesAnswerAsADictionary() {
-        var random = SplitMix64(seed: 5)
+        var random = SeededGenerator(seed: 5)
         for _ in 0..<400 {
             var positions = CodePositions()
             var model: [String: SourceRange] = [:]

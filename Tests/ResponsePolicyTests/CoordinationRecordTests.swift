@@ -16,7 +16,7 @@ struct CoordinationRecordTests {
     /// and every publication the record accepts came from the newest lease.
     @Test(arguments: [1, 2, 3, 4, 5, 6, 7, 8] as [UInt64])
     func noTwoLiveHoldersPresentOneRefreshToken(seed: UInt64) {
-        var random = SplitMix64(seed: seed)
+        var random = SeededGenerator(seed: seed)
         var record = CoordinationRecord()
         record.credentials = Credentials(accessToken: "a0", refreshToken: "r0")
         let timeoutMs: Int64 = 1000
@@ -93,7 +93,7 @@ struct CoordinationRecordTests {
     /// lengthens the cooldown as before. Refreshes keep the epoch, sign-ins start one.
     @Test(arguments: [1, 2, 3] as [UInt64])
     func aLogoutDecidedBeforeTheLastSignInChangesNothing(seed: UInt64) {
-        var random = SplitMix64(seed: seed)
+        var random = SeededGenerator(seed: seed)
         var record = CoordinationRecord()
         record.credentials = Credentials(accessToken: "a0", refreshToken: "r0")
         var epochs: [UInt64] = [0]
@@ -271,7 +271,7 @@ struct CoordinationRecordTests {
     /// Whatever the order: no reuse, no generation granted below the server's newest pair.
     @Test(arguments: [1, 2, 3, 4, 5, 6] as [UInt64])
     func aStoreThatForgetsNeverMakesAProcessPresentASpentToken(seed: UInt64) {
-        var random = SplitMix64(seed: seed)
+        var random = SeededGenerator(seed: seed)
         var record = CoordinationRecord()
         let leaseMs: Int64 = 1100
         let timeoutMs: Int64 = 1000
@@ -548,7 +548,7 @@ struct SharedStateFuzzTests {
             #"{"access_token":"a","refresh_token":"r","expires_at":1767225600123,"sig":"00"}"#,
             #"{"generation":18446744073709551615,"fence":-1,"lease":{"fence":1e400}}"#,
         ].map { Array($0.utf8) } + (try Self.sealedSeeds())
-        var random = SplitMix64(seed: 23)
+        var random = SeededGenerator(seed: 23)
         for round in 0..<3000 {
             var bytes = seeds[round % seeds.count]
             for _ in 0..<Int.random(in: 0...6, using: &random) where !bytes.isEmpty {

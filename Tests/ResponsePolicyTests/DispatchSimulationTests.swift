@@ -142,7 +142,7 @@ struct DispatchSimulationTests {
     /// attempt is never cut short before `attempt-timeout` has passed since its `send`.
     @Test(arguments: [1, 2, 3, 4, 5] as [UInt64])
     func noAttemptTimesOutBeforeItsTimeoutHasPassedSinceItsSend(_ seed: UInt64) async throws {
-        var random = SplitMix64(seed: seed)
+        var random = SeededGenerator(seed: seed)
         var lines: [String] = []
         for index in 0..<12 {
             let at = random.next() % 200

@@ -45,7 +45,7 @@ import Testing
 
     /// Picks an answer per attempt from a seeded sequence; a stall waits for a cancellation.
     final class ChaosTransport: CancellableTransport {
-        private let random = Locked(SplitMix64(seed: 0xC4A05))
+        private let random = Locked(SeededGenerator(seed: 0xC4A05))
         let stalls = Counter()
 
         /// The session is revoked by these requests only (a logout ends everything in flight, so

@@ -420,23 +420,8 @@ struct FlowSoundnessTests {
 
 // MARK: - Generators
 
-/// A small deterministic generator (SplitMix64), so a failing case can be replayed.
-struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-    mutating func int(_ range: ClosedRange<Int>) -> Int {
-        range.lowerBound + Int(next() % UInt64(range.count))
-    }
-    mutating func chance(_ percent: Int) -> Bool { int(0...99) < percent }
-    mutating func pick<T>(_ items: [T]) -> T { items[int(0...(items.count - 1))] }
-}
+/// The seeded generator random policies are drawn from.
+typealias SplitMix = SeededGenerator
 
 enum RandomPolicy {
     static let statuses = [401, 403, 429, 500, 502, 503]

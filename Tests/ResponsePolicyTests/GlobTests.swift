@@ -45,7 +45,7 @@ struct HostileGlobTests {
     @Test func matchingAgreesWithTheTextbookMatcherOnRandomInput() async {
         // On a thread of its own: seconds of work must not hold a thread of the cooperative pool.
         let disagreements = await onOwnThread { () -> [String] in
-            var random = SplitMix64(seed: 12)
+            var random = SeededGenerator(seed: 12)
             let patternAlphabet: [Unicode.Scalar] = ["a", "b", "/", "*", "?"]
             let textAlphabet: [Unicode.Scalar] = ["a", "b", "/", "é"]
             var disagreements: [String] = []
@@ -71,7 +71,7 @@ struct HostileGlobTests {
     /// covering one (tried on the texts of a small alphabet up to length 6).
     @Test func coveringIsSound() async {
         let (claimed, unsound) = await onOwnThread { () -> (Int, [String]) in
-            var random = SplitMix64(seed: 7)
+            var random = SeededGenerator(seed: 7)
             let alphabet: [Unicode.Scalar] = ["a", "b", "*", "?"]
             var texts: [String] = [""]
             var layer: [String] = [""]
@@ -260,7 +260,7 @@ struct GlobWorkBoundTests {
 
     /// Long `?` pieces (more than one machine word) agree with the textbook matcher.
     @Test func longQuestionPiecesAgreeWithTheTextbookMatcher() {
-        var random = SplitMix64(seed: 2_024)
+        var random = SeededGenerator(seed: 2_024)
         let alphabet: [Unicode.Scalar] = ["a", "b", "?", "ü"]
         var disagreements: [String] = []
         for _ in 0..<400 {
@@ -293,7 +293,7 @@ struct GlobWorkBoundTests {
     }
 }
 
-private func randomText(_ alphabet: [Unicode.Scalar], upTo length: Int, _ random: inout SplitMix64) -> String {
+private func randomText(_ alphabet: [Unicode.Scalar], upTo length: Int, _ random: inout SeededGenerator) -> String {
     let count = Int.random(in: 0..<length, using: &random)
     return String(String.UnicodeScalarView((0..<count).map { _ in alphabet.randomElement(using: &random) ?? "a" }))
 }

@@ -199,7 +199,7 @@ struct JSONCodeScannerTests {
         // Only the delimiter right after the value is checked; the rest of the document is never read.
         #expect(Self.scan(#"{"status":1,}"#, "status") == "1")
         #expect(Self.scan(#"{"status":1,,,garbage"#, "status") == "1")
-        var rng = SplitMix64(seed: 7)
+        var rng = SeededGenerator(seed: 7)
         for _ in 0..<200 {
             let bytes = (0..<rng.int(0...64)).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
             _ = Self.scan(bytes, try #require(JSONPath("a.0.b")))
@@ -240,27 +240,27 @@ struct JSONCodeScannerTests {
             }
             return nil
         }
-        var rng = SplitMix64(seed: 42)
+        var rng = SeededGenerator(seed: 42)
         let outside = Array("{}[]a ,:1".utf8)
         let inside = Array("{}[]a ".utf8)
         for _ in 0..<3_000 {
             var bytes: [UInt8] = []
             while bytes.count < rng.int(0...90) {
-                if rng.chance(3) {
+                if rng.oneIn(3) {
                     // A string (always closed, so backslashes never occur outside strings).
                     bytes.append(UInt8(ascii: "\""))
-                    for _ in 0..<rng.int(0...(rng.chance(8) ? 40 : 6)) {
-                        if rng.chance(3) {
+                    for _ in 0..<rng.int(0...(rng.oneIn(8) ? 40 : 6)) {
+                        if rng.oneIn(3) {
                             let run = rng.int(1...5)
                             bytes += Array(repeating: UInt8(ascii: "\\"), count: run)
                             if run % 2 == 1 {
-                                bytes.append(rng.chance(2) ? UInt8(ascii: "\"") : inside[rng.int(0...5)])
+                                bytes.append(rng.oneIn(2) ? UInt8(ascii: "\"") : inside[rng.int(0...5)])
                             }
                         } else {
                             bytes.append(inside[rng.int(0...(inside.count - 1))])
                         }
                     }
-                    if rng.chance(20) { break }  // Occasionally unterminated (only at the end).
+                    if rng.oneIn(20) { break }  // Occasionally unterminated (only at the end).
                     bytes.append(UInt8(ascii: "\""))
                 } else {
                     bytes.append(outside[rng.int(0...(outside.count - 1))])
@@ -313,7 +313,7 @@ struct JSONCodeScannerTests {
     // MARK: - Property test against JSONSerialization
 
     @Test func randomDocumentsAgreeWithJSONSerialization() throws {
-        var rng = SplitMix64(seed: 0x5EED_C0DE)
+        var rng = SeededGenerator(seed: 0x5EED_C0DE)
         var checkedPaths = 0
         var foundValues = 0
         for _ in 0..<2_500 {
@@ -347,7 +347,7 @@ struct JSONCodeScannerTests {
     }
 
     @Test func mutatedDocumentsNeverCrash() {
-        var rng = SplitMix64(seed: 0xBAD_F00D)
+        var rng = SeededGenerator(seed: 0xBAD_F00D)
         let specials: [UInt8] = Array(#"{}[]",:\ u0e-.9"#.utf8) + [0x00, 0x1F, 0xFF, 0xEF, 0xBB]
         for _ in 0..<1_500 {
             let root = Node.random(&rng, depth: 0, forceContainer: true)
@@ -357,7 +357,7 @@ struct JSONCodeScannerTests {
             for _ in 0..<rng.int(1...4) where !bytes.isEmpty {
                 let at = rng.int(0...(bytes.count - 1))
                 let byte =
-                    rng.chance(2) ? specials[rng.int(0...(specials.count - 1))] : UInt8(truncatingIfNeeded: rng.next())
+                    rng.oneIn(2) ? specials[rng.int(0...(specials.count - 1))] : UInt8(truncatingIfNeeded: rng.next())
                 switch rng.int(0...3) {
                 case 0: bytes[at] = byte
                 case 1: bytes.remove(at: at)
@@ -367,7 +367,7 @@ struct JSONCodeScannerTests {
             }
             for _ in 0..<3 {
                 guard let path = JSONPath(segments: Self.randomPath(in: root, &rng)) else { continue }
-                _ = Self.scan(bytes, path, maxBytes: rng.chance(3) ? rng.int(0...(bytes.count + 1)) : 65_536)
+                _ = Self.scan(bytes, path, maxBytes: rng.oneIn(3) ? rng.int(0...(bytes.count + 1)) : 65_536)
             }
         }
     }
@@ -431,15 +431,15 @@ struct JSONCodeScannerTests {
     }
 
     /// A path that exists in `root` most of the time, and a near miss otherwise.
-    private static func randomPath(in root: Node, _ rng: inout SplitMix64) -> [JSONPath.Segment] {
+    private static func randomPath(in root: Node, _ rng: inout SeededGenerator) -> [JSONPath.Segment] {
         var segments: [JSONPath.Segment] = []
         var node = root
         while true {
-            let stop = !segments.isEmpty && rng.chance(4)
+            let stop = !segments.isEmpty && rng.oneIn(4)
             switch node {
             case .object(let members) where !members.isEmpty && !stop:
                 let (key, child) = members[rng.int(0...(members.count - 1))]
-                if let index = Int(key), String(index) == key, rng.chance(2) {
+                if let index = Int(key), String(index) == key, rng.oneIn(2) {
                     segments.append(.index(index))
                 } else {
                     segments.append(.key(Array(key.utf8)))
@@ -456,7 +456,7 @@ struct JSONCodeScannerTests {
             }
             break
         }
-        guard rng.chance(4) else { return segments }
+        guard rng.oneIn(4) else { return segments }
         // Near misses: unknown key, index out of range, wrong kind of segment, step past a scalar.
         switch rng.int(0...3) {
         case 0: segments.append(.key(Array("zz_missing".utf8)))
@@ -504,11 +504,11 @@ extension JSONCodeScannerTests {
                 "é", "ß", "€", "中", "к", "😀", "𝄞", "\u{FFFF}", "\u{2028}",
             ]
 
-        static func random(_ rng: inout SplitMix64, depth: Int, forceContainer: Bool = false) -> Node {
+        static func random(_ rng: inout SeededGenerator, depth: Int, forceContainer: Bool = false) -> Node {
             let kind = forceContainer ? rng.int(4...5) : rng.int(0...(depth >= 4 ? 3 : 5))
             switch kind {
             case 0: return .null
-            case 1: return .bool(rng.chance(2))
+            case 1: return .bool(rng.oneIn(2))
             case 2: return .number(randomNumber(&rng))
             case 3: return .string(randomString(&rng, maxLength: 12))
             case 4: return .array((0..<rng.int(0...5)).map { _ in random(&rng, depth: depth + 1) })
@@ -529,7 +529,7 @@ extension JSONCodeScannerTests {
             }
         }
 
-        static func randomString(_ rng: inout SplitMix64, maxLength: Int) -> String {
+        static func randomString(_ rng: inout SeededGenerator, maxLength: Int) -> String {
             var scalars = String.UnicodeScalarView()
             for _ in 0..<rng.int(0...maxLength) {
                 scalars.append(characterPool[rng.int(0...(characterPool.count - 1))])
@@ -537,20 +537,20 @@ extension JSONCodeScannerTests {
             return String(scalars)
         }
 
-        static func randomNumber(_ rng: inout SplitMix64) -> String {
-            var text = rng.chance(3) ? "-" : ""
-            if rng.chance(3) {
+        static func randomNumber(_ rng: inout SeededGenerator) -> String {
+            var text = rng.oneIn(3) ? "-" : ""
+            if rng.oneIn(3) {
                 text += "0"
             } else {
                 text += String(rng.int(1...9))
                 for _ in 0..<rng.int(0...8) { text += String(rng.int(0...9)) }
             }
-            if rng.chance(2) {
+            if rng.oneIn(2) {
                 text += "."
                 for _ in 0..<rng.int(1...6) { text += String(rng.int(0...9)) }
             }
-            if rng.chance(3) {
-                text += rng.chance(2) ? "e" : "E"
+            if rng.oneIn(3) {
+                text += rng.oneIn(2) ? "e" : "E"
                 text += ["", "+", "-"][rng.int(0...2)]
                 text += String(rng.int(0...30))
             }
@@ -577,7 +577,7 @@ extension JSONCodeScannerTests {
             return node
         }
 
-        func serialize(into out: inout String, _ rng: inout SplitMix64) {
+        func serialize(into out: inout String, _ rng: inout SeededGenerator) {
             switch self {
             case .null: out += "null"
             case .bool(let value): out += value ? "true" : "false"
@@ -610,12 +610,12 @@ extension JSONCodeScannerTests {
             }
         }
 
-        static func space(_ out: inout String, _ rng: inout SplitMix64) {
-            guard rng.chance(4) else { return }
+        static func space(_ out: inout String, _ rng: inout SeededGenerator) {
+            guard rng.oneIn(4) else { return }
             out += [" ", "\n", "\t", "\r\n  ", "   "][rng.int(0...4)]
         }
 
-        static func serialize(string: String, into out: inout String, _ rng: inout SplitMix64) {
+        static func serialize(string: String, into out: inout String, _ rng: inout SeededGenerator) {
             out += "\""
             for scalar in string.unicodeScalars {
                 let short: String? =
@@ -631,15 +631,15 @@ extension JSONCodeScannerTests {
                     default: nil
                     }
                 let mustEscape = scalar == "\"" || scalar == "\\" || scalar.value < 0x20
-                if !mustEscape && !rng.chance(5) {
+                if !mustEscape && !rng.oneIn(5) {
                     out.unicodeScalars.append(scalar)
-                } else if let short, rng.chance(2) {
+                } else if let short, rng.oneIn(2) {
                     out += short
                 } else {
                     for unit in String(scalar).utf16 {
                         let hex = String(unit, radix: 16)
                         let padded = String(repeating: "0", count: 4 - hex.count) + hex
-                        out += "\\u" + (rng.chance(2) ? padded.uppercased() : padded)
+                        out += "\\u" + (rng.oneIn(2) ? padded.uppercased() : padded)
                     }
                 }
             }

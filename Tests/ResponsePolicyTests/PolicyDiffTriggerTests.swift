@@ -10,7 +10,7 @@ import Testing
 struct PolicyDiffTriggerTests {
     /// A random policy over a small alphabet, so rules meet: statuses and ranges, integer and
     /// text codes and code ranges, methods, path and header globs, error classes, every action.
-    static func randomPolicy(_ random: inout SplitMix64) -> String {
+    static func randomPolicy(_ random: inout SeededGenerator) -> String {
         var text = """
             policy: 1
             name: random
@@ -26,7 +26,7 @@ struct PolicyDiffTriggerTests {
         let headers = ["X-R: \"q-*\"", "X-R: \"q-1\"", "X-S: \"*\""]
         let methods = ["GET", "POST", "PUT"]
         let errors = ["timeout", "connection", "any"]
-        func pick<T>(_ items: [T], _ random: inout SplitMix64) -> T { items[random.int(0...(items.count - 1))] }
+        func pick<T>(_ items: [T], _ random: inout SeededGenerator) -> T { items[random.int(0...(items.count - 1))] }
         for index in 0..<random.int(1...9) {
             var parts: [String] = []
             let shape = random.int(0...9)
@@ -47,7 +47,7 @@ struct PolicyDiffTriggerTests {
     }
 
     @Test func classQuestionsGiveWhatEveryContextsAnswerGives() throws {
-        var random = SplitMix64(seed: 23_06)
+        var random = SeededGenerator(seed: 23_06)
         var compared = 0
         var different: [String] = []
         for _ in 0..<300 {

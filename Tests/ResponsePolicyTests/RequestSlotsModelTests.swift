@@ -102,7 +102,7 @@ struct RequestSlotsModelTests {
     }
 
     static func run(seed: UInt64, steps: Int, weights: Weights) throws -> Counts {
-        var random = SplitMix64(seed: seed)
+        var random = SeededGenerator(seed: seed)
         var state = EngineState(runtime: try Self.runtime())
         // The default policy's top-level scope (its refresh rule and its before-sending failure
         // both log out) and its first refresh rule, for a waiter's route.

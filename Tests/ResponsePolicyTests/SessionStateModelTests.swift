@@ -35,7 +35,7 @@ struct SessionStateModelTests {
 
     @Test(arguments: 0..<40)
     func randomSequencesKeepTheSessionInvariants(seed: Int) throws {
-        var random = SplitMix64(seed: UInt64(seed) &* 0x9E37_79B9 &+ 1)
+        var random = SeededGenerator(seed: UInt64(seed) &* 0x9E37_79B9 &+ 1)
         var state = EngineState(runtime: try Self.runtime())
         state.credentials = Credentials(accessToken: "token-0")
         var model = Model()

@@ -35,7 +35,7 @@ struct SimulationSchedulerTests {
     @Test func tenThousandConcurrentSleepersFinishAtTheMaximumDeadline() async throws {
         let clock = VirtualClock()
         let scheduler = SimulationScheduler(clock: clock)
-        var generator = SplitMix64(seed: 0x5EED)
+        var generator = SeededGenerator(seed: 0x5EED)
         let deadlines = (0..<10_000).map { _ in Duration.milliseconds(Int64(generator.next() % 3_600_000) + 1) }
         let latest = deadlines.max() ?? .zero
         let realStart = ContinuousClock.now
@@ -348,7 +348,7 @@ struct SimulationSchedulerTests {
         let clock = VirtualClock()
         let scheduler = SimulationScheduler(clock: clock)
         let log = EventLog()
-        var generator = SplitMix64(seed: seed)
+        var generator = SeededGenerator(seed: seed)
         let plans = (0..<40).map { _ in (0..<4).map { _ in Duration.milliseconds(Int64(generator.next() % 5) * 100) } }
         try await scheduler.runDetached {
             let counter = Counter()

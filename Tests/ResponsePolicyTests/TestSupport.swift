@@ -1,4 +1,5 @@
 import Foundation
+@_exported import TestSupport
 import Testing
 
 @testable import ResponsePolicy
@@ -28,36 +29,3 @@ func validPolicy(_ yaml: String, sourceLocation: SourceLocation = #_sourceLocati
     }
 }
 
-/// The repository root, found from this file's location.
-let repositoryRoot: URL = {
-    var url = URL(fileURLWithPath: #filePath)
-    while url.path != "/" {
-        url.deleteLastPathComponent()
-        if FileManager.default.fileExists(atPath: url.appendingPathComponent("Package.swift").path) { return url }
-    }
-    return URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
-}()
-
-/// SplitMix64: a tiny, well-distributed, seeded generator, so "random" test inputs are the same
-/// on every run. (The library's `SeededRandomSource` is the same algorithm behind a lock; tests
-/// that generate inputs in a loop use this value type.)
-struct SplitMix64: RandomNumberGenerator {
-    private var state: UInt64
-
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
-    mutating func int(_ range: ClosedRange<Int>) -> Int {
-        range.lowerBound + Int(next() % UInt64(range.count))
-    }
-
-    /// True with probability 1/n.
-    mutating func chance(_ n: Int) -> Bool { next() % UInt64(n) == 0 }
-}

@@ -8,7 +8,7 @@ import Testing
 @Suite struct TimerHeapTests {
     @Test(arguments: [1, 2, 3, 42, 2_026])
     func agreesWithASortedListUnderRandomOperations(seed: UInt64) {
-        var random = SplitMix64(seed: seed)
+        var random = SeededGenerator(seed: seed)
         var heap = TimerHeap()
         var model: [(node: TimerNode, deadline: Duration, order: UInt64)] = []
         let nodes = (0..<64).map { _ in TimerNode() }

@@ -76,7 +76,7 @@ struct YAMLDocumentTests {
     /// in mappings of 1 to 40 keys: small ones are scanned, larger ones switch to a table part
     /// way through, and both must agree with the model. Merge keys are never duplicates.
     @Test func duplicateKeysMatchAModelInSmallAndLargeMappings() throws {
-        var random = SplitMix64(seed: 22)
+        var random = SeededGenerator(seed: 22)
         for _ in 0..<300 {
             let count = Int.random(in: 1...40, using: &random)
             let alphabet = Int.random(in: 1...30, using: &random)

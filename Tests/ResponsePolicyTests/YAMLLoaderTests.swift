@@ -214,7 +214,7 @@ struct YAMLLoaderTests {
     }
 
     @Test func binaryGarbageNeverCrashes() {
-        var generator = SplitMix64(seed: 42)
+        var generator = SeededGenerator(seed: 42)
         for _ in 0..<300 {
             let count = Int(generator.next() % 400)
             let bytes = (0..<count).map { _ in UInt8(truncatingIfNeeded: generator.next()) }
