@@ -74,7 +74,7 @@ enum LintCommand {
             let limit = Self.maxPluginSchemaBytes
             let bytes: [UInt8]
             do {
-                bytes = try Policy.readFile(schemas, limits: YAMLLimits(maxFileBytes: limit))
+                bytes = try Policy.readFile(schemas, limits: YAMLLimits(maxFileBytes: limit), owner: .anyone)
             } catch {
                 var reason = "it cannot be read"
                 if case .unreadable(_, let why) = error { reason = why }
@@ -134,7 +134,7 @@ enum LintCommand {
                 let named = files == [path]
                 for file in files {
                     do {
-                        let bytes = try Policy.readFile(file, limits: .default)
+                        let bytes = try Policy.readFile(file, limits: .default, owner: .anyone)
                         if let result = check(
                             bytes, file: file, named: named, catalog: catalog, checkEnvironment: checkEnvironment)
                         {
