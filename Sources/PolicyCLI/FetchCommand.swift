@@ -112,8 +112,10 @@ enum FetchCommand {
             plugins: registry,
             credentials: store, options: options)
         // A plugin that cannot be made here (an unset variable, a missing command) fails every refresh: say so first.
+        var printed: [String] = []
         for problem in engine.problems where problem != engine.coordinationWarning {
             output.stderr(TerminalText.line(problem.diagnostic(file: invocation.policyPath).description))
+            printed.append(problem.reason)
         }
         // The store's trust (a remote Redis without signing-key-env): said before anything is sent.
         if let warning = engine.coordinationWarning {
@@ -142,8 +144,9 @@ enum FetchCommand {
         }
         // Printed like plugin problems, with or without --verbose: a fleet that did not coordinate
         // must not look like one that did (issue 19).
-        let reported = Set(engine.problems.map(\.reason))
-        for problem in recorder.coordinationProblems where !reported.contains(where: { problem.contains($0) }) {
+        // Those not printed above: a coordinator that failed after that (its start runs in the
+        // background) was in `engine.problems` by now but had not been printed.
+        for problem in recorder.coordinationProblems where !printed.contains(where: { problem.contains($0) }) {
             output.stderr(TerminalText.line("warning: \(problem)"))
         }
         // Tokens the token endpoint issued that could not be saved are a lost session for the

@@ -124,7 +124,6 @@ package enum SafeFile {
         switch info.st_mode & S_IFMT {
         case S_IFREG: break
         case S_IFDIR: return "it is a directory"
-        case S_IFIFO: return "it is a FIFO, not a regular file"
         default: return "it is not a regular file"
         }
         if case .userOrRoot = owner, info.st_uid != geteuid(), info.st_uid != 0 {

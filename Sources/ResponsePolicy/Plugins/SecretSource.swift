@@ -47,6 +47,9 @@ enum SecretSource {
         switch SafeFile.open(path, owner: .userOrRoot) {
         case .failure(let refusal):
             if refusal.missing { throw failure("does not exist") }
+            if refusal.reason == "it is a directory" || refusal.reason == "it is not a regular file" {
+                throw failure("is not a regular file")
+            }
             throw failure("cannot be used: " + refusal.reason)
         case .success(let opened): (descriptor, info) = (opened.descriptor, opened.status)
         }
