@@ -120,6 +120,7 @@ enum FetchCommand {
         // The store's trust (a remote Redis without signing-key-env): said before anything is sent.
         if let warning = engine.coordinationWarning {
             output.stderr(TerminalText.line("warning: coordination: \(warning.reason)"))
+            printed.append(warning.reason)
         }
         let started = ContinuousClock.now
         let results = await sendAll(invocation, engine: engine, recorder: recorder, output: output)
