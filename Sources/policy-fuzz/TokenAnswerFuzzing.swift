@@ -1,4 +1,3 @@
-import Dispatch
 import Foundation
 import ResponsePolicy
 import ResponsePolicyTesting
@@ -73,31 +72,27 @@ enum TokenAnswerFuzzing {
         return found
     }
 
-    /// Runs one refresh to its end on the concurrency pool and waits for it here (the harness
-    /// runs on a thread of its own, never on the pool).
     enum Outcome: Sendable {
         case success(Credentials)
         case failure(String)
     }
 
+    /// Runs one refresh to its end on the calling thread, on a virtual clock (a
+    /// ``SimulationScheduler``): never on the concurrency pool, which the tests that replay inputs
+    /// run on (waiting there for a task on the pool deadlocked two cores).
     static func run(_ plugin: any RefreshPlugin, transport: any Transport) -> Outcome {
-        let done = DispatchSemaphore(value: 0)
-        let outcome = Locked<Outcome>(.failure("not run"))
-        Task.detached {
-            let context = RefreshContext(
-                credentials: presented, transport: transport, clock: VirtualClock(), reason: "fuzz")
-            do {
-                let credentials = try await plugin.refresh(context)
-                outcome.withLock { $0 = .success(credentials) }
-            } catch let failure as RefreshFailure {
-                outcome.withLock { $0 = .failure(failure.reason) }
-            } catch {
-                outcome.withLock { $0 = .failure("\(error)") }
+        let scheduler = SimulationScheduler(clock: VirtualClock(), externalWorkGracePeriod: .zero)
+        do {
+            let credentials = try scheduler.run {
+                try await plugin.refresh(
+                    RefreshContext(credentials: presented, transport: transport, clock: scheduler.clock, reason: "fuzz"))
             }
-            done.signal()
+            return .success(credentials)
+        } catch let failure as RefreshFailure {
+            return .failure(failure.reason)
+        } catch {
+            return .failure("\(error)")
         }
-        done.wait()
-        return outcome.withLock { $0 }
     }
 }
 
