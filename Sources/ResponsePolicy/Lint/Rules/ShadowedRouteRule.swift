@@ -92,6 +92,9 @@ struct RouteCoverIndex {
     static let perNode = 64
 
     private var nodes = [Node()]
+    /// The first route per set of methods with no path: only these cover a route with no path
+    /// (as ``ShadowedRouteRule/covers(_:_:)`` has it, `*` does not).
+    private var pathless: [[String]?: Int] = [:]
     /// The first position of each (methods, path): a route equal to an earlier one is covered by it.
     private var exact: [ExactKey: Int] = [:]
 
@@ -130,7 +133,10 @@ struct RouteCoverIndex {
                 node = nodes.count - 1
             }
         }
-        if prefixStar || route.path == nil {
+        if route.path == nil {
+            if pathless[methods] == nil { pathless[methods] = position }
+        }
+        if prefixStar {
             if nodes[node].prefixRoutes[methods] == nil { nodes[node].prefixRoutes[methods] = position }
         } else if nodes[node].others.count < Self.perNode {
             nodes[node].others.append(position)
@@ -145,6 +151,14 @@ struct RouteCoverIndex {
             guard candidate < (best ?? Int.max) else { return }
             if ShadowedRouteRule.covers(routes[candidate], route, budget: &budget) { best = candidate }
         }
+        for (allowed, candidate) in pathless where candidate < (best ?? Int.max) {
+            if let allowed {
+                guard let methods, methods.allSatisfy(allowed.contains) else { continue }
+            }
+            best = candidate
+        }
+        // A route with no path is covered only by one with no path.
+        guard route.path != nil else { return best }
         let (prefix, _) = Self.prefix(route.path)
         var node = 0
         var iterator = prefix.makeIterator()
