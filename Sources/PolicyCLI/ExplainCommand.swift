@@ -32,50 +32,70 @@ package enum PolicyExplainer {
     package static func explain(_ policy: Policy, width: Int? = 80) -> String {
         let text = explainUnwrapped(policy)
         guard let width else { return text }
-        var out = ""
+        // On UTF-8 bytes (a column is a byte that is not a continuation byte): Characters made
+        // wrapping 100,000 routes' explanation most of its time.
+        var out: [UInt8] = []
         out.reserveCapacity(text.utf8.count + text.utf8.count / 16)
-        for line in text.split(separator: "\n", omittingEmptySubsequences: false).dropLast() {
-            wrap(line, width: width, into: &out)
+        var unwrapped = text
+        unwrapped.withUTF8 { bytes in
+            var start = 0
+            while start < bytes.count {
+                var end = start
+                while end < bytes.count, bytes[end] != 0x0A { end += 1 }
+                wrap(UnsafeBufferPointer(rebasing: bytes[start..<end]), width: width, into: &out)
+                start = end + 1
+            }
         }
-        return out
+        return String(decoding: out, as: UTF8.self)
     }
 
-    /// Appends `line` to `out` as lines of at most `width` columns (characters), each with a newline.
-    static func wrap(_ line: Substring, width: Int, into out: inout String) {
-        guard line.count > width else {
-            out += line
-            out += "\n"
+    /// Appends the UTF-8 `line` to `out` as lines of at most `width` columns, each with a newline.
+    static func wrap(_ line: UnsafeBufferPointer<UInt8>, width: Int, into out: inout [UInt8]) {
+        @inline(__always) func columns(_ range: Range<Int>) -> Int {
+            var count = 0
+            for index in range where line[index] & 0xC0 != 0x80 { count += 1 }
+            return count
+        }
+        guard columns(0..<line.count) > width else {
+            out.append(contentsOf: line)
+            out.append(0x0A)
             return
         }
-        let indent = line.prefix { $0 == " " }
-        var hanging = String(indent)
+        var indent = 0
+        while indent < line.count, line[indent] == 0x20 { indent += 1 }
+        var hanging = indent
         // `1. name: …`: the next lines start under the text, after the number.
-        let rest = line.dropFirst(indent.count)
-        let number = rest.prefix { $0.isASCII && $0.isNumber }
-        if !number.isEmpty, rest.dropFirst(number.count).hasPrefix(". ") {
-            hanging += String(repeating: " ", count: number.count + 2)
+        var digits = indent
+        while digits < line.count, line[digits] >= 0x30, line[digits] <= 0x39 { digits += 1 }
+        if digits > indent, digits + 1 < line.count, line[digits] == 0x2E, line[digits + 1] == 0x20 {
+            hanging += digits - indent + 2
         }
-        var current = String(indent)
-        var length = indent.count
-        var first = true
-        for word in rest.split(separator: " ", omittingEmptySubsequences: true) {
-            let wordLength = word.count
-            let atStart = first ? length == indent.count : length == hanging.count
-            if !atStart, length + 1 + wordLength > width {
-                out += current
-                out += "\n"
-                current = hanging
-                length = hanging.count
-                first = false
-            } else if !atStart {
-                current += " "
+        out.append(contentsOf: repeatElement(0x20, count: indent))
+        var length = indent
+        var lineStart = true
+        var index = indent
+        while index < line.count {
+            while index < line.count, line[index] == 0x20 { index += 1 }
+            guard index < line.count else { break }
+            var end = index
+            while end < line.count, line[end] != 0x20 { end += 1 }
+            let word = columns(index..<end)
+            if !lineStart, length + 1 + word > width {
+                out.append(0x0A)
+                out.append(contentsOf: repeatElement(0x20, count: hanging))
+                length = hanging
+                lineStart = true
+            }
+            if !lineStart {
+                out.append(0x20)
                 length += 1
             }
-            current += word
-            length += wordLength
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: line[index..<end]))
+            length += word
+            lineStart = false
+            index = end
         }
-        out += current
-        out += "\n"
+        out.append(0x0A)
     }
 
     static func explainUnwrapped(_ policy: Policy) -> String {
