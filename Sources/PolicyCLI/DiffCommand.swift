@@ -38,6 +38,7 @@ enum DiffCommand {
             policies.append(policy)
         }
         let diff = PolicyDiff(old: policies[0], new: policies[1])
+        for note in diff.notes { output.stderr("note: \(note)\n") }
         if format == .json {
             output.stdout(json(diff) + "\n")
         } else {

@@ -16,14 +16,88 @@ enum ExplainCommand {
         let path = try singleFile(arguments)
         let (loaded, code) = loadPolicy(path, catalog: try catalog(from: arguments[plugin]), output: output)
         guard let policy = loaded else { return code }
-        output.stdout(PolicyExplainer.explain(policy))
+        // The terminal's width, 80 when the output is not a terminal (a pipe, a file, a CI log).
+        let width = output.isTerminal ? TerminalText.terminalWidth() ?? 80 : 80
+        output.stdout(PolicyExplainer.explain(policy, width: width))
         return ExitCode.success
     }
 }
 
 /// Writes a policy as sentences an ops engineer can check against what they meant.
 package enum PolicyExplainer {
-    package static func explain(_ policy: Policy) -> String {
+    /// The explanation, each line wrapped at `width` columns (`nil`: not wrapped): a list item's
+    /// next lines hang under its text, a paragraph's keep its indentation, and a word longer than
+    /// the line (a URL) stands alone on its line.
+    package static func explain(_ policy: Policy, width: Int? = 80) -> String {
+        let text = explainUnwrapped(policy)
+        guard let width else { return text }
+        // On UTF-8 bytes (a column is a byte that is not a continuation byte): Characters made
+        // wrapping 100,000 routes' explanation most of its time.
+        var out: [UInt8] = []
+        out.reserveCapacity(text.utf8.count + text.utf8.count / 16)
+        var unwrapped = text
+        unwrapped.withUTF8 { bytes in
+            var start = 0
+            while start < bytes.count {
+                var end = start
+                while end < bytes.count, bytes[end] != 0x0A { end += 1 }
+                wrap(UnsafeBufferPointer(rebasing: bytes[start..<end]), width: width, into: &out)
+                start = end + 1
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Appends the UTF-8 `line` to `out` as lines of at most `width` columns, each with a newline.
+    static func wrap(_ line: UnsafeBufferPointer<UInt8>, width: Int, into out: inout [UInt8]) {
+        @inline(__always) func columns(_ range: Range<Int>) -> Int {
+            var count = 0
+            for index in range where line[index] & 0xC0 != 0x80 { count += 1 }
+            return count
+        }
+        guard columns(0..<line.count) > width else {
+            out.append(contentsOf: line)
+            out.append(0x0A)
+            return
+        }
+        var indent = 0
+        while indent < line.count, line[indent] == 0x20 { indent += 1 }
+        var hanging = indent
+        // `1. name: …`: the next lines start under the text, after the number.
+        var digits = indent
+        while digits < line.count, line[digits] >= 0x30, line[digits] <= 0x39 { digits += 1 }
+        if digits > indent, digits + 1 < line.count, line[digits] == 0x2E, line[digits + 1] == 0x20 {
+            hanging += digits - indent + 2
+        }
+        out.append(contentsOf: repeatElement(0x20, count: indent))
+        var length = indent
+        var lineStart = true
+        var index = indent
+        while index < line.count {
+            while index < line.count, line[index] == 0x20 { index += 1 }
+            guard index < line.count else { break }
+            var end = index
+            while end < line.count, line[end] != 0x20 { end += 1 }
+            let word = columns(index..<end)
+            if !lineStart, length + 1 + word > width {
+                out.append(0x0A)
+                out.append(contentsOf: repeatElement(0x20, count: hanging))
+                length = hanging
+                lineStart = true
+            }
+            if !lineStart {
+                out.append(0x20)
+                length += 1
+            }
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: line[index..<end]))
+            length += word
+            lineStart = false
+            index = end
+        }
+        out.append(0x0A)
+    }
+
+    static func explainUnwrapped(_ policy: Policy) -> String {
         var out = "Policy '\(policy.name)'" + (policy.file.map { " (\($0))" } ?? "") + "\n"
         for scope in policy.graph.scopes {
             out += "\n"
@@ -34,9 +108,12 @@ package enum PolicyExplainer {
                     out += "  They use the top-level rules with this route's settings.\n"
                 } else if !policy.rules.isEmpty {
                     // A route's rules replace the top-level ones; say which it drops.
+                    // Sets, not a scan of the route's rules per top-level rule (quadratic in rules).
                     let own = route.rules ?? []
+                    let ownNames = Set(own.map(\.name))
+                    let ownRules = Set(own.map { OwnRule(action: $0.action, when: $0.when) })
                     let dropped = policy.rules.filter { rule in
-                        !own.contains { $0.name == rule.name || ($0.action == rule.action && $0.when == rule.when) }
+                        !ownNames.contains(rule.name) && !ownRules.contains(OwnRule(action: rule.action, when: rule.when))
                     }
                     if !dropped.isEmpty {
                         out +=
@@ -137,8 +214,11 @@ package enum PolicyExplainer {
         }
         lines.append("Requests are signed by '\(scope.authorize.name)'\(authorizeDetail(scope.authorize)).")
         if scope.rules.isEmpty {
+            // Said of responses only: a refresh before sending (ahead of expiry, or to sign in) and
+            // its failure's logout still apply, and are said below when the flow has them.
             lines.append(
-                "There are no rules: every response is delivered as it is and nothing is retried or refreshed.")
+                "There are no rules: every response is delivered as it is, and no response leads to a retry, a "
+                    + "refresh or a logout.")
         } else {
             lines.append("Rules, first match wins:")
             for flow in scope.compiled {
@@ -149,10 +229,24 @@ package enum PolicyExplainer {
             lines.append("Any other response is delivered; any other failed attempt fails the request.")
         }
         let reachable = scope.reachableActions
+        // What the rules lead to, read off their compiled edges: the rest of `reachable` is the
+        // scope's own refresh before sending and where its failure leads.
+        let byRules = actionsReachedByRules(scope)
         if reachable.contains(.refresh) || scope.refresh.plugin != nil {
             if let source = credentialSource(scope.refresh) { lines.append(source) }
         }
-        if reachable.contains(.refresh) {
+        if reachable.contains(.refresh), !byRules.contains(.refresh), let failure = scope.beforeSendingFailure {
+            let r = scope.refresh
+            var text = "Before sending: "
+            text += r.ahead.map {
+                "a token expiring within \($0.policyText) (never sooner than half its lifetime as issued) is refreshed first, "
+                    + "and so is a missing one (signing in); "
+            } ?? "with no token stored, the request waits for a sign-in; "
+            text += "one refresh at a time, shared with the other requests. When that refresh fails definitively, "
+            text += escalation(failure) + "; transient trouble past refresh.timeout (\(r.timeout.policyText)) fails the request."
+            lines.append(text)
+        }
+        if byRules.contains(.refresh) {
             let r = scope.refresh
             var text = "Refresh: one refresh at a time (single flight) by '\(r.plugin?.name ?? "no plugin")'; "
             text += "requests that hit a trigger wait for it and are re-sent with the new token. "
@@ -202,11 +296,24 @@ package enum PolicyExplainer {
         }
         if reachable.contains(.retry) {
             let r = scope.retry
-            var text = "Retries apply to \(r.methods.joined(separator: ", ")) requests"
-            if let key = r.idempotencyKey {
-                text += " and to any request carrying an '\(key)' header (kept the same on every attempt)"
+            // Which requests are retried, from the rules that retry: their own methods and key
+            // when they set them (the section's, which no rule may use, said only when one does).
+            var sets: [(methods: [String], key: String?)] = []
+            for flow in scope.compiled where flow.canRetry {
+                let set = (methods: flow.retry.methods, key: flow.retry.idempotencyKey)
+                if !sets.contains(where: { $0.methods == set.methods && $0.key == set.key }) { sets.append(set) }
             }
-            text += "."
+            var text: String
+            if sets.count > 1 {
+                text = "Which requests are retried depends on the rule (each rule above says)."
+            } else {
+                let set = sets.first ?? (r.methods, r.idempotencyKey)
+                text = "Retries apply to \(set.methods.joined(separator: ", ")) requests"
+                if let key = set.key {
+                    text += " and to any request carrying an '\(key)' header (kept the same on every attempt)"
+                }
+                text += "."
+            }
             if let timeout = r.attemptTimeout {
                 text +=
                     " Each attempt times out after \(timeout.policyText)."
@@ -357,11 +464,15 @@ package enum PolicyExplainer {
                     }
                 }
             } else if flow.notRetryable != nil {
-                text += "; a request whose method is not in retry.methods"
+                // The methods this rule retries (its own, or the section's), named: "retry.methods"
+                // said the section's when the rule had its own.
+                text += "; a request whose method is not \(list(r.methods))"
                 if let key = r.idempotencyKey { text += " and that carries no '\(key)' header" }
                 text += " is not retried"
             }
-            if r.methods != scope.retry.methods || r.idempotencyKey != scope.retry.idempotencyKey {
+            if flow.methods != nil,
+                r.methods != scope.retry.methods || r.idempotencyKey != scope.retry.idempotencyKey
+            {
                 // The rule's own methods and key, where they differ from the section's.
                 text += "; this rule retries \(list(r.methods)) requests"
                 text +=
@@ -371,6 +482,28 @@ package enum PolicyExplainer {
             text += "; when retries run out, \(escalation(flow.onExhausted))"
             return text
         }
+    }
+
+    /// A route's rule as the top-level rule it stands for: same action, same condition.
+    struct OwnRule: Hashable {
+        var action: ActionKind
+        var when: Condition
+    }
+
+    /// The actions a scope's rules lead to, off their compiled edges: each rule's own action and
+    /// where every escalation edge of it leads.
+    static func actionsReachedByRules(_ scope: RuleGraph.Scope) -> Set<ActionKind> {
+        var actions = Set<ActionKind>()
+        for flow in scope.compiled {
+            actions.insert(flow.action)
+            for edge in [
+                flow.onExhausted, flow.onFailure, flow.refreshAnswer, flow.onTransient, flow.budget,
+                flow.notRetryable, flow.deadline,
+            ] {
+                if let edge { actions.insert(edge.action) }
+            }
+        }
+        return actions
     }
 
     /// Where an escalation edge leads, in words.

@@ -92,7 +92,8 @@ enum FetchCommand {
 
     static func run(_ arguments: ParsedArguments, output: CommandOutput) async throws(UsageError) -> Int32 {
         let invocation = try parse(arguments)
-        let (loaded, code) = loadPolicy(invocation.policyPath, catalog: PluginCatalog(), output: output)
+        let (loaded, code) = loadPolicy(
+            invocation.policyPath, catalog: PluginCatalog(), output: output, owner: .userOrRoot)
         guard let policy = loaded else { return code }
 
         var store: ReportingStore?
@@ -100,7 +101,7 @@ enum FetchCommand {
             switch openStore(path, output: output) {
             case .success(let opened): store = opened
             case .failure(let failure):
-                output.stderr("error: \(failure.error)\n")
+                output.stderr(TerminalText.line("error: \(failure.error)"))
                 return failure.code
             }
         }
@@ -117,8 +118,10 @@ enum FetchCommand {
                     output.stderr(event.jsonLine + "\n")
                 }
                 output.stderr(
-                    "error: \(error); a refresh would spend the refresh token and its replacement could not be "
-                        + "saved, so nothing was sent (make the folder writable, or give another --credentials file)\n")
+                    TerminalText.line(
+                        "error: \(error); a refresh would spend the refresh token and its replacement could not be "
+                            + "saved, so nothing was sent (make the folder writable, or give another --credentials file)"
+                    ))
                 return ExitCode.cannotCreate
             }
         }
@@ -146,11 +149,16 @@ enum FetchCommand {
             credentials: store, options: options)
         metrics?.metrics.attach(engine)
         // A plugin that cannot be made here (an unset variable, a missing command) fails every refresh: say so first.
+        var printed: [String] = []
         for problem in engine.problems where problem != engine.coordinationWarning {
-            output.stderr(problem.diagnostic(file: invocation.policyPath).description + "\n")
+            output.stderr(TerminalText.line(problem.diagnostic(file: invocation.policyPath).description))
+            printed.append(problem.reason)
         }
         // The store's trust (a remote Redis without signing-key-env): said before anything is sent.
-        if let warning = engine.coordinationWarning { output.stderr("warning: coordination: \(warning.reason)\n") }
+        if let warning = engine.coordinationWarning {
+            output.stderr(TerminalText.line("warning: coordination: \(warning.reason)"))
+            printed.append(warning.reason)
+        }
         let started = ContinuousClock.now
         let results = await sendAll(invocation, engine: engine, recorder: recorder, output: output)
         let elapsed = ContinuousClock.now - started
@@ -188,18 +196,19 @@ enum FetchCommand {
                 + "\(plural(summary.logouts, "logout")), \(plural(summary.attempts, "attempt")); "
                 + "\(milliseconds(elapsed))ms\n")
         if let note = recorder.logoutNote(until: results.compactMap(\.loggedOutUntil).max()) {
-            output.stderr("policy: \(note)\n")
+            output.stderr(TerminalText.line("policy: \(note)"))
         }
         // Printed like plugin problems, with or without --verbose: a fleet that did not coordinate
         // must not look like one that did (issue 19).
-        let reported = Set(engine.problems.map(\.reason))
-        for problem in recorder.coordinationProblems where !reported.contains(where: { problem.contains($0) }) {
-            output.stderr("warning: \(problem)\n")
+        // Those not printed above: a coordinator that failed after that (its start runs in the
+        // background) was in `engine.problems` by now but had not been printed.
+        for problem in recorder.coordinationProblems where !printed.contains(where: { problem.contains($0) }) {
+            output.stderr(TerminalText.line("warning: \(problem)"))
         }
         // Tokens the token endpoint issued that could not be saved are a lost session for the
         // next run: never a quiet exit 0.
         let lost = store?.failures ?? []
-        for failure in lost { output.stderr("error: \(failure)\n") }
+        for failure in lost { output.stderr(TerminalText.line("error: \(failure)")) }
         return delivered == results.count && lost.isEmpty && unpublished.isEmpty && metricsWritten
             ? ExitCode.success : ExitCode.failure
     }
@@ -314,7 +323,7 @@ enum FetchCommand {
     /// malformed would otherwise make every request go out unsigned.
     private static func openStore(_ path: String, output: CommandOutput) -> Result<ReportingStore, StoreFailure> {
         let stderr = output.stderr
-        let store = FileCredentialStore(path: path, warn: { stderr("warning: \($0)\n") })
+        let store = FileCredentialStore(path: path, warn: { stderr(TerminalText.line("warning: \($0)")) })
         do {
             guard try store.load() != nil else {
                 return .failure(
@@ -391,7 +400,8 @@ enum FetchCommand {
                 line += "failed: \(error)"
             }
         }
-        output.stdout(line + "\n")
+        // The code and the reasons are the server's or the store's words: one line, whatever they hold.
+        output.stdout(TerminalText.line(line))
         switch outcome {
         case .success: return RequestResult(delivered: true)
         case .failure(.loggedOut(let until, _)): return RequestResult(delivered: false, loggedOutUntil: until)
@@ -539,7 +549,9 @@ final class FetchRecorder: PolicyObserver {
         let (rule, refreshFailure, reason) = state.withLock { ($0.logoutRule, $0.refreshFailure, $0.logoutReason) }
         guard let rule else { return nil }
         var note: String
-        if rule.isEmpty, let reason, !reason.hasPrefix(PolicyEngine.refreshFailedReason) {
+        if rule.isEmpty, reason == LogoutReason.elsewhereWithoutReason {
+            note = LogoutReason.elsewhere(LogoutReason.elsewhereWithoutReason).sentence
+        } else if rule.isEmpty, let reason, !reason.hasPrefix(PolicyEngine.refreshFailedReason) {
             // Heard from another process sharing the session, or the host's own logout.
             note = "logged out: \(reason)"
         } else if rule.isEmpty {

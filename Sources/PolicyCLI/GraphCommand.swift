@@ -148,15 +148,36 @@ enum GraphRenderer {
         }
     }
 
+    /// A dot string: `"` and `\\` escaped. By scalars, not Foundation's search and replace, which
+    /// was most of drawing 100,000 routes.
     static func quote(_ text: String) -> String {
-        "\"" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
+        var out = "\""
+        out.unicodeScalars.reserveCapacity(text.utf8.count + 2)
+        for scalar in text.unicodeScalars {
+            if scalar == "\\" || scalar == "\"" { out.unicodeScalars.append("\\") }
+            out.unicodeScalars.append(scalar)
+        }
+        out.unicodeScalars.append("\"")
+        return out
     }
 
     static func id(_ text: String) -> String {
-        String(text.map { $0.isLetter || $0.isNumber ? $0 : "_" })
+        guard text.utf8.allSatisfy({ $0 < 0x80 }) else {
+            return String(text.map { $0.isLetter || $0.isNumber ? $0 : "_" })
+        }
+        // ASCII (every node id the compiler makes): byte by byte.
+        let bytes = text.utf8.map { byte -> UInt8 in
+            let letter = (byte | 0x20) >= 0x61 && (byte | 0x20) <= 0x7A
+            return letter || (byte >= 0x30 && byte <= 0x39) ? byte : 0x5F
+        }
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     static func mermaidText(_ text: String) -> String {
-        "\"" + text.replacingOccurrences(of: "\"", with: "#quot;") + "\""
+        var out = "\""
+        for scalar in text.unicodeScalars {
+            if scalar == "\"" { out += "#quot;" } else { out.unicodeScalars.append(scalar) }
+        }
+        return out + "\""
     }
 }

@@ -88,10 +88,14 @@ package enum PolicyCommand {
     }
 }
 
-/// Loads one policy for graph/explain/simulate/fetch; prints diagnostics on failure.
-func loadPolicy(_ path: String, catalog: PluginCatalog, output: CommandOutput) -> (Policy?, Int32) {
+/// Loads one policy for graph/explain/simulate/fetch; prints diagnostics on failure. `owner`:
+/// `.userOrRoot` for a policy that runs against real servers (`fetch`), `.anyone` for the
+/// commands that only read or simulate it.
+func loadPolicy(
+    _ path: String, catalog: PluginCatalog, output: CommandOutput, owner: SafeFile.Owner = .anyone
+) -> (Policy?, Int32) {
     do {
-        let policy = try Policy.load(path: path, plugins: catalog)
+        let policy = try Policy.load(path: path, plugins: catalog, owner: owner)
         return (policy, ExitCode.success)
     } catch {
         switch error {

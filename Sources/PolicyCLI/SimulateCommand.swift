@@ -56,7 +56,7 @@ enum SimulateCommand {
 
         let bytes: [UInt8]
         do {
-            bytes = try Policy.readFile(scriptPath, limits: .default)
+            bytes = try Policy.readFile(scriptPath, limits: .default, owner: .anyone)
         } catch {
             output.stderr("error: cannot read '\(scriptPath)': \(error.readReason)\n")
             return ExitCode.noInput
@@ -181,7 +181,7 @@ enum SimulateCommand {
     /// The policy a script names with `policy:`: as written, resolved against the script's
     /// folder, and where; `nil` when it names none (or cannot be read: the run reports that).
     static func scriptPolicy(_ scriptPath: String) -> (written: String, path: String, range: SourceRange?)? {
-        guard let bytes = try? Policy.readFile(scriptPath, limits: .default) else { return nil }
+        guard let bytes = try? Policy.readFile(scriptPath, limits: .default, owner: .anyone) else { return nil }
         let parsed = Policy.parse(bytes: bytes, limits: .default)
         // `policy: 1` is a schema version, not a path: the script's own parse reports it.
         guard SimulationScript.versionInsteadOfPolicyPath(parsed.root, file: nil) == nil else { return nil }

@@ -62,7 +62,7 @@ enum TestCommand {
                 for file in files {
                     let bytes: [UInt8]
                     do {
-                        bytes = try Policy.readFile(file, limits: .default)
+                        bytes = try Policy.readFile(file, limits: .default, owner: .anyone)
                     } catch {
                         output.stderr("error: cannot read '\(file)': \(error.readReason)\n")
                         unreadable = true
@@ -156,7 +156,7 @@ enum TestCommand {
         outcome.policy = policyPath
         let policy: Policy
         do {
-            policy = try Policy.load(path: policyPath, plugins: catalog)
+            policy = try Policy.load(path: policyPath, plugins: catalog, owner: .anyone)
         } catch {
             let at = expectations.policyRange.map { "\(file):\($0.start.line):\($0.start.column)" } ?? file
             switch error {
@@ -193,7 +193,7 @@ enum TestCommand {
         let result: Simulator.Result
         do {
             result = try await Simulator.run(policy: policy, script: script) { path throws(PolicyError) -> Policy in
-                try Policy.load(path: relative(path), plugins: catalog)
+                try Policy.load(path: relative(path), plugins: catalog, owner: .anyone)
             }
         } catch {
             outcome.errors.append("\(file):1:1: error: \(error)")

@@ -80,6 +80,12 @@ package final class RedisConnection {
             if case .error(let message) = try command(arguments) {
                 throw RedisError(message: "\(endpoint) refused the password: \(message)")
             }
+        } else if case .error(let message) = try command(["PING"]), Self.asksForPassword(message) {
+            // Issue 32: a server with a password answered the first script call with "ERR Protocol
+            // error: unauthenticated multibulk length", which said nothing of the cause.
+            throw RedisError(
+                message: "\(endpoint) asks for a password: name the environment variable that holds it with "
+                    + "'password-env'")
         }
         if endpoint.database != 0, case .error(let message) = try command(["SELECT", String(endpoint.database)]) {
             throw RedisError(message: "\(endpoint) refused database \(endpoint.database): \(message)")
@@ -124,6 +130,11 @@ package final class RedisConnection {
 
     deinit {
         redisFree(context)
+    }
+
+    /// Whether a server's error means the connection has not authenticated.
+    static func asksForPassword(_ message: String) -> Bool {
+        message.hasPrefix("NOAUTH") || message.contains("unauthenticated")
     }
 
     /// Sends one command and waits for its reply. A server error comes back as `.error`; a broken

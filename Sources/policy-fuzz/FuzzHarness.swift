@@ -25,22 +25,26 @@ package struct FuzzReport: Sendable {
 ///    with an error, and every diagnostic must have a 1-based position on a line of the file (a
 ///    snippet with a caret can be drawn) and a kebab-case rule id; each is rendered.
 /// 2. When it compiles, each scope classifies the input's response the way the engine does: the
-///    business code from the body (``JSONCodeScanner``, 64 KiB bound) or a header, then
+///    business code from the body (``JSONCodeScanner``, 1 MiB bound) or a header, then
 ///    `classifier.match`, for the input's status and a few fixed ones, and for every transport
 ///    error class. Each answer must equal ``FirstMatch``'s rule-by-rule walk, and the scope chosen
 ///    for the request must be the first matching route. ``WorstCase`` runs for each scope as
 ///    `policy explain` does.
 /// 3. The JSON code scanner runs on the body (or, without one, the whole input) at a few fixed
-///    paths, from exactly sized copies so AddressSanitizer sees any read past the end. A body cut
-///    short must give the full answer or none (the scanner's documented contract), `withCode`
-///    must agree with `code`, and `maxBytes` must act exactly as a shorter buffer would.
+///    paths, from exactly sized copies so AddressSanitizer sees any read past the end. Its answer
+///    must be ``ReferenceJSON``'s (a plain recursive parser: valid JSON only, the last of
+///    duplicate keys), `withCode` must agree with `code`, and a `maxBytes` below the body's length
+///    must give no code.
+/// 4. The body is handed to the built-in `oauth2` and `http` refresh plugins as their token
+///    endpoint's answer (``TokenAnswerFuzzing``): credentials or a failure whose reason shows no
+///    token and no control character.
 ///
 /// A broken oracle stops the process with `fatalError`, which libFuzzer records like a crash.
 ///
 /// Concurrency contract: stateless; any number of calls may run at once.
 package enum FuzzHarness {
     /// The engine's default `bodyScanLimit`.
-    static let scanLimit = 65_536
+    static let scanLimit = 1 << 20
     /// Statuses classified besides the input's own: success, the auth pair, throttling, transient.
     static let statuses = [200, 401, 403, 429, 503]
     /// Paths the scanner is run at on every body: top level, nested, array index, digit key, deep.
@@ -81,7 +85,11 @@ package enum FuzzHarness {
         }
         // The shared-state codecs read what a hostile store hands them: the whole input, and the body.
         SharedStateFuzzing.exercise(Data(bytes))
-        if let body = input.body { SharedStateFuzzing.exercise(Data(body)) }
+        if let body = input.body {
+            SharedStateFuzzing.exercise(Data(body))
+            // The body as a token endpoint's answer, decoded and whole, as the refresh plugins read it.
+            TokenAnswerFuzzing.exercise(Data(body))
+        }
         if let body = input.body {
             report.scannedCodes = withExactCopy(body, scan)
         } else {
@@ -225,15 +233,19 @@ package enum FuzzHarness {
             check(full == raw, "code() and withCode() disagree at '\(path.segments)'")
             check(JSONCodeScanner.code(in: body, at: path, maxBytes: 0) == nil, "maxBytes 0 found a code")
             for cut in Set([1, 2, 3, 7, 8, 9, 16, count / 2, count - 1]) where cut > 0 && cut < count {
+                // A body longer than the limit is not read: no code, whatever it holds.
                 let limited = JSONCodeScanner.code(in: body, at: path, maxBytes: cut)
-                check(
-                    limited == nil || limited == full,
-                    "a body cut at \(cut) bytes gave \(String(describing: limited)), the whole body \(String(describing: full))"
-                )
-                let prefix = withExactCopy(Array(body.prefix(cut))) { prefix in
+                check(limited == nil, "a \(count)-byte body read with maxBytes \(cut) gave \(String(describing: limited))")
+                // A prefix is a document of its own (usually not valid JSON); it never reads past its end
+                // (the exact copy makes an over-read an AddressSanitizer report).
+                _ = withExactCopy(Array(body.prefix(cut))) { prefix in
                     JSONCodeScanner.code(in: prefix, at: path, maxBytes: scanLimit)
                 }
-                check(prefix == limited, "maxBytes \(cut) and a \(cut)-byte buffer disagree")
+            }
+            // The reference: a plain recursive parser with the same rules (valid JSON, last key wins).
+            if count <= 4_096 {
+                let expected = ReferenceJSON.code(in: Array(body), at: path)
+                check(full == expected, "scanner \(String(describing: full)), reference \(String(describing: expected))")
             }
             return full
         }

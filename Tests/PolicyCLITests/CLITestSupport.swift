@@ -264,3 +264,15 @@ let lintUsage =
     "policy lint [--format text|json|sarif|github] [--strict] [--disable RULE]... [--exclude GLOB]... [--list-rules] "
     + "[--plugin KIND:NAME]... [--plugins FILE] [--check-env] [--color auto|always|never] PATH..."
 let topUsage = "policy <subcommand> [options]"
+
+/// What `policy explain` says of a policy, as the library writes it before wrapping: where a test
+/// reads its sentences. The binary prints the same text wrapped at the terminal's width, 80 when
+/// not a terminal (`GraphExplainCommandTests` checks the two agree).
+func explanation(of yaml: String, file: String? = nil) throws -> String {
+    PolicyExplainer.explain(try Policy.load(yaml: yaml, file: file), width: nil)
+}
+
+/// ``explanation(of:file:)`` of a policy file.
+func explanation(ofFile path: String) throws -> String {
+    PolicyExplainer.explain(try Policy.load(path: path, owner: .anyone), width: nil)
+}

@@ -37,6 +37,8 @@ struct CoordinationTrustWarningCLITests {
             """)
         let result = try await runPolicy(["explain", policy.path])
         #expect(result.status == 0)
-        #expect(result.stdout.contains("used only when signed with the key in FLEET_KEY (HMAC-SHA256)"), "\(result.stdout)")
+        #expect(
+            try explanation(ofFile: policy.path).contains("used only when signed with the key in FLEET_KEY (HMAC-SHA256)"),
+            "\(result.stdout)")
     }
 }

@@ -134,11 +134,17 @@ struct GraphExplainCommandTests {
         let result = try await runPolicy(["explain", Self.defaultPolicy])
         #expect(result.status == 0)
         #expect(result.stderr == "")
-        let lines = result.stdoutLines
+        // The binary prints the library's text wrapped at 80 columns (its output is not a terminal).
+        let policy = try Policy.load(
+            yaml: String(contentsOf: repositoryRoot.appendingPathComponent(Self.defaultPolicy), encoding: .utf8),
+            file: Self.defaultPolicy)
+        #expect(result.stdout == PolicyExplainer.explain(policy, width: 80))
+        let lines = PolicyExplainer.explain(policy, width: nil).split(separator: "\n").map(String.init)
         #expect(lines.first == "Policy 'mobile-api' (policies/default.yaml)")
         for expected in [
             "Requests to /oauth/* (route at line 59):",
-            "  There are no rules: every response is delivered as it is and nothing is retried or refreshed.",
+            "  There are no rules: every response is delivered as it is, and no response leads to a retry, a refresh "
+                + "or a logout.",
             "All other requests:",
             "  The business code is read from the JSON body at 'status'.",
             "  Rules, first match wins:",
@@ -152,8 +158,8 @@ struct GraphExplainCommandTests {
             "    5. transient: when the status is 502, 503 or 504, or the attempt fails with a timeout or connection "
                 + "error, retry up to 3 times, waiting 1s, 2s, 4s (exponential, capped at 8s, no jitter, "
                 + "Retry-After honoured, within the retry budget of 100 + 20% per 10s); a request whose method is not "
-                + "in retry.methods and that carries no 'Idempotency-Key' header is not retried; when retries run out, "
-                + "the last response is delivered.",
+                + "GET, HEAD, PUT, DELETE or OPTIONS and that carries no 'Idempotency-Key' header is not retried; when "
+                + "retries run out, the last response is delivered.",
             "  Any other response is delivered; any other failed attempt fails the request.",
             // Every term of the bound: 5 attempts × 10s, each possibly held 10s for a refresh, the
             // trigger's own refresh of 10s, and the waits.
@@ -176,7 +182,8 @@ struct GraphExplainCommandTests {
         #expect(result.status == 0)
         #expect(result.stderr == "")
         #expect(
-            result.stdoutLines.contains(
+            try explanation(ofFile: repositoryRoot.appendingPathComponent("policies/transient.yaml").path)
+                .split(separator: "\n").map(String.init).contains(
                 "  Worst case: 5 attempts (1 + 4 retries), waiting at most 9s in total (600ms + 1.2s + 2.4s + 4.8s); "
                     + "with every attempt and refresh timing out, 34s (65s if the server's Retry-After asks for "
                     + "the longest waits); the deadline is 70s."))
@@ -188,8 +195,9 @@ struct GraphExplainCommandTests {
         let result = try await runPolicy(["explain", "warn.yaml"], in: directory.url)
         #expect(result.status == 0)
         #expect(result.stderr == "")
+        #expect(result.stdout == PolicyExplainer.explain(try Policy.load(yaml: LintCommandTests.warningsOnly, file: "warn.yaml"), width: 80))
         #expect(
-            result.stdout.hasSuffix(
+            try explanation(of: LintCommandTests.warningsOnly, file: "warn.yaml").hasSuffix(
                 "\n\nWarning (line 10): 'POST' in 'methods' retries requests that may already have been applied; "
                     + "rely on an idempotency key instead.\n"
                     + "Warning (line 16): rule 'busy-again' never matches: rule 'busy' comes first and matches "
@@ -235,5 +243,86 @@ struct GraphExplainCommandTests {
         var inProcess = await runInProcess(absolute)
         inProcess.stdout = inProcess.stdout.replacingOccurrences(of: root, with: "")
         #expect(inProcess == binary)
+    }
+}
+
+/// Issue 35 item 8 and issue 31 item 8: `explain` wraps its lines and does not contradict itself.
+struct ExplainWordingTests {
+    static let twoScopes = """
+        policy: 1
+        name: api
+        classify: { code: body.status }
+        rules:
+          - { name: expired, when: { code: [1401] }, then: refresh }
+          - { name: busy, when: { status: [503] }, then: { do: retry, methods: [GET, POST] } }
+        refresh: { use: oauth2, with: { token-url: "https://auth.example.com/oauth/token", client-id: app }, ahead: 30s }
+        routes:
+          - match: { path: "/oauth/*" }
+            rules: []
+        """
+
+    /// Every line at most 80 columns through the binary (a pipe), unless it is one word; the words
+    /// are the library's, in the same order.
+    @Test func explainWrapsAtEightyColumnsWhenNotATerminal() async throws {
+        let directory = try TemporaryDirectory()
+        let file = try directory.write("p.yaml", Self.twoScopes)
+        let result = try await runPolicy(["explain", "p.yaml"], in: directory.url)
+        #expect(result.status == 0)
+        for line in result.stdoutLines {
+            #expect(line.count <= 80 || !line.trimmingCharacters(in: .whitespaces).contains(" "), "\(line)")
+        }
+        #expect(FileManager.default.fileExists(atPath: file.path))
+        let unwrapped = try explanation(of: Self.twoScopes, file: "p.yaml")
+        #expect(unwrapped.split(separator: "\n").contains { $0.count > 200 })
+        #expect(result.stdout.split(whereSeparator: \.isWhitespace) == unwrapped.split(whereSeparator: \.isWhitespace))
+    }
+
+    @Test(arguments: [20, 40, 72, 120, 1_000])
+    func wrappingKeepsEveryWordAndHangsListItems(_ width: Int) throws {
+        let policy = try Policy.load(yaml: Self.twoScopes, file: "p.yaml")
+        let wrapped = PolicyExplainer.explain(policy, width: width)
+        let unwrapped = PolicyExplainer.explain(policy, width: nil)
+        #expect(wrapped.split(whereSeparator: \.isWhitespace) == unwrapped.split(whereSeparator: \.isWhitespace))
+        let lines = wrapped.split(separator: "\n", omittingEmptySubsequences: false)
+        for line in lines where line.count > width {
+            #expect(!line.trimmingCharacters(in: .whitespaces).contains(" "), "\(line)")
+        }
+        // A rule's next lines start under its text, after its number.
+        if width < 100, let item = lines.firstIndex(where: { $0.hasPrefix("    1. expired:") }) {
+            #expect(lines[item + 1].hasPrefix("       ") && !lines[item + 1].hasPrefix("        "))
+        }
+    }
+
+    /// A route with `rules: []` said "nothing is retried or refreshed", then described a refresh
+    /// before sending and its logout: it says what its flow has, without the contradiction.
+    @Test func aRouteWithoutRulesSaysOnlyWhatItsFlowDoes() throws {
+        let text = try explanation(of: Self.twoScopes, file: "p.yaml")
+        let oauth = try #require(text.components(separatedBy: "\n\n").first { $0.hasPrefix("Requests to /oauth/*") })
+        #expect(!oauth.contains("nothing is retried or refreshed"))
+        #expect(oauth.contains("There are no rules: every response is delivered as it is, and no response leads to a retry, a refresh or a logout."))
+        #expect(oauth.contains("Before sending: a token expiring within 30s"))
+        #expect(!oauth.contains("requests that hit a trigger wait for it"), "\(oauth)")
+        #expect(!oauth.contains("Retries apply"))
+        // The engine's flow has the refresh before sending for this route: what explain says is there.
+        let policy = try Policy.load(yaml: Self.twoScopes, file: "p.yaml")
+        #expect(policy.graph.scopes[0].reachableActions.contains(.refresh))
+        #expect(policy.graph.scopes[0].beforeSendingFailure != nil)
+    }
+
+    /// A rule with its own `methods: [GET, POST]` was explained with "not in retry.methods" and the
+    /// section's "Retries apply to GET, HEAD, PUT, DELETE, OPTIONS", which no rule used.
+    @Test func aRulesOwnRetryMethodsAreTheOnesSaid() throws {
+        let text = try explanation(of: Self.twoScopes, file: "p.yaml")
+        #expect(text.contains("a request whose method is not GET or POST and that carries no 'Idempotency-Key' header is not retried"))
+        #expect(!text.contains("retry.methods"))
+        #expect(!text.contains("Retries apply to GET, HEAD, PUT, DELETE, OPTIONS"))
+        #expect(text.contains("Retries apply to GET, POST requests"))
+        // Two retry rules with different methods: no one list is claimed for the scope.
+        let mixed = Self.twoScopes.replacingOccurrences(
+            of: "  - { name: busy,",
+            with: "  - { name: slow, when: { status: [504] }, then: retry }\n  - { name: busy,")
+        let both = try explanation(of: mixed, file: "p.yaml")
+        #expect(both.contains("Which requests are retried depends on the rule (each rule above says)."))
+        #expect(both.contains("a request whose method is not GET, HEAD, PUT, DELETE or OPTIONS"))
     }
 }

@@ -45,9 +45,9 @@ struct OneFlowCommandTests {
         #expect(graph.stdoutLines.contains(#"  "default.rule.1.retry" -> "default.logout" [label="on-exhausted"];"#))
         #expect(graph.stdoutLines.contains(#"  "default.logout" -> "logged-out" [label="cooldown 5s"];"#))
 
-        let explain = try await Self.run(["explain"], Self.escalation)
-        #expect(explain.stdout.contains("when retries run out, the session is logged out (cooldown 5s)."))
-        #expect(explain.stdout.contains("\n  Logout: every request in flight or waiting is cancelled"))
+        let explain = try explanation(of: Self.escalation, file: "p.yaml")
+        #expect(explain.contains("when retries run out, the session is logged out (cooldown 5s)."))
+        #expect(explain.contains("\n  Logout: every request in flight or waiting is cancelled"))
 
         let simulate = try await Self.run(
             ["simulate", "--format", "json"], Self.escalation,
@@ -112,8 +112,8 @@ struct OneFlowCommandTests {
             script: "requests:\n  - { id: a, responses: [{ body: '{\"status\":1417}' }] }\n")
         #expect(simulate.stdout.contains(#""rule":"client","action":"fail""#), "\(simulate.stdout)")
         // What ops read names the range, as the engine matches it.
-        let explain = try await Self.run(["explain"], ranged)
-        #expect(explain.stdout.contains("1. client: when the business code is 1400-1499, fail the request."))
+        let explain = try explanation(of: ranged, file: "p.yaml")
+        #expect(explain.contains("1. client: when the business code is 1400-1499, fail the request."))
         let graph = try await Self.run(["graph", "--format", "json"], ranged)
         #expect(graph.stdout.contains(#""when":"code 1400-1499""#), "\(graph.stdout)")
 
@@ -146,9 +146,9 @@ struct OneFlowCommandTests {
             stdout: "p.yaml:5:68: warning: rule 'create' never retries: POST is not in retry.methods and "
                 + "'idempotency-key' is none; list the method in 'methods' or set 'idempotency-key' [never-retried]\n"
                 + "1 file checked: 0 errors, 1 warning\n", status: 0)
-        let explain = try await Self.run(["explain"], yaml)
-        #expect(explain.stdout.contains("not retried: POST is not in retry.methods"), "\(explain.stdout)")
-        #expect(!explain.stdout.contains("retry up to 1 time"))
+        let explain = try explanation(of: yaml, file: "p.yaml")
+        #expect(explain.contains("not retried: POST is not in retry.methods"), "\(explain)")
+        #expect(!explain.contains("retry up to 1 time"))
     }
 
     // MARK: - Routes
@@ -185,9 +185,9 @@ struct OneFlowCommandTests {
                 "1 file checked: 1 error, 2 warnings",
             ])
         let explainable = yaml.replacingOccurrences(of: "https://api.example.com/v2/*", with: "/v2/*")
-        let explain = try await Self.run(["explain"], explainable)
+        let explain = try explanation(of: explainable, file: "p.yaml")
         #expect(
-            explain.stdout.contains(
+            explain.contains(
                 "  Its own rules replace the top-level rules, so these do not apply here: 'forced-logout' (logout).\n"))
     }
 

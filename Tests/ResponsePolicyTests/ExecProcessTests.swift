@@ -159,6 +159,61 @@ struct ExecProcessTests {
         #expect(ExecCommand.redact(test.line, secrets: test.secrets, truncated: test.truncated) == test.expected)
     }
 
+    /// Issue 32: `${RT#RT-}` printed 17 of the 20 characters of the refresh token.
+    @Test(arguments: [
+        ("denied a1b2c3d4e5f6g7h8i end", "denied <redacted> end"),
+        ("part e5f6g7h8 and e5f6g7h", "part <redacted> and e5f6g7h"),
+        ("two RT-a1b2c3d4 x c3d4e5f6g7", "two <redacted> x <redacted>"),
+        ("rt=%52T-a1b2c3d4", "rt=%52<redacted>"),
+    ])
+    func anyPartOfEightCharactersOfASecretIsRedacted(_ line: String, _ expected: String) {
+        #expect(ExecCommand.redact(line, secrets: ["RT-a1b2c3d4e5f6g7h8i"], truncated: false) == expected)
+    }
+
+    /// Issue 32: a command that answered and left a `setsid` daemon holding its stdout was waited
+    /// on until its timeout (then retried, three daemons left running).
+    @Test func aDaemonHoldingStdoutDoesNotDelayTheAnswerAndIsKilled() async throws {
+        try await withExecDirectory { directory in
+            let body = """
+                setsid sh -c 'echo $$ > "\(directory)/daemon.tmp"; mv "\(directory)/daemon.tmp" "\(directory)/daemon"; exec sleep 60' &
+                while [ ! -s "\(directory)/daemon" ]; do sleep 0.01; done
+                printf '{"access_token":"fresh"}'
+                """
+            let script = try writeExecScript(directory, "get-token", body)
+            let plugin = try ExecRefresh(configuration: execConfiguration([script], timeout: "20s"))
+            let started = ContinuousClock.now
+            let credentials = try await plugin.refresh(refreshContext())
+            let took = ContinuousClock.now - started
+            #expect(credentials.accessToken == "fresh")
+            #expect(took < .seconds(10), "answered after \(took): the daemon's open stdout was waited on")
+            let daemon = try #require(
+                Int32(
+                    try String(contentsOfFile: directory + "/daemon", encoding: .utf8)
+                        .trimmingCharacters(in: .whitespacesAndNewlines)))
+            #expect(await isGone(daemon), "the setsid daemon outlived the call")
+        }
+    }
+
+    /// A descendant that moved to a process group of its own (job control) but stayed in the
+    /// command's session is killed with it.
+    @Test func aDescendantInAnotherGroupOfTheSessionIsKilled() async throws {
+        try await withExecDirectory { directory in
+            let body = """
+                python3 -c 'import os, time; os.setpgid(0, 0); open("\(directory)/member.tmp", "w").write(str(os.getpid())); os.rename("\(directory)/member.tmp", "\(directory)/member"); time.sleep(60)' </dev/null >/dev/null 2>&1 &
+                while [ ! -s "\(directory)/member" ]; do sleep 0.01; done
+                printf '{"access_token":"fresh"}'
+                """
+            let script = try writeExecScript(directory, "get-token", body)
+            let plugin = try ExecRefresh(configuration: execConfiguration([script], timeout: "20s"))
+            #expect(try await plugin.refresh(refreshContext()).accessToken == "fresh")
+            let member = try #require(
+                Int32(
+                    try String(contentsOfFile: directory + "/member", encoding: .utf8)
+                        .trimmingCharacters(in: .whitespacesAndNewlines)))
+            #expect(await isGone(member), "a session member outlived the call")
+        }
+    }
+
     @Test func aLongLineIsRedactedBeforeItIsCut() {
         // The secret straddles character 200: cutting first would leave its first half.
         let secret = "s3cret-value"
@@ -220,6 +275,23 @@ private func processes(inGroup group: Int32) -> [Int32] {
         guard fields.count > 2, fields[0] != "Z", fields[0] != "X", Int32(fields[2]) == group else { return nil }
         return pid
     }
+}
+
+/// Whether `pid` is gone (or a zombie) within 2 s: a process sent SIGKILL may take a moment.
+private func isGone(_ pid: Int32) async -> Bool {
+    let deadline = ContinuousClock.now + .seconds(2)
+    while ContinuousClock.now < deadline {
+        guard kill(pid, 0) == 0 else { return true }
+        if let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")"),
+            let state = stat[stat.index(after: close)...].split(separator: " ").first,
+            state == "Z" || state == "X"
+        {
+            return true
+        }
+        try? await Task.sleep(for: .milliseconds(10))
+    }
+    return false
 }
 
 private func withExecDirectory(_ body: (String) async throws -> Void) async throws {

@@ -187,20 +187,24 @@ struct FaultInjectionTests {
 
     static let fiftyMegabytes = 50 * 1024 * 1024
 
+    static let scanLimit = PolicyEngine.Options().bodyScanLimit
+
     @Test(arguments: [
-        HugeCase(name: "50 MB, the code first", body: { hugeBody(codeAt: .start) }, code: "1401"),
+        // The scanner reads a body whole, as a JSON parser would: a body past the limit has no
+        // code wherever the code is, so it never costs its length on a response.
+        HugeCase(name: "50 MB, the code first", body: { hugeBody(codeAt: .start) }, code: nil),
         HugeCase(name: "50 MB, the code last", body: { hugeBody(codeAt: .end) }, code: nil),
         HugeCase(
-            name: "the code straddles the 64 KiB limit", body: { paddedBody(codeEndingAt: 65_536 + 2) }, code: nil),
-        HugeCase(name: "the code ends just inside 64 KiB", body: { paddedBody(codeEndingAt: 65_536) }, code: "1401"),
+            name: "one byte past the 1 MiB limit", body: { paddedBody(codeEndingAt: scanLimit + 1) }, code: nil),
+        HugeCase(name: "a body of exactly 1 MiB", body: { paddedBody(codeEndingAt: scanLimit) }, code: "1401"),
         HugeCase(
-            name: "a raised limit reaches a code past 64 KiB", body: { paddedBody(codeEndingAt: 200_000) },
-            scanLimit: 262_144, code: "1401"),
+            name: "a raised limit reaches a code in a 2 MiB body", body: { paddedBody(codeEndingAt: 2 << 20) },
+            scanLimit: 2 << 20, code: "1401"),
         HugeCase(
-            name: "a lowered limit misses a code at 1 KiB", body: { paddedBody(codeEndingAt: 1_024) }, scanLimit: 512,
-            code: nil),
+            name: "a lowered limit misses a code in a 1 KiB body", body: { paddedBody(codeEndingAt: 1_024) },
+            scanLimit: 512, code: nil),
     ])
-    func theCodeScanReadsOnlyABoundedPrefix(_ testCase: HugeCase) async throws {
+    func theCodeScanReadsOnlyBodiesWithinItsLimit(_ testCase: HugeCase) async throws {
         let body = testCase.body()
         let huge = HTTPResponse(status: 200, body: body)
         let harness = try FaultHarness(Self.faultPolicy, scripts: ["a": [.respond(huge), .ok]]) { options in
@@ -663,8 +667,8 @@ extension FaultInjectionTests {
         }
     }
 
-    /// `{"padding":"xx…x","status":1401}` where the byte after `1401` (the `}` that completes it)
-    /// is byte number `end` (1-based), so a scan limit of `end` just sees it and `end - 1` does not.
+    /// `{"padding":"xx…x","status":1401}`, `end` bytes long: the `}` that completes it is byte
+    /// number `end`, so a scan limit of `end` reads it whole and `end - 1` reads none of it.
     static func paddedBody(codeEndingAt end: Int) -> Data {
         let tail = #"","status":1401}"#
         let head = #"{"padding":""#

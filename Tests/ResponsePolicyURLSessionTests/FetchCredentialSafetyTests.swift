@@ -188,19 +188,23 @@ struct FetchCredentialSafetyTests {
                     as: UTF8.self)
                 #expect(initial.contains("SWIFT_BACKTRACE=") == !lender, "\(initial)")
                 kill(process.processIdentifier, SIGSEGV)
-                // The report is written once `Backtrace took` is; a SIGSEGV sent with kill(2) is
-                // reported like a fault, then the process goes on (there was no faulting
-                // instruction to repeat), so it is stopped here.
-                let deadline = ContinuousClock.now + .seconds(60)
-                while !String(decoding: errors.withLock { $0 }, as: UTF8.self).contains("Backtrace took"),
-                    ContinuousClock.now < deadline
-                {
-                    try await Task.sleep(for: .milliseconds(20))
+                // Issue 32: a SIGSEGV sent with kill(2) was reported like a fault, then the process
+                // went on (no faulting instruction to repeat) with its request on the wire. Now it
+                // ends by the signal once the report is written: its pipes close by themselves
+                // (the request stalls for 300 s, so an exit of its own is the crash's).
+                let ended = Locked(false)
+                await offThePool {
+                    let deadline = Date().addingTimeInterval(60)
+                    while process.isRunning, Date() < deadline { usleep(20_000) }
+                    ended.withLock { $0 = !process.isRunning }
                 }
-                kill(process.processIdentifier, SIGKILL)
+                let exited = ended.withLock { $0 }
+                if !exited { kill(process.processIdentifier, SIGKILL) }
                 await output.value
                 await ignored.value
                 await offThePool { process.waitUntilExit() }
+                #expect(exited, "the crashed process did not exit by itself")
+                #expect(process.terminationReason == .uncaughtSignal && process.terminationStatus == SIGSEGV)
                 let report = String(decoding: errors.withLock { $0 }, as: UTF8.self)
                 #expect(report.contains("Program crashed"), "the backtracer did not run:\n\(report)")
                 #expect(!report.contains("Registers:"), "\(report)")

@@ -99,8 +99,9 @@ enum CoordinationPlugins {
             + "used only when signed with it (HMAC-SHA256); anything else is refused as coordination trouble")
 
     /// The key named by `signing-key-env`, when set; an error when the variable is named but empty,
-    /// or holds fewer than ``minimumKeyBytes`` bytes (a short key can be guessed offline from any
-    /// sealed value read from the store).
+    /// holds fewer than ``minimumKeyBytes`` bytes (a short key can be guessed offline from any
+    /// sealed value read from the store), or fewer than ``minimumDistinctKeyBytes`` different ones
+    /// (`aaaaaaaaaaaaaaaa`, `abababab…`: a typed placeholder, not a key).
     static func signingKey(_ config: CoordinatorConfiguration) throws(CoordinationError) -> Data? {
         guard let variable = config.string("signing-key-env") else { return nil }
         guard let value = config.environment[variable], !value.isEmpty else {
@@ -111,10 +112,21 @@ enum CoordinationPlugins {
                 "the key in '\(variable)' (signing-key-env) is shorter than \(minimumKeyBytes) bytes; use a random one "
                     + "of at least 32 (openssl rand -base64 32), the same in every process of the fleet")
         }
+        let distinct = Set(value.utf8).count
+        guard distinct >= minimumDistinctKeyBytes else {
+            // Issue 32: 16 bytes of one repeated character passed the length check.
+            throw CoordinationError(
+                "the key in '\(variable)' (signing-key-env) is too easy to guess: it has \(distinct) different "
+                    + "character\(distinct == 1 ? "" : "s"); use a random one of at least 32 (openssl rand -base64 32), "
+                    + "the same in every process of the fleet")
+        }
         return Data(value.utf8)
     }
 
     static let minimumKeyBytes = 16
+    /// The fewest different bytes a key may have: a random key of 16 bytes or more has many more
+    /// (16 random base64 characters have fewer than 8 different ones about once in 10^9).
+    static let minimumDistinctKeyBytes = 8
 
     static func register(in registry: inout PluginRegistry) {
         registry.register(coordination: "local") { _ in LocalSessionCoordinator() }

@@ -293,12 +293,20 @@ public final class FileSessionCoordinator: SessionCoordinator {
     }
 
     private func transactOnQueue<R>(_ body: (inout Shared) -> R) -> Result<R, CoordinationError> {
-        let descriptor = open(lockPath, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        // O_NONBLOCK: a FIFO planted at the lock's name is refused below, never waited on.
+        let descriptor = open(lockPath, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else {
             return .failure(
                 CoordinationError("cannot open the lock file '\(lockPath)': \(String(cString: strerror(errno)))"))
         }
         defer { close(descriptor) }
+        // Checked before it is locked: another user's lock file (which they could hold locked) or
+        // anything but a regular file is refused at once.
+        var lockInfo = stat()
+        guard fstat(descriptor, &lockInfo) == 0, lockInfo.st_mode & S_IFMT == S_IFREG else {
+            return .failure(CoordinationError("the lock file '\(lockPath)' is not a regular file; remove it"))
+        }
+        if let refusal = Self.privacyProblem(lockPath, lockInfo) { return .failure(refusal) }
         let deadline = ContinuousClock.now + configuration.connectTimeout
         while flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
             guard errno == EWOULDBLOCK || errno == EINTR, ContinuousClock.now < deadline else {
@@ -315,10 +323,6 @@ public final class FileSessionCoordinator: SessionCoordinator {
         case .success(let value): shared = value ?? Shared()
         }
         if let refusal = replayProblem(shared) { return .failure(refusal) }
-        var lockInfo = stat()
-        if fstat(descriptor, &lockInfo) == 0, let refusal = Self.privacyProblem(lockPath, lockInfo) {
-            return .failure(refusal)
-        }
         let before = shared
         let pending = state.withLock { $0.pendingLogout }
         if let pending { shared.logout(until: pending.until, epoch: pending.epoch) }
@@ -366,21 +370,24 @@ public final class FileSessionCoordinator: SessionCoordinator {
     /// Reads the state file, refusing one that is not private to this user (another user could
     /// read the tokens in it, or plant a session) and one whose values are out of range.
     static func read(_ path: String, signer: SharedStateSigner? = nil) -> Result<Shared?, CoordinationError> {
-        let descriptor = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
-        guard descriptor >= 0 else {
-            if errno == ENOENT { return .success(nil) }
-            if errno == ELOOP {
-                return .failure(
-                    CoordinationError("the shared session file '\(path)' is a symbolic link; remove it (rm '\(path)')"))
-            }
+        // Never through a link, never waiting on a FIFO (O_NONBLOCK), a regular file checked with
+        // fstat before a byte is read: SafeFile's open, without its link-following.
+        var linkInfo = stat()
+        if lstat(path, &linkInfo) == 0, linkInfo.st_mode & S_IFMT == S_IFLNK {
             return .failure(
-                CoordinationError("cannot read the shared session file '\(path)': \(String(cString: strerror(errno)))"))
+                CoordinationError("the shared session file '\(path)' is a symbolic link; remove it (rm '\(path)')"))
+        }
+        let descriptor: Int32
+        var info: stat
+        switch SafeFile.open(path, owner: .anyone) {
+        case .failure(let failure):
+            if failure.missing { return .success(nil) }
+            return .failure(
+                CoordinationError(
+                    "cannot read the shared session file '\(path)': \(failure.reason); remove it (rm '\(path)')"))
+        case .success(let opened): (descriptor, info) = (opened.descriptor, opened.status)
         }
         defer { close(descriptor) }
-        var info = stat()
-        guard fstat(descriptor, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
-            return .failure(CoordinationError("the shared session file '\(path)' is not a regular file"))
-        }
         if let refusal = privacyProblem(path, info) { return .failure(refusal) }
         guard info.st_size <= maxStateBytes else {
             return .failure(CoordinationError("the shared session file '\(path)' is larger than 1 MiB; remove it"))
@@ -595,7 +602,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
                 if let until = shared.loggedOutUntil, until > (seen.loggedOutUntil ?? 0),
                     until > Date().millisecondsSince1970
                 {
-                    news.append(.loggedOut(until: Date(milliseconds: until), reason: "logged out by another process"))
+                    news.append(.loggedOut(until: Date(milliseconds: until), reason: LogoutReason.elsewhereWithoutReason))
                 }
                 if shared.generation >= seen.generation { state.seen = shared }
             }
@@ -654,9 +661,10 @@ extension FileSessionCoordinator: TrustWarning {
     /// owner), so they can stop the fleet's coordination, never forge its session; a key does not
     /// prevent that, a private folder does, so this is said with or without `signing-key-env`.
     package var trustWarning: String? {
-        let folder = (statePath as NSString).deletingLastPathComponent
+        // Absolute: a relative credentials path (`creds.json`) named the folder '' before.
+        let folder = URL(fileURLWithPath: statePath).standardizedFileURL.deletingLastPathComponent().path
         var info = stat()
-        guard stat(folder.isEmpty ? "." : folder, &info) == 0, info.st_mode & 0o022 != 0 else { return nil }
+        guard stat(folder, &info) == 0, info.st_mode & 0o022 != 0 else { return nil }
         let mode = String(info.st_mode & 0o7777, radix: 8)
         return "the folder '\(folder)' of the shared session files can be written by other users (mode \(mode)): they "
             + "can remove or replace the lock and state files and stop this fleet's coordination; keep the credentials "

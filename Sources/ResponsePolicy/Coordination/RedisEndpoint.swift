@@ -43,11 +43,10 @@ package struct RedisEndpoint: Sendable, Equatable, CustomStringConvertible {
                 tls: scheme == "rediss"))
     }
 
-    /// Whether the host is this machine, where plain TCP is acceptable.
-    package var isLoopback: Bool {
-        let bare = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]")).lowercased()
-        return bare == "localhost" || bare == "::1" || bare.hasPrefix("127.")
-    }
+    /// Whether the host is this machine, where plain TCP is acceptable: the same test as for
+    /// http endpoints (an address in 127.0.0.0/8, `::1`, `localhost`), so `127.0.0.1.evil.example`,
+    /// a name anyone can register, is not (issue 32: it had no TLS warning).
+    package var isLoopback: Bool { PolicyDecoder.isLoopback(host) }
 
     /// `host:port/db`, never with credentials.
     package var description: String { "\(tls ? "rediss" : "redis")://\(host):\(port)/\(database)" }

@@ -2,23 +2,21 @@
 //
 // Why this exists: the HTTP engine looks at the business code of *every* response (for example `status` in
 // `{"status":1401,...}` or `errors.0.code`). Decoding the whole body with `JSONDecoder`/`JSONSerialization` would
-// allocate a full object graph just to read one value. This scanner instead walks the bytes once, descends only
-// into the containers named by the path, skips everything else with tight loops, and stops as soon as the value
-// at the path is complete. It never looks at the rest of the document.
+// allocate a full object graph just to read one value. This scanner instead walks the bytes once, validating them,
+// following only the containers named by the path, and remembering where the value at the path is.
 //
 // Design notes:
-// - No recursion: containers that are skipped are skipped with an integer depth counter, so hostile nesting depth
-//   cannot overflow the stack. Every loop advances its index and is bounded by `min(body.count, maxBytes)`.
-// - Bytes are examined eight at a time with SWAR ("SIMD within a register") bit tricks on `UInt64`: strings are
-//   skipped by looking only for `"` and `\`, and skipped containers are classified (quotes, escapes, brackets,
-//   in-string mask, bracket counts) without a data-dependent branch per structural byte. This is portable, needs no
-//   libc (`memchr` would need Glibc/Darwin), no Foundation and no CPU feature beyond the baseline.
-// - Validation is strict where it decides the answer and cheap everywhere else: the containers on the path, the
-//   keys/commas/colons of their members, sibling scalars and the value itself are checked against the JSON grammar.
-//   The *inside* of a skipped nested container is only checked for balanced brackets and terminated strings; the
-//   exact grammar of data we are not interested in is deliberately not validated (that is what makes skipping
-//   fast). The remainder of the document after the value is never read beyond the one delimiter that proves the
-//   value is complete.
+// - The code is the one a JSON parser would give: the whole body is read and must be valid JSON (RFC 8259 grammar,
+//   strings with valid escapes and valid UTF-8, one value and nothing after it), and the last of duplicate keys wins,
+//   as JavaScript's `JSON.parse` and Python's `json` keep it. (Issue 32: taking the first key and stopping at the
+//   value let `{"status":1401,"status":0}` refresh, and let a body with trailing garbage, cut off or with invalid
+//   UTF-8 carry a code no parser would read.)
+// - No recursion: open containers are one bit each on a fixed stack of ``JSONCodeScanner/maxDepth`` (512) levels, so
+//   hostile nesting cannot overflow the stack; deeper documents have no code. Every loop advances its index and is
+//   bounded by the body, which must fit in `maxBytes`.
+// - Strings, most of a typical body, are read eight bytes at a time with SWAR ("SIMD within a register") tests on
+//   `UInt64`: a word holding no `"`, `\`, control byte or non-ASCII byte is skipped whole. Portable, no libc, no CPU
+//   feature beyond the baseline.
 // - `JSONPath` pre-flattens its segments into plain integers and one contiguous key buffer, so the hot loop does no
 //   reference counting and no allocation.
 
@@ -115,22 +113,20 @@ package struct JSONPath: Sendable, Hashable {
 ///
 /// **Result.** The code is the text of a JSON scalar: a string's unescaped content (`"1401"` -> `1401`), a
 /// number's literal exactly as written (`1401`, `-3`, `1.5e3`), or `true`/`false`. The result is `nil` for `null`,
-/// an object or array at the path, a missing path, malformed JSON met before the value is complete, a value that is
-/// not complete within `maxBytes`, an empty body, or an empty/negative `maxBytes`.
+/// an object or array at the path, a missing path, a body that is not valid JSON (anywhere: trailing garbage, cut
+/// off, invalid UTF-8, nested deeper than ``maxDepth``), a body longer than `maxBytes`, an empty body, or an
+/// empty/negative `maxBytes`.
 ///
-/// **Completeness.** A value counts as complete only when the delimiter after it (`,` or the closing bracket of its
-/// container, after optional whitespace) lies within the scanned window. So a number cut by `maxBytes` (`14` of
-/// `1401`) is never reported, and a cut body gives either the same answer as the full body or `nil`.
+/// **Duplicate keys.** The last occurrence wins, at every level of the path, as JavaScript's `JSON.parse` and
+/// Python's `json` keep it: `{"status":1401,"status":0}` has the code `0`, and in `{"a":{"s":1},"a":{}}` `a.s` is
+/// missing.
 ///
 /// **Input.** Bytes are UTF-8 JSON; a leading UTF-8 BOM and JSON whitespace (space, tab, CR, LF) are accepted.
-/// Unescaped control characters inside the value string are malformed. Invalid UTF-8 inside a string is passed
-/// through unchanged by ``withCode(in:at:maxBytes:_:)`` and repaired (U+FFFD) by ``code(in:at:maxBytes:)``.
-/// Duplicate keys: the first occurrence wins. Lone UTF-16 surrogates in `\u` escapes are malformed.
+/// Lone UTF-16 surrogates in `\u` escapes are valid JSON, but a value holding one is no code.
 ///
-/// **Safety and cost.** Reads never go past `min(body.count, maxBytes)`; every loop advances, so any input
-/// terminates; skipping uses an integer depth counter, not recursion. Time is O(bytes scanned). No allocation
-/// happens on the hot path (`withCode` with a number, boolean or escape-free string); see
-/// ``withCode(in:at:maxBytes:_:)`` for the one rare allocating case.
+/// **Safety and cost.** Reads never go past the body; every loop advances, so any input terminates; nesting is
+/// a bit stack, not recursion. Time is O(body). No allocation happens on the hot path (`withCode` with a number,
+/// boolean or escape-free string); see ``withCode(in:at:maxBytes:_:)`` for the one rare allocating case.
 ///
 /// **Concurrency.** Both functions are pure: they read only their arguments, keep no state, and are safe to call
 /// concurrently from any thread or isolation domain. The caller must keep `body` valid and unmodified for the
@@ -139,14 +135,14 @@ package enum JSONCodeScanner {
     /// Size of the stack buffer used by ``withCode(in:at:maxBytes:_:)`` to unescape a string value.
     static let inlineUnescapeCapacity = 64
 
-    /// Finds the scalar at `path` in the first `maxBytes` bytes of `body`.
+    /// Finds the scalar at `path` in `body`, when the body (at most `maxBytes` bytes) is valid JSON.
     /// Returns the code as text: a JSON string's unescaped content (so "1401" -> 1401), a number's literal text
     /// exactly as written (1401, -3, 1.5e3), "true"/"false".
     /// Returns nil for: null, an object or array at the path, a missing path, malformed JSON met before the value is
     /// found, a value not finished within maxBytes, leading whitespace/BOM issues you can't handle.
     ///
     /// Allocates only the returned `String` (none for codes of up to 15 UTF-8 bytes, which `String` stores inline).
-    package static func code(in body: UnsafeRawBufferPointer, at path: JSONPath, maxBytes: Int = 65_536) -> String? {
+    package static func code(in body: UnsafeRawBufferPointer, at path: JSONPath, maxBytes: Int = 1 << 20) -> String? {
         withCode(in: body, at: path, maxBytes: maxBytes) { bytes in
             bytes.map { String(decoding: $0, as: UTF8.self) }
         }
@@ -164,11 +160,13 @@ package enum JSONCodeScanner {
     ///
     /// The buffer passed to `use` is valid only during the call; do not let it escape.
     package static func withCode<R>(
-        in body: UnsafeRawBufferPointer, at path: JSONPath, maxBytes: Int = 65_536,
+        in body: UnsafeRawBufferPointer, at path: JSONPath, maxBytes: Int = 1 << 20,
         _ use: (UnsafeRawBufferPointer?) -> R
     ) -> R {
-        guard let base = body.baseAddress, maxBytes > 0, !body.isEmpty else { return use(nil) }
-        let limit = min(body.count, maxBytes)
+        // The whole body is read (a code in a body that is not valid JSON is no code): one longer
+        // than the scan limit has none.
+        guard let base = body.baseAddress, maxBytes > 0, !body.isEmpty, body.count <= maxBytes else { return use(nil) }
+        let limit = body.count
         let bytes = Bytes(base: base)
         let found = path.keyBytes.withUnsafeBufferPointer { keys in
             path.steps.withUnsafeBufferPointer { steps in
@@ -250,102 +248,171 @@ extension JSONCodeScanner {
     static let zero: UInt8 = 0x30  // 0
     static let nine: UInt8 = 0x39  // 9
 
-    /// Walks `steps` from the document root and returns the location of the scalar they lead to.
+    /// The deepest nesting of a body read for a code: deeper documents have no code (Python's `json`
+    /// stops near 1,000 levels; no API answers with 512).
+    package static let maxDepth = 512
+
+    /// Reads the whole document in `b[0..<limit]` as JSON (RFC 8259, UTF-8 checked) and returns the
+    /// location of the scalar `steps` lead to; `nil` when the document is not valid JSON, nests
+    /// deeper than ``maxDepth``, or has no scalar there.
+    ///
+    /// Duplicate keys: the last one wins at every level, as JavaScript's `JSON.parse` and Python's
+    /// `json` keep it (`{"status":1401,"status":0}` has the code 0). A member whose key matches the
+    /// path clears what an earlier member of that key found, then its value may set it again.
     static func locate(
         _ b: Bytes, limit: Int, steps: UnsafeBufferPointer<JSONPath.Step>, keys: UnsafeBufferPointer<UInt8>
     ) -> Location? {
         guard !steps.isEmpty else { return nil }
-        var i = 0
-        if limit >= 3, b[0] == 0xEF, b[1] == 0xBB, b[2] == 0xBF { i = 3 }
-        var closer: UInt8 = 0
-        for step in steps {
-            i = skipWhitespace(b, from: i, limit: limit)
-            guard i < limit else { return nil }
-            let c = b[i]
-            if c == openObject {
-                let key = UnsafeBufferPointer(rebasing: keys[step.keyStart..<(step.keyStart + step.keyCount)])
-                guard let value = findMember(b, from: i + 1, limit: limit, key: key) else { return nil }
-                i = value
-                closer = closeObject
-            } else if c == openArray {
-                guard step.index >= 0, let value = findElement(b, from: i + 1, limit: limit, index: step.index)
-                else { return nil }
-                i = value
-                closer = closeArray
-            } else {
-                return nil
+        return withUnsafeTemporaryAllocation(of: UInt64.self, capacity: maxDepth / 64) { kinds in
+            withUnsafeTemporaryAllocation(of: Int.self, capacity: steps.count) { counters in
+                parse(b, limit: limit, steps: steps, keys: keys, kinds: kinds, counters: counters)
             }
         }
-        // `i` is at the first byte of the value (findMember/findElement skipped the whitespace before it).
-        let found: Location
-        let end: Int
-        switch b[i] {
-        case quote:
-            guard let (close, escaped) = scanValueString(b, from: i + 1, limit: limit) else { return nil }
-            found = escaped ? .escapedString(start: i + 1, end: close) : .slice(start: i + 1, end: close)
-            end = close + 1
-        case minus, zero...nine:
-            guard let numberEnd = scanNumber(b, from: i, limit: limit) else { return nil }
-            found = .slice(start: i, end: numberEnd)
-            end = numberEnd
-        case UInt8(ascii: "t"):
-            guard matchesTrue(b, at: i, limit: limit) else { return nil }
-            found = .slice(start: i, end: i + 4)
-            end = i + 4
-        case UInt8(ascii: "f"):
-            guard matchesFalse(b, at: i, limit: limit) else { return nil }
-            found = .slice(start: i, end: i + 5)
-            end = i + 5
-        default:
-            return nil  // null, an object, an array, or garbage.
-        }
-        // The value is complete only once the delimiter after it is seen.
-        let next = skipWhitespace(b, from: end, limit: limit)
-        guard next < limit, b[next] == comma || b[next] == closer else { return nil }
-        return found
     }
 
-    /// Scans the members of an object whose `{` precedes `from`; returns the offset of the first byte of the value
-    /// of the first member whose unescaped key equals `key`, or nil when absent or malformed.
-    static func findMember(_ b: Bytes, from: Int, limit: Int, key: UnsafeBufferPointer<UInt8>) -> Int? {
-        var i = skipWhitespace(b, from: from, limit: limit)
-        guard i < limit, b[i] != closeObject else { return nil }
+    /// The single pass of ``locate(_:limit:steps:keys:)``. `kinds` holds one bit per open container
+    /// (1: an object); `counters[d - 1]` the index of the current element of the array at depth `d`
+    /// when that array is on the path.
+    private static func parse(
+        _ b: Bytes, limit: Int, steps: UnsafeBufferPointer<JSONPath.Step>, keys: UnsafeBufferPointer<UInt8>,
+        kinds: UnsafeMutableBufferPointer<UInt64>, counters: UnsafeMutableBufferPointer<Int>
+    ) -> Location? {
+        var i = 0
+        if limit >= 3, b[0] == 0xEF, b[1] == 0xBB, b[2] == 0xBF { i = 3 }
+        /// Open containers; the root one is depth 1.
+        var depth = 0
+        /// Containers 1...onPath are on the path (the one at depth d reached by steps[0..<d-1]).
+        var onPath = 0
+        var found: Location?
+        /// Whether the value about to be read is the one at steps[0..<depth] (its member or
+        /// element matched the step of an on-path container).
+        var target = false
+        @inline(__always) func isObject(_ level: Int) -> Bool {
+            kinds[(level - 1) >> 6] & (1 << UInt64((level - 1) & 63)) != 0
+        }
+        @inline(__always) func push(object: Bool) -> Bool {
+            guard depth < maxDepth else { return false }
+            depth += 1
+            let bit: UInt64 = 1 << UInt64((depth - 1) & 63)
+            if object { kinds[(depth - 1) >> 6] |= bit } else { kinds[(depth - 1) >> 6] &= ~bit }
+            return true
+        }
+        @inline(__always) func arrayElementIsTarget() -> Bool {
+            guard depth == onPath, depth <= steps.count else { return false }
+            return counters[depth - 1] == steps[depth - 1].index
+        }
         while true {
-            guard i < limit, b[i] == quote, let (close, escaped) = scanString(b, from: i + 1, limit: limit)
-            else { return nil }
-            let matched =
+            // A value starts at `i`.
+            i = skipWhitespace(b, from: i, limit: limit)
+            guard i < limit else { return nil }
+            let isTarget = target
+            target = false
+            if isTarget {
+                // Whatever an earlier member of this key found is overridden by this one.
+                found = nil
+            }
+            let c = b[i]
+            var closedEmpty = false
+            switch c {
+            case openObject, openArray:
+                let object = c == openObject
+                guard push(object: object) else { return nil }
+                // The root is on the path; so is a container that is the path's value so far.
+                if depth == 1 || (isTarget && depth - 1 < steps.count) {
+                    onPath = depth
+                    if !object, depth <= steps.count { counters[depth - 1] = 0 }
+                }
+                i = skipWhitespace(b, from: i + 1, limit: limit)
+                guard i < limit else { return nil }
+                if b[i] == (object ? closeObject : closeArray) {
+                    i += 1
+                    closedEmpty = true
+                } else if object {
+                    guard let next = member(b, at: i, limit: limit, steps: steps, keys: keys, depth: depth,
+                        onPath: onPath, target: &target)
+                    else { return nil }
+                    i = next
+                    continue
+                } else {
+                    target = arrayElementIsTarget()
+                    continue
+                }
+            case quote:
+                guard let (close, escaped) = scanString(b, from: i + 1, limit: limit) else { return nil }
+                if isTarget && depth == steps.count {
+                    found = escaped ? .escapedString(start: i + 1, end: close) : .slice(start: i + 1, end: close)
+                }
+                i = close + 1
+            case minus, zero...nine:
+                guard let end = scanNumber(b, from: i, limit: limit) else { return nil }
+                if isTarget && depth == steps.count { found = .slice(start: i, end: end) }
+                i = end
+            case UInt8(ascii: "t"):
+                guard matchesTrue(b, at: i, limit: limit) else { return nil }
+                if isTarget && depth == steps.count { found = .slice(start: i, end: i + 4) }
+                i += 4
+            case UInt8(ascii: "f"):
+                guard matchesFalse(b, at: i, limit: limit) else { return nil }
+                if isTarget && depth == steps.count { found = .slice(start: i, end: i + 5) }
+                i += 5
+            case UInt8(ascii: "n"):
+                guard matchesNull(b, at: i, limit: limit) else { return nil }
+                i += 4
+            default:
+                return nil
+            }
+            if closedEmpty {
+                if onPath >= depth { onPath = depth - 1 }
+                depth -= 1
+            }
+            // After a value: a comma, or the end of its container(s), or the end of the document.
+            while true {
+                i = skipWhitespace(b, from: i, limit: limit)
+                if depth == 0 { return i == limit ? found : nil }
+                guard i < limit else { return nil }
+                let object = isObject(depth)
+                let d = b[i]
+                if d == comma {
+                    i = skipWhitespace(b, from: i + 1, limit: limit)
+                    guard i < limit else { return nil }
+                    if object {
+                        guard let next = member(b, at: i, limit: limit, steps: steps, keys: keys, depth: depth,
+                            onPath: onPath, target: &target)
+                        else { return nil }
+                        i = next
+                    } else {
+                        if depth == onPath, depth <= steps.count { counters[depth - 1] += 1 }
+                        target = arrayElementIsTarget()
+                    }
+                    break
+                }
+                guard d == (object ? closeObject : closeArray) else { return nil }
+                i += 1
+                if onPath >= depth { onPath = depth - 1 }
+                depth -= 1
+            }
+        }
+    }
+
+    /// Reads one member's key and colon at `i` (which must be a `"`); sets `target` when the key is
+    /// the step of the on-path object at `depth`. Returns the offset after the colon.
+    @inline(__always)
+    private static func member(
+        _ b: Bytes, at i: Int, limit: Int, steps: UnsafeBufferPointer<JSONPath.Step>, keys: UnsafeBufferPointer<UInt8>,
+        depth: Int, onPath: Int, target: inout Bool
+    ) -> Int? {
+        guard b[i] == quote, let (close, escaped) = scanString(b, from: i + 1, limit: limit) else { return nil }
+        if depth == onPath, depth <= steps.count {
+            let step = steps[depth - 1]
+            let key = UnsafeBufferPointer(rebasing: keys[step.keyStart..<(step.keyStart + step.keyCount)])
+            target =
                 escaped
                 ? escapedKey(b, from: i + 1, to: close, equals: key)
                 : plainKey(b, from: i + 1, to: close, equals: key)
-            i = skipWhitespace(b, from: close + 1, limit: limit)
-            guard i < limit, b[i] == colon else { return nil }
-            i = skipWhitespace(b, from: i + 1, limit: limit)
-            guard i < limit else { return nil }
-            if matched { return i }
-            guard let after = skipValue(b, at: i, limit: limit) else { return nil }
-            i = skipWhitespace(b, from: after, limit: limit)
-            // `}` here means the key is missing; anything but `,` is malformed.
-            guard i < limit, b[i] == comma else { return nil }
-            i = skipWhitespace(b, from: i + 1, limit: limit)
         }
-    }
-
-    /// Scans the elements of an array whose `[` precedes `from`; returns the offset of the first byte of element
-    /// `index`, or nil when the array is shorter or malformed.
-    static func findElement(_ b: Bytes, from: Int, limit: Int, index: Int) -> Int? {
-        var i = skipWhitespace(b, from: from, limit: limit)
-        guard i < limit, b[i] != closeArray else { return nil }
-        var position = 0
-        while true {
-            if position == index { return i }
-            guard let after = skipValue(b, at: i, limit: limit) else { return nil }
-            i = skipWhitespace(b, from: after, limit: limit)
-            // `]` here means the index is out of range; anything but `,` is malformed.
-            guard i < limit, b[i] == comma else { return nil }
-            i = skipWhitespace(b, from: i + 1, limit: limit)
-            guard i < limit else { return nil }
-            position += 1
-        }
+        let separator = skipWhitespace(b, from: close + 1, limit: limit)
+        guard separator < limit, b[separator] == colon else { return nil }
+        return separator + 1
     }
 
     @inline(__always)
@@ -360,128 +427,6 @@ extension JSONCodeScanner {
         return i
     }
 
-    /// Skips the value starting at `at` (`at < limit`) and returns the offset just after it.
-    static func skipValue(_ b: Bytes, at i: Int, limit: Int) -> Int? {
-        switch b[i] {
-        case quote:
-            guard let (close, _) = scanString(b, from: i + 1, limit: limit) else { return nil }
-            return close + 1
-        case openObject, openArray:
-            return skipContainer(b, from: i + 1, limit: limit)
-        case minus, zero...nine:
-            return scanNumber(b, from: i, limit: limit)
-        case UInt8(ascii: "t"):
-            return matchesTrue(b, at: i, limit: limit) ? i + 4 : nil
-        case UInt8(ascii: "f"):
-            return matchesFalse(b, at: i, limit: limit) ? i + 5 : nil
-        case UInt8(ascii: "n"):
-            return matchesNull(b, at: i, limit: limit) ? i + 4 : nil
-        default:
-            return nil
-        }
-    }
-
-    /// Skips an object or array whose opening bracket precedes `from`; returns the offset after its closing
-    /// bracket. Uses a depth counter (no recursion) and only checks that strings terminate and brackets balance.
-    ///
-    /// The bulk loop classifies eight bytes per step without data-dependent branches (a byte loop that branches on
-    /// every `"`, `{` or `]` of typical dense JSON is dominated by branch mispredictions):
-    /// - `"`, `\`, `{`/`[` and `}`/`]` are found with exact SWAR zero-byte tests (OR-ing `0x20` into every byte
-    ///   maps `[`/`]` onto `{`/`}`, and only those four bytes map onto them);
-    /// - a byte-wise prefix XOR of the unescaped quotes marks the bytes inside strings, carried across words;
-    /// - brackets outside strings are counted (one multiply per mask); only a word in which the depth may reach
-    ///   zero is walked bracket by bracket to find the exact end.
-    /// Backslashes are rare, so escapes are resolved by a small loop only in words that contain one.
-    static func skipContainer(_ b: Bytes, from: Int, limit: Int) -> Int? {
-        let highBits: UInt64 = 0x8080_8080_8080_8080
-        var i = from
-        var depth = 1
-        var inString: UInt64 = 0  // `highBits` while the current position is inside a string.
-        var nextEscaped = false  // The first byte of the next word follows an escaping backslash.
-        while i &+ 8 <= limit {
-            let word = b.word(at: i)
-            var quotes = zeroBytes(word ^ 0x2222_2222_2222_2222)
-            let backslashes = zeroBytes(word ^ 0x5C5C_5C5C_5C5C_5C5C)
-            if inString != 0 && quotes | backslashes == 0 && !nextEscaped {
-                i &+= 8  // Inside a long string: nothing can change here.
-                continue
-            }
-            if backslashes != 0 || nextEscaped {
-                var escaped: UInt64 = nextEscaped ? 0x80 : 0
-                nextEscaped = false
-                var pending = backslashes
-                while pending != 0 {
-                    let bit = pending & (0 &- pending)
-                    pending &= pending &- 1
-                    guard escaped & bit == 0 else { continue }  // An escaped backslash escapes nothing.
-                    if bit == 0x80 << 56 {
-                        nextEscaped = true
-                    } else {
-                        escaped |= bit << 8
-                    }
-                }
-                quotes &= ~escaped
-            }
-            var inside = quotes
-            inside ^= inside << 8
-            inside ^= inside << 16
-            inside ^= inside << 32
-            inside ^= inString
-            inString = (0 &- (inside >> 63)) & highBits
-            let folded = word | 0x2020_2020_2020_2020
-            let opens = zeroBytes(folded ^ 0x7B7B_7B7B_7B7B_7B7B) & ~inside
-            let closes = zeroBytes(folded ^ 0x7D7D_7D7D_7D7D_7D7D) & ~inside
-            let closeCount = countHighBits(closes)
-            if depth > closeCount {
-                depth &+= countHighBits(opens) &- closeCount
-                i &+= 8
-                continue
-            }
-            var brackets = opens | closes
-            while brackets != 0 {
-                let bit = brackets & (0 &- brackets)
-                brackets &= brackets &- 1
-                if opens & bit != 0 {
-                    depth &+= 1
-                } else {
-                    depth &-= 1
-                    if depth == 0 { return i &+ (bit.trailingZeroBitCount &>> 3) &+ 1 }
-                }
-            }
-            i &+= 8
-        }
-        // Fewer than eight bytes left: finish byte by byte, resuming a string or escape the bulk loop was inside.
-        if nextEscaped { i &+= 1 }
-        if inString != 0 {
-            guard let (close, _) = scanString(b, from: i, limit: limit) else { return nil }
-            i = close &+ 1
-        }
-        while i < limit {
-            switch b[i] {
-            case quote:
-                guard let (close, _) = scanString(b, from: i &+ 1, limit: limit) else { return nil }
-                i = close
-            case openObject, openArray:
-                depth &+= 1
-            case closeObject, closeArray:
-                depth &-= 1
-                if depth == 0 { return i &+ 1 }
-            default:
-                break
-            }
-            i &+= 1
-        }
-        return nil
-    }
-
-    /// Number of bytes of `x` whose high bit is set, for masks from ``zeroBytes(_:)`` (only `0x80` bits). One multiply
-    /// sums the eight 0/1 bytes into the top byte; unlike `nonzeroBitCount` it needs no `popcnt` instruction, which
-    /// the baseline x86-64 target does not assume (it would otherwise be emulated with about a dozen instructions).
-    @inline(__always)
-    static func countHighBits(_ x: UInt64) -> Int {
-        Int(truncatingIfNeeded: ((x &>> 7) &* 0x0101_0101_0101_0101) &>> 56)
-    }
-
     /// High bit set in exactly the bytes of `x` that are zero (no false positives, unlike the shorter variant).
     @inline(__always)
     static func zeroBytes(_ x: UInt64) -> UInt64 {
@@ -489,18 +434,26 @@ extension JSONCodeScanner {
         return ~(((x & low7) &+ low7) | x | low7)
     }
 
-    /// Finds the closing quote of a string whose opening quote precedes `from`, eight bytes at a time. Returns its
-    /// offset and whether a backslash occurred. Escapes are not validated here (only `\x` pairs are stepped over).
+    /// Reads a string whose opening quote precedes `from` and returns the offset of its closing quote
+    /// and whether it holds an escape; `nil` unless it is a valid JSON string: terminated, no raw
+    /// control character, every escape one of `\" \\ \/ \b \f \n \r \t \uXXXX`, and valid UTF-8
+    /// (no overlong form, no encoded surrogate, nothing past U+10FFFF).
+    ///
+    /// Plain ASCII is skipped eight bytes at a time: a word with no `"`, `\`, control byte or byte
+    /// of 0x80 and above needs no look at its bytes.
     @inline(__always)
     static func scanString(_ b: Bytes, from: Int, limit: Int) -> (close: Int, escaped: Bool)? {
         var i = from
         var escaped = false
+        let high: UInt64 = 0x8080_8080_8080_8080
         while true {
             while i &+ 8 <= limit {
                 let word = b.word(at: i)
-                let hits = zeroBytes(word ^ 0x2222_2222_2222_2222) | zeroBytes(word ^ 0x5C5C_5C5C_5C5C_5C5C)
-                if hits != 0 {
-                    i &+= hits.trailingZeroBitCount &>> 3
+                let special =
+                    zeroBytes(word ^ 0x2222_2222_2222_2222) | zeroBytes(word ^ 0x5C5C_5C5C_5C5C_5C5C)
+                    | ((word &- 0x2020_2020_2020_2020) & ~word & high) | (word & high)
+                if special != 0 {
+                    i &+= special.trailingZeroBitCount &>> 3
                     break
                 }
                 i &+= 8
@@ -510,29 +463,53 @@ extension JSONCodeScanner {
             if c == quote { return (i, escaped) }
             if c == backslash {
                 escaped = true
-                i &+= 2
+                guard i &+ 1 < limit else { return nil }
+                switch b[i &+ 1] {
+                case quote, backslash, UInt8(ascii: "/"), UInt8(ascii: "b"), UInt8(ascii: "f"), UInt8(ascii: "n"),
+                    UInt8(ascii: "r"), UInt8(ascii: "t"):
+                    i &+= 2
+                case UInt8(ascii: "u"):
+                    guard i &+ 6 <= limit, hex4(b, at: i &+ 2) != nil else { return nil }
+                    i &+= 6
+                default:
+                    return nil
+                }
+            } else if c < 0x20 {
+                return nil
+            } else if c >= 0x80 {
+                guard let next = utf8Sequence(b, at: i, limit: limit) else { return nil }
+                i = next
             } else {
-                i &+= 1
+                i &+= 1  // A plain byte the word test stopped on (one of a word's first bytes before a special one).
             }
         }
     }
 
-    /// Strict scan of the value string (short in practice, so byte by byte): rejects raw control characters.
-    static func scanValueString(_ b: Bytes, from: Int, limit: Int) -> (close: Int, escaped: Bool)? {
-        var i = from
-        var escaped = false
-        while i < limit {
-            let c = b[i]
-            if c == quote { return (i, escaped) }
-            if c == backslash {
-                escaped = true
-                i &+= 2
-            } else {
-                guard c >= 0x20 else { return nil }
-                i &+= 1
-            }
+    /// The offset after the UTF-8 sequence that starts with the byte at `i` (0x80 or above), or `nil`
+    /// when it is not one (RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF).
+    static func utf8Sequence(_ b: Bytes, at i: Int, limit: Int) -> Int? {
+        let lead = b[i]
+        @inline(__always) func continuation(_ at: Int, _ low: UInt8 = 0x80, _ high: UInt8 = 0xBF) -> Bool {
+            at < limit && b[at] >= low && b[at] <= high
         }
-        return nil
+        switch lead {
+        case 0xC2...0xDF:
+            return continuation(i + 1) ? i + 2 : nil
+        case 0xE0:
+            return continuation(i + 1, 0xA0) && continuation(i + 2) ? i + 3 : nil
+        case 0xE1...0xEC, 0xEE...0xEF:
+            return continuation(i + 1) && continuation(i + 2) ? i + 3 : nil
+        case 0xED:
+            return continuation(i + 1, 0x80, 0x9F) && continuation(i + 2) ? i + 3 : nil
+        case 0xF0:
+            return continuation(i + 1, 0x90) && continuation(i + 2) && continuation(i + 3) ? i + 4 : nil
+        case 0xF1...0xF3:
+            return continuation(i + 1) && continuation(i + 2) && continuation(i + 3) ? i + 4 : nil
+        case 0xF4:
+            return continuation(i + 1, 0x80, 0x8F) && continuation(i + 2) && continuation(i + 3) ? i + 4 : nil
+        default:
+            return nil
+        }
     }
 
     /// Scans a number per the JSON grammar `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?` and returns the offset

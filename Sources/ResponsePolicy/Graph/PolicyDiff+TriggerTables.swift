@@ -172,6 +172,14 @@ extension PolicyDiff.TriggerSpace {
     /// policy with 400 paths and 100 header values has 160,000 contexts; asking about each, for
     /// every code and status, took over ten minutes.
     func holds(_ scope: RuleGraph.Scope) -> [Atom: [ActionKind: ContextSet]] {
+        var budget = Int.max
+        return holds(scope, budget: &budget) ?? [:]
+    }
+
+    /// ``holds(_:)`` within `budget` steps (a question to the decision table, a context or a
+    /// class visited), taken from it; `nil` once it ran out (the caller says the triggers were not
+    /// compared).
+    func holds(_ scope: RuleGraph.Scope, budget: inout Int) -> [Atom: [ActionKind: ContextSet]]? {
         let compiled = scope.compiled
         let conditions = compiled.map(\.rule.when)
         let actions = compiled.map(\.action)
@@ -187,15 +195,19 @@ extension PolicyDiff.TriggerSpace {
         // Statuses: the rules naming no code decide; one question per status and class.
         let statusRules = conditions.indices.filter { conditions[$0].codes == nil && conditions[$0].matchesResponses }
         let byStatus = truths.partition(statusRules, refining: whole)
+        budget -= contexts.count
         let classOfContext = contexts.map { byStatus.of(method: $0.method, path: $0.path, header: $0.headers) }
         var statusIndex: [[Int32]] = []  // [status][class]: the rule, -1 for none
         for range in statuses {
+            budget -= 2 * byStatus.count + contexts.count
+            guard budget >= 0 else { return nil }
             // Only the rules that can answer for this status tell its contexts apart: one
             // question per class of their partition (a 429 rule's header values need not be
             // asked about at every path a 502 rule names; that was 40,000 questions per status).
             let relevant = statusRules.filter { index in
                 conditions[index].statuses?.contains { $0.contains(range.lowerBound) } ?? true
             }
+            budget -= statusRules.count + relevant.count * (methods.count + paths.count + headers.count)
             let own = truths.partition(relevant, refining: whole)
             var answers = [Int32](repeating: -2, count: own.count)  // -2: not asked yet
             var row = [Int32](repeating: -1, count: byStatus.count)
@@ -203,6 +215,7 @@ extension PolicyDiff.TriggerSpace {
                 let (m, p, h) = byStatus.representative(index)
                 let cls = own.of(method: m, path: p, header: h)
                 if answers[cls] == -2 {
+                    budget -= 16  // a question costs about as much as that many steps
                     let (om, op, oh) = own.representative(cls)
                     let answer = scope.classifier.match(
                         status: range.lowerBound, code: nil, headers: headers[oh].probe, method: methods[om].probe,
@@ -249,11 +262,14 @@ extension PolicyDiff.TriggerSpace {
         let statusCount = statuses.count
         let maskWords = (statusCount + 63) / 64
         for (codeIndex, code) in codes.enumerated() {
+            guard budget >= 0 else { return nil }
             let probe = code.probe
             var codeRules = byCodeText[probe] ?? []
             codeRules += ranged.filter { !codeRules.contains($0) && conditions[$0].codeMatches(probe) }
             guard !codeRules.isEmpty else { continue }  // the code changes no answer
             let own = truths.partition(codeRules, refining: whole)
+            budget -= 16 * statuses.count * own.count + codeRules.count * (methods.count + paths.count + headers.count)
+            guard budget >= 0 else { return nil }
             // The code rules' answer per status and class of their own partition.
             var codeIndexTable = [Int32](repeating: -1, count: statusCount * own.count)
             for (s, range) in statuses.enumerated() {
@@ -348,6 +364,7 @@ extension PolicyDiff.TriggerSpace {
                     }
                 }
                 let (nM, nP, nH) = (partial[0].count, partial[1].count, partial[2].count)
+                budget -= nM * nP * nH + count / 64
                 if nM * nP * nH <= 65_536 {
                     var recordsOfCombination: [[Int]] = []
                     recordsOfCombination.reserveCapacity(nM * nP * nH)
@@ -446,6 +463,8 @@ extension PolicyDiff.TriggerSpace {
                 records = []
                 recordIndex = [:]
             }
+            budget -= count + byStatus.count * own.count
+            guard budget >= 0 else { return nil }
             var keyOfPair = [Int32](repeating: -1, count: byStatus.count * own.count)
             var keyStore: [UInt64] = []
             var keyIndex: [[UInt64]: Int] = [:]
@@ -461,6 +480,7 @@ extension PolicyDiff.TriggerSpace {
                     continue
                 }
                 // What each status answers here without the code and with it.
+                budget -= statusCount
                 for index in key.indices { key[index] = 0 }
                 for s in 0..<statusCount { addBits(s, cls, ownClass, into: &key, at: 0) }
                 var found = -1
@@ -509,6 +529,8 @@ extension PolicyDiff.TriggerSpace {
         let errorRules = conditions.indices.filter { conditions[$0].errors != nil }
         let byError = truths.partition(errorRules, refining: whole)
         for (index, error) in TransportErrorClass.allCases.enumerated() {
+            budget -= contexts.count + 16 * byError.count
+            guard budget >= 0 else { return nil }
             var answers: [ActionKind?] = [ActionKind?](repeating: nil, count: byError.count)
             var sets: [ActionKind: ContextSet] = [:]
             for (context, c) in contexts.enumerated() {

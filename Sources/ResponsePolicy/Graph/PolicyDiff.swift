@@ -43,6 +43,22 @@ package struct PolicyDiff: Sendable {
     }
 
     package var changes: [Change] = []
+    /// What was not compared, and why (a scope whose conditions tell apart more request contexts
+    /// than ``maxTriggerContexts``): said beside the changes, never counted as one.
+    package var notes: [String] = []
+
+    /// The most request contexts (methods × paths × header sets the two scopes' rules name) whose
+    /// triggers are compared one by one. Past it, the comparison's size grows as their product
+    /// (a generated 1,000-rule file named 1.2 million contexts and wrote 30 MB lines), so the
+    /// triggers are not compared and a note says so; the rules, settings, edges and worst case
+    /// still are, and they are the whole of what changed.
+    package static let maxTriggerContexts = 250_000
+
+    /// The most steps (a question to a decision table, a context visited) the trigger comparison
+    /// of one scope may take, old and new together: about a second on one core. Only files whose
+    /// rules name hundreds of paths and header sets each, with hundreds of statuses and codes,
+    /// reach it (a generated 400-rule pair took 125 s before); they get the note above instead.
+    package static let maxTriggerWork = 30_000_000
 
     package init(old: Policy, new: Policy) {
         // The dispatcher's limit holds for every request of the policy, whatever its scope.
@@ -120,21 +136,36 @@ package struct PolicyDiff: Sendable {
 
         // What each action is triggered by.
         let space = TriggerSpace(old, new)
-        let oldHolds = space.holds(old)
-        let newHolds = space.holds(new)
-        for action in [ActionKind.refresh, .logout, .retry, .fail] {
-            // The same atoms in the same contexts read the same: only an action whose triggers
-            // changed is written out (its text can be long; building it for both was most of a
-            // 1,000-rule diff).
-            guard oldHolds.mapValues({ $0[action] }) != newHolds.mapValues({ $0[action] }) else { continue }
-            let before = space.describe(oldHolds, only: action)[action] ?? []
-            let after = space.describe(newHolds, only: action)[action] ?? []
-            if before != after {
+        var work = Self.maxTriggerWork
+        if space.tooLarge {
+            notes.append(
+                "\(scope == "default" ? "all other requests" : scope): triggers not compared: the rules name "
+                    + "\(space.methods.count) methods × \(space.paths.count) paths × \(space.headers.count) header sets, "
+                    + "more than \(Self.maxTriggerContexts) request contexts; the rule changes are listed")
+        } else if let oldHolds = space.holds(old, budget: &work), let newHolds = space.holds(new, budget: &work) {
+            for action in [ActionKind.refresh, .logout, .retry, .fail] {
+                // The same atoms in the same contexts read the same: only an action whose triggers
+                // changed is written out (its text can be long; building it for both was most of a
+                // 1,000-rule diff).
+                guard oldHolds.mapValues({ $0[action] }) != newHolds.mapValues({ $0[action] }) else { continue }
+                let before = space.describe(oldHolds, only: action)[action] ?? []
+                var after = space.describe(newHolds, only: action)[action] ?? []
+                if before == after {
+                    // The same text for sets of contexts that mean the same is no change; a text
+                    // that cut a long list of contexts short may read alike for different ones.
+                    guard after.contains(where: { $0.contains(" more request context") }) else { continue }
+                    after.append("(in other request contexts)")
+                }
                 changes.append(
                     Change(
                         kind: .trigger, scope: scope, key: action.rawValue, old: Self.list(before),
                         new: Self.list(after)))
             }
+        } else {
+            notes.append(
+                "\(scope == "default" ? "all other requests" : scope): triggers not compared: asking the rules about "
+                    + "\(space.contexts.count) request contexts for every status and code would take more than "
+                    + "\(Self.maxTriggerWork) steps; the rule changes are listed")
         }
 
         let oldWorst = Self.worstCase(WorstCase(scope: old))
@@ -404,6 +435,8 @@ extension PolicyDiff {
         var paths: [(probe: String, label: String)] = []
         var headers: [(probe: HTTPHeaders, label: String)] = []
         var contexts: [Context] = []
+        /// More contexts than ``PolicyDiff/maxTriggerContexts``: `contexts` is left empty.
+        var tooLarge = false
 
         init(_ a: RuleGraph.Scope, _ b: RuleGraph.Scope) {
             let conditions = (a.rules + b.rules).map(\.when)
@@ -480,6 +513,13 @@ extension PolicyDiff {
                 headers.append((probe, label))
             }
 
+            let (count, overflow) = methods.count.multipliedReportingOverflow(by: paths.count)
+            let (total, overflow2) = count.multipliedReportingOverflow(by: headers.count)
+            guard !overflow, !overflow2, total <= PolicyDiff.maxTriggerContexts else {
+                tooLarge = true
+                return
+            }
+            contexts.reserveCapacity(total)
             for method in methods.indices {
                 for path in paths.indices {
                     for header in headers.indices {
@@ -659,6 +699,9 @@ extension PolicyDiff {
             return ["\(prefix) \(lower)-\(upper)"]
         }
 
+        /// The most contexts a qualifier names one by one before it says how many more.
+        static let qualifierContexts = 8
+
         /// Where an item holds, when not in every context: ` on POST`, ` at /a/*`, ` on POST at
         /// /a/* or on PUT`.
         func qualifier(_ set: ContextSet) -> String {
@@ -697,9 +740,22 @@ extension PolicyDiff {
                     + describe(hs, headers.map(\.label), other: 0, "with", "without")
             }
             if m.count * p.count * h.count == total { return parts(m, p, h) }
-            return " ("
-                + set.elements.map { contexts[$0] }.map { parts([$0.method], [$0.path], [$0.headers]).dropFirst() }
-                .joined(separator: " or ") + ")"
+            // Not a product: the contexts one by one, the first few, and how many more (a list of
+            // every one was 30 MB for a generated 100-rule pair).
+            var shown: [String] = []
+            var index = 0
+            for (wordIndex, word) in set.words.enumerated() where word != 0 && index < Self.qualifierContexts {
+                var rest = word
+                while rest != 0, index < Self.qualifierContexts {
+                    let context = contexts[wordIndex * 64 + rest.trailingZeroBitCount]
+                    shown.append(String(parts([context.method], [context.path], [context.headers]).dropFirst()))
+                    rest &= rest - 1
+                    index += 1
+                }
+            }
+            let more = total - shown.count
+            return " (" + shown.joined(separator: " or ")
+                + (more > 0 ? ", and \(more) more request context\(more == 1 ? "" : "s")" : "") + ")"
         }
     }
 }

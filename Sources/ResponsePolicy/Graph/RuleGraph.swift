@@ -79,7 +79,7 @@ package struct RuleGraph: Sendable {
         init(
             id: String, route: Route?, rules: [Rule], classify: CodeSource?, retry: RetrySettings,
             refresh: RefreshSettings, logout: LogoutSettings, authorize: PluginReference, codePath: JSONPath?,
-            heldFor: Duration?
+            heldFor: Duration?, classifier: Classifier? = nil
         ) {
             self.id = id
             self.route = route
@@ -89,7 +89,9 @@ package struct RuleGraph: Sendable {
             self.refresh = refresh
             self.logout = logout
             self.authorize = authorize
-            classifier = Classifier(rules: rules)
+            // A route that keeps the top-level rules has their conditions (overrides change only
+            // settings): it shares their table, made once for every such route.
+            self.classifier = classifier ?? Classifier(rules: rules)
             self.codePath = codePath
             attemptTimeout = retry.attemptTimeout
             deadline = retry.deadline
@@ -216,6 +218,12 @@ package struct RuleGraph: Sendable {
             }
         }
         let heldFor = timeouts.max()
+        // The top level's table, shared by every route that keeps the top-level rules: a table
+        // per route was 4 KiB and more each, 100,000 routes 400 MB and more.
+        let topClassifier = Classifier(rules: parts.rules)
+        // Routes with their own rules share a table when their conditions are the same (most
+        // often `rules: []`, the token endpoint's route).
+        var classifiers: [[Condition]: Classifier] = [parts.rules.map(\.when): topClassifier]
         for (index, route) in parts.routes.enumerated() {
             let rules: [Rule]
             if let own = route.rules {
@@ -237,13 +245,20 @@ package struct RuleGraph: Sendable {
                 Scope(
                     id: "route-\(index + 1)", route: route, rules: rules, classify: classify, retry: route.retry,
                     refresh: route.refresh, logout: route.logout, authorize: route.authorize,
-                    codePath: Self.jsonPath(classify), heldFor: heldFor))
+                    codePath: Self.jsonPath(classify), heldFor: heldFor,
+                    classifier: route.rules.map { own in
+                        let conditions = own.map(\.when)
+                        if let shared = classifiers[conditions] { return shared }
+                        let made = Classifier(rules: own)
+                        classifiers[conditions] = made
+                        return made
+                    } ?? topClassifier))
         }
         scopes.append(
             Scope(
                 id: "default", route: nil, rules: parts.rules, classify: parts.classify, retry: parts.retry,
                 refresh: parts.refresh, logout: parts.logout, authorize: parts.authorize,
-                codePath: Self.jsonPath(parts.classify), heldFor: heldFor))
+                codePath: Self.jsonPath(parts.classify), heldFor: heldFor, classifier: topClassifier))
         self.scopes = scopes
         // Delivered and failed are always reached (no rule matches); logged out only when some
         // edge leads there: no orphan node.

@@ -78,7 +78,15 @@ public struct Policy: Sendable {
     public static func load(
         path: String, plugins: PluginCatalog = PluginCatalog(), limits: YAMLLimits = .default
     ) throws(PolicyError) -> Policy {
-        try load(bytes: try readFile(path, limits: limits), file: path, plugins: plugins, limits: limits)
+        try load(path: path, plugins: plugins, limits: limits, owner: .userOrRoot)
+    }
+
+    /// ``load(path:plugins:limits:)`` for a file of any owner when `owner` is `.anyone`: the
+    /// tools that only read a policy (`explain`, `graph`, `diff`) take one a colleague wrote.
+    package static func load(
+        path: String, plugins: PluginCatalog = PluginCatalog(), limits: YAMLLimits = .default, owner: SafeFile.Owner
+    ) throws(PolicyError) -> Policy {
+        try load(bytes: try readFile(path, limits: limits, owner: owner), file: path, plugins: plugins, limits: limits)
     }
 
     /// Loads a policy from YAML text. `file` names it in diagnostics.
@@ -98,26 +106,22 @@ public struct Policy: Sendable {
         return policy
     }
 
-    /// Reads a file with the size limit applied before reading it whole.
-    package static func readFile(_ path: String, limits: YAMLLimits) throws(PolicyError) -> [UInt8] {
-        var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
-            throw .unreadable(path: path, reason: PolicyError.noSuchFile)
-        }
-        guard !isDirectory.boolValue else { throw .unreadable(path: path, reason: "it is a directory") }
-        // O_NONBLOCK so that a FIFO (or a device) does not hang the open; only regular files are read.
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
-        guard fd >= 0 else { throw .unreadable(path: path, reason: "permission denied") }
-        var status = stat()
-        guard fstat(fd, &status) == 0, status.st_mode & S_IFMT == S_IFREG else {
-            close(fd)
-            throw .unreadable(path: path, reason: "it is not a regular file")
-        }
-        let handle = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
-        defer { try? handle.close() }
+    /// Reads a file with the size limit applied before reading it whole, through ``SafeFile``: a
+    /// link at the end of the path only when it is this user's or root's, never a FIFO or a
+    /// device, and, for a policy that will run (`owner: .userOrRoot`, the default), only a file
+    /// of this user or root.
+    package static func readFile(
+        _ path: String, limits: YAMLLimits, owner: SafeFile.Owner = .userOrRoot
+    ) throws(PolicyError) -> [UInt8] {
         do {
-            let data = try handle.read(upToCount: limits.maxFileBytes + 1) ?? Data()
-            return [UInt8](data)
+            guard let bytes = try SafeFile.read(path, limit: limits.maxFileBytes, owner: owner) else {
+                throw PolicyError.unreadable(path: path, reason: PolicyError.noSuchFile)
+            }
+            return bytes
+        } catch let error as PolicyError {
+            throw error
+        } catch let failure as SafeFile.Failure {
+            throw .unreadable(path: path, reason: failure.reason)
         } catch {
             throw .unreadable(path: path, reason: "read failed")
         }

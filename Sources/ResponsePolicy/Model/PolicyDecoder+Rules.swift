@@ -383,7 +383,13 @@ extension PolicyDecoder {
         }
         guard let text = string(code.value, "code") else { return nil }
         switch ValuePath(text) {
-        case .body: return .body(String(text.dropFirst(5)))
+        case .body:
+            let path = String(text.dropFirst(5))
+            if let problem = Self.bodyPathProblem(path) {
+                report(.error("invalid-value", problem, at: code.value.range))
+                return nil
+            }
+            return .body(path)
         case .header(let name): return .header(name)
         case nil:
             report(
@@ -393,6 +399,48 @@ extension PolicyDecoder {
                     at: code.value.range))
             return nil
         }
+    }
+
+    /// Why a `body.<path>` can never find a code, written for the person who wrote it: paths
+    /// from other languages (`status[0]`, `*`, `$.status`), `__proto__` (which JavaScript
+    /// servers cannot send and JSON parsers treat apart), and a field name with spaces or control
+    /// characters at its ends (a typo: JSON servers do not name fields so).
+    static func bodyPathProblem(_ path: String) -> String? {
+        if path.contains("[") || path.contains("]") {
+            var fixed = ""
+            for character in path {
+                switch character {
+                case "[": fixed += "."
+                case "]", "\"", "'": continue
+                default: fixed.append(character)
+                }
+            }
+            return "'code' reads a field or an array item after a dot: write 'body.\(fixed.truncatedForMessage)', "
+                + "not 'body.\(path.truncatedForMessage)'"
+        }
+        let segments = path.split(separator: ".", omittingEmptySubsequences: false)
+        if segments.first == "$" {
+            return "'code' starts at the body: write 'body.\(segments.dropFirst().joined(separator: ".").truncatedForMessage)', without '$'"
+        }
+        for segment in segments {
+            if segment.contains("*") {
+                let wildcard = String(segment).truncatedForMessage
+                return "'code' names one field; a wildcard ('\(wildcard)') matches no field here: "
+                    + "name it, like body.status or body.errors.0.code"
+            }
+            if segment == "__proto__" {
+                return "'__proto__' is not a field a server can send: JavaScript's JSON.parse and most JSON libraries "
+                    + "treat it apart, so 'body.\(path.truncatedForMessage)' never finds a code"
+            }
+            if let first = segment.unicodeScalars.first, let last = segment.unicodeScalars.last,
+                first.properties.isWhitespace || last.properties.isWhitespace
+                    || segment.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
+            {
+                return "the field '\(String(segment).truncatedForMessage)' in 'code' has a space or a control character "
+                    + "at its end; write the field's name as the server sends it"
+            }
+        }
+        return nil
     }
 
     // MARK: - routes

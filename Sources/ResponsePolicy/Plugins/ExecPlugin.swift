@@ -31,18 +31,22 @@ import Foundation
 ///   `{"access_token":"…","refresh_token":"…","expires_in":3600}` (or `"expires_at":"RFC 3339"`);
 ///   only `access_token` is required. Without a new `refresh_token` the old one is kept.
 ///   A logout's output is ignored.
-/// - **Process**: the command runs in a process group of its own and inherits only stdin, stdout
-///   and stderr (no other descriptor of the host). At the timeout (`timeout:`, `10s` by default),
-///   on cancellation and once the command exits, the whole group is killed: a wrapper script and
-///   the children it started never outlive the call, and the refresh fails at the plugin's own
-///   timeout. A command that leaves the group on purpose (`setsid`) is on its own. The command
-///   cannot prompt on the terminal (its group is not the terminal's foreground group).
+/// - **Process**: the command leads a session and process group of its own and inherits only
+///   stdin, stdout and stderr (no other descriptor of the host). At the timeout (`timeout:`,
+///   `10s` by default), on cancellation and once the command exits, its group is killed, then
+///   every process still in its session and every process holding its output pipes (a daemon
+///   that called `setsid` and kept stdout): a wrapper script and what it started never outlive
+///   the call. Once the command has exited, what it wrote is read and an end of file is waited
+///   for at most 250 ms, so a descendant holding the pipes cannot make an answered call wait for
+///   the timeout. Only a descendant that left the session *and* closed the pipes is detached
+///   for good. The command has no controlling terminal, so it cannot prompt.
 /// - **Errors**: a non-zero exit status, a timeout, or output that is not such an object fails the
 ///   refresh. The reason quotes the first line of stderr (at most 200 characters) made safe:
 ///   every value of the credential set replaced by `<redacted>` whatever its length (the current
 ///   tokens, the secret-named `env:` values, the secret-named fields of the command's output; as
-///   written, percent-encoded or JSON-escaped), any run of 20 or more token characters too, and
-///   control characters such as ANSI escape sequences written as `\u{1B}`.
+///   written, percent-encoded or JSON-escaped), and any part of 8 or more characters of one of
+///   them (`${RT#RT-}` printed most of a refresh token), any run of 20 or more token characters
+///   too, and control characters such as ANSI escape sequences written as `\u{1B}`.
 /// - **Caching**: the engine calls the command only when it needs a token (a refresh trigger, a
 ///   token expiring within `refresh.ahead`, no credentials at all) and keeps the answer in its
 ///   credential store, so the command does not need a cache of its own.
@@ -307,10 +311,47 @@ struct ExecCommand: Sendable {
         Self.redact(line, secrets: secrets(credentials, output: Data()), truncated: false)
     }
 
+    /// The shortest part of a secret that is redacted when it appears alone.
+    static let secretPartLength = 8
+
+    /// `text` with every run of it made of parts of ``secretPartLength`` characters or more of one
+    /// of `secrets` replaced by one NUL (a marker the caller writes as `<redacted>`): a command
+    /// printing most of a token (`${RT#RT-}`) shows none of it. Each window of 8 characters of the
+    /// line is looked up among the secrets' windows, so the work is linear in the line and the
+    /// secrets (a secret over 64 KiB is only matched whole).
+    static func redactParts(_ text: String, of secrets: Set<String>) -> String {
+        let length = secretPartLength
+        let scalars = Array(text.unicodeScalars)
+        guard scalars.count >= length else { return text }
+        var windows = Set<ArraySlice<Unicode.Scalar>>()
+        for secret in secrets {
+            let secretScalars = Array(secret.unicodeScalars)
+            guard secretScalars.count >= length, secretScalars.count <= 65_536 else { continue }
+            for start in 0...(secretScalars.count - length) {
+                windows.insert(secretScalars[start..<(start + length)])
+            }
+        }
+        guard !windows.isEmpty else { return text }
+        var covered = [Bool](repeating: false, count: scalars.count)
+        for start in 0...(scalars.count - length) where windows.contains(scalars[start..<(start + length)]) {
+            for index in start..<(start + length) { covered[index] = true }
+        }
+        guard covered.contains(true) else { return text }
+        var out = ""
+        for (index, scalar) in scalars.enumerated() {
+            if covered[index] {
+                if index == 0 || !covered[index - 1] { out.unicodeScalars.append("\u{0}") }
+            } else {
+                out.unicodeScalars.append(scalar)
+            }
+        }
+        return out
+    }
+
     /// `line` made safe to show on a terminal and in a log:
     ///
     /// - every secret, whatever its length, is replaced by `<redacted>`, also written
-    ///   percent-encoded or JSON-escaped;
+    ///   percent-encoded or JSON-escaped, and so is any part of 8 or more characters of one;
     /// - any run of 20 or more token characters (`A-Za-z0-9-_.~+/=`) is replaced as well, for
     ///   secrets nobody told us about;
     /// - when the line was cut (`truncated`), a run of token characters at its end is dropped:
@@ -332,6 +373,7 @@ struct ExecCommand: Sendable {
         for variant in variants.sorted(by: { ($0.count, $0) > ($1.count, $1) }) {
             text = text.replacingOccurrences(of: variant, with: "\u{0}")
         }
+        text = redactParts(text, of: variants)
         func isTokenCharacter(_ character: Character) -> Bool {
             character.isASCII && (character.isLetter || character.isNumber || "-_.~+/=".contains(character))
         }
@@ -423,6 +465,11 @@ final class CommandRun: Sendable {
         }
     }
 
+    /// How long the output may stay open once the command itself has exited: what it wrote is
+    /// in the pipe by then; a descendant that keeps the pipe open (a daemon started with
+    /// `setsid`) is not waited for beyond this, whatever the timeout.
+    static let exitGrace: DispatchTimeInterval = .milliseconds(250)
+
     func start(input: Data, completion: @escaping @Sendable (Result) -> Void) {
         if state.withLock({ $0.cancelled }) { return completion(Result(end: .cancelled)) }
         let spawned: Spawned
@@ -436,18 +483,15 @@ final class CommandRun: Sendable {
             // A cancel that came while the process was being started found nothing to kill.
             if state.cancelled { kill(-pid, SIGKILL) }
         }
-        let readers = DispatchGroup()
-        let output = Locked(Data())
-        let errors = Locked(Data())
-        let overflow = Locked(false)
-        let errorsOverflow = Locked(false)
-        Self.read(spawned.stdout, into: output, limit: ExecCommand.maxOutputBytes, overflow, readers)
-        Self.read(spawned.stderr, into: errors, limit: Self.stderrLimit, errorsOverflow, readers)
+        let collector = OutputCollector(
+            stdout: spawned.stdout, stderr: spawned.stderr, stdoutLimit: ExecCommand.maxOutputBytes,
+            stderrLimit: Self.stderrLimit)
+        collector.start()
         Self.write(input, to: spawned.stdin)
         let exited = DispatchSemaphore(value: 0)
         Self.onThread {
             // Waits for the leader to exit without reaping it (WNOWAIT), so its ids stay its own
-            // while the group is killed below.
+            // while the group and session are killed below.
             var info = siginfo_t()
             while waitid(P_PID, id_t(pid), &info, WEXITED | WNOWAIT) != 0 && errno == EINTR {}
             exited.signal()
@@ -462,6 +506,17 @@ final class CommandRun: Sendable {
             }
             // Whatever the command left running in its group goes with it: nothing outlives a run.
             kill(-pid, SIGKILL)
+            // What it wrote before it exited is in the pipes: read it, and do not wait for an end
+            // of file past a short grace (a descendant holding the pipes open is killed below).
+            let drained = collector.finished.wait(timeout: .now() + Self.exitGrace) == .success
+            // Descendants that left the group: those still in the command's session (it is a
+            // session leader), and any process holding its output pipes (a daemon that called
+            // setsid itself). Killed before the leader is reaped, so its ids are still its own.
+            Descendants.kill(session: pid, holding: collector.pipeInodes)
+            if !drained {
+                collector.stop()
+                collector.finished.wait()
+            }
             var status: Int32 = 0
             let cancelled = state.withLock { state -> Bool in
                 while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
@@ -478,56 +533,24 @@ final class CommandRun: Sendable {
             } else {
                 end = .signalled(status & 0x7F)
             }
-            // The output ends when every holder of the pipes closed them; one that left the group
-            // (setsid) and keeps them open cannot hold the refresh past the timeout.
-            if readers.wait(timeout: max(deadline, .now() + .milliseconds(100))) == .timedOut, case .exited = end {
-                end = .timedOut
-            }
-            if overflow.withLock({ $0 }), case .exited = end { end = .outputTooLarge }
-            let bytes = errors.withLock { $0 }
-            let text = String(decoding: bytes, as: UTF8.self)
+            let output = collector.result()
+            if output.stdoutOverflow, case .exited = end { end = .outputTooLarge }
+            let text = String(decoding: output.stderr, as: UTF8.self)
             // The first line that says something; cut when it runs to the end of what was kept.
             let first = text.split(whereSeparator: \.isNewline).first ?? ""
-            let cut = errorsOverflow.withLock { $0 } && first.endIndex == text.endIndex
+            let cut = output.stderrOverflow && first.endIndex == text.endIndex
             completion(
-                Result(
-                    end: end, stdout: output.withLock { $0 }, stderrFirstLine: String(first),
-                    stderrTruncated: cut))
+                Result(end: end, stdout: output.stdout, stderrFirstLine: String(first), stderrTruncated: cut))
         }
     }
 
     /// Runs `work` on a thread of its own. Every wait here blocks (a read, `waitid`, the timeout):
     /// on dispatch's global queue, which runs as many blocked items at once as there are cores,
     /// the timeout's wait could sit behind two readers and fire seconds late.
-    private static func onThread(_ work: @escaping @Sendable () -> Void) {
+    static func onThread(_ work: @escaping @Sendable () -> Void) {
         let thread = Thread(block: work)
         thread.stackSize = 256 << 10
         thread.start()
-    }
-
-    /// Reads `fd` to EOF on a thread of its own, keeping at most `limit` bytes, then closes it.
-    private static func read(
-        _ fd: Int32, into buffer: Locked<Data>, limit: Int, _ overflow: Locked<Bool>, _ group: DispatchGroup
-    ) {
-        group.enter()
-        Self.onThread {
-            defer {
-                close(fd)
-                group.leave()
-            }
-            var chunk = [UInt8](repeating: 0, count: 16_384)
-            while true {
-                let count = chunk.withUnsafeMutableBytes { systemRead(fd, $0.baseAddress, $0.count) }
-                if count < 0 && errno == EINTR { continue }
-                if count <= 0 { return }
-                let full = buffer.withLock { data -> Bool in
-                    let room = limit - data.count
-                    if room > 0 { data.append(contentsOf: chunk[0..<min(room, count)]) }
-                    return count > room
-                }
-                if full { overflow.withLock { $0 = true } }
-            }
-        }
     }
 
     /// Writes `data` and closes the pipe, on a thread with SIGPIPE blocked: a command that exits
@@ -597,7 +620,15 @@ struct Spawned {
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
-        var flags = Int32(POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF)
+        var flags = Int32(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF)
+        #if os(Linux)
+            // A session of its own (glibc's POSIX_SPAWN_SETSID, 2.26+): the command leads a new
+            // session and process group, has no controlling terminal, and its descendants that
+            // change group stay findable by the session (see ``Descendants``).
+            flags |= Self.setSessionFlag
+        #else
+            flags |= Int32(POSIX_SPAWN_SETPGROUP)
+        #endif
         #if canImport(Darwin)
             // Darwin: every descriptor not named in the actions is closed.
             flags |= Int32(POSIX_SPAWN_CLOEXEC_DEFAULT)
@@ -609,8 +640,19 @@ struct Spawned {
                 for fd in openDescriptors() where fd > 2 { posix_spawn_file_actions_addclose(&actions, fd) }
             }
         #endif
-        return spawn(arguments, environment, &actions, &attributes, flags, pipes: &pipes)
+        let result = spawn(arguments, environment, &actions, &attributes, flags, pipes: &pipes)
+        #if os(Linux)
+            if case .failure(let error) = result, error.code == EINVAL, flags & Self.setSessionFlag != 0 {
+                // A C library without POSIX_SPAWN_SETSID: a process group of its own, as before.
+                flags = (flags & ~Self.setSessionFlag) | Int32(POSIX_SPAWN_SETPGROUP)
+                return spawn(arguments, environment, &actions, &attributes, flags, pipes: &pipes)
+            }
+        #endif
+        return result
     }
+
+    /// glibc's `POSIX_SPAWN_SETSID` (a GNU extension Swift's view of `spawn.h` leaves out).
+    static let setSessionFlag: Int32 = 0x80
 
     struct SpawnError: Error {
         var code: Int32

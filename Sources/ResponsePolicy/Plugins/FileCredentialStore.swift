@@ -56,8 +56,8 @@ public enum CredentialStoreError: Error, Sendable, Equatable, CustomStringConver
 /// `O_EXCL | O_NOFOLLOW` and mode 0600), flushes it to disk and renames it over the old one. `rename(2)` is
 /// atomic, so a reader — in this process or another — sees the old file or the new one, never a
 /// mix, and two processes saving at once each rename a whole file of their own: the last rename
-/// wins and the file is always valid. A symbolic link at `path` is followed, so the file it points
-/// to is replaced and the link stays.
+/// wins and the file is always valid. A symbolic link at `path` that belongs to this user or root is
+/// followed, so the file it points to is replaced and the link stays; another user's link is not.
 ///
 /// ```swift
 /// let store = FileCredentialStore(path: "~/.config/myapp/credentials.json")
@@ -71,7 +71,8 @@ public enum CredentialStoreError: Error, Sendable, Equatable, CustomStringConver
 /// removed when that process is gone or the file is over an hour old; a credentials file that
 /// others may read or write is made 0600 and reported through `warn` — once it was read as a
 /// credentials file: a malformed one is refused and left as it was. Anything but a regular file
-/// (a FIFO, a device) is refused rather than opened, so a FIFO cannot hang the load.
+/// (a FIFO, a device) is refused rather than waited on, and so is a file that belongs to
+/// another user (only this user's or root's are read, whatever their mode): see ``SafeFile``.
 ///
 /// Concurrency contract: `load` and `save` may be called from any thread; saves from one store are
 /// serialized by a lock (so they land in call order), and saves from different stores or
@@ -293,33 +294,26 @@ public final class FileCredentialStore: CredentialStore, CustomStringConvertible
     private func readFile<T>(
         _ decode: (Data) throws(CredentialStoreError) -> T
     ) throws(CredentialStoreError) -> T? {
-        // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused just below.
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
-        if fd < 0 {
-            let code = errno
-            if code == ENOENT { return nil }
-            throw .unreadable(path: path, reason: Self.errorText(code))
+        // Through SafeFile: a link only when it is this user's or root's, O_NOFOLLOW | O_NONBLOCK
+        // (a FIFO cannot hang the load), then fstat: a regular file of this user or root (a file
+        // another user put there, 0600 or not, is refused, never read or replaced).
+        let fd: Int32
+        let status: stat
+        switch SafeFile.open(path, owner: .userOrRoot) {
+        case .failure(let failure):
+            if failure.missing { return nil }
+            throw .unreadable(path: path, reason: failure.reason)
+        case .success(let opened): (fd, status) = (opened.descriptor, opened.status)
         }
         defer { close(fd) }
-        var status = stat()
-        guard fstat(fd, &status) == 0 else { throw .unreadable(path: path, reason: Self.errorText(errno)) }
-        guard status.st_mode & S_IFMT == S_IFREG else {
-            throw .unreadable(path: path, reason: "it is not a regular file")
-        }
-        var data = Data()
-        var buffer = [UInt8](repeating: 0, count: 16_384)
-        reading: while true {
-            let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if count < 0 {
-                let code = errno
-                if code == EINTR { continue }
-                throw .unreadable(path: path, reason: Self.errorText(code))
-            }
-            if count == 0 { break reading }
-            data.append(contentsOf: buffer[0..<count])
-            if data.count > Self.maximumSize {
+        let data: Data
+        switch SafeFile.read(fd, limit: Self.maximumSize) {
+        case .failure(let error): throw .unreadable(path: path, reason: SafeFile.reason(error.code))
+        case .success(let bytes):
+            guard bytes.count <= Self.maximumSize else {
                 throw .malformed(path: path, reason: "it is larger than \(Self.maximumSize >> 20) MiB")
             }
+            data = Data(bytes)
         }
         let decoded = try decode(data)
         let mode = status.st_mode & 0o777
@@ -429,18 +423,14 @@ public final class FileCredentialStore: CredentialStore, CustomStringConvertible
     }
 
     /// `path` with symbolic links at its end followed (to a file that may not exist yet, which
-    /// `resolvingSymlinksInPath` does not do); at most 16 links, against loops.
+    /// `resolvingSymlinksInPath` does not do); at most 16 links, against loops. Only links of this
+    /// user or root are followed (``SafeFile/resolve(_:)``): the path itself is used otherwise,
+    /// so the rename replaces another user's link instead of writing where it points.
     static func followingLinks(_ path: String) -> String {
-        var current = URL(fileURLWithPath: path).standardizedFileURL.path
-        for _ in 0..<16 {
-            guard let destination = try? FileManager.default.destinationOfSymbolicLink(atPath: current) else { break }
-            let next =
-                destination.hasPrefix("/")
-                ? destination
-                : URL(fileURLWithPath: current).deletingLastPathComponent().appendingPathComponent(destination).path
-            current = URL(fileURLWithPath: next).standardizedFileURL.path
+        guard case .success(let resolved) = SafeFile.resolve(path) else {
+            return URL(fileURLWithPath: path).standardizedFileURL.path
         }
-        return current
+        return URL(fileURLWithPath: resolved).standardizedFileURL.path
     }
 
     private static func errorText(_ code: Int32) -> String {

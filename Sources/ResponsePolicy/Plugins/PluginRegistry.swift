@@ -156,6 +156,16 @@ public struct PluginRegistry: Sendable {
         }
     }
 
+    /// Makes the refresh plugin `name` from `options`, its calls going to `transport`: the fuzz
+    /// harness hands token answers of its choosing to the built-ins this way.
+    package func makeRefresh(
+        _ name: String, options: [String: PluginOption], transport: any Transport
+    ) throws(PluginError) -> any RefreshPlugin {
+        try make(
+            refresh, PluginReference(kind: .refresh, name: name, options: options), transport: transport,
+            environment: [:])
+    }
+
     /// Whether a factory for `name` of `kind` is registered (declared names may have none).
     func canMake(_ kind: PluginKind, _ name: String) -> Bool {
         switch kind {

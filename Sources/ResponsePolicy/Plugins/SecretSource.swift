@@ -39,22 +39,31 @@ enum SecretSource {
         func failure(_ why: String) -> PluginError {
             PluginError(kind: kind, name: configuration.name, reason: "the file '\(path)' named by \(what) \(why)")
         }
-        var info = stat()
-        guard stat(path, &info) == 0 else { throw failure("does not exist") }
-        guard (info.st_mode & S_IFMT) == S_IFREG else { throw failure("is not a regular file") }
+        // Through SafeFile: a link only when it is this user's or root's (a Kubernetes Secret's
+        // mount), opened without following a swapped link and without waiting on a FIFO, then
+        // checked with fstat before a byte is read.
+        let descriptor: Int32
+        let info: stat
+        switch SafeFile.open(path, owner: .userOrRoot) {
+        case .failure(let refusal):
+            if refusal.missing { throw failure("does not exist") }
+            if refusal.reason == "it is a directory" || refusal.reason == "it is not a regular file" {
+                throw failure("is not a regular file")
+            }
+            throw failure("cannot be used: " + refusal.reason)
+        case .success(let opened): (descriptor, info) = (opened.descriptor, opened.status)
+        }
+        defer { close(descriptor) }
         guard info.st_mode & 0o044 == 0 else {
             throw failure(
                 "is readable by its group or others (mode \(String(info.st_mode & 0o777, radix: 8))); "
                     + "chmod 600 it")
         }
         guard Int(info.st_size) <= maxFileBytes else { throw failure("is larger than 64 KiB") }
-        guard let handle = FileHandle(forReadingAtPath: path) else { throw failure("cannot be read") }
-        defer { try? handle.close() }
         let data: Data
-        do {
-            data = try handle.read(upToCount: maxFileBytes + 1) ?? Data()
-        } catch {
-            throw failure("cannot be read")
+        switch SafeFile.read(descriptor, limit: maxFileBytes) {
+        case .failure: throw failure("cannot be read")
+        case .success(let bytes): data = Data(bytes)
         }
         guard data.count <= maxFileBytes else { throw failure("is larger than 64 KiB") }
         guard var text = String(data: data, encoding: .utf8) else { throw failure("is not UTF-8 text") }
@@ -152,11 +161,28 @@ struct TemplateText: Sendable, Hashable {
 
     /// Resolves `{env:…}` and `{file:…}` in `text`.
     ///
-    /// - Parameter what: where the text was written, for errors (`the header 'X-Api-Key'`).
+    /// A value read for a header (`what` names one: `the header 'X-Api-Key'`, or `header` says
+    /// so) must not hold a control character (CR, LF, NUL, ESC, DEL…; a tab is allowed, as RFC
+    /// 9110 §5.5 allows it): it would split the request's headers or make the transport drop
+    /// the request, which then went out unsigned. It is refused when the plugin is made, so
+    /// `policy lint --check-env` reports it and an engine refuses to start with it.
+    ///
+    /// - Parameters:
+    ///   - what: where the text was written, for errors (`the header 'X-Api-Key'`).
+    ///   - header: whether the text is a header's value; by default, whether `what` names one.
     /// - Throws: ``PluginError`` naming the variable or file (never a value).
     init(
-        _ text: String, _ configuration: PluginConfiguration, kind: PluginKind, in what: String
+        _ text: String, _ configuration: PluginConfiguration, kind: PluginKind, in what: String,
+        header: Bool? = nil
     ) throws(PluginError) {
+        let isHeader = header ?? what.hasPrefix("the header ")
+        func checked(_ value: String, _ source: String) throws(PluginError) -> String {
+            guard isHeader, let bad = value.unicodeScalars.first(where: Self.isControl) else { return value }
+            throw PluginError(
+                kind: kind, name: configuration.name,
+                reason: "\(source) named by \(what) holds a control character (\(Self.name(of: bad))); "
+                    + "a header value cannot carry one")
+        }
         var parts: [Part] = []
         var literal = ""
         var rest = Substring(text)
@@ -179,9 +205,12 @@ struct TemplateText: Sendable, Hashable {
                 let isEnv = tail.hasPrefix("{env:")
                 let name = String(tail[tail.index(open, offsetBy: isEnv ? 5 : 6)..<close])
                 if isEnv {
-                    literal += try SecretSource.environment(name, configuration, kind: kind, namedBy: what)
+                    literal += try checked(
+                        SecretSource.environment(name, configuration, kind: kind, namedBy: what),
+                        "the environment variable '\(name)'")
                 } else {
-                    literal += try SecretSource.file(name, configuration, kind: kind, namedBy: what)
+                    literal += try checked(
+                        SecretSource.file(name, configuration, kind: kind, namedBy: what), "the file '\(name)'")
                 }
                 rest = tail[tail.index(after: close)...]
             } else {
@@ -192,6 +221,24 @@ struct TemplateText: Sendable, Hashable {
         literal += rest
         parts.append(.literal(literal))
         self.parts = parts.filter { $0 != .literal("") }
+    }
+
+    /// A character a header value cannot carry: C0 controls but the tab, and DEL.
+    static func isControl(_ scalar: Unicode.Scalar) -> Bool {
+        (scalar.value < 0x20 && scalar != "\t") || scalar.value == 0x7F
+    }
+
+    /// `CR`, `LF`, `NUL`, `ESC`, `DEL` or `U+0001`: a control character's name, never the value.
+    static func name(of scalar: Unicode.Scalar) -> String {
+        switch scalar.value {
+        case 0x0D: return "CR"
+        case 0x0A: return "LF"
+        case 0x00: return "NUL"
+        case 0x1B: return "ESC"
+        case 0x7F: return "DEL"
+        default: return "U+" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count)
+            + String(scalar.value, radix: 16, uppercase: true)
+        }
     }
 
     /// The text for one request.

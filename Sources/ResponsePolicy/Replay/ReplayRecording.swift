@@ -60,8 +60,11 @@ package struct ReplayStats: Sendable, Equatable {
 
 /// The bounds of a replay, so a huge or hostile recording costs bounded memory.
 package struct ReplayLimits: Sendable {
-    /// A body (request or response) keeps its first `64 KiB`: the engine reads no more of one.
-    package var maxBodyBytes = 65_536
+    /// A body (request or response) keeps its first `1 MiB`, the engine's default
+    /// ``PolicyEngine/Options/bodyScanLimit``: the engine reads a code only from a whole body of
+    /// at most that length, and a body cut here is no longer JSON, so it has no code in the replay
+    /// either.
+    package var maxBodyBytes = PolicyEngine.Options().bodyScanLimit
     /// Headers kept per message: `200`.
     package var maxHeaders = 200
     /// Any other string in an entry keeps its first `8 KiB`.
@@ -124,7 +127,7 @@ package struct ReplayVerdict: Sendable {
         case .body?:
             let body = Data(response.body.utf8)
             code = scope.codePath.flatMap { path in
-                body.withUnsafeBytes { JSONCodeScanner.code(in: $0, at: path, maxBytes: 65_536) }
+                body.withUnsafeBytes { JSONCodeScanner.code(in: $0, at: path, maxBytes: ReplayLimits().maxBodyBytes) }
             }
         default: code = nil
         }

@@ -134,7 +134,9 @@ package enum Simulator {
                             _ = try? engine.reload(loading: { () throws(PolicyError) -> Policy in
                                 let result =
                                     compiled.withLock { $0[step.policy] }
-                                    ?? Swift.Result { () throws(PolicyError) -> Policy in try loadPolicy(step.policy) }
+                                    ?? Swift.Result { () throws(PolicyError) -> Policy in
+                                        try Self.checkPlugins(try loadPolicy(step.policy))
+                                    }
                                 compiled.withLock { $0[step.policy] = result }
                                 return try result.get()
                             })
@@ -158,6 +160,50 @@ package enum Simulator {
         let leftovers = engine.leftovers
         return Result(events: collector.events, summary: summary, leftovers: leftovers)
     }
+
+    /// `policy` when every plugin it names can be made, as a production reload would make them
+    /// with the built-in factories: the simulation replaces the refresh and logout plugins, but a
+    /// reload the engine would refuse for the plugin itself (an `exec` command that is not there,
+    /// an option its factory refuses, a weak signing key) is refused in the simulation too (issue
+    /// 32: it said `ok: true`). A simulation runs without the service's environment, so every
+    /// variable the policy names (`*-env`, `{env:NAME}`) counts as set, to a placeholder: the
+    /// same script gives the same events on every machine. Host plugins only declared
+    /// (`--plugin`) are not made.
+    static func checkPlugins(_ policy: Policy) throws(PolicyError) -> Policy {
+        var references = [policy.refresh.plugin, policy.logout.plugin, policy.authorize, policy.store,
+            policy.coordination].compactMap { $0 } + policy.observe
+        for route in policy.routes {
+            references += [route.refresh.plugin, route.logout.plugin, route.authorize].compactMap { $0 }
+        }
+        var environment: [String: String] = [:]
+        func scan(_ key: String?, _ option: PluginOption) {
+            switch option {
+            case .string(let text):
+                if let key, key.hasSuffix("-env") { environment[text] = placeholder }
+                var rest = Substring(text)
+                while let start = rest.range(of: "{env:") {
+                    guard let end = rest[start.upperBound...].firstIndex(of: "}") else { break }
+                    environment[String(rest[start.upperBound..<end])] = placeholder
+                    rest = rest[rest.index(after: end)...]
+                }
+            case .list(let items): for item in items { scan(nil, item) }
+            case .map(let fields): for (name, value) in fields { scan(name, value) }
+            case .number, .bool: break
+            }
+        }
+        for reference in references {
+            for (key, option) in reference.options { scan(key, option) }
+        }
+        let problems = PluginRegistry().problems(in: policy, environment: environment, onlyRegistered: true)
+        guard problems.isEmpty else {
+            throw .invalid(file: policy.file, diagnostics: problems.map { $0.diagnostic(file: policy.file) })
+        }
+        return policy
+    }
+
+    /// What a variable the policy names holds while its plugins are checked: as long and varied
+    /// as a real key, so no check refuses it for its form.
+    static let placeholder = "simulation-placeholder-Q7w4Zx9Kp2Lm8Rt"
 
     /// ``run(policy:script:loadPolicy:)`` on its own thread, for async callers: the simulation
     /// blocks the thread it runs on, which must not be one of the concurrency pool's few.

@@ -41,9 +41,10 @@ public final class PolicyEngine: Sendable {
         /// ``LocalSessionCoordinator`` when it names none. One given here is shared as given; the
         /// engine does not stop it.
         public var coordinator: (any SessionCoordinator)?
-        /// How much of a body the code scan reads: `64 KiB` by default, so a huge body costs
-        /// no more than a small one.
-        public var bodyScanLimit = 65_536
+        /// The longest body read for a business code: `1 MiB` by default. The scan reads a body
+        /// whole (a code in a body that is not valid JSON is none, and the last of duplicate keys
+        /// wins), so a longer body has no code rather than costing its length on every response.
+        public var bodyScanLimit = 1 << 20
         /// The `User-Agent` of the engine's own calls (the refresh and logout plugins' token and
         /// logout requests) when they set none: ``ResponsePolicyVersion/userAgent``
         /// (`ResponsePolicy/<version>`) by default; the `policy` command sends `policy/<version>`.

@@ -24,6 +24,25 @@ public enum LogoutReason: Sendable, Equatable, CustomStringConvertible {
         }
     }
 
+    /// The reason a coordinator gives when another process logged the session out and did not
+    /// say why (the lock-file store keeps only the cooldown's end).
+    package static let elsewhereWithoutReason = "another process sharing the session logged out"
+
+    /// One sentence for people, as errors and `policy fetch` print it: `logged out by rule
+    /// 'forced-logout'`, `logged out because the token refresh failed: …`, `logged out by the
+    /// host: …`, `logged out by another process sharing the session`.
+    package var sentence: String {
+        switch self {
+        case .rule(let name, _): return "logged out by rule '\(name)'"
+        case .refreshFailed(let reason, _): return "logged out because the token refresh failed: \(reason)"
+        case .host(let reason): return "logged out by the host: \(reason)"
+        case .elsewhere(let reason):
+            return reason == Self.elsewhereWithoutReason
+                ? "logged out by another process sharing the session"
+                : "logged out by another process sharing the session: \(reason)"
+        }
+    }
+
     /// The text `logout` events and ``LogoutContext/reason`` carry: the rule's name, `refresh
     /// failed: <the refresh's reason>`, or the host's or other process's reason.
     var eventText: String {

@@ -25,7 +25,7 @@ public enum PolicyEngineError: Error, Sendable, Equatable, CustomStringConvertib
     public var description: String {
         switch self {
         case .loggedOut(let until, let reason):
-            return "logged out by \(reason); new requests fail until \(ISO8601DateFormatter().string(from: until))"
+            return "\(reason.sentence); new requests fail until \(ISO8601DateFormatter().string(from: until))"
         case .retriesExhausted(let response?, _): return "retries exhausted; last response \(response)"
         case .retriesExhausted(nil, let error?): return "retries exhausted; last attempt: \(error)"
         case .retriesExhausted: return "retries exhausted"

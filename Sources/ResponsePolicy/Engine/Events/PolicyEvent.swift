@@ -238,6 +238,17 @@ public struct PolicyEvent: Sendable, Hashable {
         return (micros < 0 && whole == 0 ? "-" : "") + "\(whole).\(fraction)"
     }
 
+    /// Whether a scalar at or above DEL is written as a `\u` escape: controls, format and
+    /// separator characters, private use and unassigned code points.
+    private static func escapedInJSON(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.properties.generalCategory {
+        case .control, .format, .lineSeparator, .paragraphSeparator, .privateUse, .unassigned, .surrogate:
+            return true
+        default:
+            return false
+        }
+    }
+
     /// `text` as a JSON string literal (RFC 8259 §7), for every JSON this package writes.
     package static func quote(_ text: String) -> String {
         var out = "\""
@@ -249,9 +260,14 @@ public struct PolicyEvent: Sendable, Hashable {
             case "\r": out += "\\r"
             case "\t": out += "\\t"
             default:
-                if scalar.value < 0x20 {
-                    let hex = String(scalar.value, radix: 16)
-                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+                if scalar.value < 0x20 || (scalar.value >= 0x7F && Self.escapedInJSON(scalar)) {
+                    // Also DEL, C1 controls, format characters (bidirectional overrides) and the
+                    // line separators: valid JSON either way, but a terminal showing the line
+                    // would act on them raw.
+                    for unit in String(scalar).utf16 {
+                        let hex = String(unit, radix: 16)
+                        out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+                    }
                 } else {
                     out.unicodeScalars.append(scalar)
                 }
