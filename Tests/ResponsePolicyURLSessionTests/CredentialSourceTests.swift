@@ -236,6 +236,28 @@ struct CredentialSourceTests {
         }
     }
 
+    /// A login endpoint's 401 is a wrong password: asked again it would lock the user's account on
+    /// many identity servers, so it is definitive. Through the built binary, 40 requests (8 at a
+    /// time) make one login POST, whichever `on-failure` the policy names.
+    @Test(arguments: ["fail", "logout"])
+    func aLoginThatAnswers401IsAskedOnceThroughTheBinary(_ onFailure: String) async throws {
+        try await withCredentialServer { server in
+            try await withScratch { directory in
+                let policy = directory + "/policy.yaml"
+                try Data(reLoginPolicy(server, onFailure: onFailure).utf8).write(to: URL(fileURLWithPath: policy))
+                let run = try await runPolicy(
+                    [
+                        "fetch", "--policy", policy, "--count", "40", "--concurrency", "8", server.url("/api/p").absoluteString,
+                    ],
+                    environment: ["APP_USER": "alice", "APP_PASSWORD": "nope-nope-nope"])
+                #expect(run.status == 1, "\(run.stdout)\n\(run.stderr)")
+                let stats = try await server.stats()
+                #expect(stats.counters["login_calls"] == 1, "\(run.stdout)")
+                #expect(!run.stdout.contains("nope-nope-nope") && !run.stderr.contains("nope-nope-nope"))
+            }
+        }
+    }
+
     // MARK: - exec
 
     @Test func anExecCommandGetsTheTokenWithOnlyTheListedEnvironment() async throws {
