@@ -91,7 +91,8 @@ let package = Package(
         .testTarget(
             name: "PolicyCLITests",
             dependencies: [
-                "PolicyCLI", "ResponsePolicy", "ResponsePolicyRedis", "ResponsePolicyTesting", "TestGate", "TestSupport",
+                "PolicyCLI", "ResponsePolicy", "ResponsePolicyRedis", "ResponsePolicyTesting", "TestGate",
+                "TestSupport",
             ]),
         .testTarget(
             name: "ResponsePolicyURLSessionTests",

@@ -113,7 +113,8 @@ package enum PolicyExplainer {
                     let ownNames = Set(own.map(\.name))
                     let ownRules = Set(own.map { OwnRule(action: $0.action, when: $0.when) })
                     let dropped = policy.rules.filter { rule in
-                        !ownNames.contains(rule.name) && !ownRules.contains(OwnRule(action: rule.action, when: rule.when))
+                        !ownNames.contains(rule.name)
+                            && !ownRules.contains(OwnRule(action: rule.action, when: rule.when))
                     }
                     if !dropped.isEmpty {
                         out +=
@@ -174,7 +175,8 @@ package enum PolicyExplainer {
         switch plugin.name {
         case "oauth2":
             let grant = option("grant") ?? "refresh_token"
-            var text = "Credentials: the OAuth 2.0 \(grant) grant at \(endpoint("token-url")) as client '\(option("client-id") ?? "?")'"
+            var text =
+                "Credentials: the OAuth 2.0 \(grant) grant at \(endpoint("token-url")) as client '\(option("client-id") ?? "?")'"
             if let file = option("client-secret-file") {
                 text += ", secret from the file '\(file)'"
             } else if let variable = option("client-secret-env") {
@@ -185,15 +187,19 @@ package enum PolicyExplainer {
                 let auth = option("client-auth") ?? "client_secret_basic"
                 text += ", sent by \(auth)"
                 if auth == "client_secret_basic" {
-                    text += option("client-auth-encoding") == "raw" ? " (raw, not form-encoded)" : " (form-encoded first, RFC 6749 §2.3.1)"
+                    text +=
+                        option("client-auth-encoding") == "raw"
+                        ? " (raw, not form-encoded)" : " (form-encoded first, RFC 6749 §2.3.1)"
                 }
             } else {
                 text += " (a public client: no secret)"
             }
-            text += grant == "refresh_token"
+            text +=
+                grant == "refresh_token"
                 ? "; the stored refresh token is used, and a rotated one replaces it."
                 : "; with nothing stored, the first request waits for a sign-in (one call however many start together)."
-            return text + " Token requests say User-Agent '\(ResponsePolicyVersion.userAgent)' ('\(PolicyCommand.userAgent)' from policy fetch)."
+            return text
+                + " Token requests say User-Agent '\(ResponsePolicyVersion.userAgent)' ('\(PolicyCommand.userAgent)' from policy fetch)."
         case "http":
             return "Credentials: POST to \(endpoint("url")), the new token read at '\(option("token") ?? "?")'."
         case "exec":
@@ -238,12 +244,15 @@ package enum PolicyExplainer {
         if reachable.contains(.refresh), !byRules.contains(.refresh), let failure = scope.beforeSendingFailure {
             let r = scope.refresh
             var text = "Before sending: "
-            text += r.ahead.map {
-                "a token expiring within \($0.policyText) (never sooner than half its lifetime as issued) is refreshed first, "
-                    + "and so is a missing one (signing in); "
-            } ?? "with no token stored, the request waits for a sign-in; "
+            text +=
+                r.ahead.map {
+                    "a token expiring within \($0.policyText) (never sooner than half its lifetime as issued) is refreshed first, "
+                        + "and so is a missing one (signing in); "
+                } ?? "with no token stored, the request waits for a sign-in; "
             text += "one refresh at a time, shared with the other requests. When that refresh fails definitively, "
-            text += escalation(failure) + "; transient trouble past refresh.timeout (\(r.timeout.policyText)) fails the request."
+            text +=
+                escalation(failure)
+                + "; transient trouble past refresh.timeout (\(r.timeout.policyText)) fails the request."
             lines.append(text)
         }
         if byRules.contains(.refresh) {

@@ -153,7 +153,9 @@ package final class RedisConnection {
         let status = withArguments(arguments) { count, pointers, lengths in
             redisAppendCommandArgv(context, count, pointers, lengths)
         }
-        guard status == REDIS_OK else { throw RedisError(message: "\(endpoint): \(Self.errorText(context, timeout: timeout))") }
+        guard status == REDIS_OK else {
+            throw RedisError(message: "\(endpoint): \(Self.errorText(context, timeout: timeout))")
+        }
         var done: Int32 = 0
         while done == 0 {
             guard redisBufferWrite(context, &done) == REDIS_OK else {

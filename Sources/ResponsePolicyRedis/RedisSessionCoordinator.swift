@@ -240,12 +240,13 @@ public final class RedisSessionCoordinator: SessionCoordinator {
             let sent = ContinuousClock.now
             let asker = state.withLock { $0.abandoned.take() }
             let knownBefore = state.withLock { $0.memory.generation }
-            let arguments = [
-                "EVAL", Self.beginScript, "5", keys.session, keys.lease, keys.fence, keys.logout, keys.refreshes,
-                // Never shorter than the refresh it covers (a live holder keeps its lease).
-                String(request.failedGeneration), String(leaseMs),
-                String(limit?.count ?? 0), String(limit?.per.milliseconds() ?? 0),
-            ] + sealedLeaseArguments(leaseMs: leaseMs) + knowledgeArguments(leaseMs: leaseMs)
+            let arguments =
+                [
+                    "EVAL", Self.beginScript, "5", keys.session, keys.lease, keys.fence, keys.logout, keys.refreshes,
+                    // Never shorter than the refresh it covers (a live holder keeps its lease).
+                    String(request.failedGeneration), String(leaseMs),
+                    String(limit?.count ?? 0), String(limit?.per.milliseconds() ?? 0),
+                ] + sealedLeaseArguments(leaseMs: leaseMs) + knowledgeArguments(leaseMs: leaseMs)
                 + [keys.channel, String(asker), state.withLock { $0.memory.knowledge(now: 0).hasPair } ? "1" : ""]
             switch await run(arguments) {
             case .failure(let error):
@@ -312,7 +313,8 @@ public final class RedisSessionCoordinator: SessionCoordinator {
                     if let refusal = counterProblem(items[1]) { return .unavailable(refusal) }
                     predictions += 1
                     if predictions > 8 {
-                        return .unavailable("the fencing counter of \(keys.fence) on \(endpoint) kept moving; try again")
+                        return .unavailable(
+                            "the fencing counter of \(keys.fence) on \(endpoint) kept moving; try again")
                     }
                 case 5 where items.count >= 2:
                     // Redis holds an older generation than this process knows: it forgot (a flush,
@@ -780,7 +782,8 @@ extension RedisSessionCoordinator: TrustWarning {
     /// A Redis on another host without `signing-key-env`: every client of it can forge the session.
     package var trustWarning: String? {
         guard signer == nil, !endpoint.isLoopback else { return nil }
-        return "\(endpoint) is not a loopback address and 'signing-key-env' is not set: any client of that Redis can sign "
+        return
+            "\(endpoint) is not a loopback address and 'signing-key-env' is not set: any client of that Redis can sign "
             + "this fleet in with tokens of its choosing, log it out or hold its refreshes; name an environment "
             + "variable holding a shared key (every process of the fleet the same)"
     }

@@ -130,7 +130,8 @@ extension Benchmarks {
         }
         switch mode {
         case "lint":
-            blackHole(Policy.analyze(bytes: bytes, file: path, catalog: PluginCatalog(), limits: .default).diagnostics.count)
+            blackHole(
+                Policy.analyze(bytes: bytes, file: path, catalog: PluginCatalog(), limits: .default).diagnostics.count)
         case "parse":
             blackHole(YAMLLoader.countEvents(bytes))
         default:
@@ -190,7 +191,8 @@ extension Benchmarks {
         var yaml = "policy: 1\nname: hostile-header\nrules:\n"
         for index in 0..<20 {
             let pattern = "*" + String(repeating: "a?", count: 400 + index) + "b\(index)*"
-            yaml += "  - { name: h\(index), when: { status: [200], header: { X-Reason: \"\(pattern)\" } }, then: fail }\n"
+            yaml +=
+                "  - { name: h\(index), when: { status: [200], header: { X-Reason: \"\(pattern)\" } }, then: fail }\n"
         }
         guard let policy = try? Policy.load(yaml: yaml) else { fatalError("hostile-header policy invalid") }
         let scope = policy.graph.scope(method: "GET", path: "/")

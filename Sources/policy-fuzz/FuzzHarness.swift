@@ -235,7 +235,9 @@ package enum FuzzHarness {
             for cut in Set([1, 2, 3, 7, 8, 9, 16, count / 2, count - 1]) where cut > 0 && cut < count {
                 // A body longer than the limit is not read: no code, whatever it holds.
                 let limited = JSONCodeScanner.code(in: body, at: path, maxBytes: cut)
-                check(limited == nil, "a \(count)-byte body read with maxBytes \(cut) gave \(String(describing: limited))")
+                check(
+                    limited == nil, "a \(count)-byte body read with maxBytes \(cut) gave \(String(describing: limited))"
+                )
                 // A prefix is a document of its own (usually not valid JSON); it never reads past its end
                 // (the exact copy makes an over-read an AddressSanitizer report).
                 _ = withExactCopy(Array(body.prefix(cut))) { prefix in
@@ -245,7 +247,8 @@ package enum FuzzHarness {
             // The reference: a plain recursive parser with the same rules (valid JSON, last key wins).
             if count <= 4_096 {
                 let expected = ReferenceJSON.code(in: Array(body), at: path)
-                check(full == expected, "scanner \(String(describing: full)), reference \(String(describing: expected))")
+                check(
+                    full == expected, "scanner \(String(describing: full)), reference \(String(describing: expected))")
             }
             return full
         }

@@ -228,7 +228,8 @@ enum ReferenceJSON {
                 let length = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1
                 guard index + length <= bytes.count else { return nil }
                 let sequence = Array(bytes[index..<(index + length)])
-                guard let decoded = String(validating: sequence, as: UTF8.self), decoded.unicodeScalars.count == 1 else {
+                guard let decoded = String(validating: sequence, as: UTF8.self), decoded.unicodeScalars.count == 1
+                else {
                     return nil
                 }
                 out += sequence

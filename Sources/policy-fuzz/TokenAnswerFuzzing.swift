@@ -43,7 +43,8 @@ enum TokenAnswerFuzzing {
                     FuzzHarness.check(!credentials.accessToken.isEmpty, "\(name): a refresh gave an empty access token")
                 case .failure(let reason):
                     for secret in secrets where secret.count >= 8 {
-                        FuzzHarness.check(!reason.contains(secret), "\(name): a failure's reason shows a token: \(reason)")
+                        FuzzHarness.check(
+                            !reason.contains(secret), "\(name): a failure's reason shows a token: \(reason)")
                     }
                     FuzzHarness.check(
                         !reason.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7F },
@@ -85,7 +86,8 @@ enum TokenAnswerFuzzing {
         do {
             let credentials = try scheduler.run {
                 try await plugin.refresh(
-                    RefreshContext(credentials: presented, transport: transport, clock: scheduler.clock, reason: "fuzz"))
+                    RefreshContext(credentials: presented, transport: transport, clock: scheduler.clock, reason: "fuzz")
+                )
             }
             return .success(credentials)
         } catch let failure as RefreshFailure {

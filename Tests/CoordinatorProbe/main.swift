@@ -5,8 +5,8 @@
 //
 //   coordinator-probe redis URL KEY | file PATH  [--lease MS] [--hold MS] [--timeout MS] --counter FILE
 import Foundation
-import ResponsePolicyRedis
 import ResponsePolicy
+import ResponsePolicyRedis
 
 #if canImport(Glibc)
     import Glibc

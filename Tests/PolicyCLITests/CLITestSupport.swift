@@ -1,10 +1,9 @@
 import Foundation
 import ResponsePolicy
-import Testing
 import TestSupport
+import Testing
 
 @testable import PolicyCLI
-
 
 /// Why running the `policy` binary did not produce a result.
 enum CLITestError: Error, CustomStringConvertible {

@@ -115,7 +115,8 @@ struct CoordinationPolicyTests {
     /// The core does not link hiredis: a program without ResponsePolicyRedis gets a positioned
     /// error naming the product, from the registry and from `problems(in:)` (engine.problems).
     @Test func redisWithoutItsProductIsAPositionedErrorNamingTheProduct() throws {
-        let yaml = "policy: 1\nname: api\n" + Self.rules
+        let yaml =
+            "policy: 1\nname: api\n" + Self.rules
             + "coordination: { use: redis, with: { url: \"redis://127.0.0.1:7000/2\" } }\n"
         let policy = try Policy.load(yaml: yaml, file: "api.yaml")
         let registry = PluginRegistry()

@@ -38,7 +38,8 @@ struct CoordinationTrustWarningCLITests {
         let result = try await runPolicy(["explain", policy.path])
         #expect(result.status == 0)
         #expect(
-            try explanation(ofFile: policy.path).contains("used only when signed with the key in FLEET_KEY (HMAC-SHA256)"),
+            try explanation(ofFile: policy.path).contains(
+                "used only when signed with the key in FLEET_KEY (HMAC-SHA256)"),
             "\(result.stdout)")
     }
 }

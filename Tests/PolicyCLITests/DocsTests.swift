@@ -1,7 +1,7 @@
 import Foundation
 import ResponsePolicy
-import Testing
 import TestSupport
+import Testing
 
 /// Every YAML block in README.md and docs/ is checked, so a copied example works:
 /// a whole policy (top-level `policy:`) loads without errors; a fragment made only of policy

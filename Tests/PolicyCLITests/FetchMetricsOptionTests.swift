@@ -82,7 +82,8 @@ struct FetchMetricsOptionTests {
         #expect(text.contains("response_policy_requests_total{scope=\"default\",result=\"failed\"} 3\n"))
         #expect(text.contains("response_policy_request_failures_total{scope=\"default\",reason=\"transport\"} 3\n"))
         #expect(text.contains("response_policy_attempt_errors_total{error=\"connection\"} 3\n"))
-        #expect(text.contains("# TYPE response_policy_requests_in_flight gauge\nresponse_policy_requests_in_flight 0\n"))
+        #expect(
+            text.contains("# TYPE response_policy_requests_in_flight gauge\nresponse_policy_requests_in_flight 0\n"))
         // Written whole, by a rename: no temporary file is left beside it.
         let left = try FileManager.default.contentsOfDirectory(atPath: dir.url.path).filter { $0.hasSuffix(".tmp") }
         #expect(left.isEmpty)

@@ -1,8 +1,8 @@
 import Foundation
 import ResponsePolicy
 import TestGate
-import Testing
 import TestSupport
+import Testing
 
 #if canImport(Glibc)
     import Glibc

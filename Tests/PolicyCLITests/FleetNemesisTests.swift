@@ -1,7 +1,7 @@
 import Foundation
 import TestGate
-import Testing
 import TestSupport
+import Testing
 
 /// The nemesis (issue 30), CI-sized: `scripts/fleet-nemesis.py` runs three `policy fetch` processes
 /// again and again against a real `redis-server` and the rotating, revoke-on-reuse token server,

@@ -1,8 +1,8 @@
 import Foundation
 import ResponsePolicy
 import ResponsePolicyRedis
-import Testing
 import TestSupport
+import Testing
 
 #if canImport(Glibc)
     import Glibc
@@ -146,10 +146,10 @@ final class FleetRig: @unchecked Sendable {
     ) throws -> String {
         let store =
             coordination
-            ?? """
-            { use: redis, with: { url: "redis://127.0.0.1:\(redisPort)/0", key: fleet, lease: \(lease), \
-            connect-timeout: \(connectTimeout)\(signed ? ", signing-key-env: FLEET_KEY" : "") } }
-            """
+                ?? """
+                { use: redis, with: { url: "redis://127.0.0.1:\(redisPort)/0", key: fleet, lease: \(lease), \
+                connect-timeout: \(connectTimeout)\(signed ? ", signing-key-env: FLEET_KEY" : "") } }
+                """
         let text = """
             policy: 1
             name: fleet

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 @testable import PolicyCLI
 
@@ -60,7 +60,8 @@ struct FleetScriptCLITests {
         let lines = result.stdoutLines
         #expect(lines.first == #"{"t":0,"process":"a","event":"start","credentials":"pair 0"}"#)
         #expect(
-            lines.contains(#"{"t":1.05,"process":"a","event":"token-call","call":1,"result":"ok","presented":0,"pair":1}"#))
+            lines.contains(
+                #"{"t":1.05,"process":"a","event":"token-call","call":1,"result":"ok","presented":0,"pair":1}"#))
         #expect(lines.filter { $0.contains(#""event":"token-call""#) }.count == 1)
         #expect(
             lines.contains(

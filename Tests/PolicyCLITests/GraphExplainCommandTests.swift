@@ -1,7 +1,7 @@
 import Foundation
 import ResponsePolicy
-import Testing
 import TestSupport
+import Testing
 
 @testable import PolicyCLI
 
@@ -184,9 +184,9 @@ struct GraphExplainCommandTests {
         #expect(
             try explanation(ofFile: repositoryRoot.appendingPathComponent("policies/transient.yaml").path)
                 .split(separator: "\n").map(String.init).contains(
-                "  Worst case: 5 attempts (1 + 4 retries), waiting at most 9s in total (600ms + 1.2s + 2.4s + 4.8s); "
-                    + "with every attempt and refresh timing out, 34s (65s if the server's Retry-After asks for "
-                    + "the longest waits); the deadline is 70s."))
+                    "  Worst case: 5 attempts (1 + 4 retries), waiting at most 9s in total (600ms + 1.2s + 2.4s + 4.8s); "
+                        + "with every attempt and refresh timing out, 34s (65s if the server's Retry-After asks for "
+                        + "the longest waits); the deadline is 70s."))
     }
 
     @Test func explainListsWarningsAtTheEnd() async throws {
@@ -195,7 +195,10 @@ struct GraphExplainCommandTests {
         let result = try await runPolicy(["explain", "warn.yaml"], in: directory.url)
         #expect(result.status == 0)
         #expect(result.stderr == "")
-        #expect(result.stdout == PolicyExplainer.explain(try Policy.load(yaml: LintCommandTests.warningsOnly, file: "warn.yaml"), width: 80))
+        #expect(
+            result.stdout
+                == PolicyExplainer.explain(
+                    try Policy.load(yaml: LintCommandTests.warningsOnly, file: "warn.yaml"), width: 80))
         #expect(
             try explanation(of: LintCommandTests.warningsOnly, file: "warn.yaml").hasSuffix(
                 "\n\nWarning (line 10): 'POST' in 'methods' retries requests that may already have been applied; "
@@ -299,7 +302,10 @@ struct ExplainWordingTests {
         let text = try explanation(of: Self.twoScopes, file: "p.yaml")
         let oauth = try #require(text.components(separatedBy: "\n\n").first { $0.hasPrefix("Requests to /oauth/*") })
         #expect(!oauth.contains("nothing is retried or refreshed"))
-        #expect(oauth.contains("There are no rules: every response is delivered as it is, and no response leads to a retry, a refresh or a logout."))
+        #expect(
+            oauth.contains(
+                "There are no rules: every response is delivered as it is, and no response leads to a retry, a refresh or a logout."
+            ))
         #expect(oauth.contains("Before sending: a token expiring within 30s"))
         #expect(!oauth.contains("requests that hit a trigger wait for it"), "\(oauth)")
         #expect(!oauth.contains("Retries apply"))
@@ -313,7 +319,10 @@ struct ExplainWordingTests {
     /// section's "Retries apply to GET, HEAD, PUT, DELETE, OPTIONS", which no rule used.
     @Test func aRulesOwnRetryMethodsAreTheOnesSaid() throws {
         let text = try explanation(of: Self.twoScopes, file: "p.yaml")
-        #expect(text.contains("a request whose method is not GET or POST and that carries no 'Idempotency-Key' header is not retried"))
+        #expect(
+            text.contains(
+                "a request whose method is not GET or POST and that carries no 'Idempotency-Key' header is not retried")
+        )
         #expect(!text.contains("retry.methods"))
         #expect(!text.contains("Retries apply to GET, HEAD, PUT, DELETE, OPTIONS"))
         #expect(text.contains("Retries apply to GET, POST requests"))

@@ -16,9 +16,18 @@ struct HostileConfigurationTests {
     }
 
     @Test(arguments: [
-        ("body.status[0]", "'code' reads a field or an array item after a dot: write 'body.status.0', not 'body.status[0]'"),
-        ("body.*", "'code' names one field; a wildcard ('*') matches no field here: name it, like body.status or body.errors.0.code"),
-        ("body.__proto__", "'__proto__' is not a field a server can send: JavaScript's JSON.parse and most JSON libraries treat it apart, so 'body.__proto__' never finds a code"),
+        (
+            "body.status[0]",
+            "'code' reads a field or an array item after a dot: write 'body.status.0', not 'body.status[0]'"
+        ),
+        (
+            "body.*",
+            "'code' names one field; a wildcard ('*') matches no field here: name it, like body.status or body.errors.0.code"
+        ),
+        (
+            "body.__proto__",
+            "'__proto__' is not a field a server can send: JavaScript's JSON.parse and most JSON libraries treat it apart, so 'body.__proto__' never finds a code"
+        ),
         ("body.$.status", "'code' starts at the body: write 'body.status', without '$'"),
     ])
     func aCodePathFromAnotherLanguageIsAnError(_ path: String, _ message: String) async throws {
@@ -48,7 +57,8 @@ struct HostileConfigurationTests {
             rules: []
             """)
         let run = try await runPolicy(["lint", policy.path])
-        #expect(run.stdout.contains("over plain TCP") && run.stdout.contains("[coordination-without-tls]"), "\(run.stdout)")
+        #expect(
+            run.stdout.contains("over plain TCP") && run.stdout.contains("[coordination-without-tls]"), "\(run.stdout)")
         #expect(!RedisEndpoint(host: "127.0.0.1.evil.example", port: 1, database: 0, tls: false).isLoopback)
         #expect(RedisEndpoint(host: "127.0.0.9", port: 1, database: 0, tls: false).isLoopback)
         #expect(RedisEndpoint(host: "[::1]", port: 1, database: 0, tls: false).isLoopback)
@@ -138,9 +148,10 @@ struct HostileConfigurationTests {
                 """)
         let registry = PluginRegistry()
         let problems = registry.problems(in: policy, environment: ["API_KEY": "key\r\nX-Injected: yes"])
-        #expect(problems.map(\.reason) == [
-            "the environment variable 'API_KEY' named by the header 'X-Api-Key' holds a control character (CR); a header value cannot carry one"
-        ])
+        #expect(
+            problems.map(\.reason) == [
+                "the environment variable 'API_KEY' named by the header 'X-Api-Key' holds a control character (CR); a header value cannot carry one"
+            ])
         #expect(registry.problems(in: policy, environment: ["API_KEY": "key\twith tab"]).isEmpty)
     }
 
@@ -178,8 +189,10 @@ struct HostileConfigurationTests {
 struct LogoutWordingTests {
     @Test(arguments: [
         (LogoutReason.rule("forced-logout", response: nil), "logged out by rule 'forced-logout'"),
-        (.refreshFailed("the token endpoint answered 400 (invalid_grant)", response: nil),
-         "logged out because the token refresh failed: the token endpoint answered 400 (invalid_grant)"),
+        (
+            .refreshFailed("the token endpoint answered 400 (invalid_grant)", response: nil),
+            "logged out because the token refresh failed: the token endpoint answered 400 (invalid_grant)"
+        ),
         (.host("the user signed out"), "logged out by the host: the user signed out"),
         (.elsewhere(LogoutReason.elsewhereWithoutReason), "logged out by another process sharing the session"),
         (.elsewhere("rule session-revoked"), "logged out by another process sharing the session: rule session-revoked"),

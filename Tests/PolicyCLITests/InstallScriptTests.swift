@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// scripts/install.sh checks every build dependency before it builds (a clean machine once failed
 /// minutes into the build on hiredis's missing header, which the script never checked).

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 /// The binary `scripts/install.sh PREFIX` installs, run as an ops machine runs it: from a clean
 /// folder, with an empty environment, no toolchain on PATH.

@@ -1,7 +1,7 @@
 import Foundation
 import ResponsePolicy
-import Testing
 import TestSupport
+import Testing
 
 @testable import PolicyCLI
 

@@ -1,7 +1,7 @@
 import Foundation
 import TestGate
-import Testing
 import TestSupport
+import Testing
 
 /// README's set-up command, `swift test`, passes on a loaded machine, and CI still runs every
 /// test: a test that measures real time is skipped by a plain run with the command that runs it,

@@ -82,7 +82,8 @@ struct UntrustedFileTests {
         #expect(
             run.stderr
                 == "error: cannot read the credentials file '\(credentials.path)': it belongs to another user "
-                + "(uid \(Self.nobody?.uid ?? 0)); only files of this user or root are read (chown it, or run as its owner)\n")
+                + "(uid \(Self.nobody?.uid ?? 0)); only files of this user or root are read (chown it, or run as its owner)\n"
+        )
         #expect(!run.stderr.contains("planted-token") && !run.stdout.contains("planted-token"))
         #expect(try String(contentsOf: credentials, encoding: .utf8) == text)
         var info = stat()
@@ -111,7 +112,8 @@ struct UntrustedFileTests {
         let fetch = try await runPolicy(["fetch", "--policy", policy.path, "http://127.0.0.1:9/never"])
         #expect(fetch.status == 66)
         #expect(
-            fetch.stderr.hasPrefix("error: cannot read '\(policy.path)': it belongs to another user"), "\(fetch.stderr)")
+            fetch.stderr.hasPrefix("error: cannot read '\(policy.path)': it belongs to another user"), "\(fetch.stderr)"
+        )
         // Reading it runs nothing: lint and explain take a colleague's file.
         let lint = try await runPolicy(["lint", policy.path])
         #expect(lint.status == 0, "\(lint.stdout)")

@@ -1,7 +1,7 @@
-import TestSupport
 import Foundation
 import ResponsePolicyRedis
 import TestGate
+import TestSupport
 import Testing
 
 @testable import ResponsePolicy
@@ -21,7 +21,8 @@ struct AdoptedSignInLogoutTests {
         var options = PolicyEngine.Options()
         options.coordinator = try RedisSessionCoordinator(
             .init(
-                url: server.url, key: "adopted", signingKey: signed ? Data("a-key-of-sixteen-bytes-or-more".utf8) : nil))
+                url: server.url, key: "adopted", signingKey: signed ? Data("a-key-of-sixteen-bytes-or-more".utf8) : nil)
+        )
         return PolicyEngine(
             policy: try Policy.load(yaml: policy), transport: transport, credentials: store, options: options)
     }
@@ -74,7 +75,8 @@ struct AdoptedSignInLogoutTests {
         // The store refuses such a logout too: one decided in the old epoch is neither stored nor heard.
         let late = try RedisSessionCoordinator(
             .init(
-                url: server.url, key: "adopted", signingKey: signed ? Data("a-key-of-sixteen-bytes-or-more".utf8) : nil))
+                url: server.url, key: "adopted", signingKey: signed ? Data("a-key-of-sixteen-bytes-or-more".utf8) : nil)
+        )
         defer { late.stop() }
         await late.publishLogout(until: Date().addingTimeInterval(60), reason: "stale", epoch: 0)
         #expect(try server.attacker().command(["EXISTS", "response-policy:{adopted}:logout"]).integer == 0)

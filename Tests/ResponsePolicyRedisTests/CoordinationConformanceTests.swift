@@ -1,5 +1,5 @@
-import TestSupport
 import Foundation
+import TestSupport
 import Testing
 
 @testable import ResponsePolicy
@@ -254,7 +254,8 @@ import Testing
         guard case .loggedOut(let heardUntil, let reason)? = heard?.0 else { return recordFailure("no logout heard") }
         #expect(abs(heardUntil.timeIntervalSince(until)) < 0.002)
         // The file store's record keeps the cooldown's end, not its reason (a known difference).
-        #expect(reason == (backend == .file ? "another process sharing the session logged out" : "rule session-revoked"))
+        #expect(
+            reason == (backend == .file ? "another process sharing the session logged out" : "rule session-revoked"))
         let (_, late) = try await fleet.started(local: nil)
         #expect(
             late?.loggedOutUntil.map { abs($0.timeIntervalSince(until)) < 0.002 } == true, "\(String(describing: late))"

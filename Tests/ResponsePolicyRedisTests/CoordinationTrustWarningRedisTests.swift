@@ -44,8 +44,10 @@ struct CoordinationTrustWarningRedisTests {
     }
 
     @Test(arguments: [
-        ("url: \"redis://0.0.0.0:1/0\", connect-timeout: 10ms, signing-key-env: FLEET_KEY",
-         ["FLEET_KEY": "0123456789abcdef0123456789abcdef"]),
+        (
+            "url: \"redis://0.0.0.0:1/0\", connect-timeout: 10ms, signing-key-env: FLEET_KEY",
+            ["FLEET_KEY": "0123456789abcdef0123456789abcdef"]
+        ),
         ("url: \"redis://127.0.0.1:1/0\", connect-timeout: 10ms", [:]),
     ])
     func aKeyOrALoopbackRedisIsNoWarning(_ with: String, _ environment: [String: String]) throws {

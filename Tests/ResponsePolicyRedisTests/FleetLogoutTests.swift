@@ -1,7 +1,7 @@
-import TestSupport
 import Foundation
 import ResponsePolicyRedis
 import TestGate
+import TestSupport
 import Testing
 
 @testable import ResponsePolicy

@@ -1,5 +1,5 @@
-import TestSupport
 import Foundation
+import TestSupport
 import Testing
 
 @testable import ResponsePolicy
@@ -576,7 +576,8 @@ final class ScriptedRecord {
             let stored = items.count > 2 ? items[2].text.flatMap { SharedCredentialsCodec.decode($0) } : nil
             let epoch = UInt64(items.count > 3 ? items[3].integer ?? 0 : 0)
             return .publish(
-                .leaseLost(current: stored.map { SharedSession(credentials: $0, generation: generation, epoch: epoch) }))
+                .leaseLost(current: stored.map { SharedSession(credentials: $0, generation: generation, epoch: epoch) })
+            )
         case .end(let lease, let failure):
             try call([
                 "EVAL", Script.endScript, "2", keys.lease, keys.session, String(lease.fencingToken),

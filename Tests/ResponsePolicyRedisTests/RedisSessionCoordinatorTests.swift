@@ -1,8 +1,8 @@
-import TestSupport
 import Foundation
 import ResponsePolicy
 import ResponsePolicyRedis
 import TestGate
+import TestSupport
 import Testing
 
 #if canImport(Glibc)

@@ -1,9 +1,9 @@
-// The doubles every engine test target shares (basePolicy, RecordingTransport, the coordination
-// fixtures), for every file of this target.
-@_exported import TestSupport
 import Foundation
 import ResponsePolicy
 import ResponsePolicyRedis
+// The doubles every engine test target shares (basePolicy, RecordingTransport, the coordination
+// fixtures), for every file of this target.
+@_exported import TestSupport
 
 /// What the Redis suites share: one way to make a coordinator on a test's own server, and the
 /// channel its news travels on.

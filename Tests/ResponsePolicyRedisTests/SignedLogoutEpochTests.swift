@@ -1,7 +1,7 @@
-import TestSupport
 import Foundation
 import ResponsePolicy
 import ResponsePolicyRedis
+import TestSupport
 import Testing
 
 /// Issue 23, the replay the seals alone let through: a genuine, validly sealed logout (its
@@ -60,7 +60,11 @@ struct SignedLogoutEpochTests {
         for _ in 0..<50 where !refused {
             _ = try connection.command(["PUBLISH", "response-policy:{e}:events", announcement])
             _ = await log.first(within: .milliseconds(100)) {
-                if case .problem(let text) = $0 { text.contains("a logout") && text.contains("replayed") } else { false }
+                if case .problem(let text) = $0 {
+                    text.contains("a logout") && text.contains("replayed")
+                } else {
+                    false
+                }
             }
             refused = Self.problems(log).contains {
                 $0.contains("a logout on response-policy:{e}:events") && $0.contains("session epoch \(epoch)")

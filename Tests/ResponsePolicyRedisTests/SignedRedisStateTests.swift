@@ -1,7 +1,7 @@
-import TestSupport
 import Foundation
 import ResponsePolicy
 import ResponsePolicyRedis
+import TestSupport
 import Testing
 
 /// Issue 23: with `signing-key-env`, every value a process reads from Redis is authenticated:

@@ -17,7 +17,8 @@ struct CodePositionsTests {
                     Int.random(in: 0..<5, using: &random) == 0
                     ? nil
                     : SourceRange(
-                        start: SourcePosition(line: step + 1, column: 1), end: SourcePosition(line: step + 1, column: 5))
+                        start: SourcePosition(line: step + 1, column: 1), end: SourcePosition(line: step + 1, column: 5)
+                    )
                 positions[code] = range
                 model[code] = range
                 for known in codes {
@@ -31,7 +32,8 @@ struct CodePositionsTests {
         var a = CodePositions()
         var b = CodePositions()
         for index in 0..<12 {
-            let range = SourceRange(start: SourcePosition(line: index, column: 1), end: SourcePosition(line: index, column: 2))
+            let range = SourceRange(
+                start: SourcePosition(line: index, column: 1), end: SourcePosition(line: index, column: 2))
             a["c\(index)"] = range
             b["c\(index)"] = range
             #expect(a == b)

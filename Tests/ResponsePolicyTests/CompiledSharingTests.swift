@@ -95,7 +95,8 @@ struct CompiledSharingTests {
     @Test(arguments: [1, 8, 9, 20])
     func codePositionsHoldPastTheShortList(count: Int) throws {
         let codes = (0..<(count - 1)).map { String(7_000 + $0) } + ["\"0202\""]
-        let yaml = "policy: 1\nname: codes\nclassify: { code: body.status }\nrules:\n"
+        let yaml =
+            "policy: 1\nname: codes\nclassify: { code: body.status }\nrules:\n"
             + "  - { name: many, when: { code: [\(codes.joined(separator: ", "))] }, then: fail }\n"
         let analysis = Policy.analyze(
             bytes: Array(yaml.utf8), file: nil, catalog: PluginCatalog(), limits: .default)

@@ -439,7 +439,10 @@ struct CoordinationRecordTests {
         #expect(FileSessionCoordinator.write(CoordinationRecord(), to: state) == nil)
         chmod(state, 0o666)
         guard case .failure(let error) = FileSessionCoordinator.read(state) else { Issue.record("read"); return }
-        #expect(error.reason == "the shared session file '\(state)' is readable or writable by others (mode 666); run: chmod 600 '\(state)'")
+        #expect(
+            error.reason
+                == "the shared session file '\(state)' is readable or writable by others (mode 666); run: chmod 600 '\(state)'"
+        )
     }
 
     @Test func aStateFileOutOfRangeIsRefusedNamingTheField() throws {
@@ -458,7 +461,9 @@ struct CoordinationRecordTests {
             }
             #expect(error.reason.contains("'\(field)'"), "\(error.reason)")
         }
-        #expect(FileSessionCoordinator.replaceFile(state, with: Data(#"{"credentials":{"access_token":"a","expires_at":1e300}}"#.utf8)) == nil)
+        #expect(
+            FileSessionCoordinator.replaceFile(
+                state, with: Data(#"{"credentials":{"access_token":"a","expires_at":1e300}}"#.utf8)) == nil)
         guard case .failure(let error) = FileSessionCoordinator.read(state) else { Issue.record("accepted"); return }
         #expect(error.reason.contains("expires_at is out of range"))
     }
@@ -489,7 +494,8 @@ struct CoordinationRecordTests {
 struct SharedStateSignerTests {
     @Test func sha256MatchesTheStandardVectors() {
         func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
-        #expect(hex(SHA256.hash(Array("abc".utf8))) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        #expect(
+            hex(SHA256.hash(Array("abc".utf8))) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
         #expect(hex(SHA256.hash([])) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
         #expect(
             hex(SHA256.hash(Array("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq".utf8)))
@@ -501,8 +507,14 @@ struct SharedStateSignerTests {
         #expect(
             signer.sign("what do ya want for nothing?")
                 == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
-        #expect(signer.verify("what do ya want for nothing?", mac: "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"))
-        #expect(!signer.verify("what do ya want for nothing!", mac: "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"))
+        #expect(
+            signer.verify(
+                "what do ya want for nothing?", mac: "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
+        )
+        #expect(
+            !signer.verify(
+                "what do ya want for nothing!", mac: "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
+        )
         // A key longer than a block is hashed first (RFC 4231 test case 6).
         let long = SharedStateSigner(key: Data(repeating: 0xaa, count: 131))
         #expect(
@@ -516,7 +528,9 @@ struct SharedStateSignerTests {
         let signed = SharedCredentialsCodec.encode(credentials, signer: SharedStateSigner(key: key))
         #expect(SharedCredentialsCodec.decode(signed, signer: SharedStateSigner(key: key)) == credentials)
         #expect(SharedCredentialsCodec.decode(signed, signer: SharedStateSigner(key: Data("other".utf8))) == nil)
-        #expect(SharedCredentialsCodec.decode(SharedCredentialsCodec.encode(credentials), signer: SharedStateSigner(key: key)) == nil)
+        #expect(
+            SharedCredentialsCodec.decode(
+                SharedCredentialsCodec.encode(credentials), signer: SharedStateSigner(key: key)) == nil)
     }
 
     @Test func aStateFileWrittenWithoutTheKeyIsRefused() throws {
@@ -543,11 +557,12 @@ struct SharedStateSignerTests {
 /// The shared-state fuzz entry on seeded mutations of hostile seeds: no trap, whatever the bytes.
 struct SharedStateFuzzTests {
     @Test func seededMutationsOfHostileStateNeverTrap() throws {
-        let seeds = [
-            #"{"generation":3,"fence":9,"credentials":{"access_token":"a","refresh_token":"r","expires_at":1e300},"lease":{"fence":9,"pid":1,"expires":1e30},"logged-out-until":32503680000000,"refreshes":[1,2]}"#,
-            #"{"access_token":"a","refresh_token":"r","expires_at":1767225600123,"sig":"00"}"#,
-            #"{"generation":18446744073709551615,"fence":-1,"lease":{"fence":1e400}}"#,
-        ].map { Array($0.utf8) } + (try Self.sealedSeeds())
+        let seeds =
+            [
+                #"{"generation":3,"fence":9,"credentials":{"access_token":"a","refresh_token":"r","expires_at":1e300},"lease":{"fence":9,"pid":1,"expires":1e30},"logged-out-until":32503680000000,"refreshes":[1,2]}"#,
+                #"{"access_token":"a","refresh_token":"r","expires_at":1767225600123,"sig":"00"}"#,
+                #"{"generation":18446744073709551615,"fence":-1,"lease":{"fence":1e400}}"#,
+            ].map { Array($0.utf8) } + (try Self.sealedSeeds())
         var random = SeededGenerator(seed: 23)
         for round in 0..<3000 {
             var bytes = seeds[round % seeds.count]
@@ -571,8 +586,10 @@ struct SharedStateFuzzTests {
         let logout = "1767225600000" + signer.logoutSuffix(until: 1_767_225_600_000)
         #expect(try signer.checkLease(lease, notBefore: 0).get().fence == 7)
         #expect(try signer.checkLogout(logout).get() == 1_767_225_600_000)
-        #expect(try Data(contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent()
-            .appendingPathComponent("../Fuzz/corpus/shared-sealed-lease.txt")) == Data(lease.utf8))
+        #expect(
+            try Data(
+                contentsOf: URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+                    .appendingPathComponent("../Fuzz/corpus/shared-sealed-lease.txt")) == Data(lease.utf8))
         return [Array(lease.utf8), Array(logout.utf8)]
     }
 }

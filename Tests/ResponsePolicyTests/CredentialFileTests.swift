@@ -27,7 +27,8 @@ struct CredentialFileTests {
             let text = try String(contentsOfFile: path, encoding: .utf8)
             #expect(
                 text.contains("\"generation\": 7") && text.contains("\"epoch\": 3")
-                    && text.contains("\"published\": false") && text.contains("\"issued_at\": \"2027-01-15T08:00:00Z\""))
+                    && text.contains("\"published\": false") && text.contains("\"issued_at\": \"2027-01-15T08:00:00Z\"")
+            )
             // Published, and a file that says nothing of the fleet: generation 0, published.
             try store.save(SavedCredentials(credentials: credentials, generation: 8, epoch: 3))
             #expect(!(try String(contentsOfFile: path, encoding: .utf8)).contains("published"))

@@ -1,7 +1,7 @@
-import TestSupport
 import Foundation
 import ResponsePolicy
 import TestGate
+import TestSupport
 import Testing
 
 /// The lock-file coordinator's bounds in wall time and what only it has (a lock file, a file's

@@ -95,7 +95,9 @@ struct FleetInvariantTests {
         // A process restarting with what its credentials file holds: the same tokens, the expiry
         // to the second.
         var rounded = shared
-        rounded.expiresAt = shared.expiresAt.map { Date(timeIntervalSince1970: $0.timeIntervalSince1970.rounded(.down)) }
+        rounded.expiresAt = shared.expiresAt.map {
+            Date(timeIntervalSince1970: $0.timeIntervalSince1970.rounded(.down))
+        }
         #expect(rounded.expiresAt != shared.expiresAt)
         let restarted = try fleet.engine(credentials: rounded)
         let result = try await fleet.run { await send(restarted) }
@@ -181,7 +183,9 @@ struct FleetInvariantTests {
     /// default.)
     @Test func onUnavailableLocalRefreshesInEveryProcess() async throws {
         let fleet = Fleet()
-        let local = Self.policy + "\ncoordination: { use: redis, with: { url: \"redis://127.0.0.1:1/0\", on-unavailable: local } }\n"
+        let local =
+            Self.policy
+            + "\ncoordination: { use: redis, with: { url: \"redis://127.0.0.1:1/0\", on-unavailable: local } }\n"
         let engines = try (0..<2).map { _ in try fleet.engine(local) }
         fleet.server.expireAll()
         fleet.store.isAvailable = false

@@ -225,7 +225,8 @@ struct GlobWorkBoundTests {
             let suffix = pattern.hasPrefix("x*") ? "c" : ""
             let small = glob.matchWithSteps(prefix + String(repeating: filler, count: 8_000) + suffix).steps
             let large = glob.matchWithSteps(prefix + String(repeating: filler, count: 16_000) + suffix).steps
-            #expect(large <= 2 * small + 2 * pattern.unicodeScalars.count, "'\(pattern.prefix(20))…': \(small) → \(large)")
+            #expect(
+                large <= 2 * small + 2 * pattern.unicodeScalars.count, "'\(pattern.prefix(20))…': \(small) → \(large)")
         }
     }
 
@@ -238,7 +239,8 @@ struct GlobWorkBoundTests {
         for index in 0..<20 {
             let pattern = "*" + String(repeating: "a?", count: 400 + index) + "b\(index)*"
             globs.append(Glob(pattern))
-            yaml += "  - { name: h\(index), when: { status: [200], header: { X-Reason: \"\(pattern)\" } }, then: fail }\n"
+            yaml +=
+                "  - { name: h\(index), when: { status: [200], header: { X-Reason: \"\(pattern)\" } }, then: fail }\n"
         }
         yaml += "  - { name: last, when: { status: [200], header: { X-Reason: \"*c\" } }, then: deliver }\n"
         #expect(findings(yaml).filter { $0.severity == .error } == [])

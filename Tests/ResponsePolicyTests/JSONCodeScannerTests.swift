@@ -147,7 +147,8 @@ struct JSONCodeScannerTests {
     @Test(arguments: [
         #"{"status":1401} trailing"#, #"{"status":1401}}"#, #"{"status":1401}{"#, #"{"status":1401}, "x""#,
         #"{"status":1401"#, #"{"status":1401,"#, #"{"status":1401,"m":"unterminated}"#, #"{"status":1401,"x":[1,2}"#,
-        #"{"status":1401,"x":01}"#, #"{"status":1401,"x":1.}"#, #"{"status":1401,"x":tru}"#, #"{"status":1401,"x":"\q"}"#,
+        #"{"status":1401,"x":01}"#, #"{"status":1401,"x":1.}"#, #"{"status":1401,"x":tru}"#,
+        #"{"status":1401,"x":"\q"}"#,
         #"{"status":1401,"x":"\u12"}"#, "{\"status\":1401,\"x\":\"a\tb\"}", #"{"status":1401,,}"#,
         #"{"status":1401,"x":[1,]}"#, #"{"status":1401,"x" 1}"#, #"{'status':1401}"#,
     ])
@@ -155,10 +156,11 @@ struct JSONCodeScannerTests {
         #expect(Self.scan(body, "status") == nil, "\(body)")
     }
 
-    @Test(arguments: [
-        [0xFF], [0xC0, 0x80], [0xE0, 0x80, 0x80], [0xED, 0xA0, 0x80], [0xF4, 0x90, 0x80, 0x80], [0xC3], [0x80],
-        [0xF8, 0x88, 0x80, 0x80, 0x80],
-    ] as [[UInt8]])
+    @Test(
+        arguments: [
+            [0xFF], [0xC0, 0x80], [0xE0, 0x80, 0x80], [0xED, 0xA0, 0x80], [0xF4, 0x90, 0x80, 0x80], [0xC3], [0x80],
+            [0xF8, 0x88, 0x80, 0x80, 0x80],
+        ] as [[UInt8]])
     func invalidUTF8AnywhereMeansNoCode(_ bad: [UInt8]) throws {
         let path = try #require(JSONPath("status"))
         for body in [

@@ -36,13 +36,15 @@ struct PolicyDiffTriggerTests {
             if random.int(0...2) == 0 { parts.append("method: [\(pick(methods, &random))]") }
             if random.int(0...2) == 0 { parts.append("path: \"\(pick(paths, &random))\"") }
             if random.int(0...3) == 0 && shape < 8 { parts.append("header: { \(pick(headers, &random)) }") }
-            text += "  - { name: r\(index), when: { \(parts.joined(separator: ", ")) }, then: \(pick(actions, &random)) }\n"
+            text +=
+                "  - { name: r\(index), when: { \(parts.joined(separator: ", ")) }, then: \(pick(actions, &random)) }\n"
         }
         return text
     }
 
     static func scope(_ yaml: String) -> RuleGraph.Scope? {
-        let analysis = Policy.analyze(bytes: Array(yaml.utf8), file: "t.yaml", catalog: PluginCatalog(), limits: .default)
+        let analysis = Policy.analyze(
+            bytes: Array(yaml.utf8), file: "t.yaml", catalog: PluginCatalog(), limits: .default)
         return analysis.policy?.graph.scopes.last
     }
 

@@ -288,7 +288,8 @@ struct RefreshFlightModelTests {
         mutating func logout() {
             ownLogout = true
             var actions: Actions = []
-            state.endSession(cooldown: .seconds(random.int(1...20)), cancelInFlight: true, reason: .host("test"), trigger: nil,
+            state.endSession(
+                cooldown: .seconds(random.int(1...20)), cancelInFlight: true, reason: .host("test"), trigger: nil,
                 context: nil, plugin: nil, publishes: false, now: now, date: date, into: &actions)
             counts.logouts += 1
             perform(actions)
@@ -356,7 +357,9 @@ struct RefreshFlightModelTests {
             if let received, state.signInEpoch == before.1, state.credentials?.refreshToken != received,
                 !server.ranUnanswered.contains(received)
             {
-                fail("the engine holds \(state.credentials?.refreshToken ?? "none"), the server last gave it \(received)")
+                fail(
+                    "the engine holds \(state.credentials?.refreshToken ?? "none"), the server last gave it \(received)"
+                )
             }
         }
     }

@@ -24,7 +24,8 @@ extension EngineState {
     mutating func answerFlight(
         _ answer: RefreshFlight.Answer, of id: UInt64? = nil, now: Duration, date: Date
     ) -> (RefreshFlight.Step, Actions) {
-        let flight = id.map { id in ([refresh.current].compactMap { $0 } + refresh.detached).first { $0.id == id } }
+        let flight =
+            id.map { id in ([refresh.current].compactMap { $0 } + refresh.detached).first { $0.id == id } }
             ?? refresh.current
         guard let flight, case .calling(let call) = flight.phase else { return (.none, []) }
         let step = refresh.answered(flight.id, call: call, answer, sessionFacts(at: now), now: now, date: date)

@@ -15,7 +15,8 @@ struct RefreshSettlesTests {
         let scheduler = SimulationScheduler(clock: clock, externalWorkGracePeriod: .zero)
         let coordinator = SharedMemoryCoordinator()
         let transport = RecordingTransport { request, _ in
-            request.headers["Authorization"] == "Bearer token-0" ? response(#"{"status":1401}"#) : response(#"{"status":0}"#)
+            request.headers["Authorization"] == "Bearer token-0"
+                ? response(#"{"status":1401}"#) : response(#"{"status":0}"#)
         }
         // The token endpoint is down at first: the refresh waits 500ms before its next call.
         let refresh = CountingRefresh { throw RefreshFailure("503", kind: .transient) }
@@ -36,7 +37,8 @@ struct RefreshSettlesTests {
             }()
             try? await clock.sleep(until: .milliseconds(100))
             // …when another process's credentials answer it.
-            coordinator.push(.credentials(SharedSession(credentials: Credentials(accessToken: "token-9"), generation: 9)))
+            coordinator.push(
+                .credentials(SharedSession(credentials: Credentials(accessToken: "token-9"), generation: 9)))
             let result = await outcome
             await settled
             return result

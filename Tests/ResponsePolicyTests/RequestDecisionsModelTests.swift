@@ -247,7 +247,8 @@ struct RequestDecisionsModelTests {
             default:
                 guard let timer = flightTimer else { return }
                 flightTimer = nil
-                flightStep(state.refresh.timerFired(timer.flight, token: timer.token, state.sessionFacts(at: now), now: now))
+                flightStep(
+                    state.refresh.timerFired(timer.flight, token: timer.token, state.sessionFacts(at: now), now: now))
             }
         }
 
@@ -445,7 +446,8 @@ struct RequestDecisionsModelTests {
                     if let response, let request = requests[call.starter.context.number] {
                         logsOut = judged(response, request) == .logout
                     }
-                    answer = .failed(RefreshFailure("invalid_grant", response: response, kind: .definitive), logsOut: logsOut)
+                    answer = .failed(
+                        RefreshFailure("invalid_grant", response: response, kind: .definitive), logsOut: logsOut)
                 case ..<(definitive + (100 - definitive) / 2):
                     answer = .pair(Credentials(accessToken: "t\(now)"), lifetime: nil)
                 default:

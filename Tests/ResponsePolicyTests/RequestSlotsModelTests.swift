@@ -264,7 +264,8 @@ struct RequestSlotsModelTests {
                 let cooldownBefore = state.loggedOutUntil
                 var actions: Actions = []
                 let next = state.attemptEnded(
-                    event(id), &loop, EngineState.AttemptEnd(result: result, classified: classified, random: randomSource),
+                    event(id), &loop,
+                    EngineState.AttemptEnd(result: result, classified: classified, random: randomSource),
                     into: &actions)
                 loops[id] = loop
                 if state.loggedOutUntil != cooldownBefore, let until = state.loggedOutUntil {
@@ -332,7 +333,8 @@ struct RequestSlotsModelTests {
                     // Transient trouble is asked again within the flight's timeout: past it, the
                     // next call is not made and the flight ends with the trouble's reason.
                     now = max(now, flight.deadline)
-                    step = state.refresh.timerFired(timer.flight, token: timer.token, state.sessionFacts(at: now), now: now)
+                    step = state.refresh.timerFired(
+                        timer.flight, token: timer.token, state.sessionFacts(at: now), now: now)
                     perform(state.flightStep(step, now: now, date: epoch), for: nil)
                 }
                 let loggedOut = state.loggedOutUntil != cooldownsBefore

@@ -27,7 +27,8 @@ struct ScaleBoundsTests {
                 }
                 yaml += "  - { match: { \(match.joined(separator: ", ")) }, retry: { max-retries: 1 } }\n"
             }
-            let analysis = Policy.analyze(bytes: Array(yaml.utf8), file: "r.yaml", catalog: PluginCatalog(), limits: .default)
+            let analysis = Policy.analyze(
+                bytes: Array(yaml.utf8), file: "r.yaml", catalog: PluginCatalog(), limits: .default)
             guard let policy = analysis.policy else { continue }
             let routes = policy.routes
             var expected: [String] = []

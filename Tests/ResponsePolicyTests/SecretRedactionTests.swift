@@ -117,7 +117,8 @@ struct SecretRedactionTests {
         let reasons = events.events.compactMap { event in event.reason.map { "\(event.kind.rawValue): \($0)" } }
         if refreshFails {
             // Another error than RefreshFailure is transient: retried within refresh.timeout.
-            let reason = "the refresh plugin failed (LeakyError); transient trouble outlasted refresh.timeout (10s, 5 calls)"
+            let reason =
+                "the refresh plugin failed (LeakyError); transient trouble outlasted refresh.timeout (10s, 5 calls)"
             #expect(result.error == .refreshFailed(reason: reason))
             #expect(reasons.contains("refresh-end: \(reason)"), "\(reasons)")
         } else {

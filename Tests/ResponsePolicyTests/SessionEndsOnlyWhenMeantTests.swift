@@ -97,7 +97,8 @@ struct SessionEndsOnlyWhenMeantTests {
     @Test func aStatusTheRefreshRulesNameIsDefinitive() async throws {
         // A 401 from the token endpoint, which the policy's refresh rule names: definitive.
         let policy = basePolicy.replacingOccurrences(
-            of: "  - { name: transient,", with: "  - { name: unauthorized, when: { status: [401] }, then: refresh }\n  - { name: transient,")
+            of: "  - { name: transient,",
+            with: "  - { name: unauthorized, when: { status: [401] }, then: refresh }\n  - { name: transient,")
         let result = try await simulate(
             policy, "requests:\n" + Self.fortyRequests + "refresh: [{ after: 50ms, result: fail, status: 401 }]\n")
         #expect(result.summary.refreshes == 1 && result.summary.logouts == 1)

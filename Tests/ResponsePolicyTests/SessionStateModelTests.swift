@@ -61,9 +61,10 @@ struct SessionStateModelTests {
                 let unhelped =
                     !proactive && state.generation > 0 && state.generation == model.issued
                     && state.acceptedGeneration < state.generation
-                let remembered = model.definitive.map {
-                    $0.generation == state.generation && model.now - $0.at < $0.hold
-                } ?? false
+                let remembered =
+                    model.definitive.map {
+                        $0.generation == state.generation && model.now - $0.at < $0.hold
+                    } ?? false
                 let decision = state.trigger(
                     failedGeneration: failed, settings: settings, proactive: proactive, now: model.now)
                 let reachesLimit =
@@ -89,7 +90,8 @@ struct SessionStateModelTests {
                     #expect(!remembered, "\(context): a definitive failure was asked again at once")
                     #expect(!(unhelped && recent.count >= 3), "\(context): a refresh loop past refresh.limit")
                     if case .call(let call, _, _) = step {
-                        #expect(call.credentials == state.credentials, "\(context): the call presents other credentials")
+                        #expect(
+                            call.credentials == state.credentials, "\(context): the call presents other credentials")
                     } else {
                         Issue.record("\(context): a local refresh that does not call the plugin first")
                     }
@@ -142,7 +144,8 @@ struct SessionStateModelTests {
                 }
                 if draw == 0, sameSession {
                     let again = model.definitive?.generation == state.generation
-                    let hold = again ? min((model.definitive?.hold ?? settings.timeout) * 4, .seconds(3600)) : settings.timeout
+                    let hold =
+                        again ? min((model.definitive?.hold ?? settings.timeout) * 4, .seconds(3600)) : settings.timeout
                     model.definitive = (state.generation, model.now, hold)
                 }
             case 5:

@@ -28,4 +28,3 @@ func validPolicy(_ yaml: String, sourceLocation: SourceLocation = #_sourceLocati
         throw error
     }
 }
-

@@ -63,7 +63,8 @@ struct TokenAnswerTests {
         #expect(TokenAnswer.unsendable(long) == "the access token is 16385 bytes, over the 16 KiB the engine sends")
         for bad in ["abc\r\nX-Injected: 1", "abc\u{0}", "abc\u{1B}[31m", "tab\tbed", "del\u{7F}"] {
             #expect(
-                TokenAnswer.unsendable(bad) == "the access token holds control characters, which cannot be sent in a header",
+                TokenAnswer.unsendable(bad)
+                    == "the access token holds control characters, which cannot be sent in a header",
                 "\(bad.debugDescription)")
         }
         #expect(TokenAnswer.unsendable("") == "the access token is empty")
@@ -73,7 +74,8 @@ struct TokenAnswerTests {
         let date = Date(timeIntervalSince1970: 1_700_000_000)
         func wait(_ header: String) -> Duration? {
             TokenAnswer.requestedWait(
-                RefreshFailure("429", response: HTTPResponse(status: 429, headers: ["Retry-After": header])), date: date)
+                RefreshFailure("429", response: HTTPResponse(status: 429, headers: ["Retry-After": header])), date: date
+            )
         }
         #expect(wait("30") == .seconds(30))
         #expect(wait("3600") == .seconds(3600))

@@ -118,7 +118,8 @@ struct YAMLDocumentTests {
         let text = YAMLLoaderTests.billionLaughs
         var diagnostics: [Diagnostic] = []
         do {
-            _ = try YAMLLoader(limits: YAMLLimits(maxNodes: 1_000_000_000)).load(Array(text.utf8), diagnostics: &diagnostics)
+            _ = try YAMLLoader(limits: YAMLLimits(maxNodes: 1_000_000_000)).load(
+                Array(text.utf8), diagnostics: &diagnostics)
             Issue.record("a document of over 10^9 nodes loaded")
         } catch {
             guard case .syntax(let diagnostic) = error else { return }

@@ -158,9 +158,11 @@ struct AuthlibTests {
         var form = "grant_type=password&username=alice&password=wonderland&client_id=\(scenario.client)"
         var headers: HTTPHeaders = ["Content-Type": "application/x-www-form-urlencoded"]
         if scenario.auth == "client_secret_post" {
-            form += "&client_secret=" + (scenario.secret.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")
+            form +=
+                "&client_secret=" + (scenario.secret.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")
         } else {
-            headers.set("Authorization", "Basic " + Data("\(scenario.client):\(scenario.secret)".utf8).base64EncodedString())
+            headers.set(
+                "Authorization", "Basic " + Data("\(scenario.client):\(scenario.secret)".utf8).base64EncodedString())
         }
         let response = try await URLSessionTransport(timeout: .seconds(10)).send(
             HTTPRequest(method: "POST", url: server.url("/oauth/token"), headers: headers, body: Data(form.utf8)))

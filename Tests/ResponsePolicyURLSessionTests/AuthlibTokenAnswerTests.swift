@@ -104,7 +104,9 @@ struct AuthlibTokenAnswerTests {
         defer { try? FileManager.default.removeItem(at: directory) }
         let policyFile = directory.appendingPathComponent("policy.yaml")
         try Data(policy.utf8).write(to: policyFile)
-        var arguments = ["fetch", "--policy", policyFile.path, "--concurrency", "\(concurrency)", "--count", "\(count)"]
+        var arguments = [
+            "fetch", "--policy", policyFile.path, "--concurrency", "\(concurrency)", "--count", "\(count)",
+        ]
         if verbose { arguments.append("--verbose") }
         let credentials = directory.appendingPathComponent("credentials.json")
         if let access {
@@ -165,7 +167,8 @@ struct AuthlibTokenAnswerTests {
             let (access, refresh) = try await pair(server)
             try await control(server, ["answer_overrides": overrides])
             try await Task.sleep(for: .milliseconds(1_100))  // the access token expires at the server
-            let first = try await fetch(server, policy: Self.policy(server), count: 20, access: access, refresh: refresh)
+            let first = try await fetch(
+                server, policy: Self.policy(server), count: 20, access: access, refresh: refresh)
             var stats = try await server.stats(Stats.self)
             #expect(first.run.status == 1, "\(first.summary)")
             #expect(first.summary.contains("0 logouts"), "\(first.summary)")
@@ -190,7 +193,8 @@ struct AuthlibTokenAnswerTests {
             let (access, refresh) = try await pair(server)
             try await Task.sleep(for: .milliseconds(1_100))
             try await control(server, ["transient_every": 1, "transient_status": 429, "retry_after": 30])
-            let run = try await fetch(server, policy: Self.policy(server), count: 40, concurrency: 4, access: access, refresh: refresh)
+            let run = try await fetch(
+                server, policy: Self.policy(server), count: 40, concurrency: 4, access: access, refresh: refresh)
             let stats = try await server.stats(Stats.self)
             #expect(run.run.status == 1)
             #expect(run.summary.contains("0 delivered, 40 failed, 0 logged out"), "\(run.summary)")
@@ -241,7 +245,8 @@ struct AuthlibTokenAnswerTests {
             let run = try await fetch(
                 server,
                 policy: Self.policy(
-                    server, refresh: "  timeout: 1s\n  limit: { count: 2, per: 30s }\n  transient: { initial: 300ms }\n"),
+                    server, refresh: "  timeout: 1s\n  limit: { count: 2, per: 30s }\n  transient: { initial: 300ms }\n"
+                ),
                 count: 80, concurrency: 2, access: access, refresh: refresh)
             let stats = try await server.stats(Stats.self)
             #expect(run.summary.contains("0 logged out"), "\(run.summary)")

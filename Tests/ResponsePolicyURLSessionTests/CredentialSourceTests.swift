@@ -247,7 +247,8 @@ struct CredentialSourceTests {
                 try Data(reLoginPolicy(server, onFailure: onFailure).utf8).write(to: URL(fileURLWithPath: policy))
                 let run = try await runPolicy(
                     [
-                        "fetch", "--policy", policy, "--count", "40", "--concurrency", "8", server.url("/api/p").absoluteString,
+                        "fetch", "--policy", policy, "--count", "40", "--concurrency", "8",
+                        server.url("/api/p").absoluteString,
                     ],
                     environment: ["APP_USER": "alice", "APP_PASSWORD": "nope-nope-nope"])
                 #expect(run.status == 1, "\(run.stdout)\n\(run.stderr)")

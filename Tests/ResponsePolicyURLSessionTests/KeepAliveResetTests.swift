@@ -40,7 +40,8 @@ struct KeepAliveResetTests {
                 let response = try await transport.send(request)
                 #expect(response.status == 200, "request \(index)")
                 let answer = try JSONDecoder().decode(Answer.self, from: response.body)
-                #expect(answer == Answer(method: method, expected: body.count, received: body.count), "request \(index)")
+                #expect(
+                    answer == Answer(method: method, expected: body.count, received: body.count), "request \(index)")
             }
             let stats = try await server.stats(Stats.self)
             #expect(stats.short == 0)
@@ -122,7 +123,8 @@ struct KeepAliveResetTests {
             }
         }
         if let kept = elapsed[.data], let fresh = elapsed[.freshConnection] {
-            print("KeepAliveResetTests: 100 POSTs kept-alive \(kept), fresh connections \(fresh), ratio \(fresh / kept)")
+            print(
+                "KeepAliveResetTests: 100 POSTs kept-alive \(kept), fresh connections \(fresh), ratio \(fresh / kept)")
         }
     }
 

@@ -73,7 +73,9 @@ package enum SharedCredentialsCodec {
 
     /// With a `signer`, the credentials carry its seal over the tokens and `generation`: the
     /// generation they are stored at (a signed pair cannot be replayed under another one).
-    package static func encode(_ credentials: Credentials, signer: SharedStateSigner? = nil, generation: UInt64 = 0) -> String {
+    package static func encode(_ credentials: Credentials, signer: SharedStateSigner? = nil, generation: UInt64 = 0)
+        -> String
+    {
         var object: [String: Any] = ["access_token": credentials.accessToken]
         if let signer {
             object["sig"] = signer.seal("credentials", SharedStateSigner.fields(credentials, generation: generation))
@@ -89,7 +91,8 @@ package enum SharedCredentialsCodec {
         return String(decoding: data, as: UTF8.self)
     }
 
-    package static func decode(_ text: String, signer: SharedStateSigner? = nil, generation: UInt64 = 0) -> Credentials? {
+    package static func decode(_ text: String, signer: SharedStateSigner? = nil, generation: UInt64 = 0) -> Credentials?
+    {
         try? check(text, signer: signer, generation: generation).get()
     }
 
@@ -117,7 +120,8 @@ package enum SharedCredentialsCodec {
         let verdict = signer.check(
             seal, "credentials", SharedStateSigner.fields(credentials, generation: generation))
         if let refusal = verdict.refusal {
-            return .failure(CoordinationError("the shared credentials (generation \(generation)) were refused: \(refusal)"))
+            return .failure(
+                CoordinationError("the shared credentials (generation \(generation)) were refused: \(refusal)"))
         }
         return checked
     }

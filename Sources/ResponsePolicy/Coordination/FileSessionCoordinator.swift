@@ -156,13 +156,15 @@ public final class FileSessionCoordinator: SessionCoordinator {
             }
             let step = await transact { shared -> Step in
                 let now = Date().millisecondsSince1970
-                if let holderNow, let outcome = shared.outcome(
-                    for: holderNow, failedGeneration: request.failedGeneration, now: now)
+                if let holderNow,
+                    let outcome = shared.outcome(
+                        for: holderNow, failedGeneration: request.failedGeneration, now: now)
                 {
                     return .turn(outcome)
                 }
                 var answer = shared.begin(
-                    failedGeneration: request.failedGeneration, knows: knows, leaseMs: leaseMs, limit: limit, holder: pid,
+                    failedGeneration: request.failedGeneration, knows: knows, leaseMs: leaseMs, limit: limit,
+                    holder: pid,
                     now: now, isAlive: { Self.isAlive(Int32(truncatingIfNeeded: $0)) })
                 if case .behind = answer, let seed {
                     // The state file was removed or put back: re-seeded from what this process
@@ -360,7 +362,8 @@ public final class FileSessionCoordinator: SessionCoordinator {
             }
             return CoordinationError(
                 "the shared session file '\(statePath)' was refused: its revision \(shared.revision) is older than "
-                    + "\(state.revision), already seen (an older copy put back; replayed); remove it (rm '\(statePath)')")
+                    + "\(state.revision), already seen (an older copy put back; replayed); remove it (rm '\(statePath)')"
+            )
         }
     }
 
@@ -406,12 +409,14 @@ public final class FileSessionCoordinator: SessionCoordinator {
     static func privacyProblem(_ path: String, _ info: stat) -> CoordinationError? {
         if info.st_uid != geteuid() {
             return CoordinationError(
-                "the shared session file '\(path)' belongs to another user (uid \(info.st_uid)); remove it, or run as its owner")
+                "the shared session file '\(path)' belongs to another user (uid \(info.st_uid)); remove it, or run as its owner"
+            )
         }
         if info.st_mode & 0o077 != 0 {
             let mode = String(info.st_mode & 0o777, radix: 8)
             return CoordinationError(
-                "the shared session file '\(path)' is readable or writable by others (mode \(mode)); run: chmod 600 '\(path)'")
+                "the shared session file '\(path)' is readable or writable by others (mode \(mode)); run: chmod 600 '\(path)'"
+            )
         }
         return nil
     }
@@ -424,7 +429,8 @@ public final class FileSessionCoordinator: SessionCoordinator {
             return .failure(CoordinationError("the shared session file '\(path)' is malformed"))
         }
         func refuse(_ field: String) -> Result<Shared?, CoordinationError> {
-            .failure(CoordinationError("the shared session file '\(path)' has an out-of-range '\(field)'; remove the file"))
+            .failure(
+                CoordinationError("the shared session file '\(path)' has an out-of-range '\(field)'; remove the file"))
         }
         func unsigned(_ value: Any?) -> UInt64?? {
             guard let value else { return .some(nil) }
@@ -454,7 +460,8 @@ public final class FileSessionCoordinator: SessionCoordinator {
             switch SharedCredentialsCodec.check(object: credentials, signer: nil) {
             case .success(let value): shared.credentials = value
             case .failure(let error):
-                return .failure(CoordinationError("the shared session file '\(path)': \(error.reason); remove the file"))
+                return .failure(
+                    CoordinationError("the shared session file '\(path)': \(error.reason); remove the file"))
             }
         }
         if let lease = object["lease"] {
@@ -486,7 +493,8 @@ public final class FileSessionCoordinator: SessionCoordinator {
         }
         if let signer, let refusal = signer.check(object["seal"] as? String, "record", shared.sealFields).refusal {
             return .failure(
-                CoordinationError("the shared session file '\(path)' was refused: \(refusal); remove the file (rm '\(path)')"))
+                CoordinationError(
+                    "the shared session file '\(path)' was refused: \(refusal); remove the file (rm '\(path)')"))
         }
         return .success(shared)
     }
@@ -586,7 +594,8 @@ public final class FileSessionCoordinator: SessionCoordinator {
                     let left = lease.expires - Date().millisecondsSince1970
                     if left > 0, lease.fence != state.memory.lease?.fence {
                         state.memory.heardGrant(
-                            fence: lease.fence, generation: shared.generation, value: String(lease.fence), leaseMs: left,
+                            fence: lease.fence, generation: shared.generation, value: String(lease.fence),
+                            leaseMs: left,
                             now: now)
                     }
                 } else if let heard = state.memory.lease, shared.fence >= heard.fence, shared.credentials != nil {
@@ -602,7 +611,8 @@ public final class FileSessionCoordinator: SessionCoordinator {
                 if let until = shared.loggedOutUntil, until > (seen.loggedOutUntil ?? 0),
                     until > Date().millisecondsSince1970
                 {
-                    news.append(.loggedOut(until: Date(milliseconds: until), reason: LogoutReason.elsewhereWithoutReason))
+                    news.append(
+                        .loggedOut(until: Date(milliseconds: until), reason: LogoutReason.elsewhereWithoutReason))
                 }
                 if shared.generation >= seen.generation { state.seen = shared }
             }

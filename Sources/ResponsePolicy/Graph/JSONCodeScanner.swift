@@ -328,8 +328,10 @@ extension JSONCodeScanner {
                     i += 1
                     closedEmpty = true
                 } else if object {
-                    guard let next = member(b, at: i, limit: limit, steps: steps, keys: keys, depth: depth,
-                        onPath: onPath, target: &target)
+                    guard
+                        let next = member(
+                            b, at: i, limit: limit, steps: steps, keys: keys, depth: depth,
+                            onPath: onPath, target: &target)
                     else { return nil }
                     i = next
                     continue
@@ -376,8 +378,10 @@ extension JSONCodeScanner {
                     i = skipWhitespace(b, from: i + 1, limit: limit)
                     guard i < limit else { return nil }
                     if object {
-                        guard let next = member(b, at: i, limit: limit, steps: steps, keys: keys, depth: depth,
-                            onPath: onPath, target: &target)
+                        guard
+                            let next = member(
+                                b, at: i, limit: limit, steps: steps, keys: keys, depth: depth,
+                                onPath: onPath, target: &target)
                         else { return nil }
                         i = next
                     } else {

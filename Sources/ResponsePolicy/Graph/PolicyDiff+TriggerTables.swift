@@ -294,7 +294,9 @@ extension PolicyDiff.TriggerSpace {
                     let changed = key[(k * maskWords)..<((k + 1) * maskWords)]
                     guard changed.contains(where: { $0 != 0 }) else { continue }
                     let everywhere = key[(half + k * maskWords)..<(half + (k + 1) * maskWords)]
-                    let indices = (0..<statusCount).filter { key[k * maskWords + $0 >> 6] & (1 << UInt64($0 & 63)) != 0 }
+                    let indices = (0..<statusCount).filter {
+                        key[k * maskWords + $0 >> 6] & (1 << UInt64($0 & 63)) != 0
+                    }
                     let qualifier =
                         changed.elementsEqual(everywhere)
                         ? "" : " with " + runs(indices, prefix: "status").joined(separator: ", ")

@@ -420,7 +420,8 @@ extension PolicyDecoder {
         }
         let segments = path.split(separator: ".", omittingEmptySubsequences: false)
         if segments.first == "$" {
-            return "'code' starts at the body: write 'body.\(segments.dropFirst().joined(separator: ".").truncatedForMessage)', without '$'"
+            return
+                "'code' starts at the body: write 'body.\(segments.dropFirst().joined(separator: ".").truncatedForMessage)', without '$'"
         }
         for segment in segments {
             if segment.contains("*") {
@@ -436,7 +437,8 @@ extension PolicyDecoder {
                 first.properties.isWhitespace || last.properties.isWhitespace
                     || segment.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
             {
-                return "the field '\(String(segment).truncatedForMessage)' in 'code' has a space or a control character "
+                return
+                    "the field '\(String(segment).truncatedForMessage)' in 'code' has a space or a control character "
                     + "at its end; write the field's name as the server sends it"
             }
         }

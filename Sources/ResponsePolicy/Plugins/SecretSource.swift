@@ -236,8 +236,9 @@ struct TemplateText: Sendable, Hashable {
         case 0x00: return "NUL"
         case 0x1B: return "ESC"
         case 0x7F: return "DEL"
-        default: return "U+" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count)
-            + String(scalar.value, radix: 16, uppercase: true)
+        default:
+            return "U+" + String(repeating: "0", count: 4 - String(scalar.value, radix: 16).count)
+                + String(scalar.value, radix: 16, uppercase: true)
         }
     }
 

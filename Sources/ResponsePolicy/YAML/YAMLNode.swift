@@ -148,7 +148,8 @@ package struct YAMLNode: Sendable, Hashable {
             let document = document.unsafelyUnwrapped
             let slot = Int(first) + 2 * position
             return Pair(
-                key: YAMLNode(document, document.children[slot]), value: YAMLNode(document, document.children[slot + 1]))
+                key: YAMLNode(document, document.children[slot]), value: YAMLNode(document, document.children[slot + 1])
+            )
         }
 
         package static func == (a: Pairs, b: Pairs) -> Bool { a.elementsEqual(b) }

@@ -156,10 +156,12 @@ final class FleetTokenServer: Sendable {
     /// access token is the accepted one. Called by the caller once the answer is on its way,
     /// whether or not the caller lives to read it.
     func sendIssued() {
-        guard let (number, at) = issuing.withLock({ state -> (Int, Duration)? in
-            defer { state = nil }
-            return state
-        }) else { return }
+        guard
+            let (number, at) = issuing.withLock({ state -> (Int, Duration)? in
+                defer { state = nil }
+                return state
+            })
+        else { return }
         // A family revoked meanwhile (a reuse that arrived after this call) stays revoked.
         guard state.withLock({ $0.current != nil }) else { return }
         tokens?.issued(number, at: at)

@@ -170,8 +170,11 @@ package enum Simulator {
     /// same script gives the same events on every machine. Host plugins only declared
     /// (`--plugin`) are not made.
     static func checkPlugins(_ policy: Policy) throws(PolicyError) -> Policy {
-        var references = [policy.refresh.plugin, policy.logout.plugin, policy.authorize, policy.store,
-            policy.coordination].compactMap { $0 } + policy.observe
+        var references =
+            [
+                policy.refresh.plugin, policy.logout.plugin, policy.authorize, policy.store,
+                policy.coordination,
+            ].compactMap { $0 } + policy.observe
         for route in policy.routes {
             references += [route.refresh.plugin, route.logout.plugin, route.authorize].compactMap { $0 }
         }

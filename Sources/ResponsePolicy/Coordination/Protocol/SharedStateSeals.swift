@@ -26,7 +26,9 @@ extension SharedStateSigner {
     /// A lease (or a refresh.limit grant, which is its lease's value) read from the store: its
     /// fencing token and sealed expiry, or why it is refused. `notBefore`: the earliest expiry a
     /// current one can have (now for a lease; the limit's window for a grant), less ``clockSkew``.
-    package func checkLease(_ value: String, notBefore: Int64) -> Result<(fence: UInt64, expires: Int64), CoordinationError> {
+    package func checkLease(_ value: String, notBefore: Int64) -> Result<
+        (fence: UInt64, expires: Int64), CoordinationError
+    > {
         let parts = value.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false).map(String.init)
         guard parts.count == 3, let fence = UInt64(parts[0]), fence < 9_000_000_000_000_000,
             let expires = Int64(parts[1])

@@ -284,8 +284,9 @@ package final class InMemoryCoordinationStore: Sendable {
                 }
                 let step = store.transact { record, state -> Step in
                     defer { state.heard(record, by: holder) }
-                    if let awaited, let outcome = record.outcome(
-                        for: awaited, failedGeneration: request.failedGeneration, now: now)
+                    if let awaited,
+                        let outcome = record.outcome(
+                            for: awaited, failedGeneration: request.failedGeneration, now: now)
                     {
                         return .turn(outcome)
                     }

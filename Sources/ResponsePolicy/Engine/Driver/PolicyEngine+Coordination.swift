@@ -170,7 +170,9 @@ extension PolicyEngine {
         let bound = Locked<TimerNode?>(nil)
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let once = ResumeOnce(continuation)
-            Task { await work(); once.resume(()) }
+            Task {
+                await work(); once.resume(())
+            }
             bound.withLock { $0 = timers.schedule(at: max(deadline, clock.now)) { once.resume(()) } }
         }
         if let timer = bound.withLock({ $0 }) { timers.cancel(timer) }

@@ -45,7 +45,8 @@ extension PolicyEngine {
         let (now, date) = (clock.now, clock.date)
         var actions: Actions = []
         _ = state.withLock { state in
-            state.endSession(cooldown: cooldown, cancelInFlight: cancelInFlight, reason: reason, trigger: nil, context: nil,
+            state.endSession(
+                cooldown: cooldown, cancelInFlight: cancelInFlight, reason: reason, trigger: nil, context: nil,
                 plugin: plugin, publishes: publish, until: until, now: now, date: date, into: &actions)
         }
         perform(actions, for: nil, runtime: runtime)

@@ -141,7 +141,8 @@ extension PolicyEngine {
                 } catch is CancellationError {
                     once.resume(.failure(RefreshFailure("the refresh was cancelled", kind: .transient)))
                 } catch {
-                    once.resume(.failure(RefreshFailure("the refresh plugin failed (\(type(of: error)))", kind: .transient)))
+                    once.resume(
+                        .failure(RefreshFailure("the refresh plugin failed (\(type(of: error)))", kind: .transient)))
                 }
             }
             let giveUp: @Sendable () -> Void = {
@@ -214,7 +215,9 @@ extension PolicyEngine {
         switch await coordinator.publish(credentials, with: lease) {
         case .unavailable(let reason):
             let first = state.withLock { state -> Bool in
-                guard state.refresh.unpublished?.lease == lease, !state.refresh.unpublishedReported else { return false }
+                guard state.refresh.unpublished?.lease == lease, !state.refresh.unpublishedReported else {
+                    return false
+                }
                 state.refresh.unpublishedReported = true
                 return true
             }

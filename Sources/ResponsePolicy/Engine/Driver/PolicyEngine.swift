@@ -247,7 +247,8 @@ public final class PolicyEngine: Sendable {
                     let pending = unpublished.map { $0.credentials.sameTokens(as: credentials) } ?? false
                     let numbered = pending ? unpublished?.lease.generation ?? shared : shared
                     try stamping.save(
-                        SavedCredentials(credentials: credentials, generation: numbered, epoch: epoch, published: !pending))
+                        SavedCredentials(
+                            credentials: credentials, generation: numbered, epoch: epoch, published: !pending))
                 } else {
                     try store.save(credentials)
                 }
@@ -339,7 +340,8 @@ public final class PolicyEngine: Sendable {
     /// not make ``init(checking:transport:plugins:credentials:options:)`` throw.
     public var problems: [PluginError] {
         state.withLock { state in
-            state.runtime.problems + (state.coordinationProblem.map { [$0] } ?? []) + (coordinationWarning.map { [$0] } ?? [])
+            state.runtime.problems + (state.coordinationProblem.map { [$0] } ?? [])
+                + (coordinationWarning.map { [$0] } ?? [])
         }
     }
 

@@ -323,7 +323,8 @@ struct RefreshFlight {
                 var again = memory.failure
                 again.kind = .transient
                 again.keeping = nil
-                again.reason += " (the last answer for these credentials; not asked again within \(memory.hold.policyText))"
+                again.reason +=
+                    " (the last answer for these credentials; not asked again within \(memory.hold.policyText))"
                 return .refused(again, .remembered)
             }
         }
@@ -547,7 +548,8 @@ struct RefreshFlight {
                 flight.askedPast = session.generation
                 return ask(&flight, now: now)
             case .newer(let session), .published(let session):
-                var ending = Ending(flight: flight, outcome: .success(session.credentials ?? Credentials(accessToken: "")))
+                var ending = Ending(
+                    flight: flight, outcome: .success(session.credentials ?? Credentials(accessToken: "")))
                 guard let credentials = session.credentials, !credentials.sameTokens(as: flight.credentials) else {
                     ending.outcome = .failure(
                         RefreshFailure("the shared session holds no newer credentials", kind: .transient))
@@ -564,7 +566,8 @@ struct RefreshFlight {
                 // published); here it only fails the requests that waited for it.
                 var ending = Ending(
                     flight: flight,
-                    outcome: .failure(RefreshFailure("the refresh failed in another process: \(reason)", kind: .transient)))
+                    outcome: .failure(
+                        RefreshFailure("the refresh failed in another process: \(reason)", kind: .transient)))
                 ending.trouble = true
                 return .end(ending)
             case .limited:
@@ -650,7 +653,8 @@ struct RefreshFlight {
                         outcome: .failure(
                             flight.last.map { outlasted(flight, $0, now: now) }
                                 ?? RefreshFailure(
-                                    "the refresh took longer than \(flight.settings.timeout.policyText)", kind: .transient)),
+                                    "the refresh took longer than \(flight.settings.timeout.policyText)",
+                                    kind: .transient)),
                         endTurn: flight.lease)
                     if case .pausing = flight.phase { ending.trouble = true }
                     return .end(ending)

@@ -255,7 +255,8 @@ extension EngineState {
         case .fail:
             noteResponse(r, loop, rule: flow.rule, into: &actions)
             guard let response = loop.lastResponse else {
-                return finish(r, loop, .failure(.transport(loop.failure ?? TransportError(.connection))), into: &actions)
+                return finish(
+                    r, loop, .failure(.transport(loop.failure ?? TransportError(.connection))), into: &actions)
             }
             return finish(r, loop, .failure(.failed(response: response, rule: flow.rule.name)), into: &actions)
         case .logout:
@@ -368,7 +369,8 @@ extension EngineState {
         let settings = loop.refreshRule.map { r.scope.compiled[$0].refresh } ?? r.scope.refresh
         let trigger = RefreshFlight.Trigger(
             failedGeneration: failedGeneration, settings: settings, proactive: proactive,
-            reason: loop.refreshReason(r.scope), starter: RefreshFlight.Starter(context: r.context, scopeIndex: r.scopeIndex),
+            reason: loop.refreshReason(r.scope),
+            starter: RefreshFlight.Starter(context: r.context, scopeIndex: r.scopeIndex),
             coordination: r.departure.coordination)
         let failure: RefreshFailure
         let refusal: RefreshFlight.Refusal

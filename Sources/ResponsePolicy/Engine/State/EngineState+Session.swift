@@ -150,7 +150,8 @@ extension EngineState {
             let remember = (failure.isDefinitive || ending.kept != nil) && !ending.trouble && sameSession
             refresh.ended(ending, generation: generation, tookCredentials: took, remember: remember, now: now)
         } else {
-            refresh.ended(ending, generation: generation, tookCredentials: took && sameSession, remember: false, now: now)
+            refresh.ended(
+                ending, generation: generation, tookCredentials: took && sameSession, remember: false, now: now)
         }
         var said: Actions = [.refresh(.disarm(ended.id))]
         let runtime = ended.starter.context.runtime
@@ -184,7 +185,8 @@ extension EngineState {
             case .success:
                 event.ok = true
                 if ended.released {
-                    event.reason = "answered after refresh.timeout (\(ended.settings.timeout.policyText)); the new tokens are kept"
+                    event.reason =
+                        "answered after refresh.timeout (\(ended.settings.timeout.policyText)); the new tokens are kept"
                 }
             case .failure(let failure):
                 event.ok = false

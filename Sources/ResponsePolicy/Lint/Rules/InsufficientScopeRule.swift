@@ -61,7 +61,8 @@ struct InsufficientScopeRule: LintRule {
                 let method = when.methods?.first ?? scope.route?.methods?.first ?? "GET"
                 let path = Self.sample(when.path ?? scope.route?.path)
                 let reached = [401, 403].filter { status in
-                    scope.classifier.match(status: status, code: nil, headers: Self.challenge, method: method, path: path)
+                    scope.classifier.match(
+                        status: status, code: nil, headers: Self.challenge, method: method, path: path)
                         == flow.index
                 }
                 guard !reached.isEmpty else { continue }
