@@ -51,7 +51,7 @@ let package = Package(
             name: "policy-bench",
             dependencies: [
                 "ResponsePolicy", "ResponsePolicyURLSession", "ResponsePolicyCurl", "ResponsePolicyRedis", "CCurl",
-                "ResponsePolicyTesting",
+                "ResponsePolicyTesting", "PolicyCLI",
             ]),
         // Test helper: one coordinator in a child process, driven over stdin/stdout by the
         // multi-process coordination tests (killed with SIGKILL mid-refresh).

@@ -1,4 +1,5 @@
 import Foundation
+import PolicyCLI
 import ResponsePolicy
 
 /// Lint, diff and hostile-header benchmarks, each against a baseline measured in the same run:

@@ -225,7 +225,7 @@ package struct Classifier: Sendable {
 ///
 /// Concurrency contract: filled by ``Classifier/init(rules:)`` (``append(_:to:)``), then held
 /// in a `let` and only read.
-struct CodeTable: Sendable {
+package struct CodeTable: Sendable {
     /// Open addressing with linear probing; at most half full.
     private var slots: [(value: Int64, rules: [Int32])?]
     private var shift: Int
@@ -312,7 +312,7 @@ struct CodeTable: Sendable {
 
     /// The value of `text` when it is a canonical integer: an optional `-`, then digits without a
     /// leading zero (`0` itself excepted, `-0` not), at most 18 of them.
-    static func canonicalInteger(_ text: String) -> Int64? {
+    package static func canonicalInteger(_ text: String) -> Int64? {
         // Over the contiguous bytes (every native string, small ones too) when there are: the
         // UTF-8 view's own iterator cost about 200 instructions for a five-digit code, and lint
         // and the classifier read each of 20,000 codes this way several times.

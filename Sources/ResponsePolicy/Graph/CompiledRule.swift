@@ -232,7 +232,7 @@ extension RuleGraph {
         /// when asked), then its action node when it has one of its own.
         package var nodes: [Node] { [Node(id: node, scope: scope, rule: rule, index: index)] + ownNodes }
         /// The rule's own action node (retry, refresh, a logout with overrides), or none.
-        let ownNodes: [Node]
+        package let ownNodes: [Node]
         /// The edge into the rule node, and the edges leaving it and its own action node.
         package var edges: [Edge] {
             if let storedEdges { return storedEdges }
@@ -358,16 +358,16 @@ extension RuleGraph {
 extension RuleGraph.Node {
     /// The effective settings of an action, as policy text, in the order of the section's keys
     /// (``SettingsSection/keys``); a refresh or logout action's plugin first, as `use`.
-    static func settings(retry r: RetrySettings) -> [RuleGraph.Setting] {
+    package static func settings(retry r: RetrySettings) -> [RuleGraph.Setting] {
         r.settingTexts().map { RuleGraph.Setting(key: $0.key, value: $0.value) }
     }
 
-    static func settings(refresh r: RefreshSettings) -> [RuleGraph.Setting] {
+    package static func settings(refresh r: RefreshSettings) -> [RuleGraph.Setting] {
         [RuleGraph.Setting(key: "use", value: r.plugin?.name ?? "none")]
             + r.settingTexts().map { RuleGraph.Setting(key: $0.key, value: $0.value) }
     }
 
-    static func settings(logout l: LogoutSettings) -> [RuleGraph.Setting] {
+    package static func settings(logout l: LogoutSettings) -> [RuleGraph.Setting] {
         [RuleGraph.Setting(key: "use", value: l.plugin.name)]
             + l.settingTexts().map { RuleGraph.Setting(key: $0.key, value: $0.value) }
     }

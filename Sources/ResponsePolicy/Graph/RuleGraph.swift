@@ -126,7 +126,7 @@ package struct RuleGraph: Sendable {
         /// What the scope covers, for people: `all requests` or `POST /upload/*`.
         package var summary: String { Self.summary(route) }
 
-        static func summary(_ route: Route?) -> String {
+        package static func summary(_ route: Route?) -> String {
             guard let route else { return "all other requests" }
             let methods = route.methods.map { $0.joined(separator: "/") + " requests" } ?? "requests"
             return route.path.map { "\(methods) to \($0.pattern)" } ?? methods

@@ -91,7 +91,7 @@ package struct Condition: Sendable, Hashable {
     }
 
     /// Header conditions only; status and code are checked by the classifier's tables.
-    func headersMatch(_ responseHeaders: HTTPHeaders) -> Bool {
+    package func headersMatch(_ responseHeaders: HTTPHeaders) -> Bool {
         guard let headers else { return true }
         for header in headers {
             guard let value = responseHeaders[header.name], header.value.matches(value) else { return false }

@@ -1,3 +1,6 @@
+import Foundation
+import ResponsePolicy
+
 extension PolicyDiff.TriggerSpace {
     /// A set of contexts (indices into ``contexts``) as bits: equal sets compare and hash equal,
     /// so atoms that hold in the same contexts are grouped by it.

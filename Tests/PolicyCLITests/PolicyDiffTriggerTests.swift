@@ -1,6 +1,8 @@
 import Foundation
+import TestSupport
 import Testing
 
+@testable import PolicyCLI
 @testable import ResponsePolicy
 
 /// `policy diff` asks the decision table once per class of contexts that no rule tells apart
