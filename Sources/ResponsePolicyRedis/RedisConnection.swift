@@ -60,18 +60,7 @@ package final class RedisConnection {
     package init(_ endpoint: RedisEndpoint, password: String?, timeout: Duration) throws(RedisError) {
         self.endpoint = endpoint
         self.timeout = timeout
-        let time = Self.timeValue(timeout)
-        guard let made = redisConnectWithTimeout(endpoint.host, Int32(endpoint.port), time) else {
-            throw RedisError(message: "cannot connect to \(endpoint): out of memory")
-        }
-        if made.pointee.err != 0 {
-            let reason = Self.errorText(made, timeout: timeout)
-            redisFree(made)
-            throw RedisError(message: "cannot connect to \(endpoint): \(reason)")
-        }
-        context = made
-        _ = redisSetTimeout(made, time)
-        _ = redisEnableKeepAlive(made)
+        context = try Self.open(endpoint, timeout: timeout)
         if let password {
             var arguments = ["AUTH"]
             if let user = endpoint.username { arguments.append(user) }
@@ -92,6 +81,25 @@ package final class RedisConnection {
         }
     }
 
+    /// A connected context, each call bounded by `timeout`, with TCP keep-alive: what both
+    /// initialisers start from.
+    private static func open(_ endpoint: RedisEndpoint, timeout: Duration) throws(RedisError)
+        -> UnsafeMutablePointer<redisContext>
+    {
+        let time = timeValue(timeout)
+        guard let made = redisConnectWithTimeout(endpoint.host, Int32(endpoint.port), time) else {
+            throw RedisError(message: "cannot connect to \(endpoint): out of memory")
+        }
+        if made.pointee.err != 0 {
+            let reason = errorText(made, timeout: timeout)
+            redisFree(made)
+            throw RedisError(message: "cannot connect to \(endpoint): \(reason)")
+        }
+        _ = redisSetTimeout(made, time)
+        _ = redisEnableKeepAlive(made)
+        return made
+    }
+
     /// How many answers to queued set-up commands (AUTH, SELECT) come before the first command's
     /// (``init(queueing:password:timeout:)``); 0 otherwise.
     package private(set) var setUpReplies = 0
@@ -103,18 +111,7 @@ package final class RedisConnection {
     package init(queueing endpoint: RedisEndpoint, password: String?, timeout: Duration) throws(RedisError) {
         self.endpoint = endpoint
         self.timeout = timeout
-        let time = Self.timeValue(timeout)
-        guard let made = redisConnectWithTimeout(endpoint.host, Int32(endpoint.port), time) else {
-            throw RedisError(message: "cannot connect to \(endpoint): out of memory")
-        }
-        if made.pointee.err != 0 {
-            let reason = Self.errorText(made, timeout: timeout)
-            redisFree(made)
-            throw RedisError(message: "cannot connect to \(endpoint): \(reason)")
-        }
-        context = made
-        _ = redisSetTimeout(made, time)
-        _ = redisEnableKeepAlive(made)
+        context = try Self.open(endpoint, timeout: timeout)
         if let password {
             var arguments = ["AUTH"]
             if let user = endpoint.username { arguments.append(user) }

@@ -72,8 +72,13 @@ extension Benchmarks {
         /// Warm refresh turns of `coordinator` (started, one turn made to load its scripts), each
         /// timed; with Redis's command counts before and after them.
         func warmTurns(_ coordinator: RedisSessionCoordinator) async -> ([Double], [String: Int], [String: Int]) {
+            let scripts = { ["eval", "evalsha"].reduce(0) { $0 + (calls()[$1] ?? 0) } }
+            let beforeStart = scripts()
             _ = await coordinator.start(local: Credentials(accessToken: "a", refreshToken: "r"), updates: { _ in })
-            try? await Task.sleep(for: .milliseconds(200))  // the subscriber's own start-up read is done
+            // Start's own read and the subscriber's start-up read (one script each) are done before
+            // anything is counted: waited for by Redis's count, not a sleep a loaded machine outlasts.
+            let deadline = ContinuousClock.now + .seconds(30)
+            while scripts() < beforeStart + 2, ContinuousClock.now < deadline { usleep(2_000) }
             var generation: UInt64 = 0
             // One turn to warm up: the scripts are loaded once per connection (SCRIPT LOAD).
             if case .lease(let lease) = await coordinator.beginRefresh(

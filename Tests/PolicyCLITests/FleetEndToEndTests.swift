@@ -235,29 +235,11 @@ func runConcurrently<T: Sendable>(_ count: Int, _ job: @escaping @Sendable (Int)
 /// `scripts/oauth2-rotating-server.py` on a free loopback port.
 final class TokenServer: @unchecked Sendable {
     // @unchecked: set once in init; `stop` is called by the owning test.
-    private let process = Process()
+    private let process: Process
     let port: Int
 
     init(credentials: String) throws {
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = [
-            "python3", repositoryRoot.appendingPathComponent("scripts/oauth2-rotating-server.py").path,
-            "--credentials", credentials,
-        ]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        var line = Data()
-        var byte: UInt8 = 0
-        let descriptor = output.fileHandleForReading.fileDescriptor
-        while byte != UInt8(ascii: "\n"), read(descriptor, &byte, 1) == 1 { line.append(byte) }
-        let text = String(decoding: line, as: UTF8.self)
-        guard text.hasPrefix("listening "), let port = Int(text.dropFirst(10).prefix { $0.isNumber }) else {
-            process.terminate()
-            throw CLITestError.binaryNotFound(searched: ["python3 scripts/oauth2-rotating-server.py"])
-        }
-        self.port = port
+        (process, port) = try startRotatingTokenServer(["--credentials", credentials])
     }
 
     func stop() {
@@ -273,38 +255,7 @@ final class TokenServer: @unchecked Sendable {
     func get(_ path: String) throws -> (Int, String) { try request("GET", path, nil) }
     func post(_ path: String, _ form: String) throws -> (Int, String) { try request("POST", path, form) }
 
-    /// A plain HTTP/1.1 exchange over a socket (no URLSession: nothing cached, nothing shared).
     private func request(_ method: String, _ path: String, _ body: String?) throws -> (Int, String) {
-        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(descriptor) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        guard connected == 0 else { throw CLITestError.timedOut(arguments: [path], seconds: 0) }
-        var text = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-        if let body {
-            text +=
-                "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)"
-        } else {
-            text += "\r\n"
-        }
-        _ = text.withCString { send(descriptor, $0, strlen($0), 0) }
-        var reply = [UInt8]()
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let count = recv(descriptor, &buffer, buffer.count, 0)
-            if count <= 0 { break }
-            reply += buffer[0..<count]
-        }
-        let response = String(decoding: reply, as: UTF8.self)
-        let status = Int(response.split(separator: " ").dropFirst().first ?? "") ?? 0
-        let body = response.components(separatedBy: "\r\n\r\n").dropFirst().joined(separator: "\r\n\r\n")
-        return (status, body)
+        try loopbackHTTP(port: port, method, path, form: body)
     }
 }

@@ -36,28 +36,10 @@ final class FleetRig: @unchecked Sendable {
         logPath = folder.url.appendingPathComponent("token-calls.jsonl").path
         seedPath = folder.url.appendingPathComponent("seed.json").path
         redisPort = freeLoopbackPort()
-        let server = Process()
-        server.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        server.arguments = [
-            "python3", repositoryRoot.appendingPathComponent("scripts/oauth2-rotating-server.py").path,
+        (tokenServer, tokenPort) = try startRotatingTokenServer([
             "--credentials", seedPath, "--log", logPath, "--expires-in", String(expiresIn), "--api-delay-ms",
             String(apiDelayMs), "--refresh-delay-ms", "20",
-        ]
-        let output = Pipe()
-        server.standardOutput = output
-        server.standardError = FileHandle.nullDevice
-        try server.run()
-        var line = Data()
-        var byte: UInt8 = 0
-        let descriptor = output.fileHandleForReading.fileDescriptor
-        while byte != UInt8(ascii: "\n"), read(descriptor, &byte, 1) == 1 { line.append(byte) }
-        let text = String(decoding: line, as: UTF8.self)
-        guard text.hasPrefix("listening "), let port = Int(text.dropFirst(10).prefix { $0.isNumber }) else {
-            kill(server.processIdentifier, SIGKILL)
-            throw CLITestError.binaryNotFound(searched: ["python3 scripts/oauth2-rotating-server.py"])
-        }
-        tokenServer = server
-        tokenPort = port
+        ])
         try startRedis()
     }
 
@@ -297,39 +279,32 @@ final class FetchProcess: @unchecked Sendable {
     }
 }
 
-/// A plain HTTP/1.1 exchange with the rig's token server over a socket.
+/// A plain HTTP/1.1 exchange with the rig's token server.
 extension FleetRig {
     func httpRequest(_ method: String, _ path: String, _ body: String?) throws -> (Int, String) {
-        let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(descriptor) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(tokenPort).bigEndian)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        guard connected == 0 else { throw CLITestError.timedOut(arguments: [path], seconds: 0) }
-        var text = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-        if let body {
-            text +=
-                "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: \(body.utf8.count)\r\n\r\n\(body)"
-        } else {
-            text += "\r\n"
-        }
-        _ = text.withCString { send(descriptor, $0, strlen($0), 0) }
-        var reply = [UInt8]()
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let count = recv(descriptor, &buffer, buffer.count, 0)
-            if count <= 0 { break }
-            reply += buffer[0..<count]
-        }
-        let response = String(decoding: reply, as: UTF8.self)
-        let status = Int(response.split(separator: " ").dropFirst().first ?? "") ?? 0
-        let body = response.components(separatedBy: "\r\n\r\n").dropFirst().joined(separator: "\r\n\r\n")
-        return (status, body)
+        try loopbackHTTP(port: tokenPort, method, path, form: body)
     }
+}
+
+/// `scripts/oauth2-rotating-server.py` started with `arguments`, and the free loopback port it
+/// says it listens on (its first line of output).
+func startRotatingTokenServer(_ arguments: [String]) throws -> (Process, Int) {
+    let server = Process()
+    server.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+    server.arguments =
+        ["python3", repositoryRoot.appendingPathComponent("scripts/oauth2-rotating-server.py").path] + arguments
+    let output = Pipe()
+    server.standardOutput = output
+    server.standardError = FileHandle.nullDevice
+    try server.run()
+    var line = Data()
+    var byte: UInt8 = 0
+    let descriptor = output.fileHandleForReading.fileDescriptor
+    while byte != UInt8(ascii: "\n"), read(descriptor, &byte, 1) == 1 { line.append(byte) }
+    let text = String(decoding: line, as: UTF8.self)
+    guard text.hasPrefix("listening "), let port = Int(text.dropFirst(10).prefix { $0.isNumber }) else {
+        kill(server.processIdentifier, SIGKILL)
+        throw CLITestError.binaryNotFound(searched: ["python3 scripts/oauth2-rotating-server.py"])
+    }
+    return (server, port)
 }
