@@ -437,24 +437,17 @@ final class ReportingStore: CredentialStore, FileBackedCredentialStore, SessionS
     /// backwards, and publishes a pair a previous run could not.
     func loadSaved() throws -> SavedCredentials? { try base.loadSaved() }
 
-    func save(_ saved: SavedCredentials) throws {
-        do {
-            try base.save(saved)
-        } catch {
-            failed.withLock {
-                $0.append(
-                    "\(error); the tokens the last refresh returned were not saved, so the next run may "
-                        + "find its session ended (the old refresh token is spent)")
-            }
-            throw error
-        }
-    }
+    func save(_ saved: SavedCredentials) throws { try recordingFailure { try base.save(saved) } }
 
     func checkWritable() throws { try base.checkWritable() }
 
-    func save(_ credentials: Credentials) throws {
+    func save(_ credentials: Credentials) throws { try recordingFailure { try base.save(credentials) } }
+
+    /// Runs a save; a failure is remembered for the run's end (a lost session is never a quiet
+    /// exit 0) and thrown on.
+    private func recordingFailure(_ save: () throws -> Void) throws {
         do {
-            try base.save(credentials)
+            try save()
         } catch {
             failed.withLock {
                 $0.append(

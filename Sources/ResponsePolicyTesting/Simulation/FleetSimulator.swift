@@ -325,27 +325,16 @@ final class FleetRun: Sendable {
         let forward: Bool = output.withLock { state in
             guard !state.stopped else { return false }
             if case .engine(let process, let event) = line {
-                var summary = state.summaries[process] ?? Simulator.Summary()
-                switch event.kind {
-                case .send:
+                if event.kind == .send {
                     guard state.attempts < maxAttempts else {
                         state.stopped = true
                         state.stoppedAt = event.time
                         return false
                     }
                     state.attempts += 1
-                    summary.attempts += 1
-                case .logout: summary.logouts += 1
-                case .outcome:
-                    switch event.result {
-                    case .delivered?: summary.delivered += 1
-                    case .failed?: summary.failed += 1
-                    case .loggedOut?: summary.loggedOut += 1
-                    case .cancelled?: summary.cancelled += 1
-                    case nil: break
-                    }
-                default: break
                 }
+                var summary = state.summaries[process] ?? Simulator.Summary()
+                summary.count(event)
                 state.summaries[process] = summary
             }
             if onLine == nil { state.lines.append(line) }

@@ -341,21 +341,7 @@ final class ReplayObserver: PolicyObserver {
     var summary: Simulator.Summary { counts.withLock { $0 } }
 
     func observe(_ event: PolicyEvent) {
-        counts.withLock { summary in
-            switch event.kind {
-            case .send: summary.attempts += 1
-            case .logout: summary.logouts += 1
-            case .outcome:
-                switch event.result {
-                case .delivered?: summary.delivered += 1
-                case .failed?: summary.failed += 1
-                case .loggedOut?: summary.loggedOut += 1
-                case .cancelled?: summary.cancelled += 1
-                case nil: break
-                }
-            default: break
-            }
-        }
+        counts.withLock { $0.count(event) }
         onEvent(index, event)
         if let id = event.request {
             if event.kind == .send { book.sent(id, engine: index) }

@@ -34,6 +34,23 @@ package enum Simulator {
             self.attempts = attempts
         }
 
+        /// Counts what `event` says: an attempt sent, a logout, a request's outcome.
+        package mutating func count(_ event: PolicyEvent) {
+            switch event.kind {
+            case .send: attempts += 1
+            case .logout: logouts += 1
+            case .outcome:
+                switch event.result {
+                case .delivered?: delivered += 1
+                case .failed?: failed += 1
+                case .loggedOut?: loggedOut += 1
+                case .cancelled?: cancelled += 1
+                case nil: break
+                }
+            default: break
+            }
+        }
+
         package var jsonLine: String {
             "{\"event\":\"summary\",\"requests\":\(requests),\"delivered\":\(delivered),\"failed\":\(failed),"
                 + "\"logged-out\":\(loggedOut),\"refreshes\":\(refreshes),\"logouts\":\(logouts),\"attempts\":\(attempts)}"
@@ -261,25 +278,12 @@ final class EventCollector: PolicyObserver {
     func observe(_ event: PolicyEvent) {
         let forward: Bool = state.withLock { state in
             guard !state.stopped else { return false }
-            switch event.kind {
-            case .send:
-                guard state.summary.attempts < maxAttempts else {
-                    state.stopped = true
-                    state.stoppedAt = event.time
-                    return false
-                }
-                state.summary.attempts += 1
-            case .logout: state.summary.logouts += 1
-            case .outcome:
-                switch event.result {
-                case .delivered?: state.summary.delivered += 1
-                case .failed?: state.summary.failed += 1
-                case .loggedOut?: state.summary.loggedOut += 1
-                case .cancelled?: state.summary.cancelled += 1
-                case nil: break
-                }
-            default: break
+            if event.kind == .send, state.summary.attempts >= maxAttempts {
+                state.stopped = true
+                state.stoppedAt = event.time
+                return false
             }
+            state.summary.count(event)
             if onEvent == nil { state.events.append(event) }
             return true
         }
