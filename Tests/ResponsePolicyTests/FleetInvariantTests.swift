@@ -83,6 +83,37 @@ struct FleetInvariantTests {
         #expect(fleet.logouts == 0)
     }
 
+    /// The coordinator's answers to each engine's refresh turns are counted for its metrics: one
+    /// lease across the fleet (the one token call), the others answered by the holder's pair.
+    @Test func eachEnginesMetricsCountTheCoordinatorsAnswersToItsTurns() async throws {
+        let fleet = Fleet()
+        let engines = try (0..<4).map { _ in try fleet.engine() }
+        let metrics = engines.map { engine in
+            let metrics = PolicyMetrics()
+            metrics.attach(engine)
+            return metrics
+        }
+        fleet.server.expireAll()
+        _ = try await fleet.run {
+            await withTaskGroup(of: Void.self) { group in
+                for engine in engines {
+                    for _ in 0..<3 { group.addTask { _ = await send(engine) } }
+                }
+            }
+        }
+        let turns = engines.map(\.gauges.coordinationTurns)
+        #expect(fleet.server.calls == 1)
+        #expect(turns.map { $0["lease", default: 0] }.reduce(0, +) == 1, "\(turns)")
+        for answers in turns where answers["lease"] == nil {
+            #expect(answers["adopted", default: 0] + answers["published", default: 0] >= 1, "\(turns)")
+        }
+        #expect(turns.allSatisfy { $0["limited"] == nil && $0["unavailable"] == nil && $0["failed_elsewhere"] == nil })
+        let holder = try #require(turns.firstIndex { $0["lease"] == 1 })
+        let text = metrics[holder].exposition()
+        #expect(text.contains("# TYPE response_policy_coordination_turns_total counter"), "\(text)")
+        #expect(text.contains("response_policy_coordination_turns_total{result=\"lease\"} 1\n"), "\(text)")
+    }
+
     /// The credentials file keeps `expires_at` to the second, the shared codecs to the millisecond:
     /// the same token read from both is not new credentials (issue 19, item 1).
     @Test func theSameTokenWithAnExpiryRoundedToTheSecondIsNotAdoptedAsFresh() async throws {

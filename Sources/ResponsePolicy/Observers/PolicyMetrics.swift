@@ -438,6 +438,12 @@ extension PolicyMetrics {
             gauge(
                 "coordination_trouble", "1 while the coordination store reports trouble.",
                 g.coordinationTrouble ? 1 : 0),
+            counter(
+                "coordination_turns",
+                "The coordinator's answers to refresh turns, by result: lease (this process calls the token "
+                    + "endpoint), adopted (the fleet held newer credentials), published (another process's refresh "
+                    + "answered), failed_elsewhere, limited, unavailable.",
+                by("result", g.coordinationTurns)),
         ]
         return families
     }

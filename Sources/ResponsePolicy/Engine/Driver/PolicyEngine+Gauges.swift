@@ -23,6 +23,10 @@ package struct EngineGauges: Sendable, Equatable {
     package var sharedGeneration: UInt64 = 0
     /// The coordination store reported trouble it has not recovered from.
     package var coordinationTrouble = false
+    /// The coordinator's answers to this engine's refresh turns since it started, by
+    /// `RefreshTurn.metricName` (`lease`, `adopted`, `published`, `failed_elsewhere`, `limited`,
+    /// `unavailable`).
+    package var coordinationTurns: [String: UInt64] = [:]
 
     package init() {}
 }
@@ -43,6 +47,7 @@ extension PolicyEngine {
             gauges.generation = state.generation
             gauges.sharedGeneration = state.sharedGeneration
             gauges.coordinationTrouble = state.coordinationProblem != nil
+            gauges.coordinationTurns = state.refresh.turnAnswers
             return gauges
         }
     }

@@ -277,6 +277,9 @@ struct RefreshFlight {
     private(set) var unhelped: [Duration] = []
     /// The last definitive answer, for the credentials it was given for.
     var remembered: Remembered?
+    /// The coordinator's answers to this engine's refresh turns, by ``RefreshTurn/metricName``
+    /// (for ``PolicyMetrics``): counted since the engine started.
+    private(set) var turnAnswers: [String: UInt64] = [:]
     /// The end of the longest `Retry-After` the token endpoint asked for, and that answer.
     private(set) var embargo: (until: Duration, failure: RefreshFailure)?
     /// A pair this engine's refresh produced, taken and saved, not yet stored by the coordinator
@@ -530,6 +533,7 @@ struct RefreshFlight {
     /// The coordinator answered flight `id`'s turn.
     mutating func turn(_ id: UInt64, _ turn: RefreshTurn, now: Duration) -> Step {
         guard var flight = find(id) else { return .none }
+        turnAnswers[turn.metricName, default: 0] += 1
         let step = turned(&flight, turn, now: now)
         return put(flight, step)
     }
@@ -727,4 +731,20 @@ struct RefreshFlight {
             generation: generation, failure: failure, at: now, hold: min(hold, Self.longestHold), count: count)
     }
 
+}
+
+extension RefreshTurn {
+    /// The answer's name in metrics: `lease` (this process calls the token endpoint), `adopted`
+    /// (the fleet already held newer credentials), `published` (another process's refresh
+    /// answered the wait), `failed_elsewhere`, `limited`, `unavailable`.
+    var metricName: String {
+        switch self {
+        case .lease: "lease"
+        case .newer: "adopted"
+        case .published: "published"
+        case .failedElsewhere: "failed_elsewhere"
+        case .limited: "limited"
+        case .unavailable: "unavailable"
+        }
+    }
 }
