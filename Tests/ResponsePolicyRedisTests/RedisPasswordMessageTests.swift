@@ -1,6 +1,7 @@
 import Foundation
 import ResponsePolicy
 import ResponsePolicyRedis
+import TestSupport
 import Testing
 
 /// Issue 32: a Redis with a password, reached without one, answered the first script call with

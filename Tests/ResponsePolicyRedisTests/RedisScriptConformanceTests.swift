@@ -240,7 +240,7 @@ struct RedisScriptConformanceTests {
         let server = try RedisServerFixture()
         defer { server.kill() }
         let redis = try ScriptedRecord(server, key: "random-\(seed)")
-        var random = SplitMix(seed: seed)
+        var random = SeededGenerator(seed: seed)
         var value = CoordinationRecord()
         var leases: [RefreshLease] = []
         // The newest generation any process has seen (Redis may have forgotten it).
@@ -624,5 +624,3 @@ private func record(
     record.epoch = epoch
     return record
 }
-
-typealias SplitMix = SeededGenerator

@@ -1,5 +1,6 @@
 import Foundation
 import ResponsePolicyTesting
+import TestSupport
 import Testing
 
 @testable import ResponsePolicy
@@ -36,22 +37,6 @@ struct FleetSimulationPropertyTests {
         coordination: { use: redis, with: { url: "redis://127.0.0.1:1/0", key: k, lease: 15s } }
         """
 
-    /// A small deterministic generator (SplitMix64).
-    struct Generator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-        mutating func int(_ range: ClosedRange<Int>) -> Int {
-            range.lowerBound + Int(next() % UInt64(range.count))
-        }
-        mutating func chance(_ percent: Int) -> Bool { int(1...100) <= percent }
-    }
-
     /// A random fleet script. Expiries sit on a 5 s grid (at 5k + 0.5 s) and outages and pauses
     /// end at 5k + 2.5 s, so a token is never issued just before an expiry (a request refused
     /// twice in a row by the server's own expiries would rightly use up `max-per-request`);
@@ -61,7 +46,7 @@ struct FleetSimulationPropertyTests {
     /// protocol can prevent without the token server's help (examples/fleet/11-… shows it; the
     /// closing note of issue 19 documents it).
     static func script(seed: UInt64) -> String {
-        var g = Generator(state: seed)
+        var g = SeededGenerator(seed: seed)
         let processes = g.int(2...4)
         var out = "policy: policy.yaml\n"
         let expiries = (1...9).filter { _ in g.chance(50) }.map { "\($0 * 5).5s" }

@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 @testable import ResponsePolicy
@@ -35,7 +36,7 @@ struct FlowSoundnessTests {
 
     /// Runs one seed's cases; the first failure as a report with its policy and events.
     static func runBatch(_ batch: UInt64) -> (String?, Set<RuleGraph.EdgeKind>) {
-        var random = SplitMix(seed: batch &* 0x9E37_79B9_7F4A_7C15)
+        var random = SeededGenerator(seed: batch &* 0x9E37_79B9_7F4A_7C15)
         var checked = 0
         var edgesTaken = Set<RuleGraph.EdgeKind>()
         var attempts = 0
@@ -420,15 +421,12 @@ struct FlowSoundnessTests {
 
 // MARK: - Generators
 
-/// The seeded generator random policies are drawn from.
-typealias SplitMix = SeededGenerator
-
 enum RandomPolicy {
     static let statuses = [401, 403, 429, 500, 502, 503]
     static let codes = ["1401", "202", "\"1400-1499\"", "7"]
     static let endings = ["deliver", "fail", "logout"]
 
-    static func make(_ r: inout SplitMix) -> String {
+    static func make(_ r: inout SeededGenerator) -> String {
         var text = "policy: 1\nname: random\n"
         let classify = r.chance(60)
         if classify { text += "classify: { code: body.status }\n" }
@@ -459,7 +457,7 @@ enum RandomPolicy {
         return text
     }
 
-    static func rules(_ r: inout SplitMix, classify: Bool, prefix: String, indent: String = "  ") -> String {
+    static func rules(_ r: inout SeededGenerator, classify: Bool, prefix: String, indent: String = "  ") -> String {
         var text = ""
         for index in 1...r.int(1...5) {
             var when: [String] = []
@@ -499,7 +497,7 @@ enum RandomPolicy {
 }
 
 enum RandomScript {
-    static func make(_ r: inout SplitMix, policy: Policy) -> SimulationScript {
+    static func make(_ r: inout SeededGenerator, policy: Policy) -> SimulationScript {
         var script = SimulationScript()
         for index in 1...r.int(1...4) {
             var request = SimulationScript.Request(id: "q\(index)")
@@ -527,7 +525,7 @@ enum RandomScript {
         return script
     }
 
-    static func response(_ r: inout SplitMix) -> SimulationScript.Response {
+    static func response(_ r: inout SeededGenerator) -> SimulationScript.Response {
         var response = SimulationScript.Response()
         switch r.int(0...9) {
         case 0: response.error = .connection

@@ -1,5 +1,6 @@
 import Foundation
 import ResponsePolicyTesting
+import TestSupport
 import Testing
 
 @testable import ResponsePolicy
@@ -85,7 +86,7 @@ struct RefreshFlightModelTests {
     /// One sequence: a state, a token server, what is out, and what the checks remember.
     struct Model {
         var state: EngineState
-        var random: SplitMix
+        var random: SeededGenerator
         var server = TokenServer()
         var now = Duration.zero
         var counts = Counts()
@@ -117,7 +118,7 @@ struct RefreshFlightModelTests {
                 overrides: PolicyEngine.Overrides(refresh: nil, logout: nil, observers: []))
             state = EngineState(runtime: runtime)
             state.credentials = Credentials(accessToken: "a0", refreshToken: "r0")
-            random = SplitMix(seed: seed)
+            random = SeededGenerator(seed: seed)
             self.shared = shared
             scope = try #require(runtime.policy.graph.scopes.last)
             refreshRule = try #require(scope.compiled.first { $0.action == .refresh }?.index)

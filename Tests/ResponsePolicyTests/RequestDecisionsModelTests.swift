@@ -1,5 +1,6 @@
 import Foundation
 import ResponsePolicyTesting
+import TestSupport
 import Testing
 
 @testable import ResponsePolicy
@@ -83,12 +84,12 @@ struct RequestDecisionsModelTests {
     /// failures of the first three seeds that failed (each with its policy, to replay it).
     static func run(
         _ seeds: [UInt64], definitive: Int = 20, shared: Int = 30, late: Int = 10,
-        _ body: (inout Model, inout SplitMix) -> Void
+        _ body: (inout Model, inout SeededGenerator) -> Void
     ) throws -> (Counts, [String]) {
         var total = Counts()
         var failures: [String] = []
         for seed in seeds {
-            var random = SplitMix(seed: seed)
+            var random = SeededGenerator(seed: seed)
             let yaml = RandomPolicy.make(&random)
             guard let policy = try? Policy.load(yaml: yaml, file: "random.yaml") else { continue }
             var model = try Model(policy: policy, seed: seed, definitive: definitive, shared: shared, late: late)
@@ -107,7 +108,7 @@ struct RequestDecisionsModelTests {
     struct Model {
         let policy: Policy
         var state: EngineState
-        var random: SplitMix
+        var random: SeededGenerator
         let randomSource: SeededRandomSource
         var now = Duration.zero
         let epoch = Date(timeIntervalSince1970: 1_700_000_000)
@@ -168,7 +169,7 @@ struct RequestDecisionsModelTests {
                 transport: RecordingTransport { _, _ in response("") }, environment: [:],
                 overrides: PolicyEngine.Overrides(refresh: nil, logout: nil, observers: [Watching()]))
             state = EngineState(runtime: runtime)
-            random = SplitMix(seed: seed ^ 0xABCD)
+            random = SeededGenerator(seed: seed ^ 0xABCD)
             self.shared = random.chance(shared)
             randomSource = SeededRandomSource(seed: seed)
             if random.chance(80) {

@@ -1,5 +1,6 @@
 import Foundation
 import TestGate
+import TestSupport
 import Testing
 
 @testable import ResponsePolicy
