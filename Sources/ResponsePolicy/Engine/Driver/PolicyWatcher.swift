@@ -59,7 +59,8 @@ public final class PolicyWatcher: Sendable {
         var pending: Pending?
         var checking = false
         var poller: Task<Void, Never>?
-        var signalSource: (any DispatchSourceSignal)?
+        /// Its number in ``SIGHUPListeners`` while it listens for SIGHUP.
+        var listening: UInt64?
     }
 
     public let engine: PolicyEngine
@@ -118,34 +119,27 @@ public final class PolicyWatcher: Sendable {
                 next = clock.now + (watcher.check() == .settling ? max(settle, .milliseconds(1)) : interval)
             }
         }
-        var source: (any DispatchSourceSignal)?
-        if onSIGHUP {
-            Self.ignoreSIGHUPOnce()
-            let signalSource = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
-            signalSource.setEventHandler { _ = weakSelf.value?.check(force: true) }
-            signalSource.resume()
-            source = signalSource
-        }
+        let listening = onSIGHUP ? SIGHUPListeners.shared.add(weakSelf) : nil
         let previous = state.withLock { state in
-            let previous = (state.poller, state.signalSource)
+            let previous = (state.poller, state.listening)
             state.poller = poller
-            state.signalSource = source
+            state.listening = listening
             return previous
         }
         previous.0?.cancel()
-        previous.1?.cancel()
+        if let number = previous.1 { SIGHUPListeners.shared.remove(number) }
     }
 
     /// Stops polling and listening for SIGHUP.
     public func stop() {
-        let (poller, source) = state.withLock { state in
-            let taken = (state.poller, state.signalSource)
+        let (poller, listening) = state.withLock { state in
+            let taken = (state.poller, state.listening)
             state.poller = nil
-            state.signalSource = nil
+            state.listening = nil
             return taken
         }
         poller?.cancel()
-        source?.cancel()
+        if let number = listening { SIGHUPListeners.shared.remove(number) }
     }
 
     /// Looks at the file now; reloads when it changed (or always, with `force`).
@@ -194,20 +188,57 @@ public final class PolicyWatcher: Sendable {
         }
     }
 
-    /// SIGHUP's default action terminates the process, so it is ignored and left to dispatch
-    /// sources. Once per process: setting it again after a source exists would replace the
-    /// handler dispatch installed, and no SIGHUP would arrive.
-    private static let sighupIgnored: Bool = {
-        signal(SIGHUP, SIG_IGN)
-        return true
-    }()
-
-    private static func ignoreSIGHUPOnce() { _ = sighupIgnored }
-
     private static func stamp(_ url: URL) -> FileStamp {
         let attributes = try? FileManager.default.attributesOfItem(atPath: url.path)
         return FileStamp(
             modified: attributes?[.modificationDate] as? Date, size: (attributes?[.size] as? NSNumber)?.intValue,
             inode: (attributes?[.systemFileNumber] as? NSNumber)?.intValue)
+    }
+}
+
+/// The watchers that listen for SIGHUP, behind one dispatch signal source made once per process
+/// and never cancelled. A source per watcher, made and cancelled as watchers start and stop,
+/// raced in libdispatch on Linux (where a signal source is a `signalfd` shared by every source of
+/// the signal): a watcher restarted while another stopped could stop hearing the signal. SIGHUP's
+/// default action (terminate) is replaced by "ignore" once, before the source is made; setting it
+/// again afterwards would replace the handler dispatch relies on.
+final class SIGHUPListeners: Sendable {
+    static let shared = SIGHUPListeners()
+
+    private struct State {
+        var next: UInt64 = 0
+        var watchers: [UInt64: WeakReference<PolicyWatcher>] = [:]
+        var source: (any DispatchSourceSignal)?
+    }
+
+    private let state = Locked(State())
+
+    /// Starts delivering SIGHUP to `watcher` (a forced check); the number to remove it with.
+    func add(_ watcher: WeakReference<PolicyWatcher>) -> UInt64 {
+        let (number, made) = state.withLock { state -> (UInt64, Bool) in
+            state.next += 1
+            state.watchers[state.next] = watcher
+            return (state.next, state.source != nil)
+        }
+        if !made { makeSource() }
+        return number
+    }
+
+    func remove(_ number: UInt64) {
+        _ = state.withLock { $0.watchers.removeValue(forKey: number) }
+    }
+
+    private func makeSource() {
+        state.withLock { state in
+            guard state.source == nil else { return }
+            signal(SIGHUP, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
+            source.setEventHandler { [self] in
+                let watchers = self.state.withLock { Array($0.watchers.values) }
+                for watcher in watchers { _ = watcher.value?.check(force: true) }
+            }
+            source.resume()
+            state.source = source
+        }
     }
 }
