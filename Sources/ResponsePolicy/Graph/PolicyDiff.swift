@@ -1,3 +1,5 @@
+import Foundation
+
 /// What changes in behaviour between two policies, read from their compiled rule graphs: rules
 /// added, removed, reordered or rewritten; each scope's own settings; each rule's effective
 /// settings and where its escalation edges lead; which responses refresh, log out, retry or
