@@ -37,6 +37,7 @@ public enum PluginOption: Sendable, Hashable, CustomStringConvertible {
     case list([PluginOption])
     case map([String: PluginOption])
 
+    /// The value as text, when it is a scalar (a text, a number as written, `true`/`false`).
     public var string: String? {
         switch self {
         case .string(let text): return text
@@ -54,6 +55,7 @@ public enum PluginOption: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// The value as YAML-like text, texts quoted.
     public var description: String {
         switch self {
         case .string(let text): return "'\(text)'"

@@ -24,7 +24,7 @@ public struct RefreshContext: Sendable {
     /// secret; quote what the server sent only when it cannot be one.
     public let report: @Sendable (String) -> Void
 
-    public init(
+    package init(
         credentials: Credentials?, transport: any Transport, clock: any PolicyClock, reason: String = "refresh",
         tokenType: String = "bearer", report: @escaping @Sendable (String) -> Void = { _ in }
     ) {
@@ -65,8 +65,11 @@ public struct RefreshFailure: Error, Sendable, Equatable, CustomStringConvertibl
         case transient
     }
 
+    /// Why the refresh failed, for logs and events; never a token.
     public var reason: String
+    /// The token endpoint's answer, when there was one.
     public var response: HTTPResponse?
+    /// Whether trying again can help.
     public var kind: Kind
     /// How long to wait before the next try, when the plugin knows (`nil`: the response's
     /// `Retry-After`, else the engine's backoff).
@@ -87,7 +90,7 @@ public struct RefreshFailure: Error, Sendable, Equatable, CustomStringConvertibl
     ///   - reason: Why, for events, errors and the logout it may lead to; never a secret.
     ///   - response: The token endpoint's answer, when it answered; `nil` by default.
     ///   - kind: `nil` (the default) derives it: from `response` when there is one
-    ///     (``kind(of:)``), else ``Kind/definitive`` — a plugin that throws without an answer is
+    ///     (`kind(of:)`), else ``Kind/definitive`` — a plugin that throws without an answer is
     ///     taken at its word; the built-in plugins say `.transient` for an endpoint they could
     ///     not reach.
     ///   - retryAfter: The wait the server asked for; `nil` by default.
@@ -109,16 +112,17 @@ public struct RefreshFailure: Error, Sendable, Equatable, CustomStringConvertibl
     /// `unsupported_grant_type`, `invalid_scope`) and every 4xx but 408, 425 and 429; transient for
     /// `temporarily_unavailable`, `slow_down`, 408, 425, 429, every 5xx and an answer that is no
     /// token. The engine's classification by the policy's rules comes on top.
-    public static func kind(of response: HTTPResponse) -> Kind {
+    package static func kind(of response: HTTPResponse) -> Kind {
         TokenAnswer.kind(of: response)
     }
 
     /// The RFC 6749 §5.2 error codes, each of which says the refresh cannot succeed as asked.
-    public static let definitiveErrorCodes: Set<String> = TokenAnswer.definitiveCodes
+    package static let definitiveErrorCodes: Set<String> = TokenAnswer.definitiveCodes
 
     /// Whether the refresh cannot succeed if tried again.
     public var isDefinitive: Bool { kind == .definitive }
 
+    /// The reason.
     public var description: String { reason }
 }
 
@@ -139,6 +143,7 @@ public protocol RefreshPlugin: Sendable {
 }
 
 extension RefreshPlugin {
+    /// `false`: the plugin needs a refresh token.
     public var canSignIn: Bool { false }
 }
 
@@ -156,6 +161,7 @@ public protocol AuthorizePlugin: Sendable {
 }
 
 extension AuthorizePlugin {
+    /// `bearer`.
     public var tokenType: String { "bearer" }
 }
 
@@ -169,11 +175,12 @@ public struct LogoutContext: Sendable {
     public let reason: String
     /// The session's credentials as they were at logout (to say which session to end).
     public let credentials: Credentials?
+    /// The engine's transport for its own calls (rules do not apply to it).
     public let transport: any Transport
     /// The engine's clock, for timeouts: a plugin that waits on it runs on virtual time in tests.
     public let clock: any PolicyClock
 
-    public init(
+    package init(
         requestID: String?, reason: String, credentials: Credentials?, transport: any Transport,
         clock: any PolicyClock = SystemPolicyClock()
     ) {

@@ -62,12 +62,12 @@ public final class PolicyWatcher: Sendable {
         var signalSource: (any DispatchSourceSignal)?
     }
 
-    public let engine: PolicyEngine
-    public let url: URL
-    public let interval: Duration
+    package let engine: PolicyEngine
+    package let url: URL
+    package let interval: Duration
     /// How long a changed file must stay the same (modification time, size, content) before it is
     /// loaded; `500ms` by default.
-    public let settle: Duration
+    package let settle: Duration
     private let clock: any PolicyClock
     private let state = Locked(State())
 

@@ -5,6 +5,7 @@ import Foundation
 /// Events name requests, rules and actions and carry statuses and business codes; they never
 /// carry headers, bodies or tokens.
 public struct PolicyEvent: Sendable, Hashable {
+    /// What an event is about; its raw value is the `event` field of `policy simulate --format json`.
     public enum Kind: String, Sendable, Hashable {
         case send, response, wait, cancel, outcome, logout, reload
         /// A request waits in the engine for one of its host's dispatch slots
@@ -30,19 +31,29 @@ public struct PolicyEvent: Sendable, Hashable {
         case loggedOut = "logged-out"
     }
 
+    /// What the event is about.
     public var kind: Kind
     /// The engine clock's time (virtual seconds in a simulation).
     public var time: Duration
+    /// The request's id, on events about a request.
     public var request: String?
+    /// The attempt, from 1, on events about one.
     public var attempt: Int?
+    /// The response's status code.
     public var status: Int?
+    /// The business code the policy's `classify:` read from the response, if any.
     public var code: String?
     /// The transport error class of an attempt that got no response.
     public var error: TransportErrorClass?
+    /// The name of the rule that matched.
     public var rule: String?
+    /// What the matched rule does.
     public var action: ActionKind?
+    /// Whether a refresh (`refresh-end`) or reload (`reload`) succeeded.
     public var ok: Bool?
+    /// How long a `wait` (a backoff, a `Retry-After`) or a refresh retry waits.
     public var delay: Duration?
+    /// How the request ended, on its `outcome` event.
     public var result: Result?
     /// A short explanation (why a request failed, why a reload was refused). Never a secret.
     public var reason: String?
@@ -57,6 +68,7 @@ public struct PolicyEvent: Sendable, Hashable {
     public enum Level: String, Sendable, Hashable, Comparable, CaseIterable {
         case debug, info, warning, error
 
+        /// Levels order from `debug` to `error`.
         public static func < (a: Level, b: Level) -> Bool {
             allCases.firstIndex(of: a) ?? 0 < allCases.firstIndex(of: b) ?? 0
         }
@@ -210,7 +222,7 @@ public struct PolicyEvent: Sendable, Hashable {
 
     /// The event as one JSON object, keys in a fixed order:
     /// `{"t":0.05,"request":"a","event":"response","attempt":1,"status":200,"code":"1401",...}`.
-    public var jsonLine: String {
+    package var jsonLine: String {
         var out = "{\"t\":" + Self.seconds(time)
         if let request { out += ",\"request\":" + Self.quote(request) }
         out += ",\"event\":\"" + kind.rawValue + "\""

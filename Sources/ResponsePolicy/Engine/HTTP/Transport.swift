@@ -19,14 +19,18 @@ public enum TransportErrorClass: String, Sendable, Hashable, CaseIterable {
 /// Transports map their own errors onto these classes so that policies stay transport-neutral.
 /// The message is for people; it must not contain credentials.
 public struct TransportError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// The class a policy's `when: { error: [...] }` matches.
     public var errorClass: TransportErrorClass
+    /// What happened, for people; never a credential.
     public var message: String
 
+    /// An error of `errorClass`, saying `message`.
     public init(_ errorClass: TransportErrorClass, _ message: String = "") {
         self.errorClass = errorClass
         self.message = message
     }
 
+    /// `CLASS error: MESSAGE` (`CLASS error` without a message).
     public var description: String {
         message.isEmpty ? "\(errorClass.rawValue) error" : "\(errorClass.rawValue) error: \(message)"
     }
@@ -68,8 +72,11 @@ public protocol Transport: Sendable {
 }
 
 extension Transport {
+    /// `self`: the same transport for the engine's own calls.
     public var sessionCallTransport: any Transport { self }
+    /// `nil`: the transport does not say.
     public var connectionsPerHost: Int? { nil }
+    /// ``connectionsPerHost``, whatever the origin.
     public func inFlightLimit(for url: URL) -> Int? { connectionsPerHost }
 }
 

@@ -8,12 +8,15 @@ public protocol RandomSource: Sendable {
 }
 
 extension RandomSource {
+    /// The top 53 bits of ``nextBits()``, as a `Double` in [0, 1).
     public func nextUnit() -> Double { Double(nextBits() >> 11) * 0x1.0p-53 }
 }
 
 /// The system's random number generator.
 public struct SystemRandomSource: RandomSource {
+    /// The system's generator.
     public init() {}
+    /// 64 bits from `SystemRandomNumberGenerator`.
     public func nextBits() -> UInt64 {
         var generator = SystemRandomNumberGenerator()
         return generator.next()
