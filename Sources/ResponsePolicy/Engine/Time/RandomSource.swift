@@ -13,11 +13,11 @@ extension RandomSource {
 }
 
 /// The system's random number generator.
-public struct SystemRandomSource: RandomSource {
+package struct SystemRandomSource: RandomSource {
     /// The system's generator.
-    public init() {}
+    package init() {}
     /// 64 bits from `SystemRandomNumberGenerator`.
-    public func nextBits() -> UInt64 {
+    package func nextBits() -> UInt64 {
         var generator = SystemRandomNumberGenerator()
         return generator.next()
     }
