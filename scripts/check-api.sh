@@ -7,6 +7,8 @@
 #   With --dump it only writes the public API of each product's module found in MODULES_DIR (a build's
 #   Modules folder) to OUT_DIR/<module>.json: how the baselines are made.
 set -euo pipefail
+# sort and comm must agree on one order, whatever the caller's locale.
+export LC_ALL=C
 cd "$(dirname "$0")/.."
 root=$(pwd)
 modules=(ResponsePolicy ResponsePolicyURLSession ResponsePolicyTesting ResponsePolicyRedis)

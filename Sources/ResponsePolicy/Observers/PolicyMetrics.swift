@@ -11,9 +11,8 @@ import Foundation
 /// Prometheus scrapes and Grafana draws. Names follow Prometheus' conventions: the
 /// `response_policy_` prefix, base units (`_seconds`), `_total` on counters. Labels come from the
 /// policy (scope ids, rule names) or from fixed sets (results, reasons); never a path, a token or
-/// a free-text reason, so the number of series stays bounded. A label past
-/// `maxSeriesPerMetric` distinct values (rule names gathered over many reloads) counts as
-/// `other`.
+/// a free-text reason, so the number of series stays bounded. A label past 500 distinct values
+/// (rule names gathered over many reloads) counts as `other`.
 ///
 /// ```swift
 /// let metrics = PolicyMetrics()

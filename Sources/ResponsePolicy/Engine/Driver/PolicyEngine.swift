@@ -46,9 +46,9 @@ public final class PolicyEngine: Sendable {
         /// wins), so a longer body has no code rather than costing its length on every response.
         public var bodyScanLimit = 1 << 20
         /// The `User-Agent` of the engine's own calls (the refresh and logout plugins' token and
-        /// logout requests) when they set none: `ResponsePolicyVersion/userAgent`
-        /// (`ResponsePolicy/<version>`) by default; the `policy` command sends `policy/<version>`.
-        /// Requests the host sends keep whatever the host and its transport give them.
+        /// logout requests) when they set none: `ResponsePolicy/<version>` by default; the `policy`
+        /// command sends `policy/<version>`. Requests the host sends keep whatever the host and its
+        /// transport give them.
         public var userAgent = ResponsePolicyVersion.userAgent
 
         /// Every option at its default (each says which).
