@@ -222,7 +222,7 @@ public struct PolicyEvent: Sendable, Hashable {
 
     /// The event as one JSON object, keys in a fixed order:
     /// `{"t":0.05,"request":"a","event":"response","attempt":1,"status":200,"code":"1401",...}`.
-    package var jsonLine: String {
+    public var jsonLine: String {
         var out = "{\"t\":" + Self.seconds(time)
         if let request { out += ",\"request\":" + Self.quote(request) }
         out += ",\"event\":\"" + kind.rawValue + "\""
