@@ -277,9 +277,11 @@ public enum RefreshTurn: Sendable, Equatable {
 
 /// The coordinator's answer to ``SessionCoordinator/publish(_:with:)``.
 public enum PublishResult: Sendable, Equatable {
+    /// The credentials are stored, as this session (with its new generation).
     case published(SharedSession)
     /// The lease expired or was taken over: nothing was stored. `current` is what is stored now.
     case leaseLost(current: SharedSession?)
+    /// The store could not be reached; the reason, for a `problem` event.
     case unavailable(String)
 }
 

@@ -1,6 +1,8 @@
 /// How serious a finding is. Errors make `policy lint` exit 1 and `Policy.load` throw.
 public enum Severity: String, Sendable, Hashable, Codable, Comparable {
+    /// Reported; the policy still loads.
     case warning
+    /// The policy does not load; `policy lint` exits 1.
     case error
 
     /// A warning is less serious than an error.

@@ -133,6 +133,7 @@ public struct RefreshFailure: Error, Sendable, Equatable, CustomStringConvertibl
 /// ``RefreshFailure`` (any other error is treated as a failure with its description, which must
 /// not contain secrets).
 public protocol RefreshPlugin: Sendable {
+    /// New credentials from the token endpoint (or wherever they come from); throws ``RefreshFailure``.
     func refresh(_ context: RefreshContext) async throws -> Credentials
 
     /// Whether the plugin gets credentials when none are stored (an OAuth2 `client_credentials`
@@ -152,6 +153,7 @@ extension RefreshPlugin {
 /// Signs a request with the current credentials. Must replace, never add to, an earlier
 /// signature, since the engine re-signs the same request after every refresh.
 public protocol AuthorizePlugin: Sendable {
+    /// Puts `credentials` on `request`, replacing an earlier signature.
     func authorize(_ request: inout HTTPRequest, with credentials: Credentials)
 
     /// The token type it sends (RFC 6749 §7.1, compared without case): a token endpoint that
@@ -195,6 +197,7 @@ public struct LogoutContext: Sendable {
 /// Tells the outside world the session ended (revoke a token, clear a keychain). Called once
 /// per logout, in the background: the engine does not wait for it before failing requests.
 public protocol LogoutPlugin: Sendable {
+    /// Ends the session outside (revokes the token, clears what the service keeps).
     func logout(_ context: LogoutContext) async
 }
 
@@ -203,6 +206,7 @@ public protocol LogoutPlugin: Sendable {
 /// Receives every engine event. Called synchronously on the engine's path: keep it fast and
 /// never block. Events carry no tokens, headers or bodies.
 public protocol PolicyObserver: Sendable {
+    /// Receives one event, on the engine's path.
     func observe(_ event: PolicyEvent)
 }
 
@@ -211,7 +215,9 @@ public protocol PolicyObserver: Sendable {
 /// Where credentials live between runs. Synchronous because credentials are small and the
 /// engine touches the store only at start and after a refresh.
 public protocol CredentialStore: Sendable {
+    /// The stored credentials; `nil` when there are none.
     func load() throws -> Credentials?
+    /// Stores `credentials` in place of what was stored.
     func save(_ credentials: Credentials) throws
 }
 
@@ -220,5 +226,6 @@ public protocol CredentialStore: Sendable {
 /// Finds a response's business code when `classify.code` cannot express where it is.
 /// Called on every response: keep it allocation-free where possible.
 public protocol CodeExtractor: Sendable {
+    /// The business code of `response`; `nil` when it has none.
     func code(in response: HTTPResponse) -> String?
 }

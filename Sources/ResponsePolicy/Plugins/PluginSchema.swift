@@ -2,9 +2,19 @@
 public struct PluginSchema: Sendable, Hashable {
     /// What an option's value must be; the raw value is how lint names it.
     public enum OptionType: String, Sendable, Hashable {
-        case string, url, duration, integer, boolean
+        /// A text; one of the option's `values` when it lists some.
+        case string
+        /// An `http://` or `https://` URL with a host.
+        case url
+        /// A duration as the policy writes one (`500ms`, `2s`, `1m`).
+        case duration
+        /// A whole number.
+        case integer
+        /// `true` or `false`.
+        case boolean
         /// A mapping of names to texts (`body:` of the `http` refresh plugin, extra headers).
         case stringMap = "mapping of texts"
+        /// A list of texts.
         case stringList = "list of texts"
         /// `body.<path>` or `header.<Name>`.
         case valuePath = "value path"

@@ -32,9 +32,13 @@ import Foundation
 public final class PolicyWatcher: Sendable {
     /// What one check did.
     public enum Outcome: Sendable, Equatable {
+        /// The file is as it was loaded (or another check is running).
         case unchanged
+        /// The changed file was loaded; `name` is its policy's name.
         case reloaded(name: String)
+        /// The changed file has errors (or plugins that cannot be made); the running policy stays.
         case refused(diagnostics: [Diagnostic])
+        /// The file could not be read; the running policy stays.
         case unreadable(reason: String)
         /// The file changed and is waiting to stay the same for `settle` before it is loaded.
         case settling

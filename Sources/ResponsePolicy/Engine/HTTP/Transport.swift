@@ -46,6 +46,8 @@ public struct TransportError: Error, Sendable, Hashable, CustomStringConvertible
 /// cancels requests on the wire. Any error other than `TransportError` or `CancellationError` is
 /// treated as a `connection` error.
 public protocol Transport: Sendable {
+    /// Sends `request` and returns the response, whatever its status; throws ``TransportError``
+    /// when there is none.
     func send(_ request: HTTPRequest) async throws -> HTTPResponse
 
     /// The transport for the engine's own calls: the refresh and logout plugins'. A transport
@@ -156,6 +158,7 @@ public struct AttemptCancellation: Sendable {
 /// cancellations (a logout, the attempt timeout) through `cancellation`; its caller's
 /// cancellation reaches the transport as task cancellation only.
 public protocol CancellableTransport: Transport {
+    /// Sends `request` as ``Transport/send(_:)`` does, ending it promptly when `cancellation` is cancelled.
     func send(_ request: HTTPRequest, cancellation: AttemptCancellation) async throws -> HTTPResponse
 }
 

@@ -9,8 +9,11 @@ import Foundation
 /// Concurrency contract: called from any task. `sleep(until:)` must throw `CancellationError`
 /// promptly when the sleeping task is cancelled.
 public protocol PolicyClock: Sendable {
+    /// Monotonic time since the clock's origin.
     var now: Duration { get }
+    /// Wall-clock time.
     var date: Date { get }
+    /// Returns when `now` reaches `deadline`; throws `CancellationError` when the task is cancelled.
     func sleep(until deadline: Duration) async throws
 }
 
