@@ -104,3 +104,12 @@ let package = Package(
     ],
     swiftLanguageModes: [.v6]
 )
+
+// Stricter settings for every Swift target (issue 31): `any` spelled out on every existential, and a
+// member found only through a module the file imports (not through another file's import).
+for target in package.targets where target.type != .system && target.name != "PolicyStartup" {
+    target.swiftSettings =
+        (target.swiftSettings ?? []) + [
+            .enableUpcomingFeature("ExistentialAny"), .enableUpcomingFeature("MemberImportVisibility"),
+        ]
+}

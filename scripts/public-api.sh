@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 total=0
-for module in ResponsePolicy ResponsePolicyURLSession ResponsePolicyTesting ResponsePolicyRedis; do
+for module in ResponsePolicy ResponsePolicyURLSession ResponsePolicyCurl ResponsePolicyTesting ResponsePolicyRedis; do
     [ -d "Sources/$module" ] || continue
     decls=$(grep -rhE '^\s*(@[A-Za-z]+ )*(public|open)( |\()' "Sources/$module" | wc -l)
     types=$(grep -rhE '^\s*(@[A-Za-z]+ )*(public|open) (final )?(struct|enum|class|actor|protocol|typealias) ' \

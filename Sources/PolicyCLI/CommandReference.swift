@@ -1,3 +1,4 @@
+import Foundation
 import ResponsePolicy
 
 /// The command reference printed from ``CommandTable``: the generated blocks of

@@ -1,3 +1,4 @@
+import Foundation
 import ResponsePolicy
 
 /// `# policy-lint: disable=RULE[,RULE…] reason…` comments: accepting a warning on purpose, so

@@ -1,3 +1,4 @@
+import Foundation
 import ResponsePolicy
 
 /// docs/plugins.md: every built-in plugin's options, printed from the same schemas lint checks

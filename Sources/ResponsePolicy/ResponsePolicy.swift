@@ -1,11 +1,11 @@
 /// ResponsePolicy: declarative token refresh, forced logout and retries for HTTP clients.
 ///
 /// Load a YAML policy with `Policy.load`, then send requests through `PolicyEngine`.
-public enum ResponsePolicyVersion {
-    public static let schema = 1
+package enum ResponsePolicyVersion {
+    package static let schema = 1
     /// The library's version: `1.0.0`.
-    public static let version = "1.0.0"
+    package static let version = "1.0.0"
     /// `ResponsePolicy/1.0.0`: the `User-Agent` of an embedding engine's own calls (token and
     /// logout requests), so an identity provider's logs name the client rather than libcurl.
-    public static let userAgent = "ResponsePolicy/\(version)"
+    package static let userAgent = "ResponsePolicy/\(version)"
 }

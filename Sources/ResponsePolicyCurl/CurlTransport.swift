@@ -2,7 +2,7 @@ import CCurl
 import Foundation
 import ResponsePolicy
 
-/// A ``Transport`` on libcurl's multi interface: kept-alive connections and HTTP/2 multiplexing
+/// A `Transport` on libcurl's multi interface: kept-alive connections and HTTP/2 multiplexing
 /// for every method, bodies included.
 ///
 /// Why beside `URLSessionTransport`: on Linux, FoundationNetworking runs libcurl underneath but
@@ -18,7 +18,7 @@ import ResponsePolicy
 /// each ``send(_:)`` is one attempt (retries, re-signing and logout are the engine's job); any
 /// HTTP status is a response; failures without a response are `TransportError` with the class a
 /// policy's `when: { error: [...] }` names; task cancellation and the engine's
-/// ``AttemptCancellation`` end the transfer at once and throw `CancellationError`; messages name
+/// `AttemptCancellation` end the transfer at once and throw `CancellationError`; messages name
 /// the method and the URL without its query, fragment or user info, never a header.
 ///
 /// ```swift
@@ -34,18 +34,18 @@ import ResponsePolicy
 /// request has none; no `Expect: 100-continue` and no form `Content-Type` a body did not have.
 /// Response headers come back sorted by lowercased name; a field repeated by the server stays
 /// repeated. Redirects are followed by the transport itself by the same rules as
-/// `URLSessionTransport` (``RedirectRules``): at most 10, 301/302 turn a `POST` into a `GET`,
+/// `URLSessionTransport` (`RedirectRules`): at most 10, 301/302 turn a `POST` into a `GET`,
 /// 303 any method but `HEAD`, 307/308 keep method and body; to another origin only headers that
 /// cannot carry a credential go along, and no query parameter echoed from the request's own.
 ///
 /// Memory is bounded by settings, not by the server: a body is counted after decoding as it
-/// arrives and the transfer is cancelled at ``maxBody`` (or the request's
-/// ``HTTPRequest/maxResponseBytes``), a gzip bomb included; a response with more than
-/// ``maxHeaders`` header fields is cancelled at the first one over. Both fail the attempt with
+/// arrives and the transfer is cancelled at `maxBody` (or the request's
+/// `HTTPRequest.maxResponseBytes`), a gzip bomb included; a response with more than
+/// `maxHeaders` header fields is cancelled at the first one over. Both fail the attempt with
 /// `TransportError(.tooLarge)`.
 ///
 /// Concurrency contract: `send` may be called from any number of tasks at once; the transfers
-/// run on the transport's own thread (``CurlLoop``), and the calling task waits on a
+/// run on the transport's own thread (`CurlLoop`), and the calling task waits on a
 /// continuation that is resumed outside every lock. Releasing the transport lets its thread end
 /// once the transfers in flight have ended.
 public final class CurlTransport: CancellableTransport {
@@ -59,20 +59,20 @@ public final class CurlTransport: CancellableTransport {
 
     /// The longest one ``send(_:)`` may take, from the call until the last byte of the body
     /// (redirects included). 60 seconds by default.
-    public let timeout: Duration
+    package let timeout: Duration
     /// The largest response body accepted after decoding, in bytes (`max-body`); `nil` for no
     /// limit. 64 MiB by default.
-    public let maxBody: Int?
+    package let maxBody: Int?
     /// The most header fields a response may have: 500 by default. A response with more fails
     /// the attempt with `TransportError(.tooLarge)` as the field over the limit arrives.
-    public let maxHeaders: Int
-    /// The default of ``maxBody``: 64 MiB.
+    package let maxHeaders: Int
+    /// The default of `maxBody`: 64 MiB.
     public static let defaultMaxBody = 64 << 20
-    /// The default of ``maxHeaders``: 500. Real responses carry a few dozen; a server sending
+    /// The default of `maxHeaders`: 500. Real responses carry a few dozen; a server sending
     /// thousands is broken or hostile, and each field costs memory and time.
     public static let defaultMaxHeaders = 500
     /// How many redirects one ``send(_:)`` follows before it fails with a connection error: 10.
-    public static let maxRedirects = RedirectRules.maxRedirects
+    package static let maxRedirects = RedirectRules.maxRedirects
 
     private let loop: CurlLoop?
     private let settings: Settings
@@ -126,7 +126,7 @@ public final class CurlTransport: CancellableTransport {
 
     /// New connections opened so far (TCP, and TLS on top where the URL says https): what the
     /// benchmarks report beside the request counts.
-    public var connectionsOpened: Int { loop?.connectionsOpened ?? 0 }
+    package var connectionsOpened: Int { loop?.connectionsOpened ?? 0 }
 
     /// Sends one request and returns the response, whatever its status.
     ///
@@ -135,9 +135,9 @@ public final class CurlTransport: CancellableTransport {
     /// - Returns: The status, headers and decoded body of the response (the last one, after the
     ///   redirects followed).
     /// - Throws: `CancellationError` when the calling task is cancelled; `TransportError` when no
-    ///   complete response arrived: `.timeout` after ``timeout``, `.tooLarge` for a body or a
-    ///   head over the limits, `.dns`, `.tls` or `.connection` as ``CurlErrors`` classifies
-    ///   libcurl's code, `.connection` for more than ``maxRedirects`` redirects.
+    ///   complete response arrived: `.timeout` after `timeout`, `.tooLarge` for a body or a
+    ///   head over the limits, `.dns`, `.tls` or `.connection` as `CurlErrors` classifies
+    ///   libcurl's code, `.connection` for more than `maxRedirects` redirects.
     public func send(_ request: HTTPRequest) async throws -> HTTPResponse {
         try await perform(request, cancellation: nil)
     }

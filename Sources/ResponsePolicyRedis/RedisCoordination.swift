@@ -18,7 +18,7 @@ import ResponsePolicy
 /// Without it, a policy that names `redis` loads and lints, and the engine reports a positioned
 /// problem naming this product (refreshes wait and fail with it under `on-unavailable: wait`).
 public enum RedisCoordination {
-    /// Adds `coordination: redis` to every ``PluginRegistry`` made afterwards in this process.
+    /// Adds `coordination: redis` to every `PluginRegistry` made afterwards in this process.
     public static func install() {
         CoordinationBackends.install("redis", make)
     }

@@ -52,24 +52,24 @@ import ResponsePolicy
 /// Concurrency contract: see ``SessionCoordinator``. Commands run one at a time on a private
 /// serial queue (never on the cooperative pool), each bounded by `connect-timeout`; a publication
 /// runs on a connection of its own.
-public final class RedisSessionCoordinator: SessionCoordinator {
-    public struct Configuration: Sendable, Equatable {
+package final class RedisSessionCoordinator: SessionCoordinator {
+    package struct Configuration: Sendable, Equatable {
         /// `redis://[user@]host[:port][/db]`; no password in it.
-        public var url: String
+        package var url: String
         /// Processes with the same key share one session.
-        public var key: String
+        package var key: String
         /// How long a refresh lease lasts if its holder never ends it; `15s` by default.
-        public var lease: Duration
+        package var lease: Duration
         /// The most any call waits for Redis itself; `250ms` by default. A publication waits for
         /// its answer longer (see ``publicationWait``): abandoning it would drop a pair.
-        public var connectTimeout: Duration
+        package var connectTimeout: Duration
         /// From the environment variable named by `password-env`; never logged.
-        public var password: String?
+        package var password: String?
         /// From the environment variable named by `signing-key-env`: credentials and logouts read
         /// from Redis are used only when signed with it. `nil` (unsigned) by default.
-        public var signingKey: Data?
+        package var signingKey: Data?
 
-        public init(
+        package init(
             url: String, key: String, lease: Duration = .seconds(15), connectTimeout: Duration = .milliseconds(250),
             password: String? = nil, signingKey: Data? = nil
         ) {
@@ -135,7 +135,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         var scripts: [String: String] = [:]
     }
 
-    public let configuration: Configuration
+    package let configuration: Configuration
     let endpoint: RedisEndpoint
     let keys: Keys
     let signer: SharedStateSigner?
@@ -145,7 +145,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
     let box = ConnectionBox()
 
     /// - Throws: ``CoordinationError`` when the URL or key cannot be used.
-    public init(_ configuration: Configuration) throws(CoordinationError) {
+    package init(_ configuration: Configuration) throws(CoordinationError) {
         switch RedisEndpoint.parse(configuration.url) {
         case .failure(let error): throw CoordinationError(error.message)
         case .success(let endpoint):
@@ -172,13 +172,13 @@ public final class RedisSessionCoordinator: SessionCoordinator {
 
     // MARK: - SessionCoordinator
 
-    public func start(local: Credentials?, updates: @escaping @Sendable (SessionUpdate) -> Void) async
+    package func start(local: Credentials?, updates: @escaping @Sendable (SessionUpdate) -> Void) async
         -> SharedSession?
     {
         await start(saved: local.map { SharedSession(credentials: $0, generation: 0) }, updates: updates)
     }
 
-    public func start(saved: SharedSession?, updates: @escaping @Sendable (SessionUpdate) -> Void) async
+    package func start(saved: SharedSession?, updates: @escaping @Sendable (SessionUpdate) -> Void) async
         -> SharedSession?
     {
         let startSubscriber = state.withLock { state -> Bool in
@@ -212,7 +212,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         return shared
     }
 
-    public func beginRefresh(_ request: RefreshTurnRequest) async -> RefreshTurn {
+    package func beginRefresh(_ request: RefreshTurnRequest) async -> RefreshTurn {
         let deadline = ContinuousClock.now + request.timeout
         let leaseLength = request.leaseLength(configured: configuration.lease)
         let leaseMs = leaseLength.milliseconds()
@@ -338,7 +338,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         }
     }
 
-    public func publish(_ credentials: Credentials, with lease: RefreshLease) async -> PublishResult {
+    package func publish(_ credentials: Credentials, with lease: RefreshLease) async -> PublishResult {
         let arguments = [
             "EVAL", Self.publishScript, "3", keys.session, keys.lease, keys.fence, String(lease.fencingToken),
             String(lease.generation),
@@ -372,7 +372,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         return .leaseLost(current: stored.map { SharedSession(credentials: $0, generation: generation, epoch: epoch) })
     }
 
-    public func endRefresh(_ lease: RefreshLease, failure: String?) async {
+    package func endRefresh(_ lease: RefreshLease, failure: String?) async {
         var object: [String: Any] = ["t": "e", "f": lease.fencingToken]
         if let signer { object["s"] = signer.seal("end", [String(lease.fencingToken)]) }
         if let failure {
@@ -386,12 +386,12 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         ])
     }
 
-    public func publishLogout(until: Date, reason: String) async {
+    package func publishLogout(until: Date, reason: String) async {
         // The latest session epoch this process knows.
         await publishLogout(until: until, reason: reason, epoch: state.withLock { $0.memory.epoch })
     }
 
-    public func publishLogout(until: Date, reason: String, epoch: UInt64) async {
+    package func publishLogout(until: Date, reason: String, epoch: UInt64) async {
         let untilMs = until.millisecondsSince1970
         let ttl = max(1, untilMs - Date().millisecondsSince1970)
         // The session epoch it was decided in: a logout racing a refresh (same epoch) applies; one
@@ -415,7 +415,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         ] + [signer?.logoutSuffix(until: untilMs, epoch: epoch) ?? "", String(epoch)]
     }
 
-    public func publishSignIn(_ credentials: Credentials) async -> SharedSession? {
+    package func publishSignIn(_ credentials: Credentials) async -> SharedSession? {
         // Under a key the credentials are sealed with the generation they get, so the script stores
         // them only over the generation this process expected ({gen} otherwise: ask again).
         var expected = state.withLock { $0.memory.generation }
@@ -439,7 +439,7 @@ public final class RedisSessionCoordinator: SessionCoordinator {
         return nil
     }
 
-    public func stop() {
+    package func stop() {
         state.withLock { $0.stopped = true }
         queue.async { [box] in box.connection = nil }
         signal.bump()

@@ -28,13 +28,19 @@ import ResponsePolicy
 public enum PolicySimulation {
     /// What a run did, counted as `policy simulate --format json` prints its last line.
     public struct Summary: Sendable, Equatable {
+        /// Requests the script sent.
         public var requests: Int
+        /// Requests that ended with a response.
         public var delivered: Int
+        /// Requests that ended with an error.
         public var failed: Int
+        /// Requests that ended because the session was logged out.
         public var loggedOut: Int
+        /// Requests that ended cancelled.
         public var cancelled: Int
         /// Calls to the refresh plugin (the script's `refresh:` steps).
         public var refreshes: Int
+        /// Times the session was logged out.
         public var logouts: Int
         /// Requests put on the wire, those later cancelled included.
         public var attempts: Int
@@ -51,7 +57,9 @@ public enum PolicySimulation {
         public var reuses: Int
         /// Refresh leases the store granted.
         public var leases: Int
+        /// Processes the script restarted (`restart:`).
         public var restarts: Int
+        /// Processes the script killed (`kill:`).
         public var kills: Int
     }
 
@@ -77,6 +85,7 @@ public enum PolicySimulation {
         /// on the wire.
         case stopped(String)
 
+        /// The script's errors, one per line, or why the run stopped.
         public var description: String {
             switch self {
             case .invalidScript(let diagnostics):

@@ -1,9 +1,9 @@
 import Foundation
 import ResponsePolicy
 
-/// A ``PolicyClock`` whose time only moves when a driver calls ``advance(to:)``.
+/// A `PolicyClock` whose time only moves when a driver calls `advance(to:)`.
 ///
-/// Used by tests and `policy simulate` (through ``SimulationScheduler``) so that backoffs, cooldowns and token
+/// Used by tests and `policy simulate` (through `SimulationScheduler`) so that backoffs, cooldowns and token
 /// expiry are exercised without real sleeping and with the same result on every run.
 ///
 /// ## Time
@@ -14,13 +14,13 @@ import ResponsePolicy
 /// - All members may be called from any thread or task; the state is protected by a `Locked` (pthread) lock, and no lock is
 ///   held while a continuation is resumed.
 /// - ``sleep(until:)`` returns at once if `deadline <= now` (after a cancellation check, like `Task.sleep`);
-///   otherwise it registers a timer and suspends until a driver's ``advance(to:)`` reaches the deadline.
+///   otherwise it registers a timer and suspends until a driver's `advance(to:)` reaches the deadline.
 /// - Cancellation: a sleeping task that is cancelled throws `CancellationError` promptly, at the virtual time of
 ///   the cancellation; the clock does not move. Cancellation that races with timer registration is handled:
 ///   the task's cancelled flag is checked under the same lock the cancellation handler takes.
-/// - Ordering: timers fire in (deadline, registration) order. ``advance(to:)`` resumes the continuations in
-///   that order, so on a FIFO executor such as ``SimulationScheduler`` the woken tasks also *run* in that order.
-/// - The driver API (``advance(to:)``, ``nextDeadline``, ``pendingTimers``) is meant for one driver at a time;
+/// - Ordering: timers fire in (deadline, registration) order. `advance(to:)` resumes the continuations in
+///   that order, so on a FIFO executor such as `SimulationScheduler` the woken tasks also *run* in that order.
+/// - The driver API (`advance(to:)`, `nextDeadline`, `pendingTimers`) is meant for one driver at a time;
 ///   concurrent advances are memory-safe but their interleaving is, naturally, not deterministic.
 public final class VirtualClock: PolicyClock {
     /// The wall-clock instant that corresponds to `now == .zero`: 2026-01-01T00:00:00Z.
@@ -124,7 +124,7 @@ public final class VirtualClock: PolicyClock {
 
     /// Sets ``now`` to `time` and resumes every timer whose deadline is `<= time`, in (deadline, registration)
     /// order. Woken tasks observe ``now == time``; to have each sleeper wake at exactly its own deadline, advance
-    /// to ``nextDeadline`` repeatedly (as ``SimulationScheduler`` does).
+    /// to `nextDeadline` repeatedly (as `SimulationScheduler` does).
     ///
     /// Resuming only enqueues the woken tasks on their executors; none of their code runs inside this call.
     /// - Precondition: `time >= now` (virtual time is monotonic).

@@ -5,7 +5,7 @@ import ResponsePolicy
     import FoundationNetworking
 #endif
 
-/// A ``Transport`` that sends requests with `URLSession`.
+/// A `Transport` that sends requests with `URLSession`.
 ///
 /// This is the production transport: it lives in its own module so that the `ResponsePolicy` core never links
 /// FoundationNetworking (and with it libcurl on Linux). Each call to ``send(_:)`` is one attempt; retries,
@@ -14,7 +14,7 @@ import ResponsePolicy
 /// owns all credentials and a stored cookie would be a second, unmanaged one.
 ///
 /// Failures that produced no response are thrown as `TransportError` with the class a policy's
-/// `when: { error: [...] }` names (see ``classify(_:)``); task cancellation is thrown as `CancellationError`,
+/// `when: { error: [...] }` names (see `classify(_:)`); task cancellation is thrown as `CancellationError`,
 /// promptly, with the request cancelled on the wire. Error messages name the method and the URL without its query,
 /// fragment or user info, and never the headers, because those carry tokens.
 ///
@@ -31,14 +31,14 @@ import ResponsePolicy
 /// fields on the wire. It joins repeated fields of one name with commas (equivalent by RFC 9110 §5.3), and hands
 /// response headers back as a dictionary, so ``send(_:)`` returns them sorted by lowercased name, for determinism.
 ///
-/// Redirects are followed by the transport itself, as the request's ``HTTPRequest/redirects`` says (at most
-/// ``maxRedirects``): 301, 302 and 303 turn a `POST` into a `GET` without body (303 any method but `HEAD`), 307
+/// Redirects are followed by the transport itself, as the request's `HTTPRequest/redirects` says (at most
+/// `maxRedirects`): 301, 302 and 303 turn a `POST` into a `GET` without body (303 any method but `HEAD`), 307
 /// and 308 keep the method and body. When a redirect leads to another origin (scheme, host or port; an https →
 /// http downgrade included) every header except `Accept`, `Accept-Language`, `Content-Language`, `Content-Type`
 /// and `User-Agent` is dropped, and so is every query parameter the `Location` repeats from the request's own
 /// query, so no `Authorization`, authorizer header or query token, cookie or API key reaches another
-/// server. Bodies are read as they arrive and capped at ``maxBody`` (and the request's
-/// ``HTTPRequest/maxResponseBytes``): a larger one fails the attempt with `TransportError(.tooLarge)`, which a
+/// server. Bodies are read as they arrive and capped at `maxBody` (and the request's
+/// `HTTPRequest.maxResponseBytes`): a larger one fails the attempt with `TransportError(.tooLarge)`, which a
 /// policy matches as `when: { error: [too-large] }`.
 public final class URLSessionTransport: CancellableTransport {
     /// The longest one ``send(_:)`` may take, from the call until the last byte of the body.
@@ -46,17 +46,17 @@ public final class URLSessionTransport: CancellableTransport {
     /// Under a ``PolicyEngine`` this is only an outer bound: the policy's `retry.attempt-timeout`
     /// governs each attempt. Set it above the longest `attempt-timeout` of the policies you run
     /// (`policy fetch` does), or attempts are cut short of what `policy explain` promises.
-    public let timeout: Duration
+    package let timeout: Duration
     /// The largest response body accepted, in bytes (`max-body`); `nil` for no limit. 64 MiB by default.
-    public let maxBody: Int?
+    package let maxBody: Int?
     /// How many redirects one ``send(_:)`` follows before it fails with a connection error: 10.
-    public static let maxRedirects = RedirectRules.maxRedirects
-    /// The default of ``maxBody``: 64 MiB.
+    package static let maxRedirects = RedirectRules.maxRedirects
+    /// The default of `maxBody`: 64 MiB.
     public static let defaultMaxBody = 64 << 20
     /// The most header fields a response may have (distinct names); more fail the attempt with
     /// `TransportError(.tooLarge)`. 500 by default.
-    public let maxHeaders: Int
-    /// The default of ``maxHeaders``: 500. Real responses carry a few dozen.
+    package let maxHeaders: Int
+    /// The default of `maxHeaders`: 500. Real responses carry a few dozen.
     public static let defaultMaxHeaders = 500
 
     private let session: URLSession
@@ -223,9 +223,9 @@ public final class URLSessionTransport: CancellableTransport {
     ///   not have a non-empty body, which `URLSession` refuses to send.
     /// - Returns: The status, headers and body of the response (the last one, after the redirects followed).
     /// - Throws: `CancellationError` when the calling task is cancelled (the data task is cancelled too);
-    ///   `TransportError` when no complete response arrived: `.timeout` after ``timeout``, `.tooLarge` for a body
-    ///   over the limit, otherwise the class ``classify(_:)`` gives the `URLError`, or `.connection` for errors it
-    ///   leaves unclassified, for more than ``maxRedirects`` redirects and for a `GET` request with a body.
+    ///   `TransportError` when no complete response arrived: `.timeout` after `timeout`, `.tooLarge` for a body
+    ///   over the limit, otherwise the class `classify(_:)` gives the `URLError`, or `.connection` for errors it
+    ///   leaves unclassified, for more than `maxRedirects` redirects and for a `GET` request with a body.
     public func send(_ request: HTTPRequest) async throws -> HTTPResponse {
         try await perform(request, cancellation: nil)
     }

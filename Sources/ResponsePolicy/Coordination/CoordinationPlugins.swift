@@ -23,15 +23,18 @@ extension PluginRegistry {
 /// What a coordinator factory is given: the policy's `coordination.with:` options, where this
 /// process keeps its credentials, and the environment (for `password-env`).
 public struct CoordinatorConfiguration: Sendable {
+    /// The name the policy's `coordination: { use: }` gave.
     public let name: String
+    /// The `with:` options, as written.
     public let options: [String: PluginOption]
     /// The credentials file (`store: file`, or `--credentials` for `policy fetch`), when there is one.
     public let credentialsPath: String?
     /// The policy's name: the default session key.
     public let policyName: String
+    /// Environment variables, for secrets the options name (`password-env`).
     public let environment: [String: String]
 
-    public init(
+    package init(
         name: String, options: [String: PluginOption], credentialsPath: String?, policyName: String,
         environment: [String: String]
     ) {
@@ -42,10 +45,11 @@ public struct CoordinatorConfiguration: Sendable {
         self.environment = environment
     }
 
+    /// A text option, `nil` when absent.
     public func string(_ key: String) -> String? { options[key]?.string }
 
     /// A duration option (`15s`, `250ms`), or `fallback` when absent.
-    public func duration(_ key: String, default fallback: Duration) throws(CoordinationError) -> Duration {
+    package func duration(_ key: String, default fallback: Duration) throws(CoordinationError) -> Duration {
         guard let text = string(key) else { return fallback }
         guard let duration = Duration.parsePolicy(text) else {
             throw CoordinationError("'\(key)' is not a duration: '\(text)'")
@@ -178,9 +182,9 @@ enum CoordinationPlugins {
 /// behind one lock. A registry made before `install` keeps what it had.
 public enum CoordinationBackends {
     /// One installed backend.
-    public struct Backend: Sendable {
-        public let factory: CoordinatorFactory
-        public init(_ factory: @escaping CoordinatorFactory) { self.factory = factory }
+    package struct Backend: Sendable {
+        package let factory: CoordinatorFactory
+        package init(_ factory: @escaping CoordinatorFactory) { self.factory = factory }
     }
 
     private static let table = Locked<[String: Backend]>([:])
@@ -191,7 +195,7 @@ public enum CoordinationBackends {
     }
 
     /// The backends installed so far, by name.
-    public static var installed: [String: Backend] { table.withLock { $0 } }
+    package static var installed: [String: Backend] { table.withLock { $0 } }
 }
 
 extension PluginRegistry {
@@ -209,7 +213,7 @@ extension PluginRegistry {
     ///     store's `path` when nil.
     /// - Throws: ``PluginError`` (kind `coordination`) when the plugin is unknown or its options
     ///   cannot be used (a password variable that is not set, a URL it cannot reach).
-    public func makeCoordinator(
+    package func makeCoordinator(
         for policy: Policy, environment: [String: String] = ProcessInfo.processInfo.environment,
         credentialsPath: String? = nil
     ) throws(PluginError) -> any SessionCoordinator {

@@ -3,8 +3,11 @@ import Foundation
 
 /// Why a coordinator could not be made from its options. Never carries a secret.
 public struct CoordinationError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// What is wrong, for people.
     public var reason: String
+    /// An error saying `reason`.
     public init(_ reason: String) { self.reason = reason }
+    /// The reason.
     public var description: String { reason }
 }
 

@@ -32,17 +32,17 @@ import Foundation
 ///
 /// Concurrency contract: see ``SessionCoordinator``. File work runs on a private serial queue;
 /// the lock is waited for at most `connect-timeout` (`250ms` by default).
-public final class FileSessionCoordinator: SessionCoordinator {
-    public struct Configuration: Sendable, Equatable {
+package final class FileSessionCoordinator: SessionCoordinator {
+    package struct Configuration: Sendable, Equatable {
         /// The credentials file the lock and state files sit next to.
-        public var path: String
-        public var lease: Duration
-        public var connectTimeout: Duration
-        public var watchInterval: Duration
+        package var path: String
+        package var lease: Duration
+        package var connectTimeout: Duration
+        package var watchInterval: Duration
         /// From `signing-key-env`: the shared record is used only when sealed with it (every field).
-        public var signingKey: Data?
+        package var signingKey: Data?
 
-        public init(
+        package init(
             path: String, lease: Duration = .seconds(15), connectTimeout: Duration = .milliseconds(250),
             watchInterval: Duration = .milliseconds(20), signingKey: Data? = nil
         ) {
@@ -73,7 +73,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
         var revision: UInt64 = 0
     }
 
-    public let configuration: Configuration
+    package let configuration: Configuration
     let lockPath: String
     let statePath: String
     let signer: SharedStateSigner?
@@ -81,7 +81,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
     private let signal = ChangeSignal()
     private let queue = DispatchQueue(label: "response-policy.file-coordinator")
 
-    public init(_ configuration: Configuration) throws(CoordinationError) {
+    package init(_ configuration: Configuration) throws(CoordinationError) {
         guard !configuration.path.isEmpty else { throw CoordinationError("the file coordinator needs a file path") }
         self.configuration = configuration
         let path = (configuration.path as NSString).expandingTildeInPath
@@ -92,13 +92,13 @@ public final class FileSessionCoordinator: SessionCoordinator {
 
     // MARK: - SessionCoordinator
 
-    public func start(local: Credentials?, updates: @escaping @Sendable (SessionUpdate) -> Void) async
+    package func start(local: Credentials?, updates: @escaping @Sendable (SessionUpdate) -> Void) async
         -> SharedSession?
     {
         await start(saved: local.map { SharedSession(credentials: $0, generation: 0) }, updates: updates)
     }
 
-    public func start(saved: SharedSession?, updates: @escaping @Sendable (SessionUpdate) -> Void) async
+    package func start(saved: SharedSession?, updates: @escaping @Sendable (SessionUpdate) -> Void) async
         -> SharedSession?
     {
         let leaseMs = configuration.lease.milliseconds()
@@ -129,7 +129,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
         return shared
     }
 
-    public func beginRefresh(_ request: RefreshTurnRequest) async -> RefreshTurn {
+    package func beginRefresh(_ request: RefreshTurnRequest) async -> RefreshTurn {
         let deadline = ContinuousClock.now + request.timeout
         var holder: UInt64?
         // Never shorter than the refresh it covers: a live holder must not lose its lease while
@@ -212,7 +212,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
         }
     }
 
-    public func publish(_ credentials: Credentials, with lease: RefreshLease) async -> PublishResult {
+    package func publish(_ credentials: Credentials, with lease: RefreshLease) async -> PublishResult {
         let result = await transact { shared -> PublishResult in
             shared.publish(credentials, with: lease, now: Date().millisecondsSince1970)
         }
@@ -229,17 +229,17 @@ public final class FileSessionCoordinator: SessionCoordinator {
         }
     }
 
-    public func endRefresh(_ lease: RefreshLease, failure: String?) async {
+    package func endRefresh(_ lease: RefreshLease, failure: String?) async {
         _ = await transact { shared in shared.end(lease, failure: failure) }
     }
 
-    public func publishLogout(until: Date, reason: String) async {
+    package func publishLogout(until: Date, reason: String) async {
         // The session epoch it was decided in: the latest this process has read. A logout decided
         // before a sign-in it had not read yet is not stored (``CoordinationRecord/logout(until:epoch:)``).
         await publishLogout(until: until, reason: reason, epoch: state.withLock { $0.seen.epoch })
     }
 
-    public func publishLogout(until: Date, reason: String, epoch: UInt64) async {
+    package func publishLogout(until: Date, reason: String, epoch: UInt64) async {
         let end = until.millisecondsSince1970
         let stored = await transact { shared in shared.logout(until: end, epoch: epoch) }
         switch stored {
@@ -256,7 +256,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
         state.withLock { state in state.seen.loggedOutUntil = max(state.seen.loggedOutUntil ?? 0, end) }
     }
 
-    public func publishSignIn(_ credentials: Credentials) async -> SharedSession? {
+    package func publishSignIn(_ credentials: Credentials) async -> SharedSession? {
         let floor = state.withLock { $0.memory.generation }
         let result = await transact { shared -> SharedSession in shared.signIn(credentials, after: floor) }
         guard case .success(let session) = result else { return nil }
@@ -270,7 +270,7 @@ public final class FileSessionCoordinator: SessionCoordinator {
     /// This process's clock for what it remembers (``CoordinationMemory``).
     private static var monotonicNow: Int64 { ContinuousClock.now.coordinationMilliseconds }
 
-    public func stop() {
+    package func stop() {
         state.withLock { $0.stopped = true }
         signal.bump()
     }

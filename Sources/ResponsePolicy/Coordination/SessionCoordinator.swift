@@ -95,12 +95,14 @@ public protocol SessionCoordinator: Sendable {
 }
 
 extension SessionCoordinator {
+    /// Starts from the credentials alone (``start(local:updates:)``), for a coordinator that keeps no stamps.
     public func start(saved: SharedSession?, updates: @escaping @Sendable (SessionUpdate) -> Void) async
         -> SharedSession?
     {
         await start(local: saved?.credentials, updates: updates)
     }
 
+    /// Publishes the logout without its epoch (``publishLogout(until:reason:)``), for a coordinator that keeps none.
     public func publishLogout(until: Date, reason: String, epoch: UInt64) async {
         await publishLogout(until: until, reason: reason)
     }
@@ -159,6 +161,7 @@ package protocol TrustWarning {
 
 /// A session as a coordinator shares it.
 public struct SharedSession: Sendable, Equatable {
+    /// The session's credentials; `nil` when it has none (never signed in, or logged out).
     public var credentials: Credentials?
     /// Grows with every publication; compares sessions across processes. Never goes backwards:
     /// a coordinator re-seeds a store that forgot from the newest generation its process knows.
@@ -171,6 +174,7 @@ public struct SharedSession: Sendable, Equatable {
     /// refusal of the old session's token never ends the session a later sign-in started.
     public var epoch: UInt64
 
+    /// A session as a coordinator stores it.
     public init(credentials: Credentials?, generation: UInt64, loggedOutUntil: Date? = nil, epoch: UInt64 = 0) {
         self.credentials = credentials
         self.generation = generation
@@ -202,6 +206,7 @@ public struct RefreshTurnRequest: Sendable, Equatable {
     /// `refresh.limit`, counted across every process that shares the key.
     public var limit: (count: Int, per: Duration)?
 
+    /// A request to refresh from `failedGeneration`.
     public init(failedGeneration: UInt64, timeout: Duration, limit: (count: Int, per: Duration)?) {
         self.failedGeneration = failedGeneration
         self.timeout = timeout
@@ -212,10 +217,11 @@ public struct RefreshTurnRequest: Sendable, Equatable {
     /// refresh it covers (`timeout` and a tenth of it, at most a second more): a live holder must
     /// not lose its lease while its refresh is still allowed to run (issue 19: a holder that
     /// outlived its lease dropped the new pair, and the next holder presented the spent token).
-    public func leaseLength(configured: Duration) -> Duration {
+    package func leaseLength(configured: Duration) -> Duration {
         max(configured, timeout + min(timeout / 10, .seconds(1)))
     }
 
+    /// Requests are equal when their generation, timeout and limit are.
     public static func == (a: Self, b: Self) -> Bool {
         a.failedGeneration == b.failedGeneration && a.timeout == b.timeout && a.limit?.count == b.limit?.count
             && a.limit?.per == b.limit?.per
@@ -239,6 +245,7 @@ public struct RefreshLease: Sendable, Equatable {
     /// The engine presents the refresh token only within it (issue 30).
     public var term: Duration?
 
+    /// A lease on `generation`, fenced by `fencingToken`.
     public init(fencingToken: UInt64, generation: UInt64, term: Duration? = nil) {
         self.fencingToken = fencingToken
         self.generation = generation
@@ -270,24 +277,26 @@ public enum RefreshTurn: Sendable, Equatable {
 
 /// The coordinator's answer to ``SessionCoordinator/publish(_:with:)``.
 public enum PublishResult: Sendable, Equatable {
+    /// The credentials are stored, as this session (with its new generation).
     case published(SharedSession)
     /// The lease expired or was taken over: nothing was stored. `current` is what is stored now.
     case leaseLost(current: SharedSession?)
+    /// The store could not be reached; the reason, for a `problem` event.
     case unavailable(String)
 }
 
 /// The default: coordination within one engine only, which the engine's own single flight already
 /// gives. Grants every refresh at once and shares nothing.
-public struct LocalSessionCoordinator: SessionCoordinator {
+package struct LocalSessionCoordinator: SessionCoordinator {
     private let fencing = Locked<UInt64>(0)
 
-    public init() {}
+    package init() {}
 
-    public func start(local: Credentials?, updates: @escaping @Sendable (SessionUpdate) -> Void) async
+    package func start(local: Credentials?, updates: @escaping @Sendable (SessionUpdate) -> Void) async
         -> SharedSession?
     { nil }
 
-    public func beginRefresh(_ request: RefreshTurnRequest) async -> RefreshTurn {
+    package func beginRefresh(_ request: RefreshTurnRequest) async -> RefreshTurn {
         let token = fencing.withLock { value -> UInt64 in
             value += 1
             return value
@@ -295,17 +304,17 @@ public struct LocalSessionCoordinator: SessionCoordinator {
         return .lease(RefreshLease(fencingToken: token, generation: request.failedGeneration))
     }
 
-    public func publish(_ credentials: Credentials, with lease: RefreshLease) async -> PublishResult {
+    package func publish(_ credentials: Credentials, with lease: RefreshLease) async -> PublishResult {
         .published(SharedSession(credentials: credentials, generation: lease.generation + 1))
     }
 
-    public func endRefresh(_ lease: RefreshLease, failure: String?) async {}
+    package func endRefresh(_ lease: RefreshLease, failure: String?) async {}
 
-    public func publishLogout(until: Date, reason: String) async {}
+    package func publishLogout(until: Date, reason: String) async {}
 
-    public func publishSignIn(_ credentials: Credentials) async -> SharedSession? { nil }
+    package func publishSignIn(_ credentials: Credentials) async -> SharedSession? { nil }
 
-    public func stop() {}
+    package func stop() {}
 }
 
 /// Stands in for a coordinator the policy names but that could not be made (an unset

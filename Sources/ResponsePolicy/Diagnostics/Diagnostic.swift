@@ -1,8 +1,11 @@
 /// How serious a finding is. Errors make `policy lint` exit 1 and `Policy.load` throw.
 public enum Severity: String, Sendable, Hashable, Codable, Comparable {
+    /// Reported; the policy still loads.
     case warning
+    /// The policy does not load; `policy lint` exits 1.
     case error
 
+    /// A warning is less serious than an error.
     public static func < (a: Severity, b: Severity) -> Bool { a == .warning && b == .error }
 }
 
@@ -13,8 +16,11 @@ public enum Severity: String, Sendable, Hashable, Codable, Comparable {
 /// message written for the person fixing the file: lower-case, no trailing period, user values in
 /// single quotes. Notes point at related places (the earlier rule that shadows this one).
 public struct Diagnostic: Sendable, Hashable, CustomStringConvertible {
+    /// A related place, with what it says about the finding.
     public struct Note: Sendable, Hashable {
+        /// Where the related place is.
         public var range: SourceRange
+        /// What the place has to do with the finding.
         public var message: String
         package init(range: SourceRange, message: String) {
             self.range = range
@@ -22,10 +28,15 @@ public struct Diagnostic: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// Whether it is an error or a warning.
     public var severity: Severity
+    /// Where the offending key or value is.
     public var range: SourceRange
+    /// The stable rule id (`unknown-key`), for scripts and suppressions.
     public var rule: String
+    /// What is wrong, for the person fixing the file.
     public var message: String
+    /// Related places; empty for most findings.
     public var notes: [Note]
     /// The file the finding is in, as the user named it; `nil` for in-memory sources.
     public var file: String?

@@ -7,11 +7,13 @@ public struct SourcePosition: Sendable, Hashable, Comparable, CustomStringConver
     private var storedLine: UInt32
     private var storedColumn: UInt32
 
+    /// The line, from 1.
     public var line: Int {
         get { Int(storedLine) }
         set { storedLine = UInt32(clamping: newValue) }
     }
 
+    /// The column, from 1, in Unicode scalars.
     public var column: Int {
         get { Int(storedColumn) }
         set { storedColumn = UInt32(clamping: newValue) }
@@ -22,16 +24,20 @@ public struct SourcePosition: Sendable, Hashable, Comparable, CustomStringConver
         storedColumn = UInt32(clamping: column)
     }
 
+    /// Positions order by line, then column.
     public static func < (a: SourcePosition, b: SourcePosition) -> Bool {
         (a.line, a.column) < (b.line, b.column)
     }
 
+    /// `LINE:COLUMN`.
     public var description: String { "\(line):\(column)" }
 }
 
 /// The stretch of source a node or finding covers, start inclusive, end exclusive.
 public struct SourceRange: Sendable, Hashable, CustomStringConvertible {
+    /// The first position covered.
     public var start: SourcePosition
+    /// The position just past the last one covered.
     public var end: SourcePosition
 
     package init(start: SourcePosition, end: SourcePosition) {
@@ -47,5 +53,6 @@ public struct SourceRange: Sendable, Hashable, CustomStringConvertible {
     /// Position 1:1, for findings about a whole file.
     package static let fileStart = SourceRange(line: 1, column: 1)
 
+    /// The start, `LINE:COLUMN`.
     public var description: String { start.description }
 }

@@ -1,6 +1,19 @@
 /// The kinds of plugin a policy can name with `use:`.
 public enum PluginKind: String, Sendable, Hashable, CaseIterable, Codable {
-    case refresh, authorize, logout, extract, observe, store, coordination
+    /// Gets fresh credentials (`refresh:`); a ``RefreshPlugin``.
+    case refresh
+    /// Signs requests (`authorize:`); an ``AuthorizePlugin``.
+    case authorize
+    /// Tells the outside world the session ended (`logout:`); a ``LogoutPlugin``.
+    case logout
+    /// Finds a response's business code (`classify: { use: }`); a ``CodeExtractor``.
+    case extract
+    /// Receives every event (`observe:`); a ``PolicyObserver``.
+    case observe
+    /// Keeps credentials between runs (`store:`); a ``CredentialStore``.
+    case store
+    /// Shares the session with other processes (`coordination:`); a ``SessionCoordinator``.
+    case coordination
 }
 
 /// A `use:` with its `with:` options, as written in the policy.
@@ -30,13 +43,18 @@ package struct PluginReference: Sendable, Hashable {
 
 /// One `with:` option value, kept close to the YAML so any plugin can read it.
 public enum PluginOption: Sendable, Hashable, CustomStringConvertible {
+    /// A text (a quoted scalar, or a plain one that is not a number or a boolean).
     case string(String)
     /// A plain YAML number, as written (`007` stays `007`, `1e20` stays `1e20`).
     case number(String)
+    /// `true` or `false`.
     case bool(Bool)
+    /// A YAML sequence.
     case list([PluginOption])
+    /// A YAML mapping, by key.
     case map([String: PluginOption])
 
+    /// The value as text, when it is a scalar (a text, a number as written, `true`/`false`).
     public var string: String? {
         switch self {
         case .string(let text): return text
@@ -54,6 +72,7 @@ public enum PluginOption: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// The value as YAML-like text, texts quoted.
     public var description: String {
         switch self {
         case .string(let text): return "'\(text)'"

@@ -19,6 +19,7 @@ import Foundation
 /// print(policy.name, policy.warnings.count)
 /// ```
 public struct Policy: Sendable {
+    /// The policy's `name:`.
     public let name: String
     package let classify: CodeSource?
     package let rules: [Rule]
@@ -218,11 +219,13 @@ public enum PolicyError: Error, Sendable, Equatable, CustomStringConvertible {
     /// for every command (lint, graph, explain, simulate, test, diff and fetch's files alike).
     package static let noSuchFile = "no such file or directory"
 
+    /// The findings of an invalid policy; empty for an unreadable file.
     public var diagnostics: [Diagnostic] {
         if case .invalid(_, let diagnostics) = self { return diagnostics }
         return []
     }
 
+    /// The error for people: the path and reason, or the file's errors one per line (the first 20).
     public var description: String {
         switch self {
         case .unreadable(let path, let reason):

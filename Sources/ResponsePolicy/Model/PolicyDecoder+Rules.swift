@@ -1,3 +1,5 @@
+import Foundation
+
 /// The sections a rule's `then:` overrides are applied over.
 struct SectionScope {
     var retry: RetrySettings

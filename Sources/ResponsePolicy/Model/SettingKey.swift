@@ -140,7 +140,7 @@ package struct SettingKey<Section: SettingsSection>: Sendable {
     /// A key of `Section`'s field at `path`, read by `read` (`nil`: reported, keep the value
     /// the field has) and written as policy text by `text`.
     init<Value>(
-        _ name: String, _ path: WritableKeyPath<Section, Value> & Sendable, _ kind: SettingKind,
+        _ name: String, _ path: any WritableKeyPath<Section, Value> & Sendable, _ kind: SettingKind,
         reach: SettingReach, doc: String, applies: @escaping @Sendable (Section) -> Bool = { _ in true },
         read: @escaping @Sendable (inout PolicyDecoder, SettingInput, Value) -> Value?,
         text: @escaping @Sendable (Value) -> PolicyValue
@@ -159,7 +159,7 @@ package struct SettingKey<Section: SettingsSection>: Sendable {
 
     /// A whole number in `range`.
     static func integer(
-        _ name: String, _ path: WritableKeyPath<Section, Int> & Sendable, _ range: ClosedRange<Int>,
+        _ name: String, _ path: any WritableKeyPath<Section, Int> & Sendable, _ range: ClosedRange<Int>,
         reach: SettingReach = .rule, doc: String
     ) -> Self {
         Self(
@@ -169,7 +169,7 @@ package struct SettingKey<Section: SettingsSection>: Sendable {
 
     /// A number in `range`.
     static func number(
-        _ name: String, _ path: WritableKeyPath<Section, Double> & Sendable, _ range: ClosedRange<Double>,
+        _ name: String, _ path: any WritableKeyPath<Section, Double> & Sendable, _ range: ClosedRange<Double>,
         reach: SettingReach = .rule, doc: String, applies: @escaping @Sendable (Section) -> Bool = { _ in true }
     ) -> Self {
         Self(
@@ -179,7 +179,7 @@ package struct SettingKey<Section: SettingsSection>: Sendable {
 
     /// `true` or `false`.
     static func boolean(
-        _ name: String, _ path: WritableKeyPath<Section, Bool> & Sendable, reach: SettingReach = .rule, doc: String
+        _ name: String, _ path: any WritableKeyPath<Section, Bool> & Sendable, reach: SettingReach = .rule, doc: String
     ) -> Self {
         Self(
             name, path, .boolean, reach: reach, doc: doc,
@@ -188,7 +188,7 @@ package struct SettingKey<Section: SettingsSection>: Sendable {
 
     /// A duration.
     static func duration(
-        _ name: String, _ path: WritableKeyPath<Section, Duration> & Sendable, reach: SettingReach = .rule,
+        _ name: String, _ path: any WritableKeyPath<Section, Duration> & Sendable, reach: SettingReach = .rule,
         doc: String
     ) -> Self {
         Self(
@@ -199,7 +199,7 @@ package struct SettingKey<Section: SettingsSection>: Sendable {
 
     /// A duration, or `none` (`nil`).
     static func durationOrNone(
-        _ name: String, _ path: WritableKeyPath<Section, Duration?> & Sendable, reach: SettingReach = .rule,
+        _ name: String, _ path: any WritableKeyPath<Section, Duration?> & Sendable, reach: SettingReach = .rule,
         doc: String
     ) -> Self {
         Self(
@@ -210,7 +210,7 @@ package struct SettingKey<Section: SettingsSection>: Sendable {
 
     /// An action (`on-exhausted`, `on-failure`).
     static func action(
-        _ name: String, _ path: WritableKeyPath<Section, ActionKind> & Sendable, reach: SettingReach = .rule,
+        _ name: String, _ path: any WritableKeyPath<Section, ActionKind> & Sendable, reach: SettingReach = .rule,
         doc: String
     ) -> Self {
         Self(
@@ -220,7 +220,7 @@ package struct SettingKey<Section: SettingsSection>: Sendable {
 
     /// One of an enum's raw values (`backoff`).
     static func choice<Choice: RawRepresentable & CaseIterable & Sendable>(
-        _ name: String, _ path: WritableKeyPath<Section, Choice> & Sendable, reach: SettingReach = .rule,
+        _ name: String, _ path: any WritableKeyPath<Section, Choice> & Sendable, reach: SettingReach = .rule,
         doc: String
     ) -> Self where Choice.RawValue == String {
         Self(
@@ -231,7 +231,7 @@ package struct SettingKey<Section: SettingsSection>: Sendable {
 
     /// `honor` or `ignore` (`retry-after`): whether a `Retry-After` answer sets the wait.
     static func retryAfter(
-        _ name: String, _ path: WritableKeyPath<Section, Bool> & Sendable, reach: SettingReach = .rule, doc: String
+        _ name: String, _ path: any WritableKeyPath<Section, Bool> & Sendable, reach: SettingReach = .rule, doc: String
     ) -> Self {
         Self(
             name, path, .choice(["honor", "ignore"]), reach: reach, doc: doc,
@@ -242,7 +242,7 @@ package struct SettingKey<Section: SettingsSection>: Sendable {
     /// `none` (`nil`), or a mapping of `Nested`'s keys written over the value the field has
     /// (over `Nested`'s defaults when that is `none`).
     static func noneOr<Nested: SettingsSection>(
-        _ name: String, _ path: WritableKeyPath<Section, Nested?> & Sendable, reach: SettingReach = .rule,
+        _ name: String, _ path: any WritableKeyPath<Section, Nested?> & Sendable, reach: SettingReach = .rule,
         doc: String
     ) -> Self {
         Self(
@@ -256,7 +256,7 @@ package struct SettingKey<Section: SettingsSection>: Sendable {
 
     /// Anything else: typed by `schema` (`type` in words), read by `read`.
     static func custom<Value>(
-        _ name: String, _ path: WritableKeyPath<Section, Value> & Sendable, schema: SchemaJSON, type: String,
+        _ name: String, _ path: any WritableKeyPath<Section, Value> & Sendable, schema: SchemaJSON, type: String,
         reach: SettingReach = .rule, doc: String,
         read: @escaping @Sendable (inout PolicyDecoder, SettingInput) -> Value?,
         text: @escaping @Sendable (Value) -> PolicyValue

@@ -11,9 +11,8 @@ import Foundation
 /// Prometheus scrapes and Grafana draws. Names follow Prometheus' conventions: the
 /// `response_policy_` prefix, base units (`_seconds`), `_total` on counters. Labels come from the
 /// policy (scope ids, rule names) or from fixed sets (results, reasons); never a path, a token or
-/// a free-text reason, so the number of series stays bounded. A label past
-/// ``maxSeriesPerMetric`` distinct values (rule names gathered over many reloads) counts as
-/// `other`.
+/// a free-text reason, so the number of series stays bounded. A label past 500 distinct values
+/// (rule names gathered over many reloads) counts as `other`.
 ///
 /// ```swift
 /// let metrics = PolicyMetrics()
@@ -60,7 +59,7 @@ public final class PolicyMetrics: PolicyObserver, Sendable {
     ]
 
     /// The most distinct label sets one metric keeps (`500`); past it, new values count as `other`.
-    public static let maxSeriesPerMetric = 500
+    package static let maxSeriesPerMetric = 500
 
     private let state: Locked<State>
     private let buckets: [Double]
@@ -87,6 +86,7 @@ public final class PolicyMetrics: PolicyObserver, Sendable {
 
     // MARK: - Observing
 
+    /// Counts the event; called by the engine for every event.
     public func observe(_ event: PolicyEvent) {
         state.withLock { state in state.observe(event, bounds: buckets) }
     }

@@ -75,8 +75,11 @@ package struct NoLogout: LogoutPlugin {
 /// Credentials held in memory for the life of the process.
 public final class MemoryCredentialStore: CredentialStore {
     private let stored: Locked<Credentials?>
+    /// A store holding `credentials` (none by default).
     public init(_ credentials: Credentials? = nil) { stored = Locked(credentials) }
+    /// The credentials held.
     public func load() throws -> Credentials? { stored.withLock { $0 } }
+    /// Holds `credentials` instead.
     public func save(_ credentials: Credentials) throws { stored.withLock { $0 = credentials } }
 }
 

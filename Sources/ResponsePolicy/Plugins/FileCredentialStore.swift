@@ -18,6 +18,7 @@ public enum CredentialStoreError: Error, Sendable, Equatable, CustomStringConver
     /// The new file could not be written or put in place; the old file, if any, is unchanged.
     case unwritable(path: String, reason: String)
 
+    /// The problem, naming the file; never the file's contents.
     public var description: String {
         switch self {
         case .unreadable(let path, let reason): return "cannot read the credentials file '\(path)': \(reason)"
@@ -114,6 +115,7 @@ package protocol SessionStampingStore: CredentialStore {
     func save(_ saved: SavedCredentials) throws
 }
 
+/// Credentials kept in a JSON file (`store: file`), written atomically and readable by the owner alone.
 public final class FileCredentialStore: CredentialStore, CustomStringConvertible, FileBackedCredentialStore,
     SessionStampingStore
 {
@@ -149,6 +151,7 @@ public final class FileCredentialStore: CredentialStore, CustomStringConvertible
         self.init(path: path)
     }
 
+    /// Names the file; never the credentials.
     public var description: String { "FileCredentialStore('\(path)')" }
 
     /// Reads the credentials.
@@ -173,7 +176,7 @@ public final class FileCredentialStore: CredentialStore, CustomStringConvertible
     /// cannot save the new one has lost the session. A tool checks this before it sends anything.
     ///
     /// - Throws: ``CredentialStoreError/unwritable(path:reason:)`` naming the folder and the cause.
-    public func checkWritable() throws {
+    package func checkWritable() throws {
         try saving.withLock { _ throws(CredentialStoreError) in
             let (fd, temporary) = try createTemporaryFile()
             close(fd)

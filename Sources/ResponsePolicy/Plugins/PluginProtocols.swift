@@ -24,7 +24,7 @@ public struct RefreshContext: Sendable {
     /// secret; quote what the server sent only when it cannot be one.
     public let report: @Sendable (String) -> Void
 
-    public init(
+    package init(
         credentials: Credentials?, transport: any Transport, clock: any PolicyClock, reason: String = "refresh",
         tokenType: String = "bearer", report: @escaping @Sendable (String) -> Void = { _ in }
     ) {
@@ -65,8 +65,11 @@ public struct RefreshFailure: Error, Sendable, Equatable, CustomStringConvertibl
         case transient
     }
 
+    /// Why the refresh failed, for logs and events; never a token.
     public var reason: String
+    /// The token endpoint's answer, when there was one.
     public var response: HTTPResponse?
+    /// Whether trying again can help.
     public var kind: Kind
     /// How long to wait before the next try, when the plugin knows (`nil`: the response's
     /// `Retry-After`, else the engine's backoff).
@@ -87,7 +90,7 @@ public struct RefreshFailure: Error, Sendable, Equatable, CustomStringConvertibl
     ///   - reason: Why, for events, errors and the logout it may lead to; never a secret.
     ///   - response: The token endpoint's answer, when it answered; `nil` by default.
     ///   - kind: `nil` (the default) derives it: from `response` when there is one
-    ///     (``kind(of:)``), else ``Kind/definitive`` — a plugin that throws without an answer is
+    ///     (`kind(of:)`), else ``Kind/definitive`` — a plugin that throws without an answer is
     ///     taken at its word; the built-in plugins say `.transient` for an endpoint they could
     ///     not reach.
     ///   - retryAfter: The wait the server asked for; `nil` by default.
@@ -109,16 +112,17 @@ public struct RefreshFailure: Error, Sendable, Equatable, CustomStringConvertibl
     /// `unsupported_grant_type`, `invalid_scope`) and every 4xx but 408, 425 and 429; transient for
     /// `temporarily_unavailable`, `slow_down`, 408, 425, 429, every 5xx and an answer that is no
     /// token. The engine's classification by the policy's rules comes on top.
-    public static func kind(of response: HTTPResponse) -> Kind {
+    package static func kind(of response: HTTPResponse) -> Kind {
         TokenAnswer.kind(of: response)
     }
 
     /// The RFC 6749 §5.2 error codes, each of which says the refresh cannot succeed as asked.
-    public static let definitiveErrorCodes: Set<String> = TokenAnswer.definitiveCodes
+    package static let definitiveErrorCodes: Set<String> = TokenAnswer.definitiveCodes
 
     /// Whether the refresh cannot succeed if tried again.
     public var isDefinitive: Bool { kind == .definitive }
 
+    /// The reason.
     public var description: String { reason }
 }
 
@@ -129,6 +133,7 @@ public struct RefreshFailure: Error, Sendable, Equatable, CustomStringConvertibl
 /// ``RefreshFailure`` (any other error is treated as a failure with its description, which must
 /// not contain secrets).
 public protocol RefreshPlugin: Sendable {
+    /// New credentials from the token endpoint (or wherever they come from); throws ``RefreshFailure``.
     func refresh(_ context: RefreshContext) async throws -> Credentials
 
     /// Whether the plugin gets credentials when none are stored (an OAuth2 `client_credentials`
@@ -139,6 +144,7 @@ public protocol RefreshPlugin: Sendable {
 }
 
 extension RefreshPlugin {
+    /// `false`: the plugin needs a refresh token.
     public var canSignIn: Bool { false }
 }
 
@@ -147,6 +153,7 @@ extension RefreshPlugin {
 /// Signs a request with the current credentials. Must replace, never add to, an earlier
 /// signature, since the engine re-signs the same request after every refresh.
 public protocol AuthorizePlugin: Sendable {
+    /// Puts `credentials` on `request`, replacing an earlier signature.
     func authorize(_ request: inout HTTPRequest, with credentials: Credentials)
 
     /// The token type it sends (RFC 6749 §7.1, compared without case): a token endpoint that
@@ -156,6 +163,7 @@ public protocol AuthorizePlugin: Sendable {
 }
 
 extension AuthorizePlugin {
+    /// `bearer`.
     public var tokenType: String { "bearer" }
 }
 
@@ -169,11 +177,12 @@ public struct LogoutContext: Sendable {
     public let reason: String
     /// The session's credentials as they were at logout (to say which session to end).
     public let credentials: Credentials?
+    /// The engine's transport for its own calls (rules do not apply to it).
     public let transport: any Transport
     /// The engine's clock, for timeouts: a plugin that waits on it runs on virtual time in tests.
     public let clock: any PolicyClock
 
-    public init(
+    package init(
         requestID: String?, reason: String, credentials: Credentials?, transport: any Transport,
         clock: any PolicyClock = SystemPolicyClock()
     ) {
@@ -188,6 +197,7 @@ public struct LogoutContext: Sendable {
 /// Tells the outside world the session ended (revoke a token, clear a keychain). Called once
 /// per logout, in the background: the engine does not wait for it before failing requests.
 public protocol LogoutPlugin: Sendable {
+    /// Ends the session outside (revokes the token, clears what the service keeps).
     func logout(_ context: LogoutContext) async
 }
 
@@ -196,6 +206,7 @@ public protocol LogoutPlugin: Sendable {
 /// Receives every engine event. Called synchronously on the engine's path: keep it fast and
 /// never block. Events carry no tokens, headers or bodies.
 public protocol PolicyObserver: Sendable {
+    /// Receives one event, on the engine's path.
     func observe(_ event: PolicyEvent)
 }
 
@@ -204,7 +215,9 @@ public protocol PolicyObserver: Sendable {
 /// Where credentials live between runs. Synchronous because credentials are small and the
 /// engine touches the store only at start and after a refresh.
 public protocol CredentialStore: Sendable {
+    /// The stored credentials; `nil` when there are none.
     func load() throws -> Credentials?
+    /// Stores `credentials` in place of what was stored.
     func save(_ credentials: Credentials) throws
 }
 
@@ -213,5 +226,6 @@ public protocol CredentialStore: Sendable {
 /// Finds a response's business code when `classify.code` cannot express where it is.
 /// Called on every response: keep it allocation-free where possible.
 public protocol CodeExtractor: Sendable {
+    /// The business code of `response`; `nil` when it has none.
     func code(in response: HTTPResponse) -> String?
 }

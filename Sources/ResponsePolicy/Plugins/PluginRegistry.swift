@@ -2,14 +2,16 @@ import Foundation
 
 /// What a plugin factory is given: the policy's `with:` options and the engine's environment.
 public struct PluginConfiguration: Sendable {
+    /// The name the policy's `use:` gave.
     public let name: String
+    /// The `with:` options, as written.
     public let options: [String: PluginOption]
     /// The engine's transport (for plugins that call HTTP endpoints; rules do not apply to it).
     public let transport: any Transport
     /// Environment variables, for secrets named in the policy (`client-secret-env`).
     public let environment: [String: String]
 
-    public init(name: String, options: [String: PluginOption], transport: any Transport, environment: [String: String])
+    package init(name: String, options: [String: PluginOption], transport: any Transport, environment: [String: String])
     {
         self.name = name
         self.options = options
@@ -23,12 +25,16 @@ public struct PluginConfiguration: Sendable {
 
 /// Why a plugin named in a policy could not be made.
 public struct PluginError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The plugin's kind.
     public var kind: PluginKind
+    /// The name the policy gave it.
     public var name: String
+    /// Why it could not be made; names variables and files, never their values.
     public var reason: String
     /// Where the plugin is named in the policy (its `use:`), when it is known.
     public var range: SourceRange?
 
+    /// An error about the plugin `name` of `kind`.
     public init(kind: PluginKind, name: String, reason: String, range: SourceRange? = nil) {
         self.kind = kind
         self.name = name
@@ -36,10 +42,11 @@ public struct PluginError: Error, Sendable, Equatable, CustomStringConvertible {
         self.range = range
     }
 
+    /// `KIND plugin 'NAME': REASON`.
     public var description: String { "\(kind.rawValue) plugin '\(name)': \(reason)" }
 
     /// The error as a finding at the plugin's `use:`, rule `plugin-unavailable`.
-    public func diagnostic(file: String?) -> Diagnostic {
+    package func diagnostic(file: String?) -> Diagnostic {
         Diagnostic(
             .error, "plugin-unavailable", "\(kind.rawValue) plugin '\(name)' cannot be made: \(reason)",
             at: range ?? .fileStart, file: file)
@@ -60,8 +67,10 @@ public struct PluginError: Error, Sendable, Equatable, CustomStringConvertible {
 ///
 /// Concurrency contract: a value type; register everything, then hand copies to engines.
 public struct PluginRegistry: Sendable {
+    /// What makes a plugin from its configuration; it may throw to refuse the options.
     public typealias Factory<P> = @Sendable (PluginConfiguration) throws -> P
 
+    /// The names and schemas registered, for `Policy.load(contentsOf:plugins:limits:)`.
     public private(set) var catalog = PluginCatalog()
     var refresh: [String: Factory<any RefreshPlugin>] = [:]
     var authorize: [String: Factory<any AuthorizePlugin>] = [:]
@@ -76,6 +85,7 @@ public struct PluginRegistry: Sendable {
         BuiltinPlugins.register(in: &self)
     }
 
+    /// A refresh plugin for `refresh: { use: name }`.
     public mutating func register(
         refresh name: String, schema: PluginSchema? = nil, _ make: @escaping Factory<any RefreshPlugin>
     ) {
@@ -83,6 +93,7 @@ public struct PluginRegistry: Sendable {
         declare(.refresh, name, schema)
     }
 
+    /// An authorize plugin for `authorize: { use: name }`.
     public mutating func register(
         authorize name: String, schema: PluginSchema? = nil, _ make: @escaping Factory<any AuthorizePlugin>
     ) {
@@ -90,6 +101,7 @@ public struct PluginRegistry: Sendable {
         declare(.authorize, name, schema)
     }
 
+    /// A logout plugin for `logout: { use: name }`.
     public mutating func register(
         logout name: String, schema: PluginSchema? = nil, _ make: @escaping Factory<any LogoutPlugin>
     ) {
@@ -97,6 +109,7 @@ public struct PluginRegistry: Sendable {
         declare(.logout, name, schema)
     }
 
+    /// An observer for `observe: [{ use: name }]`.
     public mutating func register(
         observe name: String, schema: PluginSchema? = nil, _ make: @escaping Factory<any PolicyObserver>
     ) {
@@ -104,6 +117,7 @@ public struct PluginRegistry: Sendable {
         declare(.observe, name, schema)
     }
 
+    /// A credential store for `store: { use: name }`.
     public mutating func register(
         store name: String, schema: PluginSchema? = nil, _ make: @escaping Factory<any CredentialStore>
     ) {
@@ -111,6 +125,7 @@ public struct PluginRegistry: Sendable {
         declare(.store, name, schema)
     }
 
+    /// A code extractor for `classify: { use: name }`.
     public mutating func register(
         extract name: String, schema: PluginSchema? = nil, _ make: @escaping Factory<any CodeExtractor>
     ) {
@@ -118,7 +133,7 @@ public struct PluginRegistry: Sendable {
         declare(.extract, name, schema)
     }
 
-    /// A coordinator for `coordination: { use: name }`; see ``makeCoordinator(for:environment:credentialsPath:)``.
+    /// A coordinator for `coordination: { use: name }`; see `makeCoordinator(for:environment:credentialsPath:)`.
     public mutating func register(
         coordination name: String, schema: PluginSchema? = nil, _ make: @escaping CoordinatorFactory
     ) {

@@ -1,21 +1,38 @@
 /// The options a plugin takes in `with:`, so lint can check them before the plugin ever runs.
 public struct PluginSchema: Sendable, Hashable {
+    /// What an option's value must be; the raw value is how lint names it.
     public enum OptionType: String, Sendable, Hashable {
-        case string, url, duration, integer, boolean
+        /// A text; one of the option's `values` when it lists some.
+        case string
+        /// An `http://` or `https://` URL with a host.
+        case url
+        /// A duration as the policy writes one (`500ms`, `2s`, `1m`).
+        case duration
+        /// A whole number.
+        case integer
+        /// `true` or `false`.
+        case boolean
         /// A mapping of names to texts (`body:` of the `http` refresh plugin, extra headers).
         case stringMap = "mapping of texts"
+        /// A list of texts.
         case stringList = "list of texts"
         /// `body.<path>` or `header.<Name>`.
         case valuePath = "value path"
     }
 
+    /// One option a plugin takes.
     public struct Option: Sendable, Hashable {
+        /// The key in `with:`.
         public var name: String
+        /// What its value must be.
         public var type: OptionType
+        /// Whether lint reports its absence.
         public var required: Bool
+        /// One line for `policy schema` and the docs.
         public var summary: String
         /// The texts the option may take; empty (any text) by default.
         public var values: [String]
+        /// An option `name` of `type`.
         public init(
             _ name: String, _ type: OptionType, required: Bool = false, _ summary: String = "", values: [String] = []
         ) {
@@ -27,10 +44,12 @@ public struct PluginSchema: Sendable, Hashable {
         }
     }
 
+    /// The options it takes.
     public var options: [Option]
     /// Option names that must never hold a secret in the YAML, with the option to use instead.
     public var forbiddenSecrets: [String: String]
 
+    /// A schema of `options`.
     public init(_ options: [Option], forbiddenSecrets: [String: String] = [:]) {
         self.options = options
         self.forbiddenSecrets = forbiddenSecrets
@@ -49,25 +68,27 @@ public struct PluginSchema: Sendable, Hashable {
 public struct PluginCatalog: Sendable, Hashable {
     private var entries: [PluginKind: [String: PluginSchema?]]
 
+    /// The built-in plugins alone.
     public init() {
         entries = Self.builtins
     }
 
+    /// Adds a host plugin; `schema` `nil` accepts any options.
     public mutating func declare(_ kind: PluginKind, _ name: String, schema: PluginSchema? = nil) {
         entries[kind, default: [:]][name] = .some(schema)
     }
 
     /// Whether `name` is a known plugin of `kind`.
-    public func contains(_ kind: PluginKind, _ name: String) -> Bool {
+    package func contains(_ kind: PluginKind, _ name: String) -> Bool {
         entries[kind]?[name] != nil
     }
 
     /// The schema of a known plugin; `.some(nil)` for a host plugin that takes any options.
-    public func schema(_ kind: PluginKind, _ name: String) -> PluginSchema?? {
+    package func schema(_ kind: PluginKind, _ name: String) -> PluginSchema?? {
         entries[kind]?[name]
     }
 
-    public func names(_ kind: PluginKind) -> [String] {
+    package func names(_ kind: PluginKind) -> [String] {
         (entries[kind] ?? [:]).keys.sorted()
     }
 

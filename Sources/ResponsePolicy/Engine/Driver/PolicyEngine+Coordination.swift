@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// What the engine does with its ``SessionCoordinator``: seeds it at start, and turns what it
 /// hears from other engines into the same state changes a local refresh, sign-in or logout makes.

@@ -21,7 +21,7 @@ import Synchronization
 public final class PolicyEngine: Sendable {
     /// What the engine runs on besides the policy. Defaults are for production.
     public struct Options: Sendable {
-        /// `SystemPolicyClock()` by default; a ``VirtualClock`` in tests and simulations.
+        /// `SystemPolicyClock()` by default; a `VirtualClock` in tests and simulations.
         public var clock: any PolicyClock = SystemPolicyClock()
         /// The system generator by default; seed it for deterministic jitter.
         public var random: any RandomSource = SystemRandomSource()
@@ -38,7 +38,7 @@ public final class PolicyEngine: Sendable {
         package var logoutPlugin: (any LogoutPlugin)?
         /// Shares the session (its refresh, its logout, its credentials) with other engines and
         /// processes. `nil` by default: the coordinator the policy's `coordination:` names,
-        /// ``LocalSessionCoordinator`` when it names none. One given here is shared as given; the
+        /// `LocalSessionCoordinator` when it names none. One given here is shared as given; the
         /// engine does not stop it.
         public var coordinator: (any SessionCoordinator)?
         /// The longest body read for a business code: `1 MiB` by default. The scan reads a body
@@ -46,11 +46,12 @@ public final class PolicyEngine: Sendable {
         /// wins), so a longer body has no code rather than costing its length on every response.
         public var bodyScanLimit = 1 << 20
         /// The `User-Agent` of the engine's own calls (the refresh and logout plugins' token and
-        /// logout requests) when they set none: ``ResponsePolicyVersion/userAgent``
-        /// (`ResponsePolicy/<version>`) by default; the `policy` command sends `policy/<version>`.
-        /// Requests the host sends keep whatever the host and its transport give them.
+        /// logout requests) when they set none: `ResponsePolicy/<version>` by default; the `policy`
+        /// command sends `policy/<version>`. Requests the host sends keep whatever the host and its
+        /// transport give them.
         public var userAgent = ResponsePolicyVersion.userAgent
 
+        /// Every option at its default (each says which).
         public init() {}
     }
 
@@ -335,7 +336,7 @@ public final class PolicyEngine: Sendable {
     /// Coordination trouble is listed too, while it lasts: a coordinator that could not be made
     /// (an unset `password-env`, a `rediss://` URL this build cannot use), or a store that is
     /// unreachable now (removed when it is back).
-    /// A warning about the store's trust stays listed (``coordinationWarning``: a Redis on another
+    /// A warning about the store's trust stays listed (`coordinationWarning`: a Redis on another
     /// host without `signing-key-env`, a `file` store in a folder other users can write); it does
     /// not make ``init(checking:transport:plugins:credentials:options:)`` throw.
     public var problems: [PluginError] {

@@ -1,3 +1,5 @@
+import Foundation
+
 /// A policy with its plugins made: what one request runs under from start to end.
 ///
 /// A reload builds a new runtime; requests in flight keep the one they started with.

@@ -32,9 +32,13 @@ import Foundation
 public final class PolicyWatcher: Sendable {
     /// What one check did.
     public enum Outcome: Sendable, Equatable {
+        /// The file is as it was loaded (or another check is running).
         case unchanged
+        /// The changed file was loaded; `name` is its policy's name.
         case reloaded(name: String)
+        /// The changed file has errors (or plugins that cannot be made); the running policy stays.
         case refused(diagnostics: [Diagnostic])
+        /// The file could not be read; the running policy stays.
         case unreadable(reason: String)
         /// The file changed and is waiting to stay the same for `settle` before it is loaded.
         case settling
@@ -63,12 +67,12 @@ public final class PolicyWatcher: Sendable {
         var listening: UInt64?
     }
 
-    public let engine: PolicyEngine
-    public let url: URL
-    public let interval: Duration
+    package let engine: PolicyEngine
+    package let url: URL
+    package let interval: Duration
     /// How long a changed file must stay the same (modification time, size, content) before it is
     /// loaded; `500ms` by default.
-    public let settle: Duration
+    package let settle: Duration
     private let clock: any PolicyClock
     private let state = Locked(State())
 

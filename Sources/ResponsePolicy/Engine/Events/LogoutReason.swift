@@ -15,6 +15,7 @@ public enum LogoutReason: Sendable, Equatable, CustomStringConvertible {
     /// Another engine sharing the session logged out (a ``SessionCoordinator`` told this one).
     case elsewhere(String)
 
+    /// The reason in a few words, for logs; never a token.
     public var description: String {
         switch self {
         case .rule(let name, _): return "rule '\(name)'"

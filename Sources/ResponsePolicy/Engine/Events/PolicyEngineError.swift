@@ -22,6 +22,7 @@ public enum PolicyEngineError: Error, Sendable, Equatable, CustomStringConvertib
     /// The attempt failed without a response and no rule handled that.
     case transport(TransportError)
 
+    /// What went wrong, for logs; never a token.
     public var description: String {
         switch self {
         case .loggedOut(let until, let reason):

@@ -5,8 +5,24 @@ import Foundation
 /// Events name requests, rules and actions and carry statuses and business codes; they never
 /// carry headers, bodies or tokens.
 public struct PolicyEvent: Sendable, Hashable {
+    /// What an event is about; its raw value is the `event` field of `policy simulate --format json`.
     public enum Kind: String, Sendable, Hashable {
-        case send, response, wait, cancel, outcome, logout, reload
+        /// An attempt leaves the engine; its `attempt-timeout` starts here.
+        case send
+        /// An attempt's response (`status`, `code`, the matched `rule` and `action`), or its
+        /// transport `error` when it got none.
+        case response
+        /// A wait before the next attempt (a backoff, a `Retry-After`): `delay`.
+        case wait
+        /// A request on the wire or waiting was cancelled: `reason` is `logout` when another
+        /// request's logout ended it, otherwise the caller cancelled it.
+        case cancel
+        /// A request ended: `result`, with `reason` for a failure.
+        case outcome
+        /// The session was logged out: `rule` and `reason` say why.
+        case logout
+        /// A reload of the policy: `ok`, and `reason` when it was refused.
+        case reload
         /// A request waits in the engine for one of its host's dispatch slots
         /// (`dispatch.max-in-flight-per-host`); its `send` follows when it leaves. The wait is
         /// bounded by the request's deadline alone: its attempt timeout starts with the `send`.
@@ -17,7 +33,9 @@ public struct PolicyEvent: Sendable, Hashable {
         /// Something the engine could not do that does not end a request: a plugin that could
         /// not be made, a credential store that could not be read or written.
         case problem
+        /// A refresh begins (`reason`: what triggered it).
         case refreshStart = "refresh-start"
+        /// A refresh ended: `ok`, and `reason` when it failed.
         case refreshEnd = "refresh-end"
         /// A refresh met transient trouble (`status`, `reason`) and calls its plugin again after
         /// `delay`, within `refresh.timeout`; `attempt` is the call that failed.
@@ -26,23 +44,39 @@ public struct PolicyEvent: Sendable, Hashable {
 
     /// How a request ended.
     public enum Result: String, Sendable, Hashable {
-        case delivered, failed, cancelled
+        /// A response was handed to the caller.
+        case delivered
+        /// An error was thrown: the deadline passed, a `fail` rule, a failed refresh, a transport error.
+        case failed
+        /// The caller cancelled its own request.
+        case cancelled
+        /// A logout ended it: the trigger itself, one it cancelled, or one refused during the cooldown.
         case loggedOut = "logged-out"
     }
 
+    /// What the event is about.
     public var kind: Kind
     /// The engine clock's time (virtual seconds in a simulation).
     public var time: Duration
+    /// The request's id, on events about a request.
     public var request: String?
+    /// The attempt, from 1, on events about one.
     public var attempt: Int?
+    /// The response's status code.
     public var status: Int?
+    /// The business code the policy's `classify:` read from the response, if any.
     public var code: String?
     /// The transport error class of an attempt that got no response.
     public var error: TransportErrorClass?
+    /// The name of the rule that matched.
     public var rule: String?
+    /// What the matched rule does.
     public var action: ActionKind?
+    /// Whether a refresh (`refresh-end`) or reload (`reload`) succeeded.
     public var ok: Bool?
+    /// How long a `wait` (a backoff, a `Retry-After`) or a refresh retry waits.
     public var delay: Duration?
+    /// How the request ended, on its `outcome` event.
     public var result: Result?
     /// A short explanation (why a request failed, why a reload was refused). Never a secret.
     public var reason: String?
@@ -55,8 +89,16 @@ public struct PolicyEvent: Sendable, Hashable {
 
     /// How much an event matters to an operator, lowest first.
     public enum Level: String, Sendable, Hashable, Comparable, CaseIterable {
-        case debug, info, warning, error
+        /// Every request's steps: `send`, `response`, `wait`, `queued`, `held`.
+        case debug
+        /// The normal course: a refresh, a reload, a cancel, an outcome but `failed` and `logged-out`.
+        case info
+        /// A failed refresh or refresh retry, a logout, a `failed` or `logged-out` outcome.
+        case warning
+        /// What needs an operator: a refused reload, a `problem`.
+        case error
 
+        /// Levels order from `debug` to `error`.
         public static func < (a: Level, b: Level) -> Bool {
             allCases.firstIndex(of: a) ?? 0 < allCases.firstIndex(of: b) ?? 0
         }

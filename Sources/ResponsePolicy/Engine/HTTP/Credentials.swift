@@ -5,8 +5,11 @@ import Foundation
 /// The description never shows a token: it says which parts are present and when the access
 /// token expires, so a `print(credentials)` in a host's log cannot leak them.
 public struct Credentials: Sendable, Hashable, CustomStringConvertible, CustomDebugStringConvertible {
+    /// The token that signs requests.
     public var accessToken: String
+    /// The token a refresh presents, when the session has one.
     public var refreshToken: String?
+    /// When the access token expires, if known: `refresh.ahead` refreshes before it.
     public var expiresAt: Date?
     /// When the token endpoint issued the access token (when its answer arrived), if known:
     /// with ``expiresAt`` it gives the lifetime as issued, which bounds `refresh.ahead` (at most
@@ -14,6 +17,7 @@ public struct Credentials: Sendable, Hashable, CustomStringConvertible, CustomDe
     /// back after a restart is refreshed ahead as its issuer's was (issue 30, case 7).
     public var issuedAt: Date?
 
+    /// Credentials with these tokens and times.
     public init(accessToken: String, refreshToken: String? = nil, expiresAt: Date? = nil, issuedAt: Date? = nil) {
         self.accessToken = accessToken
         self.refreshToken = refreshToken
@@ -27,6 +31,7 @@ public struct Credentials: Sendable, Hashable, CustomStringConvertible, CustomDe
         return expiresAt.timeIntervalSince(issuedAt)
     }
 
+    /// Which parts are present and when the access token expires; never a token.
     public var description: String {
         var parts = ["access token <redacted>"]
         if refreshToken != nil { parts.append("refresh token <redacted>") }
@@ -34,6 +39,7 @@ public struct Credentials: Sendable, Hashable, CustomStringConvertible, CustomDe
         return "Credentials(" + parts.joined(separator: ", ") + ")"
     }
 
+    /// The same as ``description``: never a token.
     public var debugDescription: String { description }
 }
 

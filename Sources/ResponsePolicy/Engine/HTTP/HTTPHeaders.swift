@@ -10,23 +10,30 @@
 /// headers["authorization"]  // "Bearer abc"
 /// ```
 public struct HTTPHeaders: Sendable, Hashable, ExpressibleByDictionaryLiteral, Sequence {
+    /// One header field: a name and its value.
     public struct Field: Sendable, Hashable {
+        /// The field name, as written.
         public var name: String
+        /// The field value.
         public var value: String
-        public init(name: String, value: String) {
+        package init(name: String, value: String) {
             self.name = name
             self.value = value
         }
     }
 
+    /// The fields in order.
     public private(set) var fields: [Field]
 
+    /// No fields.
     public init() { fields = [] }
 
+    /// The fields `(name, value)` in order.
     public init(_ pairs: [(String, String)]) {
         fields = pairs.map { Field(name: $0.0, value: $0.1) }
     }
 
+    /// The fields of a literal, `["Accept": "application/json"]`, in order.
     public init(dictionaryLiteral elements: (String, String)...) {
         self.init(elements)
     }
@@ -63,8 +70,10 @@ public struct HTTPHeaders: Sendable, Hashable, ExpressibleByDictionaryLiteral, S
         fields.removeAll { $0.name.equalsIgnoringASCIICase(name) }
     }
 
+    /// The fields in order.
     public func makeIterator() -> IndexingIterator<[Field]> { fields.makeIterator() }
 
+    /// How many fields there are.
     public var count: Int { fields.count }
 }
 

@@ -9,9 +9,13 @@ import Foundation
 /// let request = HTTPRequest(method: "GET", url: URL(string: "https://api.example.com/profile")!)
 /// ```
 public struct HTTPRequest: Sendable, Hashable {
+    /// The method, upper-cased (`GET`).
     public var method: String
+    /// The URL the request goes to.
     public var url: URL
+    /// The header fields; the engine sets the authorization header itself.
     public var headers: HTTPHeaders
+    /// The body, if any.
     public var body: Data?
     /// An identifier for events and logs; the engine assigns `r1`, `r2`, … when it is `nil`.
     public var id: String?
@@ -22,6 +26,7 @@ public struct HTTPRequest: Sendable, Hashable {
     /// `nil` (the transport's limit alone) by default. Token endpoints' answers are capped at 1 MiB.
     public var maxResponseBytes: Int?
 
+    /// A request; `method` is upper-cased.
     public init(method: String = "GET", url: URL, headers: HTTPHeaders = [:], body: Data? = nil, id: String? = nil) {
         self.method = method.uppercased()
         self.url = url

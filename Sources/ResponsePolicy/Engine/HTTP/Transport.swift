@@ -19,14 +19,18 @@ public enum TransportErrorClass: String, Sendable, Hashable, CaseIterable {
 /// Transports map their own errors onto these classes so that policies stay transport-neutral.
 /// The message is for people; it must not contain credentials.
 public struct TransportError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// The class a policy's `when: { error: [...] }` matches.
     public var errorClass: TransportErrorClass
+    /// What happened, for people; never a credential.
     public var message: String
 
+    /// An error of `errorClass`, saying `message`.
     public init(_ errorClass: TransportErrorClass, _ message: String = "") {
         self.errorClass = errorClass
         self.message = message
     }
 
+    /// `CLASS error: MESSAGE` (`CLASS error` without a message).
     public var description: String {
         message.isEmpty ? "\(errorClass.rawValue) error" : "\(errorClass.rawValue) error: \(message)"
     }
@@ -42,6 +46,8 @@ public struct TransportError: Error, Sendable, Hashable, CustomStringConvertible
 /// cancels requests on the wire. Any error other than `TransportError` or `CancellationError` is
 /// treated as a `connection` error.
 public protocol Transport: Sendable {
+    /// Sends `request` and returns the response, whatever its status; throws ``TransportError``
+    /// when there is none.
     func send(_ request: HTTPRequest) async throws -> HTTPResponse
 
     /// The transport for the engine's own calls: the refresh and logout plugins'. A transport
@@ -68,8 +74,11 @@ public protocol Transport: Sendable {
 }
 
 extension Transport {
+    /// `self`: the same transport for the engine's own calls.
     public var sessionCallTransport: any Transport { self }
+    /// `nil`: the transport does not say.
     public var connectionsPerHost: Int? { nil }
+    /// ``connectionsPerHost``, whatever the origin.
     public func inFlightLimit(for url: URL) -> Int? { connectionsPerHost }
 }
 
@@ -149,6 +158,7 @@ public struct AttemptCancellation: Sendable {
 /// cancellations (a logout, the attempt timeout) through `cancellation`; its caller's
 /// cancellation reaches the transport as task cancellation only.
 public protocol CancellableTransport: Transport {
+    /// Sends `request` as ``Transport/send(_:)`` does, ending it promptly when `cancellation` is cancelled.
     func send(_ request: HTTPRequest, cancellation: AttemptCancellation) async throws -> HTTPResponse
 }
 

@@ -8,13 +8,16 @@ public protocol RandomSource: Sendable {
 }
 
 extension RandomSource {
+    /// The top 53 bits of ``nextBits()``, as a `Double` in [0, 1).
     public func nextUnit() -> Double { Double(nextBits() >> 11) * 0x1.0p-53 }
 }
 
 /// The system's random number generator.
-public struct SystemRandomSource: RandomSource {
-    public init() {}
-    public func nextBits() -> UInt64 {
+package struct SystemRandomSource: RandomSource {
+    /// The system's generator.
+    package init() {}
+    /// 64 bits from `SystemRandomNumberGenerator`.
+    package func nextBits() -> UInt64 {
         var generator = SystemRandomNumberGenerator()
         return generator.next()
     }

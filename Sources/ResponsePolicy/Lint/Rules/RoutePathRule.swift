@@ -1,3 +1,5 @@
+import Foundation
+
 /// A request path pattern that can never match a request's path.
 struct RoutePathRule: LintRule {
     static let description = LintRuleDescription(
