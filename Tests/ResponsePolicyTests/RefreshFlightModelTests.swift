@@ -151,7 +151,9 @@ struct RefreshFlightModelTests {
             case 80..<83: logout()
             case 83..<85: signIn()
             case 85..<88: adopt()
-            case 88..<92: state.accepted(state.generation)
+            case 88..<92:
+                var ignored: Actions = []
+                state.accepted(state.generation, into: &ignored)
             default: now += .milliseconds(random.int(0...3_000))
             }
             // Woken waiters leave (their own decisions are tested elsewhere).
@@ -267,14 +269,18 @@ struct RefreshFlightModelTests {
             case 0...5: answer = .lease(RefreshLease(fencingToken: UInt64(counts.turns), generation: 0))
             case 6: answer = .unavailable("the store is down")
             case 7: answer = .failedElsewhere("invalid_grant")
-            case 8: answer = .limited
+            case 8:
+                answer =
+                    random.int(0...1) == 0
+                    ? .limited
+                    : .retryAfter(until: date.addingTimeInterval(Double(random.int(1...60))), reason: "HTTP 429 elsewhere")
             default:
                 // Another process refreshed meanwhile: the server rotated for it.
                 guard let pair = server.refresh(server.current) else { return }
                 received = pair.refreshToken
                 answer = .published(SharedSession(credentials: pair, generation: state.sharedGeneration + 1))
             }
-            perform(state.flightStep(state.refresh.turn(id, answer, now: now), now: now, date: date))
+            perform(state.flightStep(state.refresh.turn(id, answer, now: now, date: date), now: now, date: date))
         }
 
         mutating func fireTimer() {
@@ -340,7 +346,7 @@ struct RefreshFlightModelTests {
                 case .ask(let id, _, _): turn = id
                 case .arm(let armed): timer = armed
                 case .disarm(let id): if timer?.flight == id { timer = nil }
-                case .publishPending, .endTurn, .problem: break
+                case .publishPending, .endTurn, .noteAccepted, .problem: break
                 }
             }
         }
