@@ -176,8 +176,13 @@ extension EngineState {
         } else if let lease = ending.endTurn, case .failure(let failure) = ending.outcome {
             // A wait the token endpoint asked for goes to the store with the turn's end: no
             // process is granted a lease before it ends (`Retry-After` is fleet-wide).
-            let retryAfter = refresh.embargo.flatMap { $0.until > now ? date + ($0.until - now).seconds : nil }
-            said.append(.refresh(.endTurn(lease, failure.reason, retryAfter: retryAfter)))
+            // (Its reason is the token endpoint's answer; each process says how long is left.)
+            if let embargo = refresh.embargo, embargo.until > now {
+                said.append(
+                    .refresh(.endTurn(lease, embargo.failure.reason, retryAfter: date + (embargo.until - now).seconds)))
+            } else {
+                said.append(.refresh(.endTurn(lease, failure.reason)))
+            }
         }
         if let problem = ending.problem { said.append(.refresh(.problem(problem, runtime))) }
         if !runtime.observers.isEmpty {
