@@ -154,6 +154,11 @@ struct RefreshFlightModelTests {
             case 88..<92:
                 var ignored: Actions = []
                 state.accepted(state.generation, into: &ignored)
+            case 92 where shared && random.int(0...3) == 0:
+                // Another process's token call was asked to wait (the fleet's announcement, issue 29).
+                let end = now + .seconds(random.int(1...12))
+                state.refresh.heardRetryAfter(until: end, reason: "HTTP 429 elsewhere", now: now)
+                embargo = max(embargo, end)
             default: now += .milliseconds(random.int(0...3_000))
             }
             // Woken waiters leave (their own decisions are tested elsewhere).
@@ -270,10 +275,14 @@ struct RefreshFlightModelTests {
             case 6: answer = .unavailable("the store is down")
             case 7: answer = .failedElsewhere("invalid_grant")
             case 8:
-                answer =
-                    random.int(0...1) == 0
-                    ? .limited
-                    : .retryAfter(until: date.addingTimeInterval(Double(random.int(1...60))), reason: "HTTP 429 elsewhere")
+                if random.int(0...3) > 0 {
+                    answer = .limited
+                } else {
+                    // Another process was asked to wait (issue 29): no call from here before it ends.
+                    let seconds = random.int(1...12)
+                    answer = .retryAfter(until: date.addingTimeInterval(Double(seconds)), reason: "HTTP 429 elsewhere")
+                    embargo = max(embargo, now + .seconds(seconds))
+                }
             default:
                 // Another process refreshed meanwhile: the server rotated for it.
                 guard let pair = server.refresh(server.current) else { return }

@@ -523,6 +523,29 @@ struct RefreshFlight {
             problem: nil)
     }
 
+    /// What `flight` does instead of a call while a `Retry-After` runs (nil: none runs): past its
+    /// deadline its requests fail with the reason (its lease given back with the wait); within it,
+    /// the call waits for the end, under its lease when the lease outlasts the wait, else asking
+    /// for a turn again then (the lease lapses meanwhile; the store grants none before the end).
+    private mutating func heldBack(_ flight: inout Flight, now: Duration) -> Step? {
+        guard let embargo, now < embargo.until else { return nil }
+        guard embargo.until < flight.deadline, !flight.detached else {
+            let failure = RefreshFailure(
+                "\(embargo.failure.reason); the token endpoint asked to wait \((embargo.until - now).policyText) more"
+                    + " (Retry-After), past refresh.timeout (\(flight.settings.timeout.policyText))", kind: .transient)
+            return .end(Ending(flight: flight, outcome: .failure(failure), endTurn: flight.lease))
+        }
+        flight.last = RefreshFailure(embargo.failure.reason, kind: .transient)
+        if let leaseEnd = flight.leaseEnd, embargo.until >= leaseEnd - min(flight.settings.timeout / 10, .seconds(1)) {
+            flight.lease = nil
+            flight.leaseEnd = nil
+            flight.phase = .pausing
+        } else {
+            flight.phase = .waiting
+        }
+        return .wait(arm(&flight, at: embargo.until), retry: nil, problem: nil)
+    }
+
     /// `failure` as the reason transient trouble outlasted the flight's timeout.
     private func outlasted(_ flight: Flight, _ failure: RefreshFailure, now: Duration) -> RefreshFailure {
         var outlasted = failure
@@ -624,6 +647,8 @@ struct RefreshFlight {
             case .lease(let lease):
                 flight.lease = lease
                 flight.leaseEnd = lease.term.map { now + $0 }
+                // Granted before the store held a wait this engine has heard of since: no call yet.
+                if let held = heldBack(&flight, now: now) { return held }
                 return call(&flight, now: now)
             case .unavailable(let reason):
                 guard waits else {
@@ -713,6 +738,8 @@ struct RefreshFlight {
                             endTurn: flight.lease))
                 }
                 if case .pausing = flight.phase { return ask(&flight, now: now) }
+                // A wait heard since this backoff was armed (another process was asked).
+                if let held = heldBack(&flight, now: now) { return held }
                 return begin(&flight, now: now)
             }
         }
