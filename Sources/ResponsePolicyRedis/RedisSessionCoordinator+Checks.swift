@@ -176,7 +176,8 @@ extension RedisSessionCoordinator {
             send(.problem(problem))
             return .failure(CoordinationError(problem))
         }
-        if let signer, let refusal = signer.check(parts.count > 1 ? parts[1] : nil, "retry-after", [first, reason]).refusal
+        if let signer,
+            let refusal = signer.check(parts.count > 1 ? parts[1] : nil, "retry-after", [first, reason]).refusal
         {
             let problem = "the Retry-After end in \(keys.session) on \(endpoint) was refused: \(refusal)"
             send(.problem(problem))

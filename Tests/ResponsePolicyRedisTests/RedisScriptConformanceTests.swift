@@ -331,8 +331,10 @@ struct RedisScriptConformanceTests {
                 guard let lease = leases.randomElement(using: &random) else { continue }
                 // Sometimes the token endpoint asked to wait (Retry-After), a little or a lot.
                 let retryAfter: Int64? =
-                    Int.random(in: 0..<4, using: &random) == 0 ? now + Int64.random(in: 1_000...40_000, using: &random) : nil
-                operation = .end(lease, failure: Bool.random(using: &random) ? "failed \(step)" : nil, retryAfter: retryAfter)
+                    Int.random(in: 0..<4, using: &random) == 0
+                    ? now + Int64.random(in: 1_000...40_000, using: &random) : nil
+                operation = .end(
+                    lease, failure: Bool.random(using: &random) ? "failed \(step)" : nil, retryAfter: retryAfter)
             case 21:
                 // A process saw the newest generation (or the one before) accepted.
                 operation = .accept(value.generation &- min(value.generation, UInt64.random(in: 0...1, using: &random)))
@@ -405,7 +407,9 @@ struct RedisScriptConformanceTests {
         case (.begin(.embargoed(let until, let why)), .begin(.embargoed(let redisUntil, let redisWhy))):
             // (A cut end is measured from each one's clock.)
             #expect(why == redisWhy, "\(label)", sourceLocation: sourceLocation)
-            #expect(abs(until - redisUntil) <= tolerance, "\(label): \(until) vs \(redisUntil)", sourceLocation: sourceLocation)
+            #expect(
+                abs(until - redisUntil) <= tolerance, "\(label): \(until) vs \(redisUntil)",
+                sourceLocation: sourceLocation)
         case (.publish(.leaseLost(let current)), .publish(.leaseLost(let redisCurrent))):
             // Redis answers a refused publication from the session hash alone (no cooldown).
             var current = current
@@ -435,7 +439,9 @@ struct RedisScriptConformanceTests {
         #expect(
             value.loops.map(\.generation).sorted() == stored.loops.map(\.generation).sorted(), "\(label): loops",
             sourceLocation: sourceLocation)
-        for (a, b) in zip(value.loops.sorted { $0.generation < $1.generation }, stored.loops.sorted { $0.generation < $1.generation }) {
+        for (a, b) in zip(
+            value.loops.sorted { $0.generation < $1.generation }, stored.loops.sorted { $0.generation < $1.generation })
+        {
             #expect(abs(a.at - b.at) <= tolerance, "\(label): loop times", sourceLocation: sourceLocation)
         }
         #expect(value.accepted == stored.accepted, "\(label): accepted", sourceLocation: sourceLocation)
@@ -486,7 +492,8 @@ enum Operation: Sendable, CustomStringConvertible {
         case .publish(let credentials, let lease):
             return "publish(\(credentials.accessToken), fence \(lease.fencingToken), gen \(lease.generation))"
         case .end(let lease, let failure, let retryAfter):
-            return "end(fence \(lease.fencingToken), failure: \(failure ?? "nil"), retry-after: \(retryAfter.map(String.init) ?? "-"))"
+            return
+                "end(fence \(lease.fencingToken), failure: \(failure ?? "nil"), retry-after: \(retryAfter.map(String.init) ?? "-"))"
         case .accept(let generation): return "accept(\(generation))"
         case .logout(let until, let epoch): return "logout(until: \(until), epoch: \(epoch))"
         case .signIn(let credentials, let floor): return "signIn(\(credentials.accessToken), after: \(floor))"

@@ -164,7 +164,9 @@ struct SignedRedisStateTests {
         let holder = try server.coordinator(key: "wait", signingKey: Self.key)
         defer { holder.stop() }
         _ = await holder.start(local: nil, updates: { _ in })
-        guard case .lease(let lease) = await holder.beginRefresh(.init(failedGeneration: 1, timeout: .seconds(1), limit: nil))
+        guard
+            case .lease(let lease) = await holder.beginRefresh(
+                .init(failedGeneration: 1, timeout: .seconds(1), limit: nil))
         else { return recordFailure("no lease") }
         let until = Date(milliseconds: Date().millisecondsSince1970 + 20_000)
         await holder.endRefresh(lease, failure: "HTTP 503", retryAfter: until)

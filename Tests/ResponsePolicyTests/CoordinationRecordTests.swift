@@ -57,7 +57,9 @@ struct CoordinationRecordTests {
                         }
                     } else {
                         // Sometimes the token endpoint asked to wait (Retry-After): no grant before it ends.
-                        let wait = Int.random(in: 0..<4, using: &random) == 0 ? now + Int64.random(in: 1...3_000, using: &random) : nil
+                        let wait =
+                            Int.random(in: 0..<4, using: &random) == 0
+                            ? now + Int64.random(in: 1...3_000, using: &random) : nil
                         record.end(lease, failure: "failed", retryAfter: wait, now: now)
                     }
                     holder.lease = nil

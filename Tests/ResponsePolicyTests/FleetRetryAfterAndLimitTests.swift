@@ -38,13 +38,15 @@ struct FleetRetryAfterAndLimitTests {
         // again and is told how long.
         #expect(record.outcome(for: lease.fencingToken, failedGeneration: 3, now: Self.t0 + 100) == nil)
         // At the end: one lease.
-        let next = Self.granted(record.begin(failedGeneration: 3, leaseMs: 11_000, limit: nil, holder: 2, now: Self.t0 + 30_000))
+        let next = Self.granted(
+            record.begin(failedGeneration: 3, leaseMs: 11_000, limit: nil, holder: 2, now: Self.t0 + 30_000))
         #expect((next?.fencingToken ?? 0) > lease.fencingToken)
         // Newer credentials are never held back by it.
         var published = Self.record()
         published.end(lease, failure: "HTTP 429", retryAfter: Self.t0 + 30_000, now: Self.t0)
         published.generation = 4
-        if case .newer = published.begin(failedGeneration: 3, leaseMs: 11_000, limit: nil, holder: 2, now: Self.t0 + 1) {
+        if case .newer = published.begin(failedGeneration: 3, leaseMs: 11_000, limit: nil, holder: 2, now: Self.t0 + 1)
+        {
         } else {
             Issue.record("a newer generation must be answered, embargo or not")
         }
@@ -95,7 +97,9 @@ struct FleetRetryAfterAndLimitTests {
         // The initial token: never counted, however often it is refused.
         for _ in 0..<5 {
             now += 10
-            guard let lease = Self.granted(record.begin(failedGeneration: 0, leaseMs: 1_000, limit: limit, holder: 1, now: now))
+            guard
+                let lease = Self.granted(
+                    record.begin(failedGeneration: 0, leaseMs: 1_000, limit: limit, holder: 1, now: now))
             else { Issue.record("the initial token must never be limited"); return }
             // A failed refresh: no generation, nothing counted.
             record.end(lease, failure: "HTTP 503")
@@ -177,7 +181,8 @@ struct FleetRetryAfterAndLimitTests {
                     "seed \(seed) step \(step): \(answer), \(inWindow.count) loops in the window")
                 if let lease = Self.granted(answer) {
                     if Bool.random(using: &random) {
-                        _ = record.publish(Credentials(accessToken: "a\(step)", refreshToken: "r\(step)"), with: lease, now: now)
+                        _ = record.publish(
+                            Credentials(accessToken: "a\(step)", refreshToken: "r\(step)"), with: lease, now: now)
                     } else {
                         record.end(lease, failure: "HTTP 503")
                     }

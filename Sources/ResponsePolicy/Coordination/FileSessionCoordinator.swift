@@ -18,7 +18,8 @@ import Foundation
 /// - `<credentials>.shared`: the shared state as JSON (mode 0600, it holds the tokens): generation,
 ///   credentials, the lease (fencing token, holder pid, expiry), the last fencing token, the
 ///   cooldown's end, the session epoch (the last sign-in's generation), the last failed refresh,
-///   the recent lease grants for `refresh.limit`. It is
+///   the token endpoint's `Retry-After` a holder was given (no lease before it ends), and the
+///   generations `refresh.limit` counts with the newest one a process saw accepted. It is
 ///   replaced with `rename(2)`, so a reader without the lock sees an old state or a new one.
 ///
 /// A watcher thread notices a new state file (its inode changes with each rename) within

@@ -248,7 +248,9 @@ package struct CoordinationRecord: Sendable, Equatable {
         }
         if generation > failedGeneration { return .newer(session(now: now)) }
         // The trigger is evidence whoever refreshes: counted before any lease is looked at.
-        let loop = limit.map { $0.count > 0 && countLoop(failedGeneration: failedGeneration, perMs: $0.perMs, now: now) }
+        let loop = limit.map {
+            $0.count > 0 && countLoop(failedGeneration: failedGeneration, perMs: $0.perMs, now: now)
+        }
         if let held = lease, held.expires > now, asker != 0, held.asker == asker, held.fence > 0 {
             // Its own lease, granted to a question whose answer it never got (its client gave up
             // after the store ran it): granted again, for what is left of it, rather than waited for.
