@@ -4,8 +4,9 @@ import Testing
 @testable import ResponsePolicy
 
 /// `Retry-After` and `refresh.limit` across a fleet (issue 29), on the protocol's value
-/// (``CoordinationRecord``), its file form, and the refresh flight's turn events: a holder's wait
-/// holds every process, and the limit counts only loops the server shows.
+/// (``CoordinationRecord``) and its file form (the flight's turn events are driven in
+/// `RefreshFlightModelTests`): a holder's wait holds every process, and the limit counts only
+/// loops the server shows.
 struct FleetRetryAfterAndLimitTests {
     static let t0: Int64 = 1_800_000_000_000
 
@@ -224,13 +225,5 @@ struct FleetRetryAfterAndLimitTests {
         if case .success = FileSessionCoordinator.read(path, signer: signer) {
             Issue.record("a forged Retry-After end must be refused under a key")
         }
-    }
-
-    // MARK: - The flight
-
-    static func settings(timeout: Duration) -> RefreshSettings {
-        var settings = RefreshSettings()
-        settings.timeout = timeout
-        return settings
     }
 }
