@@ -113,19 +113,78 @@ extension RedisSessionCoordinator {
         }
     }
 
-    /// Under a key, the grants that make `refresh.limit` used up must each be a sealed lease of
-    /// the limit's window: a forged or replayed one is refused (a problem), not counted.
+    /// Under a key, the loops that make `refresh.limit` used up must each be sealed
+    /// (`<generation>:<ms>:<seal>`, ``loopMember(_:)``) within the limit's window: a forged or
+    /// replayed one is refused (a problem), not counted.
     func limitProblem(_ members: [RedisReply], perMs: Int64) -> String? {
         guard let signer else { return nil }
         let notBefore = Date().millisecondsSince1970 - perMs
         for member in members {
-            if case .failure(let error) = signer.checkLease(member.text ?? "", notBefore: notBefore) {
-                let problem = "a refresh.limit grant in \(keys.refreshes) on \(endpoint) \(error.reason)"
-                send(.problem(problem))
-                return problem
+            let parts = (member.text ?? "").split(separator: ":", maxSplits: 2).map(String.init)
+            var refusal = "was refused: it is not a sealed loop"
+            if parts.count == 3, let at = Int64(parts[1]) {
+                if let why = signer.check(parts[2], "loop", [parts[0], parts[1]]).refusal {
+                    refusal = "was refused: \(why)"
+                } else if at < notBefore {
+                    refusal = "was refused: it is older than the limit's window (replayed)"
+                } else {
+                    continue
+                }
             }
+            let problem = "a refresh.limit loop in \(keys.loops) on \(endpoint) \(refusal)"
+            send(.problem(problem))
+            return problem
         }
         return nil
+    }
+
+    /// `beginScript`'s loop member for `generation`: the generation, sealed under a key with when
+    /// this process counts it (`<generation>:<ms>:<seal>`).
+    func loopMember(_ generation: UInt64) -> String {
+        guard let signer else { return "" }
+        let at = String(Date().millisecondsSince1970)
+        return "\(generation):\(at):" + signer.seal("loop", [String(generation), at])
+    }
+
+    /// `endScript`'s arguments for a wait the token endpoint asked for (none without one): its end
+    /// (at most ``CoordinationRecord/longestEmbargoMs`` ahead; under a key sealed with the reason,
+    /// `<ms>:<seal>`), the reason and its announcement `{"t":"r",…}`.
+    func retryAfterArguments(_ retryAfter: Date?, reason: String?) -> [String] {
+        let now = Date().millisecondsSince1970
+        guard let retryAfter, retryAfter.millisecondsSince1970 > now else { return [] }
+        let until = min(retryAfter.millisecondsSince1970, now + CoordinationRecord.longestEmbargoMs)
+        let why = String((reason ?? "the token endpoint asked to wait").prefix(300))
+        var value = String(until)
+        var announcement: [String: Any] = ["t": "r", "u": until, "w": why]
+        if let signer {
+            let seal = signer.seal("retry-after", [String(until), why])
+            value += ":" + seal
+            announcement["s"] = seal
+        }
+        return [value, why, Self.json(announcement)]
+    }
+
+    /// The token endpoint's wait in a `{6, retry-after, why}` reply (or an announcement's `u`, `w`
+    /// and seal): its end at most ``CoordinationRecord/longestEmbargoMs`` from now. Under a key an
+    /// unsealed or forged one is a problem and refused (the caller has Redis remove it): it must
+    /// not let a writer without the key hold every refresh.
+    func retryAfter(_ value: RedisReply, reason: String) -> Result<RefreshTurn, CoordinationError> {
+        let text = value.text ?? value.integer.map(String.init) ?? ""
+        let parts = text.split(separator: ":", maxSplits: 1).map(String.init)
+        guard let first = parts.first, let until = Int64(first), until >= 0 else {
+            let problem = "the Retry-After end in \(keys.session) on \(endpoint) was refused: it is not a number"
+            send(.problem(problem))
+            return .failure(CoordinationError(problem))
+        }
+        if let signer,
+            let refusal = signer.check(parts.count > 1 ? parts[1] : nil, "retry-after", [first, reason]).refusal
+        {
+            let problem = "the Retry-After end in \(keys.session) on \(endpoint) was refused: \(refusal)"
+            send(.problem(problem))
+            return .failure(CoordinationError(problem))
+        }
+        let bounded = min(until, Date().millisecondsSince1970 + CoordinationRecord.longestEmbargoMs)
+        return .success(.retryAfter(until: Date(milliseconds: bounded), reason: String(reason.prefix(300))))
     }
 
     /// The fencing counter moved past this process's guess: the next guess goes after it. Its

@@ -13,7 +13,9 @@ import Foundation
 /// `{"t":"c","g":gen,"e":epoch,"f":fence,"c":creds}` a publication, re-seed or sign-in;
 /// `{"t":"g","f":fence,"g":gen,"l":ms,"v":value}` a lease granted or put back (every process
 /// remembers it, and honours it for its term should Redis forget it); `{"t":"e","f":fence}` a
-/// lease given back; `{"t":"f","f":fence,"w":why}` a failed refresh; `{"t":"l",…}` a logout.
+/// lease given back; `{"t":"f","f":fence,"w":why}` a failed refresh; `{"t":"r","u":ms,"w":why}`
+/// the token endpoint's `Retry-After` a holder was given (no process calls it before `u`);
+/// `{"t":"l",…}` a logout.
 extension RedisSessionCoordinator {
     /// KEYS: session, logout, lease, fence. ARGV: credentials JSON (or empty), the generation they
     /// have, the session epoch (sealed under a key; empty when none), the lease to put back (its
@@ -67,18 +69,26 @@ extension RedisSessionCoordinator {
           redis.call('HGET', KEYS[1], 'epoch') or ''}
         """
 
-    /// KEYS: session, lease, fence, logout, refreshes. ARGV: failed generation, lease ms, limit
-    /// count (0: none), limit window ms; under a key, the fencing token asked for and the lease's
-    /// sealed suffix (empty without one); the newest generation the asking process knows, the
-    /// highest fencing token it has seen, a lease it saw in term (its value, or empty) and its ms
-    /// left, the channel grants are announced on, the asking coordinator's id (random), and `1`
-    /// when the asking process holds a pair (a session with no credentials then forgot it).
+    /// KEYS: session, lease, fence, logout, loops. ARGV: failed generation, lease ms, limit
+    /// count (0: none; given only by a process that saw that generation's token refused), limit
+    /// window ms; under a key, the fencing token asked for and the lease's sealed suffix (empty
+    /// without one); the newest generation the asking process knows, the highest fencing token it
+    /// has seen, a lease it saw in term (its value, or empty) and its ms left, the channel grants
+    /// are announced on, the asking coordinator's id (random), `1` when the asking process holds a
+    /// pair (a session with no credentials then forgot it), the loop member to count (under a key
+    /// `<gen>:<ms>:<seal>`; empty: the generation), a `retry-after` value the process refused
+    /// (forged: removed), and the longest embargo ms.
     ///
     /// Returns {5, gen} (Redis is behind what the process knows: it re-seeds, then asks again),
     /// {0, gen, creds, logout-until, epoch} (newer), {2, holder lease, ms left} (wait: a lease held,
-    /// or the one the process saw put back), {3, grants…} (limit reached), {4, counter} (the
+    /// or the one the process saw put back), {6, retry-after, why} (the token endpoint asked a
+    /// holder to wait: no lease before then), {3, loops…} (limit reached), {4, counter} (the
     /// token asked for is not past the counter: ask again), {1, fence, gen, ms left} (granted and
     /// announced; or its own lease again, granted to a question whose answer it never got).
+    ///
+    /// `refresh.limit` (``CoordinationRecord``): a question with a limit on the newest generation,
+    /// made by a refresh (past the session epoch) and accepted by no process (`accepted` in the
+    /// session hash), counts that generation once (a member of the loops set, scored by time).
     static let beginScript = """
         local gen = tonumber(redis.call('HGET', KEYS[1], 'gen') or '0') or 0
         if gen < (tonumber(ARGV[7] or '0') or 0)
@@ -91,6 +101,27 @@ extension RedisSessionCoordinator {
         end
         local t = redis.call('TIME')
         local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        -- refresh.limit: the trigger is evidence whoever refreshes, counted before any lease.
+        local count = tonumber(ARGV[3])
+        local loop = false
+        if count > 0 then
+          redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now - tonumber(ARGV[4]))
+          local epoch = tonumber(string.match(redis.call('HGET', KEYS[1], 'epoch') or '', '^%d+') or '0') or 0
+          local accepted = tonumber(redis.call('HGET', KEYS[1], 'accepted') or '0') or 0
+          if tonumber(ARGV[1]) == gen and gen > epoch and gen > accepted then
+            loop = true
+            local counted = false
+            for _, member in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
+              if string.match(member, '^[^:]*') == tostring(gen) then counted = true end
+            end
+            if not counted then
+              local member = ARGV[14] or ''
+              if member == '' then member = tostring(gen) end
+              redis.call('ZADD', KEYS[5], now, member)
+              redis.call('PEXPIRE', KEYS[5], ARGV[4])
+            end
+          end
+        end
         local holder = redis.call('GET', KEYS[2])
         if not holder then
           -- The lease key was evicted (volatile-*) while the session hash (no time to live) kept
@@ -135,10 +166,22 @@ extension RedisSessionCoordinator {
             return {2, known, left}
           end
         end
-        local count = tonumber(ARGV[3])
-        if count > 0 then
-          redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now - tonumber(ARGV[4]))
-          if redis.call('ZCARD', KEYS[5]) >= count then return {3, unpack(redis.call('ZRANGE', KEYS[5], 0, count - 1))} end
+        local embargo = redis.call('HGET', KEYS[1], 'retry-after')
+        if embargo and (ARGV[15] or '') ~= '' and embargo == ARGV[15] then
+          redis.call('HDEL', KEYS[1], 'retry-after', 'retry-after-why')
+        elseif embargo then
+          local untilMs = tonumber(string.match(embargo, '^%d+') or '0') or 0
+          if untilMs > now then
+            local longest = tonumber(ARGV[16] or '0') or 0
+            if longest > 0 and untilMs - now > longest and not string.find(embargo, ':', 1, true) then
+              embargo = tostring(now + longest)
+              redis.call('HSET', KEYS[1], 'retry-after', embargo)
+            end
+            return {6, embargo, redis.call('HGET', KEYS[1], 'retry-after-why') or ''}
+          end
+        end
+        if loop and redis.call('ZCARD', KEYS[5]) >= count then
+          return {3, unpack(redis.call('ZRANGE', KEYS[5], 0, count - 1))}
         end
         local fence
         if (ARGV[5] or '') ~= '' then
@@ -153,10 +196,6 @@ extension RedisSessionCoordinator {
         redis.call('SET', KEYS[2], value, 'PX', ARGV[2])
         redis.call('HSET', KEYS[1], 'lease', value, 'lease-until', tostring(now + tonumber(ARGV[2])),
           'lease-asker', ARGV[12] or '')
-        if count > 0 then
-          redis.call('ZADD', KEYS[5], now, value)
-          redis.call('PEXPIRE', KEYS[5], ARGV[4])
-        end
         if (ARGV[11] or '') ~= '' then
           redis.call('PUBLISH', ARGV[11],
             '{"t":"g","f":' .. fence .. ',"g":' .. gen .. ',"l":' .. ARGV[2] .. ',"v":"' .. value .. '"}')
@@ -198,15 +237,51 @@ extension RedisSessionCoordinator {
         """
 
     /// KEYS: lease, session. ARGV: fence, the announcement (a failure `{"t":"f",…}` or the lease's
-    /// end `{"t":"e",…}`; empty for none), channel. Releases the lease (and its copy in the session
-    /// hash) when it is this one.
+    /// end `{"t":"e",…}`; empty for none), channel; and when the token endpoint asked to wait, the
+    /// end of that wait (`retry-after`: ms since 1970, under a key `<ms>:<seal>`), its reason and
+    /// its announcement `{"t":"r",…}`. Releases the lease (and its copy in the session hash) when
+    /// it is this one; stores the wait in the session hash when it ends later than the one held
+    /// (``CoordinationRecord/end(_:failure:retryAfter:now:)``), and announces it.
     static let endScript = """
         local held = redis.call('GET', KEYS[1])
         if held and string.match(held, '^[^:]*') == ARGV[1] then redis.call('DEL', KEYS[1]) end
         local mirror = redis.call('HGET', KEYS[2], 'lease')
         if mirror and string.match(mirror, '^[^:]*') == ARGV[1] then redis.call('HDEL', KEYS[2], 'lease', 'lease-until', 'lease-asker') end
         if ARGV[2] ~= '' then redis.call('PUBLISH', ARGV[3], ARGV[2]) end
+        if (ARGV[4] or '') ~= '' then
+          local t = redis.call('TIME')
+          local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+          local new = tonumber(string.match(ARGV[4], '^%d+') or '0') or 0
+          local had = tonumber(string.match(redis.call('HGET', KEYS[2], 'retry-after') or '', '^%d+') or '0') or 0
+          if had <= now then had = 0 end
+          if new > now and new > had then
+            redis.call('HSET', KEYS[2], 'retry-after', ARGV[4], 'retry-after-why', ARGV[5] or '')
+            if (ARGV[6] or '') ~= '' then redis.call('PUBLISH', ARGV[3], ARGV[6]) end
+          end
+        end
         return 1
+        """
+
+    /// KEYS: session, loops. ARGV: the generation whose token a response accepted. When Redis holds
+    /// it (or a later one), it is never counted by `refresh.limit`: `accepted` in the session hash
+    /// goes up to it, and a loop counted for it is dropped (``CoordinationRecord/accept(_:)``).
+    /// Returns 1 when it changed anything.
+    static let acceptScript = """
+        local gen = tonumber(redis.call('HGET', KEYS[1], 'gen') or '0') or 0
+        local seen = tonumber(ARGV[1]) or 0
+        if seen > gen then return 0 end
+        local changed = 0
+        for _, member in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+          if string.match(member, '^[^:]*') == tostring(seen) then
+            redis.call('ZREM', KEYS[2], member)
+            changed = 1
+          end
+        end
+        if seen > (tonumber(redis.call('HGET', KEYS[1], 'accepted') or '0') or 0) then
+          redis.call('HSET', KEYS[1], 'accepted', tostring(seen))
+          changed = 1
+        end
+        return changed
         """
 
     /// KEYS: logout, session. ARGV: until ms, ttl ms, message, channel, under a key the end's
@@ -241,7 +316,7 @@ extension RedisSessionCoordinator {
         if (ARGV[4] or '') ~= '' and gen > known then return {tostring(gen)} end
         local new = math.max(gen, known) + 1
         redis.call('HSET', KEYS[1], 'gen', tostring(new), 'creds', ARGV[1])
-        redis.call('HDEL', KEYS[1], 'lease', 'lease-until', 'lease-asker')
+        redis.call('HDEL', KEYS[1], 'lease', 'lease-until', 'lease-asker', 'retry-after', 'retry-after-why')
         redis.call('DEL', KEYS[2], KEYS[3])
         local epoch = ARGV[4] or ''
         if epoch == '' then epoch = tostring(new) end

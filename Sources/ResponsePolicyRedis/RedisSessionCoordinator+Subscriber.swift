@@ -132,6 +132,18 @@ extension RedisSessionCoordinator {
                 break
             }
             send(.loggedOut(until: Date(milliseconds: until), reason: reason))
+        case "r":
+            // A holder's token call was asked to wait (`Retry-After`): no call from here before it
+            // ends. Under a key only a sealed one is heard; at most the longest wait the engine obeys.
+            guard let until = Self.number(object["u"]), until < 9_000_000_000_000_000 else { break }
+            let why = object["w"] as? String ?? "the token endpoint asked to wait"
+            if let refusal = signer?.check(object["s"] as? String, "retry-after", [String(until), why]).refusal {
+                send(.problem("a Retry-After notice on \(keys.channel) was refused: \(refusal)"))
+                break
+            }
+            let now = Date().millisecondsSince1970
+            let bounded = min(Int64(until), now + CoordinationRecord.longestEmbargoMs)
+            if bounded > now { send(.retryAfter(until: Date(milliseconds: bounded), reason: String(why.prefix(300)))) }
         case "f":
             guard let fence = Self.number(object["f"]) else { break }
             let reason = object["w"] as? String ?? "the refresh failed in another process"

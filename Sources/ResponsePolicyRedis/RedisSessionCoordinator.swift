@@ -10,17 +10,19 @@ import ResponsePolicy
 ///
 /// | key | what |
 /// |---|---|
-/// | `response-policy:{key}:session` | hash: `gen`, `creds` (JSON), `epoch` (last sign-in's `gen`, sealed if keyed), `lease` and `lease-until` (a copy of the lease) |
+/// | `response-policy:{key}:session` | hash: `gen`, `creds` (JSON), `epoch` (last sign-in's `gen`, sealed if keyed), `lease` and `lease-until` (a copy of the lease), `retry-after` and `retry-after-why` (the token endpoint's `Retry-After` a holder was given: ms since 1970, sealed if keyed; no lease before it), `accepted` (the newest generation a process saw accepted) |
 /// | `response-policy:{key}:lease` | the fencing token of the process refreshing now, `PX lease` |
 /// | `response-policy:{key}:fence` | the counter fencing tokens come from |
 /// | `response-policy:{key}:logout` | the cooldown's end (ms since 1970; sealed with its epoch), TTL to that end |
-/// | `response-policy:{key}:refreshes` | sorted set of lease grants, for `refresh.limit` fleet-wide |
+/// | `response-policy:{key}:loops` | sorted set of the generations `refresh.limit` counts fleet-wide (a token refused before any process saw it accepted; sealed if keyed), scored by when, `PX` the window |
 /// | `response-policy:{key}:events` | the pub/sub channel of publications, grants, logouts and failures |
 ///
 /// Each coordinator call is one round trip: a Lua script (`EVAL`) that compares, decides and
 /// writes atomically (``seedScript``, ``beginScript``, ``publishScript``…). A refresh trigger first
-/// compares generations (newer credentials in Redis: retry with them); otherwise it takes the
-/// lease (`SET PX`, with a fencing token past every one seen) and announces it. The holder's
+/// compares generations (newer credentials in Redis: retry with them); otherwise, unless the token
+/// endpoint asked a holder to wait (`retry-after`: answered with that end, and nobody calls it
+/// before) or `refresh.limit` is used up, it takes the lease (`SET PX`, with a fencing token past
+/// every one seen) and announces it. The holder's
 /// publication stores the credentials and a new generation when nobody published since its lease
 /// was granted, then `PUBLISH`es them. The others wait for that message on a subscription (a
 /// second connection read by its own thread), bounded by `refresh.timeout`; when the lease
@@ -91,14 +93,14 @@ package final class RedisSessionCoordinator: SessionCoordinator {
     static let publicationLimit: Duration = .seconds(600)
 
     struct Keys {
-        let session, lease, fence, logout, refreshes, channel: String
+        let session, lease, fence, logout, loops, channel: String
         init(_ key: String) {
             let prefix = "response-policy:{\(key)}:"
             session = prefix + "session"
             lease = prefix + "lease"
             fence = prefix + "fence"
             logout = prefix + "logout"
-            refreshes = prefix + "refreshes"
+            loops = prefix + "loops"
             channel = prefix + "events"
         }
     }
@@ -220,6 +222,9 @@ package final class RedisSessionCoordinator: SessionCoordinator {
         var holder: UInt64?
         var predictions = 0
         var reseeds = 0
+        // A `retry-after` in Redis this process refused (forged, unsigned under a key): removed.
+        var refusedEmbargo = ""
+        var embargoChecks = 0
         while true {
             if Task.isCancelled { return .unavailable("the refresh was cancelled while it waited for its turn") }
             let seen = signal.version
@@ -242,12 +247,16 @@ package final class RedisSessionCoordinator: SessionCoordinator {
             let knownBefore = state.withLock { $0.memory.generation }
             let arguments =
                 [
-                    "EVAL", Self.beginScript, "5", keys.session, keys.lease, keys.fence, keys.logout, keys.refreshes,
+                    "EVAL", Self.beginScript, "5", keys.session, keys.lease, keys.fence, keys.logout, keys.loops,
                     // Never shorter than the refresh it covers (a live holder keeps its lease).
                     String(request.failedGeneration), String(leaseMs),
                     String(limit?.count ?? 0), String(limit?.per.milliseconds() ?? 0),
                 ] + sealedLeaseArguments(leaseMs: leaseMs) + knowledgeArguments(leaseMs: leaseMs)
                 + [keys.channel, String(asker), state.withLock { $0.memory.knowledge(now: 0).hasPair } ? "1" : ""]
+                + [
+                    loopMember(request.failedGeneration), refusedEmbargo,
+                    String(CoordinationRecord.longestEmbargoMs),
+                ]
             switch await run(arguments) {
             case .failure(let error):
                 // Redis may have run it (a client timeout): a lease granted to it is this
@@ -302,6 +311,15 @@ package final class RedisSessionCoordinator: SessionCoordinator {
                     let leaseLeft = Duration.milliseconds(max(1, items[2].integer ?? 1)) + .milliseconds(5)
                     // At most 500 ms between looks at Redis, in case a message was lost in a reconnect.
                     await signal.wait(after: seen, timeout: min(remaining, leaseLeft, .milliseconds(500)))
+                case 6 where items.count >= 3:
+                    // The token endpoint asked a holder to wait: no lease, and no call, before then.
+                    switch retryAfter(items[1], reason: items[2].text ?? "") {
+                    case .success(let embargo): return embargo
+                    case .failure(let error):
+                        embargoChecks += 1
+                        guard embargoChecks <= 2 else { return .unavailable(error.reason) }
+                        refusedEmbargo = items[1].text ?? ""
+                    }
                 case 3:
                     if let refusal = limitProblem(Array(items.dropFirst()), perMs: limit?.per.milliseconds() ?? 0) {
                         return .unavailable(refusal)
@@ -373,6 +391,10 @@ package final class RedisSessionCoordinator: SessionCoordinator {
     }
 
     package func endRefresh(_ lease: RefreshLease, failure: String?) async {
+        await endRefresh(lease, failure: failure, retryAfter: nil)
+    }
+
+    package func endRefresh(_ lease: RefreshLease, failure: String?, retryAfter: Date?) async {
         var object: [String: Any] = ["t": "e", "f": lease.fencingToken]
         if let signer { object["s"] = signer.seal("end", [String(lease.fencingToken)]) }
         if let failure {
@@ -380,10 +402,16 @@ package final class RedisSessionCoordinator: SessionCoordinator {
             object = ["t": "f", "f": lease.fencingToken, "w": text]
             if let signer { object["s"] = signer.seal("failure", [String(lease.fencingToken), text]) }
         }
-        _ = await run([
-            "EVAL", Self.endScript, "2", keys.lease, keys.session, String(lease.fencingToken), Self.json(object),
-            keys.channel,
-        ])
+        _ = await run(
+            [
+                "EVAL", Self.endScript, "2", keys.lease, keys.session, String(lease.fencingToken), Self.json(object),
+                keys.channel,
+            ] + retryAfterArguments(retryAfter, reason: failure))
+    }
+
+    /// A response accepted the token of `generation`: `refresh.limit` never counts it fleet-wide.
+    package func noteAccepted(generation: UInt64) async {
+        _ = await run(["EVAL", Self.acceptScript, "2", keys.session, keys.loops, String(generation)])
     }
 
     package func publishLogout(until: Date, reason: String) async {

@@ -65,6 +65,7 @@ case .published(let session): say("turn published \(session.generation)")
 case .newer(let session): say("turn newer \(session.generation)")
 case .failedElsewhere: say("turn failed 0")
 case .limited: say("turn limited 0")
+case .retryAfter: say("turn retry-after 0")
 case .unavailable: say("turn unavailable 0")
 }
 coordinator.stop()

@@ -174,10 +174,16 @@ struct FleetFaultTests {
         for slot in 1...3 { try rig.policy(slot: slot, timeout: "2s", lease: "5s") }
         let processes = try Self.fleet(rig, count: 500)
         try await rig.waitForFleet(3)
-        try rig.fault("delay_ms=500")
+        // The server holds the call 1.5s, so the freeze lands while it is there; the holder is
+        // the slot the server named when it was seen (a second read could find the call done).
+        try rig.fault("delay_ms=1500")
         try rig.expire()
-        try await rig.waitUntil("the holder's call at the server") { !rig.inFlight().isEmpty }
-        let holder = try #require(Int(rig.inFlight().first ?? ""))
+        var seen: [String] = []
+        try await rig.waitUntil("the holder's call at the server") {
+            seen = rig.inFlight()
+            return !seen.isEmpty
+        }
+        let holder = try #require(Int(seen.first ?? ""))
         processes[holder - 1].signal(SIGSTOP)
         // The freeze is the fault: 3s, past refresh.timeout (2s), within the lease (5s).
         try await Task.sleep(for: .seconds(3))

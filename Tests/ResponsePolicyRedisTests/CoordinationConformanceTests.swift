@@ -226,18 +226,71 @@ import Testing
         guard case .failedElsewhere = turn else { return recordFailure("the wait ended with \(turn)") }
     }
 
+    /// `refresh.limit` fleet-wide counts what it counts in one process (issue 29): generations a
+    /// refresh made whose token was refused before any process saw it accepted; never the initial
+    /// token, never a failed refresh (a grant that ended without a pair).
     @Test(arguments: backends)
     func theRefreshLimitCountsAcrossTheFleet(_ backend: Backend) async throws {
         let fleet = try Fleet(backend)
-        var turns: [String] = []
-        for _ in 0..<3 {
-            let (coordinator, _) = try await fleet.started(local: testCredentials("seed"))
-            let turn = await coordinator.beginRefresh(Self.request(0, limit: (2, .seconds(3600))))
-            if case .lease(let lease) = turn { await coordinator.endRefresh(lease, failure: nil) }
-            let name = if case .lease = turn { "lease" } else { "\(turn)" }
-            turns.append(name)
+        var processes: [any SessionCoordinator] = []
+        for _ in 0..<3 { processes.append(try await fleet.started(local: testCredentials("seed")).0) }
+        let limit = (2, Duration.seconds(3600))
+        func name(_ turn: RefreshTurn) -> String { if case .lease = turn { "lease" } else { "\(turn)" } }
+        // The initial token, refused again and again, and refreshes that fail: nothing counts.
+        // (One process refreshes: another that had not yet heard a lease's end would rightly wait
+        // for it, and be told it failed.)
+        for round in 0..<4 {
+            let process = processes[0]
+            let turn = await process.beginRefresh(Self.request(0, limit: limit))
+            #expect(name(turn) == "lease", "round \(round)")
+            if case .lease(let lease) = turn { await process.endRefresh(lease, failure: "HTTP 503") }
         }
-        #expect(turns == ["lease", "lease", "limited"])
+        // Generation 1, refused at once: one loop. Generation 2, refused in another process: the limit.
+        var generation: UInt64 = 0
+        for step in 1...2 {
+            let process = processes[0]
+            guard case .lease(let lease) = await process.beginRefresh(Self.request(generation, limit: limit)) else {
+                return recordFailure("no lease at generation \(generation)")
+            }
+            guard case .published(let session) = await process.publish(testCredentials("g\(step)"), with: lease) else {
+                return recordFailure("not published")
+            }
+            generation = session.generation
+        }
+        #expect(name(await processes[1].beginRefresh(Self.request(generation, limit: limit))) == "limited")
+        // A process saw that token accepted: no loop, a refresh has room again.
+        await processes[2].noteAccepted(generation: generation)
+        let turn = await processes[1].beginRefresh(Self.request(generation, limit: limit))
+        #expect(name(turn) == "lease")
+    }
+
+    /// `Retry-After` fleet-wide (issue 29): a holder's token call asked to wait; no process is
+    /// granted a lease before the wait ends, each is answered with its end and reason, and every
+    /// process hears it.
+    @Test(arguments: backends)
+    func aHoldersRetryAfterHoldsEveryProcess(_ backend: Backend) async throws {
+        let fleet = try Fleet(backend)
+        let log = UpdateLog()
+        let (holder, _) = try await fleet.started(local: testCredentials("seed"))
+        let (other, _) = try await fleet.started(local: nil, updates: log.sink)
+        guard case .lease(let lease) = await holder.beginRefresh(Self.request(0)) else {
+            return recordFailure("no lease")
+        }
+        let until = Date(milliseconds: Date().millisecondsSince1970 + 30_000)
+        await holder.endRefresh(lease, failure: "HTTP 429 Too Many Requests", retryAfter: until)
+        for process in [other, holder] {
+            let turn = await process.beginRefresh(Self.request(0))
+            guard case .retryAfter(let end, let reason) = turn else { return recordFailure("a turn: \(turn)") }
+            #expect(abs(end.timeIntervalSince(until)) < 1 && reason == "HTTP 429 Too Many Requests")
+        }
+        let heard = await log.first(within: .seconds(60)) { if case .retryAfter = $0 { true } else { false } }
+        guard case .retryAfter(let end, let reason)? = heard?.0 else { return recordFailure("no announcement") }
+        #expect(abs(end.timeIntervalSince(until)) < 1 && reason == "HTTP 429 Too Many Requests")
+        // Newer credentials are never held back by it.
+        _ = await other.publishSignIn(testCredentials("signed-in"))
+        guard case .lease = await holder.beginRefresh(Self.request(1)) else {
+            return recordFailure("a sign-in ends the wait")
+        }
     }
 
     @Test(arguments: backends)

@@ -68,13 +68,65 @@ struct RedisScriptConformanceTests {
             state: { now in record(gen: 2, fence: 5, lease: (5, now - 1_000)) }
         ) { _ in .begin(failedGeneration: 2, leaseMs: 15_000, limit: nil) },
         Case(
-            name: "begin: refresh.limit used up across the fleet",
-            state: { now in record(gen: 2, fence: 5, refreshes: [now - 20_000, now - 10_000]) }
+            name: "begin: refresh.limit used up across the fleet (this generation is the second loop)",
+            state: { now in record(gen: 2, fence: 5, loops: [(1, now - 20_000)]) }
         ) { _ in .begin(failedGeneration: 2, leaseMs: 15_000, limit: (2, 60_000)) },
         Case(
-            name: "begin: grants older than the window no longer count",
-            state: { now in record(gen: 2, fence: 5, refreshes: [now - 200_000, now - 150_000, now - 10_000]) }
+            name: "begin: a generation already counted is counted once",
+            state: { now in record(gen: 2, fence: 5, loops: [(2, now - 20_000)]) }
         ) { _ in .begin(failedGeneration: 2, leaseMs: 15_000, limit: (2, 60_000)) },
+        Case(
+            name: "begin: loops older than the window no longer count",
+            state: { now in record(gen: 3, fence: 5, loops: [(1, now - 200_000), (2, now - 150_000)]) }
+        ) { _ in .begin(failedGeneration: 3, leaseMs: 15_000, limit: (2, 60_000)) },
+        Case(
+            name: "begin: a generation a process saw accepted is no loop",
+            state: { now in record(gen: 2, fence: 5, loops: [(1, now - 20_000)], accepted: 2) }
+        ) { _ in .begin(failedGeneration: 2, leaseMs: 15_000, limit: (2, 60_000)) },
+        Case(
+            name: "begin: a sign-in's token is no loop",
+            state: { now in record(gen: 2, fence: 5, loops: [(1, now - 20_000)], epoch: 2) }
+        ) { _ in .begin(failedGeneration: 2, leaseMs: 15_000, limit: (1, 60_000)) },
+        Case(
+            name: "begin: the trigger counts even while another holds the lease",
+            state: { now in record(gen: 2, fence: 5, lease: (5, now + 8_000)) }
+        ) { _ in .begin(failedGeneration: 2, leaseMs: 15_000, limit: (3, 60_000)) },
+        Case(
+            name: "accept: a counted loop is dropped and the generation recorded",
+            state: { now in record(gen: 3, fence: 5, loops: [(2, now - 9_000), (3, now - 1_000)]) }
+        ) { _ in .accept(3) },
+        Case(
+            name: "accept: a generation Redis does not hold changes nothing",
+            state: { now in record(gen: 3, fence: 5, loops: [(3, now - 1_000)]) }
+        ) { _ in .accept(4) },
+        Case(
+            name: "end: the token endpoint's Retry-After is kept, and no lease is granted before it ends",
+            state: { now in record(gen: 2, fence: 5, lease: (5, now + 8_000)) }
+        ) { now in .end(RefreshLease(fencingToken: 5, generation: 2), failure: "HTTP 429", retryAfter: now + 30_000) },
+        Case(
+            name: "end: a shorter Retry-After never shortens a longer one",
+            state: { now in record(gen: 2, fence: 5, embargo: (now + 60_000, "first")) }
+        ) { now in .end(RefreshLease(fencingToken: 5, generation: 2), failure: "second", retryAfter: now + 30_000) },
+        Case(
+            name: "begin: a Retry-After running: no lease, its end and reason",
+            state: { now in record(gen: 2, fence: 5, embargo: (now + 30_000, "HTTP 429")) }
+        ) { _ in .begin(failedGeneration: 2, leaseMs: 15_000, limit: nil) },
+        Case(
+            name: "begin: a Retry-After over: granted",
+            state: { now in record(gen: 2, fence: 5, embargo: (now - 1_000, "HTTP 429")) }
+        ) { _ in .begin(failedGeneration: 2, leaseMs: 15_000, limit: nil) },
+        Case(
+            name: "begin: a Retry-After far ahead (forged) is cut to the longest the engine obeys",
+            state: { now in record(gen: 2, fence: 5, embargo: (now + 400 * 86_400_000, "forged")) }
+        ) { _ in .begin(failedGeneration: 2, leaseMs: 15_000, limit: nil) },
+        Case(
+            name: "begin: newer credentials are answered whatever the Retry-After",
+            state: { now in record(gen: 3, fence: 5, embargo: (now + 30_000, "HTTP 429")) }
+        ) { _ in .begin(failedGeneration: 2, leaseMs: 15_000, limit: nil) },
+        Case(
+            name: "signIn: ends a Retry-After",
+            state: { now in record(gen: 2, fence: 5, embargo: (now + 30_000, "HTTP 429")) }
+        ) { _ in .signIn(creds("signed-in")) },
         Case(
             name: "publish: the lease holds: stored with the next generation",
             state: { now in record(gen: 2, fence: 5, lease: (5, now + 8_000)) }
@@ -249,7 +301,7 @@ struct RedisScriptConformanceTests {
         for step in 0..<240 {
             let now = try redis.now()
             let operation: Operation
-            switch Int.random(in: 0..<22, using: &random) {
+            switch Int.random(in: 0..<23, using: &random) {
             case 0..<2: operation = .join(local: Bool.random(using: &random) ? creds("local-\(step)") : nil)
             case 2..<8:
                 let failed = value.generation &- UInt64.random(in: 0...1, using: &random)
@@ -277,7 +329,15 @@ struct RedisScriptConformanceTests {
                 operation = .publish(creds("pair-\(step)"), lease)
             case 12..<14:
                 guard let lease = leases.randomElement(using: &random) else { continue }
-                operation = .end(lease, failure: Bool.random(using: &random) ? "failed \(step)" : nil)
+                // Sometimes the token endpoint asked to wait (Retry-After), a little or a lot.
+                let retryAfter: Int64? =
+                    Int.random(in: 0..<4, using: &random) == 0
+                    ? now + Int64.random(in: 1_000...40_000, using: &random) : nil
+                operation = .end(
+                    lease, failure: Bool.random(using: &random) ? "failed \(step)" : nil, retryAfter: retryAfter)
+            case 21:
+                // A process saw the newest generation (or the one before) accepted.
+                operation = .accept(value.generation &- min(value.generation, UInt64.random(in: 0...1, using: &random)))
             case 14..<16:
                 // Decided in the current session epoch, or (a process that missed a sign-in) the one before.
                 let epoch = value.epoch &- min(value.epoch, UInt64.random(in: 0...1, using: &random))
@@ -302,6 +362,11 @@ struct RedisScriptConformanceTests {
                 if value.lease != nil { value.lease?.expires = now - 1 } else { continue }
                 _ = try redis.call(["DEL", redis.keys.lease])
                 _ = try redis.call(["HDEL", redis.keys.session, "lease", "lease-until"])
+                continue
+            case 22:
+                // Time passes beyond a Retry-After.
+                if value.embargo != nil { value.embargo?.until = now - 1 } else { continue }
+                _ = try redis.call(["HSET", redis.keys.session, "retry-after", String(now - 1)])
                 continue
             default:
                 // The cooldown ends.
@@ -339,6 +404,12 @@ struct RedisScriptConformanceTests {
             #expect(holder == redisHolder, "\(label)", sourceLocation: sourceLocation)
             #expect(
                 abs(left - redisLeft) <= tolerance, "\(label): \(left) vs \(redisLeft)", sourceLocation: sourceLocation)
+        case (.begin(.embargoed(let until, let why)), .begin(.embargoed(let redisUntil, let redisWhy))):
+            // (A cut end is measured from each one's clock.)
+            #expect(why == redisWhy, "\(label)", sourceLocation: sourceLocation)
+            #expect(
+                abs(until - redisUntil) <= tolerance, "\(label): \(until) vs \(redisUntil)",
+                sourceLocation: sourceLocation)
         case (.publish(.leaseLost(let current)), .publish(.leaseLost(let redisCurrent))):
             // Redis answers a refused publication from the session hash alone (no cooldown).
             var current = current
@@ -365,10 +436,21 @@ struct RedisScriptConformanceTests {
         }
         let cooldown = value.loggedOutUntil.flatMap { $0 > now ? $0 : nil }
         #expect(cooldown == stored.loggedOutUntil, "\(label): cooldown", sourceLocation: sourceLocation)
-        #expect(value.refreshes.count == stored.refreshes.count, "\(label): grants", sourceLocation: sourceLocation)
-        for (a, b) in zip(value.refreshes.sorted(), stored.refreshes.sorted()) {
-            #expect(abs(a - b) <= tolerance, "\(label): grant times", sourceLocation: sourceLocation)
+        #expect(
+            value.loops.map(\.generation).sorted() == stored.loops.map(\.generation).sorted(), "\(label): loops",
+            sourceLocation: sourceLocation)
+        for (a, b) in zip(
+            value.loops.sorted { $0.generation < $1.generation }, stored.loops.sorted { $0.generation < $1.generation })
+        {
+            #expect(abs(a.at - b.at) <= tolerance, "\(label): loop times", sourceLocation: sourceLocation)
         }
+        #expect(value.accepted == stored.accepted, "\(label): accepted", sourceLocation: sourceLocation)
+        let embargo = value.embargo.flatMap { $0.until > now ? $0 : nil }
+        let held = stored.embargo.flatMap { $0.until > now ? $0 : nil }
+        #expect(embargo?.reason == held?.reason, "\(label): Retry-After", sourceLocation: sourceLocation)
+        #expect(
+            abs((embargo?.until ?? 0) - (held?.until ?? 0)) <= tolerance, "\(label): Retry-After end",
+            sourceLocation: sourceLocation)
     }
 
     /// The value with Redis's times (lease end, grants) and Redis's forgetting of what lapsed.
@@ -376,7 +458,8 @@ struct RedisScriptConformanceTests {
         var next = value
         next.lease = stored.lease
         next.loggedOutUntil = stored.loggedOutUntil
-        next.refreshes = stored.refreshes
+        next.loops = stored.loops
+        next.embargo = stored.embargo
         return next
     }
 }
@@ -390,7 +473,8 @@ enum Operation: Sendable, CustomStringConvertible {
         knows: CoordinationRecord.Knowledge = .init(), asker: UInt64 = 0)
     case reseed(CoordinationRecord.Seed)
     case publish(Credentials, RefreshLease)
-    case end(RefreshLease, failure: String?)
+    case end(RefreshLease, failure: String?, retryAfter: Int64? = nil)
+    case accept(UInt64)
     case logout(until: Int64, epoch: UInt64)
     case signIn(Credentials, after: UInt64 = 0)
 
@@ -407,7 +491,10 @@ enum Operation: Sendable, CustomStringConvertible {
                 + "lease \(seed.lease.map { "\($0.fence)/\($0.leftMs)" } ?? "-"))"
         case .publish(let credentials, let lease):
             return "publish(\(credentials.accessToken), fence \(lease.fencingToken), gen \(lease.generation))"
-        case .end(let lease, let failure): return "end(fence \(lease.fencingToken), failure: \(failure ?? "nil"))"
+        case .end(let lease, let failure, let retryAfter):
+            return
+                "end(fence \(lease.fencingToken), failure: \(failure ?? "nil"), retry-after: \(retryAfter.map(String.init) ?? "-"))"
+        case .accept(let generation): return "accept(\(generation))"
         case .logout(let until, let epoch): return "logout(until: \(until), epoch: \(epoch))"
         case .signIn(let credentials, let floor): return "signIn(\(credentials.accessToken), after: \(floor))"
         }
@@ -420,6 +507,7 @@ enum Answer: Equatable {
     case begin(CoordinationRecord.Begin)
     case publish(PublishResult)
     case done
+    case accepted(Bool)
     case signedIn(SharedSession)
 }
 
@@ -434,9 +522,10 @@ extension CoordinationRecord {
                     now: now))
         case .reseed(let seed): return .reseeded(reseed(seed, now: now))
         case .publish(let credentials, let lease): return .publish(publish(credentials, with: lease, now: now))
-        case .end(let lease, let failure):
-            end(lease, failure: failure)
+        case .end(let lease, let failure, let retryAfter):
+            end(lease, failure: failure, retryAfter: retryAfter, now: now)
             return .done
+        case .accept(let generation): return .accepted(accept(generation))
         case .logout(let until, let epoch):
             logout(until: until, epoch: epoch)
             return .done
@@ -471,7 +560,7 @@ final class ScriptedRecord {
     }
 
     func store(_ record: CoordinationRecord, now: Int64) throws {
-        try call(["DEL", keys.session, keys.lease, keys.fence, keys.logout, keys.refreshes])
+        try call(["DEL", keys.session, keys.lease, keys.fence, keys.logout, keys.loops])
         if record.generation > 0 || record.credentials != nil {
             var arguments = ["HSET", keys.session, "gen", String(record.generation)]
             if let credentials = record.credentials {
@@ -487,8 +576,10 @@ final class ScriptedRecord {
         if let until = record.loggedOutUntil, until > now {
             try call(["SET", keys.logout, String(until), "PX", String(until - now)])
         }
-        for (index, time) in record.refreshes.enumerated() {
-            try call(["ZADD", keys.refreshes, String(time), "seeded-\(index)"])
+        for loop in record.loops { try call(["ZADD", keys.loops, String(loop.at), String(loop.generation)]) }
+        if record.accepted > 0 { try call(["HSET", keys.session, "accepted", String(record.accepted)]) }
+        if let embargo = record.embargo {
+            try call(["HSET", keys.session, "retry-after", String(embargo.until), "retry-after-why", embargo.reason])
         }
     }
 
@@ -507,8 +598,17 @@ final class ScriptedRecord {
             record.lease = .init(fence: UInt64(fence), holder: 0, expires: now + left, asker: asker)
         }
         record.loggedOutUntil = try call(["GET", keys.logout]).integer
-        let scored = try call(["ZRANGE", keys.refreshes, "0", "-1", "WITHSCORES"]).items
-        record.refreshes = stride(from: 1, to: scored.count, by: 2).compactMap { scored[$0].integer }
+        let scored = try call(["ZRANGE", keys.loops, "0", "-1", "WITHSCORES"]).items
+        record.loops = stride(from: 1, to: scored.count, by: 2).compactMap { index in
+            guard let generation = scored[index - 1].text.flatMap({ UInt64($0) }), let at = scored[index].integer
+            else { return nil }
+            return .init(generation: generation, at: at)
+        }
+        record.accepted = UInt64(try call(["HGET", keys.session, "accepted"]).integer ?? 0)
+        if let until = try call(["HGET", keys.session, "retry-after"]).integer {
+            record.embargo = .init(
+                until: until, reason: try call(["HGET", keys.session, "retry-after-why"]).text ?? "")
+        }
         return record
     }
 
@@ -542,11 +642,11 @@ final class ScriptedRecord {
             return .reseeded(items.first?.integer == 1)
         case .begin(let failed, let leaseMs, let limit, let knows, let asker):
             let items = try call([
-                "EVAL", Script.beginScript, "5", keys.session, keys.lease, keys.fence, keys.logout, keys.refreshes,
+                "EVAL", Script.beginScript, "5", keys.session, keys.lease, keys.fence, keys.logout, keys.loops,
                 String(failed), String(leaseMs), String(limit?.count ?? 0), String(limit?.perMs ?? 0), "", "",
                 String(knows.generation), String(knows.fence), knows.lease.map { String($0.fence) } ?? "",
                 String(knows.lease?.leftMs ?? 0), keys.channel, asker == 0 ? "" : String(asker),
-                knows.hasPair ? "1" : "",
+                knows.hasPair ? "1" : "", "", "", String(CoordinationRecord.longestEmbargoMs),
             ]).items
             switch items.first?.integer {
             case 0 where items.count >= 4:
@@ -560,6 +660,8 @@ final class ScriptedRecord {
             case 2 where items.count >= 3:
                 return .begin(.wait(holder: UInt64(items[1].integer ?? 0), leftMs: items[2].integer ?? 0))
             case 3: return .begin(.limited)
+            case 6 where items.count >= 3:
+                return .begin(.embargoed(untilMs: items[1].integer ?? 0, reason: items[2].text ?? ""))
             default: throw FixtureError("begin: unexpected reply \(items)")
             }
         case .publish(let credentials, let lease):
@@ -578,12 +680,23 @@ final class ScriptedRecord {
             return .publish(
                 .leaseLost(current: stored.map { SharedSession(credentials: $0, generation: generation, epoch: epoch) })
             )
-        case .end(let lease, let failure):
-            try call([
-                "EVAL", Script.endScript, "2", keys.lease, keys.session, String(lease.fencingToken),
-                failure.map { #"{"t":"f","f":\#(lease.fencingToken),"w":"\#($0)"}"# } ?? "", keys.channel,
-            ])
+        case .end(let lease, let failure, let retryAfter):
+            // As the coordinator sends it (bounded by its own clock), unsigned.
+            var wait: [String] = []
+            if let retryAfter {
+                let until = min(retryAfter, now + CoordinationRecord.longestEmbargoMs)
+                let why = failure ?? "the token endpoint asked to wait"
+                wait = [String(until), why, #"{"t":"r","u":\#(until),"w":"\#(why)"}"#]
+            }
+            try call(
+                [
+                    "EVAL", Script.endScript, "2", keys.lease, keys.session, String(lease.fencingToken),
+                    failure.map { #"{"t":"f","f":\#(lease.fencingToken),"w":"\#($0)"}"# } ?? "", keys.channel,
+                ] + wait)
             return .done
+        case .accept(let generation):
+            let changed = try call(["EVAL", Script.acceptScript, "2", keys.session, keys.loops, String(generation)])
+            return .accepted(changed.integer == 1)
         case .logout(let until, let epoch):
             try call([
                 "EVAL", Script.logoutScript, "2", keys.logout, keys.session, String(until), String(max(1, until - now)),
@@ -612,7 +725,8 @@ private func creds(_ name: String) -> Credentials {
 
 private func record(
     gen: UInt64, credentials: Credentials? = creds("shared"), fence: UInt64 = 0, lease: (UInt64, Int64)? = nil,
-    loggedOutUntil: Int64? = nil, refreshes: [Int64] = [], epoch: UInt64 = 0
+    loggedOutUntil: Int64? = nil, loops: [(UInt64, Int64)] = [], accepted: UInt64 = 0, epoch: UInt64 = 0,
+    embargo: (Int64, String)? = nil
 ) -> CoordinationRecord {
     var record = CoordinationRecord()
     record.generation = gen
@@ -620,7 +734,9 @@ private func record(
     record.fence = fence
     record.lease = lease.map { .init(fence: $0.0, holder: 1, expires: $0.1) }
     record.loggedOutUntil = loggedOutUntil
-    record.refreshes = refreshes
+    record.loops = loops.map { .init(generation: $0.0, at: $0.1) }
+    record.accepted = accepted
+    record.embargo = embargo.map { .init(until: $0.0, reason: $0.1) }
     record.epoch = epoch
     return record
 }

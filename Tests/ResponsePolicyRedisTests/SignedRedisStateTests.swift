@@ -113,32 +113,66 @@ struct SignedRedisStateTests {
         #expect(lease.fencingToken == 2)
     }
 
-    @Test func forgedGrantsNeverMakeRefreshLimitUsedUp() async throws {
+    /// `refresh.limit`'s loops (issue 29) are sealed: forged ones are refused, never counted (they
+    /// would hold every refresh), and real ones still use the limit up.
+    @Test func forgedLoopsNeverMakeRefreshLimitUsedUp() async throws {
         let server = try RedisServerFixture()
         _ = try await prepared(server, "limit")
         let now = Date().millisecondsSince1970
         _ = try server.attacker().command([
-            "ZADD", "response-policy:{limit}:refreshes", String(now), "50", String(now), "51",
+            "ZADD", "response-policy:{limit}:loops", String(now - 10), "50", String(now - 5), "51",
         ])
         let (_, turn, updates) = try await probe(server, "limit", limit: (2, .seconds(3600)))
-        guard case .unavailable(let reason) = turn else { return recordFailure("forged grants gave \(turn)") }
-        #expect(reason.contains("response-policy:{limit}:refreshes"))
+        guard case .unavailable(let reason) = turn else { return recordFailure("forged loops gave \(turn)") }
+        #expect(reason.contains("response-policy:{limit}:loops"))
         #expect(updates.contains { if case .problem(let text) = $0 { text.contains("refresh.limit") } else { false } })
-        // Real grants still count: two keyed leases in the window use the limit up.
-        _ = try server.attacker().command(["DEL", "response-policy:{limit}:refreshes"])
+        // Real loops still count: generation 1 refused (one loop), and the generation its refresh
+        // made refused too (the second): the limit.
+        _ = try server.attacker().command(["DEL", "response-policy:{limit}:loops"])
         let process = try server.coordinator(key: "limit", signingKey: Self.key)
         defer { process.stop() }
         _ = await process.start(local: nil, updates: { _ in })
-        for _ in 0..<2 {
-            guard
-                case .lease(let lease) = await process.beginRefresh(
-                    .init(failedGeneration: 1, timeout: .seconds(1), limit: (2, .seconds(3600))))
-            else { return recordFailure("no lease within the limit") }
-            await process.endRefresh(lease, failure: nil)
+        guard
+            case .lease(let lease) = await process.beginRefresh(
+                .init(failedGeneration: 1, timeout: .seconds(1), limit: (2, .seconds(3600))))
+        else { return recordFailure("no lease within the limit") }
+        guard case .published(let session) = await process.publish(testCredentials("g2"), with: lease) else {
+            return recordFailure("not published")
         }
         #expect(
-            await process.beginRefresh(.init(failedGeneration: 1, timeout: .seconds(1), limit: (2, .seconds(3600))))
+            await process.beginRefresh(
+                .init(failedGeneration: session.generation, timeout: .seconds(1), limit: (2, .seconds(3600))))
                 == .limited)
+    }
+
+    /// The token endpoint's wait in Redis (issue 29) is sealed like every value: an unsigned one
+    /// (a writer without the key) is a problem and removed, never obeyed, so it cannot hold every
+    /// refresh; a sealed one holds every process.
+    @Test func anUnsignedRetryAfterIsRefusedAndASealedOneHoldsEveryProcess() async throws {
+        let server = try RedisServerFixture()
+        _ = try await prepared(server, "wait")
+        let far = Date().millisecondsSince1970 + 3_600_000
+        _ = try server.attacker().command([
+            "HSET", "response-policy:{wait}:session", "retry-after", String(far), "retry-after-why", "forged",
+        ])
+        let (_, turn, updates) = try await probe(server, "wait")
+        guard case .lease = turn else { return recordFailure("an unsigned Retry-After gave \(turn)") }
+        #expect(updates.contains { if case .problem(let text) = $0 { text.contains("Retry-After") } else { false } })
+        // A holder's real wait: sealed, every process is told its end. (The probe's lease is let go.)
+        _ = try server.attacker().command(["DEL", "response-policy:{wait}:lease"])
+        _ = try server.attacker().command(["HDEL", "response-policy:{wait}:session", "lease", "lease-until"])
+        let holder = try server.coordinator(key: "wait", signingKey: Self.key)
+        defer { holder.stop() }
+        _ = await holder.start(local: nil, updates: { _ in })
+        guard
+            case .lease(let lease) = await holder.beginRefresh(
+                .init(failedGeneration: 1, timeout: .seconds(1), limit: nil))
+        else { return recordFailure("no lease") }
+        let until = Date(milliseconds: Date().millisecondsSince1970 + 20_000)
+        await holder.endRefresh(lease, failure: "HTTP 503", retryAfter: until)
+        let (_, held, _) = try await probe(server, "wait")
+        guard case .retryAfter(let end, let reason) = held else { return recordFailure("a sealed wait gave \(held)") }
+        #expect(abs(end.timeIntervalSince(until)) < 1 && reason == "HTTP 503")
     }
 
     /// Replays: a process that saw generation 1 never takes a lease on a record rolled back to

@@ -57,7 +57,11 @@ struct CoordinationRecordTests {
                             holder.knownGeneration = session.generation
                         }
                     } else {
-                        record.end(lease, failure: "failed")
+                        // Sometimes the token endpoint asked to wait (Retry-After): no grant before it ends.
+                        let wait =
+                            Int.random(in: 0..<4, using: &random) == 0
+                            ? now + Int64.random(in: 1...3_000, using: &random) : nil
+                        record.end(lease, failure: "failed", retryAfter: wait, now: now)
                     }
                     holder.lease = nil
                 } else if Int.random(in: 0..<50, using: &random) == 0 {
@@ -79,7 +83,7 @@ struct CoordinationRecordTests {
                     // A live holder's refresh is bounded by the refresh timeout.
                     holder.finishesAt = now + Int64.random(in: 1...timeoutMs, using: &random)
                 case .newer(let session): holder.knownGeneration = session.generation
-                case .wait, .limited, .behind: break
+                case .wait, .limited, .embargoed, .behind: break
                 }
             }
             holders[index] = holder
@@ -370,7 +374,7 @@ struct CoordinationRecordTests {
                                 leaseMs: leaseMs, now: now)
                         }, except: index)
                 case .newer(let session): memory.saw(session)
-                case .wait, .limited, .behind: break
+                case .wait, .limited, .embargoed, .behind: break
                 }
                 processes[index].memory = memory
             }

@@ -152,7 +152,14 @@ struct RefreshFlightModelTests {
             case 80..<83: logout()
             case 83..<85: signIn()
             case 85..<88: adopt()
-            case 88..<92: state.accepted(state.generation)
+            case 88..<92:
+                var ignored: Actions = []
+                state.accepted(state.generation, into: &ignored)
+            case 92 where shared && random.int(0...3) == 0:
+                // Another process's token call was asked to wait (the fleet's announcement, issue 29).
+                let end = now + .seconds(random.int(1...12))
+                state.refresh.heardRetryAfter(until: end, reason: "HTTP 429 elsewhere", now: now)
+                embargo = max(embargo, end)
             default: now += .milliseconds(random.int(0...3_000))
             }
             // Woken waiters leave (their own decisions are tested elsewhere).
@@ -268,14 +275,22 @@ struct RefreshFlightModelTests {
             case 0...5: answer = .lease(RefreshLease(fencingToken: UInt64(counts.turns), generation: 0))
             case 6: answer = .unavailable("the store is down")
             case 7: answer = .failedElsewhere("invalid_grant")
-            case 8: answer = .limited
+            case 8:
+                if random.int(0...3) > 0 {
+                    answer = .limited
+                } else {
+                    // Another process was asked to wait (issue 29): no call from here before it ends.
+                    let seconds = random.int(1...12)
+                    answer = .retryAfter(until: date.addingTimeInterval(Double(seconds)), reason: "HTTP 429 elsewhere")
+                    embargo = max(embargo, now + .seconds(seconds))
+                }
             default:
                 // Another process refreshed meanwhile: the server rotated for it.
                 guard let pair = server.refresh(server.current) else { return }
                 received = pair.refreshToken
                 answer = .published(SharedSession(credentials: pair, generation: state.sharedGeneration + 1))
             }
-            perform(state.flightStep(state.refresh.turn(id, answer, now: now), now: now, date: date))
+            perform(state.flightStep(state.refresh.turn(id, answer, now: now, date: date), now: now, date: date))
         }
 
         mutating func fireTimer() {
@@ -341,7 +356,7 @@ struct RefreshFlightModelTests {
                 case .ask(let id, _, _): turn = id
                 case .arm(let armed): timer = armed
                 case .disarm(let id): if timer?.flight == id { timer = nil }
-                case .publishPending, .endTurn, .problem: break
+                case .publishPending, .endTurn, .noteAccepted, .problem: break
                 }
             }
         }

@@ -464,9 +464,14 @@ struct RequestDecisionsModelTests {
                 case 0...5: turn = .lease(RefreshLease(fencingToken: UInt64(random.int(1...1_000)), generation: 0))
                 case 6, 7: turn = .unavailable("the store is unavailable")
                 case 8: turn = .failedElsewhere("invalid_grant")
-                default: turn = .limited
+                default:
+                    turn =
+                        random.int(0...1) == 0
+                        ? .limited
+                        : .retryAfter(
+                            until: date.addingTimeInterval(Double(random.int(1...60))), reason: "HTTP 429 elsewhere")
                 }
-                flightStep(state.refresh.turn(id, turn, now: now))
+                flightStep(state.refresh.turn(id, turn, now: now, date: date))
             }
         }
 
@@ -549,7 +554,7 @@ struct RequestDecisionsModelTests {
                         flightTimer = timer
                     case .disarm(let id):
                         if flightTimer?.flight == id { flightTimer = nil }
-                    case .endTurn, .publishPending, .problem:
+                    case .endTurn, .publishPending, .noteAccepted, .problem:
                         break
                     }
                 }

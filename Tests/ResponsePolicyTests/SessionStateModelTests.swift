@@ -56,7 +56,10 @@ struct SessionStateModelTests {
                 settings.shareWindow = random.int(0...1) == 0 ? .zero : .seconds(1)
                 let proactive = random.int(0...4) == 0
                 let hadFlight = state.flight
-                if random.int(0...3) == 0 { state.accepted(state.generation) }
+                if random.int(0...3) == 0 {
+                    var ignored: Actions = []
+                    state.accepted(state.generation, into: &ignored)
+                }
                 // The oracle of refresh.limit: only a token this engine's call issued, refused before
                 // any response accepted it, counts (never the initial token, a failure, an adoption).
                 let unhelped =

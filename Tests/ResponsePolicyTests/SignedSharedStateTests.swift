@@ -29,8 +29,17 @@ struct SignedSharedStateTests {
             case .lease(let first) = await writer.beginRefresh(
                 .init(failedGeneration: 0, timeout: .seconds(1), limit: limit))
         else { throw CoordinationError("no first lease") }
-        await writer.endRefresh(first, failure: "invalid_grant elsewhere")
-        _ = await writer.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(1), limit: limit))
+        // Generation 1, refused at once: a loop `refresh.limit` counts (issue 29).
+        _ = await writer.publish(testCredentials("rotated"), with: first)
+        guard
+            case .lease(let second) = await writer.beginRefresh(
+                .init(failedGeneration: 1, timeout: .seconds(1), limit: limit))
+        else { throw CoordinationError("no second lease") }
+        await writer.endRefresh(second, failure: "invalid_grant elsewhere")
+        _ = await writer.beginRefresh(.init(failedGeneration: 1, timeout: .seconds(1), limit: limit))
+        // The token endpoint's Retry-After, kept with the (ended) second turn's failure.
+        await writer.endRefresh(
+            second, failure: "invalid_grant elsewhere", retryAfter: Date().addingTimeInterval(600))
         await writer.publishLogout(until: Date().addingTimeInterval(600), reason: "revoked")
         let path = credentials + ".shared"
         let data = try Data(contentsOf: URL(fileURLWithPath: path))
@@ -124,6 +133,24 @@ struct SignedSharedStateTests {
                 }
             ),
             (
+                "retry-after",
+                {
+                    var o = $0; o["retry-after"] = ["until": 253_402_300_799_000, "reason": "forged"]; return o
+                }
+            ),
+            (
+                "loops",
+                {
+                    var o = $0; o["loops"] = nil; return o
+                }
+            ),
+            (
+                "accepted",
+                {
+                    var o = $0; o["accepted"] = 1; return o
+                }
+            ),
+            (
                 "no seal",
                 {
                     var o = $0; o["seal"] = nil; return o
@@ -144,7 +171,7 @@ struct SignedSharedStateTests {
         let (credentials, sealed) = try await Self.sealedState(folder)
         let state = credentials + ".shared"
         #expect(sealed["seal"] is String && sealed["lease"] != nil && sealed["failure"] != nil)
-        #expect(sealed["logged-out-until"] != nil && sealed["refreshes"] != nil)
+        #expect(sealed["logged-out-until"] != nil && sealed["loops"] != nil && sealed["retry-after"] != nil)
         for (field, forge) in Self.forgeries {
             let data = try JSONSerialization.data(withJSONObject: forge(sealed), options: [.sortedKeys])
             #expect(FileSessionCoordinator.replaceFile(state, with: data) == nil)
@@ -172,7 +199,8 @@ struct SignedSharedStateTests {
             case .success(let record?) = FileSessionCoordinator.read(
                 state, signer: SharedStateSigner(key: Self.key, scope: "file"))
         else { return recordFailure("the sealed record was refused") }
-        #expect(record.credentials == testCredentials("seed") && record.lease != nil && record.revision > 1)
+        #expect(record.credentials == testCredentials("rotated") && record.lease != nil && record.revision > 1)
+        #expect(record.loops.map(\.generation) == [1] && record.embargo?.reason == "invalid_grant elsewhere")
     }
 
     @Test func anOlderSealedCopyPutBackIsRefusedByAProcessThatSawANewerOne() async throws {

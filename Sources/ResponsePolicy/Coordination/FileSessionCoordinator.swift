@@ -18,7 +18,8 @@ import Foundation
 /// - `<credentials>.shared`: the shared state as JSON (mode 0600, it holds the tokens): generation,
 ///   credentials, the lease (fencing token, holder pid, expiry), the last fencing token, the
 ///   cooldown's end, the session epoch (the last sign-in's generation), the last failed refresh,
-///   the recent lease grants for `refresh.limit`. It is
+///   the token endpoint's `Retry-After` a holder was given (no lease before it ends), and the
+///   generations `refresh.limit` counts with the newest one a process saw accepted. It is
 ///   replaced with `rename(2)`, so a reader without the lock sees an old state or a new one.
 ///
 /// A watcher thread notices a new state file (its inode changes with each rename) within
@@ -178,6 +179,8 @@ package final class FileSessionCoordinator: SessionCoordinator {
                 case .newer(let session): return .turn(holderNow == nil ? .newer(session) : .published(session))
                 case .granted(let lease): return .turn(.lease(lease))
                 case .limited: return .turn(.limited)
+                case .embargoed(let until, let reason):
+                    return .turn(.retryAfter(until: Date(milliseconds: until), reason: reason))
                 case .wait(let fence, let left): return .wait(fence, left)
                 case .behind(let stored):
                     return .turn(
@@ -230,7 +233,22 @@ package final class FileSessionCoordinator: SessionCoordinator {
     }
 
     package func endRefresh(_ lease: RefreshLease, failure: String?) async {
-        _ = await transact { shared in shared.end(lease, failure: failure) }
+        await endRefresh(lease, failure: failure, retryAfter: nil)
+    }
+
+    /// With `retryAfter`, the record keeps the wait the token endpoint asked for: no process is
+    /// granted a lease before it ends, and each hears it from its watcher.
+    package func endRefresh(_ lease: RefreshLease, failure: String?, retryAfter: Date?) async {
+        _ = await transact { shared in
+            shared.end(
+                lease, failure: failure, retryAfter: retryAfter?.millisecondsSince1970,
+                now: Date().millisecondsSince1970)
+        }
+    }
+
+    /// A response accepted the token of `generation`: `refresh.limit` does not count it.
+    package func noteAccepted(generation: UInt64) async {
+        _ = await transact { shared in shared.accept(generation) }
     }
 
     package func publishLogout(until: Date, reason: String) async {
@@ -491,6 +509,24 @@ package final class FileSessionCoordinator: SessionCoordinator {
             }
             shared.refreshes = times
         }
+        if let embargo = object["retry-after"] {
+            guard let embargo = embargo as? [String: Any], let until = milliseconds(embargo["until"]) ?? nil else {
+                return refuse("retry-after")
+            }
+            let reason = (embargo["reason"] as? String).map { String($0.prefix(300)) }
+            shared.embargo = .init(until: until, reason: reason ?? "the token endpoint asked to wait")
+        }
+        if let loops = object["loops"] {
+            guard let list = loops as? [Any], list.count <= 10_000 else { return refuse("loops") }
+            for item in list {
+                guard let pair = item as? [Any], pair.count == 2, let generation = unsigned(pair[0]) ?? nil,
+                    let at = milliseconds(pair[1]) ?? nil
+                else { return refuse("loops") }
+                shared.loops.append(.init(generation: generation, at: at))
+            }
+        }
+        guard let accepted = unsigned(object["accepted"]) else { return refuse("accepted") }
+        shared.accepted = accepted ?? 0
         if let signer, let refusal = signer.check(object["seal"] as? String, "record", shared.sealFields).refusal {
             return .failure(
                 CoordinationError(
@@ -518,6 +554,9 @@ package final class FileSessionCoordinator: SessionCoordinator {
         if let until = shared.loggedOutUntil { object["logged-out-until"] = until }
         if let failure = shared.failure { object["failure"] = ["fence": failure.fence, "reason": failure.reason] }
         if !shared.refreshes.isEmpty { object["refreshes"] = shared.refreshes }
+        if let embargo = shared.embargo { object["retry-after"] = ["until": embargo.until, "reason": embargo.reason] }
+        if !shared.loops.isEmpty { object["loops"] = shared.loops.map { [$0.generation, $0.at] } }
+        if shared.accepted > 0 { object["accepted"] = shared.accepted }
         guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else {
             return CoordinationError("cannot encode the shared session")
         }
@@ -613,6 +652,15 @@ package final class FileSessionCoordinator: SessionCoordinator {
                 {
                     news.append(
                         .loggedOut(until: Date(milliseconds: until), reason: LogoutReason.elsewhereWithoutReason))
+                }
+                // A holder's token call was asked to wait (`Retry-After`): no call from here before
+                // it ends (at most the longest wait the engine obeys).
+                if let embargo = shared.embargo, embargo.until > (seen.embargo?.until ?? 0) {
+                    let wallNow = Date().millisecondsSince1970
+                    let until = min(embargo.until, wallNow + Shared.longestEmbargoMs)
+                    if until > wallNow {
+                        news.append(.retryAfter(until: Date(milliseconds: until), reason: embargo.reason))
+                    }
                 }
                 if shared.generation >= seen.generation { state.seen = shared }
             }

@@ -21,6 +21,7 @@ import Foundation
 /// case .published(let session):  // another process held the lease and published while we waited
 /// case .failedElsewhere(let why): // the holder's refresh failed: this one fails too, once
 /// case .limited:                 // refresh.limit reached fleet-wide: a failed refresh
+/// case .retryAfter(let until, let why): // the token endpoint asked a holder to wait: no call before `until`
 /// case .unavailable(let why):    // the coordinator cannot help now: refresh locally, report a problem
 /// }
 /// ```
@@ -76,6 +77,18 @@ public protocol SessionCoordinator: Sendable {
     /// processes waiting on this lease that the refresh failed (without any secret in it).
     func endRefresh(_ lease: RefreshLease, failure: String?) async
 
+    /// Ends a refresh whose token call was asked to wait (`Retry-After`) until `retryAfter`: the
+    /// store grants no lease before then and tells every process (``SessionUpdate/retryAfter(until:reason:)``),
+    /// so no process of the fleet calls the token endpoint before the wait ends. The default calls
+    /// ``endRefresh(_:failure:)`` (the wait stays in this process).
+    func endRefresh(_ lease: RefreshLease, failure: String?, retryAfter: Date?) async
+
+    /// A response accepted the token of shared `generation`: `refresh.limit` never counts that
+    /// generation fleet-wide (a process that saw it refused, found out before or after, counted a
+    /// loop that was none). Called once per generation, only under a policy with `refresh.limit`.
+    /// The default does nothing.
+    func noteAccepted(generation: UInt64) async
+
     /// Logs the session out everywhere until `until`.
     func publishLogout(until: Date, reason: String) async
 
@@ -106,6 +119,16 @@ extension SessionCoordinator {
     public func publishLogout(until: Date, reason: String, epoch: UInt64) async {
         await publishLogout(until: until, reason: reason)
     }
+
+    /// Ends the turn without keeping the token endpoint's `Retry-After`
+    /// (``endRefresh(_:failure:)``), for a coordinator that cannot share it: the wait then holds
+    /// this process only.
+    public func endRefresh(_ lease: RefreshLease, failure: String?, retryAfter: Date?) async {
+        await endRefresh(lease, failure: failure)
+    }
+
+    /// Records nothing, for a coordinator that does not count `refresh.limit` across processes.
+    public func noteAccepted(generation: UInt64) async {}
 }
 
 /// What a coordinator still has to publish (a pair it could not store, a logout it could not
@@ -195,6 +218,10 @@ public enum SessionUpdate: Sendable, Equatable {
     case problem(String)
     /// The coordinator is back after a problem.
     case recovered
+    /// The token endpoint asked another process to wait (`Retry-After`) until `until`: no token
+    /// call from this process before then either; requests whose `refresh.timeout` ends sooner
+    /// fail with `reason` (never a logout).
+    case retryAfter(until: Date, reason: String)
 }
 
 /// Why and how long a process asks to refresh.
@@ -271,6 +298,10 @@ public enum RefreshTurn: Sendable, Equatable {
     case failedElsewhere(String)
     /// `refresh.limit` is used up across the fleet: treat as a failed refresh.
     case limited
+    /// The token endpoint asked a holder to wait (`Retry-After`) until `until`: no lease (and no
+    /// token call) before then. The engine waits for it within `refresh.timeout`, else fails the
+    /// requests with `reason`; never a logout.
+    case retryAfter(until: Date, reason: String)
     /// The coordinator cannot help now: refresh locally.
     case unavailable(String)
 }

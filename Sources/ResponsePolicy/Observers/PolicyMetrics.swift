@@ -442,7 +442,7 @@ extension PolicyMetrics {
                 "coordination_turns",
                 "The coordinator's answers to refresh turns, by result: lease (this process calls the token "
                     + "endpoint), adopted (the fleet held newer credentials), published (another process's refresh "
-                    + "answered), failed_elsewhere, limited, unavailable.",
+                    + "answered), failed_elsewhere, limited, unavailable, retry_after (the fleet waits for a Retry-After).",
                 by("result", g.coordinationTurns)),
         ]
         return families

@@ -846,9 +846,18 @@ struct FleetCoordinator: SessionCoordinator {
     }
 
     func endRefresh(_ lease: RefreshLease, failure: String?) async {
+        await endRefresh(lease, failure: failure, retryAfter: nil)
+    }
+
+    func endRefresh(_ lease: RefreshLease, failure: String?, retryAfter: Date?) async {
         guard live else { return }
-        _ = await client { await inner.endRefresh(lease, failure: failure) }
+        _ = await client { await inner.endRefresh(lease, failure: failure, retryAfter: retryAfter) }
         process.holdsLease(false, incarnation: incarnation)
+    }
+
+    func noteAccepted(generation: UInt64) async {
+        guard live else { return }
+        _ = await client { await inner.noteAccepted(generation: generation) }
     }
 
     func publishLogout(until: Date, reason: String) async {

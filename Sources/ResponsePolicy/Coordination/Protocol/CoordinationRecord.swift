@@ -2,7 +2,8 @@ import Foundation
 
 /// The lease protocol of fleet coordination, as a value over the one shared record every store
 /// keeps: the generation, the credentials, the lease with its fencing token, the logout cooldown's
-/// end, the last failed refresh and the recent lease grants (for `refresh.limit`).
+/// end, the last failed refresh, the token endpoint's `Retry-After` (its embargo) and the
+/// generations `refresh.limit` counts (loops), with the newest generation a process saw accepted.
 ///
 /// Why a value: the same turn logic used to live three times (the lock-file coordinator, the Redis
 /// coordinator and its Lua scripts). Here each event is a `mutating func` that takes the time
@@ -37,6 +38,16 @@ import Foundation
 /// length, a quarantine: a lease with fencing token 0 that nobody holds, for one lease length,
 /// so a holder the store forgot (its token call at the server) publishes before anyone else
 /// presents the same refresh token.
+///
+/// `Retry-After` and `refresh.limit` are fleet-wide (issue 29). A holder whose token call was
+/// asked to wait ends its turn with that wait (``end(_:failure:retryAfter:now:)``): no lease is
+/// granted before it ends, and every question is answered ``Begin/embargoed(untilMs:reason:)``
+/// (bounded by ``longestEmbargoMs``: a forged or corrupted end delays refreshes no longer than
+/// the token endpoint itself may). `refresh.limit` counts generations, not grants: a trigger on
+/// the newest generation, made by a refresh (never the initial token or a sign-in's), whose
+/// token the asking process saw refused and no process saw accepted (``accept(_:)``), counts
+/// that generation once. A grant that ended without a pair made no generation, so it never
+/// counts.
 package struct CoordinationRecord: Sendable, Equatable {
     /// The lease held now.
     struct Lease: Sendable, Equatable {
@@ -56,6 +67,24 @@ package struct CoordinationRecord: Sendable, Equatable {
         var fence: UInt64
         var reason: String
     }
+
+    /// The token endpoint asked to wait (`Retry-After`) until `until` (ms since 1970): no lease
+    /// before then. `reason`: the answer's reason, without a secret.
+    struct Embargo: Sendable, Equatable {
+        var until: Int64
+        var reason: String
+    }
+
+    /// A generation `refresh.limit` counts (its token was refused before any response accepted
+    /// it), and when that was found out (ms since 1970).
+    struct Loop: Sendable, Equatable {
+        var generation: UInt64
+        var at: Int64
+    }
+
+    /// The longest embargo a store holds, from now: the longest `Retry-After` the engine obeys
+    /// (``TokenAnswer/maxRequestedWait``). A longer one (forged, a clock far off) is cut to it.
+    package static let longestEmbargoMs: Int64 = TokenAnswer.maxRequestedWait.milliseconds()
 
     /// What the process asking for a turn knows of the shared session (``CoordinationMemory``
     /// keeps it): nothing by default, which is how a store that forgets nothing is asked.
@@ -128,8 +157,15 @@ package struct CoordinationRecord: Sendable, Equatable {
     /// sign-in had already ended.
     var epoch: UInt64 = 0
     var failure: Failure?
-    /// When recent leases were granted (ms), for `refresh.limit` across the fleet.
+    /// Lease grants recorded by earlier versions (ms); no longer counted, kept only so a record
+    /// sealed by them still checks, and cleared by the next question that counts.
     var refreshes: [Int64] = []
+    /// The token endpoint's `Retry-After`, given to a holder: no lease before it ends.
+    var embargo: Embargo?
+    /// The generations `refresh.limit` counts within its window, oldest first.
+    var loops: [Loop] = []
+    /// The newest generation a process saw a response accept: never counted by `refresh.limit`.
+    var accepted: UInt64 = 0
 
     /// What a refresh trigger gets (``begin(failedGeneration:knows:leaseMs:limit:holder:now:isAlive:)``).
     enum Begin: Sendable, Equatable {
@@ -142,6 +178,10 @@ package struct CoordinationRecord: Sendable, Equatable {
         case granted(RefreshLease)
         /// `refresh.limit` is used up across the fleet.
         case limited
+        /// The token endpoint asked a holder to wait (`Retry-After`) until `untilMs`: no lease
+        /// before then. The caller waits for it (or fails its requests past `refresh.timeout`
+        /// with `reason`); never a logout.
+        case embargoed(untilMs: Int64, reason: String)
         /// The store holds an older generation (`stored`) than the caller has seen or saved: it
         /// forgot, or was put back. The caller re-seeds it and asks again.
         case behind(stored: UInt64)
@@ -207,6 +247,10 @@ package struct CoordinationRecord: Sendable, Equatable {
             return .behind(stored: generation)
         }
         if generation > failedGeneration { return .newer(session(now: now)) }
+        // The trigger is evidence whoever refreshes: counted before any lease is looked at.
+        let loop = limit.map {
+            $0.count > 0 && countLoop(failedGeneration: failedGeneration, perMs: $0.perMs, now: now)
+        }
         if let held = lease, held.expires > now, asker != 0, held.asker == asker, held.fence > 0 {
             // Its own lease, granted to a question whose answer it never got (its client gave up
             // after the store ran it): granted again, for what is left of it, rather than waited for.
@@ -229,21 +273,56 @@ package struct CoordinationRecord: Sendable, Equatable {
             fence = known.fence
             return .wait(holder: known.fence, leftMs: left)
         }
-        if let limit, limit.count > 0 {
-            refreshes.removeAll { $0 <= now - limit.perMs }
-            if refreshes.count >= limit.count { return .limited }
-            refreshes.append(now)
+        if var held = embargo, held.until > now {
+            // Longer than the engine obeys: forged, or a clock far off. Cut, so it delays
+            // refreshes no longer than the token endpoint itself may.
+            if held.until - now > Self.longestEmbargoMs {
+                held.until = now + Self.longestEmbargoMs
+                embargo = held
+            }
+            return .embargoed(untilMs: held.until, reason: held.reason)
         }
+        if loop == true, let limit, loops.count >= limit.count { return .limited }
         fence = max(fence, knows.fence) + 1
         lease = Lease(fence: fence, holder: holder, expires: now + max(1, leaseMs), asker: asker)
         return .granted(RefreshLease(fencingToken: fence, generation: generation))
+    }
+
+    /// `refresh.limit`: the caller saw the token of `failedGeneration` refused (a refresh trigger
+    /// that is no refresh ahead). Counts that generation once when it is the newest, a refresh
+    /// made it (not the initial token, not a sign-in) and no process saw it accepted; drops
+    /// loops older than the window. Returns whether the trigger is a loop (then the limit applies).
+    private mutating func countLoop(failedGeneration: UInt64, perMs: Int64, now: Int64) -> Bool {
+        refreshes = []
+        loops.removeAll { $0.at <= now - perMs }
+        guard failedGeneration == generation, generation > epoch, generation > accepted else { return false }
+        if !loops.contains(where: { $0.generation == generation }) {
+            loops.append(Loop(generation: generation, at: now))
+        }
+        return true
+    }
+
+    /// A process saw a response accept the token of `seen`: that generation is no loop, whether
+    /// found out before or after. Returns whether it changed the record.
+    @discardableResult
+    mutating func accept(_ seen: UInt64) -> Bool {
+        guard seen <= generation, seen > accepted || loops.contains(where: { $0.generation == seen }) else {
+            return false
+        }
+        accepted = max(accepted, seen)
+        loops.removeAll { $0.generation == seen }
+        return true
     }
 
     /// What a waiter for lease `holder` finds now: a publication, the holder's failure, or nothing
     /// yet (nil: ask ``begin(failedGeneration:knows:leaseMs:limit:holder:now:isAlive:)`` again).
     func outcome(for holder: UInt64, failedGeneration: UInt64, now: Int64) -> RefreshTurn? {
         if generation > failedGeneration { return .published(session(now: now)) }
-        if let failure, failure.fence == holder { return .failedElsewhere(failure.reason) }
+        if let failure, failure.fence == holder {
+            // The holder was asked to wait (`Retry-After`): the waiter asks again, and is told how long.
+            if let embargo, embargo.until > now { return nil }
+            return .failedElsewhere(failure.reason)
+        }
         return nil
     }
 
@@ -265,10 +344,19 @@ package struct CoordinationRecord: Sendable, Equatable {
         return .published(SharedSession(credentials: fresh, generation: generation, epoch: epoch))
     }
 
-    /// Ends a refresh that produced nothing; a failure is kept for the lease's waiters.
-    mutating func end(_ held: RefreshLease, failure reason: String?) {
+    /// Ends a refresh that produced nothing; a failure is kept for the lease's waiters. With
+    /// `retryAfter` (the end of the wait the token endpoint asked for, ms since 1970), no lease is
+    /// granted before it ends (at most ``longestEmbargoMs`` from `now`; a longer one held is kept).
+    mutating func end(_ held: RefreshLease, failure reason: String?, retryAfter: Int64? = nil, now: Int64 = 0) {
         if lease?.fence == held.fencingToken { lease = nil }
         if let reason { failure = Failure(fence: held.fencingToken, reason: String(reason.prefix(300))) }
+        if let retryAfter, retryAfter > now {
+            let until = min(retryAfter, now + Self.longestEmbargoMs)
+            if until > (embargo.map { $0.until > now ? $0.until : 0 } ?? 0) {
+                embargo = Embargo(
+                    until: until, reason: String((reason ?? "the token endpoint asked to wait").prefix(300)))
+            }
+        }
     }
 
     /// Logs the session out until `until`, decided in session epoch `decided` (the epoch of the
@@ -292,6 +380,8 @@ package struct CoordinationRecord: Sendable, Equatable {
         credentials = signedIn
         lease = nil
         loggedOutUntil = nil
+        // The token endpoint answered the sign-in: a wait it asked for earlier is over.
+        embargo = nil
         return SharedSession(credentials: signedIn, generation: generation, epoch: epoch)
     }
 }

@@ -158,6 +158,10 @@ extension CoordinationRecord {
         fields += ["refreshes"] + refreshes.map(String.init)
         // Only once there is one: a record sealed before epochs were kept still checks.
         if epoch > 0 { fields += ["epoch", String(epoch)] }
+        // The same for the token endpoint's wait and `refresh.limit`'s generations (issue 29).
+        if let embargo { fields += ["retry-after", String(embargo.until), embargo.reason] }
+        if !loops.isEmpty { fields += ["loops"] + loops.flatMap { [String($0.generation), String($0.at)] } }
+        if accepted > 0 { fields += ["accepted", String(accepted)] }
         return fields
     }
 }

@@ -132,6 +132,7 @@ package final class InMemoryCoordinationStore: Sendable {
             case .volatile:
                 state.record.loggedOutUntil = nil
                 state.record.refreshes = []
+                state.record.loops = []
             }
         }
         bump()
@@ -315,6 +316,8 @@ package final class InMemoryCoordinationStore: Sendable {
                         lease.term = leaseLength - (store.clock.now - sent)
                         return .turn(.lease(lease))
                     case .limited: return .turn(.limited)
+                    case .embargoed(let until, let reason):
+                        return .turn(.retryAfter(until: Date(milliseconds: until), reason: reason))
                     case .wait(let fence, let left):
                         awaited = fence
                         // Seen: honoured for its whole term even if the store forgets it.
@@ -377,11 +380,27 @@ package final class InMemoryCoordinationStore: Sendable {
         }
 
         func endRefresh(_ lease: RefreshLease, failure: String?) async {
-            _ = store.transact { record, state in
-                record.end(lease, failure: failure)
+            await endRefresh(lease, failure: failure, retryAfter: nil)
+        }
+
+        func endRefresh(_ lease: RefreshLease, failure: String?, retryAfter: Date?) async {
+            let now = store.nowMs
+            let embargo = store.transact { record, state -> CoordinationRecord.Embargo? in
+                record.end(lease, failure: failure, retryAfter: retryAfter?.millisecondsSince1970, now: now)
                 state.announce({ $0.heardEnd(fence: lease.fencingToken) }, except: holder)
+                return retryAfter == nil ? nil : record.embargo
+            }
+            // The token endpoint's wait is announced: no engine calls it before it ends.
+            if let embargo = embargo ?? nil, embargo.until > now {
+                store.broadcast(
+                    .retryAfter(until: Date(milliseconds: embargo.until), reason: embargo.reason),
+                    except: UInt64(holder))
             }
             store.bump()
+        }
+
+        func noteAccepted(generation: UInt64) async {
+            _ = store.transact { record, _ in record.accept(generation) }
         }
 
         func publishLogout(until: Date, reason: String) async {

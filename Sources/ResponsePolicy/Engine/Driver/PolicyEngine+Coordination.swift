@@ -59,6 +59,13 @@ extension PolicyEngine {
         switch update {
         case .credentials(let session): adopt(session)
         case .loggedOut(let until, let reason): logoutFromElsewhere(until: until, reason: reason)
+        case .retryAfter(let until, let reason):
+            // Another process's token call was asked to wait: no call from here before it ends.
+            let (now, date) = (clock.now, clock.date)
+            state.withLock { state in
+                state.refresh.heardRetryAfter(
+                    until: RefreshFlight.engineTime(until, now: now, date: date), reason: reason, now: now)
+            }
         case .problem(let reason):
             let runtime = state.withLock { state in
                 state.coordinationProblem = PluginError(

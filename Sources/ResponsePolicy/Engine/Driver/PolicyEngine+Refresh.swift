@@ -33,20 +33,24 @@ extension PolicyEngine {
             runInBackground(priority: .high) { [self] in
                 await publishUnpublished(runtime)
                 let turn = await coordinator.beginRefresh(request)
-                flightEvent(runtime) { state, now, _ in
+                flightEvent(runtime) { state, now, date in
                     if case .unavailable(let reason) = turn {
                         state.noteCoordinationProblem(reason)
                     } else {
                         state.coordinationProblem = nil
                     }
-                    return state.refresh.turn(id, turn, now: now)
+                    return state.refresh.turn(id, turn, now: now, date: date)
                 }
             }
         case .publishPending(let runtime):
             runInBackground(priority: .high) { [self] in await publishUnpublished(runtime) }
-        case .endTurn(let lease, let reason):
+        case .endTurn(let lease, let reason, let retryAfter):
             let coordinator = coordinator
-            runInBackground { await coordinator.endRefresh(lease, failure: reason) }
+            runInBackground { await coordinator.endRefresh(lease, failure: reason, retryAfter: retryAfter) }
+        case .noteAccepted(let generation):
+            guard !coordinatorIsLocal else { return }
+            let coordinator = coordinator
+            runInBackground { await coordinator.noteAccepted(generation: generation) }
         case .arm(let timer):
             armFlightTimer(timer)
         case .disarm(let flight):

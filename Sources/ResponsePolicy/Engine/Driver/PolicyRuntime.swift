@@ -28,6 +28,9 @@ final class PolicyRuntime: Sendable {
     }
 
     let policy: Policy
+    /// Some scope or rule sets `refresh.limit`: a coordinator is told which generations a
+    /// response accepted (never counted fleet-wide).
+    let countsRefreshLimit: Bool
     let scopes: [ScopePlugins]
     let observers: [any PolicyObserver]
     /// Problems making plugins, reported as events when the runtime is installed.
@@ -38,6 +41,9 @@ final class PolicyRuntime: Sendable {
         overrides: PolicyEngine.Overrides
     ) {
         self.policy = policy
+        countsRefreshLimit = policy.graph.scopes.contains { scope in
+            scope.refresh.limit != nil || scope.compiled.contains { $0.refresh.limit != nil }
+        }
         var problems: [PluginError] = []
         func make<P>(_ factories: [String: PluginRegistry.Factory<P>], _ reference: PluginReference) -> P? {
             do {

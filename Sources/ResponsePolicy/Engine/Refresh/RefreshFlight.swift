@@ -20,7 +20,9 @@ import Foundation
 /// - a definitive answer is not asked again within `refresh.timeout`, and each further definitive
 ///   answer for the same credentials holds four times longer, up to an hour: a wrong password is
 ///   not tried in a loop;
-/// - no token call before a `Retry-After` ends, from any request;
+/// - no token call before a `Retry-After` ends, from any request (and, with a coordinator, from
+///   any process: a holder's wait is stored and announced, ``heardRetryAfter(until:reason:now:)``,
+///   and a turn answered ``RefreshTurn/retryAfter(until:reason:)`` waits for it);
 /// - `refresh.limit` counts a refresh only when the token it issued was refused before any
 ///   response accepted it (a loop), and reaching it fails the requests, never the session;
 /// - a 2xx answer with an access token is a pair kept, even when its access token cannot be used.
@@ -87,6 +89,10 @@ struct RefreshFlight {
         /// The token it replaces was refused before any response accepted it: `refresh.limit`
         /// counts this refresh across the fleet too.
         let countsTowardLimit: Bool
+        /// A trigger on a token this engine saw refused and never accepted (no refresh ahead):
+        /// its turn asks with `refresh.limit`, and the store counts the generation when no process
+        /// saw it accepted and a refresh made it (``CoordinationRecord``).
+        var refusedToken = false
         /// Request numbers, in the order they began waiting; a waiter that left (cancelled,
         /// logged out) stays listed but its slot no longer names this flight.
         var waiters: [UInt64] = []
@@ -365,6 +371,7 @@ struct RefreshFlight {
             credentials: session.credentials, settings: t.settings, coordination: t.coordination, reason: t.reason,
             starter: t.starter, countsTowardLimit: unhelpedNow, phase: .waiting, deadline: now + t.settings.timeout,
             askedPast: session.sharedGeneration)
+        flight.refusedToken = !t.proactive && session.acceptedGeneration < session.generation
         let step: Step
         if let embargo, now < embargo.until {
             // No call before the wait the token endpoint asked for ends, from any request.
@@ -402,7 +409,9 @@ struct RefreshFlight {
     private mutating func ask(_ flight: inout Flight, now: Duration) -> Step {
         flight.turns += 1
         flight.phase = .asking
-        let limit = flight.countsTowardLimit ? flight.settings.limit.map { ($0.count, $0.per) } : nil
+        // The store judges the generation fleet-wide (made by a refresh, accepted nowhere).
+        let limit =
+            flight.countsTowardLimit || flight.refusedToken ? flight.settings.limit.map { ($0.count, $0.per) } : nil
         let request = RefreshTurnRequest(
             failedGeneration: flight.askedPast, timeout: max(flight.deadline - now, .milliseconds(1)), limit: limit)
         return .ask(flight: flight.id, request, deadline: flight.released ? nil : arm(&flight, at: flight.deadline))
@@ -517,6 +526,29 @@ struct RefreshFlight {
             problem: nil)
     }
 
+    /// What `flight` does instead of a call while a `Retry-After` runs (nil: none runs): past its
+    /// deadline its requests fail with the reason (its lease given back with the wait); within it,
+    /// the call waits for the end, under its lease when the lease outlasts the wait, else asking
+    /// for a turn again then (the lease lapses meanwhile; the store grants none before the end).
+    private mutating func heldBack(_ flight: inout Flight, now: Duration) -> Step? {
+        guard let embargo, now < embargo.until else { return nil }
+        guard embargo.until < flight.deadline, !flight.detached else {
+            let failure = RefreshFailure(
+                "\(embargo.failure.reason); the token endpoint asked to wait \((embargo.until - now).policyText) more"
+                    + " (Retry-After), past refresh.timeout (\(flight.settings.timeout.policyText))", kind: .transient)
+            return .end(Ending(flight: flight, outcome: .failure(failure), endTurn: flight.lease))
+        }
+        flight.last = RefreshFailure(embargo.failure.reason, kind: .transient)
+        if let leaseEnd = flight.leaseEnd, embargo.until >= leaseEnd - min(flight.settings.timeout / 10, .seconds(1)) {
+            flight.lease = nil
+            flight.leaseEnd = nil
+            flight.phase = .pausing
+        } else {
+            flight.phase = .waiting
+        }
+        return .wait(arm(&flight, at: embargo.until), retry: nil, problem: nil)
+    }
+
     /// `failure` as the reason transient trouble outlasted the flight's timeout.
     private func outlasted(_ flight: Flight, _ failure: RefreshFailure, now: Duration) -> RefreshFailure {
         var outlasted = failure
@@ -530,15 +562,30 @@ struct RefreshFlight {
         return outlasted
     }
 
-    /// The coordinator answered flight `id`'s turn.
-    mutating func turn(_ id: UInt64, _ turn: RefreshTurn, now: Duration) -> Step {
+    /// The coordinator answered flight `id`'s turn (`date`: the wall clock at `now`, to read a
+    /// ``RefreshTurn/retryAfter(until:reason:)``'s end).
+    mutating func turn(_ id: UInt64, _ turn: RefreshTurn, now: Duration, date: Date) -> Step {
         guard var flight = find(id) else { return .none }
         turnAnswers[turn.metricName, default: 0] += 1
-        let step = turned(&flight, turn, now: now)
+        let step = turned(&flight, turn, now: now, date: date)
         return put(flight, step)
     }
 
-    private mutating func turned(_ flight: inout Flight, _ turn: RefreshTurn, now: Duration) -> Step {
+    /// Another process's token call was asked to wait (`Retry-After`) until `until` (this
+    /// engine's clock): no call from here before it ends either, as if this engine had been asked.
+    mutating func heardRetryAfter(until: Duration, reason: String, now: Duration) {
+        guard until > now, embargo.map({ until > $0.until }) ?? true else { return }
+        embargo = (until, RefreshFailure(reason, kind: .transient))
+    }
+
+    /// `until` (a wall-clock time) on this engine's clock, never more than the longest wait the
+    /// engine obeys from `now`.
+    static func engineTime(_ until: Date, now: Duration, date: Date) -> Duration {
+        let left = max(0, min(until.timeIntervalSince(date), TokenAnswer.maxRequestedWait.seconds))
+        return now + .milliseconds(Int64((left * 1000).rounded(.up)))
+    }
+
+    private mutating func turned(_ flight: inout Flight, _ turn: RefreshTurn, now: Duration, date: Date) -> Step {
         do {
             guard case .asking = flight.phase, case .shared(let waits, let unavailable) = flight.coordination else {
                 return .none
@@ -582,9 +629,30 @@ struct RefreshFlight {
                             "refresh.limit is used up across the processes sharing the session", kind: .transient)))
                 ending.trouble = true
                 return .end(ending)
+            case .retryAfter(let until, let reason):
+                // A holder in another process was asked to wait: no call before it ends, from here
+                // either. Within refresh.timeout the turn is asked again then; past it the
+                // requests fail with the reason (coordination's answer, never a logout).
+                let end = Self.engineTime(until, now: now, date: date)
+                heardRetryAfter(until: end, reason: reason, now: now)
+                let wait = end - now
+                let failure = RefreshFailure(
+                    "\(reason); the token endpoint asked to wait \(wait.policyText) more (Retry-After, another"
+                        + " process was told), past refresh.timeout (\(flight.settings.timeout.policyText)); no token"
+                        + " call before it ends", kind: .transient)
+                guard end < flight.deadline, !flight.detached else {
+                    var ending = Ending(flight: flight, outcome: .failure(failure))
+                    ending.trouble = true
+                    return .end(ending)
+                }
+                flight.last = failure
+                flight.phase = .pausing
+                return .wait(arm(&flight, at: end), retry: nil, problem: nil)
             case .lease(let lease):
                 flight.lease = lease
                 flight.leaseEnd = lease.term.map { now + $0 }
+                // Granted before the store held a wait this engine has heard of since: no call yet.
+                if let held = heldBack(&flight, now: now) { return held }
                 return call(&flight, now: now)
             case .unavailable(let reason):
                 guard waits else {
@@ -674,6 +742,8 @@ struct RefreshFlight {
                             endTurn: flight.lease))
                 }
                 if case .pausing = flight.phase { return ask(&flight, now: now) }
+                // A wait heard since this backoff was armed (another process was asked).
+                if let held = heldBack(&flight, now: now) { return held }
                 return begin(&flight, now: now)
             }
         }
@@ -736,7 +806,8 @@ struct RefreshFlight {
 extension RefreshTurn {
     /// The answer's name in metrics: `lease` (this process calls the token endpoint), `adopted`
     /// (the fleet already held newer credentials), `published` (another process's refresh
-    /// answered the wait), `failed_elsewhere`, `limited`, `unavailable`.
+    /// answered the wait), `failed_elsewhere`, `limited`, `unavailable`, `retry_after` (the token
+    /// endpoint asked the fleet to wait).
     var metricName: String {
         switch self {
         case .lease: "lease"
@@ -745,6 +816,7 @@ extension RefreshTurn {
         case .failedElsewhere: "failed_elsewhere"
         case .limited: "limited"
         case .unavailable: "unavailable"
+        case .retryAfter: "retry_after"
         }
     }
 }

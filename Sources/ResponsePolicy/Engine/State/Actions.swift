@@ -53,8 +53,12 @@ enum RefreshWork {
     /// Publishes the pair the session took under its lease (``RefreshFlight/unpublished``): at
     /// once after a refresh, again when the coordinator is back after trouble.
     case publishPending(PolicyRuntime)
-    /// Tells the coordinator the turn failed, with the reason.
-    case endTurn(RefreshLease, String)
+    /// Tells the coordinator the turn failed, with the reason, and the end of a wait the token
+    /// endpoint asked for (`Retry-After`), so no process calls it before then.
+    case endTurn(RefreshLease, String, retryAfter: Date? = nil)
+    /// Tells the coordinator a response accepted the token of this shared generation
+    /// (`refresh.limit` never counts it fleet-wide).
+    case noteAccepted(UInt64)
     /// Arms the flight's timer (one at a time: a newer one replaces it).
     case arm(RefreshFlight.Timer)
     /// Takes the timer of a flight that ended off the heap.

@@ -234,7 +234,7 @@ extension EngineState {
         }
         r.answer(loop)
         guard let rule = end.classified.rule else {
-            if case .response = end.result { accepted(loop.signedGeneration) }
+            if case .response = end.result { accepted(loop.signedGeneration, into: &actions) }
             if let failure = loop.failure {
                 noteResponse(r, loop, rule: nil, edge: r.scope.noMatchError, into: &actions)
                 return finish(r, loop, .failure(.transport(failure)), into: &actions)
@@ -246,7 +246,7 @@ extension EngineState {
         let flow = r.scope.compiled[rule]
         if case .response = end.result, flow.action != .refresh, flow.action != .logout {
             // The server accepted this token: a later refresh of it is a healthy rotation.
-            accepted(loop.signedGeneration)
+            accepted(loop.signedGeneration, into: &actions)
         }
         switch flow.action {
         case .deliver:

@@ -10,9 +10,15 @@ import Foundation
 /// emits events, saves credentials, wakes waiters). So these rules are tested as a value, with
 /// random event sequences and no threads (`SessionStateModelTests`).
 extension EngineState {
-    /// Notes that a server accepted a request signed with `generation`.
-    mutating func accepted(_ generation: UInt64) {
+    /// Notes that a server accepted a request signed with `generation`. Under `refresh.limit` the
+    /// coordinator hears it once per shared generation (a process that saw that token refused must
+    /// not count it fleet-wide).
+    mutating func accepted(_ generation: UInt64, into actions: inout Actions) {
         if generation > acceptedGeneration { acceptedGeneration = generation }
+        if generation == self.generation, sharedGeneration > reportedAcceptance, runtime.countsRefreshLimit {
+            reportedAcceptance = sharedGeneration
+            actions.append(.refresh(.noteAccepted(sharedGeneration)))
+        }
     }
 
     /// What the refresh flight reads of the session at `now`.
@@ -168,7 +174,15 @@ extension EngineState {
             refresh.unpublished = (credentials, lease)
             said.append(.refresh(.publishPending(runtime)))
         } else if let lease = ending.endTurn, case .failure(let failure) = ending.outcome {
-            said.append(.refresh(.endTurn(lease, failure.reason)))
+            // A wait the token endpoint asked for goes to the store with the turn's end: no
+            // process is granted a lease before it ends (`Retry-After` is fleet-wide).
+            // (Its reason is the token endpoint's answer; each process says how long is left.)
+            if let embargo = refresh.embargo, embargo.until > now {
+                said.append(
+                    .refresh(.endTurn(lease, embargo.failure.reason, retryAfter: date + (embargo.until - now).seconds)))
+            } else {
+                said.append(.refresh(.endTurn(lease, failure.reason)))
+            }
         }
         if let problem = ending.problem { said.append(.refresh(.problem(problem, runtime))) }
         if !runtime.observers.isEmpty {

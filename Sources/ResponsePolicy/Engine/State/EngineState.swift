@@ -240,6 +240,8 @@ struct EngineState {
     /// none shared yet). Compared with what the coordinator publishes; the local `generation`
     /// keeps counting every change for the requests' own bookkeeping.
     var sharedGeneration: UInt64 = 0
+    /// The last shared generation the coordinator was told a response accepted.
+    var reportedAcceptance: UInt64 = 0
     /// The session epoch of the credentials held, as the coordinator numbers it (the shared
     /// generation of the sign-in they descend from; 0: none known): what a logout decided on them
     /// is published in (``SessionCoordinator/publishLogout(until:reason:epoch:)``).
