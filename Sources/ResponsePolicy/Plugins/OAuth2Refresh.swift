@@ -507,7 +507,7 @@ package enum TokenEndpoint {
 
     /// The error codes of RFC 6749 §5.2 (and RFC 6750 §3.1's `invalid_token`, RFC 8628 §3.5's
     /// `slow_down`).
-    static let knownErrorCodes: Set<String> = [
+    package static let knownErrorCodes: Set<String> = [
         "invalid_request", "invalid_client", "invalid_grant", "unauthorized_client", "unsupported_grant_type",
         "invalid_scope", "invalid_token", "temporarily_unavailable", "server_error", "slow_down",
     ]
