@@ -44,8 +44,8 @@ func singleFile(_ arguments: ParsedArguments) throws(UsageError) -> String {
 }
 
 /// Renders the compiled rule graph for Graphviz or Mermaid.
-enum GraphRenderer {
-    static func dot(_ policy: Policy) -> String {
+package enum GraphRenderer {
+    package static func dot(_ policy: Policy) -> String {
         let graph = policy.graph
         var out = "digraph \(quote(policy.name)) {\n  rankdir=LR;\n  node [fontname=\"Helvetica\", fontsize=11];\n"
         out += "  edge [fontname=\"Helvetica\", fontsize=9];\n"

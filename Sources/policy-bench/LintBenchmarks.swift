@@ -1,6 +1,7 @@
 import Foundation
 import PolicyCLI
 import ResponsePolicy
+import ResponsePolicyTesting
 
 /// Lint, diff and hostile-header benchmarks, each against a baseline measured in the same run:
 /// lint against a bare libyaml event parse of the same file (what no YAML-based lint can beat),
@@ -213,5 +214,46 @@ extension Benchmarks {
             baselineName: "one pass over it", ratio: ours / pass,
             ratioMeaning: "classify ms / one scan ms (20 rules, 13-16 words each), lower is better",
             extra: [("header_bytes", Double(value.utf8.count)), ("rules", 20)], goal: "linear: <= 20 x 17 scans")
+    }
+}
+
+extension Benchmarks {
+    /// Issue 32: lint, explain and graph of a 100,000-route file (`ScaleFixtures.manyRoutes`) and
+    /// of a 100,000-rule file, each against libyaml's event parse of the same bytes (same run).
+    static func scale(quick: Bool) -> [BenchResult] {
+        // POLICY_BENCH_SCALE_COUNT=N measures N instead, to see the growth (the rows keep their names).
+        let asked = ProcessInfo.processInfo.environment["POLICY_BENCH_SCALE_COUNT"].flatMap { Int($0) }
+        let count = quick ? 500 : asked ?? 100_000
+        let files: [(String, String)] = [
+            ("scale-100k-routes", ScaleFixtures.manyRoutes(count)), ("scale-100k-rules", rulesPolicy(count)),
+        ]
+        return files.map { name, text in
+            let bytes = Array(text.utf8)
+            let start = ContinuousClock.now
+            blackHole(YAMLLoader.countEvents(bytes))
+            let parse = (ContinuousClock.now - start).nanoseconds / 1e6
+            let lintStart = ContinuousClock.now
+            let analysis = Policy.analyze(bytes: bytes, file: "bench.yaml", catalog: PluginCatalog(), limits: .default)
+            let lint = (ContinuousClock.now - lintStart).nanoseconds / 1e6
+            var explain = Double.nan
+            var graph = Double.nan
+            if let policy = analysis.policy {
+                let explainStart = ContinuousClock.now
+                blackHole(PolicyExplainer.explain(policy).utf8.count)
+                explain = (ContinuousClock.now - explainStart).nanoseconds / 1e6
+                let graphStart = ContinuousClock.now
+                blackHole(GraphRenderer.dot(policy).utf8.count)
+                graph = (ContinuousClock.now - graphStart).nanoseconds / 1e6
+            }
+            return BenchResult(
+                name: name, value: lint + explain + graph, unit: "ms", baseline: parse,
+                baselineName: "libyaml events", ratio: (lint + explain + graph) / parse,
+                ratioMeaning: "lint + explain + graph ms / libyaml event parse ms, lower is better",
+                extra: [
+                    ("count", Double(count)), ("file_bytes", Double(bytes.count)), ("lint_ms", lint),
+                    ("explain_ms", explain), ("graph_ms", graph),
+                ],
+                goal: "seconds (linear in routes and rules)")
+        }
     }
 }

@@ -26,7 +26,7 @@ if arguments.contains("--help") || arguments.contains("-h") {
           --quick                 Tiny counts: checks the benchmark runs, measures nothing.
           --only <name>           Run only the benchmarks whose name starts with <name>,
                                   or the one named <name> (engine-overhead, storm-10k,
-                                  lint-20k, lint-100k, diff-1k, hostile-header, ...).
+                                  lint-20k, lint-100k, diff-1k, scale, hostile-header, ...).
                                   lint-100k runs in a full run or on request, not with --quick.
                                   Every row has a baseline from the same run and its ratio;
                                   the machine's load at start and end is printed with them.
@@ -112,6 +112,7 @@ if only.map({ "lint-100k".hasPrefix($0) }) ?? !quick {
     results.append(Benchmarks.lint(quick: quick, count: 100_000, memory: true))
 }
 if wanted("diff") { results.append(Benchmarks.diff(quick: quick)) }
+if wanted("scale") { results += Benchmarks.scale(quick: quick) }
 if wanted("hostile") { results.append(Benchmarks.hostileHeader(quick: quick)) }
 // Needs a redis-server it starts itself, so only on request: `--only coordination`.
 if only.map({ "coordination".hasPrefix($0) || $0.hasPrefix("coordination") }) == true {
