@@ -18,13 +18,14 @@ struct BenchmarkSmokeTests {
             names == [
                 "classify-1k-first", "classify-1k-last", "decide-20k-rules", "storm-10k", "storm-10k-dispatch-6",
                 "engine-overhead", "engine-overhead-metrics", "replay", "load-default", "lint-20k", "diff-1k",
-                "hostile-header",
+                "scale-100k-routes", "scale-100k-rules", "hostile-header",
             ])
         // Every row of these has its baseline from the same run, and the machine's load is printed.
         for entry in results
-        where ["engine-overhead-metrics", "replay", "load-default", "lint-20k", "diff-1k", "hostile-header"].contains(
-            entry["name"] as? String)
-        {
+        where [
+            "engine-overhead-metrics", "replay", "load-default", "lint-20k", "diff-1k", "scale-100k-routes",
+            "scale-100k-rules", "hostile-header",
+        ].contains(entry["name"] as? String) {
             #expect(entry["baseline"] is NSNumber && entry["ratio"] is NSNumber, "\(entry)")
         }
         let load = try #require(json["load"] as? [String: Any])
