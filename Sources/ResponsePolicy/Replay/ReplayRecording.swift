@@ -64,7 +64,9 @@ package struct ReplayLimits: Sendable {
     /// ``PolicyEngine/Options/bodyScanLimit``: the engine reads a code only from a whole body of
     /// at most that length, and a body cut here is no longer JSON, so it has no code in the replay
     /// either.
-    package var maxBodyBytes = PolicyEngine.Options().bodyScanLimit
+    package var maxBodyBytes = ReplayLimits.engineScanLimit
+    /// The engine's default ``PolicyEngine/Options/bodyScanLimit``, read once (not per response).
+    package static let engineScanLimit = PolicyEngine.Options().bodyScanLimit
     /// Headers kept per message: `200`.
     package var maxHeaders = 200
     /// Any other string in an entry keeps its first `8 KiB`.
@@ -127,7 +129,7 @@ package struct ReplayVerdict: Sendable {
         case .body?:
             let body = Data(response.body.utf8)
             code = scope.codePath.flatMap { path in
-                body.withUnsafeBytes { JSONCodeScanner.code(in: $0, at: path, maxBytes: ReplayLimits().maxBodyBytes) }
+                body.withUnsafeBytes { JSONCodeScanner.code(in: $0, at: path, maxBytes: ReplayLimits.engineScanLimit) }
             }
         default: code = nil
         }
