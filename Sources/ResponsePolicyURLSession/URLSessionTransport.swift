@@ -293,19 +293,23 @@ public final class URLSessionTransport: CancellableTransport {
             (session, delegate) = (self.session, self.delegate)
         }
         // The one-off session ends with its call (it lets its task finish first).
-        defer { if fresh { session.finishTasksAndInvalidate() } }
+        defer { if fresh { URLSessionCalls.queue.async { session.finishTasksAndInvalidate() } } }
+        let request = urlRequest
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                let task = session.dataTask(with: urlRequest)
-                // The task's own delegate too: FoundationNetworking asks the task's delegate for a
-                // new body stream when libcurl rewinds the body (see `makeURLRequest`).
-                task.delegate = delegate
-                delegate.register(call, for: task)
-                // Attached first: an attempt the engine cancelled since it began (a logout, its
-                // timeout) stops the call here, and `start` then never resumes the task, so the
-                // request does not reach the server at all.
-                slot.attach(call)
-                call.start(task, continuation)
+                // Off the cooperative pool: see `URLSessionCalls`.
+                URLSessionCalls.queue.async {
+                    let task = session.dataTask(with: request)
+                    // The task's own delegate too: FoundationNetworking asks the task's delegate for a
+                    // new body stream when libcurl rewinds the body (see `makeURLRequest`).
+                    task.delegate = delegate
+                    delegate.register(call, for: task)
+                    // Attached first: an attempt the engine cancelled since it began (a logout, its
+                    // timeout) stops the call here, and `start` then never resumes the task, so the
+                    // request does not reach the server at all.
+                    slot.attach(call)
+                    call.start(task, continuation)
+                }
             }
         } onCancel: {
             slot.stop(throwing: CancellationError())
@@ -497,6 +501,21 @@ private final class SessionDelegate: NSObject, URLSessionDataDelegate, @unchecke
 /// it; the others then find nothing to do. Cancellation and timeout resume at once rather than waiting for
 /// URLSession to report the cancelled data task, so they are prompt even when the session is busy. The body is
 /// gathered here as it arrives, so a body over the limit is stopped after at most one chunk past it.
+/// Where the transport calls into URLSession for a data task (make it, resume it, cancel it),
+/// never on the cooperative pool nor on a session's delegate queue.
+///
+/// FoundationNetworking on Linux runs every session of the process on one serial work queue,
+/// and `dataTask(with:)` and `cancel()` wait for it (`sync`). A response body that never stops
+/// coming at loopback speed (a hostile or broken server) keeps that queue busy in libcurl's read
+/// loop for as long as it flows: found in CI, where a 60 s endless body held the queue, a
+/// delegate's `cancel()` at `max-body` waited behind it, and the two threads of the cooperative
+/// pool waited in `dataTask(with:)`, which stopped every task of the process (the engine's
+/// timers, other transports) for the whole 60 s. Here only this queue waits: the caller has its
+/// answer (too large, timed out, cancelled) at once, and the rest of the process runs on.
+enum URLSessionCalls {
+    static let queue = DispatchQueue(label: "ResponsePolicyURLSession.calls")
+}
+
 private final class DataTaskCall: Sendable {
     private enum State {
         /// `start` has not run yet.
@@ -557,8 +576,8 @@ private final class DataTaskCall: Sendable {
             }
         }
         if let early {
-            task.cancel()  // never resumed; cancelling lets the session forget it
             continuation.resume(throwing: early)
+            task.cancel()  // never resumed; cancelling lets the session forget it (already on `URLSessionCalls.queue`)
         } else {
             // If `stop` ran since the lock was released, the task is already cancelled and `resume` does nothing.
             task.resume()
@@ -581,8 +600,9 @@ private final class DataTaskCall: Sendable {
             }
         }
         guard let (task, continuation) = running else { return }
-        task.cancel()
+        // The caller first: the cancel may wait long for FoundationNetworking (`URLSessionCalls`).
         continuation.resume(throwing: error)
+        URLSessionCalls.queue.async { task.cancel() }
     }
 
     private var tooLarge: TransportError {

@@ -295,6 +295,40 @@ struct TransportConformanceTests {
         }
     }
 
+    /// A body that never stops, at loopback speed, can keep FoundationNetworking's one work queue
+    /// (every URLSession of the process) busy for as long as it flows. The caller still has its
+    /// answer at max-body, and the rest of the process runs on: found in CI, where calls waiting
+    /// for that queue held both threads of the cooperative pool and every task of the process
+    /// stopped for the endless body's 60 s.
+    @Test func aFirehoseBodyThroughURLSessionStallsNothingElse() async throws {
+        try await withTestServer { server in
+            let start = ContinuousClock.now
+            let firehose = Task {
+                do {
+                    _ = try await URLSessionTransport(timeout: .seconds(50), maxBody: 4 << 20).send(
+                        HTTPRequest(url: server.url("/endless?pace=0")))
+                    return "answered"
+                } catch let error as TransportError {
+                    return "\(error.errorClass)"
+                } catch {
+                    return "\(error)"
+                }
+            }
+            // More URLSession calls than the pool has threads, each waiting for that queue.
+            let other = URLSessionTransport(timeout: .seconds(50))
+            let waiting = (0..<8).map { _ in Task { _ = try? await other.send(HTTPRequest(url: server.url("/echo"))) } }
+            defer { for task in waiting { task.cancel() } }
+            // Meanwhile the cooperative pool runs other work: a call through libcurl, a timer.
+            let curl = try await CurlTransport(timeout: .seconds(20)).send(HTTPRequest(url: server.url("/echo")))
+            try await Task.sleep(for: .milliseconds(10))
+            #expect(curl.status == 200)
+            #expect(ContinuousClock.now - start < .seconds(10), "the process stalled: \(ContinuousClock.now - start)")
+            #expect(await firehose.value == "tooLarge")
+            #expect(
+                ContinuousClock.now - start < .seconds(15), "max-body answered late: \(ContinuousClock.now - start)")
+        }
+    }
+
     @Test(arguments: TransportKind.allCases)
     func tooManyHeaderFieldsAreTooLarge(_ kind: TransportKind) async throws {
         try await withTestServer { server in

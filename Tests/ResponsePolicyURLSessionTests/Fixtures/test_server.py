@@ -29,7 +29,8 @@ Routes
                       (the body ends when the connection closes).
   GET  /bomb          200 with `?bytes=` bytes of zeros compressed with `?encoding=` (gzip by default, or deflate),
                       `Content-Encoding` set: a few KiB on the wire for many MiB decoded.
-  GET  /endless       200 chunked, 64 KiB chunks of "a" until the client goes away (a body with no end).
+  GET  /endless       200 chunked, 64 KiB chunks of "a" (one a millisecond; `?pace=0`: as fast as the
+                      socket takes them) until the client goes away or 60 s pass (a body with no end).
   GET  /headers       200 with `?count=` header fields `X-Field-<i>: <i>` and an empty JSON body.
   GET  /_requests     Every request this server received (but /_*): [{method, path, query, headers, body}].
   POST /_control      JSON object; sets any keys of DEFAULT_CONFIG (unknown keys are a 400), or with
@@ -397,9 +398,15 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         chunk = b"10000\r\n" + b"a" * 65536 + b"\r\n"
+        pace = (self.query.get("pace") or ["1"])[0] != "0"
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             self.wfile.write(chunk)
+            # About 64 MiB/s, slower than a client drains loopback: at full speed the socket never
+            # empties, and FoundationNetworking's one work queue (every session of the process)
+            # stays in libcurl's read loop, so nothing cancels the task until the 60 s are over.
+            if pace:
+                time.sleep(0.001)
         self.close_connection = True
 
     def many_headers(self):
