@@ -183,7 +183,7 @@ struct CoordinationPolicyTests {
             try explanation(ofFile: file.path).contains(
                 """
                 Shared session (coordination: redis):
-                  Every process using key 'mobile-api' on redis://127.0.0.1:6379/0 shares one session: its credentials and their generation, one refresh at a time (a lease of 10s; a holder that dies delays the others by at most that), the logout cooldown and refresh.limit. A request that triggers no refresh or logout never contacts Redis (news arrives by subscription). When the store does not answer within 250ms, a refresh waits for it (on-unavailable: wait) up to refresh.timeout (10s), then its requests fail with the reason; nobody is logged out and no process refreshes alone.
+                  Every process using key 'mobile-api' on redis://127.0.0.1:6379/0 shares one session: its credentials and their generation, one refresh at a time (a lease of 10s; a holder that dies delays the others by at most that), the logout cooldown, refresh.limit and a token endpoint's Retry-After (no process calls before it ends). A request that triggers no refresh or logout never contacts Redis (news arrives by subscription). When the store does not answer within 250ms, a refresh waits for it (on-unavailable: wait) up to refresh.timeout (10s), then its requests fail with the reason; nobody is logged out and no process refreshes alone.
                 """), "\(result.stdout)")
         let local = try folder.write("l.yaml", "policy: 1\nname: api\n" + Self.rules)
         #expect(!(try await runPolicy(["explain", local.path]).stdout.contains("Shared session")))

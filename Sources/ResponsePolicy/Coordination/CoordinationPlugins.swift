@@ -267,7 +267,8 @@ extension Policy {
         case "file":
             let path = text("path").map { "'\($0)'" } ?? "the credentials file"
             return "Processes on this host that use \(path) share one session: its credentials and their generation, "
-                + "one refresh at a time (a lease of \(lease)), the logout cooldown and refresh.limit, kept in "
+                + "one refresh at a time (a lease of \(lease)), the logout cooldown, refresh.limit and a token "
+                + "endpoint's Retry-After (no process calls before it ends), kept in "
                 + "\(path).shared under the lock \(path).lock. A request that triggers no refresh or logout never "
                 + "touches these files. " + signingSentence + unavailableSentence(timeout)
         case "redis":
@@ -275,7 +276,8 @@ extension Policy {
             let key = text("key") ?? name
             return "Every process using key '\(key)' on \(url) shares one session: its credentials and their "
                 + "generation, one refresh at a time (a lease of \(lease); a holder that dies delays the others by "
-                + "at most that), the logout cooldown and refresh.limit. A request that triggers no refresh or "
+                + "at most that), the logout cooldown, refresh.limit and a token endpoint's Retry-After (no process "
+                + "calls before it ends). A request that triggers no refresh or "
                 + "logout never contacts Redis (news arrives by subscription). " + signingSentence
                 + unavailableSentence(timeout)
         default:
