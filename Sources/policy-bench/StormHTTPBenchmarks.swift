@@ -61,6 +61,13 @@ extension Benchmarks {
                             ("n", Double(size)),
                             ("requests_median", stormMedian(ours.map { Double($0.apiCalls) })),
                             ("requests_max", Double(ours.map(\.apiCalls).max() ?? 0)),
+                            // What the engine sent in the repetition with the most requests: the
+                            // rest of the server's count was re-sent by the transport on its own.
+                            (
+                                "engine_sends_in_that_rep",
+                                Double(ours.max { $0.apiCalls < $1.apiCalls }?.engineSends ?? 0)
+                            ),
+                            ("stale_answers_max", Double(ours.map(\.staleAnswers).max() ?? 0)),
                             ("lag_max_ms", ours.map(\.lagMs).max() ?? .nan),
                             ("refreshes_max", Double(ours.map(\.tokenCalls).max() ?? 0)),
                             ("failed_max", Double(ours.map(\.failed).max() ?? 0)),
@@ -105,6 +112,9 @@ extension Benchmarks {
 
     struct StormRun {
         var apiCalls = 0
+        /// Attempts the engine sent (its `send` events), and the answers it classified as expiry.
+        var engineSends = 0
+        var staleAnswers = 0
         var tokenCalls = 0
         var lagMs = Double.nan
         var failed = 0
@@ -175,16 +185,44 @@ extension Benchmarks {
     }
 
     static func expiredStorm(_ server: StormServer, size: Int, expired: String, dispatch: String?) async -> StormRun {
-        guard server.reset(["expired": expired, "token": "expired"]) else { return StormRun() }
-        let (results, wall) = await storm(server, size: size, dispatch: dispatch, observer: nil)
+        guard await server.reset(["expired": expired, "token": "expired"]) else { return StormRun() }
+        let counter = SendCounter()
+        let (results, wall) = await storm(server, size: size, dispatch: dispatch, observer: counter)
         let stats = server.stats() ?? [:]
         var run = StormRun()
+        (run.engineSends, run.staleAnswers) = counter.counts
         run.apiCalls = stats["api_calls"] as? Int ?? 0
         run.tokenCalls = stats["token_calls"] as? Int ?? 0
         run.lagMs = (stats["lag_ms"] as? NSNumber)?.doubleValue ?? .nan
         run.failed = results.count { if case .failure = $0 { true } else { false } } + (size - results.count)
         run.wallMs = wall
         return run
+    }
+
+    /// Counts the engine's attempts and the answers it classified as expiry (401 or 1401): when
+    /// the server counts more requests than the engine sent, the transport re-sent some itself.
+    final class SendCounter: PolicyObserver, @unchecked Sendable {
+        // Guarded by `lock`; one lock per event, in ours and the baseline alike.
+        private let lock = NSLock()
+        private var sends = 0
+        private var stale = 0
+
+        func observe(_ event: PolicyEvent) {
+            guard event.kind == .send || event.kind == .response else { return }
+            lock.lock()
+            defer { lock.unlock() }
+            if event.kind == .send {
+                sends += 1
+            } else if event.status == 401 || event.code == "1401" {
+                stale += 1
+            }
+        }
+
+        var counts: (sends: Int, stale: Int) {
+            lock.lock()
+            defer { lock.unlock() }
+            return (sends, stale)
+        }
     }
 
     /// Records the wall-clock time the engine saw the 202, and what happened on the wire after.
@@ -220,7 +258,7 @@ extension Benchmarks {
     }
 
     static func logoutStorm(_ server: StormServer, size: Int, dispatch: String?) async -> LogoutRun {
-        guard server.reset(["token": "valid", "logout_after": size / 10]) else { return LogoutRun() }
+        guard await server.reset(["token": "valid", "logout_after": size / 10]) else { return LogoutRun() }
         let watch = LogoutWatch()
         let stamping = StampingTransport(makeStormTransport())
         let (results, _) = await storm(server, size: size, dispatch: dispatch, observer: watch, transport: stamping)
@@ -364,7 +402,21 @@ final class StormServer: @unchecked Sendable {
         return try? JSONSerialization.jsonObject(with: data) as? [String: Any]
     }
 
-    func reset(_ scenario: [String: Any]) -> Bool { call("POST", "/_reset", body: scenario) != nil }
+    /// Zeroes the counters for the next storm, once the previous one's stragglers are in: a
+    /// storm's transport can still be delivering requests after every send returned (the
+    /// baseline's timed-out ones), and counted after the reset they were charged to the next
+    /// storm (up to 90 "stale" requests in one repetition of five, over `CurlTransport`).
+    /// Waits until the count holds still for 300 ms, 10 s at most.
+    func reset(_ scenario: [String: Any]) async -> Bool {
+        var last = stats()?["api_calls"] as? Int
+        for _ in 0..<33 {
+            try? await Task.sleep(for: .milliseconds(300))
+            let now = stats()?["api_calls"] as? Int
+            if now == last { break }
+            last = now
+        }
+        return call("POST", "/_reset", body: scenario) != nil
+    }
     func stats() -> [String: Any]? { call("GET", "/_stats") }
 }
 

@@ -23,6 +23,10 @@ struct StormHTTPBenchmarkSmokeTests {
             #expect(entry["refreshes_max"] as? Int == 1, "\(entry)")
             #expect(entry["failed_max"] as? Int == 0, "\(entry)")
             #expect((entry["requests_max"] as? Int ?? .max) <= 50 + 12, "\(entry)")
+            // Every request the server counted is one the engine sent (no straggler of an earlier
+            // storm charged to this one), and at most the 6 in flight met the expired token.
+            #expect(entry["engine_sends_in_that_rep"] as? Int == entry["requests_max"] as? Int, "\(entry)")
+            #expect((1...6).contains(entry["stale_answers_max"] as? Int ?? 0), "\(entry)")
             #expect(entry["value"] is NSNumber, "the server saw a token call after a rejection: \(entry)")
         }
         let logout = try #require(results.first { $0["name"] as? String == "storm-http-202-50" })
