@@ -1,5 +1,6 @@
 import Foundation
 import ResponsePolicy
+import Synchronization
 
 #if canImport(FoundationNetworking)
     import FoundationNetworking
@@ -67,9 +68,8 @@ public final class URLSessionTransport: CancellableTransport {
     /// requests already queued in this one.
     private let control = Locked<URLSessionTransport?>(nil)
     private let isControl: Bool
-    /// How a request with a body goes out: on Linux on a fresh connection, on Apple platforms on
-    /// the kept-alive ones (see `BodyMode`). The others are kept for the measurement in
-    /// `KeepAliveResetTests`.
+    /// How a request with a body goes out (see `BodyMode`). The others are kept for the
+    /// measurement in `KeepAliveResetTests`.
     let bodyMode: BodyMode
 
     /// How a request with a body goes out.
@@ -81,19 +81,29 @@ public final class URLSessionTransport: CancellableTransport {
     /// Content-Length and none of the body, and stalls until the timeout (issue 20: a token POST
     /// lost its body and logged the session out). A stream body it can rewind, but it sends a
     /// stream chunked, with the Content-Length beside `Transfer-Encoding: chunked`, which RFC 9112
-    /// §6.3 forbids. Answering libcurl's rewind (FoundationNetworking asks the delegate for a new
-    /// stream, for an `httpBody` too) by cancelling and re-sending the request does not cover it
-    /// either: libcurl rewinds only what it already counted as sent, and a body it had read but
-    /// not yet written goes out short without a rewind (issue 33 measured 9–10 of 12 bodies whole
-    /// against a server that resets every reused connection, the rest short or failed). So on
-    /// Linux a request with a body goes on a connection nobody used before: a session made for it
-    /// alone (libcurl keeps its connections per session), asking the server to close after
-    /// (`Connection: close`), which costs a connection (over TLS a handshake) per request with a
-    /// body. `ResponsePolicyCurl`'s `CurlTransport` rewinds bodies itself and has no such cost.
-    /// Apple's URLSession rewinds bodies correctly: there, bodies use the kept-alive connections.
+    /// §6.3 forbids. Until issue 33 a request with a body therefore went on a connection nobody
+    /// used before, which cost a connection (over TLS a handshake) per request with a body.
+    ///
+    /// What the transport does instead on Linux (`keptAlive`): the body goes as `httpBody` on the
+    /// shared, kept-alive connections, and the one moment FoundationNetworking loses it is
+    /// watched. libcurl rewinds a body only to send it again, and FoundationNetworking asks the
+    /// task's delegate for a new body stream when it does (for an `httpBody` too, though it then
+    /// cannot use one). That question is the signal: the transport answers it with no stream,
+    /// stops that try (its short request is cut off with its connection, so no server takes it
+    /// for whole) and sends the request again itself, whole, on a connection of its own. Sending
+    /// it again is as safe as what libcurl was doing: libcurl re-sends only a request that went
+    /// out on a reused connection and got not one byte back. A reused connection that fails while
+    /// the request is still being written (the server's reset arrived first) fails without a
+    /// libcurl retry and without a rewind; the transport sends those again the same way, because
+    /// the body did not reach the server whole (see `DataTaskCall.resendable`). Apple's URLSession
+    /// rewinds bodies correctly: there, bodies simply use the kept-alive connections (`data`).
+    /// `ResponsePolicyCurl`'s `CurlTransport` rewinds bodies itself.
     enum BodyMode: Sendable {
+        /// `httpBody` on the shared, kept-alive connections; a try whose body FoundationNetworking
+        /// lost is sent again on a connection of its own. The default on Linux.
+        case keptAlive
         /// A session of its own, `Connection: close`: a new connection per request with a body.
-        /// The default on Linux.
+        /// What the transport did on Linux before issue 33; kept for the measurement.
         case freshConnection
         /// `httpBody` on the shared, kept-alive connections. The default on Apple platforms.
         case data
@@ -103,7 +113,7 @@ public final class URLSessionTransport: CancellableTransport {
         /// The platform's default.
         static var platformDefault: BodyMode {
             #if canImport(FoundationNetworking)
-                .freshConnection
+                .keptAlive
             #else
                 .data
             #endif
@@ -272,17 +282,39 @@ public final class URLSessionTransport: CancellableTransport {
         throw TransportError(.connection, "\(label): more than \(Self.maxRedirects) redirects")
     }
 
-    /// One exchange on the wire, without following redirects.
+    /// One exchange on the wire, without following redirects: on the shared connections, and
+    /// again on a connection of its own when FoundationNetworking lost the body on the way (see
+    /// `BodyMode.keptAlive`).
     private func once(_ request: HTTPRequest, limit: Int?, slot: CallSlot) async throws -> HTTPResponse {
+        let hasBody = !(request.body?.isEmpty ?? true)
+        switch bodyMode {
+        case .freshConnection where hasBody:
+            return try await exchange(request, limit: limit, slot: slot, fresh: true)
+        case .keptAlive where hasBody:
+            do {
+                return try await exchange(request, limit: limit, slot: slot, fresh: false)
+            } catch is BodyNotDelivered {
+                resentBodies.add(1, ordering: .relaxed)
+                return try await exchange(request, limit: limit, slot: slot, fresh: true)
+            }
+        case .keptAlive, .freshConnection, .data, .stream:
+            return try await exchange(request, limit: limit, slot: slot, fresh: false)
+        }
+    }
+
+    /// How many requests with a body this transport sent again on a connection of their own
+    /// because FoundationNetworking lost the body on a reused connection (for tests and the bench).
+    let resentBodies = Atomic<Int>(0)
+
+    /// One try on the wire: on the shared session, or with `fresh` on a session made for it alone
+    /// (libcurl keeps its connections per session), asking the server to close after.
+    private func exchange(_ request: HTTPRequest, limit: Int?, slot: CallSlot, fresh: Bool) async throws -> HTTPResponse {
         var urlRequest = makeURLRequest(request)
-        // A request with a body goes on a connection of its own on Linux (see `BodyMode`); the
-        // control transport's calls (token, logout) always do there, so a token call never
-        // meets a reset.
-        let fresh = bodyMode == .freshConnection && (isControl || !(request.body?.isEmpty ?? true))
         let call = DataTaskCall(
             label: "\(request.method) \(Self.redacted(request.url))", url: request.url, limit: limit,
             maxHeaders: maxHeaders, arriving: slot.arriving,
-            body: urlRequest.httpBodyStream == nil ? nil : request.body)
+            body: urlRequest.httpBodyStream == nil ? nil : request.body,
+            resendable: !fresh && bodyMode == .keptAlive && urlRequest.httpBody != nil)
         let session: URLSession
         let delegate: SessionDelegate
         if fresh {
@@ -475,13 +507,19 @@ private final class SessionDelegate: NSObject, URLSessionDataDelegate, @unchecke
         completionHandler(tooLarge ? .cancel : .allow)
     }
 
-    /// A fresh stream of the body when libcurl rewinds it to send the request again (a kept-alive
-    /// connection reset when it was reused): the same bytes from the start.
+    /// libcurl rewinds the body to send the request again (a kept-alive connection reset when it
+    /// was reused). A stream body gets a fresh stream: the same bytes from the start. An
+    /// `httpBody` FoundationNetworking cannot rewind (it must not be handed a stream either: it
+    /// stops the process for a stream under an `httpBody`), so it gets none, and the call learns
+    /// that this try's body is lost (see `BodyMode.keptAlive`). Called on FoundationNetworking's
+    /// work queue, which waits for the answer: it never blocks.
     func urlSession(
         _ session: URLSession, task: URLSessionTask,
         needNewBodyStream completionHandler: @escaping @Sendable (InputStream?) -> Void
     ) {
-        completionHandler(call(for: task)?.body.map { InputStream(data: $0) })
+        let call = call(for: task)
+        completionHandler(call?.body.map { InputStream(data: $0) })
+        if let call, call.body == nil { call.bodyRewound() }
     }
 
     func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
@@ -535,14 +573,29 @@ private final class DataTaskCall: Sendable {
     /// The request body sent as a stream, for a rewind (see `SessionDelegate`).
     let body: Data?
     private let maxHeaders: Int
+    /// Whether a try whose `httpBody` did not reach the server whole ends with
+    /// `BodyNotDelivered`, for the transport to send the request again (`BodyMode.keptAlive`).
+    private let resendable: Bool
 
-    init(label: String, url: URL, limit: Int?, maxHeaders: Int, arriving: (@Sendable () -> Void)?, body: Data?) {
+    init(
+        label: String, url: URL, limit: Int?, maxHeaders: Int, arriving: (@Sendable () -> Void)?, body: Data?,
+        resendable: Bool
+    ) {
         self.label = label
         self.url = url
         self.limit = limit
         self.maxHeaders = maxHeaders
         self.arriving = arriving
         self.body = body
+        self.resendable = resendable
+    }
+
+    /// libcurl is sending the request again on a new connection, and FoundationNetworking could
+    /// not rewind the `httpBody`: that try goes out without its body. A resendable call ends here,
+    /// its data task is cancelled (the short request is cut off with its connection), and the
+    /// transport sends the request again.
+    func bodyRewound() {
+        if resendable { stop(throwing: BodyNotDelivered()) }
     }
 
     /// Whether the response's head has more fields than the limit (FoundationNetworking hands
@@ -638,7 +691,22 @@ private final class DataTaskCall: Sendable {
             return (continuation, body)
         }
         guard let (continuation, body) = finished else { return }
+        if resendable, response == nil, let error = error as? URLError, Self.failedWhileSending(error) {
+            continuation.resume(throwing: BodyNotDelivered())
+            return
+        }
         continuation.resume(with: outcome(data: body, response: response, error: error))
+    }
+
+    /// Whether the try failed while the request was still being written (libcurl's
+    /// `CURLE_SEND_ERROR`: the server's reset arrived first), which FoundationNetworking reports
+    /// only in libcurl's message: "Send failure: …" on a plain connection, "… SSL_write: …" over
+    /// TLS. Such a request did not reach the server whole, and libcurl does not send it again
+    /// (it does when the reset comes while it waits for the answer, rewinding the body).
+    static func failedWhileSending(_ error: URLError) -> Bool {
+        guard error.code == .networkConnectionLost || error.code == .unknown else { return false }
+        let message = error.userInfo[NSLocalizedDescriptionKey] as? String ?? ""
+        return message.hasPrefix("Send failure:") || message.contains("SSL_write")
     }
 
     private func outcome(data: Data?, response: URLResponse?, error: (any Error)?) -> Result<HTTPResponse, any Error> {
@@ -681,6 +749,10 @@ private final class DataTaskCall: Sendable {
         return ": " + text
     }
 }
+
+/// A try whose request body did not reach the server whole, on a reused connection, with
+/// nothing back: the transport sends the request again (see `URLSessionTransport.BodyMode`).
+private struct BodyNotDelivered: Error {}
 
 /// `bytes` for people: `64 MiB`, `1 MiB`, `1500 bytes`.
 func byteCount(_ bytes: Int) -> String {

@@ -16,9 +16,11 @@ answering.
 Every request that is read is answered 200 with `{"method", "expected", "received"}`: the body
 length the headers announced and the bytes that arrived. A body that does not arrive within
 BODY_WAIT seconds is answered with what arrived (so a body-less retry is seen at once, not as a
-client timeout). `GET /_stats` answers `{"resets": n, "requests": n, "short": n, "connections": n}`
-(on a fresh connection it is never reset; `connections` counts those accepted, /_stats's own
-included).
+client timeout) and counted `short`: a server would have taken it as the whole request. A request
+whose connection the client closes before the whole body came is dropped unanswered, as real
+servers do, and counted `cut`. `GET /_stats` answers `{"resets": n, "requests": n, "short": n,
+"cut": n, "connections": n}` (on a fresh connection it is never reset; `connections` counts those
+accepted, /_stats's own included).
 """
 
 import json
@@ -32,7 +34,7 @@ HARD_TIMEOUT = 120.0
 BODY_WAIT = 1.0
 
 lock = threading.Lock()
-stats = {"resets": 0, "requests": 0, "short": 0, "connections": 0}
+stats = {"resets": 0, "requests": 0, "short": 0, "cut": 0, "connections": 0}
 
 
 def reset(conn):
@@ -106,7 +108,12 @@ def serve(conn, idle):
                 except socket.timeout:
                     break
                 if not chunk:
-                    break
+                    # The client closed before the whole body came: as real servers do, the
+                    # request is dropped unanswered (a client that stopped a try it knew short).
+                    with lock:
+                        stats["cut"] += 1
+                    conn.close()
+                    return
                 body += chunk
             buffer = body[expected:] if len(body) > expected else b""
             received = min(len(body), expected)
