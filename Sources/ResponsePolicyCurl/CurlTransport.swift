@@ -5,10 +5,10 @@ import ResponsePolicy
 /// A `Transport` on libcurl's multi interface: kept-alive connections and HTTP/2 multiplexing
 /// for every method, bodies included.
 ///
-/// Why beside `URLSessionTransport`: on Linux, FoundationNetworking runs libcurl underneath but
-/// cannot rewind a request body when a kept-alive connection is reset as it is reused, so every
-/// request with a body used to pay a new connection (and over TLS a handshake, with the system CA
-/// bundle read again); and its per-request cost is many times libcurl's own. This transport
+/// Why beside `URLSessionTransport`: on Linux, FoundationNetworking runs libcurl underneath at
+/// many times libcurl's own cost per request, reads the system CA bundle again for each new TLS
+/// connection, and cannot rewind a request body when a kept-alive connection is reset as it is
+/// reused (`URLSessionTransport` sends such a request again itself, on a new connection). This transport
 /// drives libcurl directly: one multi handle on a thread of its own carries every request, the
 /// CA store is loaded once (libcurl's CA cache), TLS sessions and DNS answers are shared, a body
 /// is rewound through libcurl's seek and read callbacks when libcurl sends a request again on a

@@ -41,10 +41,12 @@ struct AuthlibTests {
         var refreshReused: Int
         var transientAnswers: Int
         var resets: Int
+        var tokenResets: Int
+        var cut: Int
 
         enum CodingKeys: String, CodingKey {
             case tokenCalls = "token_calls", issued, refreshReused = "refresh_reused"
-            case transientAnswers = "transient_answers", resets
+            case transientAnswers = "transient_answers", resets, tokenResets = "token_resets", cut
         }
     }
 
@@ -93,6 +95,32 @@ struct AuthlibTests {
             #expect(stats.issued <= perToken, "\(stats.issued) tokens in \(elapsed)s")
             #expect(stats.tokenCalls <= stats.issued + stats.transientAnswers + 1)
             print("AuthlibTests \(scenario.testDescription): \(count) requests in \(elapsed)s, \(stats)")
+        }
+    }
+
+    /// The same through `URLSessionTransport` (`--transport urlsession`), whose token calls go on
+    /// kept-alive connections that the server resets when they were idle 20 ms: a token call whose
+    /// body FoundationNetworking lost is sent again whole, never short (a short form would be
+    /// `invalid_request`: a logout), and no refresh token is presented twice.
+    @Test(.enabled(if: runs, Self.needsAuthlib))
+    func tokenCallsOverURLSessionSurviveResetsAtReuse() async throws {
+        let python = try Self.requirePython()
+        try await withFixtureServer("authlib_server", python: python, arguments: ["1", "0.02"]) { server in
+            let scenario = Scenario(
+                grant: "refresh_token", client: "basic", secret: "basic-secret", auth: "client_secret_basic")
+            // About two seconds of requests: four token calls or more, each on a connection idle
+            // since the last one (reset at reuse).
+            let count = 5000
+            let run = try await fetch(server, scenario, count: count, transport: "urlsession")
+            let stats = try await server.stats(Stats.self)
+            let summary = run.stdout.split(separator: "\n").last.map(String.init) ?? ""
+            #expect(run.status == 0, "\(summary)\n\(run.stderr.suffix(2000))")
+            #expect(summary.contains("\(count) delivered, 0 failed, 0 logged out"), "\(summary)")
+            #expect(stats.refreshReused == 0, "a refresh token was presented twice")
+            #expect(stats.issued >= 3, "the run refreshed: \(stats)")
+            // Token calls met the reset, or the test proves nothing.
+            #expect(stats.tokenResets >= 1, "no token call met a reset at reuse: \(stats)")
+            print("AuthlibTests URLSession: \(stats)")
         }
     }
 
@@ -175,7 +203,8 @@ struct AuthlibTests {
 
     /// `policy fetch` of `/api/me` `count` times, 64 at once, with the scenario's plugin settings.
     func fetch(
-        _ server: FixtureServer, _ scenario: Scenario, count: Int, refreshToken given: String? = nil
+        _ server: FixtureServer, _ scenario: Scenario, count: Int, refreshToken given: String? = nil,
+        transport: String? = nil
     ) async throws -> PolicyRun {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
             "authlib-\(UUID().uuidString)")
@@ -212,6 +241,7 @@ struct AuthlibTests {
             "fetch", "--policy", policyFile.path, "--concurrency", "64", "--count", "\(count)",
             server.url("/api/me").absoluteString,
         ]
+        if let transport { arguments.insert(contentsOf: ["--transport", transport], at: 1) }
         if scenario.grant == "refresh_token" {
             let token: String
             if let given { token = given } else { token = try await refreshToken(server, scenario) }
