@@ -308,7 +308,8 @@ public final class URLSessionTransport: CancellableTransport {
 
     /// One try on the wire: on the shared session, or with `fresh` on a session made for it alone
     /// (libcurl keeps its connections per session), asking the server to close after.
-    private func exchange(_ request: HTTPRequest, limit: Int?, slot: CallSlot, fresh: Bool) async throws -> HTTPResponse {
+    private func exchange(_ request: HTTPRequest, limit: Int?, slot: CallSlot, fresh: Bool) async throws -> HTTPResponse
+    {
         var urlRequest = makeURLRequest(request)
         let call = DataTaskCall(
             label: "\(request.method) \(Self.redacted(request.url))", url: request.url, limit: limit,

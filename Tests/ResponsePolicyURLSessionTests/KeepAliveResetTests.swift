@@ -1,7 +1,7 @@
 import Foundation
 import ResponsePolicy
-import Synchronization
 import ResponsePolicyCurl
+import Synchronization
 import TestGate
 import Testing
 
