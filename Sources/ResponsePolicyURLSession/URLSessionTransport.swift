@@ -315,7 +315,7 @@ public final class URLSessionTransport: CancellableTransport {
             label: "\(request.method) \(Self.redacted(request.url))", url: request.url, limit: limit,
             maxHeaders: maxHeaders, arriving: slot.arriving,
             body: urlRequest.httpBodyStream == nil ? nil : request.body,
-            resendable: !fresh && bodyMode == .keptAlive && urlRequest.httpBody != nil)
+            resendable: !fresh && bodyMode == .keptAlive && !(urlRequest.httpBody?.isEmpty ?? true))
         let session: URLSession
         let delegate: SessionDelegate
         if fresh {
@@ -576,6 +576,7 @@ private final class DataTaskCall: Sendable {
     private let maxHeaders: Int
     /// Whether a try whose `httpBody` did not reach the server whole ends with
     /// `BodyNotDelivered`, for the transport to send the request again (`BodyMode.keptAlive`).
+    /// Only a non-empty body: an empty one cannot be lost.
     private let resendable: Bool
 
     init(

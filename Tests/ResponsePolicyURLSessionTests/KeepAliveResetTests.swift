@@ -82,6 +82,25 @@ struct KeepAliveResetTests {
         }
     }
 
+    /// A request without a body, or with an empty one, has no body to lose: every one is
+    /// answered on the shared connection, none sent again.
+    @Test func requestsWithoutABodyAreNeverSentAgain() async throws {
+        try await withFixtureServer("reset_server", arguments: ["600"]) { server in
+            let transport = URLSessionTransport(timeout: .seconds(5))
+            for (method, body) in [("POST", Data()), ("POST", nil), ("PUT", Data()), ("DELETE", nil), ("GET", nil)] {
+                for _ in 0..<4 {
+                    let response = try await transport.send(
+                        HTTPRequest(method: method, url: server.url("/token"), body: body))
+                    let answer = try JSONDecoder().decode(Answer.self, from: response.body)
+                    #expect(answer == Answer(method: method, expected: 0, received: 0))
+                }
+            }
+            #expect(transport.resentBodies.load(ordering: .relaxed) == 0)
+            let stats = try await server.stats(Stats.self)
+            #expect(stats.connections <= 2, "\(stats.connections) connections for 20 requests")
+        }
+    }
+
     /// The measurement behind the fix: the same 12 POSTs against a server that resets every
     /// reused connection, with the body as plain `httpBody` on kept-alive connections (what the
     /// transport did before issue 20, and does on Apple platforms), as a rewindable stream (sent
