@@ -1,6 +1,7 @@
 import CCurl
 import Foundation
 import ResponsePolicy
+import Synchronization
 
 /// One libcurl multi handle and the thread that drives it.
 ///
@@ -10,13 +11,18 @@ import ResponsePolicy
 /// loaded once a day instead of once per TLS connection) and one TLS session cache and DNS cache
 /// (a share handle).
 ///
-/// Concurrency contract: ``add(_:)``, ``remove(_:)`` and ``shutdown()`` may be called from any
-/// thread; they queue a command under a lock and wake the loop (`curl_multi_wakeup`). Only the
-/// loop's thread touches the multi handle, the easy handles and the share handle, so libcurl
-/// needs no locking of its own. Continuations are resumed by ``CurlTransfer``, never under this
-/// lock. That is why the `@unchecked Sendable` is safe: the only mutable state shared between
-/// threads is `commands`, behind its lock.
-final class CurlLoop: @unchecked Sendable {
+/// It is also a task executor (``CurlTransport/executor``): jobs of tasks that prefer it run on
+/// the loop's thread between libcurl's turns, so such a task hands a transfer to libcurl and is
+/// resumed by its end without waking another thread.
+///
+/// Concurrency contract: ``add(_:)``, ``remove(_:)``, ``enqueue(_:)`` and ``shutdown()`` may be
+/// called from any thread; they queue a command or a job under a lock and wake the loop
+/// (`curl_multi_wakeup`) unless they run on it. Only the loop's thread touches the multi handle,
+/// the easy handles and the share handle, so libcurl needs no locking of its own. Continuations
+/// are resumed by ``CurlTransfer``, and jobs run, never under this lock. That is why the
+/// `@unchecked Sendable` is safe: the mutable state shared between threads is `commands`, behind
+/// its lock, and `loopThread`, an atomic written once.
+final class CurlLoop: TaskExecutor, @unchecked Sendable {
     private enum Command {
         case add(CurlTransfer)
         case remove(CurlTransfer)
@@ -24,10 +30,17 @@ final class CurlLoop: @unchecked Sendable {
 
     private struct Commands {
         var queue: [Command] = []
+        /// Jobs of tasks that prefer this loop as their executor (see ``enqueue(_:)``).
+        var jobs: [UnownedJob] = []
         var shutdown = false
+        /// The loop's thread has ended: a job enqueued now runs on a thread of its own.
+        var ended = false
     }
 
     private let commands = Locked(Commands())
+    /// The loop's thread (`pthread_self`), 0 until it runs: a job or command queued on it needs
+    /// no wake-up, since the thread looks at the queues before it polls again.
+    private let loopThread = Atomic<UInt>(0)
     private let multi: UnsafeMutableRawPointer
     private let share: UnsafeMutableRawPointer
     let settings: CurlTransport.Settings
@@ -113,7 +126,28 @@ final class CurlLoop: @unchecked Sendable {
 
     private func send(_ command: Command) {
         commands.withLock { $0.queue.append(command) }
-        curl_multi_wakeup(multi)
+        if !onLoopThread { curl_multi_wakeup(multi) }
+    }
+
+    private var onLoopThread: Bool {
+        loopThread.load(ordering: .relaxed) == UInt(pthread_self())
+    }
+
+    /// A job of a task that prefers this loop as its executor: run on the loop's thread, between
+    /// libcurl's turns. Queued from the loop's own thread (a task its transfer's end resumed), it
+    /// needs no wake-up; after the loop ended (its transport was released), it runs on
+    /// Dispatch's global queue.
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        let ended = commands.withLock { commands -> Bool in
+            if !commands.ended { commands.jobs.append(job) }
+            return commands.ended
+        }
+        if ended {
+            DispatchQueue.global().async { [self] in job.runSynchronously(on: asUnownedTaskExecutor()) }
+        } else if !onLoopThread {
+            curl_multi_wakeup(multi)
+        }
     }
 
     func speaksHTTP2(_ url: URL) -> Bool? {
@@ -126,19 +160,31 @@ final class CurlLoop: @unchecked Sendable {
     // MARK: - The loop's thread
 
     private func run() {
+        loopThread.store(UInt(pthread_self()), ordering: .relaxed)
         var stillRunning: Int32 = 0
+        var shutdown = false
         while true {
-            let (queue, shutdown) = commands.withLock { commands -> ([Command], Bool) in
-                defer { commands.queue.removeAll(keepingCapacity: true) }
-                return (commands.queue, commands.shutdown)
-            }
-            for command in queue {
-                switch command {
-                case .add(let transfer): begin(transfer)
-                case .remove(let transfer): end(transfer)
+            // The jobs first (they add transfers), then the commands; a few rounds while jobs
+            // keep coming, so that a task's next request goes out in this turn.
+            for _ in 0..<4 {
+                let (queue, jobs, stop) = commands.withLock { commands -> ([Command], [UnownedJob], Bool) in
+                    defer {
+                        commands.queue.removeAll(keepingCapacity: true)
+                        commands.jobs.removeAll(keepingCapacity: true)
+                    }
+                    return (commands.queue, commands.jobs, commands.shutdown)
                 }
+                shutdown = stop
+                for command in queue {
+                    switch command {
+                    case .add(let transfer): begin(transfer)
+                    case .remove(let transfer): end(transfer)
+                    }
+                }
+                for job in jobs { job.runSynchronously(on: asUnownedTaskExecutor()) }
+                if jobs.isEmpty { break }
             }
-            if shutdown, running.isEmpty { break }
+            if shutdown, running.isEmpty, commands.withLock({ $0.queue.isEmpty && $0.jobs.isEmpty }) { break }
             curl_multi_perform(multi, &stillRunning)
             var left: Int32 = 0
             while let message = curl_multi_info_read(multi, &left) {
@@ -146,8 +192,17 @@ final class CurlLoop: @unchecked Sendable {
                 completed(easy, ccurl_message_result(message))
             }
             if !waiting.isEmpty { sweepWaiting() }
-            curl_multi_poll(multi, nil, 0, waiting.isEmpty ? 1_000 : 100, nil)
+            // Work queued on this thread meanwhile (a task resumed by a transfer's end) is not
+            // waited for.
+            let pending = commands.withLock { !$0.queue.isEmpty || !$0.jobs.isEmpty }
+            curl_multi_poll(multi, nil, 0, pending ? 0 : waiting.isEmpty ? 1_000 : 100, nil)
         }
+        let late = commands.withLock { commands -> [UnownedJob] in
+            commands.ended = true
+            defer { commands.jobs = [] }
+            return commands.jobs
+        }
+        for job in late { job.runSynchronously(on: asUnownedTaskExecutor()) }
         // The waiting first, so that no ending transfer admits one of them.
         for origin in Array(waiting.keys) {
             while let transfer = waiting[origin]?.next() {

@@ -114,6 +114,20 @@ public final class CurlTransport: CancellableTransport {
         loop?.shutdown()
     }
 
+    /// The transport's own thread as a task executor, for services that want the fewest thread
+    /// hops per request: code run under `withTaskExecutorPreference(transport.executor)` runs
+    /// on the thread that drives libcurl, so a request is handed to libcurl and its answer
+    /// handed back without waking another thread (each wake-up is a context switch, the larger
+    /// part of a loopback request's cost). Only for code that never blocks: while a job runs,
+    /// no transfer of this transport makes progress. `nil` when libcurl could not be set up.
+    ///
+    /// ```swift
+    /// let response = try await withTaskExecutorPreference(transport.executor) {
+    ///     try await engine.send(request)
+    /// }
+    /// ```
+    public var executor: (any TaskExecutor)? { loop }
+
     /// HTTP/1.1 connections per host (6 by default): `dispatch: auto`'s limit before an origin
     /// is known to speak HTTP/2.
     public var connectionsPerHost: Int? { settings.connectionsPerHost }

@@ -12,7 +12,8 @@ import ResponsePolicyURLSession
 /// and TLS with HTTP/2, against a loopback nginx the bench starts (Debian's `nginx-light` and
 /// `libnginx-mod-http-echo`; a self-signed certificate made with `openssl`, trusted through a CA
 /// bundle of the system's certificates plus it, so each TLS client loads 140 certificates as in
-/// production). Each row runs, in the same run: the engine over `CurlTransport`, the engine over
+/// production). Each row runs, in the same run: the engine over `CurlTransport`, the same under
+/// `CurlTransport.executor` (the requesting tasks on the transport's thread), the engine over
 /// `URLSessionTransport`, raw URLSession (one shared session, no engine) and raw libcurl (an easy
 /// handle reused sequentially, a multi handle for 16 at once; the CA store cached and every
 /// connection kept, libcurl at its best). Reported per request: CPU
@@ -23,6 +24,8 @@ import ResponsePolicyURLSession
 extension Benchmarks {
     enum Client: String, CaseIterable {
         case engineCurl = "engine+curl"
+        /// The engine over `CurlTransport`, run under its `executor` (no thread hop per request).
+        case engineCurlExecutor = "engine+curl-executor"
         case engineURLSession = "engine+urlsession"
         case rawURLSession = "raw-urlsession"
         case rawCurl = "raw-libcurl"
@@ -126,6 +129,9 @@ extension Benchmarks {
         if let engine = figures[.engineCurl], let raw = figures[.rawURLSession] {
             extra.append(("engine_curl_over_raw_urlsession_wall", engine.wallMicros / raw.wallMicros))
         }
+        if let engine = figures[.engineCurlExecutor], let raw = figures[.rawCurl] {
+            extra.append(("engine_curl_executor_over_raw_libcurl_cpu", engine.cpuMicros / raw.cpuMicros))
+        }
         return extra
     }
 
@@ -137,15 +143,20 @@ extension Benchmarks {
         let request = HTTPRequest(method: method, url: url, headers: ["Content-Type": "application/json"], body: body)
         let send: @Sendable () async -> Bool
         var keep: [AnyObject] = []
+        var executor: (any TaskExecutor)?
         switch client {
-        case .engineCurl, .engineURLSession:
+        case .engineCurl, .engineCurlExecutor, .engineURLSession:
             guard let policy = try? Policy.load(yaml: "policy: 1\nname: bench\n", file: "bench.yaml") else {
                 return Figure()
             }
-            let transport: any Transport =
-                client == .engineCurl
-                ? CurlTransport(timeout: .seconds(30), caFile: nginx.caBundle)
-                : URLSessionTransport(timeout: .seconds(30))
+            let transport: any Transport
+            if client == .engineURLSession {
+                transport = URLSessionTransport(timeout: .seconds(30))
+            } else {
+                let curl = CurlTransport(timeout: .seconds(30), caFile: nginx.caBundle)
+                if client == .engineCurlExecutor { executor = curl.executor }
+                transport = curl
+            }
             let engine = PolicyEngine(
                 policy: policy, transport: transport, credentials: MemoryCredentialStore(Credentials(accessToken: "t")))
             send = { (try? await engine.send(request))?.status == 200 }
@@ -172,7 +183,7 @@ extension Benchmarks {
                 nginx: nginx)
         }
         // One warm-up request (connections, CA store, DNS), not counted.
-        _ = await send()
+        _ = await withTaskExecutorPreference(executor) { await send() }
         let acceptedBefore = nginx.accepted()
         let cpuBefore = processCPU()
         let start = ContinuousClock.now
@@ -180,7 +191,7 @@ extension Benchmarks {
             var failures = 0
             let perWorker = count / concurrency
             for _ in 0..<concurrency {
-                group.addTask {
+                group.addTask(executorPreference: executor) {
                     var failed = 0
                     for _ in 0..<perWorker where !(await send()) { failed += 1 }
                     return failed

@@ -135,6 +135,9 @@ STATE = State()
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "PolicyTestServer/1"
+    # The head and the body go out in two writes: with Nagle's algorithm a kept-alive connection
+    # waits for the client's delayed ACK (40 ms) between them.
+    disable_nagle_algorithm = True
 
     def log_message(self, format, *args):  # keep test output quiet
         pass
