@@ -89,8 +89,9 @@ public final class URLSessionTransport: CancellableTransport {
     /// watched. libcurl rewinds a body only to send it again, and FoundationNetworking asks the
     /// task's delegate for a new body stream when it does (for an `httpBody` too, though it then
     /// cannot use one). That question is the signal: the transport answers it with no stream,
-    /// stops that try (its short request is cut off with its connection, so no server takes it
-    /// for whole) and sends the request again itself, whole, on a connection of its own. Sending
+    /// stops that try (its short request is cut off with its connection when FoundationNetworking
+    /// cancels the task; a server waits for the body its Content-Length promised until then, and
+    /// never takes it for whole) and sends the request again itself, whole, on a connection of its own. Sending
     /// it again is as safe as what libcurl was doing: libcurl re-sends only a request that went
     /// out on a reused connection and got not one byte back. A reused connection that fails while
     /// the request is still being written (the server's reset arrived first) fails without a
