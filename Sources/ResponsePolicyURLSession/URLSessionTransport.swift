@@ -91,9 +91,9 @@ public final class URLSessionTransport: CancellableTransport {
     /// cannot use one). That question is the signal: the transport answers it with no stream,
     /// stops that try (its short request is cut off with its connection when FoundationNetworking
     /// cancels the task; a server waits for the body its Content-Length promised until then, and
-    /// never takes it for whole) and sends the request again itself, whole, on a connection of its own. Sending
-    /// it again is as safe as what libcurl was doing: libcurl re-sends only a request that went
-    /// out on a reused connection and got not one byte back. A reused connection that fails while
+    /// never takes it for whole) and sends the request again itself, whole, on a connection of
+    /// its own. Sending it again is as safe as what libcurl was doing: libcurl re-sends only a
+    /// request that went out on a reused connection and got not one byte back. A reused connection that fails while
     /// the request is still being written (the server's reset arrived first) fails without a
     /// libcurl retry and without a rewind; the transport sends those again the same way, because
     /// the body did not reach the server whole (see `DataTaskCall.resendable`). Apple's URLSession
