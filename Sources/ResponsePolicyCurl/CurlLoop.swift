@@ -33,7 +33,7 @@ final class CurlLoop: TaskExecutor, @unchecked Sendable {
         /// Jobs of tasks that prefer this loop as their executor (see ``enqueue(_:)``).
         var jobs: [UnownedJob] = []
         var shutdown = false
-        /// The loop's thread has ended: a job enqueued now runs on a thread of its own.
+        /// The loop's thread has ended: a job enqueued now runs on Dispatch's global queue.
         var ended = false
     }
 
@@ -164,8 +164,9 @@ final class CurlLoop: TaskExecutor, @unchecked Sendable {
         var stillRunning: Int32 = 0
         var shutdown = false
         while true {
-            // The jobs first (they add transfers), then the commands; a few rounds while jobs
-            // keep coming, so that a task's next request goes out in this turn.
+            // The commands, then the jobs (which may queue transfers: the next round begins
+            // them); a few rounds while jobs keep coming, so that a task's next request goes out
+            // in this turn.
             for _ in 0..<4 {
                 let (queue, jobs, stop) = commands.withLock { commands -> ([Command], [UnownedJob], Bool) in
                     defer {
