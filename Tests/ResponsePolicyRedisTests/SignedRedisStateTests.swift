@@ -193,7 +193,7 @@ struct SignedRedisStateTests {
         else { return recordFailure("no lease") }
         _ = await process.publish(testCredentials("rotated"), with: first)
         _ = try connection.command(["HSET", "response-policy:{r}:session", "gen", "0", "creds", seed])
-        let turn = await process.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(2), limit: nil))
+        let turn = await process.beginRefresh(.init(failedGeneration: 0, timeout: .seconds(20), limit: nil))
         // The rolled-back pair is never handed out: the process's own newer pair is what it finds.
         guard case .newer(let session) = turn else { return recordFailure("a rolled-back record gave \(turn)") }
         #expect(session.generation == 1 && session.credentials == testCredentials("rotated"))
@@ -204,19 +204,21 @@ struct SignedRedisStateTests {
             })
         // Redis lost everything (a restart without persistence): the process re-seeds what it holds,
         // and its next grant still carries a fencing token past every one it has seen.
+        // (It waits out a quarantine of one lease first, 300 ms: the timeout is room for a loaded
+        // machine, not a bound on the wait.)
         _ = try connection.command(["FLUSHALL"])
-        guard
-            case .lease(let second) = await process.beginRefresh(
-                .init(failedGeneration: 1, timeout: .seconds(1), limit: nil))
-        else { return recordFailure("no lease after the counter was set back: \(log.updates)") }
+        let afterFlush = await process.beginRefresh(.init(failedGeneration: 1, timeout: .seconds(20), limit: nil))
+        guard case .lease(let second) = afterFlush else {
+            return recordFailure("no lease after the counter was set back: \(afterFlush), \(log.updates)")
+        }
         #expect(second.fencingToken > first.fencingToken && second.generation == 1)
         await process.endRefresh(second, failure: nil)
         // Set forward: followed (a larger token is still unique), within a round trip or two.
         _ = try connection.command(["SET", "response-policy:{r}:fence", "1000"])
-        guard
-            case .lease(let third) = await process.beginRefresh(
-                .init(failedGeneration: 1, timeout: .seconds(1), limit: nil))
-        else { return recordFailure("no lease after the counter was set forward") }
+        let afterSet = await process.beginRefresh(.init(failedGeneration: 1, timeout: .seconds(20), limit: nil))
+        guard case .lease(let third) = afterSet else {
+            return recordFailure("no lease after the counter was set forward: \(afterSet)")
+        }
         #expect(third.fencingToken == 1001)
     }
 
