@@ -151,15 +151,24 @@ class Slot:
         with self.lock:
             if self.stopping and count == d.count:
                 return None
+            # Checked under the lock the driver's reset reads `idle` with: a thread that passed
+            # `running.wait()` just before a reset cleared it starts nothing (else its process
+            # would read the old family's files and store while the reset replaces them, and end
+            # in the new family with the old one's logout).
+            if not self.running.is_set():
+                return None
             self.process = subprocess.Popen(arguments, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                             env=environment)
             pid = self.process.pid
+            # The family this run belongs to: the one it started in (a reset kills every run
+            # before it starts the next family, so a run never spans two).
+            family = d.family
         out, err = self.process.communicate()
         with self.lock:
             code = self.process.returncode
             self.process = None
         run = {"slot": self.number, "pid": pid, "started": started, "ended": time.time(), "status": code,
-               "family": d.family, "summary": (out.strip().splitlines() or [""])[-1], "stderr": err[-2000:],
+               "family": family, "summary": (out.strip().splitlines() or [""])[-1], "stderr": err[-2000:],
                "logout_lines": [line for line in out.splitlines() if "logged-out:" in line][:3]}
         self.runs.append(run)
         return run
