@@ -16,13 +16,17 @@ signing in again would, and counts it):
   received the call and before it could tell anyone (the checker names it); anything else is a
   violation;
 - logouts the server did not ask for: a process logged out while its family had no refused
-  refresh token (no invalid_grant answered) is a violation;
+  refresh token (no invalid_grant answered) is a violation, unless the server refused an access
+  token on its first use in that run or the cooldown before it (an expiry between a pair's issue
+  and its first use, typically while its process was stopped: the request's own refresh did not
+  help, and the policy's `on-exhausted: logout`, SPEC's default, ends the session; counted as
+  `logouts_fresh_token_refused`);
 - pairs lost: every pair the server issued is presented by the next successful call, and the last
   one is held at the end (a credentials file or Redis); a gap not explained by an allowed reuse is
   a violation.
 
 Usage: fleet-nemesis.py --binary .build/debug/policy [--seed N] [--faults N] [--processes N]
-       [--signed] [--out DIR] [--json]
+       [--signed] [--out DIR] [--json] [--events]
 Exits 0 when the checker finds no violation, 1 otherwise; prints the counts (JSON with --json).
 """
 import argparse
@@ -143,7 +147,7 @@ class Slot:
 
     def run_once(self, count):
         d = self.driver
-        arguments = [d.binary, "fetch", "--policy", d.policy_path(self.number), "--credentials",
+        arguments = [d.binary, "fetch"] + (["--verbose"] if d.arguments.events else []) + ["--policy", d.policy_path(self.number), "--credentials",
                      d.credentials_path(self.number), "--count", str(count), "--concurrency", "2",
                      "http://127.0.0.1:%d/api/profile" % d.token.port]
         environment = dict(os.environ, FLEET_KEY="a-fleet-key-of-at-least-thirty-two-bytes-long")
@@ -164,6 +168,9 @@ class Slot:
             # before it starts the next family, so a run never spans two).
             family = d.family
         out, err = self.process.communicate()
+        if d.arguments.events:
+            with open(os.path.join(d.folder, "events-%d-%d.jsonl" % (self.number, pid)), "w") as file:
+                file.write(err)
         with self.lock:
             code = self.process.returncode
             self.process = None
@@ -364,7 +371,8 @@ def check(driver):
     report = {"faults": len(driver.faults), "fault_kinds": {}, "families": driver.family + 1, "resets": driver.resets,
               "token_calls": len(calls), "pairs": 0, "expiries": 0, "runs": len(runs), "reuses": 0,
               "reused_tokens": 0,
-              "allowed_reuses": [], "violations": [], "logouts": 0, "logouts_asked": 0}
+              "allowed_reuses": [], "violations": [], "logouts": 0, "logouts_asked": 0,
+              "logouts_fresh_token_refused": 0}
     for fault in driver.faults:
         report["fault_kinds"][fault["kind"]] = report["fault_kinds"].get(fault["kind"], 0) + 1
     by_family = {}
@@ -427,8 +435,12 @@ def check(driver):
         held = any(last in open(driver.credentials_path(slot.number)).read() for slot in driver.slots)
         if not held:
             report["violations"].append("the last pair (%s) is held by no process" % last)
-    # Logouts: asked by the server only when its family had a refused refresh token.
+    # Logouts: asked by the server only when its family had a refused refresh token, or when the
+    # server refused an access token it had just issued (an /expire between the pair's issue and
+    # its first use: the request's own refresh did not help, and `on-exhausted: logout`, the
+    # policy's default, ends the session, as SPEC says), in the run or in the cooldown before it.
     refused_families = {c.get("family", 0) for c in calls if c.get("result") in ("reuse", "refused", "revoked")}
+    fresh_refusals = [e for e in driver.token.calls() if e.get("event") == "access-refused-fresh"]
     for run in runs:
         summary = run["summary"]
         logouts = 0
@@ -441,6 +453,9 @@ def check(driver):
         if logouts:
             if run["family"] in refused_families:
                 report["logouts_asked"] += logouts
+            elif any(e.get("family", 0) == run["family"] and run["started"] - 6 <= e["at"] <= run["ended"]
+                     for e in fresh_refusals):
+                report["logouts_fresh_token_refused"] += logouts
             else:
                 report["violations"].append(
                     "a logout the server did not ask for (process %d, pid %d): %s %s" % (
@@ -466,6 +481,8 @@ def main():
     parser.add_argument("--signed", action="store_true")
     parser.add_argument("--out")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--events", action="store_true",
+                        help="run each process with --verbose and keep its events in the folder")
     arguments = parser.parse_args()
     driver = Driver(arguments)
     try:

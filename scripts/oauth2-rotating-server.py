@@ -24,7 +24,10 @@ Usage: oauth2-rotating-server.py [--port N] [--credentials FILE] [--refresh-dela
 It prints `listening PORT` once ready, and writes FILE (the client's credentials: an access
 token the server already considers expired, and the family's first refresh token). With --log,
 every token call is a JSON line: when it arrived and was answered, the caller, the refresh token
-presented, and what it came to (ok with the pair issued, reuse, refused, fault, revoked).
+presented, and what it came to (ok with the pair issued, reuse, refused, fault, revoked); and
+every access token refused on its first use (it expired, by /expire, before the client that got
+it could send it) is an `access-refused-fresh` line: the server refusing a token it had just
+issued, which a policy's `on-exhausted` may answer with a logout.
 """
 import argparse
 import json
@@ -43,6 +46,8 @@ class Family:
         self.refresh = self.prefix + "refresh-0"
         self.spent = set()
         self.access = set()  # "expired-0" is not in it: the first request gets a 401
+        self.issued = set()  # every access token issued in this family
+        self.used = set()  # those accepted at least once
         self.revoked = False
         self.refreshes = 0
         self.reuses = 0
@@ -171,6 +176,7 @@ class Handler(BaseHTTPRequestHandler):
                 current.refresh = current.prefix + "refresh-%d" % current.refreshes
                 access = current.prefix + "access-%d" % current.refreshes
                 current.access.add(access)
+                current.issued.add(access)
                 call["result"] = "ok"
                 call["issued"] = current.refresh
                 status, body = 200, {"access_token": access, "refresh_token": current.refresh,
@@ -195,8 +201,14 @@ class Handler(BaseHTTPRequestHandler):
         with family.lock:
             family.api += 1
             ok = token in family.access and not family.revoked
-            if not ok:
+            if ok:
+                family.used.add(token)
+            else:
                 family.unauthorized += 1
+                if token in family.issued and token not in family.used and not family.revoked:
+                    family.used.add(token)
+                    log({"event": "access-refused-fresh", "token": token, "at": time.time(),
+                         "family": family.number})
         if ok and self.path.startswith("/api/revoked"):
             self.reply(403, {"error": "session_revoked"})
         elif ok:
