@@ -269,7 +269,7 @@ struct FleetPolicySimulationTests {
         "12-known-limit-holder-killed-during-outage", "13-pause-longer-than-the-lease", "14-uncoordinated",
         "15-flush-between-expiries", "16-flush-during-a-token-call", "17-restart-empty-during-an-expiry",
         "18-evicted-lease", "19-slow-store", "20-frozen-holder", "21-frozen-holder-taken-over",
-        "22-retry-after-holds-every-process",
+        "22-retry-after-holds-every-process", "23-frozen-holder-token-expired",
     ])
     func theShippedScenarioHolds(_ name: String) async throws {
         let folder = repositoryRoot.appendingPathComponent("examples/fleet")

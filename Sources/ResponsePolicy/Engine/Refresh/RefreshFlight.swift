@@ -182,6 +182,11 @@ struct RefreshFlight {
         var adopted = false
         /// Credentials from this engine's own token call (what `refresh.limit` judges later).
         var issued = false
+        /// The pair was read at or past the flight's deadline: the process was frozen (SIGSTOP, a
+        /// VM pause, an app suspended) or starved while the answer waited, so its access token may
+        /// have expired before it could be sent. Its waiters' re-send does not spend one of their
+        /// refreshes (``EngineState/FlightResult/late``).
+        var late = false
         /// The new access token's lifetime as issued, in seconds.
         var lifetime: Double?
         /// The token endpoint's answer matches a `logout` rule.
@@ -476,6 +481,7 @@ struct RefreshFlight {
                 // The session takes the pair now (and saves it); with a coordinator it is published
                 // under the lease after that.
                 var ending = Ending(flight: flight, outcome: .success(credentials), issued: true, lifetime: lifetime)
+                ending.late = now >= flight.deadline
                 if case .shared = flight.coordination { ending.unpublished = flight.lease }
                 return .end(ending)
             case .failed(let failure, let logsOut):

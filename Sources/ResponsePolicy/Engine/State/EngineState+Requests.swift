@@ -452,6 +452,16 @@ extension EngineState {
             if !proactive, loop.refreshResends > 0 { loop.refreshResends -= 1 }
             loop.refreshRule = nil
             return proceed(r, &loop, into: &actions)
+        case .late where proactive:
+            loop.skipProactive = true
+            return proceed(r, &loop, into: &actions)
+        case .late:
+            // A pair read past refresh.timeout (the process was frozen with the answer waiting):
+            // its access token may have expired meanwhile. The re-send is not counted, so its
+            // refusal leads to another refresh rather than to on-exhausted's logout.
+            if loop.refreshResends > 0 { loop.refreshResends -= 1 }
+            loop.refreshRule = nil
+            return proceed(r, &loop, into: &actions)
         case .loggedOut:
             return cancelledByLogout(r, loop, into: &actions)
         case .cancelled:

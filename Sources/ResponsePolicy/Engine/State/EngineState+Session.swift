@@ -120,7 +120,7 @@ extension EngineState {
                 take(fresh, shared: ending.shared, lifetime: ending.lifetime)
                 took = true
             }
-            result = ending.adopted ? .adopted : .ok
+            result = ending.adopted ? .adopted : ending.late ? .late : .ok
         case .success(let fresh) where signInEpoch == ended.signInEpoch:
             // A logout ended the session during the refresh, and nobody signed in since: the
             // server has already rotated the refresh token, so the old one is dead. Keep the new

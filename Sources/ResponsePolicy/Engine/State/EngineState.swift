@@ -177,6 +177,13 @@ struct EngineState {
         /// them, and that re-send is the generation rule's, not one of their refreshes (SPEC "When
         /// a session ends"; issue 19, invariant d).
         case adopted
+        /// This engine's own token call answered, but the pair was read at or past the refresh's
+        /// deadline (``RefreshFlight/Ending/late``): a process frozen or starved while the answer
+        /// waited. Its access token may have expired meanwhile, so the waiters' re-send with it is
+        /// not one of their refreshes either: a refusal of it leads to another refresh (with the
+        /// refresh token the server has just issued), not to `on-exhausted`, so a freeze never
+        /// ends the session (SPEC "When a session ends": only the server does).
+        case late
         case failed(RefreshFailure)
         case loggedOut
         case cancelled
