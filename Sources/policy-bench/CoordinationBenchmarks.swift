@@ -70,9 +70,18 @@ extension Benchmarks {
         }
 
         /// Warm refresh turns of `coordinator` (started, one turn made to load its scripts), each
-        /// timed; with Redis's command counts before and after them.
-        func warmTurns(_ coordinator: RedisSessionCoordinator) async -> ([Double], [String: Int], [String: Int]) {
+        /// timed; with Redis's command counts before and after them, and the median of the scripts
+        /// Redis ran during each turn (read outside the timed span): a subscriber's re-read that
+        /// a loaded machine delays into one turn, or a turn that found news instead of a lease,
+        /// does not move it.
+        func warmTurns(_ coordinator: RedisSessionCoordinator) async -> (
+            [Double], [String: Int], [String: Int], scriptsPerTurn: Double
+        ) {
             let scripts = { ["eval", "evalsha"].reduce(0) { $0 + (calls()[$1] ?? 0) } }
+            let roundTrips = {
+                let now = calls()
+                return ["eval", "evalsha", "script|load", "script"].reduce(0) { $0 + (now[$1] ?? 0) }
+            }
             let beforeStart = scripts()
             _ = await coordinator.start(local: Credentials(accessToken: "a", refreshToken: "r"), updates: { _ in })
             // Start's own read and the subscriber's start-up read (one script each) are done before
@@ -88,8 +97,10 @@ extension Benchmarks {
                 generation = session.generation
             }
             var turns: [Double] = []
+            var perTurn: [Double] = []
             let before = calls()
             for index in 0..<iterations {
+                let sentBefore = roundTrips()
                 let start = ContinuousClock.now
                 let turn = await coordinator.beginRefresh(
                     .init(failedGeneration: generation, timeout: .seconds(5), limit: nil))
@@ -100,20 +111,18 @@ extension Benchmarks {
                     generation = session.generation
                 }
                 turns.append((ContinuousClock.now - start).nanoseconds / 1000)
+                perTurn.append(Double(roundTrips() - sentBefore))
             }
-            return (turns, before, calls())
+            return (turns, before, calls(), percentile(perTurn, 0.5))
         }
 
         // An uncontended refresh turn.
         guard let single = try? RedisSessionCoordinator(.init(url: url, key: "bench")) else { return [] }
-        let (turns, before, after) = await warmTurns(single)
+        let (turns, before, after, roundTrips) = await warmTurns(single)
         let refreshCount = Double(max(1, turns.count))
         // commandstats counts the commands inside a script too; the client sends only EVALSHAs (and
-        // a SCRIPT LOAD per script and connection, before the first turn).
-        let roundTrips =
-            Double(
-                ["eval", "evalsha", "script|load", "script"].reduce(0) { $0 + (after[$1] ?? 0) - (before[$1] ?? 0) })
-            / refreshCount
+        // a SCRIPT LOAD per script and connection, before the first turn): a turn's round trips
+        // are the scripts Redis ran during it.
         let serverCommands =
             Double(after.filter { $0.key != "info" }.reduce(0) { $0 + $1.value - (before[$1.key] ?? 0) })
             / refreshCount
@@ -125,12 +134,7 @@ extension Benchmarks {
         if let signed = try? RedisSessionCoordinator(
             .init(url: url, key: "bench-signed", signingKey: Data(repeating: 0x5a, count: 32)))
         {
-            let signedBefore: [String: Int]
-            let signedAfter: [String: Int]
-            (signedTurns, signedBefore, signedAfter) = await warmTurns(signed)
-            var scripts = 0
-            for name in ["eval", "evalsha"] { scripts += (signedAfter[name] ?? 0) - (signedBefore[name] ?? 0) }
-            signedRoundTrips = Double(scripts) / Double(max(1, signedTurns.count))
+            (signedTurns, _, _, signedRoundTrips) = await warmTurns(signed)
             signed.stop()
         }
 
