@@ -174,12 +174,7 @@ struct TransportConformanceTests {
             let transport = kind.make(timeout: .seconds(30))
             let url = server.url("/stall?seconds=20")
             let task = Task { try await transport.send(HTTPRequest(url: url)) }
-            try await server.waitForCounter("stall_calls", toReach: 1)
-            let start = ContinuousClock.now
-            task.cancel()
-            let result = await task.result
-            #expect(ContinuousClock.now - start < .seconds(10))
-            #expect(throws: CancellationError.self) { try result.get() }
+            try await expectPromptCancellation(of: task, stalledBy: server)
 
             // The engine's own cancellation, on the wire and before the start.
             let cancellation = AttemptCancellation()
@@ -468,4 +463,17 @@ struct DispatchPerOriginTests {
         #expect(CurlTransport(connectionsPerHost: 3).inFlightLimit(for: url) == 3)
         #expect(URLSessionTransport().inFlightLimit(for: url) == URLSessionTransport().connectionsPerHost)
     }
+}
+
+/// Cancels `task`, a call `server` stalls (`/stall`), once the server holds it, and expects it to
+/// end within seconds with `CancellationError` (the stall is 20 s, the transport's timeout 30 s).
+func expectPromptCancellation(
+    of task: Task<HTTPResponse, any Error>, stalledBy server: TestServer
+) async throws {
+    try await server.waitForCounter("stall_calls", toReach: 1)
+    let start = ContinuousClock.now
+    task.cancel()
+    let result = await task.result
+    #expect(ContinuousClock.now - start < .seconds(10))
+    #expect(throws: CancellationError.self) { try result.get() }
 }
