@@ -347,9 +347,11 @@ package enum PolicyExplainer {
             // The generation rule's re-sends are not counted above: how many there are depends on how
             // many refreshes other requests make meanwhile, which only the deadline bounds. Any
             // refresh rule makes them, `max-per-request: 0` too (they do not count against it).
+            // Nor is the re-send after a pair read past refresh.timeout (a frozen process:
+            // `FlightResult.late`).
             text +=
                 ", plus one re-send each time another request's refresh replaced the token an attempt"
-                + " carried (the deadline bounds those)"
+                + " carried, or a refresh's answer was read past refresh.timeout (the deadline bounds those)"
         }
         if worst.retries > 0 {
             // Per retry: the longest wait of any rule that can retry that many times.

@@ -164,7 +164,8 @@ struct GraphExplainCommandTests {
             // Every term of the bound: 5 attempts × 10s, each possibly held 10s for a refresh, the
             // trigger's own refresh of 10s, and the waits.
             "  Worst case: 5 attempts (1 + 3 retries + 1 re-send after a refresh), plus one re-send each time"
-                + " another request's refresh replaced the token an attempt carried (the deadline bounds those),"
+                + " another request's refresh replaced the token an attempt carried, or a refresh's answer was read"
+                + " past refresh.timeout (the deadline bounds those),"
                 + " waiting at most 7s in total "
                 + "(1s + 2s + 4s); each attempt may first wait up to 10s for a refresh (held while one is in flight, "
                 + "or refreshing before sending); with every attempt and refresh timing out, 117s (134s if the "
