@@ -445,29 +445,22 @@ extension EngineState {
             if proactive { return proceed(r, &loop, into: &actions) }
             return awaitRefresh(
                 r, &loop, failedGeneration: loop.signedGeneration, proactive: false, into: &actions)
-        case .adopted:
-            // Credentials the fleet already held answered the refresh (no token call): the re-send
-            // is the generation rule's and is not counted (issue 19, invariant d), so a refusal of
-            // them leads to a coordinated refresh, never to on-exhausted.
-            if !proactive, loop.refreshResends > 0 { loop.refreshResends -= 1 }
-            loop.refreshRule = nil
-            return proceed(r, &loop, into: &actions)
-        case .late where proactive:
-            loop.skipProactive = true
-            return proceed(r, &loop, into: &actions)
-        case .late:
-            // A pair read past refresh.timeout (the process was frozen with the answer waiting):
-            // its access token may have expired meanwhile. The re-send is not counted, so its
-            // refusal leads to another refresh rather than to on-exhausted's logout.
-            if loop.refreshResends > 0 { loop.refreshResends -= 1 }
-            loop.refreshRule = nil
-            return proceed(r, &loop, into: &actions)
         case .loggedOut:
             return cancelledByLogout(r, loop, into: &actions)
         case .cancelled:
             return ended(r, loop, into: &actions)
-        case .ok:
+        case .late where proactive, .ok:
+            // This engine's own pair (ahead of expiry, a late one too: nothing was counted for it).
             if proactive { loop.skipProactive = true } else { loop.refreshRule = nil }
+            return proceed(r, &loop, into: &actions)
+        case .adopted, .late:
+            // Credentials the fleet already held answered the refresh (no token call), or a pair
+            // read past refresh.timeout (the process was frozen with the answer waiting, so its
+            // access token may have expired meanwhile): the re-send is not counted (issue 19,
+            // invariant d), so a refusal of them leads to another (coordinated) refresh, never to
+            // on-exhausted.
+            if !proactive, loop.refreshResends > 0 { loop.refreshResends -= 1 }
+            loop.refreshRule = nil
             return proceed(r, &loop, into: &actions)
         case .failed(let failure) where proactive:
             if loop.signingIn || !tokenUsable(at: r.date) {
