@@ -77,11 +77,12 @@ extension Benchmarks {
         func warmTurns(_ coordinator: RedisSessionCoordinator) async -> (
             [Double], [String: Int], [String: Int], scriptsPerTurn: Double
         ) {
-            let scripts = { ["eval", "evalsha"].reduce(0) { $0 + (calls()[$1] ?? 0) } }
-            let roundTrips = {
+            func total(_ names: [String]) -> Int {
                 let now = calls()
-                return ["eval", "evalsha", "script|load", "script"].reduce(0) { $0 + (now[$1] ?? 0) }
+                return names.reduce(0) { $0 + (now[$1] ?? 0) }
             }
+            let scripts = { total(["eval", "evalsha"]) }
+            let roundTrips = { total(["eval", "evalsha", "script|load", "script"]) }
             let beforeStart = scripts()
             _ = await coordinator.start(local: Credentials(accessToken: "a", refreshToken: "r"), updates: { _ in })
             // Start's own read and the subscriber's start-up read (one script each) are done before
