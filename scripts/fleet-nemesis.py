@@ -44,6 +44,8 @@ import time
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# The policy's logout cooldown (seconds): a run started within it after a logout adopts that logout.
+COOLDOWN = 5
 
 
 def free_port():
@@ -147,9 +149,9 @@ class Slot:
 
     def run_once(self, count):
         d = self.driver
-        arguments = [d.binary, "fetch"] + (["--verbose"] if d.arguments.events else []) + ["--policy", d.policy_path(self.number), "--credentials",
-                     d.credentials_path(self.number), "--count", str(count), "--concurrency", "2",
-                     "http://127.0.0.1:%d/api/profile" % d.token.port]
+        arguments = [d.binary, "fetch"] + (["--verbose"] if d.arguments.events else []) + [
+            "--policy", d.policy_path(self.number), "--credentials", d.credentials_path(self.number),
+            "--count", str(count), "--concurrency", "2", "http://127.0.0.1:%d/api/profile" % d.token.port]
         environment = dict(os.environ, FLEET_KEY="a-fleet-key-of-at-least-thirty-two-bytes-long")
         started = time.time()
         with self.lock:
@@ -234,9 +236,9 @@ refresh:
   with: { token-url: "http://127.0.0.1:%d/token?p=%d", client-id: app }
   timeout: 2s
   limit: { count: 1000, per: 10s }
-logout: { cooldown: 5s, cancel-in-flight: true }
+logout: { cooldown: %ds, cancel-in-flight: true }
 coordination: { use: redis, with: { url: "redis://127.0.0.1:%d/0", key: nemesis, lease: 3s, connect-timeout: 500ms%s } }
-""" % (self.token.port, slot, self.redis.port, signing))
+""" % (self.token.port, slot, COOLDOWN, self.redis.port, signing))
 
     def note(self, kind, **fields):
         entry = dict(kind=kind, at=time.time(), family=self.family, **fields)
@@ -363,7 +365,8 @@ coordination: { use: redis, with: { url: "redis://127.0.0.1:%d/0", key: nemesis,
 
 
 def check(driver):
-    calls = [c for c in driver.token.calls() if c.get("event") == "token"]
+    entries = driver.token.calls()
+    calls = [c for c in entries if c.get("event") == "token"]
     runs = [run for slot in driver.slots for run in slot.runs]
     pids = {}  # pid -> slot, from the runs
     for run in runs:
@@ -440,7 +443,7 @@ def check(driver):
     # its first use: the request's own refresh did not help, and `on-exhausted: logout`, the
     # policy's default, ends the session, as SPEC says), in the run or in the cooldown before it.
     refused_families = {c.get("family", 0) for c in calls if c.get("result") in ("reuse", "refused", "revoked")}
-    fresh_refusals = [e for e in driver.token.calls() if e.get("event") == "access-refused-fresh"]
+    fresh_refusals = [e for e in entries if e.get("event") == "access-refused-fresh"]
     for run in runs:
         summary = run["summary"]
         logouts = 0
@@ -453,7 +456,7 @@ def check(driver):
         if logouts:
             if run["family"] in refused_families:
                 report["logouts_asked"] += logouts
-            elif any(e.get("family", 0) == run["family"] and run["started"] - 6 <= e["at"] <= run["ended"]
+            elif any(e.get("family", 0) == run["family"] and run["started"] - COOLDOWN - 1 <= e["at"] <= run["ended"]
                      for e in fresh_refusals):
                 report["logouts_fresh_token_refused"] += logouts
             else:

@@ -47,7 +47,7 @@ class Family:
         self.spent = set()
         self.access = set()  # "expired-0" is not in it: the first request gets a 401
         self.issued = set()  # every access token issued in this family
-        self.used = set()  # those accepted at least once
+        self.sent = set()  # those a client has sent (accepted, or refused once on first use)
         self.revoked = False
         self.refreshes = 0
         self.reuses = 0
@@ -202,11 +202,11 @@ class Handler(BaseHTTPRequestHandler):
             family.api += 1
             ok = token in family.access and not family.revoked
             if ok:
-                family.used.add(token)
+                family.sent.add(token)
             else:
                 family.unauthorized += 1
-                if token in family.issued and token not in family.used and not family.revoked:
-                    family.used.add(token)
+                if token in family.issued and token not in family.sent and not family.revoked:
+                    family.sent.add(token)
                     log({"event": "access-refused-fresh", "token": token, "at": time.time(),
                          "family": family.number})
         if ok and self.path.startswith("/api/revoked"):
