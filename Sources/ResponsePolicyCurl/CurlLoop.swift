@@ -37,7 +37,7 @@ final class CurlLoop: TaskExecutor, @unchecked Sendable {
         var ended = false
     }
 
-    private let commands = Locked(Commands())
+    private let commands = Mutex(Commands())
     /// The loop's thread (`pthread_self`), 0 until it runs: a job or command queued on it needs
     /// no wake-up, since the thread looks at the queues before it polls again.
     private let loopThread = Atomic<UInt>(0)
@@ -46,9 +46,9 @@ final class CurlLoop: TaskExecutor, @unchecked Sendable {
     let settings: CurlTransport.Settings
 
     /// The protocol each origin answered in: what `dispatch: auto` reads (HTTP/2 multiplexes).
-    private let protocols = Locked<[RedirectRules.Origin: Bool]>([:])
+    private let protocols = Mutex<[RedirectRules.Origin: Bool]>([:])
     /// Connections libcurl opened (`CURLINFO_NUM_CONNECTS` summed): for the benchmarks.
-    private let opened = Locked(0)
+    private let opened = Mutex(0)
 
     // Loop-thread state.
     private var running: [UnsafeMutableRawPointer: CurlTransfer] = [:]
@@ -264,7 +264,7 @@ final class CurlLoop: TaskExecutor, @unchecked Sendable {
         _ = ccurl_easy_setopt_pointer(easy, CURLOPT_SHARE, UnsafeRawPointer(share))
         // Over TLS, wait for the first connection's ALPN rather than open one per transfer: if it
         // is HTTP/2 they all go on it as streams.
-        if RedirectRules.origin(request.url).scheme == "https" { _ = ccurl_easy_setopt_long(easy, CURLOPT_PIPEWAIT, 1) }
+        if transfer.origin.scheme == "https" { _ = ccurl_easy_setopt_long(easy, CURLOPT_PIPEWAIT, 1) }
         _ = ccurl_easy_setopt_long(
             easy, CURLOPT_HTTP_VERSION,
             Int(settings.http2 ? CURL_HTTP_VERSION_2TLS : CURL_HTTP_VERSION_1_1))
@@ -327,7 +327,7 @@ final class CurlLoop: TaskExecutor, @unchecked Sendable {
         _ = ccurl_easy_getinfo_long(easy, CURLINFO_NUM_CONNECTS, &connects)
         if connects > 0 { opened.withLock { $0 += connects } }
         if code == CURLE_OK, version != 0 {
-            let origin = RedirectRules.origin(transfer.url)
+            let origin = transfer.origin
             let http2 = version >= Int(CURL_HTTP_VERSION_2_0)
             if protocols.withLock({ $0[origin] }) != http2 { protocols.withLock { $0[origin] = http2 } }
         }
@@ -349,6 +349,9 @@ final class CurlLoop: TaskExecutor, @unchecked Sendable {
         guard let easy = transfer.easy, running.removeValue(forKey: easy) != nil else { return }
         curl_multi_remove_handle(multi, easy)
         transfer.easy = nil
+        // Reset, not only configured again: libcurl keeps state of its own on a handle between
+        // transfers (its count of requests sent again after a reset at reuse, at most 5 per
+        // handle's life), which a reused, merely re-configured handle ran out of.
         curl_easy_reset(easy)
         if idleHandles.count < 64 { idleHandles.append(easy) } else { curl_easy_cleanup(easy) }
         release(transfer.origin)

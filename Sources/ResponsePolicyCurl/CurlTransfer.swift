@@ -1,6 +1,7 @@
 import CCurl
 import Foundation
 import ResponsePolicy
+import Synchronization
 
 /// One exchange on the wire (one redirect hop): an easy handle, the request's body and headers
 /// that libcurl reads from, the response as it arrives, and the one continuation to resume.
@@ -27,7 +28,7 @@ final class CurlTransfer: @unchecked Sendable {
         case tooLarge(String)
     }
 
-    let state = Locked<State>(.idle)
+    let state = Mutex<State>(.idle)
     /// `METHOD url` with the URL redacted, for messages (made only when one is written).
     var label: String { "\(request.method) \(RedirectRules.redacted(request.url))" }
     let url: URL
@@ -48,6 +49,10 @@ final class CurlTransfer: @unchecked Sendable {
     var status = 0
     var head: [(String, String)] = []
     var headerCount = 0
+    /// The current head's `Content-Encoding` (whether there is one) and last `Content-Length`,
+    /// noted as the fields arrive.
+    var encoded = false
+    var announcedLength: Int?
     var body = Data()
     var abort: Abort?
     /// Set when the loop removed the handle (it is then returned to the pool).
@@ -171,6 +176,8 @@ final class CurlTransfer: @unchecked Sendable {
             head.removeAll(keepingCapacity: true)
             headerCount = 0
             status = 0
+            encoded = false
+            announcedLength = nil
             return true
         }
         headerCount += 1
@@ -186,6 +193,11 @@ final class CurlTransfer: @unchecked Sendable {
         var stop = end
         while stop > start, bytes[stop - 1] == 0x20 || bytes[stop - 1] == 0x09 { stop -= 1 }
         let value = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<stop]), as: UTF8.self)
+        if colon == 16, name.equalsIgnoringASCIICase("content-encoding") {
+            encoded = true
+        } else if colon == 14, name.equalsIgnoringASCIICase("content-length") {
+            announcedLength = Int(value)
+        }
         head.append((name, value))
         return true
     }
@@ -199,10 +211,7 @@ final class CurlTransfer: @unchecked Sendable {
         if !RedirectRules.statuses.contains(code) { arriving?() }
         // A length announced over the limit ends the transfer before the body is read (a body
         // with a Content-Encoding is counted as it is decoded instead).
-        if let limit, !isHead, !head.contains(where: { $0.0.lowercased() == "content-encoding" }),
-            let length = head.last(where: { $0.0.lowercased() == "content-length" }).flatMap({ Int($0.1) }),
-            length > limit
-        {
+        if let limit, !isHead, !encoded, let length = announcedLength, length > limit {
             abort = .tooLarge(tooLarge)
             return false
         }
@@ -242,8 +251,28 @@ final class CurlTransfer: @unchecked Sendable {
     /// The response, once libcurl said the transfer is done.
     func response() -> HTTPResponse {
         var headers = head
-        headers.sort { ($0.0.lowercased(), $0.0) < ($1.0.lowercased(), $1.0) }
+        // By name regardless of case, then as written, as `URLSessionTransport` gives them.
+        headers.sort { precedesIgnoringASCIICase($0.0, $1.0) }
         return HTTPResponse(status: status, headers: HTTPHeaders(headers), body: isHead ? Data() : body)
+    }
+}
+
+/// Whether `left` sorts before `right` by name regardless of ASCII case, then as written
+/// (`Content-Type` before `content-type`), without making lowercased copies.
+func precedesIgnoringASCIICase(_ left: String, _ right: String) -> Bool {
+    var exact = 0  // the first difference as written: the tie-break
+    var a = left.utf8.makeIterator()
+    var b = right.utf8.makeIterator()
+    while true {
+        switch (a.next(), b.next()) {
+        case (nil, nil): return exact < 0
+        case (nil, _): return true
+        case (_, nil): return false
+        case let (x?, y?):
+            let (lx, ly) = (lowerASCII(x), lowerASCII(y))
+            if lx != ly { return lx < ly }
+            if exact == 0, x != y { exact = x < y ? -1 : 1 }
+        }
     }
 }
 

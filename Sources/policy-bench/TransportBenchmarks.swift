@@ -26,6 +26,8 @@ extension Benchmarks {
         case engineCurl = "engine+curl"
         /// The engine over `CurlTransport`, run under its `executor` (no thread hop per request).
         case engineCurlExecutor = "engine+curl-executor"
+        /// `CurlTransport` alone under its executor (no engine): what the transport costs.
+        case curlExecutor = "curl-executor"
         case engineURLSession = "engine+urlsession"
         case rawURLSession = "raw-urlsession"
         case rawCurl = "raw-libcurl"
@@ -160,6 +162,10 @@ extension Benchmarks {
             let engine = PolicyEngine(
                 policy: policy, transport: transport, credentials: MemoryCredentialStore(Credentials(accessToken: "t")))
             send = { (try? await engine.send(request))?.status == 200 }
+        case .curlExecutor:
+            let curl = CurlTransport(timeout: .seconds(30), caFile: nginx.caBundle)
+            executor = curl.executor
+            send = { (try? await curl.send(request))?.status == 200 }
         case .rawURLSession:
             let configuration = URLSessionConfiguration.ephemeral
             configuration.urlCache = nil

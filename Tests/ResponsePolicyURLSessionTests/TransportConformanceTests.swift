@@ -73,6 +73,67 @@ struct TransportConformanceTests {
         }
     }
 
+    /// One request after another on one transport, in a seeded random order of methods, bodies
+    /// and headers: each goes out exactly as given, whatever came before it (`CurlTransport`
+    /// hands one libcurl handle from transfer to transfer: a method, a body or a header of one
+    /// must never carry over to the next).
+    @Test(arguments: TransportKind.allCases)
+    func nothingOfOneRequestCarriesOverToTheNext(_ kind: TransportKind) async throws {
+        try await withTestServer { server in
+            let transport = kind.make()
+            let random = SeededRandomSource(seed: 33)
+            let methods = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+            var sent: [HTTPRequest] = []
+            for index in 0..<60 {
+                let method = methods[Int(random.nextBits() % UInt64(methods.count))]
+                let bits = random.nextBits()
+                var headers: HTTPHeaders = ["X-Seq": "\(index)"]
+                if bits & 1 == 0 { headers.add("Content-Type", "application/x-\(index)") }
+                if bits & 2 == 0 { headers.add("X-Only-\(index)", "yes") }
+                // A body for the methods that carry one, now and then an empty one; none for
+                // GET and HEAD.
+                let body: Data? =
+                    ["GET", "HEAD"].contains(method) || bits & 4 == 0
+                    ? nil : Data((bits & 8 == 0 ? "body-\(index)-" + String(repeating: "x", count: Int((bits >> 8) % 300)) : "").utf8)
+                let request = HTTPRequest(method: method, url: server.url("/echo?n=\(index)"), headers: headers, body: body)
+                let response = try await transport.send(request)
+                #expect(response.status == 200, "\(index) \(method)")
+                if method == "HEAD" {
+                    #expect(response.body.isEmpty, "\(index)")
+                } else {
+                    let echo = try JSONDecoder().decode(Echo.self, from: response.body)
+                    #expect(echo.method == method, "\(index)")
+                    #expect(echo.query["n"] == ["\(index)"])
+                    #expect(echo.body == String(decoding: body ?? Data(), as: UTF8.self), "\(index) \(method)")
+                }
+                sent.append(request)
+            }
+            // What the server received, in order (HEAD included): the method, the body, and each
+            // request's own headers and no other's.
+            let log = try await transport.send(HTTPRequest(url: server.url("/_requests")))
+            let received = try JSONDecoder().decode([Received].self, from: log.body)
+            try #require(received.count == sent.count)
+            for (index, (request, got)) in zip(sent, received).enumerated() {
+                #expect(got.method == request.method, "\(index)")
+                #expect(got.body == String(decoding: request.body ?? Data(), as: UTF8.self), "\(index)")
+                #expect(got.values("x-seq") == ["\(index)"])
+                // Only the request's own type; URLSession on Linux adds its documented form type
+                // to a body that has none.
+                let type = got.values("content-type")
+                if let given = request.headers["Content-Type"] {
+                    #expect(type == [given], "\(index)")
+                } else if kind == .urlsession, request.body?.isEmpty == false {
+                    #expect(type.isEmpty || type == ["application/x-www-form-urlencoded"], "\(index)")
+                } else {
+                    #expect(type.isEmpty, "\(index) \(request.method)")
+                }
+                let only = got.headers.compactMap { $0.first?.lowercased() }.filter { $0.hasPrefix("x-only-") }
+                #expect(only == (request.headers["X-Only-\(index)"] == nil ? [] : ["x-only-\(index)"]), "\(index)")
+                #expect(got.values("expect").isEmpty)
+            }
+        }
+    }
+
     @Test(arguments: TransportKind.allCases)
     func statusesAreResponsesAndHEADHasNoBody(_ kind: TransportKind) async throws {
         try await withTestServer { server in
@@ -371,12 +432,25 @@ struct Echo: Decodable {
     }
 
     /// Every value of the header `name`, compared without regard to case, in the order received.
-    func values(_ name: String) -> [String] {
-        headers.compactMap { pair in
-            guard pair.count == 2, pair[0].lowercased() == name.lowercased() else { return nil }
-            return pair[1]
-        }
+    func values(_ name: String) -> [String] { headerValues(headers, name) }
+}
+
+/// Every value of the header `name` in the server's `[name, value]` pairs, compared without
+/// regard to case, in the order received.
+func headerValues(_ headers: [[String]], _ name: String) -> [String] {
+    headers.compactMap { pair in
+        guard pair.count == 2, pair[0].lowercased() == name.lowercased() else { return nil }
+        return pair[1]
     }
+}
+
+/// A request as the test server logged it (`GET /_requests`).
+struct Received: Decodable {
+    var method: String
+    var headers: [[String]]
+    var body: String
+
+    func values(_ name: String) -> [String] { headerValues(headers, name) }
 }
 
 /// `dispatch: auto` asks the transport per request's origin (``Transport/inFlightLimit(for:)``):

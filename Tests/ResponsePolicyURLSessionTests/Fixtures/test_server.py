@@ -215,7 +215,7 @@ class Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client gave up (timeout, cancellation): fine
 
-    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = dispatch
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = dispatch
 
     # -- routes -----------------------------------------------------------------------------------
 
