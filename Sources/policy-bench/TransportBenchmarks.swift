@@ -45,7 +45,7 @@ extension Benchmarks {
     ///   - clients: The clients measured (`--clients engine+curl,raw-libcurl`, for profiling one).
     static func transport(
         quick: Bool, installCA: Bool, only: String = "transport", clients: Set<Client> = Set(Client.allCases),
-        requests: Int? = nil
+        requests: Int? = nil, repetitions: Int = 1
     ) async -> [BenchResult] {
         guard let nginx = BenchNginx.start(installCA: installCA) else {
             FileHandle.standardError.write(
@@ -64,37 +64,38 @@ extension Benchmarks {
                     guard name.hasPrefix(only) || only == "transport",
                         let url = URL(string: host + (method == "GET" ? "/get" : "/post"))
                     else { continue }
-                    var figures: [Client: Figure] = [:]
-                    for client in Client.allCases where clients.contains(client) {
+                    let reps = await repeated(repetitions, clients) { client in
                         let figure = await measureClient(
                             client, url: url, method: method, count: concurrent ? 16 * rounds : sequential,
                             concurrency: concurrent ? 16 : 1, http2: scheme == "h2", nginx: nginx)
-                        figures[client] = figure
                         progress(
                             "\(scheme) \(method) \(concurrent ? "c16" : "seq") \(client.rawValue): "
                                 + "\(Int(figure.cpuMicros)) us CPU, \(Int(figure.wallMicros)) us wall, "
                                 + "\(figure.connections) connections, \(figure.failures) failed")
+                        return figure
                     }
-                    results.append(transportRow(name, figures))
+                    results.append(transportRow(name, reps))
                 }
             }
         }
         // 16 at once over HTTP/2 with 20 ms of server time: wall against raw URLSession's.
         if "transport-h2-c16-20ms".hasPrefix(only), let url = URL(string: "https://localhost:\(nginx.h2Port)/slow") {
-            var figures: [Client: Figure] = [:]
-            for client in Client.allCases {
-                figures[client] = await measureClient(
+            let reps = await repeated(repetitions, Set(Client.allCases)) { client in
+                await measureClient(
                     client, url: url, method: "GET", count: 16 * (quick ? 1 : 10), concurrency: 16, http2: true,
                     nginx: nginx)
             }
+            let figures = medians(reps)
             let ours = figures[.engineCurl]?.wallMicros ?? .nan
             let raw = figures[.rawURLSession]?.wallMicros ?? .nan
             results.append(
                 BenchResult(
                     name: "transport-h2-c16-20ms", value: ours / 1_000, unit: "ms wall/request",
-                    baseline: raw / 1_000, baselineName: "raw URLSession", ratio: ours / raw,
-                    ratioMeaning: "engine+curl wall / raw URLSession wall, lower is better",
-                    extra: extras(figures), goal: "<= 1.2x raw URLSession's wall"))
+                    baseline: raw / 1_000, baselineName: "raw URLSession",
+                    ratio: medianRatio(reps, .engineCurl, over: .rawURLSession, \.wallMicros),
+                    ratioMeaning:
+                        "engine+curl wall / raw URLSession wall (median of the repetitions' ratios), lower is better",
+                    extra: extras(figures, reps), goal: "<= 1.2x raw URLSession's wall"))
         }
         return results
     }
@@ -104,17 +105,63 @@ extension Benchmarks {
         FileHandle.standardError.write(Data(("transport: " + line + "\n").utf8))
     }
 
-    static func transportRow(_ name: String, _ figures: [Client: Figure]) -> BenchResult {
-        let ours = figures[.engineCurl]?.cpuMicros ?? .nan
-        let baseline = figures[.rawCurl]?.cpuMicros ?? .nan
+    /// `measure` for each client, `count` times over, the clients taking turns (each repetition
+    /// starts with the next one): the machine's drift lands on every client alike.
+    static func repeated(
+        _ count: Int, _ clients: Set<Client>, _ measure: (Client) async -> Figure
+    ) async -> [[Client: Figure]] {
+        let order = Client.allCases.filter { clients.contains($0) }
+        var reps: [[Client: Figure]] = []
+        for rep in 0..<count {
+            var figures: [Client: Figure] = [:]
+            for index in order.indices {
+                let client = order[(index + rep) % order.count]
+                figures[client] = await measure(client)
+            }
+            reps.append(figures)
+        }
+        return reps
+    }
+
+    /// Each client's median CPU, wall and connections over the repetitions; failures summed.
+    static func medians(_ reps: [[Client: Figure]]) -> [Client: Figure] {
+        var result: [Client: Figure] = [:]
+        for client in Client.allCases {
+            let figures = reps.compactMap { $0[client] }
+            guard !figures.isEmpty else { continue }
+            result[client] = Figure(
+                cpuMicros: median(figures.map(\.cpuMicros)), wallMicros: median(figures.map(\.wallMicros)),
+                connections: Int(median(figures.map { Double($0.connections) })),
+                failures: figures.reduce(0) { $0 + $1.failures })
+        }
+        return result
+    }
+
+    /// The median over the repetitions of `client`'s figure divided by `baseline`'s in the same
+    /// repetition: steadier than a ratio of medians when the machine drifts.
+    static func medianRatio(
+        _ reps: [[Client: Figure]], _ client: Client, over baseline: Client, _ figure: KeyPath<Figure, Double>
+    ) -> Double {
+        median(
+            reps.compactMap { rep in
+                rep[client].flatMap { ours in rep[baseline].map { ours[keyPath: figure] / $0[keyPath: figure] } }
+            })
+    }
+
+    static func transportRow(_ name: String, _ reps: [[Client: Figure]]) -> BenchResult {
+        let figures = medians(reps)
         return BenchResult(
-            name: name, value: ours, unit: "us CPU/request", baseline: baseline, baselineName: "raw libcurl",
-            ratio: ours / baseline, ratioMeaning: "engine+curl CPU / raw libcurl CPU, lower is better",
-            extra: extras(figures),
+            name: name, value: figures[.engineCurl]?.cpuMicros ?? .nan, unit: "us CPU/request",
+            baseline: figures[.rawCurl]?.cpuMicros ?? .nan, baselineName: "raw libcurl",
+            ratio: medianRatio(reps, .engineCurl, over: .rawCurl, \.cpuMicros),
+            ratioMeaning: "engine+curl CPU / raw libcurl CPU (median of the repetitions' ratios), lower is better",
+            extra: extras(figures, reps),
             goal: "engine+curl <= 2x libcurl CPU; engine+urlsession <= 1.5x raw URLSession; <= 1 connection/100")
     }
 
-    static func extras(_ figures: [Client: Figure]) -> [(String, Double)] {
+    /// Each client's medians, and the ratios the goals read (each the median of the repetitions'
+    /// ratios).
+    static func extras(_ figures: [Client: Figure], _ reps: [[Client: Figure]]) -> [(String, Double)] {
         var extra: [(String, Double)] = []
         for client in Client.allCases {
             guard let figure = figures[client] else { continue }
@@ -124,16 +171,17 @@ extension Benchmarks {
             extra.append(("\(key)_connections", Double(figure.connections)))
             if figure.failures > 0 { extra.append(("\(key)_failures", Double(figure.failures))) }
         }
-        if let engine = figures[.engineURLSession], let raw = figures[.rawURLSession] {
-            extra.append(("engine_urlsession_over_raw_urlsession_cpu", engine.cpuMicros / raw.cpuMicros))
-            extra.append(("engine_urlsession_over_raw_urlsession_wall", engine.wallMicros / raw.wallMicros))
+        let ratios: [(String, Client, Client, KeyPath<Figure, Double>)] = [
+            ("engine_urlsession_over_raw_urlsession_cpu", .engineURLSession, .rawURLSession, \.cpuMicros),
+            ("engine_urlsession_over_raw_urlsession_wall", .engineURLSession, .rawURLSession, \.wallMicros),
+            ("engine_curl_over_raw_urlsession_wall", .engineCurl, .rawURLSession, \.wallMicros),
+            ("engine_curl_executor_over_raw_libcurl_cpu", .engineCurlExecutor, .rawCurl, \.cpuMicros),
+            ("curl_executor_over_raw_libcurl_cpu", .curlExecutor, .rawCurl, \.cpuMicros),
+        ]
+        for (key, client, baseline, figure) in ratios where figures[client] != nil && figures[baseline] != nil {
+            extra.append((key, medianRatio(reps, client, over: baseline, figure)))
         }
-        if let engine = figures[.engineCurl], let raw = figures[.rawURLSession] {
-            extra.append(("engine_curl_over_raw_urlsession_wall", engine.wallMicros / raw.wallMicros))
-        }
-        if let engine = figures[.engineCurlExecutor], let raw = figures[.rawCurl] {
-            extra.append(("engine_curl_executor_over_raw_libcurl_cpu", engine.cpuMicros / raw.cpuMicros))
-        }
+        extra.append(("repetitions", Double(reps.count)))
         return extra
     }
 

@@ -41,12 +41,16 @@ if arguments.contains("--help") || arguments.contains("-h") {
                                   sequential and 16 at once, over HTTP, TLS and HTTP/2
                                   through a loopback nginx it starts, with raw URLSession
                                   and raw libcurl as baselines in the same run.
+                                  --clients a,b picks clients (engine+curl,
+                                  engine+curl-executor, curl-executor, engine+urlsession,
+                                  raw-urlsession, raw-libcurl); --requests n per measure.
           --install-ca            transport: add its self-signed certificate to the system
                                   bundle for the run (root; URLSession on Linux trusts no
                                   other), taken out at the end. Without it the URLSession
                                   TLS figures are failed handshakes.
           --transport <t>         storm-http's transport: urlsession (default) or curl.
-          --reps <n>              Repetitions of each storm-http storm (median): 5.
+          --reps <n>              Repetitions of each storm-http storm, or of each transport
+                                  row with its clients taking turns (median): 5.
           --baseline-reps <n>     Repetitions of its baseline (dispatch: unlimited): as --reps.
           --sizes <n,n>           storm-http's storm sizes: 1000,5000.
           -h, --help              Show help information.
@@ -99,7 +103,10 @@ if only.map({ $0.hasPrefix("transport") }) == true {
     results += await Benchmarks.transport(
         quick: quick, installCA: arguments.contains("--install-ca"), only: only ?? "transport",
         clients: clients ?? Set(Benchmarks.Client.allCases),
-        requests: argv.firstIndex(of: "--requests").flatMap { $0 + 1 < argv.count ? Int(argv[$0 + 1]) : nil })
+        requests: argv.firstIndex(of: "--requests").flatMap { $0 + 1 < argv.count ? Int(argv[$0 + 1]) : nil },
+        repetitions: max(
+            1,
+            argv.firstIndex(of: "--reps").flatMap { $0 + 1 < argv.count ? Int(argv[$0 + 1]) : nil } ?? (quick ? 1 : 5)))
 }
 if wanted("engine") { results.append(await Benchmarks.engineOverhead(quick: quick)) }
 if wanted("engine-overhead-metrics") { results.append(await Benchmarks.engineOverheadWithMetrics(quick: quick)) }

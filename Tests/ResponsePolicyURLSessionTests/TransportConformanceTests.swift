@@ -92,10 +92,10 @@ struct TransportConformanceTests {
                 if bits & 2 == 0 { headers.add("X-Only-\(index)", "yes") }
                 // A body for the methods that carry one, now and then an empty one; none for
                 // GET and HEAD.
-                let body: Data? =
-                    ["GET", "HEAD"].contains(method) || bits & 4 == 0
-                    ? nil : Data((bits & 8 == 0 ? "body-\(index)-" + String(repeating: "x", count: Int((bits >> 8) % 300)) : "").utf8)
-                let request = HTTPRequest(method: method, url: server.url("/echo?n=\(index)"), headers: headers, body: body)
+                let text = bits & 8 == 0 ? "body-\(index)-" + String(repeating: "x", count: Int((bits >> 8) % 300)) : ""
+                let body = ["GET", "HEAD"].contains(method) || bits & 4 == 0 ? nil : Data(text.utf8)
+                let request = HTTPRequest(
+                    method: method, url: server.url("/echo?n=\(index)"), headers: headers, body: body)
                 let response = try await transport.send(request)
                 #expect(response.status == 200, "\(index) \(method)")
                 if method == "HEAD" {
