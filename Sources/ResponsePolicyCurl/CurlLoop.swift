@@ -264,7 +264,12 @@ final class CurlLoop: TaskExecutor, @unchecked Sendable {
         _ = ccurl_easy_setopt_pointer(easy, CURLOPT_SHARE, UnsafeRawPointer(share))
         // Over TLS, wait for the first connection's ALPN rather than open one per transfer: if it
         // is HTTP/2 they all go on it as streams.
-        if transfer.origin.scheme == "https" { _ = ccurl_easy_setopt_long(easy, CURLOPT_PIPEWAIT, 1) }
+        if transfer.sentAgain {
+            // Its first connection failed it before any answer: a new one of its own this time.
+            _ = ccurl_easy_setopt_long(easy, CURLOPT_FRESH_CONNECT, 1)
+        } else if transfer.origin.scheme == "https" {
+            _ = ccurl_easy_setopt_long(easy, CURLOPT_PIPEWAIT, 1)
+        }
         _ = ccurl_easy_setopt_long(
             easy, CURLOPT_HTTP_VERSION,
             Int(settings.http2 ? CURL_HTTP_VERSION_2TLS : CURL_HTTP_VERSION_1_1))
@@ -330,6 +335,16 @@ final class CurlLoop: TaskExecutor, @unchecked Sendable {
             let origin = transfer.origin
             let http2 = version >= Int(CURL_HTTP_VERSION_2_0)
             if protocols.withLock({ $0[origin] }) != http2 { protocols.withLock { $0[origin] = http2 } }
+        }
+        if code != CURLE_OK {
+            var headerBytes = 0
+            _ = ccurl_easy_getinfo_long(easy, CURLINFO_HEADER_SIZE, &headerBytes)
+            if transfer.mayGoAgain(code, headerBytes: headerBytes) {
+                end(transfer)
+                transfer.prepareToGoAgain()
+                begin(transfer)
+                return
+            }
         }
         let result: Result<HTTPResponse, any Error>
         if code == CURLE_OK {

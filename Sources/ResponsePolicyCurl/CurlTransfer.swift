@@ -57,6 +57,9 @@ final class CurlTransfer: @unchecked Sendable {
     var abort: Abort?
     /// Set when the loop removed the handle (it is then returned to the pool).
     var removed = false
+    /// It was sent again on a new connection after its first connection failed it before any
+    /// answer (``mayGoAgain``): once only.
+    var sentAgain = false
     /// libcurl's message for a failure (`CURLOPT_ERRORBUFFER`); at a fixed address for the transfer's life.
     let errorBuffer: UnsafeMutablePointer<CChar>
     /// The request as it goes out (its headers and method are set on the handle by the loop).
@@ -246,6 +249,37 @@ final class CurlTransfer: @unchecked Sendable {
         guard offset >= 0, offset <= requestBody.count else { return false }
         readOffset = offset
         return true
+    }
+
+    // MARK: - Sent again (loop thread)
+
+    /// Whether a transfer libcurl ended with `code`, having received `headerBytes` of an answer,
+    /// may go again on a new connection, once: the connection failed before any byte of an
+    /// answer came back, and the server cannot have acted on the request, because it is a `GET`
+    /// or a `HEAD` (safe methods, RFC 9110 §9.2.1) or because libcurl never read a byte of its
+    /// body. An HTTP/2 connection that a load balancer or server closes (`GOAWAY`) fails some
+    /// of the requests starting on it that way with libcurl 7.88 (issue 33); a token call whose
+    /// body was never read cannot have presented its refresh token, and one whose body was read
+    /// is never sent again here.
+    func mayGoAgain(_ code: CURLcode, headerBytes: Int) -> Bool {
+        guard !sentAgain, abort == nil, headerBytes == 0, status == 0, head.isEmpty, body.isEmpty else { return false }
+        switch code {
+        case CURLE_HTTP2, CURLE_HTTP2_STREAM, CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_GOT_NOTHING: break
+        default: return false
+        }
+        return sendsBody ? readOffset == 0 : request.method == "GET" || request.method == "HEAD"
+    }
+
+    /// Makes the transfer ready to go again: nothing of the first try is kept.
+    func prepareToGoAgain() {
+        sentAgain = true
+        readOffset = 0
+        headerCount = 0
+        encoded = false
+        announcedLength = nil
+        errorBuffer[0] = 0
+        if let headerList { curl_slist_free_all(headerList) }
+        headerList = nil
     }
 
     /// The response, once libcurl said the transfer is done.

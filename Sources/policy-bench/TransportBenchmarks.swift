@@ -45,9 +45,9 @@ extension Benchmarks {
     ///   - clients: The clients measured (`--clients engine+curl,raw-libcurl`, for profiling one).
     static func transport(
         quick: Bool, installCA: Bool, only: String = "transport", clients: Set<Client> = Set(Client.allCases),
-        requests: Int? = nil, repetitions: Int = 1
+        requests: Int? = nil, repetitions: Int = 1, goawayAfter: Int? = nil
     ) async -> [BenchResult] {
-        guard let nginx = BenchNginx.start(installCA: installCA) else {
+        guard let nginx = BenchNginx.start(installCA: installCA, requestsPerConnection: goawayAfter) else {
             FileHandle.standardError.write(
                 Data("transport: could not start nginx (apt-get install nginx-light libnginx-mod-http-echo)\n".utf8))
             return []
@@ -369,7 +369,10 @@ final class BenchNginx: @unchecked Sendable {
         self.systemBundle = systemBundle
     }
 
-    static func start(installCA: Bool) -> BenchNginx? {
+    /// - Parameter requestsPerConnection: nginx's `keepalive_requests`: after that many requests
+    ///   it closes an HTTP/1.1 connection and sends `GOAWAY` on an HTTP/2 one, as load balancers
+    ///   do (`--goaway-after`); 100,000 by default.
+    static func start(installCA: Bool, requestsPerConnection: Int? = nil) -> BenchNginx? {
         let binary = ["/usr/sbin/nginx", "/usr/local/sbin/nginx"].first {
             FileManager.default.isExecutableFile(atPath: $0)
         }
@@ -423,7 +426,7 @@ final class BenchNginx: @unchecked Sendable {
             events { worker_connections 4096; }
             http {
                 access_log off;
-                keepalive_requests 100000;
+                keepalive_requests \(requestsPerConnection ?? 100_000);
                 keepalive_timeout 75s;
                 http2_max_concurrent_streams 128;
                 ssl_protocols TLSv1.3;

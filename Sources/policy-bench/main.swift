@@ -43,7 +43,9 @@ if arguments.contains("--help") || arguments.contains("-h") {
                                   and raw libcurl as baselines in the same run.
                                   --clients a,b picks clients (engine+curl,
                                   engine+curl-executor, curl-executor, engine+urlsession,
-                                  raw-urlsession, raw-libcurl); --requests n per measure.
+                                  raw-urlsession, raw-libcurl); --requests n per measure;
+                                  --goaway-after n: nginx closes each connection after n
+                                  requests (GOAWAY over HTTP/2), as load balancers do.
           --install-ca            transport: add its self-signed certificate to the system
                                   bundle for the run (root; URLSession on Linux trusts no
                                   other), taken out at the end. Without it the URLSession
@@ -98,15 +100,17 @@ if stormHTTP {
 }
 // Needs nginx (nginx-light, libnginx-mod-http-echo): only on request, `--only transport`.
 if only.map({ $0.hasPrefix("transport") }) == true {
-    let clients = argv.firstIndex(of: "--clients").flatMap { $0 + 1 < argv.count ? argv[$0 + 1] : nil }
-        .map { Set($0.split(separator: ",").compactMap { Benchmarks.Client(rawValue: String($0)) }) }
+    func value(_ option: String) -> String? {
+        argv.firstIndex(of: option).flatMap { $0 + 1 < argv.count ? argv[$0 + 1] : nil }
+    }
+    let clients = value("--clients").map {
+        Set($0.split(separator: ",").compactMap { Benchmarks.Client(rawValue: String($0)) })
+    }
     results += await Benchmarks.transport(
         quick: quick, installCA: arguments.contains("--install-ca"), only: only ?? "transport",
-        clients: clients ?? Set(Benchmarks.Client.allCases),
-        requests: argv.firstIndex(of: "--requests").flatMap { $0 + 1 < argv.count ? Int(argv[$0 + 1]) : nil },
-        repetitions: max(
-            1,
-            argv.firstIndex(of: "--reps").flatMap { $0 + 1 < argv.count ? Int(argv[$0 + 1]) : nil } ?? (quick ? 1 : 5)))
+        clients: clients ?? Set(Benchmarks.Client.allCases), requests: value("--requests").flatMap { Int($0) },
+        repetitions: max(1, value("--reps").flatMap { Int($0) } ?? (quick ? 1 : 5)),
+        goawayAfter: value("--goaway-after").flatMap { Int($0) })
 }
 if wanted("engine") { results.append(await Benchmarks.engineOverhead(quick: quick)) }
 if wanted("engine-overhead-metrics") { results.append(await Benchmarks.engineOverheadWithMetrics(quick: quick)) }

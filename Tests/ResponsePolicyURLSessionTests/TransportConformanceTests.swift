@@ -110,16 +110,15 @@ struct TransportConformanceTests {
             }
             // What the server received, in order (HEAD included): the method, the body, and each
             // request's own headers and no other's.
-            let log = try await transport.send(HTTPRequest(url: server.url("/_requests")))
-            let received = try JSONDecoder().decode([Received].self, from: log.body)
+            let received = try await server.requests()
             try #require(received.count == sent.count)
             for (index, (request, got)) in zip(sent, received).enumerated() {
                 #expect(got.method == request.method, "\(index)")
                 #expect(got.body == String(decoding: request.body ?? Data(), as: UTF8.self), "\(index)")
-                #expect(got.values("x-seq") == ["\(index)"])
+                #expect(headerValues(got.headers, "x-seq") == ["\(index)"])
                 // Only the request's own type; URLSession on Linux adds its documented form type
                 // to a body that has none.
-                let type = got.values("content-type")
+                let type = headerValues(got.headers, "content-type")
                 if let given = request.headers["Content-Type"] {
                     #expect(type == [given], "\(index)")
                 } else if kind == .urlsession, request.body?.isEmpty == false {
@@ -129,7 +128,7 @@ struct TransportConformanceTests {
                 }
                 let only = got.headers.compactMap { $0.first?.lowercased() }.filter { $0.hasPrefix("x-only-") }
                 #expect(only == (request.headers["X-Only-\(index)"] == nil ? [] : ["x-only-\(index)"]), "\(index)")
-                #expect(got.values("expect").isEmpty)
+                #expect(headerValues(got.headers, "expect").isEmpty)
             }
         }
     }
@@ -442,15 +441,6 @@ func headerValues(_ headers: [[String]], _ name: String) -> [String] {
         guard pair.count == 2, pair[0].lowercased() == name.lowercased() else { return nil }
         return pair[1]
     }
-}
-
-/// A request as the test server logged it (`GET /_requests`).
-struct Received: Decodable {
-    var method: String
-    var headers: [[String]]
-    var body: String
-
-    func values(_ name: String) -> [String] { headerValues(headers, name) }
 }
 
 /// `dispatch: auto` asks the transport per request's origin (``Transport/inFlightLimit(for:)``):

@@ -20,6 +20,7 @@ Routes
   GET  /flaky/503     503 with `Retry-After: <retry_after>` for the next `flaky_count` requests, then 200.
   GET  /drop          For the next `drop_count` requests: headers promising more body than is sent,
                       then the connection is closed. Then 200.
+  *    /close         Reads the request (its body too) and closes the connection without a byte of answer.
   GET  /stall         Sleeps `stall_seconds` (or `?seconds=` if given) and then answers 200.
   POST /logout        Counts a logout and answers 200 {"status":0}.
   *    /echo          Answers 200 with the request as JSON: method, path, query, headers (ordered
@@ -204,6 +205,8 @@ class Handler(BaseHTTPRequestHandler):
         try:
             if self.route_path == "/echo":
                 self.echo()
+            elif self.route_path == "/close":
+                self.close_connection = True
             elif self.route_path == "/redirect":
                 self.redirect()
             elif self.route_path.startswith("/api/") and self.command == "GET":
