@@ -1,7 +1,6 @@
 import CCurl
 import Foundation
 import ResponsePolicy
-import Synchronization
 
 /// One exchange on the wire (one redirect hop): an easy handle, the request's body and headers
 /// that libcurl reads from, the response as it arrives, and the one continuation to resume.
@@ -28,7 +27,7 @@ final class CurlTransfer: @unchecked Sendable {
         case tooLarge(String)
     }
 
-    let state = Mutex<State>(.idle)
+    let state = Locked<State>(.idle)
     /// `METHOD url` with the URL redacted, for messages (made only when one is written).
     var label: String { "\(request.method) \(RedirectRules.redacted(request.url))" }
     let url: URL
@@ -55,8 +54,6 @@ final class CurlTransfer: @unchecked Sendable {
     var announcedLength: Int?
     var body = Data()
     var abort: Abort?
-    /// Set when the loop removed the handle (it is then returned to the pool).
-    var removed = false
     /// It was sent again on a new connection after its first connection failed it before any
     /// answer (``mayGoAgain``): once only.
     var sentAgain = false
