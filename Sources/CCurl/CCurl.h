@@ -34,6 +34,10 @@ static inline CURLcode ccurl_easy_getinfo_pointer(CURL *handle, CURLINFO info, v
     return curl_easy_getinfo(handle, info, value);
 }
 
+static inline CURLcode ccurl_easy_getinfo_offset(CURL *handle, CURLINFO info, curl_off_t *value) {
+    return curl_easy_getinfo(handle, info, value);
+}
+
 static inline CURLMcode ccurl_multi_setopt_long(CURLM *multi, CURLMoption option, long value) {
     return curl_multi_setopt(multi, option, value);
 }

@@ -340,8 +340,10 @@ final class CurlLoop: TaskExecutor, @unchecked Sendable {
         }
         if code != CURLE_OK {
             var headerBytes = 0
+            var bodyBytesSent: curl_off_t = 0
             _ = ccurl_easy_getinfo_long(easy, CURLINFO_HEADER_SIZE, &headerBytes)
-            if transfer.mayGoAgain(code, headerBytes: headerBytes) {
+            _ = ccurl_easy_getinfo_offset(easy, CURLINFO_SIZE_UPLOAD_T, &bodyBytesSent)
+            if transfer.mayGoAgain(code, headerBytes: headerBytes, bodyBytesSent: Int(bodyBytesSent)) {
                 end(transfer)
                 transfer.prepareToGoAgain()
                 begin(transfer)

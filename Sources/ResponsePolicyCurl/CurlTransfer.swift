@@ -250,21 +250,23 @@ final class CurlTransfer: @unchecked Sendable {
 
     // MARK: - Sent again (loop thread)
 
-    /// Whether a transfer libcurl ended with `code`, having received `headerBytes` of an answer,
-    /// may go again on a new connection, once: the connection failed before any byte of an
-    /// answer came back, and the server cannot have acted on the request, because it is a `GET`
-    /// or a `HEAD` (safe methods, RFC 9110 §9.2.1) or because libcurl never read a byte of its
-    /// body. An HTTP/2 connection that a load balancer or server closes (`GOAWAY`) fails some
-    /// of the requests starting on it that way with libcurl 7.88 (issue 33); a token call whose
-    /// body was never read cannot have presented its refresh token, and one whose body was read
-    /// is never sent again here.
-    func mayGoAgain(_ code: CURLcode, headerBytes: Int) -> Bool {
+    /// Whether a transfer libcurl ended with `code`, having received `headerBytes` of an answer
+    /// and sent `bodyBytesSent` of the request's body, may go again on a new connection, once:
+    /// the connection failed before any byte of an answer came back, and the server cannot have
+    /// acted on the request, because it is a `GET` or a `HEAD` (safe methods, RFC 9110 §9.2.1) or
+    /// because its body did not all go out (a server acts on a whole request). That covers an
+    /// HTTP/2 connection that a load balancer or server closes (`GOAWAY`), which fails some of
+    /// the requests starting on it with libcurl 7.88, and a kept-alive connection reset while
+    /// the request was still being written, which libcurl does not send again itself (issue 33).
+    /// A token call whose body did not all go out cannot have presented its refresh token; one
+    /// whose body went out whole is never sent again here.
+    func mayGoAgain(_ code: CURLcode, headerBytes: Int, bodyBytesSent: Int) -> Bool {
         guard !sentAgain, abort == nil, headerBytes == 0, status == 0, head.isEmpty, body.isEmpty else { return false }
         switch code {
         case CURLE_HTTP2, CURLE_HTTP2_STREAM, CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_GOT_NOTHING: break
         default: return false
         }
-        return sendsBody ? readOffset == 0 : request.method == "GET" || request.method == "HEAD"
+        return sendsBody ? bodyBytesSent < requestBody.count : request.method == "GET" || request.method == "HEAD"
     }
 
     /// Makes the transfer ready to go again: nothing of the first try is kept.

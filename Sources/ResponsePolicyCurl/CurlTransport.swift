@@ -28,11 +28,13 @@ import ResponsePolicy
 ///
 /// A request is sent again by the transport itself, once, on a new connection, only when its
 /// connection failed before a byte of an answer came back and the server cannot have acted on
-/// it: a `GET` or `HEAD`, or a request whose body libcurl never read. (An HTTP/2 connection that
-/// a load balancer closes with `GOAWAY` fails some requests just starting on it that way with
-/// Debian 12's libcurl.) A request whose body went out is never sent twice by the transport: a
-/// token call presents its refresh token once. libcurl's own resend of a request that met a
-/// reset kept-alive connection before any answer stays as it is.
+/// it: a `GET` or `HEAD`, or a request whose body did not all go out (libcurl's count of the
+/// body's bytes sent falls short of it). An HTTP/2 connection that a load balancer closes with
+/// `GOAWAY` fails some requests just starting on it that way with Debian 12's libcurl, and a
+/// kept-alive connection reset while a request is still being written fails its send. A request
+/// whose body went out whole is never sent twice by the transport: a token call presents its
+/// refresh token once. libcurl's own resend of a request that met a reset kept-alive connection
+/// after it was written and before any answer stays as it is.
 ///
 /// As libcurl does, it honours the proxy variables (`https_proxy`, `http_proxy`, `no_proxy`); it
 /// stores no cookies and reads no `.netrc`, and speaks only http and https.

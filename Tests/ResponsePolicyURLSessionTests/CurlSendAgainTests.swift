@@ -6,10 +6,11 @@ import Testing
 
 /// `CurlTransport` sends a request again, once, on a new connection, when its connection failed
 /// before a byte of an answer came back and the server cannot have acted on it: a `GET` or
-/// `HEAD`, or a request whose body libcurl never read (an HTTP/2 connection a load balancer
-/// closes with `GOAWAY` fails some requests starting on it so with libcurl 7.88; issue 33). A
-/// request whose body went out is never sent again by the transport: a token call's refresh
-/// token is presented once (SPEC: "The refresh token is irreplaceable").
+/// `HEAD`, or a request whose body did not all go out (an HTTP/2 connection a load balancer
+/// closes with `GOAWAY` fails some requests starting on it so with libcurl 7.88, and a reset
+/// while a body is being written fails its send; issue 33). A request whose body went out whole
+/// is never sent again by the transport: a token call's refresh token is presented once (SPEC:
+/// "The refresh token is irreplaceable").
 ///
 /// `/close` reads the whole request and closes the connection without answering: the worst
 /// case, a server that may have acted on it.
@@ -43,6 +44,25 @@ struct CurlSendAgainTests {
                     "GET n=get", "GET n=get", "HEAD n=head", "HEAD n=head", "POST n=POST", "PUT n=PUT", "PATCH n=PATCH",
                     "DELETE n=delete",
                 ])
+        }
+    }
+
+    /// The server reads the head and resets the connection, the body unread: the client's send
+    /// fails midway (libcurl does not send it again itself on a new connection), the body did not
+    /// all go out, so the request goes again, whole, and is answered. (A kept-alive connection
+    /// that a server resets while a request is still being written meets the same.)
+    @Test func aBodyCutOffByAResetGoesAgainWhole() async throws {
+        try await withTestServer { server in
+            let transport = CurlTransport(timeout: .seconds(30))
+            let body = Data(repeating: 0x61, count: 8 << 20)
+            let response = try await transport.send(
+                HTTPRequest(
+                    method: "POST", url: server.url("/reset-before-body"),
+                    headers: ["Content-Type": "application/octet-stream"], body: body))
+            #expect(response.status == 200)
+            struct Received: Decodable { var received: Int }
+            #expect(try JSONDecoder().decode(Received.self, from: response.body).received == body.count)
+            #expect(try await server.stats().counters["reset_before_body_calls"] == 2)
         }
     }
 

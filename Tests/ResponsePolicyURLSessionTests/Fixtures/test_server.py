@@ -21,6 +21,8 @@ Routes
   GET  /drop          For the next `drop_count` requests: headers promising more body than is sent,
                       then the connection is closed. Then 200.
   *    /close         Reads the request (its body too) and closes the connection without a byte of answer.
+  *    /reset-before-body  The first call: resets the connection after the head, its body unread (the
+                      client's send fails midway); later calls answer {"received": <body length>}.
   GET  /stall         Sleeps `stall_seconds` (or `?seconds=` if given) and then answers 200.
   POST /logout        Counts a logout and answers 200 {"status":0}.
   *    /echo          Answers 200 with the request as JSON: method, path, query, headers (ordered
@@ -41,9 +43,11 @@ Routes
 """
 
 import base64
+import io
 import json
 import os
 import socket
+import struct
 import sys
 import threading
 import time
@@ -73,7 +77,7 @@ DEFAULT_CONFIG = {
 COUNTERS = (
     "api_calls", "api_ok", "api_expired", "api_logout",
     "token_calls", "token_ok", "token_rejected", "token_in_flight_max",
-    "flaky_calls", "drop_calls", "stall_calls", "logout_calls", "echo_calls", "control_calls",
+    "flaky_calls", "drop_calls", "reset_before_body_calls", "stall_calls", "logout_calls", "echo_calls", "control_calls",
     "redirect_calls", "big_calls",
 )
 
@@ -177,6 +181,8 @@ class Handler(BaseHTTPRequestHandler):
     def dispatch(self):
         url = urllib.parse.urlsplit(self.path)
         self.route_path, self.query = url.path, urllib.parse.parse_qs(url.query)
+        if self.route_path == "/reset-before-body" and self.reset_before_body():
+            return
         self.body = self.read_body()
         if not self.route_path.startswith("/_"):
             with STATE.lock:
@@ -205,6 +211,8 @@ class Handler(BaseHTTPRequestHandler):
         try:
             if self.route_path == "/echo":
                 self.echo()
+            elif self.route_path == "/reset-before-body":
+                self.send(200, {"received": len(self.body)})
             elif self.route_path == "/close":
                 self.close_connection = True
             elif self.route_path == "/redirect":
@@ -323,6 +331,20 @@ class Handler(BaseHTTPRequestHandler):
             self.send(503, {"error": "unavailable"}, [("Retry-After", retry_after)])
         else:
             self.send(200, {"status": 0, "data": "ok"})
+
+    def reset_before_body(self):
+        """The first call: the connection is reset (RST) after the head, the body unread, so the
+        client's send fails midway. Returns whether it did."""
+        with STATE.lock:
+            STATE.counters["reset_before_body_calls"] += 1
+            first = STATE.counters["reset_before_body_calls"] == 1
+        if not first:
+            return False
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.connection.close()
+        self.close_connection = True
+        self.wfile = io.BytesIO()  # nothing to flush on the closed socket
+        return True
 
     def drop(self):
         with STATE.lock:
