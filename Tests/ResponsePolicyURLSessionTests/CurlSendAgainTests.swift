@@ -34,15 +34,19 @@ struct CurlSendAgainTests {
                             headers: ["Content-Type": "application/x-www-form-urlencoded"], body: token))
                 }
             }
-            // Without a body, a method that is not safe is not sent again either.
+            // Without a body, or with an empty one (whole as soon as the head is), a method that
+            // is not safe is not sent again either.
             await #expect(throws: TransportError.self) {
                 try await transport.send(HTTPRequest(method: "DELETE", url: server.url("/close?n=delete")))
+            }
+            await #expect(throws: TransportError.self) {
+                try await transport.send(HTTPRequest(method: "POST", url: server.url("/close?n=empty"), body: Data()))
             }
             let received = try await server.requests().map { "\($0.method) \($0.query)" }
             #expect(
                 received == [
                     "GET n=get", "GET n=get", "HEAD n=head", "HEAD n=head", "POST n=POST", "PUT n=PUT", "PATCH n=PATCH",
-                    "DELETE n=delete",
+                    "DELETE n=delete", "POST n=empty",
                 ])
         }
     }
