@@ -173,11 +173,7 @@ final class CurlTransfer: @unchecked Sendable {
         }
         if line.count >= 5, line[0] == 0x48, line[1] == 0x54, line[2] == 0x54, line[3] == 0x50, line[4] == 0x2F {
             // "HTTP/": a new response (an interim 1xx came before, or this is the first).
-            head.removeAll(keepingCapacity: true)
-            headerCount = 0
-            status = 0
-            encoded = false
-            announcedLength = nil
+            startHead()
             return true
         }
         headerCount += 1
@@ -200,6 +196,15 @@ final class CurlTransfer: @unchecked Sendable {
         }
         head.append((name, value))
         return true
+    }
+
+    /// Forgets the head so far: a new response begins (after an interim 1xx, or a new try).
+    private func startHead() {
+        head.removeAll(keepingCapacity: true)
+        headerCount = 0
+        status = 0
+        encoded = false
+        announcedLength = nil
     }
 
     private func headEnded() -> Bool {
@@ -261,7 +266,7 @@ final class CurlTransfer: @unchecked Sendable {
     /// A token call whose body did not all go out cannot have presented its refresh token; one
     /// whose body went out whole is never sent again here.
     func mayGoAgain(_ code: CURLcode, headerBytes: Int, bodyBytesSent: Int) -> Bool {
-        guard !sentAgain, abort == nil, headerBytes == 0, status == 0, head.isEmpty, body.isEmpty else { return false }
+        guard !sentAgain, abort == nil, headerBytes == 0 else { return false }
         switch code {
         case CURLE_HTTP2, CURLE_HTTP2_STREAM, CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_GOT_NOTHING: break
         default: return false
@@ -273,9 +278,7 @@ final class CurlTransfer: @unchecked Sendable {
     func prepareToGoAgain() {
         sentAgain = true
         readOffset = 0
-        headerCount = 0
-        encoded = false
-        announcedLength = nil
+        startHead()
         errorBuffer[0] = 0
         if let headerList { curl_slist_free_all(headerList) }
         headerList = nil
@@ -285,27 +288,8 @@ final class CurlTransfer: @unchecked Sendable {
     func response() -> HTTPResponse {
         var headers = head
         // By name regardless of case, then as written, as `URLSessionTransport` gives them.
-        headers.sort { precedesIgnoringASCIICase($0.0, $1.0) }
+        headers.sort { $0.0.precedesIgnoringASCIICase($1.0) }
         return HTTPResponse(status: status, headers: HTTPHeaders(headers), body: isHead ? Data() : body)
-    }
-}
-
-/// Whether `left` sorts before `right` by name regardless of ASCII case, then as written
-/// (`Content-Type` before `content-type`), without making lowercased copies.
-func precedesIgnoringASCIICase(_ left: String, _ right: String) -> Bool {
-    var exact = 0  // the first difference as written: the tie-break
-    var a = left.utf8.makeIterator()
-    var b = right.utf8.makeIterator()
-    while true {
-        switch (a.next(), b.next()) {
-        case (nil, nil): return exact < 0
-        case (nil, _): return true
-        case (_, nil): return false
-        case let (x?, y?):
-            let (lx, ly) = (lowerASCII(x), lowerASCII(y))
-            if lx != ly { return lx < ly }
-            if exact == 0, x != y { exact = x < y ? -1 : 1 }
-        }
     }
 }
 

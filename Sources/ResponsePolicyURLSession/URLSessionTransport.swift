@@ -723,7 +723,7 @@ private final class DataTaskCall: Sendable {
         for (name, value) in response.allHeaderFields {
             headers.append(((name.base as? String) ?? String(describing: name), String(describing: value)))
         }
-        headers.sort { ($0.0.lowercased(), $0.0) < ($1.0.lowercased(), $1.0) }
+        headers.sort { $0.0.precedesIgnoringASCIICase($1.0) }
         return .success(HTTPResponse(status: response.statusCode, headers: HTTPHeaders(headers), body: data ?? Data()))
     }
 

@@ -94,6 +94,28 @@ extension String {
     }
 }
 
+extension String {
+    /// Whether `self` sorts before `other` by name regardless of ASCII case, then as written
+    /// (`Content-Type` before `content-type`), without making lowercased copies: the order both
+    /// transports hand response headers back in.
+    package func precedesIgnoringASCIICase(_ other: String) -> Bool {
+        var exact = 0  // the first difference as written: the tie-break
+        var left = utf8.makeIterator()
+        var right = other.utf8.makeIterator()
+        while true {
+            switch (left.next(), right.next()) {
+            case (nil, nil): return exact < 0
+            case (nil, _): return true
+            case (_, nil): return false
+            case let (a?, b?):
+                let (lowerA, lowerB) = (lowerASCII(a), lowerASCII(b))
+                if lowerA != lowerB { return lowerA < lowerB }
+                if exact == 0, a != b { exact = a < b ? -1 : 1 }
+            }
+        }
+    }
+}
+
 @inline(__always)
 package func lowerASCII(_ byte: UInt8) -> UInt8 {
     byte >= 0x41 && byte <= 0x5A ? byte | 0x20 : byte
