@@ -80,7 +80,7 @@ extension Benchmarks {
         }
         // 16 at once over HTTP/2 with 20 ms of server time: wall against raw URLSession's.
         if "transport-h2-c16-20ms".hasPrefix(only), let url = URL(string: "https://localhost:\(nginx.h2Port)/slow") {
-            let reps = await repeated(repetitions, Set(Client.allCases)) { client in
+            let reps = await repeated(repetitions, clients) { client in
                 await measureClient(
                     client, url: url, method: "GET", count: 16 * (quick ? 1 : 10), concurrency: 16, http2: true,
                     nginx: nginx)
