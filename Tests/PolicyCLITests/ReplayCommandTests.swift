@@ -266,6 +266,63 @@ struct ReplayCommandTests {
         #expect(outcomes.contains { $0.contains(#""status":200,"code":"0","result":"delivered""#) }, "\(outcomes)")
     }
 
+    /// Playwright's HAR adds `ssl` to `time` on top of `connect` (HAR 1.2 counts it inside), and
+    /// over plain HTTP its `ssl` is the connect phase plus a millisecond. A 1401 answered after the
+    /// refresh ended is sent again at once: by `time` its answer ends 6 ms after the re-send began,
+    /// by its phases 1 ms before. The re-send is its request's second attempt, not a request of its
+    /// own (which replays as a request refreshing twice and logged out). A CI run's Chromium
+    /// recording met it under load.
+    @Test func aReSendRightAfterAnAnswerWhoseTimeCountsTheConnectTwiceContinuesItsRequest() async throws {
+        let dir = try folder()
+        // `time` as Playwright adds it up: every phase above 0, `ssl` included.
+        func entry(_ path: String, at milliseconds: Int, token: String, status: Int, time: Double, timings: String)
+            -> String
+        {
+            """
+             {"startedDateTime": "2026-01-01T10:00:00.\(String(format: "%03d", milliseconds))Z", "time": \(time),
+              "request": {"method": "GET", "url": "http://127.0.0.1:8080/api/\(path)",
+                "headers": [{"name": "Authorization", "value": "Bearer \(token)"}]},
+              "response": {"status": 200, "content": {"text": "{\\"status\\":\(status)}"}},
+              "timings": {\(timings)}}
+            """
+        }
+        let token = """
+             {"startedDateTime": "2026-01-01T10:00:00.011Z", "time": 20,
+              "request": {"method": "POST", "url": "http://127.0.0.1:8080/oauth/token",
+                "postData": {"text": "grant_type=refresh_token&refresh_token=SECRET-REFRESH"}},
+              "response": {"status": 200, "content": {"text": "{\\"access_token\\":\\"SECRET-NEW-TOKEN\\",\\"expires_in\\":3600}"}},
+              "timings": {"dns": -1, "connect": -1, "ssl": -1, "send": 0, "wait": 20, "receive": 0}}
+            """
+        let entries = [
+            entry(
+                "a", at: 0, token: "SECRET-OLD-TOKEN", status: 1401, time: 10,
+                timings: #""dns": -1, "send": 0, "wait": 10"#),
+            // Queued behind a new connection: 5 ms to connect, "ssl" 6, its answer at 46 ms.
+            entry(
+                "b", at: 0, token: "SECRET-OLD-TOKEN", status: 1401, time: 52,
+                timings: #""dns": 0.01, "connect": 5, "ssl": 6, "send": 0, "wait": 40, "receive": 0.99"#),
+            token,
+            entry("a", at: 32, token: "SECRET-NEW-TOKEN", status: 0, time: 5, timings: #""send": 0, "wait": 5"#),
+            entry("b", at: 47, token: "SECRET-NEW-TOKEN", status: 0, time: 5, timings: #""send": 0, "wait": 5"#),
+        ]
+        try dir.write("playwright.har", "{\"log\": {\"entries\": [\n" + entries.joined(separator: ",\n") + "\n]}}")
+        let run = try await runPolicy(["replay", "policy.yaml", "playwright.har", "--format", "json"], in: dir.url)
+        #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
+        #expect(
+            run.stdoutLines.suffix(2) == [
+                #"{"event":"recording","entries":5,"requests":2,"token-calls":1,"logout-calls":0,"skipped":0,"not-as-recorded":0}"#,
+                #"{"event":"summary","requests":2,"delivered":2,"failed":0,"logged-out":0,"refreshes":1,"logouts":0,"attempts":4}"#,
+            ], "\(run.stdout)")
+        #expect(!run.stdout.contains("SECRET"))
+        // By its phases the 1401 took at least 46 ms; 52 by its `time`.
+        let timed = """
+            {"time": 52.0, "timings": {"dns": 0.01, "connect": 5, "ssl": 6, "send": 0, "wait": 40, "receive": 0.99}}
+            """
+        let reader = JSONStreamReader(bytes: Array(timed.utf8), file: "t", line: 1)
+        let value = try reader.readValue(stringLimit: 100, maxMembers: 10)
+        #expect(abs(HARRecording.shortestDuration(of: value) - 0.046) < 1e-9)
+    }
+
     @Test func theShippedRecordingsComeOutAsRecorded() async throws {
         for name in ["storm-1401", "logout-202"] {
             let run = try await runPolicy([

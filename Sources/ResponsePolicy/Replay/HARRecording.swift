@@ -41,7 +41,11 @@ package final class HARRecording: ReplaySource {
 
     struct Exchange {
         var start: Double
+        /// Its `time`: what a replay waits before answering.
         var duration: Double
+        /// The least it can have taken (``HARRecording/shortestDuration(of:)``): what its end is
+        /// compared with a later exchange's start by.
+        var shortest: Double
         var method: String
         var url: String
         var path: String
@@ -184,7 +188,7 @@ package final class HARRecording: ReplaySource {
         chains.noteStart(exchange.start)
         if tokenPaths.contains(exchange.path) {
             stats.tokenCalls += 1
-            chains.tokenCallEnded(at: exchange.start + exchange.duration)
+            chains.tokenCallEnded(at: exchange.start + exchange.shortest)
             let error = exchange.response.error != nil
             tokens.append(
                 RecordedTokenCall(
@@ -202,12 +206,30 @@ package final class HARRecording: ReplaySource {
         response.body = exchange.responseBody
         chains.add(
             key: exchange.method + " " + exchange.url + "\n" + (exchange.body ?? ""), start: exchange.start,
-            end: exchange.start + exchange.duration, method: exchange.method, path: exchange.path,
+            end: exchange.start + exchange.shortest, method: exchange.method, path: exchange.path,
             headers: exchange.headers, body: exchange.body, response: response, credential: exchange.credential,
             position: exchange.position)
     }
 
     // MARK: - One entry
+
+    /// The least the exchange can have taken, in seconds: its `time`, but no more than its
+    /// `timings` add up to without `ssl`. A re-send starts after the answer it follows has ended,
+    /// so it is this end, not `time`'s, that a re-send (or a token call's end) is ordered by.
+    /// Recorders disagree on `ssl`: HAR 1.2 counts it inside `connect`; mitmproxy outside, adding it
+    /// to `time` once; Playwright inside, adding it to `time` again, and over plain HTTP its `ssl` is
+    /// the whole connect phase plus a millisecond. By `time`, a 1401 answered after the refresh and
+    /// sent again at once ended after its re-send began, and the re-send read as a request of its
+    /// own (a CI run's Chromium recording met it).
+    static func shortestDuration(of entry: JSONValue) -> Double {
+        let time = max(0, entry["time"]?.number ?? 0)
+        guard let timings = entry["timings"], case .object = timings else { return time / 1000 }
+        var phases = 0.0
+        for phase in ["blocked", "dns", "connect", "send", "wait", "receive"] {
+            if let milliseconds = timings[phase]?.number, milliseconds > 0 { phases += milliseconds }
+        }
+        return (phases > 0 ? min(time, phases) : time) / 1000
+    }
 
     /// The entry as an exchange; `nil` for one a replay does not send (not http or https).
     private func exchange(_ entry: JSONValue, at position: TextPosition) throws(ReplayInputError) -> Exchange? {
@@ -278,7 +300,8 @@ package final class HARRecording: ReplaySource {
             }
         }
         return Exchange(
-            start: start, duration: duration, method: method.uppercased(), url: urlText, path: path,
+            start: start, duration: duration, shortest: Self.shortestDuration(of: entry), method: method.uppercased(),
+            url: urlText, path: path,
             headers: headers, body: body.map { String(decoding: $0.utf8.prefix(limits.maxBodyBytes), as: UTF8.self) },
             response: response, responseBody: text, retryAfter: retryAfter, credential: credential,
             position: position)
