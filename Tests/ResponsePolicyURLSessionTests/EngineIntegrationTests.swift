@@ -448,7 +448,9 @@ struct EngineIntegrationTests {
 // MARK: - Helpers
 
 /// The policy every test runs under, with the server's port; `refresh` and `retry` add or override
-/// settings of those sections.
+/// settings of those sections. Its timeouts are generous: `swift test` runs every suite at once on
+/// two cores, where an answer can wait seconds for a thread of the pool while a timeout's timer
+/// fires on its own; the tests that time out name their own.
 private func basePolicy(port: Int, secretEnv: String? = nil, refresh: String = "", retry: String = "") -> String {
     """
     policy: 1
@@ -473,7 +475,7 @@ private func basePolicy(port: Int, secretEnv: String? = nil, refresh: String = "
       with:
         token-url: "http://127.0.0.1:\(port)/oauth/token"
         client-id: app\(secretEnv.map { "\n    client-secret-env: \($0)" } ?? "")
-      timeout: 5s
+      timeout: 30s
       \(refresh.isEmpty ? "share-window: 20s" : refresh)
     logout:
       use: http
@@ -483,7 +485,7 @@ private func basePolicy(port: Int, secretEnv: String? = nil, refresh: String = "
       backoff: constant
       initial: 50ms
       max-delay: 2s
-      \(retry.isEmpty ? "attempt-timeout: 5s" : retry)
+      \(retry.isEmpty ? "attempt-timeout: 20s" : retry)
       deadline: 30s
     routes:
       - match: { path: "/oauth/*" }
