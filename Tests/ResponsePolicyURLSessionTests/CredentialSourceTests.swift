@@ -361,7 +361,7 @@ struct CredentialSourceTests {
                 let logout = try writeScript(directory, "revoke", "cat >> \"\(directory)/logout.json\"")
                 let yaml =
                     execPolicy(server, command: "[\(refresh)]")
-                    + "\nlogout: { use: exec, with: { command: [\(logout)], timeout: 2s } }\n"
+                    + "\nlogout: { use: exec, with: { command: [\(logout)], timeout: 30s } }\n"
                 let engine = try makeCredentialEngine(
                     yaml, environment: [:],
                     credentials: MemoryCredentialStore(Credentials(accessToken: "old-access-token")),
