@@ -7,8 +7,12 @@ import ResponsePolicy
 
 let argv = Array(CommandLine.arguments.dropFirst())
 let arguments = Set(argv)
+/// The word after `option` on the command line (`--reps 3`), if there is one.
+func value(_ option: String) -> String? {
+    argv.firstIndex(of: option).flatMap { $0 + 1 < argv.count ? argv[$0 + 1] : nil }
+}
 /// `--only NAME`: run one benchmark (for profiling it).
-let only: String? = argv.firstIndex(of: "--only").flatMap { $0 + 1 < argv.count ? argv[$0 + 1] : nil }
+let only = value("--only")
 /// Whether to run the group of results named `group` (`classify` makes `classify-1k-first` and
 /// `-last`): `--only` may name the group, a prefix of it, or a result in it.
 func wanted(_ group: String) -> Bool { only.map { group.hasPrefix($0) || $0.hasPrefix(group) } ?? true }
@@ -89,9 +93,6 @@ let stormHTTP = only.map { $0.hasPrefix("storm-http") } == true
 if wanted("storm"), !stormHTTP { results.append(await Benchmarks.storm(quick: quick)) }
 if wanted("storm"), !stormHTTP { results.append(await Benchmarks.storm(quick: quick, dispatch: 6)) }
 if stormHTTP {
-    func value(_ option: String) -> String? {
-        argv.firstIndex(of: option).flatMap { $0 + 1 < argv.count ? argv[$0 + 1] : nil }
-    }
     let reps = value("--reps").flatMap { Int($0) } ?? 5
     let sizes = value("--sizes").map { $0.split(separator: ",").compactMap { Int($0) } }
     results += await Benchmarks.stormHTTP(
@@ -100,9 +101,6 @@ if stormHTTP {
 }
 // Needs nginx (nginx-light, libnginx-mod-http-echo): only on request, `--only transport`.
 if only.map({ $0.hasPrefix("transport") }) == true {
-    func value(_ option: String) -> String? {
-        argv.firstIndex(of: option).flatMap { $0 + 1 < argv.count ? argv[$0 + 1] : nil }
-    }
     let clients = value("--clients").map {
         Set($0.split(separator: ",").compactMap { Benchmarks.Client(rawValue: String($0)) })
     }

@@ -92,9 +92,7 @@ extension String {
             }
         }
     }
-}
 
-extension String {
     /// Whether `self` sorts before `other` by name regardless of ASCII case, then as written
     /// (`Content-Type` before `content-type`), without making lowercased copies: the order both
     /// transports hand response headers back in.
