@@ -54,6 +54,7 @@ extension PolicyEngine {
         } catch {
             result = Self.classify(error, cancelled: cancellation.isCancelled || Task.isCancelled)
         }
+        cancellation.attemptEnded()
         return EndedAttempt(result: result, callerCancelled: Task.isCancelled)
     }
 
@@ -182,7 +183,7 @@ extension PolicyEngine {
         let request = machine.pendingRequest
         let transport = self.transport
         let executor = options.taskExecutor
-        return await withCheckedContinuation { (continuation: CheckedContinuation<AttemptResult, Never>) in
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<AttemptResult, Never>) in
             let once = ResumeOnce(continuation)
             let task = Task(executorPreference: executor) { once.resume(await Self.call(transport, request)) }
             cancellation.onCancel {
@@ -190,6 +191,8 @@ extension PolicyEngine {
                 once.resume(.cancelled)
             }
         }
+        cancellation.attemptEnded()
+        return result
     }
 
     static func call(_ transport: any Transport, _ request: HTTPRequest) async -> AttemptResult {

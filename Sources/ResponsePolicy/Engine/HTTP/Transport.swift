@@ -91,10 +91,18 @@ extension Transport {
 /// Concurrency contract: any thread may call ``onCancel(_:)``; the engine calls `cancel()` at
 /// most once that matters (later calls do nothing). A handler registered after cancellation
 /// runs at once, on the registering thread. Handlers must be quick and must not block.
+///
+/// Handlers are released when the attempt ends (its `send` returned or threw), whether or not
+/// it was cancelled: a handler may capture the transport's per-request state, which in turn
+/// holds the cancellation (to call ``responseArriving()``), and that cycle must not outlive the
+/// attempt. (Before, it did: every request through a `CancellableTransport` kept its transfer,
+/// about 1.7 KB, for the life of the process.)
 public struct AttemptCancellation: Sendable {
     private struct State {
         var cancelled = false
         var arriving = false
+        /// The attempt ended: handlers are neither kept nor run any more.
+        var ended = false
         var handlers: [@Sendable () -> Void] = []
     }
 
@@ -119,14 +127,31 @@ public struct AttemptCancellation: Sendable {
     package var isArriving: Bool { state.withLock { $0.arriving } }
 
     /// Runs `handler` when the attempt is cancelled (at once if it already is).
+    /// (After the attempt ended, `handler` is dropped: there is nothing left to cancel.)
     public func onCancel(_ handler: @escaping @Sendable () -> Void) {
         let runNow = state.withLock { state -> Bool in
+            if state.ended { return false }
             if state.cancelled { return true }
             state.handlers.append(handler)
             return false
         }
         if runNow { handler() }
     }
+
+    /// The attempt's `send` returned or threw: its handlers are released (see the type's
+    /// contract), and a later ``cancel()`` runs none.
+    package func attemptEnded() {
+        let handlers = state.withLock { state -> [@Sendable () -> Void] in
+            state.ended = true
+            defer { state.handlers = [] }
+            return state.handlers
+        }
+        // Released here, outside the lock: a handler's captures may run deinitializers.
+        _ = handlers
+    }
+
+    /// Handlers registered and not yet run or released (for tests).
+    package var handlerCount: Int { state.withLock { $0.handlers.count } }
 
     package func cancel() {
         let handlers = state.withLock { state -> [@Sendable () -> Void] in
