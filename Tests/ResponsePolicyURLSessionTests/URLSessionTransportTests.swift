@@ -35,6 +35,33 @@ struct URLSessionTransportTests {
                 connectionsPerHost: transport.connectionsPerHost) == 3)
     }
 
+    /// A call's timeout is armed while it is on the wire and gone the moment it ends, however it
+    /// ended: a timer kept for the whole timeout after each call (as a sleeping task did) holds
+    /// memory in proportion to the request rate times the timeout.
+    @Test func aCallsTimeoutLivesNoLongerThanTheCall() async throws {
+        try await withTestServer { server in
+            let transport = URLSessionTransport(timeout: .seconds(30))
+            for _ in 0..<20 {
+                #expect(try await transport.send(HTTPRequest(url: server.url("/echo"))).status == 200)
+            }
+            #expect(transport.armedTimeouts == 0, "answered calls")
+            let cancellation = AttemptCancellation()
+            let stalled = Task {
+                try await transport.send(HTTPRequest(url: server.url("/stall?seconds=20")), cancellation: cancellation)
+            }
+            try await server.waitForCounter("stall_calls", toReach: 1)
+            #expect(transport.armedTimeouts == 1, "the call on the wire")
+            cancellation.cancel()
+            await #expect(throws: CancellationError.self) { try await stalled.value }
+            #expect(transport.armedTimeouts == 0, "a cancelled call")
+            let short = URLSessionTransport(timeout: .milliseconds(200))
+            await #expect(throws: TransportError.self) {
+                try await short.send(HTTPRequest(url: server.url("/stall?seconds=20")))
+            }
+            #expect(short.armedTimeouts == 0, "a call that timed out")
+        }
+    }
+
     @Test func echoPreservesMethodHeadersAndBody() async throws {
         try await withTestServer { server in
             let transport = URLSessionTransport(timeout: .seconds(10))

@@ -11,7 +11,7 @@ import Dispatch
 ///
 /// Concurrency contract: the scheduling fields belong to the service's lock; subclasses guard
 /// their own state. `fire(token:)` runs on the service's driver task, outside its lock.
-class TimerNode: @unchecked Sendable {
+package class TimerNode: @unchecked Sendable {
     // @unchecked: the fields below are only read or written under the owning service's lock.
     fileprivate(set) var heapIndex = -1
     fileprivate(set) var timerDeadline: Duration = .zero
@@ -69,7 +69,7 @@ final class ClosureTimer: TimerNode, @unchecked Sendable {
 /// non-blocking (it may run on the Dispatch timer's thread). A timer cancelled before it is taken
 /// off the heap never fires; one already taken may still fire (hence the token). Both drivers
 /// hold the service weakly, so an engine that is released releases its timers and the driver ends.
-final class TimerService: Sendable {
+package final class TimerService: Sendable {
     private struct State {
         var heap = TimerHeap()
         var nextOrder: UInt64 = 0
@@ -110,7 +110,7 @@ final class TimerService: Sendable {
     /// Set for real-time clocks only.
     private let dispatchTimer: DispatchTimerBox?
 
-    init(clock: any PolicyClock, executor: (any TaskExecutor)?) {
+    package init(clock: any PolicyClock, executor: (any TaskExecutor)?) {
         self.clock = clock
         self.executor = executor
         guard clock is any RealTimeClock else {
@@ -137,7 +137,10 @@ final class TimerService: Sendable {
     }
 
     /// Timers scheduled and not yet fired or cancelled.
-    var count: Int { state.withLock { $0.heap.count } }
+    package var count: Int { state.withLock { $0.heap.count } }
+
+    /// The clock's time, which deadlines are given in.
+    package var now: Duration { clock.now }
 
     /// Fires `node` at `deadline` with `token`, unless cancelled first. A node already scheduled
     /// is moved.
@@ -174,13 +177,13 @@ final class TimerService: Sendable {
 
     /// Runs `action` at `deadline` unless the returned timer is cancelled first.
     @discardableResult
-    func schedule(at deadline: Duration, _ action: @escaping @Sendable () -> Void) -> TimerNode {
+    package func schedule(at deadline: Duration, _ action: @escaping @Sendable () -> Void) -> TimerNode {
         let node = ClosureTimer(action)
         schedule(node, at: deadline)
         return node
     }
 
-    func cancel(_ node: TimerNode) {
+    package func cancel(_ node: TimerNode) {
         state.withLock { $0.heap.remove(node) }
     }
 
