@@ -1,7 +1,6 @@
 import CCurl
 import Foundation
 import ResponsePolicy
-import Synchronization
 
 /// One libcurl multi handle and the thread that drives it.
 ///
@@ -17,11 +16,12 @@ import Synchronization
 ///
 /// Concurrency contract: ``add(_:)``, ``remove(_:)``, ``enqueue(_:)`` and ``shutdown()`` may be
 /// called from any thread; they queue a command or a job under a lock and wake the loop
-/// (`curl_multi_wakeup`) unless they run on it. Only the loop's thread touches the multi handle,
+/// (`curl_multi_wakeup`) only when it waits in `curl_multi_poll` (a thread that runs looks at
+/// the queues before it waits again). Only the loop's thread touches the multi handle,
 /// the easy handles and the share handle, so libcurl needs no locking of its own. Continuations
 /// are resumed by ``CurlTransfer``, and jobs run, never under this lock. That is why the
 /// `@unchecked Sendable` is safe: the mutable state shared between threads is `commands`, behind
-/// its lock, and `loopThread`, an atomic written once.
+/// its lock.
 final class CurlLoop: TaskExecutor, @unchecked Sendable {
     private enum Command {
         case add(CurlTransfer)
@@ -35,14 +35,16 @@ final class CurlLoop: TaskExecutor, @unchecked Sendable {
         var shutdown = false
         /// The loop's thread has ended: a job enqueued now runs on Dispatch's global queue.
         var ended = false
+        /// The loop's thread waits in `curl_multi_poll` (or is about to): a command or a job
+        /// queued now must wake it. Otherwise the thread is running and looks at the queues
+        /// before it waits again, so no wake-up (a system call on each side) is needed; under
+        /// load, most requests arrive that way.
+        var polling = false
     }
 
     // `Locked` (a pthread mutex), not Synchronization's `Mutex`: ThreadSanitizer on Linux does not
     // see `Mutex`'s futex and reports every access under it as a race (CI's TSan step did).
     private let commands = Locked(Commands())
-    /// The loop's thread (`pthread_self`), 0 until it runs: a job or command queued on it needs
-    /// no wake-up, since the thread looks at the queues before it polls again.
-    private let loopThread = Atomic<UInt>(0)
     private let multi: UnsafeMutableRawPointer
     private let share: UnsafeMutableRawPointer
     let settings: CurlTransport.Settings
@@ -127,27 +129,26 @@ final class CurlLoop: TaskExecutor, @unchecked Sendable {
     }
 
     private func send(_ command: Command) {
-        commands.withLock { $0.queue.append(command) }
-        if !onLoopThread { curl_multi_wakeup(multi) }
-    }
-
-    private var onLoopThread: Bool {
-        loopThread.load(ordering: .relaxed) == UInt(pthread_self())
+        let polling = commands.withLock { commands -> Bool in
+            commands.queue.append(command)
+            return commands.polling
+        }
+        if polling { curl_multi_wakeup(multi) }
     }
 
     /// A job of a task that prefers this loop as its executor: run on the loop's thread, between
-    /// libcurl's turns. Queued from the loop's own thread (a task its transfer's end resumed), it
-    /// needs no wake-up; after the loop ended (its transport was released), it runs on
-    /// Dispatch's global queue.
+    /// libcurl's turns. Queued while the loop runs (from its own thread, a task its transfer's
+    /// end resumed, or from another while it works), it needs no wake-up; after the loop ended
+    /// (its transport was released), it runs on Dispatch's global queue.
     func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
-        let ended = commands.withLock { commands -> Bool in
+        let (ended, polling) = commands.withLock { commands -> (Bool, Bool) in
             if !commands.ended { commands.jobs.append(job) }
-            return commands.ended
+            return (commands.ended, commands.polling)
         }
         if ended {
             DispatchQueue.global().async { [self] in job.runSynchronously(on: asUnownedTaskExecutor()) }
-        } else if !onLoopThread {
+        } else if polling {
             curl_multi_wakeup(multi)
         }
     }
@@ -162,7 +163,6 @@ final class CurlLoop: TaskExecutor, @unchecked Sendable {
     // MARK: - The loop's thread
 
     private func run() {
-        loopThread.store(UInt(pthread_self()), ordering: .relaxed)
         var stillRunning: Int32 = 0
         var shutdown = false
         while true {
@@ -195,10 +195,19 @@ final class CurlLoop: TaskExecutor, @unchecked Sendable {
                 completed(easy, ccurl_message_result(message))
             }
             if !waiting.isEmpty { sweepWaiting() }
-            // Work queued on this thread meanwhile (a task resumed by a transfer's end) is not
-            // waited for.
-            let pending = commands.withLock { !$0.queue.isEmpty || !$0.jobs.isEmpty }
-            curl_multi_poll(multi, nil, 0, pending ? 0 : waiting.isEmpty ? 1_000 : 100, nil)
+            // Work queued meanwhile (a task resumed by a transfer's end, a request from another
+            // thread) is not waited for: the next round runs it and lets libcurl read what came.
+            // Otherwise the thread waits, marked as waiting under the same lock the queues are
+            // read under, so a command queued from then on wakes it.
+            let pending = commands.withLock { commands -> Bool in
+                let pending = !commands.queue.isEmpty || !commands.jobs.isEmpty
+                if !pending { commands.polling = true }
+                return pending
+            }
+            if !pending {
+                curl_multi_poll(multi, nil, 0, waiting.isEmpty ? 1_000 : 100, nil)
+                commands.withLock { $0.polling = false }
+            }
         }
         let late = commands.withLock { commands -> [UnownedJob] in
             commands.ended = true
