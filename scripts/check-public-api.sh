@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # Keeps the public API small and documented. Over the library products' modules (ResponsePolicy,
 # ResponsePolicyURLSession, ResponsePolicyCurl, ResponsePolicyTesting, ResponsePolicyRedis) it fails
-#   - when they have more than 351 public declarations, counted as scripts/public-api.sh counts
+#   - when they have more than 352 public declarations, counted as scripts/public-api.sh counts
 #     them: one per line whose first word, after attributes without arguments (`@discardableResult`),
 #     is `public` or `open`;
 #   - on each such declaration without a doc comment directly above it: the nearest line above that
 #     is not an attribute (`@...`) must be a `///` line or end a `/** ... */` block. A blank line or a
 #     `//` comment in between does not count.
 # (Protocol requirements and enum cases carry no `public` of their own: neither counted nor checked.)
-# Usage: scripts/check-public-api.sh [LIMIT]   (351 by default)
+# Usage: scripts/check-public-api.sh [LIMIT]   (352 by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 - "${1:-351}" <<'EOF'
+python3 - "${1:-352}" <<'EOF'
 import os
 import re
 import sys

@@ -223,6 +223,28 @@ public final class URLSessionTransport: CancellableTransport {
         return count > 0 ? count : nil
     }
 
+    /// `dispatch: auto`'s limit for `url`'s origin: 100 (the streams one HTTP/2 connection
+    /// carries, as `CurlTransport` counts them) once the origin answered over HTTP/2 or HTTP/3,
+    /// which multiplex requests on one connection; else ``connectionsPerHost``.
+    ///
+    /// The protocol comes from each task's metrics (`networkProtocolName`), which Apple's
+    /// URLSession reports. FoundationNetworking on Linux never does (it does not call
+    /// `urlSession(_:task:didFinishCollecting:)`), so there the limit stays
+    /// ``connectionsPerHost``: set `dispatch.max-in-flight-per-host` for an HTTP/2 origin, or use
+    /// `CurlTransport`.
+    public func inFlightLimit(for url: URL) -> Int? {
+        delegate.multiplexes(url) ? Self.streamsPerConnection : connectionsPerHost
+    }
+
+    /// What ``inFlightLimit(for:)`` lets out to an origin that multiplexes.
+    static let streamsPerConnection = 100
+
+    /// Notes the protocol `url`'s origin answered in, as a task's metrics name it (`h2`,
+    /// `http/1.1`); what the delegate does with each task's metrics.
+    func noteProtocol(_ name: String, for url: URL) {
+        delegate.noteProtocol(name, for: url)
+    }
+
     /// Sends one request and returns the response, whatever its status.
     ///
     /// Any HTTP status, 4xx and 5xx included, is a response, not an error: judging it is the policy's job.
@@ -486,6 +508,29 @@ private final class CallSlot: Sendable {
 /// no other stored state).
 private final class SessionDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     private let calls = Locked<[Int: DataTaskCall]>([:])
+    /// Whether each origin last answered over a protocol that multiplexes (HTTP/2, HTTP/3).
+    private let multiplexing = Locked<[RedirectRules.Origin: Bool]>([:])
+
+    func multiplexes(_ url: URL) -> Bool {
+        let origin = RedirectRules.origin(url)
+        return multiplexing.withLock { $0[origin] } ?? false
+    }
+
+    func noteProtocol(_ name: String, for url: URL) {
+        let multiplexes = name == "h2" || name == "h3"
+        let origin = RedirectRules.origin(url)
+        multiplexing.withLock { $0[origin] = multiplexes }
+    }
+
+    /// The task's metrics name the protocol its response came in (Apple platforms only:
+    /// FoundationNetworking never calls this). Each task is one hop: the transport follows
+    /// redirects itself.
+    func urlSession(_ session: URLSession, task: URLSessionTask, didFinishCollecting metrics: URLSessionTaskMetrics) {
+        guard let name = metrics.transactionMetrics.last?.networkProtocolName, !name.isEmpty,
+            let url = task.originalRequest?.url
+        else { return }
+        noteProtocol(name, for: url)
+    }
 
     func register(_ call: DataTaskCall, for task: URLSessionTask) {
         calls.withLock { $0[task.taskIdentifier] = call }

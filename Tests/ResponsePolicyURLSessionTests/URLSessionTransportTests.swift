@@ -62,6 +62,33 @@ struct URLSessionTransportTests {
         }
     }
 
+    /// `dispatch: auto` over URLSession: the connections per host until an origin's task metrics
+    /// say it answered over HTTP/2 or HTTP/3 (Apple's URLSession reports them; the delegate's
+    /// handling is driven directly here, since FoundationNetworking never calls it), then 100 for
+    /// that origin alone, and back when it answers over HTTP/1.1 again.
+    @Test func anOriginThatAnsweredOverHTTP2GetsAStreamLimit() throws {
+        let transport = URLSessionTransport()
+        let api = try #require(URL(string: "https://api.example.com/v1/items?page=2"))
+        let sameOrigin = try #require(URL(string: "https://api.example.com:443/other"))
+        let other = try #require(URL(string: "https://auth.example.com/token"))
+        let plain = try #require(URL(string: "http://api.example.com/v1"))
+        let connections = transport.connectionsPerHost
+        #expect(transport.inFlightLimit(for: api) == connections)
+        transport.noteProtocol("h2", for: api)
+        #expect(transport.inFlightLimit(for: api) == 100)
+        #expect(
+            transport.inFlightLimit(for: sameOrigin) == 100, "the origin, whatever the path, the default port named")
+        #expect(transport.inFlightLimit(for: other) == connections, "another host")
+        #expect(transport.inFlightLimit(for: plain) == connections, "another scheme")
+        #expect(
+            try Policy.load(yaml: "policy: 1\nname: d\n").dispatch.maxInFlightPerHost.resolved(
+                connectionsPerHost: transport.inFlightLimit(for: api)) == 100)
+        transport.noteProtocol("h3", for: other)
+        #expect(transport.inFlightLimit(for: other) == 100)
+        transport.noteProtocol("http/1.1", for: api)
+        #expect(transport.inFlightLimit(for: api) == connections, "an origin that went back to HTTP/1.1")
+    }
+
     @Test func echoPreservesMethodHeadersAndBody() async throws {
         try await withTestServer { server in
             let transport = URLSessionTransport(timeout: .seconds(10))
