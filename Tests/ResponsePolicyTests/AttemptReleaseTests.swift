@@ -147,6 +147,47 @@ import Testing
         (try? await engine.send(HTTPRequest(url: url))) != nil
     }
 
+    /// Answers each path's first attempt with a token-expired code, its second with 200.
+    final class ExpiringTransport: CancellableTransport {
+        private let attempts = Locked<[String: Int]>([:])
+
+        func send(_ request: HTTPRequest) async throws -> HTTPResponse {
+            try await send(request, cancellation: AttemptCancellation())
+        }
+
+        func send(_ request: HTTPRequest, cancellation: AttemptCancellation) async throws -> HTTPResponse {
+            let attempt = attempts.withLock { attempts -> Int in
+                attempts[request.url.path, default: 0] += 1
+                return attempts[request.url.path] ?? 0
+            }
+            return HTTPResponse(status: 200, body: Data((attempt == 1 ? #"{"status":1401}"# : #"{"status":0}"#).utf8))
+        }
+    }
+
+    /// A token call's give-up timer is released with the call. Its closure held the call's bound,
+    /// and the bound held the timer: each refresh kept its task and closures (about 6 KB) for the
+    /// life of the process (heaptrack, 1,500 refreshes of `policy simulate`: 10 MB left at the end).
+    @Test func aTokenCallsTimerIsReleasedWithTheCall() async throws {
+        let refresh = CountingRefresh()
+        let simulated = try SimulatedEngine(basePolicy, transport: ExpiringTransport(), refresh: refresh)
+        let clock = simulated.clock
+        let delivered = try await simulated.run { engine in
+            var delivered = 0
+            for index in 0..<12 {
+                let url = URL(string: "https://api.example.com/items/\(index)")!
+                if (try? await engine.send(HTTPRequest(url: url))) != nil { delivered += 1 }
+                // Past refresh.limit's window, so that every request refreshes.
+                try await clock.sleep(until: clock.now + .seconds(10))
+            }
+            return delivered
+        }
+        #expect(delivered == 12)
+        #expect(refresh.calls == 12, "a token call per request")
+        let engine = simulated.engine
+        #expect(engine.timers.count == 0, "no timer left on the heap")
+        #expect(engine.timers.closureTimersAlive.withLock { $0 } == 0, "timers still alive after their calls ended")
+    }
+
     /// The contract a transport author reads: handlers are released when the attempt ends, and
     /// one registered after that is neither kept nor run.
     @Test func handlersAreReleasedWhenTheAttemptEndsAndNotRunAfter() {

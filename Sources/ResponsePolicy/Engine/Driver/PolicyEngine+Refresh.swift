@@ -131,9 +131,12 @@ extension PolicyEngine {
         }
         let executor = options.taskExecutor
         let waited = giveUpAt - clock.now
-        // The bound's timer leaves the heap when the call ends first.
-        let bound = Locked<TimerNode?>(nil)
-        defer { if let timer = bound.withLock({ $0 }) { timers.cancel(timer) } }
+        // The bound's timer leaves the heap when the call ends first, and is forgotten: its
+        // closure holds `bound` (to put a grace timer in its place), so a node kept here would
+        // hold the call's task and closures in a cycle for the life of the process (about 6 KB
+        // per token call, found by heaptrack over 1,500 refreshes of `policy simulate`).
+        let bound = Locked<GiveUpBound>(GiveUpBound())
+        defer { if let timer = bound.withLock({ $0.end() }) { timers.cancel(timer) } }
         return await withCheckedContinuation {
             (continuation: CheckedContinuation<Result<Credentials, RefreshFailure>, Never>) in
             let once = ResumeOnce(continuation)
@@ -158,7 +161,8 @@ extension PolicyEngine {
                             kind: .transient)))
                 task.cancel()
             }
-            bound.withLock { $0 = scheduleGiveUp(at: giveUpAt, bound: bound, giveUp) }
+            let timer = scheduleGiveUp(at: giveUpAt, bound: bound, giveUp)
+            if !bound.withLock({ $0.keep(timer) }) { timers.cancel(timer) }
         }
     }
 
@@ -171,12 +175,31 @@ extension PolicyEngine {
     /// answer (a pair the server issued, the refresh token already spent) may be waiting in the
     /// socket; it is read and kept rather than abandoned (issue 30, case 5).
     private func scheduleGiveUp(
-        at deadline: Duration, bound: Locked<TimerNode?>, _ giveUp: @escaping @Sendable () -> Void
+        at deadline: Duration, bound: Locked<GiveUpBound>, _ giveUp: @escaping @Sendable () -> Void
     ) -> TimerNode {
         timers.schedule(at: deadline) { [weak self, clock] in
             guard let self, clock.now - deadline > Self.lateFiring else { return giveUp() }
             let grace = timers.schedule(at: clock.now + Self.lateFiring, giveUp)
-            bound.withLock { $0 = grace }
+            if !bound.withLock({ $0.keep(grace) }) { timers.cancel(grace) }
+        }
+    }
+
+    /// The timer that bounds one token call, as long as the call lasts.
+    struct GiveUpBound {
+        private var timer: TimerNode?
+        private var ended = false
+
+        /// Keeps `timer` as the call's bound; false when the call has ended (cancel it).
+        mutating func keep(_ timer: TimerNode) -> Bool {
+            guard !ended else { return false }
+            self.timer = timer
+            return true
+        }
+
+        /// The call ended: the bound's timer, to cancel. Nothing is kept after this.
+        mutating func end() -> TimerNode? {
+            ended = true
+            return timer.take()
         }
     }
 

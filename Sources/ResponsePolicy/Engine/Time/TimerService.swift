@@ -43,6 +43,15 @@ final class ClosureTimer: TimerNode, @unchecked Sendable {
     private let action: @Sendable () -> Void
     init(_ action: @escaping @Sendable () -> Void) { self.action = action }
     override func fire(token: UInt64) { action() }
+
+    #if DEBUG
+        /// The service's count of closure timers alive (debug builds only, for the tests that
+        /// check that no timer outlives what it bounds).
+        var alive: Locked<Int>? {
+            didSet { alive?.withLock { $0 += 1 } }
+        }
+        deinit { alive?.withLock { $0 -= 1 } }
+    #endif
 }
 
 /// The engine's timers: attempt timeouts, backoff wake-ups and refresh timeouts, in one heap.
@@ -179,9 +188,18 @@ package final class TimerService: Sendable {
     @discardableResult
     package func schedule(at deadline: Duration, _ action: @escaping @Sendable () -> Void) -> TimerNode {
         let node = ClosureTimer(action)
+        #if DEBUG
+            node.alive = closureTimersAlive
+        #endif
         schedule(node, at: deadline)
         return node
     }
+
+    #if DEBUG
+        /// Closure timers made by this service and not yet released, fired, cancelled or not
+        /// (debug builds only): a timer kept after its work ended holds what its closure holds.
+        let closureTimersAlive = Locked(0)
+    #endif
 
     package func cancel(_ node: TimerNode) {
         state.withLock { $0.heap.remove(node) }
