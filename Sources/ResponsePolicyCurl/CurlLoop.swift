@@ -50,7 +50,7 @@ final class CurlLoop: TaskExecutor, @unchecked Sendable {
     let settings: CurlTransport.Settings
 
     /// The protocol each origin answered in: what `dispatch: auto` reads (HTTP/2 multiplexes).
-    private let protocols = Locked<[RedirectRules.Origin: Bool]>([:])
+    private let protocols = OriginProtocols()
     /// Connections libcurl opened (`CURLINFO_NUM_CONNECTS` summed): for the benchmarks.
     private let opened = Locked(0)
 
@@ -155,7 +155,7 @@ final class CurlLoop: TaskExecutor, @unchecked Sendable {
 
     func speaksHTTP2(_ url: URL) -> Bool? {
         let origin = RedirectRules.origin(url)
-        return protocols.withLock { $0[origin] }
+        return protocols.multiplexes(origin)
     }
 
     var connectionsOpened: Int { opened.withLock { $0 } }
@@ -235,7 +235,7 @@ final class CurlLoop: TaskExecutor, @unchecked Sendable {
     /// more for the engine's refresh and logout calls; over HTTP/2, 100 streams on each.
     private func admissionLimit(_ origin: RedirectRules.Origin) -> Int {
         let connections = settings.connectionsPerHost + 2
-        return protocols.withLock { $0[origin] } == true ? connections * settings.streamsPerConnection : connections
+        return protocols.multiplexes(origin) == true ? connections * settings.streamsPerConnection : connections
     }
 
     private func begin(_ transfer: CurlTransfer) {
@@ -345,7 +345,7 @@ final class CurlLoop: TaskExecutor, @unchecked Sendable {
         if code == CURLE_OK, version != 0 {
             let origin = transfer.origin
             let http2 = version >= Int(CURL_HTTP_VERSION_2_0)
-            if protocols.withLock({ $0[origin] }) != http2 { protocols.withLock { $0[origin] = http2 } }
+            protocols.note(origin, multiplexes: http2)
         }
         if code != CURLE_OK {
             var headerBytes = 0

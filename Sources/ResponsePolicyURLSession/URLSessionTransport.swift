@@ -509,17 +509,14 @@ private final class CallSlot: Sendable {
 private final class SessionDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     private let calls = Locked<[Int: DataTaskCall]>([:])
     /// Whether each origin last answered over a protocol that multiplexes (HTTP/2, HTTP/3).
-    private let multiplexing = Locked<[RedirectRules.Origin: Bool]>([:])
+    let protocols = OriginProtocols()
 
     func multiplexes(_ url: URL) -> Bool {
-        let origin = RedirectRules.origin(url)
-        return multiplexing.withLock { $0[origin] } ?? false
+        protocols.multiplexes(RedirectRules.origin(url)) ?? false
     }
 
     func noteProtocol(_ name: String, for url: URL) {
-        let multiplexes = name == "h2" || name == "h3"
-        let origin = RedirectRules.origin(url)
-        multiplexing.withLock { $0[origin] = multiplexes }
+        protocols.note(RedirectRules.origin(url), multiplexes: name == "h2" || name == "h3")
     }
 
     /// The task's metrics name the protocol its response came in (Apple platforms only:
