@@ -63,7 +63,11 @@ enum TokenAnswerFuzzing {
         }
         var found: [String] = []
         func walk(_ value: Any, key: String?) {
-            if let text = value as? String, let key, key.lowercased().contains("token") || key == "refresh" {
+            // `token_type` names a kind of token (RFC 6749 §7.1), not a credential: a reason may
+            // quote it (a short word that holds no token of the answer).
+            if let text = value as? String, let key, key.lowercased() != "token_type",
+                key.lowercased().contains("token") || key == "refresh"
+            {
                 found.append(text)
             } else if let object = value as? [String: Any] {
                 for (name, child) in object { walk(child, key: name) }

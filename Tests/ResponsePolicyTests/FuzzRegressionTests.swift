@@ -155,6 +155,24 @@ struct FuzzRegressionTests {
             shortPolicy + "\0" + #"{"status":1401}"# + "\0" + "200 POST /oauth/token",
             compiled: true, [],
             decisions: ["route-1: 200 code '1401' -> deliver", "default: 200 code '1401' -> expired"]),
+        // The token-answer oracle stopped on this one (CI's fuzzing step, 2026-12-06): the refresh
+        // failed on a `token_type` of 'Bearfailer' and named it, and the oracle took every text
+        // under a key with "token" in it for a token. `token_type` names a kind of token; a reason
+        // still never quotes one that holds a token of the answer (NetworkPluginTests).
+        Case(
+            "a token answer whose token_type is an odd ten-letter word",
+            base64: "cG9saWN5OiAxCm5hbWU6IHQKY2xhc3NpZnk6IHsgY29kZTogYm9keS5zdGF0dXMgfQpydWxlczogW3sgbmFtZTogZSwgd2hlbj"
+                + "ogeyBjb2RlOiBbMzkxOV0gfSwgdGhlbjogcmVmcmVzaCB9XQpyZWZyZXNoOiB7IHVzZTogb2F1dGgyLCB3aXRoOiB7IHRva2VuLXVy"
+                + "bDogJ2h0dHBzOi8vYS5leGFtcGxlLmNvbS90JywgY2xpZW50LWlkOiBjIH0gfQoAeyJhY2Nlc3NfdG9rZW4iOiJhdC0wMTIzNDU2Nz"
+                + "g5IiwicmVmcmVzaF90b2tlbiI6InJ0LTAxMjM0NTY3ODkiLCJleHBpcmVzX2luIjozNjAwLCJ0b2tlbl90eXBlIjoiQmVhcmZhaWxl"
+                + "ciJ9",
+            compiled: true,
+            [
+                "fuzz.yaml:4:50: warning: rule 'e' can log the user out ('refresh.on-exhausted' and 'refresh.on-failure' "
+                    + "default to logout, cooldown 20s) though the policy has no logout rule and no 'logout:' section; "
+                    + "write 'on-exhausted:' and 'on-failure:' (logout or fail) to say what you mean [hidden-logout]"
+            ],
+            decisions: ["default: 200 code none -> deliver"]),
     ]
 
     @Test(arguments: cases)

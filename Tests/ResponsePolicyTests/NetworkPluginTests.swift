@@ -230,6 +230,46 @@ struct NetworkPluginTests {
         #expect(bearer == Credentials(accessToken: "a3", refreshToken: "r1"))
     }
 
+    /// A server that puts a token where a type or a lifetime belongs does not see it in a reason or
+    /// a report, short and word-like as it may be; an ordinary odd type is still named (found by
+    /// the fuzzer: a 10-letter `token_type` beside 13-character tokens).
+    @Test func aTokenInTheTypeOrTheLifetimeIsNotQuoted() async throws {
+        let plugin = OAuth2Refresh(tokenURL: Self.tokenURL, clientID: "app")
+        let presented = Credentials(accessToken: "old-9f3e2d", refreshToken: "rt7c5b1e9a")
+        func failure(_ body: String) async -> String {
+            do {
+                _ = try await plugin.refresh(context(presented, FakeTransport([.json(200, body)])))
+                return "no failure"
+            } catch {
+                return (error as? RefreshFailure)?.reason ?? "\(error)"
+            }
+        }
+        let named = await failure(#"{"access_token":"at-0123456789","token_type":"Bearfailer"}"#)
+        #expect(named.contains("of type 'Bearfailer'"), "an odd type that is no token is named: \(named)")
+        for body in [
+            #"{"access_token":"tok7731aa","token_type":"tok7731aa"}"#,  // the access token itself
+            #"{"access_token":"x","refresh_token":"rt99z1","token_type":"rt99z1"}"#,  // the rotated one
+            #"{"access_token":"x","id_token":"idt4242","token_type":"idt4242x"}"#,  // contains another token
+            #"{"access_token":"x","token_type":"rt7c5b1e9a"}"#,  // the refresh token presented
+            #"{"access_token":"x","token_type":"old-9f3e"}"#,  // part of the access token presented
+        ] {
+            let reason = await failure(body)
+            #expect(reason.contains("of type a text of"), "\(body): \(reason)")
+            for token in ["tok7731aa", "rt99z1", "idt4242", "rt7c5b1e9a", "old-9f3e"] {
+                #expect(!reason.contains(token), "\(body): \(reason)")
+            }
+        }
+        let reports = Locked<[String]>([])
+        _ = try await plugin.refresh(
+            RefreshContext(
+                credentials: presented,
+                transport: FakeTransport([.json(200, #"{"access_token":"t-88123456","expires_in":"-88123456"}"#)]),
+                clock: VirtualClock(), report: { text in reports.withLock { $0.append(text) } }))
+        let said = reports.withLock { $0 }
+        #expect(
+            said.count == 1 && !said[0].contains("88123456") && said[0].contains("a text of 9 characters"), "\(said)")
+    }
+
     @Test func oauth2WithoutARefreshTokenFailsWithoutACall() async throws {
         let transport = FakeTransport([])
         let plugin = OAuth2Refresh(tokenURL: Self.tokenURL, clientID: "app")

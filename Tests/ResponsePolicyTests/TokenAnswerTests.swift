@@ -91,5 +91,19 @@ struct TokenAnswerTests {
         #expect(TokenAnswer.quoted("eyJhbGciOiJIUzI1NiJ9.e30.x") == "a text of 26 characters")
         #expect(TokenAnswer.quotedType("mac") == "'mac'")
         #expect(TokenAnswer.quotedType("PLANTED-SECRET-52aa") == "a text of 19 characters")
+        // Beside the answer's tokens: what contains one or is part of one is given by length.
+        #expect(TokenAnswer.quotedType("Bearfailer", hiding: ["at-0123456789", nil, ""]) == "'Bearfailer'")
+        #expect(TokenAnswer.quotedType("abc123", hiding: ["xabc123y"]) == "a text of 6 characters")
+        #expect(TokenAnswer.quotedType("xabc123y", hiding: ["abc123"]) == "a text of 8 characters")
+        #expect(TokenAnswer.quoted("4711", hiding: ["t4711"]) == "a text of 4 characters")
+        #expect(
+            TokenAnswer.quoted(NSNumber(value: 88_123_456_789), hiding: ["88123456789"]) == "a number of 11 characters")
+        #expect(TokenAnswer.quoted(NSNumber(value: -5), hiding: ["88123456789"]) == "-5")
+        #expect(
+            TokenAnswer.tokenTexts(
+                in: Data(#"{"access_token":"a","token_type":"b","x":{"Token":"c","refresh":"d"},"n":1}"#.utf8)
+            )
+            .compactMap { $0 }.sorted() == ["a", "c", "d"])
+        #expect(TokenAnswer.tokenTexts(in: Data("not json".utf8)).isEmpty)
     }
 }

@@ -299,13 +299,19 @@ package struct OAuth2Refresh: RefreshPlugin, CustomStringConvertible, CustomDebu
         // old refresh token for) this pair, so whatever else is odd in it, the pair is kept.
         var rotated: String?
         if let value = object["refresh_token"] as? String, !value.isEmpty { rotated = value }
+        // What a reason quoting the answer's other fields must not show: every token the answer
+        // holds and those presented (worked out only for such a reason).
+        func secrets() -> [String?] {
+            TokenAnswer.tokenTexts(in: response.body)
+                + [accessToken, refreshToken, context.credentials?.accessToken, context.credentials?.refreshToken]
+        }
         var expiresAt: Date?
         if let lifetime = object["expires_in"], !(lifetime is NSNull) {
             if let seconds = TokenEndpoint.seconds(lifetime) {
                 expiresAt = context.clock.date.addingTimeInterval(seconds)
             } else {
                 context.report(
-                    "the token endpoint's 'expires_in' (\(TokenAnswer.quoted(lifetime))) is not a usable number of"
+                    "the token endpoint's 'expires_in' (\(TokenAnswer.quoted(lifetime, hiding: secrets()))) is not a usable number of"
                         + " seconds; the new token's lifetime is unknown, so it is used until the server refuses it")
             }
         }
@@ -318,7 +324,7 @@ package struct OAuth2Refresh: RefreshPlugin, CustomStringConvertible, CustomDebu
         if let type = object["token_type"] {
             guard let text = type as? String, TokenAnswer.acceptable(tokenType: text, sending: context.tokenType) else {
                 throw RefreshFailure(
-                    "the token endpoint issued a token of type \(TokenAnswer.quotedType(type)), and the policy's"
+                    "the token endpoint issued a token of type \(TokenAnswer.quotedType(type, hiding: secrets())), and the policy's"
                         + " authorizer sends '\(context.tokenType)' tokens (RFC 6749 §7.1: a token of a type the client"
                         + " does not understand is not used); its refresh token is kept",
                     response: response, kind: .transient, keeping: credentials)

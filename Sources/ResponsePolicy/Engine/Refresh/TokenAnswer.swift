@@ -121,24 +121,65 @@ package enum TokenAnswer {
     /// number as it is, a text that looks like one (digits, a sign, a point, an exponent; at most 24
     /// characters) in quotes, anything else by its length only: a server that puts a token where a
     /// lifetime belongs must not see it in a log.
-    static func quoted(_ value: Any) -> String {
-        if let number = value as? NSNumber, !(value is String) { return number.description }
+    ///
+    /// `secrets`: the tokens of the answer and of the credentials presented. A value that contains
+    /// one of them, or is part of one, is given by its length only, whatever it looks like (a
+    /// numeric token where a lifetime belongs).
+    static func quoted(_ value: Any, hiding secrets: [String?] = []) -> String {
+        if let number = value as? NSNumber, !(value is String) {
+            let text = number.description
+            return touches(text, secrets) ? "a number of \(text.count) characters" : text
+        }
         guard let text = value as? String else { return "a value of type \(type(of: value))" }
         let numeric = text.utf8.allSatisfy { byte in
             (byte >= 0x30 && byte <= 0x39) || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "-")
                 || byte == UInt8(ascii: "+") || byte == UInt8(ascii: "e") || byte == UInt8(ascii: "E")
         }
-        return numeric && !text.isEmpty && text.utf8.count <= 24 ? "'\(text)'" : "a text of \(text.count) characters"
+        return numeric && !text.isEmpty && text.utf8.count <= 24 && !touches(text, secrets)
+            ? "'\(text)'" : "a text of \(text.count) characters"
+    }
+
+    /// Every text a token answer holds under a key that names a token (`access_token`,
+    /// `refresh_token`, `id_token`, a nested `token`; not `token_type`, the name of a kind of
+    /// token) or `refresh`, at any depth: what a reason quoting another field must not show.
+    /// Empty for a body that is not JSON.
+    static func tokenTexts(in body: Data) -> [String?] {
+        guard let root = try? JSONSerialization.jsonObject(with: body, options: [.fragmentsAllowed]) else { return [] }
+        var found: [String?] = []
+        func walk(_ value: Any, key: String?) {
+            if let text = value as? String, let key = key?.lowercased(), key != "token_type",
+                key.contains("token") || key == "refresh"
+            {
+                found.append(text)
+            } else if let object = value as? [String: Any] {
+                for (name, child) in object { walk(child, key: name) }
+            } else if let list = value as? [Any] {
+                for child in list { walk(child, key: key) }
+            }
+        }
+        walk(root, key: nil)
+        return found
+    }
+
+    /// Whether `text` contains one of `secrets` or is part of one (an empty secret counts for nothing).
+    static func touches(_ text: String, _ secrets: [String?]) -> Bool {
+        secrets.contains { secret in
+            guard let secret, !secret.isEmpty else { return false }
+            return text.contains(secret) || secret.contains(text)
+        }
     }
 
     /// A token type the server named, quoted for a reason: a short word (letters, digits, `-_.`,
-    /// at most 12: `Bearer`, `DPoP`, `MAC`, `N_A`) in quotes, anything else by its length only.
-    static func quotedType(_ value: Any) -> String {
+    /// at most 12: `Bearer`, `DPoP`, `MAC`, `N_A`) in quotes, anything else by its length only,
+    /// and so is a word that contains one of `secrets` or is part of one (a server that puts its
+    /// token in `token_type` must not see it in a log).
+    static func quotedType(_ value: Any, hiding secrets: [String?] = []) -> String {
         guard let text = value as? String else { return "a value of type \(type(of: value))" }
         let word = text.utf8.allSatisfy { byte in
             (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
                 || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "_") || byte == UInt8(ascii: ".")
         }
-        return word && !text.isEmpty && text.utf8.count <= 12 ? "'\(text)'" : "a text of \(text.count) characters"
+        return word && !text.isEmpty && text.utf8.count <= 12 && !touches(text, secrets)
+            ? "'\(text)'" : "a text of \(text.count) characters"
     }
 }
