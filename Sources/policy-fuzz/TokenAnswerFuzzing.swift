@@ -56,27 +56,11 @@ enum TokenAnswerFuzzing {
         }
     }
 
-    /// The token texts in an answer, wherever they are: what no reason may show.
+    /// The token texts in an answer, wherever they are: what no reason may show. The same list the
+    /// plugins hide when they quote the answer (one definition of which fields hold a token);
+    /// what the oracle checks is that the reasons, whatever they quote, show none of them.
     static func answerSecrets(_ body: Data) -> [String] {
-        guard let object = try? JSONSerialization.jsonObject(with: body, options: [.fragmentsAllowed]) else {
-            return []
-        }
-        var found: [String] = []
-        func walk(_ value: Any, key: String?) {
-            // `token_type` names a kind of token (RFC 6749 §7.1), not a credential: a reason may
-            // quote it (a short word that holds no token of the answer).
-            if let text = value as? String, let key, key.lowercased() != "token_type",
-                key.lowercased().contains("token") || key == "refresh"
-            {
-                found.append(text)
-            } else if let object = value as? [String: Any] {
-                for (name, child) in object { walk(child, key: name) }
-            } else if let list = value as? [Any] {
-                for child in list { walk(child, key: key) }
-            }
-        }
-        walk(object, key: nil)
-        return found
+        TokenAnswer.tokenTexts(in: body).compactMap { $0 }
     }
 
     enum Outcome: Sendable {

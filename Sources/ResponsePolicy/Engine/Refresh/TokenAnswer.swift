@@ -143,7 +143,7 @@ package enum TokenAnswer {
     /// `refresh_token`, `id_token`, a nested `token`; not `token_type`, the name of a kind of
     /// token) or `refresh`, at any depth: what a reason quoting another field must not show.
     /// Empty for a body that is not JSON.
-    static func tokenTexts(in body: Data) -> [String?] {
+    package static func tokenTexts(in body: Data) -> [String?] {
         guard let root = try? JSONSerialization.jsonObject(with: body, options: [.fragmentsAllowed]) else { return [] }
         var found: [String?] = []
         func walk(_ value: Any, key: String?) {
