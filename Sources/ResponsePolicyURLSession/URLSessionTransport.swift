@@ -509,7 +509,7 @@ private final class CallSlot: Sendable {
 private final class SessionDelegate: NSObject, URLSessionDataDelegate, @unchecked Sendable {
     private let calls = Locked<[Int: DataTaskCall]>([:])
     /// Whether each origin last answered over a protocol that multiplexes (HTTP/2, HTTP/3).
-    let protocols = OriginProtocols()
+    private let protocols = OriginProtocols()
 
     func multiplexes(_ url: URL) -> Bool {
         protocols.multiplexes(RedirectRules.origin(url)) ?? false

@@ -212,10 +212,7 @@ package struct HTTPRefresh: RefreshPlugin {
             if let seconds = TokenEndpoint.seconds(value) {
                 expiresAt = context.clock.date.addingTimeInterval(seconds)
             } else {
-                // What the reason must not show: every token the answer holds and those presented.
-                let secrets =
-                    TokenAnswer.tokenTexts(in: response.body)
-                    + [accessToken, refreshToken, context.credentials?.accessToken, context.credentials?.refreshToken]
+                let secrets = TokenAnswer.secrets(of: response, context, accessToken, refreshToken)
                 context.report(
                     "the value at '\(text)' (\(TokenAnswer.quoted(value, hiding: secrets))) is not a usable number of seconds; the new"
                         + " token's lifetime is unknown, so it is used until the server refuses it")

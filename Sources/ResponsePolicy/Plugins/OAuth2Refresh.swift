@@ -299,12 +299,8 @@ package struct OAuth2Refresh: RefreshPlugin, CustomStringConvertible, CustomDebu
         // old refresh token for) this pair, so whatever else is odd in it, the pair is kept.
         var rotated: String?
         if let value = object["refresh_token"] as? String, !value.isEmpty { rotated = value }
-        // What a reason quoting the answer's other fields must not show: every token the answer
-        // holds and those presented (worked out only for such a reason).
-        func secrets() -> [String?] {
-            TokenAnswer.tokenTexts(in: response.body)
-                + [accessToken, refreshToken, context.credentials?.accessToken, context.credentials?.refreshToken]
-        }
+        // What a reason quoting the answer's other fields must not show (worked out only for one).
+        func secrets() -> [String?] { TokenAnswer.secrets(of: response, context, accessToken, refreshToken) }
         var expiresAt: Date?
         if let lifetime = object["expires_in"], !(lifetime is NSNull) {
             if let seconds = TokenEndpoint.seconds(lifetime) {

@@ -143,9 +143,9 @@ package enum TokenAnswer {
     /// `refresh_token`, `id_token`, a nested `token`; not `token_type`, the name of a kind of
     /// token) or `refresh`, at any depth: what a reason quoting another field must not show.
     /// Empty for a body that is not JSON.
-    package static func tokenTexts(in body: Data) -> [String?] {
+    package static func tokenTexts(in body: Data) -> [String] {
         guard let root = try? JSONSerialization.jsonObject(with: body, options: [.fragmentsAllowed]) else { return [] }
-        var found: [String?] = []
+        var found: [String] = []
         func walk(_ value: Any, key: String?) {
             if let text = value as? String, let key = key?.lowercased(), key != "token_type",
                 key.contains("token") || key == "refresh"
@@ -159,6 +159,14 @@ package enum TokenAnswer {
         }
         walk(root, key: nil)
         return found
+    }
+
+    /// What a reason quoting a field of a refresh plugin's `response` must not show: every token
+    /// the answer holds (``tokenTexts(in:)``), `tokens` (those the plugin read from it) and the
+    /// credentials presented.
+    static func secrets(of response: HTTPResponse, _ context: RefreshContext, _ tokens: String?...) -> [String?] {
+        tokenTexts(in: response.body).map(Optional.some) + tokens
+            + [context.credentials?.accessToken, context.credentials?.refreshToken]
     }
 
     /// Whether `text` contains one of `secrets` or is part of one (an empty secret counts for nothing).
