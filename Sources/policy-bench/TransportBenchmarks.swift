@@ -32,6 +32,9 @@ extension Benchmarks {
         case engineURLSession = "engine+urlsession"
         case rawURLSession = "raw-urlsession"
         case rawCurl = "raw-libcurl"
+        /// Raw libcurl awaited from a task: the floor under any `async` transport on libcurl
+        /// (see ``AsyncCurlFloor``).
+        case asyncCurl = "async-libcurl"
     }
 
     struct Figure {
@@ -183,6 +186,8 @@ extension Benchmarks {
             ("engine_curl_over_raw_urlsession_wall", .engineCurl, .rawURLSession, \.wallMicros),
             ("engine_curl_executor_over_raw_libcurl_cpu", .engineCurlExecutor, .rawCurl, \.cpuMicros),
             ("curl_executor_over_raw_libcurl_cpu", .curlExecutor, .rawCurl, \.cpuMicros),
+            ("async_libcurl_over_raw_libcurl_cpu", .asyncCurl, .rawCurl, \.cpuMicros),
+            ("engine_curl_over_async_libcurl_cpu", .engineCurl, .asyncCurl, \.cpuMicros),
         ]
         for (key, client, baseline, figure) in ratios where figures[client] != nil && figures[baseline] != nil {
             extra.append((key, medianRatio(reps, client, over: baseline, figure)))
@@ -200,6 +205,7 @@ extension Benchmarks {
         let send: @Sendable () async -> Bool
         var keep: [AnyObject] = []
         var executor: (any TaskExecutor)?
+        var finish: () -> Void = {}
         switch client {
         case .engineCurl, .engineCurlExecutor, .engineURLSession:
             guard let policy = try? Policy.load(yaml: "policy: 1\nname: bench\n", file: "bench.yaml") else {
@@ -237,6 +243,21 @@ extension Benchmarks {
                     }.resume()
                 }
             }
+        case .asyncCurl:
+            guard let floor = AsyncCurlFloor() else { return Figure() }
+            let handles = (0..<concurrency).compactMap { _ in
+                RawCurl.easyHandle(url: url, body: body, caFile: nginx.caBundle)
+            }
+            let free = Locked(handles)
+            send = {
+                guard let easy = free.withLock({ $0.popLast() }) else { return false }
+                defer { free.withLock { $0.append(easy) } }
+                return await floor.perform(easy)
+            }
+            finish = {
+                floor.stop()
+                for easy in handles { curl_easy_cleanup(easy) }
+            }
         case .rawCurl:
             return RawCurl.measure(
                 url: url, body: body, count: count, concurrency: concurrency, http2: http2, caFile: nginx.caBundle,
@@ -265,6 +286,7 @@ extension Benchmarks {
         let cpu = processCPU() - cpuBefore
         let heap = heapInUse() - heapBefore
         withExtendedLifetime(keep) {}
+        finish()
         let n = Double(count / concurrency * concurrency)
         return Figure(
             cpuMicros: cpu * 1e6 / n, wallMicros: wall.nanoseconds / 1_000 / n,
@@ -287,35 +309,37 @@ extension Benchmarks {
 
 /// The libcurl baseline: what a small C program does with the same requests.
 enum RawCurl {
+    /// An easy handle set up once for `url` (and `body`, a POST), to be reused as is: libcurl at
+    /// its best.
+    static func easyHandle(url: URL, body: Data?, caFile: String?) -> UnsafeMutableRawPointer? {
+        guard let easy = curl_easy_init() else { return nil }
+        let bodyBytes = [UInt8](body ?? Data())
+        // COPYPOSTFIELDS reads POSTFIELDSIZE first.
+        if body != nil {
+            _ = ccurl_easy_setopt_offset(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(bodyBytes.count))
+        }
+        _ = url.absoluteString.withCString { ccurl_easy_setopt_pointer(easy, CURLOPT_URL, $0) }
+        if let caFile { _ = caFile.withCString { ccurl_easy_setopt_pointer(easy, CURLOPT_CAINFO, $0) } }
+        // libcurl at its best: the CA store cached (Debian's default CA folder disables the
+        // cache), as CurlTransport has it.
+        _ = ccurl_easy_setopt_pointer(easy, CURLOPT_CAPATH, nil)
+        _ = ccurl_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
+        _ = ccurl_easy_setopt_long(easy, CURLOPT_PIPEWAIT, 1)
+        _ = ccurl_easy_setopt_data_callback(easy, CURLOPT_WRITEFUNCTION, { _, size, count, _ in size * count })
+        if body != nil {
+            bodyBytes.withUnsafeBytes { _ = ccurl_easy_setopt_pointer(easy, CURLOPT_COPYPOSTFIELDS, $0.baseAddress) }
+            _ = ccurl_easy_setopt_offset(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(bodyBytes.count))
+        }
+        return easy
+    }
+
     static func measure(
         url: URL, body: Data?, count: Int, concurrency: Int, http2: Bool, caFile: String?, nginx: BenchNginx
     ) -> Benchmarks.Figure {
         curl_global_init(ccurl_global_all())
-        let bodyBytes = [UInt8](body ?? Data())
-        func configure(_ easy: UnsafeMutableRawPointer) {
-            _ = url.absoluteString.withCString { ccurl_easy_setopt_pointer(easy, CURLOPT_URL, $0) }
-            if let caFile { _ = caFile.withCString { ccurl_easy_setopt_pointer(easy, CURLOPT_CAINFO, $0) } }
-            // libcurl at its best: the CA store cached (Debian's default CA folder disables the
-            // cache), as CurlTransport has it.
-            _ = ccurl_easy_setopt_pointer(easy, CURLOPT_CAPATH, nil)
-            _ = ccurl_easy_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
-            _ = ccurl_easy_setopt_long(easy, CURLOPT_PIPEWAIT, 1)
-            _ = ccurl_easy_setopt_data_callback(easy, CURLOPT_WRITEFUNCTION, { _, size, count, _ in size * count })
-            if body != nil {
-                bodyBytes.withUnsafeBytes {
-                    _ = ccurl_easy_setopt_pointer(easy, CURLOPT_COPYPOSTFIELDS, $0.baseAddress)
-                }
-                _ = ccurl_easy_setopt_offset(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(bodyBytes.count))
-            }
-        }
         var handles: [UnsafeMutableRawPointer] = []
         for _ in 0..<concurrency {
-            guard let easy = curl_easy_init() else { return Benchmarks.Figure() }
-            // COPYPOSTFIELDS reads POSTFIELDSIZE first.
-            if body != nil {
-                _ = ccurl_easy_setopt_offset(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(bodyBytes.count))
-            }
-            configure(easy)
+            guard let easy = easyHandle(url: url, body: body, caFile: caFile) else { return Benchmarks.Figure() }
             handles.append(easy)
         }
         defer { for easy in handles { curl_easy_cleanup(easy) } }

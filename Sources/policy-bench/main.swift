@@ -44,10 +44,13 @@ if arguments.contains("--help") || arguments.contains("-h") {
                                   'transport' (not in the default run) sends GET and POST,
                                   sequential and 16 at once, over HTTP, TLS and HTTP/2
                                   through a loopback nginx it starts, with raw URLSession
-                                  and raw libcurl as baselines in the same run.
+                                  and raw libcurl as baselines in the same run, and raw
+                                  libcurl awaited from a task (async-libcurl: the floor
+                                  under any async transport on libcurl).
                                   --clients a,b picks clients (engine+curl,
                                   engine+curl-executor, curl-executor, engine+urlsession,
-                                  raw-urlsession, raw-libcurl); --requests n per measure;
+                                  raw-urlsession, raw-libcurl, async-libcurl);
+                                  --requests n per measure;
                                   --goaway-after n: nginx closes each connection after n
                                   requests (GOAWAY over HTTP/2), as load balancers do.
           --install-ca            transport: add its self-signed certificate to the system

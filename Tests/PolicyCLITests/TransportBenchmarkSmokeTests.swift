@@ -31,7 +31,8 @@ struct TransportBenchmarkSmokeTests {
 
     @Test(.enabled(if: runs, Self.needsNginx)) func libcurlClientsAnswerEveryRowOnKeptAliveConnections() async throws {
         let results = try await run([
-            "--only", "transport", "--clients", "engine+curl,engine+curl-executor,curl-executor,raw-libcurl",
+            "--only", "transport", "--clients",
+            "engine+curl,engine+curl-executor,curl-executor,raw-libcurl,async-libcurl",
         ])
         var rows: [String] = []
         for scheme in ["http", "tls1", "h2"] {
@@ -43,7 +44,7 @@ struct TransportBenchmarkSmokeTests {
         for row in results where row["name"] as? String != "transport-h2-c16-20ms" {
             let name = row["name"] as? String ?? "?"
             #expect(row["repetitions"] as? Int == 2, "\(name)")
-            for client in ["engine_curl", "engine_curl_executor", "curl_executor", "raw_libcurl"] {
+            for client in ["engine_curl", "engine_curl_executor", "curl_executor", "raw_libcurl", "async_libcurl"] {
                 #expect(row["\(client)_failures"] == nil, "\(name): \(client) failed requests: \(row)")
                 let cpu = try #require(row["\(client)_cpu_us"] as? Double, "\(name): \(client)")
                 #expect(cpu > 0 && cpu.isFinite, "\(name): \(client)")
@@ -53,10 +54,16 @@ struct TransportBenchmarkSmokeTests {
             if name.hasSuffix("-seq") || name.hasPrefix("transport-h2") {
                 #expect(row["engine_curl_connections"] as? Int == 0, "\(name): \(row)")
                 #expect(row["curl_executor_connections"] as? Int == 0, "\(name): \(row)")
+                #expect(row["async_libcurl_connections"] as? Int == 0, "\(name): \(row)")
             }
             let ratio = try #require(row["ratio"] as? Double, "\(name)")
             #expect(ratio > 0 && ratio.isFinite, "\(name)")
-            #expect((row["curl_executor_over_raw_libcurl_cpu"] as? Double)?.isFinite == true, "\(name)")
+            for key in [
+                "curl_executor_over_raw_libcurl_cpu", "async_libcurl_over_raw_libcurl_cpu",
+                "engine_curl_over_async_libcurl_cpu",
+            ] {
+                #expect((row[key] as? Double)?.isFinite == true, "\(name): \(key)")
+            }
         }
     }
 
