@@ -1,0 +1,242 @@
+import Foundation
+import ResponsePolicy
+import TestGate
+import Testing
+
+@testable import ResponsePolicyURLSession
+
+/// The `oauth2` plugin against a second authorization server nobody here wrote:
+/// django-oauth-toolkit, Django's most used one (`Fixtures/dot_server.py`: the toolkit's own token
+/// endpoint and its defaults, refresh tokens rotating, access tokens living 1 s, secrets hashed as
+/// it stores them), through the built `policy fetch` with 64 requests at once. What
+/// `AuthlibTests` asks of Authlib: one token call per expiry, nobody logged out, everything
+/// delivered, no refresh token presented twice; a definitive answer (a spent refresh token, a
+/// wrong secret) ends the session once, with the server's reason named. And where the two
+/// servers differ: the toolkit reads a Basic secret with `unquote_plus`, so a secret with a space
+/// works form-encoded (the plugin's default), where Authlib needs `client-auth-encoding: raw`.
+///
+/// Needs Django and django-oauth-toolkit in the venv `.ci/run` makes (`.build/authlib-venv`).
+/// Without them the tests are skipped locally, with the command that adds them; under CI (`CI`
+/// set) they fail.
+@Suite(.measuresRealTime(filter: "DjangoOAuthToolkitTests"), .loadGate(.realTime), .serialized)
+struct DjangoOAuthToolkitTests {
+    /// The venv's Python when it has the toolkit.
+    static let python: String? = {
+        guard let python = AuthlibTests.python else { return nil }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: python)
+        process.arguments = ["-c", "import django, oauth2_provider"]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        guard (try? process.run()) != nil else { return nil }
+        process.waitUntilExit()
+        return process.terminationStatus == 0 ? python : nil
+    }()
+
+    static var runs: Bool { python != nil || ProcessInfo.processInfo.environment["CI"] != nil }
+
+    static let needsToolkit = Comment(
+        rawValue: "needs Django and django-oauth-toolkit in .build/authlib-venv: python3 -m venv .build/authlib-venv && "
+            + ".build/authlib-venv/bin/pip install 'authlib>=1.3,<2' 'flask>=3,<4' 'django>=4.2,<6' "
+            + "'django-oauth-toolkit>=2,<4'")
+
+    struct Stats: Decodable {
+        var tokenCalls: Int
+        var issued: Int
+        var refreshReused: Int
+        var grants: [String: Int]
+        var tokenAnswers: [String: Int]
+        var api: [String: Int]
+
+        enum CodingKeys: String, CodingKey {
+            case tokenCalls = "token_calls", issued, refreshReused = "refresh_reused", grants
+            case tokenAnswers = "token_answers", api
+        }
+    }
+
+    struct Scenario: Sendable, CustomTestStringConvertible {
+        var grant: String
+        var client: String
+        var secret: String
+        var auth: String
+        var transport: String?
+        var testDescription: String { "\(grant) as \(client) (\(auth)) over \(transport ?? "the default transport")" }
+    }
+
+    static let healthy: [Scenario] = [
+        Scenario(grant: "refresh_token", client: "basic", secret: "basic-secret", auth: "client_secret_basic"),
+        Scenario(grant: "refresh_token", client: "post", secret: "post-secret", auth: "client_secret_post"),
+        Scenario(
+            grant: "refresh_token", client: "basic", secret: "basic-secret", auth: "client_secret_basic",
+            transport: "urlsession"),
+        // A space in the secret, form-encoded (the default): the toolkit decodes it.
+        Scenario(grant: "password", client: "spaced", secret: "secret with space", auth: "client_secret_basic"),
+        Scenario(grant: "client_credentials", client: "service", secret: "service-secret", auth: "client_secret_basic"),
+    ]
+
+    @Test(.enabled(if: runs, Self.needsToolkit), arguments: healthy)
+    func manyExpiriesAtConcurrency64(_ scenario: Scenario) async throws {
+        let python = try Self.requirePython()
+        try await withFixtureServer("dot_server", python: python, arguments: ["1"]) { server in
+            let count = 1500
+            let started = ContinuousClock.now
+            let run = try await fetch(server, scenario, count: count)
+            let elapsed = ContinuousClock.now - started
+            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            let stats = try await server.stats(Stats.self)
+            let summary = run.stdout.split(separator: "\n").last.map(String.init) ?? ""
+            #expect(run.status == 0, "\(summary)\n\(run.stderr.suffix(2000))")
+            #expect(summary.contains("\(count) delivered, 0 failed, 0 logged out"), "\(summary)")
+            #expect(summary.contains("0 logouts"), "\(summary)")
+            #expect(stats.refreshReused == 0, "a refresh token was presented twice: \(stats)")
+            #expect(stats.tokenAnswers.keys.sorted() == ["200"], "every token call succeeded: \(stats)")
+            #expect(stats.api["200"] == count, "every request delivered once: \(stats)")
+            // Tokens live 1 s and are refreshed ahead at half their lifetime: at most two a
+            // second, plus the first (the sign-in, or the password grant this test took the first
+            // refresh token from) and one in flight at the end.
+            #expect(stats.issued <= 2 * Int(seconds.rounded(.up)) + 2, "\(stats.issued) tokens in \(seconds) s")
+            #expect(stats.issued >= 2, "the run outlived a token: \(stats)")
+            #expect(stats.tokenCalls == stats.issued, "no token call but for a token: \(stats)")
+            // Each token by the scenario's own grant: the password grant signs in again at each
+            // expiry (as documented), the others never sign in again by password.
+            let own = scenario.grant == "refresh_token" ? stats.tokenCalls - 1 : stats.tokenCalls
+            #expect(stats.grants[scenario.grant] == own, "\(stats)")
+            print("DjangoOAuthToolkitTests \(scenario.testDescription): \(count) requests in \(seconds) s, \(stats)")
+        }
+    }
+
+    /// A refresh token another client (or process) already spent: the toolkit answers
+    /// `invalid_grant`, and the session ends once, with the reason, after one token call.
+    @Test(.enabled(if: runs, Self.needsToolkit))
+    func aSpentRefreshTokenEndsTheSessionOnceWithTheReason() async throws {
+        let python = try Self.requirePython()
+        try await withFixtureServer("dot_server", python: python, arguments: ["1"]) { server in
+            let scenario = Scenario(
+                grant: "refresh_token", client: "basic", secret: "basic-secret", auth: "client_secret_basic")
+            let spent = try await refreshToken(server, scenario)
+            let rotated = try await tokenCall(
+                server, scenario, form: "grant_type=refresh_token&refresh_token=\(spent)")
+            #expect(rotated.status == 200, "the test spent it")
+            let before = try await server.stats(Stats.self)
+            let run = try await fetch(server, scenario, count: 64, refreshToken: spent)
+            let after = try await server.stats(Stats.self)
+            let summary = run.stdout.split(separator: "\n").last.map(String.init) ?? ""
+            #expect(run.status == 1, "\(summary)")
+            #expect(summary.contains("1 logout,"), "\(summary)")
+            #expect(summary.contains("0 delivered"), "\(summary)")
+            #expect(run.stdout.contains("invalid_grant"), "the reason is named")
+            #expect(after.tokenCalls - before.tokenCalls == 1, "a definitive answer is not asked again: \(after)")
+            #expect(!run.stdout.contains(spent) && !run.stderr.contains(spent), "the refresh token is never printed")
+        }
+    }
+
+    /// A wrong client secret: `invalid_client` (401 from the toolkit), one token call, one logout
+    /// with the reason, and the secret never printed.
+    @Test(.enabled(if: runs, Self.needsToolkit))
+    func aWrongSecretEndsTheSessionOnceWithTheReason() async throws {
+        let python = try Self.requirePython()
+        try await withFixtureServer("dot_server", python: python, arguments: ["1"]) { server in
+            let scenario = Scenario(
+                grant: "client_credentials", client: "service", secret: "not-the-service-secret",
+                auth: "client_secret_basic")
+            let run = try await fetch(server, scenario, count: 64)
+            let stats = try await server.stats(Stats.self)
+            let summary = run.stdout.split(separator: "\n").last.map(String.init) ?? ""
+            #expect(run.status == 1, "\(summary)")
+            #expect(summary.contains("1 logout,"), "\(summary)")
+            #expect(run.stdout.contains("invalid_client"), "the reason is named")
+            #expect(stats.tokenCalls == 1, "a sign-in that cannot succeed is not hammered: \(stats)")
+            #expect(stats.api.isEmpty, "no request went out without a token: \(stats)")
+            #expect(!run.stdout.contains(scenario.secret) && !run.stderr.contains(scenario.secret))
+        }
+    }
+
+    // MARK: - Helpers
+
+    static func requirePython() throws -> String {
+        guard let python else {
+            throw FixtureServer.Failure(
+                description: "CI is set but the toolkit's venv is missing: \(needsToolkit.rawValue)")
+        }
+        return python
+    }
+
+    /// A token call made directly, as the scenario's client authenticates.
+    func tokenCall(_ server: FixtureServer, _ scenario: Scenario, form: String) async throws -> HTTPResponse {
+        var body = form
+        var headers: HTTPHeaders = ["Content-Type": "application/x-www-form-urlencoded"]
+        if scenario.auth == "client_secret_post" {
+            body +=
+                "&client_id=\(scenario.client)&client_secret="
+                + (scenario.secret.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")
+        } else {
+            headers.set(
+                "Authorization", "Basic " + Data("\(scenario.client):\(scenario.secret)".utf8).base64EncodedString())
+        }
+        return try await URLSessionTransport(timeout: .seconds(10)).send(
+            HTTPRequest(method: "POST", url: server.url("/o/token/"), headers: headers, body: Data(body.utf8)))
+    }
+
+    /// A refresh token from the toolkit's password grant, to start a refresh_token run from.
+    func refreshToken(_ server: FixtureServer, _ scenario: Scenario) async throws -> String {
+        let response = try await tokenCall(
+            server, scenario, form: "grant_type=password&username=alice&password=wonderland")
+        let object = try JSONSerialization.jsonObject(with: response.body) as? [String: Any]
+        guard let token = object?["refresh_token"] as? String else {
+            throw FixtureServer.Failure(description: "no refresh token from the password grant: \(response.status)")
+        }
+        return token
+    }
+
+    /// `policy fetch` of `/api/me` `count` times, 64 at once, with the scenario's plugin settings.
+    func fetch(
+        _ server: FixtureServer, _ scenario: Scenario, count: Int, refreshToken given: String? = nil
+    ) async throws -> PolicyRun {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("dot-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        var options = """
+                token-url: \(server.url("/o/token/").absoluteString)
+                grant: \(scenario.grant)
+                client-id: \(scenario.client)
+                client-secret-env: DOT_TEST_SECRET
+                client-auth: \(scenario.auth)
+
+            """
+        if scenario.grant == "password" {
+            options += "    username-env: DOT_TEST_USER\n    password-env: DOT_TEST_PASSWORD\n"
+        }
+        let policy = """
+            policy: 1
+            name: django-oauth-toolkit
+            rules:
+              - { name: unauthorized, when: { status: [401] }, then: refresh }
+              - { name: transient, when: { status: [502, 503, 504], error: [timeout, connection] }, then: retry }
+            refresh:
+              use: oauth2
+              with:
+            \(options)retry: { initial: 50ms, max-delay: 500ms, attempt-timeout: 5s }
+
+            """
+        let policyFile = directory.appendingPathComponent("policy.yaml")
+        try Data(policy.utf8).write(to: policyFile)
+        var arguments = [
+            "fetch", "--policy", policyFile.path, "--concurrency", "64", "--count", "\(count)",
+            server.url("/api/me").absoluteString,
+        ]
+        if let transport = scenario.transport { arguments.insert(contentsOf: ["--transport", transport], at: 1) }
+        if scenario.grant == "refresh_token" {
+            let token: String
+            if let given { token = given } else { token = try await refreshToken(server, scenario) }
+            let credentials = directory.appendingPathComponent("credentials.json")
+            try Data(#"{"access_token": "stale", "refresh_token": "\#(token)"}"#.utf8).write(to: credentials)
+            try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: credentials.path)
+            arguments.insert(contentsOf: ["--credentials", credentials.path], at: 1)
+        }
+        return try await runPolicy(
+            arguments,
+            environment: [
+                "DOT_TEST_SECRET": scenario.secret, "DOT_TEST_USER": "alice", "DOT_TEST_PASSWORD": "wonderland",
+            ])
+    }
+}
