@@ -36,7 +36,8 @@ struct DjangoOAuthToolkitTests {
     static var runs: Bool { python != nil || ProcessInfo.processInfo.environment["CI"] != nil }
 
     static let needsToolkit = Comment(
-        rawValue: "needs Django and django-oauth-toolkit in .build/authlib-venv: python3 -m venv .build/authlib-venv && "
+        rawValue:
+            "needs Django and django-oauth-toolkit in .build/authlib-venv: python3 -m venv .build/authlib-venv && "
             + ".build/authlib-venv/bin/pip install 'authlib>=1.3,<2' 'flask>=3,<4' 'django>=4.2,<6' "
             + "'django-oauth-toolkit>=2,<4'")
 
