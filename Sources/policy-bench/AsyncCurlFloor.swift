@@ -1,5 +1,6 @@
 import CCurl
 import Foundation
+import ResponsePolicy
 
 /// The `async-libcurl` client: raw libcurl behind the least an `async` Swift API needs, and
 /// nothing else. One thread runs a multi handle; a caller's task hands it an easy handle set up
@@ -12,7 +13,11 @@ import Foundation
 /// baseline never pays. `CurlTransport` through the engine, over this floor, is what the
 /// transport and the engine cost; this floor over raw libcurl is what being `async` costs.
 final class AsyncCurlFloor: @unchecked Sendable {
-    /// What the loop's thread and the callers share, under `lock`.
+    // @unchecked: `shared` is a `Locked`; `onTheWire` is read and written on the loop's thread
+    // only; `multi` never changes, and the callers' one call on it, `curl_multi_wakeup`, is the
+    // one libcurl allows from any thread.
+
+    /// What the loop's thread and the callers share.
     private struct Shared {
         var queued: [(UnsafeMutableRawPointer, UnsafeContinuation<Bool, Never>)] = []
         var polling = false
@@ -20,8 +25,7 @@ final class AsyncCurlFloor: @unchecked Sendable {
     }
 
     private let multi: UnsafeMutableRawPointer
-    private let lock = NSLock()
-    private var shared = Shared()
+    private let shared = Locked(Shared())
     /// The loop thread's own: the continuation of each transfer on the wire, by easy handle.
     private var onTheWire: [UnsafeMutableRawPointer: UnsafeContinuation<Bool, Never>] = [:]
     private let stopped = DispatchSemaphore(value: 0)
@@ -40,19 +44,17 @@ final class AsyncCurlFloor: @unchecked Sendable {
     /// One transfer per handle at a time.
     func perform(_ easy: UnsafeMutableRawPointer) async -> Bool {
         await withUnsafeContinuation { continuation in
-            lock.lock()
-            shared.queued.append((easy, continuation))
-            let wake = shared.polling
-            lock.unlock()
+            let wake = shared.withLock { shared in
+                shared.queued.append((easy, continuation))
+                return shared.polling
+            }
             if wake { curl_multi_wakeup(multi) }
         }
     }
 
     /// Ends the loop and waits for its thread; every transfer must have ended.
     func stop() {
-        lock.lock()
-        shared.stopping = true
-        lock.unlock()
+        shared.withLock { $0.stopping = true }
         curl_multi_wakeup(multi)
         stopped.wait()
         curl_multi_cleanup(multi)
@@ -61,11 +63,10 @@ final class AsyncCurlFloor: @unchecked Sendable {
     private func run() {
         var running: Int32 = 0
         while true {
-            lock.lock()
-            let queued = shared.queued
-            shared.queued.removeAll(keepingCapacity: true)
-            let stopping = shared.stopping
-            lock.unlock()
+            let (queued, stopping) = shared.withLock { shared in
+                defer { shared.queued.removeAll(keepingCapacity: true) }
+                return (shared.queued, shared.stopping)
+            }
             for (easy, continuation) in queued {
                 onTheWire[easy] = continuation
                 curl_multi_add_handle(multi, easy)
@@ -79,14 +80,12 @@ final class AsyncCurlFloor: @unchecked Sendable {
                 curl_multi_remove_handle(multi, easy)
                 onTheWire.removeValue(forKey: easy)?.resume(returning: succeeded)
             }
-            lock.lock()
-            let idle = shared.queued.isEmpty && !shared.stopping
-            shared.polling = idle
-            lock.unlock()
+            let idle = shared.withLock { shared in
+                shared.polling = shared.queued.isEmpty && !shared.stopping
+                return shared.polling
+            }
             if idle { curl_multi_poll(multi, nil, 0, 1_000, nil) }
-            lock.lock()
-            shared.polling = false
-            lock.unlock()
+            shared.withLock { $0.polling = false }
         }
         stopped.signal()
     }
