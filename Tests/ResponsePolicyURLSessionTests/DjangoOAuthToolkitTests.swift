@@ -48,10 +48,13 @@ struct DjangoOAuthToolkitTests {
         var grants: [String: Int]
         var tokenAnswers: [String: Int]
         var api: [String: Int]
+        var resets: Int
+        var tokenResets: Int
+        var cut: Int
 
         enum CodingKeys: String, CodingKey {
             case tokenCalls = "token_calls", issued, refreshReused = "refresh_reused", grants
-            case tokenAnswers = "token_answers", api
+            case tokenAnswers = "token_answers", api, resets, tokenResets = "token_resets", cut
         }
     }
 
@@ -103,6 +106,40 @@ struct DjangoOAuthToolkitTests {
             let own = scenario.grant == "refresh_token" ? stats.tokenCalls - 1 : stats.tokenCalls
             #expect(stats.grants[scenario.grant] == own, "\(stats)")
             print("DjangoOAuthToolkitTests \(scenario.testDescription): \(count) requests in \(seconds) s, \(stats)")
+        }
+    }
+
+    /// Where keep-alive resets meet rotation: every connection idle for 20 ms is reset when it is
+    /// reused, unanswered, and the toolkit's reuse protection is on (a spent refresh token
+    /// presented again revokes its whole family, and the session with it). Over either transport,
+    /// a request or token call lost to a reset is sent again whole, a token call never presents a
+    /// spent token, everything is delivered and nobody is logged out.
+    @Test(.enabled(if: runs, Self.needsToolkit), arguments: ["curl", "urlsession"])
+    func resetsAtReuseUnderReuseProtection(_ transport: String) async throws {
+        let python = try Self.requirePython()
+        try await withFixtureServer("dot_server", python: python, arguments: ["1", "0.02", "1"]) { server in
+            let scenario = Scenario(
+                grant: "refresh_token", client: "basic", secret: "basic-secret", auth: "client_secret_basic",
+                transport: transport)
+            let count = 3000
+            let run = try await fetch(server, scenario, count: count)
+            let stats = try await server.stats(Stats.self)
+            let summary = run.stdout.split(separator: "\n").last.map(String.init) ?? ""
+            #expect(run.status == 0, "\(summary)\n\(run.stderr.suffix(2000))")
+            #expect(summary.contains("\(count) delivered, 0 failed, 0 logged out"), "\(summary)")
+            #expect(stats.refreshReused == 0, "a refresh token was presented twice: \(stats)")
+            #expect(stats.tokenAnswers.keys.sorted() == ["200"], "every token call the server read succeeded: \(stats)")
+            #expect(stats.api["200"] == count, "every request delivered once: \(stats)")
+            #expect(stats.issued >= 3, "the run refreshed: \(stats)")
+            if transport == "curl" {
+                // libcurl rewinds a body it sends again; FoundationNetworking sends a body-less copy
+                // after a reset, which URLSessionTransport closes and sends again whole (the
+                // server drops the short copy unread: `cut`, never a presentation).
+                #expect(stats.cut == 0, "no body came short: \(stats)")
+            }
+            // Requests met the reset, or the test proves nothing.
+            #expect(stats.resets >= 1, "no request met a reset at reuse: \(stats)")
+            print("DjangoOAuthToolkitTests resets over \(transport): \(stats)")
         }
     }
 

@@ -4,11 +4,14 @@
 Needs Django and django-oauth-toolkit (`.ci/run` installs them into `.build/authlib-venv`, the
 venv of the test servers). Start it with `python dot_server.py [EXPIRES_IN]`: it binds 127.0.0.1
 on an ephemeral port, prints `PORT <n>` first, and serves until its stdin closes or HARD_TIMEOUT
-passes. Its database is a SQLite file in a temporary folder, removed at exit.
+passes. Its database is a SQLite file in a temporary folder, removed at exit. The full form is
+`python dot_server.py [EXPIRES_IN] [IDLE_RESET] [REUSE_PROTECTION]`.
 
 - Token endpoint `POST /o/token/`: django-oauth-toolkit's own (oauthlib underneath), with its
   defaults but the access token's lifetime: EXPIRES_IN seconds (1 by default); refresh tokens
-  rotate (a new one each time, the one presented revoked). Applications, each with a hashed
+  rotate (a new one each time, the one presented revoked). REUSE_PROTECTION 1 turns on the
+  toolkit's `REFRESH_TOKEN_REUSE_PROTECTION`: a spent refresh token presented again revokes its
+  whole family, as a server that suspects theft does (the client's session is then over). Applications, each with a hashed
   secret as the toolkit stores them: `basic` (secret `basic-secret`), `post` (`post-secret`),
   `spaced` (`secret with space`; the toolkit reads a Basic secret with `unquote_plus`, so a form-
   encoded one works, where Authlib's `unquote` fails it), all with the password grant (and so
@@ -18,10 +21,13 @@ passes. Its database is a SQLite file in a temporary folder, removed at exit.
   with `WWW-Authenticate: Bearer error="invalid_token"` otherwise, as Django REST framework's
   `OAuth2Authentication` answers.
 - HTTP/1.1 keep-alive (wsgiref, one thread per connection). Requests run one at a time: SQLite
-  takes one writer, and what is tested is the client.
+  takes one writer, and what is tested is the client. A connection idle for IDLE_RESET seconds
+  (0, the default: never) is reset with an RST when the next request arrives on it, unanswered
+  (a keep-alive timeout meeting the client's reuse, made certain).
 - `GET /_stats`: token calls, tokens issued, refresh tokens presented more than once
   (`refresh_reused`: a spent token presented again, whatever the server answered), token calls
-  by grant, token answers by status, API answers by status.
+  by grant, token answers by status, API answers by status, idle resets (and those of them that
+  met a token call), requests dropped because the client closed before their whole body came.
 """
 
 import io
@@ -30,6 +36,8 @@ import os
 import select
 import shutil
 import signal
+import socket
+import struct
 import sys
 import tempfile
 import threading
@@ -43,6 +51,8 @@ from django.conf import settings
 
 HARD_TIMEOUT = 300.0
 EXPIRES_IN = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+IDLE_RESET = float(sys.argv[2]) if len(sys.argv) > 2 else 0.0
+REUSE_PROTECTION = len(sys.argv) > 3 and sys.argv[3] == "1"
 
 folder = tempfile.mkdtemp(prefix="dot-server-")
 settings.configure(
@@ -65,7 +75,11 @@ settings.configure(
     # would make each token call take a quarter of a second. The same code path, a fast hash.
     PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"],
     LOGGING_CONFIG=None,
-    OAUTH2_PROVIDER={"ACCESS_TOKEN_EXPIRE_SECONDS": EXPIRES_IN, "ROTATE_REFRESH_TOKEN": True},
+    OAUTH2_PROVIDER={
+        "ACCESS_TOKEN_EXPIRE_SECONDS": EXPIRES_IN,
+        "ROTATE_REFRESH_TOKEN": True,
+        "REFRESH_TOKEN_REUSE_PROTECTION": REUSE_PROTECTION,
+    },
 )
 django.setup()
 
@@ -85,6 +99,9 @@ stats = {
     "grants": {},
     "token_answers": {},
     "api": {},
+    "resets": 0,
+    "token_resets": 0,
+    "cut": 0,
 }
 presented = set()
 
@@ -195,24 +212,54 @@ class KeepAliveHandler(WSGIRequestHandler):
         if not self.parse_request():
             self.close_connection = True
             return
+        body = self.rfile
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            # Not sent by the clients here; served, then the connection ends.
             self.close_connection = True
-        handler = KeepAliveServerHandler(
-            self.rfile, self.wfile, self.get_stderr(), self.get_environ(), multithread=True
-        )
+        else:
+            # The whole body before the app runs; a client that closed before it all came is
+            # dropped unanswered, as real servers do.
+            length = int(self.headers.get("Content-Length") or 0)
+            data = self.rfile.read(length) if length > 0 else b""
+            if len(data) < length:
+                with lock:
+                    stats["cut"] += 1
+                self.close_connection = True
+                return
+            body = io.BytesIO(data)
+        handler = KeepAliveServerHandler(body, self.wfile, self.get_stderr(), self.get_environ(), multithread=True)
         handler.request_handler = self
         handler.run(self.server.get_app())
         self.wfile.flush()
 
     def handle(self):
         self.close_connection = False
+        first = True
         while not self.close_connection:
+            done = time.monotonic()
             try:
                 readable, _, _ = select.select([self.connection], [], [], 30)
             except (OSError, ValueError):
                 return
             if not readable:
                 return
+            if not first and IDLE_RESET > 0 and time.monotonic() - done >= IDLE_RESET:
+                try:
+                    peeked = self.connection.recv(32, socket.MSG_PEEK)
+                except OSError:
+                    peeked = b""
+                if peeked:
+                    with lock:
+                        stats["resets"] += 1
+                        if peeked.startswith(b"POST /o/token/"):
+                            stats["token_resets"] += 1
+                    try:
+                        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    except OSError:
+                        pass
+                self.close_connection = True
+                return
+            first = False
             self.handle_one_request()
 
 
