@@ -82,10 +82,7 @@ struct AuthlibTests {
             let run = try await fetch(server, scenario, count: count)
             let elapsed = (ContinuousClock.now - started).seconds
             let stats = try await server.stats(Stats.self)
-            let summary = run.stdout.split(separator: "\n").last.map(String.init) ?? ""
-            #expect(run.status == 0, "\(summary)\n\(run.stderr.suffix(2000))")
-            #expect(summary.contains("\(count) delivered, 0 failed, 0 logged out"), "\(summary)")
-            #expect(summary.contains("0 logouts"), "\(summary)")
+            run.expectEverythingDelivered(count)
             #expect(stats.refreshReused == 0, "a refresh token was presented twice")
             // One token call per token: tokens live 1 s and are refreshed ahead at half their
             // lifetime, so at most two a second, plus the sign-in (or the password grant this test
@@ -113,9 +110,7 @@ struct AuthlibTests {
             let count = 5000
             let run = try await fetch(server, scenario, count: count, transport: "urlsession")
             let stats = try await server.stats(Stats.self)
-            let summary = run.stdout.split(separator: "\n").last.map(String.init) ?? ""
-            #expect(run.status == 0, "\(summary)\n\(run.stderr.suffix(2000))")
-            #expect(summary.contains("\(count) delivered, 0 failed, 0 logged out"), "\(summary)")
+            run.expectEverythingDelivered(count)
             #expect(stats.refreshReused == 0, "a refresh token was presented twice")
             #expect(stats.issued >= 3, "the run refreshed: \(stats)")
             // Token calls met the reset, or the test proves nothing.
@@ -131,7 +126,7 @@ struct AuthlibTests {
             let scenario = Scenario(
                 grant: "refresh_token", client: "basic", secret: "basic-secret", auth: "client_secret_basic")
             let run = try await fetch(server, scenario, count: 64, refreshToken: "not-a-refresh-token")
-            let summary = run.stdout.split(separator: "\n").last.map(String.init) ?? ""
+            let summary = run.summary
             #expect(run.status == 1)
             #expect(summary.contains("1 logout,"), "\(summary)")
             #expect(summary.contains("0 delivered"), "\(summary)")
@@ -151,7 +146,7 @@ struct AuthlibTests {
                 grant: "client_credentials", client: "spaced", secret: "secret with space",
                 auth: "client_secret_basic")
             let run = try await fetch(server, scenario, count: 64)
-            let summary = run.stdout.split(separator: "\n").last.map(String.init) ?? ""
+            let summary = run.summary
             #expect(run.status == 1)
             #expect(summary.contains("1 logout,"), "\(summary)")
             #expect(run.stdout.contains("invalid_client"), "the reason is named")
@@ -206,52 +201,15 @@ struct AuthlibTests {
         _ server: FixtureServer, _ scenario: Scenario, count: Int, refreshToken given: String? = nil,
         transport: String? = nil
     ) async throws -> PolicyRun {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
-            "authlib-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        var options = """
-                token-url: \(server.url("/oauth/token").absoluteString)
-                grant: \(scenario.grant)
-                client-id: \(scenario.client)
-                client-secret-env: AUTHLIB_TEST_SECRET
-                client-auth: \(scenario.auth)
-                client-auth-encoding: \(scenario.encoding)
-
-            """
-        if scenario.grant == "password" {
-            options += "    username-env: AUTHLIB_TEST_USER\n    password-env: AUTHLIB_TEST_PASSWORD\n"
-        }
-        let policy = """
-            policy: 1
-            name: authlib
-            rules:
-              - { name: unauthorized, when: { status: [401] }, then: refresh }
-              - { name: transient, when: { status: [502, 503, 504], error: [timeout, connection] }, then: retry }
-            refresh:
-              use: oauth2
-              with:
-            \(options)retry: { initial: 50ms, max-delay: 500ms, attempt-timeout: 5s }
-            dispatch: { max-in-flight-per-host: unlimited }
-
-            """
-        let policyFile = directory.appendingPathComponent("policy.yaml")
-        try Data(policy.utf8).write(to: policyFile)
-        var arguments = [
-            "fetch", "--policy", policyFile.path, "--concurrency", "64", "--count", "\(count)",
-            server.url("/api/me").absoluteString,
-        ]
-        if let transport { arguments.insert(contentsOf: ["--transport", transport], at: 1) }
-        if scenario.grant == "refresh_token" {
-            let token: String
-            if let given { token = given } else { token = try await refreshToken(server, scenario) }
-            let credentials = directory.appendingPathComponent("credentials.json")
-            try Data(#"{"access_token": "stale", "refresh_token": "\#(token)"}"#.utf8).write(to: credentials)
-            try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: credentials.path)
-            arguments.insert(contentsOf: ["--credentials", credentials.path], at: 1)
-        }
-        return try await runPolicy(
-            arguments,
+        var token = given
+        if scenario.grant == "refresh_token", token == nil { token = try await refreshToken(server, scenario) }
+        let fetch = OAuth2Fetch(
+            name: "authlib", tokenURL: server.url("/oauth/token"), grant: scenario.grant, client: scenario.client,
+            auth: scenario.auth, options: ["client-auth-encoding: \(scenario.encoding)"],
+            secretVariable: "AUTHLIB_TEST_SECRET", userVariable: "AUTHLIB_TEST_USER",
+            passwordVariable: "AUTHLIB_TEST_PASSWORD", dispatch: "dispatch: { max-in-flight-per-host: unlimited }")
+        return try await fetch.run(
+            server.url("/api/me"), count: count, refreshToken: token, transport: transport,
             environment: [
                 "AUTHLIB_TEST_SECRET": scenario.secret, "AUTHLIB_TEST_USER": "alice",
                 "AUTHLIB_TEST_PASSWORD": "wonderland",

@@ -88,10 +88,7 @@ struct DjangoOAuthToolkitTests {
             let elapsed = ContinuousClock.now - started
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
             let stats = try await server.stats(Stats.self)
-            let summary = run.stdout.split(separator: "\n").last.map(String.init) ?? ""
-            #expect(run.status == 0, "\(summary)\n\(run.stderr.suffix(2000))")
-            #expect(summary.contains("\(count) delivered, 0 failed, 0 logged out"), "\(summary)")
-            #expect(summary.contains("0 logouts"), "\(summary)")
+            run.expectEverythingDelivered(count)
             #expect(stats.refreshReused == 0, "a refresh token was presented twice: \(stats)")
             #expect(stats.tokenAnswers.keys.sorted() == ["200"], "every token call succeeded: \(stats)")
             #expect(stats.api["200"] == count, "every request delivered once: \(stats)")
@@ -124,9 +121,7 @@ struct DjangoOAuthToolkitTests {
             let count = 3000
             let run = try await fetch(server, scenario, count: count)
             let stats = try await server.stats(Stats.self)
-            let summary = run.stdout.split(separator: "\n").last.map(String.init) ?? ""
-            #expect(run.status == 0, "\(summary)\n\(run.stderr.suffix(2000))")
-            #expect(summary.contains("\(count) delivered, 0 failed, 0 logged out"), "\(summary)")
+            run.expectEverythingDelivered(count)
             #expect(stats.refreshReused == 0, "a refresh token was presented twice: \(stats)")
             #expect(stats.tokenAnswers.keys.sorted() == ["200"], "every token call the server read succeeded: \(stats)")
             #expect(stats.api["200"] == count, "every request delivered once: \(stats)")
@@ -158,7 +153,7 @@ struct DjangoOAuthToolkitTests {
             let before = try await server.stats(Stats.self)
             let run = try await fetch(server, scenario, count: 64, refreshToken: spent)
             let after = try await server.stats(Stats.self)
-            let summary = run.stdout.split(separator: "\n").last.map(String.init) ?? ""
+            let summary = run.summary
             #expect(run.status == 1, "\(summary)")
             #expect(summary.contains("1 logout,"), "\(summary)")
             #expect(summary.contains("0 delivered"), "\(summary)")
@@ -179,7 +174,7 @@ struct DjangoOAuthToolkitTests {
                 auth: "client_secret_basic")
             let run = try await fetch(server, scenario, count: 64)
             let stats = try await server.stats(Stats.self)
-            let summary = run.stdout.split(separator: "\n").last.map(String.init) ?? ""
+            let summary = run.summary
             #expect(run.status == 1, "\(summary)")
             #expect(summary.contains("1 logout,"), "\(summary)")
             #expect(run.stdout.contains("invalid_client"), "the reason is named")
@@ -230,49 +225,14 @@ struct DjangoOAuthToolkitTests {
     func fetch(
         _ server: FixtureServer, _ scenario: Scenario, count: Int, refreshToken given: String? = nil
     ) async throws -> PolicyRun {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("dot-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
-        var options = """
-                token-url: \(server.url("/o/token/").absoluteString)
-                grant: \(scenario.grant)
-                client-id: \(scenario.client)
-                client-secret-env: DOT_TEST_SECRET
-                client-auth: \(scenario.auth)
-
-            """
-        if scenario.grant == "password" {
-            options += "    username-env: DOT_TEST_USER\n    password-env: DOT_TEST_PASSWORD\n"
-        }
-        let policy = """
-            policy: 1
-            name: django-oauth-toolkit
-            rules:
-              - { name: unauthorized, when: { status: [401] }, then: refresh }
-              - { name: transient, when: { status: [502, 503, 504], error: [timeout, connection] }, then: retry }
-            refresh:
-              use: oauth2
-              with:
-            \(options)retry: { initial: 50ms, max-delay: 500ms, attempt-timeout: 5s }
-
-            """
-        let policyFile = directory.appendingPathComponent("policy.yaml")
-        try Data(policy.utf8).write(to: policyFile)
-        var arguments = [
-            "fetch", "--policy", policyFile.path, "--concurrency", "64", "--count", "\(count)",
-            server.url("/api/me").absoluteString,
-        ]
-        if let transport = scenario.transport { arguments.insert(contentsOf: ["--transport", transport], at: 1) }
-        if scenario.grant == "refresh_token" {
-            let token: String
-            if let given { token = given } else { token = try await refreshToken(server, scenario) }
-            let credentials = directory.appendingPathComponent("credentials.json")
-            try Data(#"{"access_token": "stale", "refresh_token": "\#(token)"}"#.utf8).write(to: credentials)
-            try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: credentials.path)
-            arguments.insert(contentsOf: ["--credentials", credentials.path], at: 1)
-        }
-        return try await runPolicy(
-            arguments,
+        var token = given
+        if scenario.grant == "refresh_token", token == nil { token = try await refreshToken(server, scenario) }
+        let fetch = OAuth2Fetch(
+            name: "django-oauth-toolkit", tokenURL: server.url("/o/token/"), grant: scenario.grant,
+            client: scenario.client, auth: scenario.auth, secretVariable: "DOT_TEST_SECRET",
+            userVariable: "DOT_TEST_USER", passwordVariable: "DOT_TEST_PASSWORD")
+        return try await fetch.run(
+            server.url("/api/me"), count: count, refreshToken: token, transport: scenario.transport,
             environment: [
                 "DOT_TEST_SECRET": scenario.secret, "DOT_TEST_USER": "alice", "DOT_TEST_PASSWORD": "wonderland",
             ])

@@ -13,9 +13,9 @@ prints `PORT <n>` first, and serves until its stdin closes or HARD_TIMEOUT passe
   `secret with space`, which Authlib decodes with `unquote`: sent form-encoded it fails). User
   `alice`, password `wonderland`.
 - `GET /api/me`: 200 `{"status":0}` for a live access token, 401 otherwise.
-- Keep-alive: HTTP/1.1; a connection idle for IDLE_RESET seconds (0.3 by default; 0: never) is
-  reset with an RST when the next request arrives on it (gunicorn's keep-alive timeout, made
-  certain).
+- Keep-alive (`keepalive.py`, shared with dot_server.py): HTTP/1.1; a connection idle for
+  IDLE_RESET seconds (0.3 by default; 0: never) is reset with an RST when the next request
+  arrives on it (gunicorn's keep-alive timeout, made certain).
 - `POST /_control` (JSON): `transient_every` n makes every n-th token call answer
   `transient_status` (503) with `Retry-After: retry_after` instead of asking Authlib;
   `transient_first` n makes the next n token calls answer so (an outage); `answer_overrides`
@@ -28,13 +28,9 @@ prints `PORT <n>` first, and serves until its stdin closes or HARD_TIMEOUT passe
   client closed before their whole body came (`cut`), API answers by status.
 """
 
-import io
 import json
 import os
 import secrets
-import select
-import socket
-import struct
 import sys
 import threading
 import time
@@ -42,8 +38,9 @@ import time
 from authlib.integrations.flask_oauth2 import AuthorizationServer
 from authlib.oauth2.rfc6749 import ClientMixin, TokenMixin, grants
 from flask import Flask, jsonify, request
-from socketserver import ThreadingMixIn
-from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import make_server
+
+from keepalive import ThreadingServer, resetting_handler
 
 HARD_TIMEOUT = 300.0
 EXPIRES_IN = int(sys.argv[1]) if len(sys.argv) > 1 else 1
@@ -278,93 +275,7 @@ def get_stats():
         return jsonify(stats)
 
 
-class KeepAliveServerHandler(ServerHandler):
-    """wsgiref's response writer, answering in HTTP/1.1 (it says 1.0, which ends the connection)."""
-
-    http_version = "1.1"
-
-
-class ResettingHandler(WSGIRequestHandler):
-    """HTTP/1.1 keep-alive; a connection idle for IDLE_RESET is reset when it is reused.
-
-    wsgiref, not werkzeug's server: werkzeug answers every request with `Connection: close` and,
-    after each response, reads what the socket holds for 10 ms, which swallows a kept-alive
-    connection's next request. With it every request took a connection of its own, the idle
-    reset never happened, and a run left ~9,000 client sockets in TIME_WAIT, which made connect()
-    on the machine crawl for the next 60 s.
-    """
-
-    protocol_version = "HTTP/1.1"
-    # wsgiref writes the head and the body apart: with Nagle's algorithm a kept-alive connection
-    # waits for the client's delayed ACK (40 ms) between them.
-    disable_nagle_algorithm = True
-
-    def log_message(self, *args):
-        pass
-
-    def handle_one_request(self):
-        self.raw_requestline = self.rfile.readline(65537)
-        if not self.raw_requestline or len(self.raw_requestline) > 65536:
-            self.close_connection = True
-            return
-        if not self.parse_request():
-            self.close_connection = True
-            return
-        body = self.rfile
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            # Not sent by the clients here; served, then the connection ends (nothing to drain by).
-            self.close_connection = True
-        else:
-            # The whole body is read before the app runs: an answer that never reads it (a
-            # transient 503 to a token call) must not leave it before the next request line.
-            length = int(self.headers.get("Content-Length") or 0)
-            data = self.rfile.read(length) if length > 0 else b""
-            if len(data) < length:
-                # The client closed before the whole body came: dropped unanswered, as real
-                # servers do (a client that stopped a try it knew short).
-                with lock:
-                    stats["cut"] += 1
-                self.close_connection = True
-                return
-            body = io.BytesIO(data)
-        handler = KeepAliveServerHandler(body, self.wfile, self.get_stderr(), self.get_environ(), multithread=True)
-        handler.request_handler = self
-        handler.run(self.server.get_app())
-        self.wfile.flush()
-
-    def handle(self):
-        self.close_connection = False
-        self.handle_one_request()
-        while not self.close_connection:
-            done = time.monotonic()
-            # Clients here send a request once the previous answer is in (no pipelining), so
-            # rfile's buffer is empty and the socket says when the next one comes.
-            try:
-                readable, _, _ = select.select([self.connection], [], [], 30)
-            except (OSError, ValueError):
-                return
-            if not readable:
-                return
-            if IDLE_RESET > 0 and time.monotonic() - done >= IDLE_RESET:
-                try:
-                    first = self.connection.recv(32, socket.MSG_PEEK)
-                except OSError:
-                    first = b""
-                with lock:
-                    stats["resets"] += 1
-                    if first.startswith(b"POST /oauth/token"):
-                        stats["token_resets"] += 1
-                try:
-                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                except OSError:
-                    pass
-                self.close_connection = True
-                return
-            self.handle_one_request()
-
-
-class ThreadingServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
+ResettingHandler = resetting_handler(IDLE_RESET, lock, stats, b"POST /oauth/token")
 
 
 def main():

@@ -20,10 +20,10 @@ passes. Its database is a SQLite file in a temporary folder, removed at exit. Th
 - `GET /api/me`: 200 `{"status":0}` for a live access token (the toolkit's `verify_request`), 401
   with `WWW-Authenticate: Bearer error="invalid_token"` otherwise, as Django REST framework's
   `OAuth2Authentication` answers.
-- HTTP/1.1 keep-alive (wsgiref, one thread per connection). Requests run one at a time: SQLite
-  takes one writer, and what is tested is the client. A connection idle for IDLE_RESET seconds
-  (0, the default: never) is reset with an RST when the next request arrives on it, unanswered
-  (a keep-alive timeout meeting the client's reuse, made certain).
+- HTTP/1.1 keep-alive (`keepalive.py`, shared with authlib_server.py). Requests run one at a
+  time: SQLite takes one writer, and what is tested is the client. A connection idle for
+  IDLE_RESET seconds (0, the default: never) is reset with an RST when the next request arrives
+  on it, unanswered (a keep-alive timeout meeting the client's reuse, made certain).
 - `GET /_stats`: token calls, tokens issued, refresh tokens presented more than once
   (`refresh_reused`: a spent token presented again, whatever the server answered), token calls
   by grant, token answers by status, API answers by status, idle resets (and those of them that
@@ -36,18 +36,17 @@ import os
 import select
 import shutil
 import signal
-import socket
-import struct
 import sys
 import tempfile
 import threading
 import time
 import urllib.parse
-from socketserver import ThreadingMixIn
-from wsgiref.simple_server import ServerHandler, WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import make_server
 
 import django
 from django.conf import settings
+
+from keepalive import ThreadingServer, resetting_handler
 
 HARD_TIMEOUT = 300.0
 EXPIRES_IN = int(sys.argv[1]) if len(sys.argv) > 1 else 1
@@ -189,83 +188,7 @@ def app(environ, start_response):
     return [body]
 
 
-class KeepAliveServerHandler(ServerHandler):
-    """wsgiref's response writer, answering in HTTP/1.1 (it says 1.0, which ends the connection)."""
-
-    http_version = "1.1"
-
-
-class KeepAliveHandler(WSGIRequestHandler):
-    """HTTP/1.1 keep-alive: the connection serves requests until the client closes it."""
-
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True
-
-    def log_message(self, *args):
-        pass
-
-    def handle_one_request(self):
-        self.raw_requestline = self.rfile.readline(65537)
-        if not self.raw_requestline or len(self.raw_requestline) > 65536:
-            self.close_connection = True
-            return
-        if not self.parse_request():
-            self.close_connection = True
-            return
-        body = self.rfile
-        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            # Not sent by the clients here; served, then the connection ends.
-            self.close_connection = True
-        else:
-            # The whole body before the app runs; a client that closed before it all came is
-            # dropped unanswered, as real servers do.
-            length = int(self.headers.get("Content-Length") or 0)
-            data = self.rfile.read(length) if length > 0 else b""
-            if len(data) < length:
-                with lock:
-                    stats["cut"] += 1
-                self.close_connection = True
-                return
-            body = io.BytesIO(data)
-        handler = KeepAliveServerHandler(body, self.wfile, self.get_stderr(), self.get_environ(), multithread=True)
-        handler.request_handler = self
-        handler.run(self.server.get_app())
-        self.wfile.flush()
-
-    def handle(self):
-        self.close_connection = False
-        first = True
-        while not self.close_connection:
-            done = time.monotonic()
-            try:
-                readable, _, _ = select.select([self.connection], [], [], 30)
-            except (OSError, ValueError):
-                return
-            if not readable:
-                return
-            if not first and IDLE_RESET > 0 and time.monotonic() - done >= IDLE_RESET:
-                try:
-                    peeked = self.connection.recv(32, socket.MSG_PEEK)
-                except OSError:
-                    peeked = b""
-                if peeked:
-                    with lock:
-                        stats["resets"] += 1
-                        if peeked.startswith(b"POST /o/token/"):
-                            stats["token_resets"] += 1
-                    try:
-                        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                    except OSError:
-                        pass
-                self.close_connection = True
-                return
-            first = False
-            self.handle_one_request()
-
-
-class ThreadingServer(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    allow_reuse_address = True
+KeepAliveHandler = resetting_handler(IDLE_RESET, lock, stats, b"POST /o/token/")
 
 
 def main():
