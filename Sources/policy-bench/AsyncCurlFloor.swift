@@ -31,6 +31,9 @@ final class AsyncCurlFloor: @unchecked Sendable {
     private let stopped = DispatchSemaphore(value: 0)
 
     init?() {
+        // libcurl's global state first, as `RawCurl.measure` sets it up: `curl_easy_init` would
+        // set it up on its own, `curl_multi_init` (made first here) does not.
+        curl_global_init(ccurl_global_all())
         guard let multi = curl_multi_init() else { return nil }
         self.multi = multi
         _ = ccurl_multi_setopt_long(multi, CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))
