@@ -28,7 +28,9 @@ enum TokenAnswerFuzzing {
     ]
 
     static func exercise(_ body: Data) {
-        let secrets = answerSecrets(body) + [presented.accessToken, presented.refreshToken ?? ""]
+        // What no reason may show: the answer's token texts, wherever they are (the plugins' own
+        // definition of which fields hold a token), and the credentials presented.
+        let secrets = TokenAnswer.tokenTexts(in: body) + [presented.accessToken, presented.refreshToken ?? ""]
         for status in statuses {
             let answer = HTTPResponse(status: status, headers: ["Content-Type": "application/json"], body: body)
             for (name, options) in plugins {
@@ -54,13 +56,6 @@ enum TokenAnswerFuzzing {
                 }
             }
         }
-    }
-
-    /// The token texts in an answer, wherever they are: what no reason may show. The same list the
-    /// plugins hide when they quote the answer (one definition of which fields hold a token);
-    /// what the oracle checks is that the reasons, whatever they quote, show none of them.
-    static func answerSecrets(_ body: Data) -> [String] {
-        TokenAnswer.tokenTexts(in: body)
     }
 
     enum Outcome: Sendable {

@@ -24,8 +24,9 @@ package struct OriginProtocols: Sendable {
     /// Notes what `origin` answered over.
     package func note(_ origin: RedirectRules.Origin, multiplexes: Bool) {
         table.withLock { table in
-            guard table[origin] != multiplexes else { return }
-            if table[origin] == nil, table.count >= Self.capacity { table.remove(at: table.startIndex) }
+            let known = table[origin]
+            guard known != multiplexes else { return }
+            if known == nil, table.count >= Self.capacity { table.remove(at: table.startIndex) }
             table[origin] = multiplexes
         }
     }
