@@ -35,6 +35,9 @@ extension Benchmarks {
         /// Raw libcurl awaited from a task: the floor under any `async` transport on libcurl
         /// (see ``AsyncCurlFloor``).
         case asyncCurl = "async-libcurl"
+        /// `async-libcurl` with the request sent on the caller's thread (one hop, not two; see
+        /// ``AsyncCurlSocketFloor``).
+        case asyncCurlSocket = "async-libcurl-socket"
     }
 
     struct Figure {
@@ -188,6 +191,8 @@ extension Benchmarks {
             ("curl_executor_over_raw_libcurl_cpu", .curlExecutor, .rawCurl, \.cpuMicros),
             ("async_libcurl_over_raw_libcurl_cpu", .asyncCurl, .rawCurl, \.cpuMicros),
             ("engine_curl_over_async_libcurl_cpu", .engineCurl, .asyncCurl, \.cpuMicros),
+            ("async_libcurl_socket_over_raw_libcurl_cpu", .asyncCurlSocket, .rawCurl, \.cpuMicros),
+            ("async_libcurl_socket_over_async_libcurl_cpu", .asyncCurlSocket, .asyncCurl, \.cpuMicros),
         ]
         for (key, client, baseline, figure) in ratios where figures[client] != nil && figures[baseline] != nil {
             extra.append((key, medianRatio(reps, client, over: baseline, figure)))
@@ -243,8 +248,19 @@ extension Benchmarks {
                     }.resume()
                 }
             }
-        case .asyncCurl:
-            guard let floor = AsyncCurlFloor() else { return Figure() }
+        case .asyncCurl, .asyncCurlSocket:
+            let floor: (perform: @Sendable (UnsafeMutableRawPointer) async -> Bool, stop: @Sendable () -> Void)
+            if client == .asyncCurl {
+                guard let made = AsyncCurlFloor() else { return Figure() }
+                floor = ({ await made.perform($0) }, made.stop)
+            } else {
+                #if os(Linux)
+                    guard let made = AsyncCurlSocketFloor() else { return Figure() }
+                    floor = ({ await made.perform($0) }, made.stop)
+                #else
+                    return Figure()
+                #endif
+            }
             let handles = (0..<concurrency).compactMap { _ in
                 RawCurl.easyHandle(url: url, body: body, caFile: nginx.caBundle)
             }

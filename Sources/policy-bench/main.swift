@@ -46,10 +46,12 @@ if arguments.contains("--help") || arguments.contains("-h") {
                                   through a loopback nginx it starts, with raw URLSession
                                   and raw libcurl as baselines in the same run, and raw
                                   libcurl awaited from a task (async-libcurl: the floor
-                                  under any async transport on libcurl).
+                                  under any async transport on libcurl; async-libcurl-socket:
+                                  the same sending on the caller's thread, one hop less).
                                   --clients a,b picks clients (engine+curl,
                                   engine+curl-executor, curl-executor, engine+urlsession,
-                                  raw-urlsession, raw-libcurl, async-libcurl);
+                                  raw-urlsession, raw-libcurl, async-libcurl,
+                                  async-libcurl-socket);
                                   --requests n per measure;
                                   --goaway-after n: nginx closes each connection after n
                                   requests (GOAWAY over HTTP/2), as load balancers do.

@@ -32,7 +32,7 @@ struct TransportBenchmarkSmokeTests {
     @Test(.enabled(if: runs, Self.needsNginx)) func libcurlClientsAnswerEveryRowOnKeptAliveConnections() async throws {
         let results = try await run([
             "--only", "transport", "--clients",
-            "engine+curl,engine+curl-executor,curl-executor,raw-libcurl,async-libcurl",
+            "engine+curl,engine+curl-executor,curl-executor,raw-libcurl,async-libcurl,async-libcurl-socket",
         ])
         var rows: [String] = []
         for scheme in ["http", "tls1", "h2"] {
@@ -44,7 +44,10 @@ struct TransportBenchmarkSmokeTests {
         for row in results where row["name"] as? String != "transport-h2-c16-20ms" {
             let name = row["name"] as? String ?? "?"
             #expect(row["repetitions"] as? Int == 2, "\(name)")
-            for client in ["engine_curl", "engine_curl_executor", "curl_executor", "raw_libcurl", "async_libcurl"] {
+            for client in [
+                "engine_curl", "engine_curl_executor", "curl_executor", "raw_libcurl", "async_libcurl",
+                "async_libcurl_socket",
+            ] {
                 #expect(row["\(client)_failures"] == nil, "\(name): \(client) failed requests: \(row)")
                 let cpu = try #require(row["\(client)_cpu_us"] as? Double, "\(name): \(client)")
                 #expect(cpu > 0 && cpu.isFinite, "\(name): \(client)")
@@ -55,12 +58,14 @@ struct TransportBenchmarkSmokeTests {
                 #expect(row["engine_curl_connections"] as? Int == 0, "\(name): \(row)")
                 #expect(row["curl_executor_connections"] as? Int == 0, "\(name): \(row)")
                 #expect(row["async_libcurl_connections"] as? Int == 0, "\(name): \(row)")
+                #expect(row["async_libcurl_socket_connections"] as? Int == 0, "\(name): \(row)")
             }
             let ratio = try #require(row["ratio"] as? Double, "\(name)")
             #expect(ratio > 0 && ratio.isFinite, "\(name)")
             for key in [
                 "curl_executor_over_raw_libcurl_cpu", "async_libcurl_over_raw_libcurl_cpu",
-                "engine_curl_over_async_libcurl_cpu",
+                "engine_curl_over_async_libcurl_cpu", "async_libcurl_socket_over_raw_libcurl_cpu",
+                "async_libcurl_socket_over_async_libcurl_cpu",
             ] {
                 #expect((row[key] as? Double)?.isFinite == true, "\(name): \(key)")
             }
