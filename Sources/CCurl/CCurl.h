@@ -82,16 +82,18 @@ static inline void ccurl_wake_drain(int fd) { eventfd_t value; eventfd_read(fd, 
 
 /// Watches `fd` in the epoll set `poller` for what libcurl's socket callback asked
 /// (CURL_POLL_IN, _OUT, _INOUT), or stops watching it (CURL_POLL_REMOVE). Level-triggered.
-static inline int ccurl_epoll_watch(int poller, int fd, int what) {
+/// `watched` says whether the caller believes the set has it already (the other operation is
+/// tried when the set disagrees).
+static inline int ccurl_epoll_watch(int poller, int fd, int what, int watched) {
     if (what == CURL_POLL_REMOVE) {
         return epoll_ctl(poller, EPOLL_CTL_DEL, fd, NULL);
     }
     struct epoll_event event = {0};
     event.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0) | ((what & CURL_POLL_OUT) ? EPOLLOUT : 0);
     event.data.fd = fd;
-    if (epoll_ctl(poller, EPOLL_CTL_MOD, fd, &event) == 0) return 0;
-    if (errno != ENOENT) return -1;
-    return epoll_ctl(poller, EPOLL_CTL_ADD, fd, &event);
+    if (epoll_ctl(poller, watched ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &event) == 0) return 0;
+    if (errno != ENOENT && errno != EEXIST) return -1;
+    return epoll_ctl(poller, watched ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &event);
 }
 
 /// Waits up to `timeout` ms for events on `poller`; fills `fds` and `masks` (CURL_CSELECT_IN,

@@ -31,6 +31,8 @@
         private var polling = false
         private var pollingUntil: ContinuousClock.Instant?
         private var wakeNeeded = false
+        /// The sockets in the epoll set (the eventfd aside).
+        private var watching: Set<Int32> = []
         private var stopping = false
         private let stopped = DispatchSemaphore(value: 0)
 
@@ -40,14 +42,13 @@
             self.multi = multi
             poller = epoll_create1(Int32(EPOLL_CLOEXEC))
             wakeFD = ccurl_wake_make()
-            _ = ccurl_epoll_watch(poller, wakeFD, CURL_POLL_IN)
+            _ = ccurl_epoll_watch(poller, wakeFD, CURL_POLL_IN, 0)
             _ = ccurl_multi_setopt_long(multi, CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))
             _ = ccurl_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, 64)
             let context = Unmanaged.passUnretained(self).toOpaque()
             _ = ccurl_multi_setopt_socket_callback(multi) { _, socket, what, context, _ in
                 guard let context else { return -1 }
-                let floor = Unmanaged<AsyncCurlSocketFloor>.fromOpaque(context).takeUnretainedValue()
-                return ccurl_epoll_watch(floor.poller, socket, what) == 0 ? 0 : -1
+                return Unmanaged<AsyncCurlSocketFloor>.fromOpaque(context).takeUnretainedValue().watch(socket, what)
             }
             _ = ccurl_multi_setopt_pointer(multi, CURLMOPT_SOCKETDATA, context)
             _ = ccurl_multi_setopt_timer_callback(multi) { _, milliseconds, context in
@@ -70,9 +71,15 @@
                     curl_multi_add_handle(multi, easy)
                     // libcurl asked (its timer callback said 0 ms) for the call made here, at once:
                     // on a kept-alive connection it writes the request.
-                    timerDue = nil
+                    // Timers libcurl sets due at once run here too, not on the loop's thread
+                    // (each would be a wake-up).
                     var running: Int32 = 0
-                    curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running)
+                    for _ in 0..<8 {
+                        guard let due = timerDue, due <= ContinuousClock.now else { break }
+                        timerDue = nil
+                        curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running)
+                    }
+                    wakeNeeded = wakeNeeded && timerDue.map { due in pollingUntil.map { due < $0 } ?? true } ?? false
                     defer { wakeNeeded = false }
                     return (drain(), wakeNeeded)
                 }
@@ -89,6 +96,13 @@
             curl_multi_cleanup(multi)
             close(poller)
             close(wakeFD)
+        }
+
+        /// libcurl's socket callback, under the lock: the epoll set follows what libcurl wants
+        /// watched (one system call each, the set's members known).
+        private func watch(_ socket: Int32, _ what: Int32) -> Int32 {
+            let watched = what == CURL_POLL_REMOVE ? watching.remove(socket) != nil : !watching.insert(socket).inserted
+            return ccurl_epoll_watch(poller, socket, what, watched ? 1 : 0) == 0 ? 0 : -1
         }
 
         /// libcurl's timer callback, under the lock.
