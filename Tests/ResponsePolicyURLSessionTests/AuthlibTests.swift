@@ -50,15 +50,7 @@ struct AuthlibTests {
         }
     }
 
-    /// One scenario: a grant and a client, and what the run must show.
-    struct Scenario: Sendable, CustomTestStringConvertible {
-        var grant: String
-        var client: String
-        var secret: String
-        var auth: String
-        var encoding: String = "form"
-        var testDescription: String { "\(grant) as \(client) (\(auth), \(encoding))" }
-    }
+    typealias Scenario = OAuth2Scenario
 
     static let healthy: [Scenario] = [
         Scenario(grant: "refresh_token", client: "basic", secret: "basic-secret", auth: "client_secret_basic"),
@@ -177,23 +169,10 @@ struct AuthlibTests {
 
     /// A refresh token from Authlib's password grant, to start a refresh_token run from.
     func refreshToken(_ server: FixtureServer, _ scenario: Scenario) async throws -> String {
-        // Issued to the scenario's client, as it authenticates (a refresh token is bound to it).
-        var form = "grant_type=password&username=alice&password=wonderland&client_id=\(scenario.client)"
-        var headers: HTTPHeaders = ["Content-Type": "application/x-www-form-urlencoded"]
-        if scenario.auth == "client_secret_post" {
-            form +=
-                "&client_secret=" + (scenario.secret.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")
-        } else {
-            headers.set(
-                "Authorization", "Basic " + Data("\(scenario.client):\(scenario.secret)".utf8).base64EncodedString())
-        }
-        let response = try await URLSessionTransport(timeout: .seconds(10)).send(
-            HTTPRequest(method: "POST", url: server.url("/oauth/token"), headers: headers, body: Data(form.utf8)))
-        let object = try JSONSerialization.jsonObject(with: response.body) as? [String: Any]
-        guard let token = object?["refresh_token"] as? String else {
-            throw FixtureServer.Failure(description: "no refresh token from the password grant: \(response.status)")
-        }
-        return token
+        // Issued to the scenario's client, as it authenticates (a refresh token is bound to it):
+        // Authlib wants its id in the form with Basic credentials too.
+        let id = scenario.auth == "client_secret_post" ? "" : "&client_id=\(scenario.client)"
+        return try await scenario.passwordGrantRefreshToken(server.url("/oauth/token"), form: id)
     }
 
     /// `policy fetch` of `/api/me` `count` times, 64 at once, with the scenario's plugin settings.
@@ -201,19 +180,14 @@ struct AuthlibTests {
         _ server: FixtureServer, _ scenario: Scenario, count: Int, refreshToken given: String? = nil,
         transport: String? = nil
     ) async throws -> PolicyRun {
+        var scenario = scenario
+        if let transport { scenario.transport = transport }
         var token = given
         if scenario.grant == "refresh_token", token == nil { token = try await refreshToken(server, scenario) }
-        let fetch = OAuth2Fetch(
-            name: "authlib", tokenURL: server.url("/oauth/token"), grant: scenario.grant, client: scenario.client,
-            auth: scenario.auth, options: ["client-auth-encoding: \(scenario.encoding)"],
-            secretVariable: "AUTHLIB_TEST_SECRET", userVariable: "AUTHLIB_TEST_USER",
-            passwordVariable: "AUTHLIB_TEST_PASSWORD", dispatch: "dispatch: { max-in-flight-per-host: unlimited }")
-        return try await fetch.run(
-            server.url("/api/me"), count: count, refreshToken: token, transport: transport,
-            environment: [
-                "AUTHLIB_TEST_SECRET": scenario.secret, "AUTHLIB_TEST_USER": "alice",
-                "AUTHLIB_TEST_PASSWORD": "wonderland",
-            ])
+        return try await scenario.fetch(
+            server.url("/api/me"), name: "authlib", tokenURL: server.url("/oauth/token"), prefix: "AUTHLIB_TEST",
+            count: count, refreshToken: token, options: ["client-auth-encoding: \(scenario.encoding)"],
+            dispatch: "dispatch: { max-in-flight-per-host: unlimited }")
     }
 }
 

@@ -41,7 +41,7 @@ struct DjangoOAuthToolkitTests {
             + ".build/authlib-venv/bin/pip install 'authlib>=1.3,<2' 'flask>=3,<4' 'django>=4.2,<6' "
             + "'django-oauth-toolkit>=2,<4'")
 
-    struct Stats: Decodable {
+    struct Stats: TokenServerStats {
         var tokenCalls: Int
         var issued: Int
         var refreshReused: Int
@@ -58,14 +58,7 @@ struct DjangoOAuthToolkitTests {
         }
     }
 
-    struct Scenario: Sendable, CustomTestStringConvertible {
-        var grant: String
-        var client: String
-        var secret: String
-        var auth: String
-        var transport: String?
-        var testDescription: String { "\(grant) as \(client) (\(auth)) over \(transport ?? "the default transport")" }
-    }
+    typealias Scenario = OAuth2Scenario
 
     static let healthy: [Scenario] = [
         Scenario(grant: "refresh_token", client: "basic", secret: "basic-secret", auth: "client_secret_basic"),
@@ -83,26 +76,9 @@ struct DjangoOAuthToolkitTests {
         let python = try Self.requirePython()
         try await withFixtureServer("dot_server", python: python, arguments: ["1"]) { server in
             let count = 1500
-            let started = ContinuousClock.now
-            let run = try await fetch(server, scenario, count: count)
-            let elapsed = ContinuousClock.now - started
-            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-            let stats = try await server.stats(Stats.self)
-            run.expectEverythingDelivered(count)
-            #expect(stats.refreshReused == 0, "a refresh token was presented twice: \(stats)")
-            #expect(stats.tokenAnswers.keys.sorted() == ["200"], "every token call succeeded: \(stats)")
-            #expect(stats.api["200"] == count, "every request delivered once: \(stats)")
-            // Tokens live 1 s and are refreshed ahead at half their lifetime: at most two a
-            // second, plus the first (the sign-in, or the password grant this test took the first
-            // refresh token from) and one in flight at the end.
-            #expect(stats.issued <= 2 * Int(seconds.rounded(.up)) + 2, "\(stats.issued) tokens in \(seconds) s")
-            #expect(stats.issued >= 2, "the run outlived a token: \(stats)")
-            #expect(stats.tokenCalls == stats.issued, "no token call but for a token: \(stats)")
-            // Each token by the scenario's own grant: the password grant signs in again at each
-            // expiry (as documented), the others never sign in again by password.
-            let own = scenario.grant == "refresh_token" ? stats.tokenCalls - 1 : stats.tokenCalls
-            #expect(stats.grants[scenario.grant] == own, "\(stats)")
-            print("DjangoOAuthToolkitTests \(scenario.testDescription): \(count) requests in \(seconds) s, \(stats)")
+            let run = { try await fetch(server, scenario, count: count) }
+            _ = try await scenario.expectManyExpiries(
+                server, Stats.self, count: count, suite: "DjangoOAuthToolkitTests", fetch: run)
         }
     }
 
@@ -196,29 +172,12 @@ struct DjangoOAuthToolkitTests {
 
     /// A token call made directly, as the scenario's client authenticates.
     func tokenCall(_ server: FixtureServer, _ scenario: Scenario, form: String) async throws -> HTTPResponse {
-        var body = form
-        var headers: HTTPHeaders = ["Content-Type": "application/x-www-form-urlencoded"]
-        if scenario.auth == "client_secret_post" {
-            body +=
-                "&client_id=\(scenario.client)&client_secret="
-                + (scenario.secret.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")
-        } else {
-            headers.set(
-                "Authorization", "Basic " + Data("\(scenario.client):\(scenario.secret)".utf8).base64EncodedString())
-        }
-        return try await URLSessionTransport(timeout: .seconds(10)).send(
-            HTTPRequest(method: "POST", url: server.url("/o/token/"), headers: headers, body: Data(body.utf8)))
+        try await scenario.tokenCall(server.url("/o/token/"), form: form)
     }
 
     /// A refresh token from the toolkit's password grant, to start a refresh_token run from.
     func refreshToken(_ server: FixtureServer, _ scenario: Scenario) async throws -> String {
-        let response = try await tokenCall(
-            server, scenario, form: "grant_type=password&username=alice&password=wonderland")
-        let object = try JSONSerialization.jsonObject(with: response.body) as? [String: Any]
-        guard let token = object?["refresh_token"] as? String else {
-            throw FixtureServer.Failure(description: "no refresh token from the password grant: \(response.status)")
-        }
-        return token
+        try await scenario.passwordGrantRefreshToken(server.url("/o/token/"))
     }
 
     /// `policy fetch` of `/api/me` `count` times, 64 at once, with the scenario's plugin settings.
@@ -227,14 +186,8 @@ struct DjangoOAuthToolkitTests {
     ) async throws -> PolicyRun {
         var token = given
         if scenario.grant == "refresh_token", token == nil { token = try await refreshToken(server, scenario) }
-        let fetch = OAuth2Fetch(
-            name: "django-oauth-toolkit", tokenURL: server.url("/o/token/"), grant: scenario.grant,
-            client: scenario.client, auth: scenario.auth, secretVariable: "DOT_TEST_SECRET",
-            userVariable: "DOT_TEST_USER", passwordVariable: "DOT_TEST_PASSWORD")
-        return try await fetch.run(
-            server.url("/api/me"), count: count, refreshToken: token, transport: scenario.transport,
-            environment: [
-                "DOT_TEST_SECRET": scenario.secret, "DOT_TEST_USER": "alice", "DOT_TEST_PASSWORD": "wonderland",
-            ])
+        return try await scenario.fetch(
+            server.url("/api/me"), name: "django-oauth-toolkit", tokenURL: server.url("/o/token/"),
+            prefix: "DOT_TEST", count: count, refreshToken: token)
     }
 }
