@@ -151,6 +151,31 @@ struct NetworkPluginTests {
         #expect(failure == RefreshFailure(testCase.reason, response: answer))
     }
 
+    /// Basic credentials that form-encoding changes, refused: the reason says which option to try
+    /// (never the secret). A refusal names `invalid_client`, is a 401, or is a 400 or 403 naming no
+    /// error at all (glewlwyd's empty answers); another error (`invalid_grant`) or a 5xx is not about
+    /// the credentials, and a secret the encoding leaves alone needs no hint.
+    @Test(arguments: [
+        (400, "", "p@ss word", true), (403, "", "p@ss word", true), (401, "", "p@ss word", true),
+        (400, #"{"error":"invalid_client"}"#, "p@ss word", true),
+        (400, #"{"error":"invalid_grant"}"#, "p@ss word", false), (503, "", "p@ss word", false),
+        (400, "", "plain-secret", false),
+    ])
+    func oauth2HintsAtTheEncodingWhenBasicCredentialsAreRefused(
+        _ status: Int, _ body: String, _ secret: String, _ hinted: Bool
+    ) async throws {
+        let answer = HTTPResponse(status: status, body: Data(body.utf8))
+        let plugin = OAuth2Refresh(tokenURL: Self.tokenURL, clientID: "app", clientSecret: secret)
+        let failure = await #expect(throws: RefreshFailure.self) {
+            try await plugin.refresh(
+                context(Credentials(accessToken: "a1", refreshToken: "r1"), FakeTransport([.response(answer)])))
+        }
+        let reason = failure?.reason ?? ""
+        #expect(reason.hasPrefix("the token endpoint answered \(status)"), "\(reason)")
+        #expect(reason.contains("try 'client-auth-encoding: raw'") == hinted, "\(reason)")
+        #expect(!reason.contains(secret) && !reason.contains("p%40ss"), "\(reason)")
+    }
+
     struct OddCase: Sendable, CustomTestStringConvertible {
         var name: String
         var body: String

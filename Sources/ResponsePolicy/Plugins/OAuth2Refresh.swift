@@ -329,12 +329,16 @@ package struct OAuth2Refresh: RefreshPlugin, CustomStringConvertible, CustomDebu
         return credentials
     }
 
-    /// A hint for an `invalid_client` answer to Basic credentials that the encoding changes (a
-    /// reserved character in the id or secret): the usual cause is a server that decodes them
-    /// differently. Names the option, never the secret or its characters.
+    /// A hint for an answer refusing Basic credentials that the encoding changes (a reserved
+    /// character in the id or secret): the usual cause is a server that decodes them differently.
+    /// A refusal is `invalid_client`, a 401, or a 400 or 403 that names no error at all (glewlwyd
+    /// answers a wrong secret with an empty 400, or 403 for client credentials). Names the
+    /// option, never the secret or its characters.
     func encodingHint(_ response: HTTPResponse) -> String {
-        guard clientAuthentication == .basic, let clientSecret,
-            TokenEndpoint.errorCode(in: response) == "invalid_client" || response.status == 401,
+        let code = TokenEndpoint.errorCode(in: response)
+        let refused =
+            code == "invalid_client" || response.status == 401 || (code == nil && [400, 403].contains(response.status))
+        guard clientAuthentication == .basic, let clientSecret, refused,
             FormEncoding.encode(clientSecret) != clientSecret || FormEncoding.encode(clientID) != clientID
         else { return "" }
         let other = basicEncoding == .form ? "raw" : "form"
