@@ -148,12 +148,7 @@ struct EngineTransportMixTests {
         if call.revokes { try? await server.control(["access_token": "revoked-\(call.id)"]) }
         let task = Task { try await engine.send(call.request) }
         if call.kind == .cancelledAPI || call.kind == .cancelledPost {
-            if let pause = call.pause {
-                try? await Task.sleep(for: pause)
-            } else {
-                for _ in 0..<call.yields { await Task.yield() }
-            }
-            task.cancel()
+            await cancel(task, after: call.pause, yields: call.yields)
         }
         let response: HTTPResponse
         do {
@@ -216,24 +211,9 @@ struct EngineTransportMixTests {
             let credentials = MemoryCredentialStore(Credentials(accessToken: "access-0", refreshToken: "refresh-0"))
             let engine = PolicyEngine(
                 policy: policy, transport: kind.make(timeout: .seconds(5)), credentials: credentials)
-            let outcomes = await withTaskGroup(of: [(Call, Outcome)].self) { group in
-                for sequence in calls {
-                    group.addTask {
-                        var ended: [(Call, Outcome)] = []
-                        for call in sequence { ended.append((call, await Self.run(call, on: engine, server: server))) }
-                        return ended
-                    }
-                }
-                return await group.reduce(into: [(Call, Outcome)]()) { $0 += $1 }
-            }
+            let outcomes = await runSequences(calls) { await Self.run($0, on: engine, server: server) }
             #expect(outcomes.count == 16 * 12)
-            var seen: Set<Kind> = []
-            for (call, outcome) in outcomes {
-                seen.insert(call.kind)
-                let allowed = Self.allowed(call, outcome)
-                #expect(allowed, "\(kind) \(expiry) \(call.id) \(call.kind): \(outcome)")
-            }
-            #expect(seen == Set(Kind.allCases), "the seed reaches every kind: \(seen)")
+            expectAllowed(outcomes, label: "\(kind) \(expiry)", id: \.id, kind: \.kind) { Self.allowed($0, $1) }
 
             let stats = try await server.stats()
             let revocations = all.filter(\.revokes).count
@@ -252,14 +232,9 @@ struct EngineTransportMixTests {
             // The engine holds the server's token; 32 calls at once are all answered.
             let held = try credentials.load()
             #expect(held?.refreshToken == stats.refreshToken, "the engine holds the last pair the server issued")
-            let after = await withTaskGroup(of: Bool.self) { group in
-                for index in 0..<32 {
-                    group.addTask {
-                        let request = HTTPRequest(url: server.url("/api/items?id=after-\(index)"))
-                        return (try? await engine.send(request))?.body == Data(#"{"status": 0, "data": "ok"}"#.utf8)
-                    }
-                }
-                return await group.reduce(0) { $0 + ($1 ? 1 : 0) }
+            let after = await succeedingAtOnce(32) { index in
+                let request = HTTPRequest(url: server.url("/api/items?id=after-\(index)"))
+                return (try? await engine.send(request))?.body == Data(#"{"status": 0, "data": "ok"}"#.utf8)
             }
             #expect(after == 32)
         }

@@ -90,12 +90,7 @@ struct TransportRandomMixTests {
     static func run(_ call: Call, on transport: any CancellableTransport) async -> Outcome {
         let task = Task { try await transport.send(call.request) }
         if call.kind == .stallCancelled || call.kind == .postCancelled {
-            if let pause = call.pause {
-                try? await Task.sleep(for: pause)
-            } else {
-                for _ in 0..<call.yields { await Task.yield() }
-            }
-            task.cancel()
+            await cancel(task, after: call.pause, yields: call.yields)
         }
         do {
             let response = try await task.value
@@ -148,24 +143,10 @@ struct TransportRandomMixTests {
                 }
                 calls.append(sequence)
             }
-            let outcomes = await withTaskGroup(of: [(Call, Outcome)].self) { group in
-                for sequence in calls {
-                    group.addTask {
-                        var ended: [(Call, Outcome)] = []
-                        for call in sequence { ended.append((call, await Self.run(call, on: transport))) }
-                        return ended
-                    }
-                }
-                return await group.reduce(into: [(Call, Outcome)]()) { $0 += $1 }
-            }
+            let sequences = calls
+            let outcomes = await runSequences(sequences) { call in await Self.run(call, on: transport) }
             #expect(outcomes.count == 16 * 15)
-            var seen: Set<Kind> = []
-            for (call, outcome) in outcomes {
-                seen.insert(call.kind)
-                let allowed = Self.allowed(call, outcome)
-                #expect(allowed, "\(kind) \(call.id) \(call.kind): \(outcome)")
-            }
-            #expect(seen == Set(Kind.allCases), "the seed reaches every kind: \(seen)")
+            expectAllowed(outcomes, label: "\(kind)", id: \.id, kind: \.kind) { Self.allowed($0, $1) }
 
             // What reached the server: each body at most once, once when it was answered.
             let received = try await server.requests().filter { $0.path == "/echo" && $0.method == "POST" }
@@ -177,14 +158,9 @@ struct TransportRandomMixTests {
             }
 
             // Nothing of the mix holds a place: 32 at once, all answered.
-            let after = await withTaskGroup(of: Bool.self) { group in
-                for index in 0..<32 {
-                    group.addTask {
-                        let request = HTTPRequest(url: server.url("/echo?id=after-\(index)"))
-                        return (try? await transport.send(request))?.status == 200
-                    }
-                }
-                return await group.reduce(0) { $0 + ($1 ? 1 : 0) }
+            let after = await succeedingAtOnce(32) { index in
+                let request = HTTPRequest(url: server.url("/echo?id=after-\(index)"))
+                return (try? await transport.send(request))?.status == 200
             }
             #expect(after == 32)
         }
