@@ -600,11 +600,13 @@ func policyBinary() throws -> URL {
     throw TestServer.Failure(description: "the policy binary is not built; run 'swift build' first")
 }
 
-/// Runs `policy arguments`, reading both pipes before waiting for the exit, off the cooperative pool.
+/// Runs `policy arguments`, reading both pipes before waiting for the exit, on threads of their own:
+/// neither the cooperative pool nor Dispatch's global queue (whose blocked threads stall Dispatch's
+/// timers and signal sources for the whole test process) waits for the process.
 func runPolicy(_ arguments: [String], environment: [String: String] = [:]) async throws -> PolicyRun {
     let binary = try policyBinary()
     return try await withCheckedThrowingContinuation { continuation in
-        DispatchQueue.global().async {
+        Thread.detachNewThread {
             continuation.resume(
                 with: Result {
                     let process = Process()
@@ -620,7 +622,7 @@ func runPolicy(_ arguments: [String], environment: [String: String] = [:]) async
                     let errorData = Locked(Data())
                     let group = DispatchGroup()
                     group.enter()
-                    DispatchQueue.global().async {
+                    Thread.detachNewThread {
                         let data = stderr.fileHandleForReading.readDataToEndOfFile()
                         errorData.withLock { $0 = data }
                         group.leave()

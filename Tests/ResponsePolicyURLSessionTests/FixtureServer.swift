@@ -29,7 +29,7 @@ final class FixtureServer: Sendable {
         -> FixtureServer
     {
         try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global().async {
+            Thread.detachNewThread {
                 continuation.resume(with: Result { try startBlocking(name, python: python, arguments: arguments) })
             }
         }
@@ -84,12 +84,13 @@ final class FixtureServer: Sendable {
         }
     }
 
-    /// Closes its stdin, which makes it exit, and waits until it did, on a dispatch thread: a
+    /// Closes its stdin, which makes it exit, and waits until it did, on a thread of its own: a
     /// blocked thread of the cooperative pool (two on a two-core machine) stalls every other test
-    /// meanwhile.
+    /// meanwhile, and a blocked thread of Dispatch's global queue stalls Dispatch's own event
+    /// handling (timers, signal sources: a SIGHUP test once went unanswered for 20 s).
     func stop() async {
         await withCheckedContinuation { continuation in
-            DispatchQueue.global().async {
+            Thread.detachNewThread {
                 try? self.input.fileHandleForWriting.close()
                 if self.process.isRunning { self.process.terminate() }
                 self.process.waitUntilExit()

@@ -214,7 +214,7 @@ func runTool(_ executable: String, _ arguments: [String], stdin path: String? = 
     -> (status: Int32, stdout: String, output: String)
 {
     try await withCheckedThrowingContinuation { continuation in
-        DispatchQueue.global().async {
+        Thread.detachNewThread {
             continuation.resume(
                 with: Result {
                     let process = Process()
@@ -230,7 +230,7 @@ func runTool(_ executable: String, _ arguments: [String], stdin path: String? = 
                     let errors = Locked(Data())
                     let group = DispatchGroup()
                     group.enter()
-                    DispatchQueue.global().async {
+                    Thread.detachNewThread {
                         let data = stderr.fileHandleForReading.readDataToEndOfFile()
                         errors.withLock { $0 = data }
                         group.leave()

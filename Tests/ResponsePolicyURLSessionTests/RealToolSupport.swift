@@ -176,10 +176,11 @@ final class RunningProcess: @unchecked Sendable {
         if process.isRunning { process.terminate() }
     }
 
-    /// Waits for the process to end on a dispatch thread (never blocking the test pool).
+    /// Waits for the process to end on a thread of its own (never blocking the test pool or
+    /// Dispatch's global queue).
     func waitForExit() async {
         await withCheckedContinuation { continuation in
-            DispatchQueue.global().async {
+            Thread.detachNewThread {
                 self.process.waitUntilExit()
                 continuation.resume()
             }
