@@ -19,8 +19,8 @@
     final class AsyncCurlSocketFloor: @unchecked Sendable {
         private let multi: UnsafeMutableRawPointer
         private let poller: Int32
-        /// An eventfd in the epoll set: wakes the loop's thread when libcurl wants a timer
-        /// earlier than the one the thread waits for, or the floor stops.
+        /// An eventfd in the epoll set: wakes the loop's thread when a caller leaves libcurl a
+        /// timer earlier than the one the thread waits for, or the floor stops.
         private let wakeFD: Int32
         private let lock = Locked(())
         // Under `lock`.
@@ -30,7 +30,6 @@
         /// The loop's thread waits in epoll (or is about to), until `pollingUntil` (nil: a second).
         private var polling = false
         private var pollingUntil: ContinuousClock.Instant?
-        private var wakeNeeded = false
         /// The sockets in the epoll set (the eventfd aside).
         private var watching: Set<Int32> = []
         private var stopping = false
@@ -68,20 +67,14 @@
             await withUnsafeContinuation { continuation in
                 let (done, wake) = lock.withLock { _ -> ([(UnsafeContinuation<Bool, Never>, Bool)], Bool) in
                     onTheWire[easy] = continuation
+                    // libcurl asks (its timer callback says 0 ms) for a call at once, which writes
+                    // the request on a kept-alive connection: made here, as are the timers it sets
+                    // due at once after it (each would be a wake-up of the loop's thread).
                     curl_multi_add_handle(multi, easy)
-                    // libcurl asked (its timer callback said 0 ms) for the call made here, at once:
-                    // on a kept-alive connection it writes the request.
-                    // Timers libcurl sets due at once run here too, not on the loop's thread
-                    // (each would be a wake-up).
-                    var running: Int32 = 0
-                    for _ in 0..<8 {
-                        guard let due = timerDue, due <= ContinuousClock.now else { break }
-                        timerDue = nil
-                        curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running)
-                    }
-                    wakeNeeded = wakeNeeded && timerDue.map { due in pollingUntil.map { due < $0 } ?? true } ?? false
-                    defer { wakeNeeded = false }
-                    return (drain(), wakeNeeded)
+                    runDueTimers()
+                    // The loop's thread is woken only for a timer earlier than its wait.
+                    let wake = polling && timerDue.map { due in pollingUntil.map { due < $0 } ?? true } ?? false
+                    return (drain(), wake)
                 }
                 for (continuation, succeeded) in done { continuation.resume(returning: succeeded) }
                 if wake { ccurl_wake_signal(wakeFD) }
@@ -107,13 +100,18 @@
 
         /// libcurl's timer callback, under the lock.
         private func timerSet(_ milliseconds: Int) {
-            guard milliseconds >= 0 else {
+            timerDue = milliseconds >= 0 ? ContinuousClock.now + .milliseconds(milliseconds) : nil
+        }
+
+        /// Calls libcurl back for its timers due now (a few in a row: one may set the next due at
+        /// once); under the lock.
+        private func runDueTimers() {
+            var running: Int32 = 0
+            for _ in 0..<8 {
+                guard let due = timerDue, due <= ContinuousClock.now else { return }
                 timerDue = nil
-                return
+                curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running)
             }
-            let due = ContinuousClock.now + .milliseconds(milliseconds)
-            timerDue = due
-            if polling, pollingUntil.map({ due < $0 }) ?? true { wakeNeeded = true }
         }
 
         /// The transfers libcurl ended, taken out of the multi handle; under the lock.
@@ -148,7 +146,6 @@
                 let count = ccurl_epoll_wait(poller, &fds, &masks, 64, timeout)
                 let done = lock.withLock { _ -> [(UnsafeContinuation<Bool, Never>, Bool)] in
                     polling = false
-                    wakeNeeded = false
                     var running: Int32 = 0
                     for index in 0..<max(0, Int(count)) {
                         if fds[index] == wakeFD {
@@ -157,10 +154,7 @@
                             curl_multi_socket_action(multi, fds[index], masks[index], &running)
                         }
                     }
-                    if let due = timerDue, due <= ContinuousClock.now {
-                        timerDue = nil
-                        curl_multi_socket_action(multi, CURL_SOCKET_TIMEOUT, 0, &running)
-                    }
+                    runDueTimers()
                     return drain()
                 }
                 for (continuation, succeeded) in done { continuation.resume(returning: succeeded) }
