@@ -10,15 +10,14 @@ import Testing
 /// while the server revokes the access token at random moments (each revocation a storm of
 /// expiries: the engine holds requests, refreshes once and re-signs them), POST bodies through
 /// the engine, answers cut short and 503s (retried, until the server's count of them runs out),
-/// and callers cancelled at random points
-/// (queued, held for a refresh, on the wire, in a backoff). The server rotates refresh tokens and
+/// and callers cancelled at random points (queued, held for a refresh, on the wire, in a backoff). The server rotates refresh tokens and
 /// answers a spent one with `invalid_grant`, which ends the session: so a refresh token
 /// presented twice shows as a logout (the policy lets a request wait for up to 5 refreshes and
 /// fail, not log out, past them: the default, 1, logs out by design when two revocations meet one
 /// request). Checked:
 /// - each call ends once, as its kind allows (a cancelled caller may still be answered);
 /// - nobody is logged out, no refresh token is refused (none presented twice), and there is at
-///   most one token call per revocation, plus the first;
+///   most one token call per revocation;
 /// - every POST body comes back as sent;
 /// - afterwards the engine's token is the server's, and 32 calls at once are all answered.
 @Suite(.measuresRealTime(filter: "EngineTransportMixTests"), .loadGate(.realTime))
@@ -27,15 +26,7 @@ struct EngineTransportMixTests {
         case api, post, cutShort, unavailable, cancelledAPI, cancelledPost
     }
 
-    struct Call: Sendable {
-        var id: String
-        var kind: Kind
-        var request: HTTPRequest
-        var yields: Int
-        var pause: Duration?
-        /// Revokes the server's access token before this call goes out.
-        var revokes: Bool
-    }
+    typealias Call = MixCall<Kind>
 
     static func policy(port: Int, expiry: String) -> String {
         """
@@ -44,6 +35,9 @@ struct EngineTransportMixTests {
         classify:
           code: body.status
         rules:
+          - name: missing-scope
+            when: { status: [401, 403], header: { WWW-Authenticate: "*insufficient_scope*" } }
+            then: deliver
           - name: token-expired
             when: \(expiry == "http401" ? "{ status: [401] }" : "{ code: [1401] }")
             then: refresh
@@ -73,7 +67,7 @@ struct EngineTransportMixTests {
           initial: 10ms
           max-delay: 100ms
           attempt-timeout: 5s
-          deadline: 20s
+          deadline: 200s
         routes:
           - match: { path: "/oauth/*" }
             rules: []
@@ -213,7 +207,7 @@ struct EngineTransportMixTests {
                 policy: policy, transport: kind.make(timeout: .seconds(5)), credentials: credentials)
             let outcomes = await runSequences(calls) { await Self.run($0, on: engine, server: server) }
             #expect(outcomes.count == 16 * 12)
-            expectAllowed(outcomes, label: "\(kind) \(expiry)", id: \.id, kind: \.kind) { Self.allowed($0, $1) }
+            expectAllowed(outcomes, label: "\(kind) \(expiry)") { Self.allowed($0, $1) }
 
             let stats = try await server.stats()
             let revocations = all.filter(\.revokes).count

@@ -1,3 +1,4 @@
+import ResponsePolicy
 import Testing
 
 // What the random-mix suites (`TransportRandomMixTests`, `EngineTransportMixTests`) share: their
@@ -21,17 +22,32 @@ func runSequences<Call: Sendable, Outcome: Sendable>(
     }
 }
 
+/// One call of a mix: its id (in its URL, to find it among what the server received), its kind,
+/// its request, and where a cancelled kind is cancelled.
+struct MixCall<Kind: Hashable & CaseIterable & Sendable>: Sendable {
+    var id: String
+    var kind: Kind
+    var request: HTTPRequest
+    /// When a cancelled kind is cancelled: after this many yields (before or as it starts), or
+    /// after `pause` (mostly on the wire). Either way every outcome it may have is checked; the
+    /// pause only varies the point, nothing waits on it.
+    var yields: Int
+    var pause: Duration?
+    /// Revokes the server's access token before it goes out (the engine's mix).
+    var revokes = false
+}
+
 /// Expects every outcome to be one its call allows, and the calls to reach every kind; a failure
 /// names `label`, the call's id and kind, and the outcome.
-func expectAllowed<Call, Outcome, Kind: CaseIterable & Hashable>(
-    _ outcomes: [(Call, Outcome)], label: String, id: (Call) -> String, kind: (Call) -> Kind,
-    allowed: (Call, Outcome) -> Bool, sourceLocation: SourceLocation = #_sourceLocation
+func expectAllowed<Kind, Outcome>(
+    _ outcomes: [(MixCall<Kind>, Outcome)], label: String, allowed: (MixCall<Kind>, Outcome) -> Bool,
+    sourceLocation: SourceLocation = #_sourceLocation
 ) {
     var seen: Set<Kind> = []
     for (call, outcome) in outcomes {
-        seen.insert(kind(call))
+        seen.insert(call.kind)
         let ok = allowed(call, outcome)
-        #expect(ok, "\(label) \(id(call)) \(kind(call)): \(outcome)", sourceLocation: sourceLocation)
+        #expect(ok, "\(label) \(call.id) \(call.kind): \(outcome)", sourceLocation: sourceLocation)
     }
     #expect(seen == Set(Kind.allCases), "the seed reaches every kind: \(seen)", sourceLocation: sourceLocation)
 }

@@ -39,16 +39,7 @@ struct TransportRandomMixTests {
         }
     }
 
-    struct Call: Sendable {
-        var id: String
-        var kind: Kind
-        var request: HTTPRequest
-        /// When a cancelled kind is cancelled: after this many yields (before or as it starts),
-        /// or after `pause` (mostly on the wire). Either way every outcome it may have is checked;
-        /// the pause only varies the point, nothing waits on it.
-        var yields: Int
-        var pause: Duration?
-    }
+    typealias Call = MixCall<Kind>
 
     static func pick(_ random: SeededRandomSource) -> Kind {
         // Weights: mostly answers, some of each failure.
@@ -146,7 +137,7 @@ struct TransportRandomMixTests {
             let sequences = calls
             let outcomes = await runSequences(sequences) { call in await Self.run(call, on: transport) }
             #expect(outcomes.count == 16 * 15)
-            expectAllowed(outcomes, label: "\(kind)", id: \.id, kind: \.kind) { Self.allowed($0, $1) }
+            expectAllowed(outcomes, label: "\(kind)") { Self.allowed($0, $1) }
 
             // What reached the server: each body at most once, once when it was answered.
             let received = try await server.requests().filter { $0.path == "/echo" && $0.method == "POST" }
