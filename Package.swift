@@ -100,6 +100,7 @@ let package = Package(
             name: "ResponsePolicyURLSessionTests",
             dependencies: [
                 "ResponsePolicyURLSession", "ResponsePolicyCurl", "ResponsePolicy", "ResponsePolicyTesting", "TestGate",
+                "TestSupport",
             ],
             resources: [.copy("Fixtures")]
         ),

@@ -115,16 +115,12 @@ final class Probe: @unchecked Sendable {
         let handle = output.fileHandleForReading
         let lines = self.lines
         let ended = self.ended
-        handle.readabilityHandler = { handle in
-            let data = handle.availableData
-            if data.isEmpty {
-                handle.readabilityHandler = nil
-                ended.withLock { $0 = true }
-                return
-            }
-            lines.withLock { $0 += String(decoding: data, as: UTF8.self) }
-        }
         try process.run()
+        readToEndOnThread(handle) { data in
+            lines.withLock { $0 += String(decoding: data, as: UTF8.self) }
+        } ended: {
+            ended.withLock { $0 = true }
+        }
     }
 
     var output: String { lines.withLock { $0 } }

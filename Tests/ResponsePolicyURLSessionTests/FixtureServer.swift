@@ -1,5 +1,6 @@
 import Foundation
 import ResponsePolicy
+import ResponsePolicyCurl
 import Testing
 
 @testable import ResponsePolicyURLSession
@@ -69,7 +70,7 @@ final class FixtureServer: Sendable {
 
     /// `GET /_stats` on a transport of its own, decoded.
     func stats<T: Decodable>(_ type: T.Type) async throws -> T {
-        let response = try await URLSessionTransport(timeout: .seconds(10)).send(HTTPRequest(url: url("/_stats")))
+        let response = try await HarnessTransport.shared.send(HTTPRequest(url: url("/_stats")))
         return try JSONDecoder().decode(T.self, from: response.body)
     }
 
@@ -77,7 +78,7 @@ final class FixtureServer: Sendable {
     func control(_ settings: [String: any Sendable]) async throws {
         let body = try JSONSerialization.data(withJSONObject: settings)
         let request = HTTPRequest(method: "POST", url: url("/_control"), body: body)
-        let response = try await URLSessionTransport(timeout: .seconds(10)).send(request)
+        let response = try await HarnessTransport.shared.send(request)
         guard response.status == 200 else {
             throw Failure(
                 description: "/_control answered \(response.status): \(String(decoding: response.body, as: UTF8.self))")
@@ -98,6 +99,20 @@ final class FixtureServer: Sendable {
             }
         }
     }
+}
+
+/// The transport of the harness's own calls to fixtures and tools (`/_stats`, `/_control`, a
+/// tool's page): one `CurlTransport` for the whole test run.
+///
+/// Not a `URLSessionTransport` made per call, as before: `waitForCounter` polls every 10 ms, so
+/// a run made and dropped hundreds of URLSessions, and FoundationNetworking's teardown of a
+/// session's sockets races libdispatch (a crash of the whole test process in
+/// `_dispatch_event_loop_drain`, seen once in about 25 runs of CI's transport step under load:
+/// the family of swift-corelibs-foundation#4791). Nor any URLSession: every URLSession of the
+/// process waits while one response holds FoundationNetworking's work queue
+/// (`TransportFloodTests`), and a harness call must not wait on what the test exercises.
+enum HarnessTransport {
+    static let shared = CurlTransport(timeout: .seconds(10))
 }
 
 /// Runs `body` with a fresh fixture server, and stops it afterwards, also when `body` throws.

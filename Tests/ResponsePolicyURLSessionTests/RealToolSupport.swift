@@ -1,5 +1,7 @@
 import Foundation
 import ResponsePolicy
+import ResponsePolicyCurl
+import TestSupport
 import Testing
 
 @testable import ResponsePolicyURLSession
@@ -104,11 +106,10 @@ enum RealTools {
         throw FixtureServer.Failure(description: "\(what) did not happen within \(seconds)s")
     }
 
-    /// GET `url` with a transport of its own: the body as text.
+    /// GET `url` through the harness's transport (`HarnessTransport`): the body as text.
     static func get(_ url: String, headers: HTTPHeaders = [:]) async throws -> (Int, String) {
         guard let target = URL(string: url) else { throw FixtureServer.Failure(description: "bad URL \(url)") }
-        let response = try await URLSessionTransport(timeout: .seconds(5)).send(
-            HTTPRequest(url: target, headers: headers))
+        let response = try await HarnessTransport.shared.send(HTTPRequest(url: target, headers: headers))
         return (response.status, String(decoding: response.body, as: UTF8.self))
     }
 }
@@ -134,23 +135,13 @@ final class RunningProcess: @unchecked Sendable {
         process.standardOutput = stdout
         process.standardError = stderr
         process.standardInput = FileHandle.nullDevice
-        stdout.fileHandleForReading.readabilityHandler = { [weak self] handle in
-            let data = handle.availableData
-            if data.isEmpty {
-                handle.readabilityHandler = nil
-                return
-            }
+        try process.run()
+        readToEndOnThread(stdout.fileHandleForReading) { [weak self] data in
             self?.lock.withLock { self?.output.append(data) }
         }
-        stderr.fileHandleForReading.readabilityHandler = { [weak self] handle in
-            let data = handle.availableData
-            if data.isEmpty {
-                handle.readabilityHandler = nil
-                return
-            }
+        readToEndOnThread(stderr.fileHandleForReading) { [weak self] data in
             self?.lock.withLock { self?.errors.append(data) }
         }
-        try process.run()
     }
 
     deinit { stop() }
