@@ -68,7 +68,7 @@ final class FixtureServer: Sendable {
         URL(string: "http://127.0.0.1:\(port)\(pathAndQuery)") ?? URL(fileURLWithPath: "/invalid")
     }
 
-    /// `GET /_stats` on a transport of its own, decoded.
+    /// `GET /_stats` through the harness's transport (`HarnessTransport`), decoded.
     func stats<T: Decodable>(_ type: T.Type) async throws -> T {
         let response = try await HarnessTransport.shared.send(HTTPRequest(url: url("/_stats")))
         return try JSONDecoder().decode(T.self, from: response.body)
