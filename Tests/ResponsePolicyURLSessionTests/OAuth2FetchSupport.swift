@@ -24,6 +24,15 @@ struct OAuth2Fetch {
 
     /// `policy fetch` of `api` `count` times, 64 at once; a `refresh_token` grant starts from
     /// `refreshToken` (stored with a stale access token); `transport` is `--transport`'s value.
+    ///
+    /// The servers issue 1 s tokens, so on a loaded machine one attempt can outlive a token whole.
+    /// A request whose fresh token expires in flight twice in a row uses up the default
+    /// `max-per-request: 1`, and the default `on-exhausted: logout` then ends the session. That
+    /// happened once in CI, to `AuthlibTests.tokenCallsOverURLSessionSurviveResetsAtReuse`: 4
+    /// refreshes in 4 s, all answered 200, then "logged out by rule 'unauthorized'". These suites
+    /// test the plugin against real servers, not that default, so a request here may wait for 3
+    /// refreshes and fails, rather than logging out, past them.
+    /// `RefreshSimulationTests.maxPerRequestThenOnExhausted` holds what each `on-exhausted` does.
     func run(
         _ api: URL, count: Int, refreshToken: String?, transport: String?, environment: [String: String]
     ) async throws -> PolicyRun {
@@ -44,6 +53,8 @@ struct OAuth2Fetch {
               - { name: transient, when: { status: [502, 503, 504], error: [timeout, connection] }, then: retry }
             refresh:
               use: oauth2
+              max-per-request: 3
+              on-exhausted: fail
               with:
             \(lines.map { "    " + $0 + "\n" }.joined())retry: { initial: 50ms, max-delay: 500ms, attempt-timeout: 5s }
             \(dispatch ?? "")
