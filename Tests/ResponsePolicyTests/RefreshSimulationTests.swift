@@ -1,3 +1,5 @@
+import Foundation
+import TestSupport
 import Testing
 
 @testable import ResponsePolicy
@@ -88,6 +90,39 @@ struct RefreshSimulationTests {
         #expect(result.summary.logouts == logouts)
         #expect(result.outcome("a")?.result == expected)
         if expected == .delivered { #expect(result.outcome("a")?.code == "1401") }
+    }
+
+    /// A token refused after its lifetime, as the token endpoint issued it, ended on the way (it
+    /// was valid when the attempt left) was not refused fresh: the refresh it leads to does not
+    /// count against `max-per-request` (1 in default.yaml, with `on-exhausted: logout`), and the
+    /// request is delivered. The same refusal while the token was still valid counts, and the
+    /// request meets `on-exhausted`. (examples/simulations/25-token-expired-in-flight.yaml.)
+    @Test(arguments: [
+        ("1500ms", PolicyEvent.Result.delivered, 2, 0), ("500ms", .loggedOut, 1, 1),
+    ])
+    func aTokenExpiredInFlightIsNotCountedAgainstMaxPerRequest(
+        _ latency: String, _ expected: PolicyEvent.Result, _ refreshes: Int, _ logouts: Int
+    ) async throws {
+        let policy = try String(
+            contentsOf: repositoryRoot.appendingPathComponent("policies/default.yaml"), encoding: .utf8)
+        let result = try await simulate(
+            policy,
+            """
+            requests:
+              - id: slow
+                responses:
+                  - { body: '{"status":1401}' }
+                  - { body: '{"status":1401}', latency: \(latency) }
+                  - { body: '{"status":0}' }
+            refresh:
+              - after: 100ms
+                body: '{"access_token":"t1","token_type":"Bearer","expires_in":1,"refresh_token":"r1"}'
+              - after: 100ms
+                body: '{"access_token":"t2","token_type":"Bearer","expires_in":60,"refresh_token":"r2"}'
+            """)
+        #expect(result.outcome("slow")?.result == expected)
+        #expect(result.summary.refreshes == refreshes)
+        #expect(result.summary.logouts == logouts)
     }
 
     @Test(arguments: [("fail", PolicyEvent.Result.failed, 0), ("logout", .loggedOut, 1)])

@@ -26,13 +26,15 @@ struct OAuth2Fetch {
     /// `refreshToken` (stored with a stale access token); `transport` is `--transport`'s value.
     ///
     /// The servers issue 1 s tokens, so on a loaded machine one attempt can outlive a token whole.
-    /// A request whose fresh token expires in flight twice in a row uses up the default
-    /// `max-per-request: 1`, and the default `on-exhausted: logout` then ends the session. That
-    /// happened once in CI, to `AuthlibTests.tokenCallsOverURLSessionSurviveResetsAtReuse`: 4
-    /// refreshes in 4 s, all answered 200, then "logged out by rule 'unauthorized'". These suites
-    /// test the plugin against real servers, not that default, so a request here may wait for 3
-    /// refreshes and fails, rather than logging out, past them.
-    /// `RefreshSimulationTests.maxPerRequestThenOnExhausted` holds what each `on-exhausted` does.
+    /// That logged a session out once in CI (`AuthlibTests.tokenCallsOverURLSessionSurviveResetsAtReuse`:
+    /// 4 refreshes in 4 s, all answered 200, then "logged out by rule 'unauthorized'"): a request
+    /// whose fresh token expired in flight twice used up `max-per-request: 1`, and `on-exhausted:
+    /// logout` followed. The engine no longer counts a refusal of a token whose lifetime ended on
+    /// the way (`RefreshSimulationTests.aTokenExpiredInFlightIsNotCountedAgainstMaxPerRequest`),
+    /// but it times a lifetime from the answer's arrival, and the server from its issue: a token
+    /// refused in between still counts. These suites test the plugin against real servers, not
+    /// that margin, so a request here may wait for 3 refreshes and fails, rather than logging
+    /// out, past them.
     func run(
         _ api: URL, count: Int, refreshToken: String?, transport: String?, environment: [String: String]
     ) async throws -> PolicyRun {

@@ -139,6 +139,7 @@ extension EngineState {
             loop.signingIn = false
             loop.skipProactive = false
             loop.signedGeneration = gated.generation
+            loop.signedExpiry = gated.credentials?.credentials.expiresAt.flatMap { $0 > r.date ? $0 : nil }
             loop.preSendWaited = false
             loop.attempt += 1
             return .send(gated.credentials, generation: gated.generation)
@@ -310,10 +311,17 @@ extension EngineState {
     /// A `refresh` rule matched request `r`'s attempt. The generation first: refused with a token
     /// older than the current one, the request is re-sent with the current one at once, and that
     /// re-send is not counted (no refresh was waited for; the same holds for credentials adopted
-    /// from the fleet: issue 19, invariant d). Then `max-per-request` (its `on-exhausted` edge);
-    /// then a failure of this request's own refresh ahead of expiry for this very token (met
-    /// again, not asked again: the same refresh token is never presented twice); otherwise it
-    /// starts or joins the refresh.
+    /// from the fleet: issue 19, invariant d). Then `max-per-request` (its `on-exhausted` edge),
+    /// unless the token expired in flight (see below); then a failure of this request's own
+    /// refresh ahead of expiry for this very token (met again, not asked again: the same refresh
+    /// token is never presented twice); otherwise it starts or joins the refresh.
+    ///
+    /// Expired in flight: the token was valid when the attempt left and its lifetime, as the
+    /// token endpoint issued it, ended before the answer came. Its refusal says the token grew
+    /// old, not that the server refuses fresh tokens, so the refresh it leads to is not counted:
+    /// an attempt slower than a token's whole life (a loaded machine, tokens of a few seconds)
+    /// does not use up `max-per-request` and reach `on-exhausted`, whose default is a logout. The
+    /// request's deadline bounds such re-sends, and a token refused before its time is counted.
     mutating func refreshTrigger(
         _ r: RequestEvent, _ loop: inout RequestLoop, _ flow: RuleGraph.CompiledRule,
         into actions: inout Actions
@@ -322,7 +330,8 @@ extension EngineState {
             noteResponse(r, loop, rule: flow.rule, into: &actions)
             return proceed(r, &loop, into: &actions)
         }
-        guard loop.refreshResends < flow.refresh.maxPerRequest else {
+        let expiredInFlight = loop.signedExpiry.map { $0 <= r.date } ?? false
+        guard expiredInFlight || loop.refreshResends < flow.refresh.maxPerRequest else {
             let error = PolicyEngineError.refreshFailed(
                 reason: "the request was re-sent \(loop.refreshResends) time(s) for refresh triggers")
             guard let exhausted = flow.onExhausted else {
@@ -331,7 +340,8 @@ extension EngineState {
             return follow(r, &loop, exhausted, of: flow, failing: error, into: &actions)
         }
         noteResponse(r, loop, rule: flow.rule, into: &actions)
-        loop.refreshResends += 1
+        loop.triggerCounted = !expiredInFlight
+        if loop.triggerCounted { loop.refreshResends += 1 }
         loop.refreshRule = flow.index
         if let earlier = loop.proactiveFailure, earlier.generation == loop.signedGeneration,
             generation == loop.signedGeneration
@@ -459,7 +469,7 @@ extension EngineState {
             // access token may have expired meanwhile): the re-send is not counted (issue 19,
             // invariant d), so a refusal of them leads to another (coordinated) refresh, never to
             // on-exhausted.
-            if !proactive, loop.refreshResends > 0 { loop.refreshResends -= 1 }
+            if !proactive, loop.triggerCounted, loop.refreshResends > 0 { loop.refreshResends -= 1 }
             loop.refreshRule = nil
             return proceed(r, &loop, into: &actions)
         case .failed(let failure) where proactive:

@@ -22,8 +22,13 @@ extension EngineState {
         var retries = 0
         /// Re-sends after a refresh this request waited for (`max-per-request` counts them).
         var refreshResends = 0
+        /// Whether the last refresh trigger counted one (a token expired in flight does not).
+        var triggerCounted = false
         /// The token generation the last attempt was signed with.
         var signedGeneration: UInt64 = 0
+        /// When that token expires, as issued, if it had not expired yet when the attempt left
+        /// (`nil`: no known lifetime, or sent already expired).
+        var signedExpiry: Date?
         /// The proactive refresh for this turn of the loop is done.
         var skipProactive = false
         /// A proactive refresh of this request that failed, and the token generation it failed for:
