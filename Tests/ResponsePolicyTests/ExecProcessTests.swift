@@ -51,6 +51,26 @@ struct ExecProcessTests {
         }
     }
 
+    /// A command that cannot be started (a removed program here; a program file still being
+    /// written, no process slot or no memory alike) is trouble on this machine, not the
+    /// command's answer: the refresh fails transient (retried within `refresh.timeout`, never a
+    /// logout). It was definitive, so a fork that held a just-written helper open for writing
+    /// past the plugin's few ETXTBSY retries reached `on-failure`, a logout by default.
+    @Test func aCommandThatCannotBeStartedFailsTransient() async throws {
+        try await withExecDirectory { directory in
+            // Removed after the plugin was made (which checks that the program exists).
+            let script = try writeExecScript(directory, "get-token", "echo '{}'")
+            let plugin = try ExecRefresh(configuration: execConfiguration([script], timeout: "5s"))
+            try FileManager.default.removeItem(atPath: script)
+            let failure = await #expect(throws: RefreshFailure.self) {
+                _ = try await plugin.refresh(refreshContext())
+            }
+            #expect(failure?.kind == .transient)
+            #expect(
+                failure?.reason == "the credential command 'get-token' could not be started: No such file or directory")
+        }
+    }
+
     @Test func aCommandThatExitsTakesWhatItLeftInItsGroupWithIt() async throws {
         try await withExecDirectory { directory in
             // The child keeps no pipe open (its output goes to /dev/null), so nothing waits for it:

@@ -267,9 +267,13 @@ struct ExecCommand: Sendable {
         }
         switch result.end {
         case .cancelled: throw CancellationError()
+        // A command that could not be started (a file still being written, no process slot, no
+        // memory, a missing program) is trouble on this machine, not the command's answer:
+        // transient, retried within refresh.timeout, never a logout.
         case .failedToStart(let code):
             throw RefreshFailure(
-                "the credential command '\(program)' could not be started: \(String(cString: strerror(code)))")
+                "the credential command '\(program)' could not be started: \(String(cString: strerror(code)))",
+                kind: .transient)
         // A hung or killed command is trouble that may pass (transient: retried within
         // refresh.timeout, never a logout); a command that exits non-zero has said no (definitive).
         case .timedOut:
