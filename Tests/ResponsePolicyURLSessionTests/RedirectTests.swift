@@ -130,7 +130,9 @@ struct RedirectTests {
     @Test func aRedirectLoopEndsWithAConnectionError() async throws {
         try await withTwoServers { home, _ in
             let loop = home.url("/redirect?status=302&loop=1").absoluteString
-            let transport = URLSessionTransport(timeout: .seconds(10))
+            // A bound for a hang, not for speed: eleven round trips took over 10 s once, with two
+            // `swift test` runs on the machine, and the call timed out before the redirect limit.
+            let transport = URLSessionTransport(timeout: .seconds(60))
             let error = await #expect(throws: TransportError.self) {
                 try await transport.send(HTTPRequest(url: try #require(URL(string: loop))))
             }
